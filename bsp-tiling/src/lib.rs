@@ -1,0 +1,1 @@
+//! bsp-tiling (work in progress).

@@ -1,0 +1,1 @@
+//! l3-cuda (work in progress).

@@ -1,0 +1,1 @@
+//! l3-format (work in progress).

@@ -1,0 +1,1 @@
+//! liquid-sampler (work in progress).

@@ -1,0 +1,1 @@
+//! pcr (work in progress).

@@ -1,0 +1,91 @@
+//! The benchmark sections, one module each, and the runner that writes the report.
+
+mod bsp;
+mod l3;
+mod liquid;
+mod loader;
+mod pcr;
+
+use crate::report::Report;
+use std::process::ExitCode;
+
+pub struct Section {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub run: fn(&mut Report) -> anyhow::Result<()>,
+}
+
+/// Every section, in report order.
+const SECTIONS: &[Section] = &[
+    Section {
+        name: "l3",
+        about: "L3 codec vs PNG and QOI (l3-eccv22)",
+        run: l3::run,
+    },
+    Section {
+        name: "pcr",
+        about: "Progressive Compressed Records (pcr-iclr20)",
+        run: pcr::run,
+    },
+    Section {
+        name: "liquid",
+        about: "Liquid multi-format sampling (liquid-apsys23)",
+        run: liquid::run,
+    },
+    Section {
+        name: "bsp",
+        about: "BSP tiling for CNN inference (bsp-cnn-cikm17)",
+        run: bsp::run,
+    },
+    Section {
+        name: "loader",
+        about: "The loader pipeline across formats",
+        run: loader::run,
+    },
+];
+
+pub fn names() -> Vec<&'static str> {
+    SECTIONS.iter().map(|s| s.name).collect()
+}
+
+pub fn main(args: &[String]) -> ExitCode {
+    let chosen: Vec<&Section> = match args.first() {
+        None => SECTIONS.iter().collect(),
+        Some(name) => match SECTIONS.iter().find(|s| s.name == name) {
+            Some(s) => vec![s],
+            None => {
+                eprintln!("unknown section {name:?}; sections: {}", names().join(", "));
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut failed = false;
+    for s in chosen {
+        eprintln!("== bench {}: {}", s.name, s.about);
+        let mut report = Report::new(s.name, s.about);
+        if let Err(e) = (s.run)(&mut report) {
+            eprintln!("bench {} failed: {e:#}", s.name);
+            report.para(&format!("**This section failed:** {e:#}"));
+            failed = true;
+        }
+        match report.finish() {
+            Ok(path) => eprintln!("wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("could not write the {} report: {e:#}", s.name);
+                failed = true;
+            }
+        }
+    }
+    match crate::report::write_combined(&names()) {
+        Ok(path) => eprintln!("wrote {}", path.display()),
+        Err(e) => {
+            eprintln!("could not write REPORT.md: {e:#}");
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
