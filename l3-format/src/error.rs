@@ -1,0 +1,130 @@
+//! Typed errors and decoding limits.
+
+use std::fmt;
+
+/// Which patch of which channel an error is about (absent when [`crate::decode_patch`] is called on bare bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchId {
+    pub channel: usize,
+    pub patch: usize,
+}
+
+impl fmt::Display for PatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "patch {} of channel {}", self.patch, self.channel)
+    }
+}
+
+fn at(p: &Option<PatchId>) -> String {
+    match p {
+        Some(p) => format!("{p}: "),
+        None => String::new(),
+    }
+}
+
+/// Everything that can go wrong encoding or decoding L3. One variant per failure kind; decoding never panics.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file ends before the header or the offset table does.
+    #[error("truncated L3 file: the {what} needs {needed} bytes, the file has {len}")]
+    Truncated {
+        what: &'static str,
+        needed: usize,
+        len: usize,
+    },
+    #[error("not an L3 file: magic {found:02x?}, expected \"L3IM\"")]
+    BadMagic { found: [u8; 4] },
+    #[error(
+        "unsupported L3 version {found} (this build reads version {})",
+        crate::VERSION
+    )]
+    UnsupportedVersion { found: u16 },
+    #[error("zero image dimension {width}x{height}")]
+    ZeroDimension { width: u32, height: u32 },
+    /// width × height × channels overflows or exceeds [`Limits::max_pixels`].
+    #[error("image too large: {width}x{height}x{channels} exceeds the limit of {limit} samples")]
+    TooLarge {
+        width: u32,
+        height: u32,
+        channels: u8,
+        limit: u64,
+    },
+    #[error("unsupported channel count {found} (1, 3 or 4)")]
+    BadChannels { found: u8 },
+    #[error("unsupported bit depth {found} (8)")]
+    BadBitDepth { found: u8 },
+    #[error("patch size 0")]
+    ZeroPatchSize,
+    #[error("reserved header bytes are not zero")]
+    ReservedNotZero,
+    #[error("the first patch offset is {offset}, must be 0")]
+    FirstOffsetNotZero { offset: u32 },
+    #[error("{}offset {offset} is before the previous offset {previous}", at(&Some(*patch)))]
+    OffsetOutOfOrder {
+        patch: PatchId,
+        offset: u32,
+        previous: u32,
+    },
+    #[error("{}offset {offset} is past the end of the patch data ({data_len} bytes)", at(&Some(*patch)))]
+    OffsetOutOfRange {
+        patch: PatchId,
+        offset: u32,
+        data_len: usize,
+    },
+    /// Fewer bytes than the 2-byte minimum per row: caught by parse before any decoding.
+    #[error("{}{len} bytes cannot hold {rows} rows (at least {min})", at(&Some(*patch)))]
+    PatchTooShort {
+        patch: PatchId,
+        len: usize,
+        rows: usize,
+        min: usize,
+    },
+    #[error("{}row {row} declares {nbit} bits per delta (at most 8)", at(patch))]
+    NbitTooLarge {
+        patch: Option<PatchId>,
+        row: usize,
+        nbit: u8,
+    },
+    #[error(
+        "{}row {row} needs {needed} bytes past offset {offset}, the patch has {len}",
+        at(patch)
+    )]
+    RowPastPatchEnd {
+        patch: Option<PatchId>,
+        row: usize,
+        offset: usize,
+        needed: usize,
+        len: usize,
+    },
+    #[error("{}{unused} bytes left over after the last row", at(patch))]
+    TrailingPatchBytes {
+        patch: Option<PatchId>,
+        unused: usize,
+    },
+    /// A caller-supplied pixel or output buffer has the wrong length.
+    #[error("buffer holds {got} bytes, expected {expected}")]
+    BufferSize { expected: usize, got: usize },
+    /// `decode_patch`/`encode_patch` called with a patch shape the format cannot hold.
+    #[error("bad patch geometry {w}x{h} with stride {stride} (1..=255 each side, stride >= width)")]
+    BadPatchGeometry { w: usize, h: usize, stride: usize },
+    /// The patch data would not be addressable by u32 offsets.
+    #[error("encoded patch data of {bytes} bytes does not fit u32 offsets")]
+    EncodedTooLarge { bytes: usize },
+}
+
+/// Bounds applied when parsing untrusted files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted width × height × channels (decoded bytes).
+    pub max_pixels: u64,
+}
+
+impl Default for Limits {
+    /// 2³² samples (4 GiB decoded): far above any training image, far below what would exhaust memory by surprise.
+    fn default() -> Self {
+        Limits {
+            max_pixels: 1 << 32,
+        }
+    }
+}
