@@ -1,0 +1,65 @@
+//! The crate's one error type: every failure is a value, never a panic.
+
+/// Everything that can go wrong setting up the GPU or decoding a batch.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// libcuda (the NVIDIA driver's user-space library) could not be loaded on this machine.
+    #[error("no CUDA driver: libcuda could not be loaded (no NVIDIA driver installed?)")]
+    NoDriver,
+    /// libnvrtc (the CUDA runtime compiler, part of the toolkit) could not be loaded.
+    #[error(
+        "NVRTC not found: libnvrtc could not be loaded (install the CUDA toolkit's nvrtc library)"
+    )]
+    NoNvrtc,
+    /// The driver loaded but there is no device with this ordinal.
+    #[error("no CUDA device {ordinal}: the driver reports {count} device(s)")]
+    NoDevice { ordinal: usize, count: usize },
+    /// A CUDA driver call failed.
+    #[error("CUDA driver call {call} failed: {message}")]
+    Driver { call: &'static str, message: String },
+    /// NVRTC rejected the embedded kernels (a toolkit/device mismatch, never bad input).
+    #[error("NVRTC could not compile the L3 kernels for {arch}: {log}")]
+    Compile { arch: String, log: String },
+    /// Image `index` of the batch failed validation (header, offsets, or rows).
+    #[error("image {index} of the batch: {source}")]
+    Image {
+        index: usize,
+        #[source]
+        source: l3_format::Error,
+    },
+    /// The kernel found a patch of image `index` whose rows do not exactly fill its bytes (only possible
+    /// when host row validation is off; nothing was read out of bounds).
+    #[error("image {index} of the batch: corrupt row data in patch {patch} of channel {channel}")]
+    CorruptRows {
+        index: usize,
+        channel: usize,
+        patch: usize,
+    },
+    /// Filling a [`crate::PinnedBatch`] failed (the caller's reader returned an error).
+    #[error("filling the pinned batch: {0}")]
+    Io(#[source] std::io::Error),
+    /// `submit_plan` was given other images than the plan was built from.
+    #[error("the images do not match the batch plan they were submitted with")]
+    PlanMismatch,
+    #[error("empty batch: nothing to decode")]
+    EmptyBatch,
+    /// The batch exceeds what one launch can address (grid size, u32 strides).
+    #[error("batch too large: {what}")]
+    TooLarge { what: &'static str },
+    /// Normalisation parameters are unusable (a zero or non-finite std, or a non-finite mean).
+    #[error("bad normalisation for channel {channel}: mean {mean}, std {std}")]
+    BadNormalize { channel: usize, mean: f32, std: f32 },
+    /// Normalisation was requested with a `u8` layout (it needs `NchwF32` or `NchwF16`).
+    #[error("normalisation needs a float layout (NchwF32 or NchwF16)")]
+    NormalizeNeedsFloat,
+}
+
+impl Error {
+    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
+        Error::Driver {
+            call,
+            message: format!("{e:?}"),
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! Host side of a batch, with no GPU involved: parse and validate every image with `l3-format`, lay the
+//! images out in the output tensor, and build the patch-descriptor table the kernel reads. A corrupt image
+//! is rejected here, with its batch index, before anything is copied or launched.
+
+use crate::error::Error;
+use l3_format::{L3File, PatchId};
+use std::ops::Range;
+
+/// Element layout and type of the decoded batch in device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Interleaved `u8`: image i is `[H][W][C]` at its offset.
+    NhwcU8,
+    /// Planar `u8`: image i is `[C][H][W]` at its offset.
+    NchwU8,
+    /// Planar `f32`, `v * scale + bias` per channel (raw 0..=255 values without [`Normalize`]).
+    NchwF32,
+    /// Planar IEEE binary16 (stored as `u16` bits), same values as [`Layout::NchwF32`] rounded to nearest even.
+    NchwF16,
+}
+
+impl Layout {
+    /// Bytes per output element.
+    pub fn elem_bytes(self) -> usize {
+        match self {
+            Layout::NhwcU8 | Layout::NchwU8 => 1,
+            Layout::NchwF32 => 4,
+            Layout::NchwF16 => 2,
+        }
+    }
+    fn is_float(self) -> bool {
+        matches!(self, Layout::NchwF32 | Layout::NchwF16)
+    }
+}
+
+/// Per-channel normalisation fused into the decode: `out = (v - mean[c]) / std[c]`, with `v` in 0..=255
+/// (pixel units, as DALI's; for torchvision's [0, 1] constants multiply both by 255). Gray images use
+/// channel 0, RGBA uses all four.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Normalize {
+    pub mean: [f32; 4],
+    pub std: [f32; 4],
+}
+
+impl Normalize {
+    /// ImageNet's mean and std, in pixel units (alpha passes through unchanged).
+    pub const IMAGENET: Normalize = Normalize {
+        mean: [0.485 * 255.0, 0.456 * 255.0, 0.406 * 255.0, 0.0],
+        std: [0.229 * 255.0, 0.224 * 255.0, 0.225 * 255.0, 1.0],
+    };
+}
+
+/// How a batch is decoded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeOptions {
+    pub layout: Layout,
+    /// Only for the float layouts.
+    pub normalize: Option<Normalize>,
+    /// Walk every patch's row headers on the host before the launch, so corrupt row data is rejected with
+    /// its batch index before any GPU work. Off by default: the walk costs host time in the hot path, and
+    /// the kernel bounds every read by the patch's range anyway and reports a corrupt patch after the decode
+    /// ([`Error::CorruptRows`]).
+    pub check_rows_on_host: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            layout: Layout::NchwU8,
+            normalize: None,
+            check_rows_on_host: false,
+        }
+    }
+}
+
+/// Where one image of the batch landed in the output buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageSlot {
+    /// First output element of the image.
+    pub offset: usize,
+    pub width: u32,
+    pub height: u32,
+    pub channels: u8,
+}
+
+impl ImageSlot {
+    /// Output elements of the image: width × height × channels.
+    pub fn len(&self) -> usize {
+        self.width as usize * self.height as usize * self.channels as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One patch of one channel of one image: the kernel's unit of work (one thread block).
+/// Serialised by [`BatchPlan::descriptor_bytes`] exactly as `struct PatchDesc` in kernel.cu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct PatchDesc {
+    pub data_offset: u64,
+    pub out_offset: u64,
+    pub data_len: u32,
+    pub row_stride: u32,
+    pub pixel_stride: u32,
+    pub w: u16,
+    pub h: u16,
+    pub channel: u32,
+}
+
+/// Size of one serialised [`PatchDesc`] (kernel.cu's struct, 8-byte aligned).
+pub(crate) const DESC_BYTES: usize = 40;
+
+/// Largest compressed patch staged in shared memory (bigger ones are read from global memory). 16 KiB
+/// holds any 128×128 patch (at most 128 × 130 bytes) and keeps several blocks resident per SM.
+pub(crate) const STAGE_CAP: u32 = 16 * 1024;
+
+/// A validated batch, ready to copy and launch: the output layout of every image and the patch table.
+#[derive(Debug, Clone)]
+pub struct BatchPlan {
+    pub(crate) layout: Layout,
+    pub(crate) descs: Vec<PatchDesc>,
+    /// Per image: the first descriptor and the patches per channel (to name a failing patch).
+    pub(crate) first_desc: Vec<(usize, usize)>,
+    pub(crate) images: Vec<ImageSlot>,
+    /// Per image: its patch data within its file bytes, and where that lands in the packed input.
+    pub(crate) sources: Vec<(Range<usize>, usize)>,
+    pub(crate) data_len: usize,
+    pub(crate) out_len: usize,
+    pub(crate) block_dim: u32,
+    pub(crate) stage_cap: u32,
+    /// (scale, bias) for channels 0..4.
+    pub(crate) scale_bias: [f32; 8],
+}
+
+impl BatchPlan {
+    /// Parses and validates every image (with [`l3_format::L3File::parse`]) and plans the batch. Images may
+    /// differ in size, channel count and patch size; each gets its own offset in the output, in batch order.
+    pub fn new(images: &[&[u8]], opts: &DecodeOptions) -> Result<Self, Error> {
+        Self::build(images, opts, None)
+    }
+
+    /// Plans images that already lie back to back in one buffer (a [`crate::PinnedBatch`]): image i starts
+    /// at byte `starts[i]`, and the descriptors point into that buffer as it is, so nothing is packed.
+    pub(crate) fn new_in_place(
+        images: &[&[u8]],
+        starts: &[usize],
+        total: usize,
+        opts: &DecodeOptions,
+    ) -> Result<Self, Error> {
+        let mut plan = Self::build(images, opts, Some(starts))?;
+        plan.sources.clear();
+        plan.data_len = total;
+        Ok(plan)
+    }
+
+    fn build(
+        images: &[&[u8]],
+        opts: &DecodeOptions,
+        in_place: Option<&[usize]>,
+    ) -> Result<Self, Error> {
+        if images.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let scale_bias = scale_bias(opts)?;
+        let mut plan = BatchPlan {
+            layout: opts.layout,
+            descs: Vec::new(),
+            first_desc: Vec::with_capacity(images.len()),
+            images: Vec::with_capacity(images.len()),
+            sources: Vec::with_capacity(images.len()),
+            data_len: 0,
+            out_len: 0,
+            block_dim: 32,
+            stage_cap: 0,
+            scale_bias,
+        };
+        let mut max_w = 1u32;
+        let mut max_len = 0u32;
+        // Fixed-size fast path: images shaped like the previous one reuse its descriptor geometry and only
+        // shift the data and output offsets.
+        let mut template: Option<(ShapeKey, usize, usize, usize)> = None; // (shape, first desc, data start, out start)
+        for (index, bytes) in images.iter().enumerate() {
+            let file = L3File::parse(bytes).map_err(|source| Error::Image { index, source })?;
+            if opts.check_rows_on_host {
+                check_rows(&file).map_err(|source| Error::Image { index, source })?;
+            }
+            let data = file.patch_data();
+            if data.len() > u32::MAX as usize {
+                return Err(Error::TooLarge {
+                    what: "an image's patch data exceeds 4 GiB",
+                });
+            }
+            let slot = ImageSlot {
+                offset: plan.out_len,
+                width: file.width(),
+                height: file.height(),
+                channels: file.channels(),
+            };
+            let key = ShapeKey::of(&file);
+            let first = plan.descs.len();
+            // Where this image's patch data lies in the device input: packed back to back, or inside its
+            // whole file where the file was placed.
+            let data_start = match in_place {
+                Some(starts) => starts[index] + file.data_offset(),
+                None => plan.data_len,
+            };
+            match template {
+                Some((k, t_first, t_data, t_out)) if k == key => {
+                    let n = key.descs();
+                    plan.descs.extend_from_within(t_first..t_first + n);
+                    let ppc = file.patches_per_channel();
+                    for (i, d) in plan.descs[first..].iter_mut().enumerate() {
+                        let r = file.patch_range(i / ppc, i % ppc);
+                        d.data_offset = (data_start + r.start) as u64;
+                        d.data_len = r.len() as u32;
+                        d.out_offset = d.out_offset - t_out as u64 + slot.offset as u64;
+                        max_len = max_len.max(d.data_len);
+                    }
+                    let _ = t_data;
+                }
+                _ => {
+                    push_descs(
+                        &mut plan.descs,
+                        &file,
+                        &slot,
+                        data_start,
+                        opts.layout,
+                        &mut max_len,
+                    )?;
+                    template = Some((key, first, data_start, slot.offset));
+                }
+            }
+            max_w = max_w.max((file.patch_size() as u32).min(file.width()));
+            plan.first_desc.push((first, file.patches_per_channel()));
+            plan.sources
+                .push((file.data_offset()..bytes.len(), plan.data_len));
+            plan.data_len += data.len();
+            plan.out_len = plan
+                .out_len
+                .checked_add(slot.len())
+                .ok_or(Error::TooLarge {
+                    what: "output size overflows",
+                })?;
+            plan.images.push(slot);
+        }
+        if plan.descs.len() > i32::MAX as usize {
+            return Err(Error::TooLarge {
+                what: "more than 2^31 - 1 patches in one launch",
+            });
+        }
+        plan.block_dim = max_w.div_ceil(32).clamp(1, 8) * 32;
+        plan.stage_cap = max_len.min(STAGE_CAP);
+        Ok(plan)
+    }
+
+    /// Where each image lands in the output, in batch order.
+    pub fn images(&self) -> &[ImageSlot] {
+        &self.images
+    }
+
+    /// Output elements of the whole batch.
+    pub fn output_len(&self) -> usize {
+        self.out_len
+    }
+
+    /// Bytes of compressed patch data copied to the device for this batch.
+    pub fn input_len(&self) -> usize {
+        self.data_len
+    }
+
+    /// Patch descriptors (= thread blocks) of the single launch.
+    pub fn patch_count(&self) -> usize {
+        self.descs.len()
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// True when every image has the same width, height and channels (a dense `[N, ...]` tensor).
+    pub fn is_uniform(&self) -> bool {
+        let s = &self.images[0];
+        self.images
+            .iter()
+            .all(|i| (i.width, i.height, i.channels) == (s.width, s.height, s.channels))
+    }
+
+    /// True when every descriptor reads inside the device input and writes inside the output: the
+    /// property that makes the launch memory-safe whatever the patch bytes hold. Checked by the tests and
+    /// the fuzz target on every plan they build.
+    #[doc(hidden)]
+    pub fn descriptors_in_bounds(&self) -> bool {
+        let out_len = self.out_len as u64;
+        self.descs.iter().all(|d| {
+            let (w, h) = (d.w as u64, d.h as u64);
+            (1..=255).contains(&w)
+                && (1..=255).contains(&h)
+                && d.data_offset + d.data_len as u64 <= self.data_len as u64
+                && d.out_offset
+                    + (h - 1) * (d.row_stride as u64)
+                    + (w - 1) * (d.pixel_stride as u64)
+                    < out_len
+                && d.channel < 4
+        })
+    }
+
+    /// Copies every image's patch data, back to back, into `dst` (at least [`input_len`](Self::input_len)
+    /// bytes): the device input the descriptors point into. `images` must be the slice the plan was built from.
+    pub(crate) fn pack_into(&self, images: &[&[u8]], dst: &mut [u8]) {
+        for ((src, at), bytes) in self.sources.iter().zip(images) {
+            dst[*at..*at + src.len()].copy_from_slice(&bytes[src.clone()]);
+        }
+    }
+
+    /// Whether `images` are (by count and size) the files this packed plan was built from.
+    pub(crate) fn built_from(&self, images: &[&[u8]]) -> bool {
+        self.sources.len() == images.len()
+            && self
+                .sources
+                .iter()
+                .zip(images)
+                .all(|((r, _), b)| r.end == b.len())
+    }
+
+    /// The descriptor table as the kernel reads it (little-endian, `struct PatchDesc`).
+    pub(crate) fn descriptor_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.descs.len() * DESC_BYTES);
+        for d in &self.descs {
+            out.extend_from_slice(&d.data_offset.to_le_bytes());
+            out.extend_from_slice(&d.out_offset.to_le_bytes());
+            out.extend_from_slice(&d.data_len.to_le_bytes());
+            out.extend_from_slice(&d.row_stride.to_le_bytes());
+            out.extend_from_slice(&d.pixel_stride.to_le_bytes());
+            out.extend_from_slice(&d.w.to_le_bytes());
+            out.extend_from_slice(&d.h.to_le_bytes());
+            out.extend_from_slice(&d.channel.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+        }
+        out
+    }
+
+    /// The kernel's error word (the lowest failing descriptor, or u32::MAX) as an error naming the image.
+    pub(crate) fn kernel_error(&self, err: u32) -> Result<(), Error> {
+        if err == u32::MAX {
+            return Ok(());
+        }
+        let d = err as usize;
+        let index = self.first_desc.partition_point(|&(first, _)| first <= d) - 1;
+        let (first, ppc) = self.first_desc[index];
+        Err(Error::CorruptRows {
+            index,
+            channel: (d - first) / ppc,
+            patch: (d - first) % ppc,
+        })
+    }
+
+    /// Dynamic shared memory per block.
+    pub(crate) fn shared_bytes(&self) -> u32 {
+        self.stage_cap
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShapeKey {
+    w: u32,
+    h: u32,
+    c: u8,
+    n: u8,
+}
+
+impl ShapeKey {
+    fn of(f: &L3File<'_>) -> Self {
+        ShapeKey {
+            w: f.width(),
+            h: f.height(),
+            c: f.channels(),
+            n: f.patch_size(),
+        }
+    }
+    fn descs(&self) -> usize {
+        let n = self.n as usize;
+        (self.w as usize).div_ceil(n) * (self.h as usize).div_ceil(n) * self.c as usize
+    }
+}
+
+fn push_descs(
+    descs: &mut Vec<PatchDesc>,
+    file: &L3File<'_>,
+    slot: &ImageSlot,
+    data_start: usize,
+    layout: Layout,
+    max_len: &mut u32,
+) -> Result<(), Error> {
+    let (w, h, c) = (slot.width as u64, slot.height as u64, slot.channels as u64);
+    let too_large = Error::TooLarge {
+        what: "an output row stride exceeds u32",
+    };
+    let (row_stride, pixel_stride) = match layout {
+        Layout::NhwcU8 => (u32::try_from(w * c).map_err(|_| too_large)?, c as u32),
+        _ => (u32::try_from(w).map_err(|_| too_large)?, 1),
+    };
+    let ppc = file.patches_per_channel();
+    for ch in 0..c as usize {
+        for p in 0..ppc {
+            let rect = file.patch_rect(p);
+            let r = file.patch_range(ch, p);
+            let (x, y) = (rect.x as u64, rect.y as u64);
+            let pixel = match layout {
+                Layout::NhwcU8 => (y * w + x) * c + ch as u64,
+                _ => ch as u64 * w * h + y * w + x,
+            };
+            *max_len = (*max_len).max(r.len() as u32);
+            descs.push(PatchDesc {
+                data_offset: (data_start + r.start) as u64,
+                out_offset: slot.offset as u64 + pixel,
+                data_len: r.len() as u32,
+                row_stride,
+                pixel_stride,
+                w: rect.w as u16,
+                h: rect.h as u16,
+                channel: ch as u32,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn scale_bias(opts: &DecodeOptions) -> Result<[f32; 8], Error> {
+    let mut sb = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0];
+    match (opts.normalize, opts.layout.is_float()) {
+        (None, _) => {}
+        (Some(_), false) => return Err(Error::NormalizeNeedsFloat),
+        (Some(n), true) => {
+            for c in 0..4 {
+                let (mean, std) = (n.mean[c], n.std[c]);
+                if !(mean.is_finite() && std.is_finite() && std != 0.0) {
+                    return Err(Error::BadNormalize {
+                        channel: c,
+                        mean,
+                        std,
+                    });
+                }
+                sb[2 * c] = 1.0 / std;
+                sb[2 * c + 1] = -mean / std;
+            }
+        }
+    }
+    Ok(sb)
+}
+
+/// Walks every patch's row headers exactly as the kernel does (and as `l3-format`'s decoder accepts them):
+/// each row's nbit at most 8, each row inside the patch, no bytes left over. Touches 2 bytes per row.
+pub(crate) fn check_rows(file: &L3File<'_>) -> Result<(), l3_format::Error> {
+    let ppc = file.patches_per_channel();
+    for ch in 0..file.channels() as usize {
+        for p in 0..ppc {
+            let rect = file.patch_rect(p);
+            let data = file.patch_bytes(ch, p);
+            let at = Some(PatchId {
+                channel: ch,
+                patch: p,
+            });
+            let w = rect.w as usize;
+            let mut pos = 0usize;
+            for row in 0..rect.h as usize {
+                let past_end = |needed| l3_format::Error::RowPastPatchEnd {
+                    patch: at,
+                    row,
+                    offset: pos,
+                    needed,
+                    len: data.len(),
+                };
+                if data.len() - pos < 2 {
+                    return Err(past_end(2));
+                }
+                let nbit = data[pos] & 0x0f;
+                if nbit > 8 {
+                    return Err(l3_format::Error::NbitTooLarge {
+                        patch: at,
+                        row,
+                        nbit,
+                    });
+                }
+                let len = (12 + w * nbit as usize).div_ceil(8);
+                if data.len() - pos < len {
+                    return Err(past_end(len));
+                }
+                pos += len;
+            }
+            if pos != data.len() {
+                return Err(l3_format::Error::TrailingPatchBytes {
+                    patch: at,
+                    unused: data.len() - pos,
+                });
+            }
+        }
+    }
+    Ok(())
+}
