@@ -1,0 +1,166 @@
+//! Decoding rebuilt JPEG streams to RGB, with a choice of decoder.
+//!
+//! The two differ exactly where PCRs live: with AC data still missing (low scan groups) libjpeg-turbo
+//! smooths blocks from their neighbours' DC values, zune-jpeg does not; with every scan present both give
+//! the original's pixels (each bit-exactly against itself decoding the source file).
+
+use crate::libjpeg;
+use zune_jpeg::JpegDecoder;
+use zune_jpeg::zune_core::bytestream::ZCursor;
+use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::zune_core::options::DecoderOptions;
+
+/// Which JPEG decoder turns a rebuilt stream into pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Decoder {
+    /// libjpeg-turbo (mozjpeg build) with its defaults: accurate integer IDCT, fancy upsampling, block
+    /// smoothing for incomplete progressive data. Any libjpeg warning is an error.
+    #[default]
+    Libjpeg,
+    /// zune-jpeg, pure Rust; no smoothing of missing AC data.
+    Zune,
+}
+
+impl Decoder {
+    pub const ALL: [Decoder; 2] = [Decoder::Libjpeg, Decoder::Zune];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Decoder::Libjpeg => "libjpeg-turbo",
+            Decoder::Zune => "zune-jpeg",
+        }
+    }
+
+    /// Decodes one JPEG stream to 8-bit RGB (grayscale is replicated to three channels).
+    pub fn decode(self, jpeg: &[u8]) -> Result<Image, String> {
+        match self {
+            Decoder::Libjpeg => libjpeg::decode_rgb(jpeg).map(|r| Image {
+                width: r.width,
+                height: r.height,
+                pixels: r.pixels,
+            }),
+            Decoder::Zune => decode_zune(jpeg),
+        }
+    }
+}
+
+impl std::str::FromStr for Decoder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "libjpeg" | "libjpeg-turbo" => Ok(Decoder::Libjpeg),
+            "zune" | "zune-jpeg" => Ok(Decoder::Zune),
+            _ => Err(format!("unknown decoder {s:?} (libjpeg or zune)")),
+        }
+    }
+}
+
+fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
+    let opts = DecoderOptions::default()
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
+        .set_max_width(1 << 16)
+        .set_max_height(1 << 16);
+    let mut d = JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
+    d.decode_headers().map_err(|e| format!("{e:?}"))?;
+    let info = d.info().ok_or("no image header")?;
+    let (w, h) = (u32::from(info.width), u32::from(info.height));
+    if u64::from(w) * u64::from(h) > libjpeg::MAX_PIXELS {
+        return Err(format!(
+            "{w}x{h} is larger than {} pixels",
+            libjpeg::MAX_PIXELS
+        ));
+    }
+    let out = d.output_colorspace().ok_or("no output colour space")?;
+    let pixels = d.decode().map_err(|e| format!("{e:?}"))?;
+    let n = (w * h) as usize;
+    let pixels = match out.num_components() {
+        3 if pixels.len() == n * 3 => pixels,
+        1 if pixels.len() == n => pixels.iter().flat_map(|&v| [v, v, v]).collect(),
+        c => {
+            return Err(format!(
+                "unexpected output: {c} components, {} bytes",
+                pixels.len()
+            ));
+        }
+    };
+    Ok(Image {
+        width: w,
+        height: h,
+        pixels,
+    })
+}
+
+/// A decoded image: 8-bit RGB, row-major, `width * height * 3` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub width: u32,
+    pub height: u32,
+    pub pixels: Vec<u8>,
+}
+
+impl Image {
+    /// Applies an EXIF orientation (1..=8) so the image shows upright; other values leave it as is.
+    pub fn oriented(self, orientation: u8) -> Image {
+        if !(2..=8).contains(&orientation) {
+            return self;
+        }
+        let (w, h) = (self.width as usize, self.height as usize);
+        // Orientations 5..=8 swap the axes.
+        let (ow, oh) = if orientation >= 5 { (h, w) } else { (w, h) };
+        let mut out = vec![0u8; w * h * 3];
+        for y in 0..oh {
+            for x in 0..ow {
+                // Source coordinates of output pixel (x, y), per the EXIF definitions.
+                let (sx, sy) = match orientation {
+                    2 => (w - 1 - x, y),
+                    3 => (w - 1 - x, h - 1 - y),
+                    4 => (x, h - 1 - y),
+                    5 => (y, x),
+                    6 => (y, h - 1 - x),
+                    7 => (w - 1 - y, h - 1 - x),
+                    _ => (w - 1 - y, x),
+                };
+                let s = (sy * w + sx) * 3;
+                let d = (y * ow + x) * 3;
+                out[d..d + 3].copy_from_slice(&self.pixels[s..s + 3]);
+            }
+        }
+        Image {
+            width: ow as u32,
+            height: oh as u32,
+            pixels: out,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img() -> Image {
+        // 3 wide, 2 high; pixel value = index.
+        Image {
+            width: 3,
+            height: 2,
+            pixels: (0..6u8).flat_map(|v| [v, v, v]).collect(),
+        }
+    }
+    fn vals(i: &Image) -> Vec<u8> {
+        i.pixels.iter().step_by(3).copied().collect()
+    }
+
+    #[test]
+    fn orientations() {
+        // 0 1 2 / 3 4 5
+        assert_eq!(vals(&img().oriented(1)), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(vals(&img().oriented(2)), [2, 1, 0, 5, 4, 3]);
+        assert_eq!(vals(&img().oriented(3)), [5, 4, 3, 2, 1, 0]);
+        assert_eq!(vals(&img().oriented(4)), [3, 4, 5, 0, 1, 2]);
+        let r = img().oriented(6); // rotate 90° clockwise
+        assert_eq!((r.width, r.height), (2, 3));
+        assert_eq!(vals(&r), [3, 0, 4, 1, 5, 2]);
+        assert_eq!(vals(&img().oriented(8)), [2, 5, 1, 4, 0, 3]);
+        assert_eq!(vals(&img().oriented(5)), [0, 3, 1, 4, 2, 5]);
+        assert_eq!(vals(&img().oriented(7)), [5, 2, 4, 1, 3, 0]);
+    }
+}

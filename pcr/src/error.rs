@@ -1,0 +1,75 @@
+//! The one error type of the crate: every variant names the file (input JPEG, record or index) it is about.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong writing or reading Progressive Compressed Records.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system error on a file.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An input given to the writer is not a JPEG stream (wrong magic, broken marker structure).
+    #[error("{path}: not a JPEG file: {reason}")]
+    NotJpeg { path: PathBuf, reason: String },
+    /// An input is a JPEG of a kind the writer does not transcode (CMYK, 12-bit, lossless, arithmetic, ...).
+    #[error("{path}: unsupported JPEG: {reason}")]
+    UnsupportedJpeg { path: PathBuf, reason: String },
+    /// libjpeg-turbo refused an input while transcoding it.
+    #[error("{path}: libjpeg-turbo could not transcode it: {message}")]
+    Transcode { path: PathBuf, message: String },
+    /// The labels CSV file is malformed, or names no label for an input.
+    #[error("{path}: {reason}")]
+    Labels { path: PathBuf, reason: String },
+    /// The writer was asked for something impossible (no inputs, zero images per record, ...).
+    #[error("invalid build options: {0}")]
+    Options(String),
+    /// The index file is missing a part, fails its checksum or does not parse.
+    #[error("{path}: corrupt index: {reason}")]
+    CorruptIndex { path: PathBuf, reason: String },
+    /// A record file is shorter than the index says.
+    #[error("{path}: truncated record: need {needed} bytes, the file has {actual}")]
+    TruncatedRecord {
+        path: PathBuf,
+        needed: u64,
+        actual: u64,
+    },
+    /// Bytes of a record fail their checksum, or are not the JPEG structure they must be.
+    #[error("{path}: corrupt record: {reason}")]
+    CorruptRecord { path: PathBuf, reason: String },
+    /// A record's own header disagrees with the index entry for it (another build, a moved file, ...).
+    #[error("{path}: record disagrees with the index: {reason}")]
+    IndexMismatch { path: PathBuf, reason: String },
+    /// A scan group outside `1..=groups` was asked for.
+    #[error("scan group {group} is out of range: this dataset has groups 1..={groups}")]
+    GroupOutOfRange { group: usize, groups: usize },
+    /// A record number past the end of the dataset was asked for.
+    #[error("record {record} is out of range: this dataset has {records} records")]
+    RecordOutOfRange { record: usize, records: usize },
+    /// An image number past the end of a record was asked for.
+    #[error("image {image} is out of range: this record has {images} images")]
+    ImageOutOfRange { image: usize, images: usize },
+    /// A rebuilt JPEG stream did not decode.
+    #[error("{name}: decoding failed ({decoder}): {message}")]
+    Decode {
+        name: String,
+        decoder: &'static str,
+        message: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

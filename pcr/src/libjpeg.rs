@@ -1,0 +1,283 @@
+//! libjpeg-turbo (the mozjpeg fork, built from source by `mozjpeg-sys`): the crate's only `unsafe` code.
+//!
+//! Two entry points, both safe functions over byte slices:
+//! - [`transcode_progressive`]: `jpegtran -progressive -copy none` in the coefficient domain
+//!   (read the DCT coefficients, copy the critical parameters, simple progression, write the coefficients);
+//! - [`decode_rgb`]: decode a stream to 8-bit RGB.
+//!
+//! Soundness of the error path: libjpeg's default `error_exit` calls `exit()`. We install an `error_exit`
+//! that unwinds with a private payload instead (`resume_unwind`, so no panic hook prints anything), and
+//! every libjpeg call runs inside `catch_unwind`. This is sound because `mozjpeg-sys` (with its default
+//! `unwinding` feature) declares every libjpeg function and callback `extern "C-unwind"` and compiles the
+//! C code with `-fexceptions`, so the unwind tables exist for the C frames it crosses; no C frame holds
+//! resources that need cleanup other than what `jpeg_destroy_*` frees, which our guards call on drop
+//! (the same thing libjpeg's setjmp/longjmp pattern does). Warnings (`emit_message` with level -1) are
+//! counted and their text kept instead of printed.
+
+use mozjpeg_sys as sys;
+use std::ffi::{c_int, c_ulong};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+/// The largest image the decoder will allocate for (pixels), so a hostile header cannot exhaust memory.
+pub const MAX_PIXELS: u64 = 1 << 28;
+
+/// The payload our `error_exit` unwinds with.
+struct LibjpegError(String);
+
+/// Output of [`transcode_progressive`].
+pub struct Transcoded {
+    pub jpeg: Vec<u8>,
+    /// The number of scans libjpeg's progression script asked for.
+    pub script_scans: usize,
+    /// Warnings libjpeg emitted about the input (e.g. extraneous bytes); the output is still valid.
+    pub warnings: Vec<String>,
+}
+
+/// Formats libjpeg's current message through its own `format_message`.
+///
+/// # Safety
+/// `cinfo.err` must point to a live error manager initialised by `jpeg_std_error`.
+unsafe fn message(cinfo: &mut sys::jpeg_common_struct) -> String {
+    let mut buf = [0u8; 80];
+    // SAFETY: the caller guarantees `err` is live. `format_message` writes into its buffer argument, which
+    // the binding types as `&[u8; 80]`; we call it through a pointer-typed signature (same ABI: one data
+    // pointer) so Rust never sees a write through a shared reference.
+    unsafe {
+        if let Some(f) = (*cinfo.err).format_message {
+            let f: unsafe extern "C-unwind" fn(&mut sys::jpeg_common_struct, *mut u8) =
+                std::mem::transmute(f);
+            f(cinfo, buf.as_mut_ptr());
+        }
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+unsafe extern "C-unwind" fn error_exit(cinfo: &mut sys::jpeg_common_struct) {
+    // SAFETY: libjpeg calls this with the struct whose `err` we set up in `ErrorMgr::attach`.
+    let msg = unsafe { message(cinfo) };
+    resume_unwind(Box::new(LibjpegError(msg)));
+}
+
+unsafe extern "C-unwind" fn emit_message(cinfo: &mut sys::jpeg_common_struct, level: c_int) {
+    if level >= 0 {
+        return; // trace messages
+    }
+    // SAFETY: `err` is live (see `error_exit`); `client_data` points at the `Vec<String>` owned by the
+    // `ErrorMgr` that outlives the libjpeg object.
+    unsafe {
+        let text = message(cinfo);
+        (*cinfo.err).num_warnings += 1;
+        let warnings = &mut *(cinfo.client_data as *mut Vec<String>);
+        if warnings.len() < 8 {
+            warnings.push(text);
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn output_message(_cinfo: &mut sys::jpeg_common_struct) {}
+
+/// The error manager and the warning list, boxed so their addresses stay fixed while libjpeg holds them.
+struct ErrorMgr {
+    err: Box<sys::jpeg_error_mgr>,
+    // Boxed on purpose: libjpeg holds a pointer to the `Vec` itself, which must not move with `ErrorMgr`.
+    #[allow(clippy::box_collection)]
+    warnings: Box<Vec<String>>,
+}
+
+impl ErrorMgr {
+    fn new() -> Self {
+        // SAFETY: `jpeg_error_mgr` is plain C data (integers, pointers, optional function pointers), for
+        // which all-zeroes is a valid value; `jpeg_std_error` then fills it in.
+        let mut err: Box<sys::jpeg_error_mgr> = Box::new(unsafe { std::mem::zeroed() });
+        unsafe { sys::jpeg_std_error(&mut err) };
+        err.error_exit = Some(error_exit);
+        err.emit_message = Some(emit_message);
+        err.output_message = Some(output_message);
+        ErrorMgr {
+            err,
+            warnings: Box::default(),
+        }
+    }
+    fn attach(&mut self, common: &mut sys::jpeg_common_struct) {
+        common.err = &mut *self.err;
+        common.client_data = &mut *self.warnings as *mut Vec<String> as *mut _;
+    }
+}
+
+/// A decompressor that is destroyed on drop, whatever state an error left it in.
+struct Decompress {
+    cinfo: Box<sys::jpeg_decompress_struct>,
+    errors: ErrorMgr,
+}
+
+impl Decompress {
+    fn new() -> Result<Self, String> {
+        let mut errors = ErrorMgr::new();
+        // SAFETY: all-zeroes is the documented starting state before `jpeg_create_decompress`.
+        let mut cinfo: Box<sys::jpeg_decompress_struct> = Box::new(unsafe { std::mem::zeroed() });
+        errors.attach(&mut cinfo.common);
+        let mut d = Decompress { cinfo, errors };
+        // `jpeg_create_decompress` resets the struct but keeps `err`; it can fail (out of memory).
+        guard(|| unsafe { sys::jpeg_create_decompress(&mut *d.cinfo) })?;
+        d.errors.attach(&mut d.cinfo.common);
+        Ok(d)
+    }
+}
+
+impl Drop for Decompress {
+    fn drop(&mut self) {
+        // SAFETY: destroy is valid in every state, including after an error unwound out of libjpeg;
+        // it frees nothing when creation failed before `mem` was set.
+        let _ = guard(|| unsafe { sys::jpeg_destroy_decompress(&mut self.cinfo) });
+    }
+}
+
+/// A compressor that is destroyed on drop; it also owns the `jpeg_mem_dest` buffer.
+struct Compress {
+    cinfo: Box<sys::jpeg_compress_struct>,
+    errors: ErrorMgr,
+    out: Box<(*mut u8, c_ulong)>,
+}
+
+impl Compress {
+    fn new() -> Result<Self, String> {
+        let mut errors = ErrorMgr::new();
+        // SAFETY: as for `Decompress::new`.
+        let mut cinfo: Box<sys::jpeg_compress_struct> = Box::new(unsafe { std::mem::zeroed() });
+        errors.attach(&mut cinfo.common);
+        let mut c = Compress {
+            cinfo,
+            errors,
+            out: Box::new((std::ptr::null_mut(), 0)),
+        };
+        guard(|| unsafe { sys::jpeg_create_compress(&mut *c.cinfo) })?;
+        c.errors.attach(&mut c.cinfo.common);
+        Ok(c)
+    }
+}
+
+impl Drop for Compress {
+    fn drop(&mut self) {
+        let _ = guard(|| unsafe { sys::jpeg_destroy_compress(&mut self.cinfo) });
+        if !self.out.0.is_null() {
+            // SAFETY: `jpeg_mem_dest` allocates with malloc and leaves freeing to the caller; the pointer
+            // always holds its latest (re)allocation.
+            unsafe { libc::free(self.out.0 as *mut libc::c_void) };
+        }
+    }
+}
+
+/// Runs libjpeg calls, turning an `error_exit` unwind into `Err(message)`; other panics keep unwinding.
+fn guard<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Ok(v),
+        Err(payload) => match payload.downcast::<LibjpegError>() {
+            Ok(e) => Err(e.0),
+            Err(other) => resume_unwind(other),
+        },
+    }
+}
+
+/// Losslessly rewrites a JPEG as progressive JPEG with libjpeg's standard script (10 scans for YCbCr,
+/// 6 for grayscale), dropping all APPn/COM markers.
+pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, String> {
+    if input.is_empty() {
+        return Err("empty input".into());
+    }
+    let mut d = Decompress::new()?;
+    let mut c = Compress::new()?;
+    let script_scans = guard(|| unsafe {
+        sys::jpeg_mem_src(&mut d.cinfo, input.as_ptr(), input.len() as c_ulong);
+        sys::jpeg_read_header(&mut d.cinfo, 1);
+        let coefs = sys::jpeg_read_coefficients(&mut d.cinfo);
+        // mozjpeg's default profile makes `jpeg_simple_progression` search an image-dependent script;
+        // the fastest profile gives libjpeg-turbo's standard one. Must precede copying the parameters,
+        // which calls `jpeg_set_defaults`.
+        sys::jpeg_c_set_int_param(
+            &mut c.cinfo,
+            sys::JINT_COMPRESS_PROFILE,
+            sys::JCP_FASTEST as c_int,
+        );
+        sys::jpeg_copy_critical_parameters(&d.cinfo, &mut c.cinfo);
+        sys::jpeg_simple_progression(&mut c.cinfo);
+        let scans = c.cinfo.num_scans;
+        let out: &mut (*mut u8, c_ulong) = &mut c.out;
+        sys::jpeg_mem_dest(&mut c.cinfo, &mut out.0, &mut out.1);
+        sys::jpeg_write_coefficients(&mut c.cinfo, coefs);
+        sys::jpeg_finish_compress(&mut c.cinfo);
+        sys::jpeg_finish_decompress(&mut d.cinfo);
+        scans
+    })?;
+    let (ptr, len) = *c.out;
+    if ptr.is_null() {
+        return Err("libjpeg produced no output".into());
+    }
+    // SAFETY: after `jpeg_finish_compress`, `ptr` holds `len` initialised bytes written by libjpeg.
+    let jpeg = unsafe { std::slice::from_raw_parts(ptr, len as usize) }.to_vec();
+    Ok(Transcoded {
+        jpeg,
+        script_scans: script_scans.max(0) as usize,
+        warnings: std::mem::take(&mut *d.errors.warnings),
+    })
+}
+
+/// A decoded image: 8-bit RGB, row-major, no padding.
+pub struct Rgb {
+    pub width: u32,
+    pub height: u32,
+    pub pixels: Vec<u8>,
+}
+
+/// Decodes a JPEG stream to RGB with libjpeg-turbo's defaults (accurate integer IDCT, fancy upsampling,
+/// block smoothing of progressive images whose AC data is still missing). Any warning (premature end of
+/// data, corrupt entropy data) is an error: streams rebuilt from verified records never raise one.
+pub fn decode_rgb(jpeg: &[u8]) -> Result<Rgb, String> {
+    if jpeg.is_empty() {
+        return Err("empty input".into());
+    }
+    let mut d = Decompress::new()?;
+    let (w, h) = guard(|| unsafe {
+        sys::jpeg_mem_src(&mut d.cinfo, jpeg.as_ptr(), jpeg.len() as c_ulong);
+        sys::jpeg_read_header(&mut d.cinfo, 1);
+        d.cinfo.out_color_space = sys::JCS_RGB;
+        (d.cinfo.image_width, d.cinfo.image_height)
+    })?;
+    if u64::from(w) * u64::from(h) > MAX_PIXELS {
+        return Err(format!("{w}x{h} is larger than {MAX_PIXELS} pixels"));
+    }
+    let pixels = guard(|| unsafe {
+        sys::jpeg_start_decompress(&mut d.cinfo);
+        let (ow, oh) = (
+            d.cinfo.output_width as usize,
+            d.cinfo.output_height as usize,
+        );
+        if d.cinfo.output_components != 3 || ow != w as usize || oh != h as usize {
+            return None;
+        }
+        let stride = ow * 3;
+        let mut pixels = vec![0u8; stride * oh];
+        while (d.cinfo.output_scanline as usize) < oh {
+            let row = d.cinfo.output_scanline as usize;
+            let n = (d.cinfo.rec_outbuf_height.max(1) as usize).min(oh - row);
+            let mut rows: Vec<*mut u8> = (0..n)
+                .map(|i| pixels[(row + i) * stride..].as_mut_ptr())
+                .collect();
+            let got = sys::jpeg_read_scanlines(&mut d.cinfo, rows.as_mut_ptr(), n as u32);
+            if got == 0 {
+                return None;
+            }
+        }
+        sys::jpeg_finish_decompress(&mut d.cinfo);
+        Some(pixels)
+    })?
+    .ok_or_else(|| "unexpected output geometry or stalled decoder".to_string())?;
+    if let Some(first) = d.errors.warnings.first() {
+        return Err(format!("libjpeg warning: {first}"));
+    }
+    Ok(Rgb {
+        width: w,
+        height: h,
+        pixels,
+    })
+}

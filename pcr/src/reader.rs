@@ -1,0 +1,317 @@
+//! Reading a PCR dataset at a chosen scan group: one contiguous read of a record's prefix, every byte
+//! of it checked against the index, then each image's JPEG stream rebuilt and decoded.
+
+use crate::decode::{Decoder, Image};
+use crate::error::{Error, Result};
+use crate::format::{self, Index, RecordEntry};
+use crate::item::Item;
+use crate::markers;
+use rayon::prelude::*;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// An opened dataset: its directory and its checked index.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    dir: PathBuf,
+    index: Index,
+}
+
+impl Dataset {
+    /// Opens `dir/index.cbor`, checking its checksum and that every record entry is self-consistent.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
+        let dir = dir.as_ref().to_path_buf();
+        let path = dir.join(format::INDEX_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        let index =
+            format::parse_index(&bytes).map_err(|reason| Error::CorruptIndex { path, reason })?;
+        Ok(Dataset { dir, index })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn records(&self) -> usize {
+        self.index.records.len()
+    }
+
+    pub fn images(&self) -> usize {
+        self.index.records.iter().map(|r| r.images.len()).sum()
+    }
+
+    /// Scan groups of the dataset (10 for colour JPEGs with the standard script).
+    pub fn groups(&self) -> usize {
+        self.index.groups as usize
+    }
+
+    /// Bytes of all record files.
+    pub fn total_bytes(&self) -> u64 {
+        self.index.records.iter().map(|r| r.file_len).sum()
+    }
+
+    /// Bytes a reader reads to see every record at group `k`.
+    pub fn prefix_bytes(&self, k: usize) -> Result<u64> {
+        self.check_group(k)?;
+        Ok(self.index.records.iter().map(|r| r.prefix_len(k)).sum())
+    }
+
+    fn check_group(&self, k: usize) -> Result<()> {
+        if k == 0 || k > self.groups() {
+            return Err(Error::GroupOutOfRange {
+                group: k,
+                groups: self.groups(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads only the metadata of record `i` (labels, boxes, sizes): one read of its CBOR header.
+    pub fn read_items(&self, i: usize) -> Result<Vec<Item>> {
+        let entry = self.entry(i)?;
+        let path = self.dir.join(&entry.file);
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let mut bytes = vec![0u8; (format::PREAMBLE_LEN + u64::from(entry.header_len)) as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => Error::TruncatedRecord {
+                    path: path.clone(),
+                    needed: bytes.len() as u64,
+                    actual: file.metadata().map_or(0, |m| m.len()),
+                },
+                _ => Error::io(&path, e),
+            })?;
+        let corrupt = |reason: String| Error::CorruptRecord {
+            path: path.clone(),
+            reason,
+        };
+        let (header, len, crc) = format::parse_record_header(&bytes).map_err(corrupt)?;
+        if len != entry.header_len
+            || crc != entry.header_crc
+            || header.dataset_id != self.index.dataset_id
+            || header.record as usize != i
+        {
+            return Err(Error::IndexMismatch {
+                path,
+                reason: "the metadata header differs".into(),
+            });
+        }
+        Ok(header.images.into_iter().map(|img| img.item).collect())
+    }
+
+    fn entry(&self, i: usize) -> Result<&RecordEntry> {
+        self.index.records.get(i).ok_or(Error::RecordOutOfRange {
+            record: i,
+            records: self.records(),
+        })
+    }
+
+    /// Reads record `i` at scan group `k` (1-based) with one `pread` of `[0, end of group k)`, and checks it.
+    pub fn read_record(&self, i: usize, k: usize) -> Result<RecordPrefix> {
+        self.check_group(k)?;
+        let entry = self.entry(i)?;
+        let path = self.dir.join(&entry.file);
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let actual = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let needed = entry.prefix_len(k);
+        if actual < needed {
+            return Err(Error::TruncatedRecord {
+                path,
+                needed,
+                actual,
+            });
+        }
+        if actual != entry.file_len {
+            return Err(Error::IndexMismatch {
+                path,
+                reason: format!(
+                    "the file has {actual} bytes, the index says {}",
+                    entry.file_len
+                ),
+            });
+        }
+        let mut bytes = vec![0u8; needed as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| Error::io(&path, e))?;
+        RecordPrefix::verify(path, bytes, entry, self.index.dataset_id, i, k)
+    }
+}
+
+/// One record read up to a scan group, verified: metadata plus, per image, the pieces read.
+#[derive(Debug, Clone)]
+pub struct RecordPrefix {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+    /// Per image: header range and the scan ranges present in `bytes`.
+    pieces: Vec<(Range<usize>, Vec<Range<usize>>)>,
+    scans_total: Vec<usize>,
+    group: usize,
+}
+
+impl RecordPrefix {
+    /// Checks prefix bytes against their index entry: magic, header checksum and identity, the layout the
+    /// header implies, every piece's CRC-32 and JPEG marker structure.
+    pub(crate) fn verify(
+        path: PathBuf,
+        bytes: Vec<u8>,
+        entry: &RecordEntry,
+        dataset_id: u64,
+        record: usize,
+        k: usize,
+    ) -> Result<RecordPrefix> {
+        let corrupt = |reason: String| Error::CorruptRecord {
+            path: path.clone(),
+            reason,
+        };
+        let mismatch = |reason: String| Error::IndexMismatch {
+            path: path.clone(),
+            reason,
+        };
+        if (bytes.len() as u64) != entry.prefix_len(k) {
+            return Err(corrupt(format!(
+                "read {} bytes, group {k} ends at {}",
+                bytes.len(),
+                entry.prefix_len(k)
+            )));
+        }
+        let (header, header_len, header_crc) =
+            format::parse_record_header(&bytes).map_err(corrupt)?;
+        if header_len != entry.header_len || header_crc != entry.header_crc {
+            return Err(mismatch("the metadata header differs".into()));
+        }
+        if header.dataset_id != dataset_id || header.record as usize != record {
+            return Err(mismatch(format!(
+                "record {} of dataset {:016x}, the index expects record {record} of {dataset_id:016x}",
+                header.record, header.dataset_id
+            )));
+        }
+        if header.images.len() != entry.images.len() {
+            return Err(mismatch(format!(
+                "{} images, the index says {}",
+                header.images.len(),
+                entry.images.len()
+            )));
+        }
+        let layout = header.layout(header_len);
+        if layout != entry.implied_layout() {
+            return Err(mismatch("piece lengths differ".into()));
+        }
+        let mut pieces = Vec::with_capacity(header.images.len());
+        let mut scans_total = Vec::with_capacity(header.images.len());
+        for (j, (img, e)) in header.images.iter().zip(&entry.images).enumerate() {
+            if img.item.name != e.name || img.item.label != e.label {
+                return Err(mismatch(format!(
+                    "image {j} is {:?}, the index says {:?}",
+                    img.item.name, e.name
+                )));
+            }
+            let check = |p: &format::Piece, what: &str| -> Result<Range<usize>> {
+                let r = p.offset as usize..(p.offset + u64::from(p.len)) as usize;
+                let b = bytes
+                    .get(r.clone())
+                    .ok_or_else(|| corrupt(format!("image {j} {what} lies past the read")))?;
+                if crc32fast::hash(b) != p.crc {
+                    return Err(corrupt(format!(
+                        "image {j} ({}) {what}: checksum mismatch",
+                        e.name
+                    )));
+                }
+                Ok(r)
+            };
+            let h = check(&e.header, "header")?;
+            markers::check_header_piece(&bytes[h.clone()])
+                .map_err(|m| corrupt(format!("image {j} header: {m}")))?;
+            let n = k.min(e.scans.len());
+            let mut scans = Vec::with_capacity(n);
+            for (s, p) in e.scans[..n].iter().enumerate() {
+                let r = check(p, &format!("scan {}", s + 1))?;
+                markers::check_scan_piece(&bytes[r.clone()])
+                    .map_err(|m| corrupt(format!("image {j} scan {}: {m}", s + 1)))?;
+                scans.push(r);
+            }
+            pieces.push((h, scans));
+            scans_total.push(e.scans.len());
+        }
+        Ok(RecordPrefix {
+            path,
+            bytes,
+            items: header.images.into_iter().map(|i| i.item).collect(),
+            pieces,
+            scans_total,
+            group: k,
+        })
+    }
+
+    /// The record file this prefix came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The scan group this prefix was read at.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// Bytes read from the record file.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Metadata of every image, in record order.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Whether image `j` is at full fidelity at this group (all its scans were read).
+    pub fn is_complete(&self, j: usize) -> bool {
+        self.pieces.get(j).map(|p| p.1.len()) == self.scans_total.get(j).copied()
+    }
+
+    /// Rebuilds image `j`'s JPEG stream: its header, the scans read, EOI.
+    pub fn jpeg(&self, j: usize) -> Result<Vec<u8>> {
+        let (h, scans) = self.pieces.get(j).ok_or(Error::ImageOutOfRange {
+            image: j,
+            images: self.len(),
+        })?;
+        let len = h.len() + scans.iter().map(|s| s.len()).sum::<usize>() + 2;
+        let mut out = Vec::with_capacity(len);
+        out.extend_from_slice(&self.bytes[h.clone()]);
+        for s in scans {
+            out.extend_from_slice(&self.bytes[s.clone()]);
+        }
+        out.extend_from_slice(&[0xFF, 0xD9]);
+        Ok(out)
+    }
+
+    /// Decodes image `j` to RGB as stored (see [`Image::oriented`] for EXIF orientation).
+    pub fn decode(&self, j: usize, decoder: Decoder) -> Result<Image> {
+        let jpeg = self.jpeg(j)?;
+        decoder.decode(&jpeg).map_err(|message| Error::Decode {
+            name: format!("{}: {}", self.path.display(), self.items[j].name),
+            decoder: decoder.name(),
+            message,
+        })
+    }
+
+    /// Decodes every image on the rayon pool.
+    pub fn decode_all(&self, decoder: Decoder) -> Result<Vec<Image>> {
+        (0..self.len())
+            .into_par_iter()
+            .map(|j| self.decode(j, decoder))
+            .collect()
+    }
+}
