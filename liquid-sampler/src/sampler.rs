@@ -1,0 +1,255 @@
+//! The runtime: the [`Planner`]'s schedule executed against the disk. I/O threads read the items the
+//! schedule loads, in its order, page cache bypassed, as soon as a slot frees — so loading runs ahead of
+//! sampling by as much as the buffers hold — while [`LiquidSampler::next_batch`] hands out batches.
+
+use crate::direct::{AlignedBuf, DirectFile};
+use crate::error::{Error, Result};
+use crate::manifest::{Dataset, Dims, Item};
+use crate::plan::{BatchPlan, BufferPlan, Event, Planner};
+use crate::shard::{ShardPolicy, shard};
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to sample a dataset.
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// Bytes the shuffle buffers of all formats may hold together.
+    pub budget: u64,
+    pub batch: usize,
+    pub seed: u64,
+    pub rank: usize,
+    pub world_size: usize,
+    pub shard_policy: ShardPolicy,
+    /// Threads reading from disk (they overlap reads; the order stays the schedule's).
+    pub io_threads: usize,
+}
+
+impl SamplerConfig {
+    pub fn new(budget: u64, batch: usize) -> Self {
+        SamplerConfig {
+            budget,
+            batch,
+            seed: 0,
+            rank: 0,
+            world_size: 1,
+            shard_policy: ShardPolicy::Pad,
+            io_threads: 2,
+        }
+    }
+}
+
+/// One delivered item: its manifest record, whether it stayed in memory from the previous epoch, and the
+/// stored bytes (compressed or raw) for the caller's decoder.
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    pub item: Item,
+    pub cached: bool,
+    pub bytes: Arc<AlignedBuf>,
+}
+
+impl Delivered {
+    pub fn dims(&self) -> Dims {
+        self.item.dims
+    }
+}
+
+/// One mini-batch with its disk traffic and how long `next_batch` waited for the I/O threads.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    pub epoch: usize,
+    pub index: usize,
+    pub items: Vec<Delivered>,
+    /// Items (and their bytes) read from disk to refill the buffers while this batch was drawn.
+    pub disk_items: usize,
+    pub disk_bytes: u64,
+    pub wait: Duration,
+}
+
+struct Job {
+    local: u32,
+    file: u32,
+    offset: u64,
+    length: u64,
+}
+
+type Loaded = (u32, Result<AlignedBuf>);
+
+/// Liquid's two-region shuffle buffers over an opened multi-format dataset.
+pub struct LiquidSampler {
+    dataset: Arc<Dataset>,
+    shard: Vec<u32>,
+    buffers: BufferPlan,
+    planner: Planner,
+    /// Bytes of shard items in memory (current and next regions) or on their way.
+    in_memory: HashMap<u32, Arc<AlignedBuf>>,
+    arrived: HashMap<u32, Result<AlignedBuf>>,
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Loaded>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl LiquidSampler {
+    pub fn new(dataset: Dataset, cfg: &SamplerConfig) -> Result<Self> {
+        let m = &dataset.manifest;
+        let shard = shard(
+            m.items.len(),
+            cfg.rank,
+            cfg.world_size,
+            cfg.seed,
+            cfg.shard_policy,
+        )?;
+        let mut sizes = vec![Vec::new(); m.formats.len()];
+        for &i in &shard {
+            let it = &m.items[i as usize];
+            sizes[it.format as usize].push(crate::direct::round_up(it.location.length));
+        }
+        let buffers = BufferPlan::new(cfg.budget, &sizes)?;
+        let format_of: Vec<u16> = shard.iter().map(|&i| m.items[i as usize].format).collect();
+        let keys: Vec<(u32, u64)> = shard
+            .iter()
+            .map(|&i| {
+                let l = m.items[i as usize].location;
+                (l.file, l.offset)
+            })
+            .collect();
+        let planner = Planner::new(
+            &format_of,
+            &keys,
+            &buffers,
+            cfg.batch,
+            cfg.seed ^ cfg.rank as u64,
+        )?;
+        let files: Vec<DirectFile> = (0..m.files.len() as u32)
+            .map(|f| DirectFile::open(&dataset.path_of(f)))
+            .collect::<Result<_>>()?;
+        let files = Arc::new(files);
+        let (jobs, job_rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done) = crossbeam_channel::unbounded::<Loaded>();
+        let threads = (0..cfg.io_threads.max(1))
+            .map(|_| {
+                let (rx, tx, files) = (job_rx.clone(), done_tx.clone(), Arc::clone(&files));
+                std::thread::spawn(move || {
+                    for j in rx {
+                        let mut buf = AlignedBuf::with_capacity(j.length as usize);
+                        let r = files[j.file as usize].read_into(j.offset, j.length, &mut buf);
+                        if tx.send((j.local, r.map(|()| buf))).is_err() {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Ok(LiquidSampler {
+            dataset: Arc::new(dataset),
+            shard,
+            buffers,
+            planner,
+            in_memory: HashMap::new(),
+            arrived: HashMap::new(),
+            jobs: Some(jobs),
+            done,
+            threads,
+        })
+    }
+
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    /// How the budget was split: slots, retained items, the hit ratio it gives.
+    pub fn buffers(&self) -> &BufferPlan {
+        &self.buffers
+    }
+
+    /// Manifest indices of this rank's items, ascending.
+    pub fn shard(&self) -> &[u32] {
+        &self.shard
+    }
+
+    pub fn batches_per_epoch(&self) -> usize {
+        self.planner.batches_per_epoch()
+    }
+
+    fn item(&self, local: u32) -> &Item {
+        &self.dataset.manifest.items[self.shard[local as usize] as usize]
+    }
+
+    /// Assembles the next mini-batch; epochs follow one another (see [`Batch::epoch`]).
+    pub fn next_batch(&mut self) -> Result<Batch> {
+        let plan: BatchPlan = self.planner.next_batch();
+        let mut wait = Duration::ZERO;
+        let mut items = Vec::with_capacity(plan.draws.len());
+        let (mut disk_items, mut disk_bytes) = (0, 0);
+        for ev in &plan.events {
+            match *ev {
+                Event::Load(local) => {
+                    let it = self.item(local);
+                    let job = Job {
+                        local,
+                        file: it.location.file,
+                        offset: it.location.offset,
+                        length: it.location.length,
+                    };
+                    disk_items += 1;
+                    disk_bytes += it.location.length;
+                    self.jobs
+                        .as_ref()
+                        .ok_or(Error::IoThreadsGone)?
+                        .send(job)
+                        .map_err(|_| Error::IoThreadsGone)?;
+                }
+                Event::Draw(d) => {
+                    let draw = plan.draws[d];
+                    let bytes = match self.in_memory.get(&draw.local) {
+                        Some(b) => Arc::clone(b),
+                        None => {
+                            let t = Instant::now();
+                            let buf = self.wait_for(draw.local)?;
+                            wait += t.elapsed();
+                            Arc::new(buf)
+                        }
+                    };
+                    if draw.kept {
+                        self.in_memory.insert(draw.local, Arc::clone(&bytes));
+                    } else {
+                        self.in_memory.remove(&draw.local);
+                    }
+                    items.push(Delivered {
+                        item: self.item(draw.local).clone(),
+                        cached: draw.cached,
+                        bytes,
+                    });
+                }
+            }
+        }
+        Ok(Batch {
+            epoch: plan.epoch,
+            index: plan.batch,
+            items,
+            disk_items,
+            disk_bytes,
+            wait,
+        })
+    }
+
+    fn wait_for(&mut self, local: u32) -> Result<AlignedBuf> {
+        loop {
+            if let Some(r) = self.arrived.remove(&local) {
+                return r;
+            }
+            let (l, r) = self.done.recv().map_err(|_| Error::IoThreadsGone)?;
+            self.arrived.insert(l, r);
+        }
+    }
+}
+
+impl Drop for LiquidSampler {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
