@@ -1,1 +1,206 @@
-//! bsp-tiling (work in progress).
+//! CNN inference on images of any size: BSP tiling with dictionary padding and synchronised
+//! normalisation statistics (after "Processing Extremely Large Images with CNNs", CIKM'17).
+//!
+//! * [`tensor`], [`padding`], [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait.
+//! * [`model`] — networks as stages; Johnson et al.'s TransformerNet from PyTorch safetensors.
+//! * [`grid`] — tile borders aligned to the network's total stride.
+//! * [`bsp`] — the exact engine: a superstep per convolution, halos from neighbouring tiles,
+//!   normalisation with merged (count, mean, M2) statistics ([`stats`]), activations in RAM or spilled
+//!   to memory-mapped files ([`store`]).
+//! * [`onepass`] — one pass per tile with fixed statistics: sampled (approximate) or recomputed (exact).
+//! * [`naive`] — the no-halo, per-tile-statistics baseline.
+//! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
+//!
+//! [`stylize`] picks one of these by [`Mode`].
+
+pub mod backend;
+pub mod bsp;
+pub mod error;
+pub mod field;
+pub mod grid;
+pub mod metrics;
+pub mod model;
+pub mod naive;
+pub mod onepass;
+pub mod padding;
+pub mod stats;
+pub mod store;
+pub mod tensor;
+mod workers;
+
+/// The README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
+
+pub use backend::{Backend, CpuBackend};
+pub use bsp::RunInfo;
+pub use error::{Error, Result};
+pub use field::{Input, Output, OutputSink, Rgb8};
+pub use grid::Grid;
+pub use model::{Net, Widths};
+pub use padding::PaddingMode;
+pub use store::Budget;
+pub use tensor::Tensor;
+
+/// How an image is run through the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The whole image at once: the reference (memory grows with the image).
+    Whole,
+    /// BSP tiling, exact: halo exchange and merged statistics at every layer.
+    Exact,
+    /// Statistics from the image downsampled by this factor, then one pass per tile (approximate).
+    Sampled(usize),
+    /// Exact statistics recomputed tile by tile per normalising layer; nothing stored but the output.
+    Recompute,
+    /// Independent tiles: no halo, per-tile statistics (visible seams).
+    Naive,
+}
+
+impl Mode {
+    /// `whole`, `exact`, `sampled` (factor 2), `sampled:N`, `recompute`, `naive`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "whole" => Some(Mode::Whole),
+            "exact" => Some(Mode::Exact),
+            "sampled" => Some(Mode::Sampled(2)),
+            "recompute" => Some(Mode::Recompute),
+            "naive" => Some(Mode::Naive),
+            _ => s
+                .strip_prefix("sampled:")
+                .and_then(|f| f.parse().ok())
+                .filter(|&f: &usize| f >= 1)
+                .map(Mode::Sampled),
+        }
+    }
+}
+
+/// Settings of a [`stylize`] run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub mode: Mode,
+    /// Tile side in input pixels (a multiple of the network's total stride).
+    pub tile: usize,
+    pub threads: usize,
+    pub budget: Budget,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            mode: Mode::Exact,
+            tile: 512,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            budget: Budget::default(),
+        }
+    }
+}
+
+/// The smallest tile side the exact engine accepts for `net`: every tile at every resolution at least
+/// as wide as the halo of the convolution reading it.
+pub fn min_tile(net: &Net) -> usize {
+    let align = net.total_stride();
+    let mut div = 1;
+    let mut need = 1;
+    for s in &net.stages {
+        let halo = s.pad.max(s.conv.k - 1 - s.pad);
+        let halo = if s.upsample { halo.div_ceil(2) } else { halo };
+        need = need.max(halo * div);
+        div = div * s.conv.stride / if s.upsample { 2 } else { 1 };
+        div = div.max(1);
+    }
+    need.div_ceil(align) * align
+}
+
+/// The grid [`stylize`] uses: `tile`-sided tiles, a remainder narrower than [`min_tile`] joining its
+/// neighbour.
+pub fn grid_for(net: &Net, h: usize, w: usize, tile: usize) -> Result<Grid> {
+    if h == 0 || w == 0 {
+        return Err(Error::EmptyImage {
+            width: w,
+            height: h,
+        });
+    }
+    let min = min_tile(net);
+    if tile < min {
+        return Err(Error::TileSmallerThanHalo {
+            tile,
+            layer: "any".into(),
+            halo: min,
+            min,
+        });
+    }
+    Grid::with_tile(h, w, tile, net.total_stride(), min)
+}
+
+/// Runs `net` over `input` in the chosen mode. The output has PyTorch's whole-image size for this
+/// input (for the TransformerNet: each side rounded up to a multiple of 4, see the README).
+pub fn stylize(
+    net: &Net,
+    backend: &dyn Backend,
+    input: &dyn Input,
+    opts: &Options,
+    sink_rgb8: bool,
+) -> Result<(Output, RunInfo)> {
+    let (h, w) = (input.height(), input.width());
+    let plan = net.plan(h, w)?;
+    let (c, oh, ow) = *plan
+        .out
+        .last()
+        .ok_or_else(|| Error::Unsupported("empty network".into()))?;
+    let sink = if sink_rgb8 {
+        OutputSink::rgb8(oh, ow)
+    } else {
+        OutputSink::f32(c, oh, ow)
+    };
+    let grid = || grid_for(net, h, w, opts.tile);
+    let info = match opts.mode {
+        Mode::Whole => {
+            let x = field::gather(
+                input,
+                &(0..h).map(Some).collect::<Vec<_>>(),
+                &(0..w).map(Some).collect::<Vec<_>>(),
+            )?;
+            let (y, stats) = net.forward_whole(backend, &x, opts.threads, None)?;
+            drop(x);
+            sink.put(0, 0, &y);
+            RunInfo {
+                stats,
+                tiles: 1,
+                ..RunInfo::default()
+            }
+        }
+        Mode::Exact => bsp::run_exact(
+            net,
+            backend,
+            input,
+            &grid()?,
+            opts.threads,
+            &opts.budget,
+            &sink,
+        )?,
+        Mode::Sampled(f) => onepass::run_sampled(
+            net,
+            backend,
+            input,
+            &grid()?,
+            f,
+            opts.threads,
+            &opts.budget,
+            &sink,
+        )?,
+        Mode::Recompute => {
+            onepass::run_recompute(net, backend, input, &grid()?, opts.threads, &sink)?
+        }
+        Mode::Naive => {
+            let g = grid()?;
+            naive::run_naive(net, backend, input, &g, opts.threads, &sink)?;
+            RunInfo {
+                tiles: g.len(),
+                ..RunInfo::default()
+            }
+        }
+    };
+    Ok((sink.finish(), info))
+}

@@ -1,0 +1,78 @@
+//! The one error type of the crate: every failure names what it was about.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong loading a model or running it over an image.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a safetensors file: {reason}")]
+    Format { path: PathBuf, reason: String },
+    #[error("{path}: tensor `{key}` is missing")]
+    MissingTensor { path: PathBuf, key: String },
+    #[error("{path}: tensor `{key}` has shape {found:?}, expected {expected:?}")]
+    BadShape {
+        path: PathBuf,
+        key: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("{path}: tensor `{key}` has dtype {found}, expected F32")]
+    BadDtype {
+        path: PathBuf,
+        key: String,
+        found: String,
+    },
+    #[error("{path}: unexpected tensor `{key}` (not part of a TransformerNet)")]
+    UnexpectedTensor { path: PathBuf, key: String },
+    #[error("the image is empty ({width}x{height})")]
+    EmptyImage { width: usize, height: usize },
+    #[error(
+        "the image ({width}x{height}) is too small for the network: layer {layer} needs more than {pad} pixels to reflect"
+    )]
+    ImageTooSmall {
+        width: usize,
+        height: usize,
+        layer: String,
+        pad: usize,
+    },
+    #[error(
+        "tile size {tile} is smaller than the halo of layer {layer} ({halo} input pixels); use tiles of at least {min}"
+    )]
+    TileSmallerThanHalo {
+        tile: usize,
+        layer: String,
+        halo: usize,
+        min: usize,
+    },
+    #[error("invalid tile grid: {0}")]
+    Grid(String),
+    #[error(
+        "the activations need {needed} bytes at their peak, more than the RAM budget ({ram}) plus the disk budget ({disk}) in {dir}"
+    )]
+    OverBudget {
+        needed: u64,
+        ram: u64,
+        disk: u64,
+        dir: PathBuf,
+    },
+    #[error("spill file in {dir}: {source}")]
+    Spill {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("tensor data of length {len} does not match shape {shape:?}")]
+    TensorShape { len: usize, shape: [usize; 3] },
+    #[error("input has {found} channels, the network expects {expected}")]
+    Channels { expected: usize, found: usize },
+    #[error("unsupported network: {0}")]
+    Unsupported(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

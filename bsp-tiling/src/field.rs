@@ -1,0 +1,226 @@
+//! Sources that a tile's input window is gathered from, and the images going in and out.
+//!
+//! A [`Field`] is an activation addressed by *global* coordinates; it may be a whole tensor, a region of
+//! one, the tiled store of the BSP engine, or an 8-bit image. The window a tile reads (its rows plus the
+//! halo, padding already resolved by [`crate::model::Axis::index_map`]) comes from [`gather`].
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+use std::sync::Mutex;
+
+/// An activation (or image) read by global coordinates.
+pub trait Field: Sync {
+    fn channels(&self) -> usize;
+    /// Fills `out` (`[channels, ys.len(), xs.len()]`) with the values at rows `ys` × columns `xs`;
+    /// `None` is a zero. Every `Some` index is inside the field. Fails only where the data lives on disk.
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()>;
+}
+
+/// Gathers a window into a new tensor.
+pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Result<Tensor> {
+    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
+    f.gather(ys, xs, &mut t.data)?;
+    Ok(t)
+}
+
+/// A tensor holding the region of a larger activation whose top-left corner is `(y0, x0)`.
+pub struct Region<'a> {
+    pub t: &'a Tensor,
+    pub y0: usize,
+    pub x0: usize,
+}
+
+impl Field for Region<'_> {
+    fn channels(&self) -> usize {
+        self.t.c
+    }
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        let n = ys.len() * xs.len();
+        for c in 0..self.t.c {
+            let p = self.t.plane(c);
+            let o = &mut out[c * n..(c + 1) * n];
+            for (iy, y) in ys.iter().enumerate() {
+                let row = &mut o[iy * xs.len()..(iy + 1) * xs.len()];
+                let Some(y) = y else {
+                    row.fill(0.0);
+                    continue;
+                };
+                let src = &p[(y - self.y0) * self.t.w..(y - self.y0 + 1) * self.t.w];
+                for (d, x) in row.iter_mut().zip(xs) {
+                    *d = x.map_or(0.0, |x| src[x - self.x0]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Field for Tensor {
+    fn channels(&self) -> usize {
+        self.c
+    }
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        Region {
+            t: self,
+            y0: 0,
+            x0: 0,
+        }
+        .gather(ys, xs, out)
+    }
+}
+
+/// An 8-bit interleaved RGB image: 3 bytes a pixel instead of 12, the network reads it as 0..255 floats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rgb8 {
+    pub width: usize,
+    pub height: usize,
+    pub pixels: Vec<u8>,
+}
+
+impl Field for Rgb8 {
+    fn channels(&self) -> usize {
+        3
+    }
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        let n = ys.len() * xs.len();
+        for (iy, y) in ys.iter().enumerate() {
+            for (ix, x) in xs.iter().enumerate() {
+                let i = iy * xs.len() + ix;
+                match (y, x) {
+                    (Some(y), Some(x)) => {
+                        let p = &self.pixels[(y * self.width + x) * 3..][..3];
+                        out[i] = p[0] as f32;
+                        out[n + i] = p[1] as f32;
+                        out[2 * n + i] = p[2] as f32;
+                    }
+                    _ => {
+                        out[i] = 0.0;
+                        out[n + i] = 0.0;
+                        out[2 * n + i] = 0.0;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The input of a tiled run: an image of known size that windows are gathered from.
+pub trait Input: Field {
+    fn height(&self) -> usize;
+    fn width(&self) -> usize;
+}
+
+impl Input for Rgb8 {
+    fn height(&self) -> usize {
+        self.height
+    }
+    fn width(&self) -> usize {
+        self.width
+    }
+}
+
+impl Input for Tensor {
+    fn height(&self) -> usize {
+        self.h
+    }
+    fn width(&self) -> usize {
+        self.w
+    }
+}
+
+impl Rgb8 {
+    /// The image as a `3×H×W` tensor of 0..255 floats.
+    pub fn to_tensor(&self) -> Tensor {
+        let ys: Vec<Option<usize>> = (0..self.height).map(Some).collect();
+        let xs: Vec<Option<usize>> = (0..self.width).map(Some).collect();
+        let mut t = Tensor::zeros(3, self.height, self.width);
+        let _ = Field::gather(self, &ys, &xs, &mut t.data); // in-memory: cannot fail
+        t
+    }
+
+    /// Clamps a network output (0..255 floats) to bytes, as the PyTorch example saves images.
+    pub fn from_tensor(t: &Tensor) -> Rgb8 {
+        let sink = OutputSink::rgb8(t.h, t.w);
+        sink.put(0, 0, t);
+        match sink.finish() {
+            Output::Rgb8(i) => i,
+            Output::F32(_) => unreachable!(),
+        }
+    }
+}
+
+/// A finished output image.
+#[derive(Clone, Debug)]
+pub enum Output {
+    F32(Tensor),
+    Rgb8(Rgb8),
+}
+
+impl Output {
+    pub fn height(&self) -> usize {
+        match self {
+            Output::F32(t) => t.h,
+            Output::Rgb8(i) => i.height,
+        }
+    }
+    pub fn width(&self) -> usize {
+        match self {
+            Output::F32(t) => t.w,
+            Output::Rgb8(i) => i.width,
+        }
+    }
+    /// The output as floats (bytes widen exactly).
+    pub fn into_tensor(self) -> Tensor {
+        match self {
+            Output::F32(t) => t,
+            Output::Rgb8(i) => i.to_tensor(),
+        }
+    }
+}
+
+/// Where tiles write their part of the output; f32 for checking, bytes to keep big images small.
+pub struct OutputSink {
+    out: Mutex<Output>,
+}
+
+impl OutputSink {
+    pub fn f32(c: usize, h: usize, w: usize) -> OutputSink {
+        OutputSink {
+            out: Mutex::new(Output::F32(Tensor::zeros(c, h, w))),
+        }
+    }
+    pub fn rgb8(h: usize, w: usize) -> OutputSink {
+        OutputSink {
+            out: Mutex::new(Output::Rgb8(Rgb8 {
+                width: w,
+                height: h,
+                pixels: vec![0; h * w * 3],
+            })),
+        }
+    }
+
+    /// Writes `t` with its top-left at `(y0, x0)`, clipped to the image.
+    pub fn put(&self, y0: usize, x0: usize, t: &Tensor) {
+        let mut g = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *g {
+            Output::F32(o) => o.paste(y0, x0, t),
+            Output::Rgb8(img) => {
+                let h = t.h.min(img.height.saturating_sub(y0));
+                let w = t.w.min(img.width.saturating_sub(x0));
+                for y in 0..h {
+                    for x in 0..w {
+                        let p = ((y0 + y) * img.width + x0 + x) * 3;
+                        for c in 0..3.min(t.c) {
+                            img.pixels[p + c] = t.at(c, y, x).clamp(0.0, 255.0).round() as u8;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn finish(self) -> Output {
+        self.out.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,258 @@
+//! Where the BSP engine keeps every tile's activations: RAM up to a budget, memory-mapped spill files beyond.
+//!
+//! A layer is stored whole in RAM or whole in one spill file (tiles at page-aligned offsets). Spilled tiles
+//! are mapped only while a worker reads or writes them and unmapped right after, so they count towards the
+//! process's resident set only for that moment: the image size is bounded by the disk, not by RAM.
+
+use crate::error::{Error, Result};
+use crate::field::Field;
+use crate::grid::Grid;
+use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+/// RAM and disk allowances for activations.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    /// Bytes of activations kept in RAM before layers spill to disk.
+    pub ram: u64,
+    /// Bytes the spill files may take; `None` = the free space of `spill_dir`.
+    pub disk: Option<u64>,
+    pub spill_dir: PathBuf,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            ram: 2 << 30,
+            disk: None,
+            spill_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// Free bytes on the file system holding `dir`.
+pub fn free_space(dir: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| Error::Spill {
+        dir: dir.to_path_buf(),
+        source: std::io::Error::other("path contains NUL"),
+    })?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(Error::Spill {
+            dir: dir.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(s.f_bavail as u64 * s.f_frsize as u64)
+}
+
+impl Budget {
+    pub fn disk_limit(&self) -> Result<u64> {
+        match self.disk {
+            Some(d) => Ok(d),
+            None => free_space(&self.spill_dir),
+        }
+    }
+}
+
+/// Page size multiple for tile offsets in spill files.
+const PAGE: u64 = 4096;
+
+enum Backing {
+    Ram(Vec<RwLock<Vec<f32>>>),
+    Disk { file: File, offsets: Vec<u64> },
+}
+
+/// One stage's output for every tile of its grid.
+pub struct Layer {
+    pub c: usize,
+    pub grid: Grid,
+    backing: Backing,
+    /// Per axis: which tile row/column holds each global index, and where in it.
+    loc_y: Vec<(u32, u32)>,
+    loc_x: Vec<(u32, u32)>,
+    ram_bytes: u64,
+    ram_used: Arc<AtomicU64>,
+    dir: PathBuf,
+}
+
+/// A tile's data, borrowed from RAM or mapped from the spill file for as long as it lives.
+pub enum TileRef<'a> {
+    Ram(RwLockReadGuard<'a, Vec<f32>>),
+    Map(Mmap),
+}
+
+impl std::ops::Deref for TileRef<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            TileRef::Ram(g) => g,
+            TileRef::Map(m) => bytemuck::cast_slice(&m[..]),
+        }
+    }
+}
+
+impl Layer {
+    /// Bytes a layer of `c` channels over `grid` needs.
+    pub fn bytes(c: usize, grid: &Grid) -> u64 {
+        (0..grid.len())
+            .map(|t| {
+                let (y0, y1, x0, x1) = grid.tile(t);
+                (c * (y1 - y0) * (x1 - x0) * 4) as u64
+            })
+            .sum()
+    }
+
+    /// Allocates in RAM if the budget allows, else in a fresh (already unlinked) spill file.
+    pub fn new(c: usize, grid: Grid, budget: &Budget, ram_used: &Arc<AtomicU64>) -> Result<Layer> {
+        let bytes = Layer::bytes(c, &grid);
+        let in_ram = ram_used.load(Ordering::Relaxed) + bytes <= budget.ram;
+        let tile_len = |t: usize| {
+            let (y0, y1, x0, x1) = grid.tile(t);
+            c * (y1 - y0) * (x1 - x0)
+        };
+        let backing = if in_ram {
+            ram_used.fetch_add(bytes, Ordering::Relaxed);
+            Backing::Ram(
+                (0..grid.len())
+                    .map(|t| RwLock::new(vec![0.0; tile_len(t)]))
+                    .collect(),
+            )
+        } else {
+            let spill = |source| Error::Spill {
+                dir: budget.spill_dir.clone(),
+                source,
+            };
+            let file = tempfile::tempfile_in(&budget.spill_dir).map_err(spill)?;
+            let mut offsets = vec![];
+            let mut off = 0u64;
+            for t in 0..grid.len() {
+                offsets.push(off);
+                off += ((tile_len(t) * 4) as u64).div_ceil(PAGE) * PAGE;
+            }
+            file.set_len(off.max(PAGE)).map_err(spill)?;
+            Backing::Disk { file, offsets }
+        };
+        Ok(Layer {
+            c,
+            loc_y: Grid::locate(&grid.rows),
+            loc_x: Grid::locate(&grid.cols),
+            grid,
+            backing,
+            ram_bytes: if in_ram { bytes } else { 0 },
+            ram_used: ram_used.clone(),
+            dir: budget.spill_dir.clone(),
+        })
+    }
+
+    pub fn spilled(&self) -> bool {
+        matches!(self.backing, Backing::Disk { .. })
+    }
+
+    fn tile_len(&self, t: usize) -> usize {
+        let (y0, y1, x0, x1) = self.grid.tile(t);
+        self.c * (y1 - y0) * (x1 - x0)
+    }
+
+    pub fn read(&self, t: usize) -> std::io::Result<TileRef<'_>> {
+        match &self.backing {
+            Backing::Ram(v) => Ok(TileRef::Ram(v[t].read().unwrap_or_else(|e| e.into_inner()))),
+            Backing::Disk { file, offsets } => {
+                let len = self.tile_len(t) * 4;
+                if len == 0 {
+                    return Ok(TileRef::Map(
+                        MmapOptions::new().len(0).map_anon()?.make_read_only()?,
+                    ));
+                }
+                // SAFETY: the spill file is private to this process (unlinked at creation) and no one
+                // writes a tile while it is being read: reads and writes are separate supersteps.
+                let m = unsafe { MmapOptions::new().offset(offsets[t]).len(len).map(file)? };
+                Ok(TileRef::Map(m))
+            }
+        }
+    }
+
+    /// Runs `f` on tile `t`'s data, mutable; written back to the spill file when it is mapped.
+    pub fn modify<R>(&self, t: usize, f: impl FnOnce(&mut [f32]) -> R) -> std::io::Result<R> {
+        match &self.backing {
+            Backing::Ram(v) => {
+                let mut g = v[t].write().unwrap_or_else(|e| e.into_inner());
+                Ok(f(&mut g))
+            }
+            Backing::Disk { file, offsets } => {
+                let len = self.tile_len(t) * 4;
+                if len == 0 {
+                    return Ok(f(&mut []));
+                }
+                // SAFETY: as in `read`; each tile is modified by one worker only.
+                let mut m: MmapMut = unsafe {
+                    MmapOptions::new()
+                        .offset(offsets[t])
+                        .len(len)
+                        .map_mut(file)?
+                };
+                Ok(f(bytemuck::cast_slice_mut(&mut m[..])))
+            }
+        }
+    }
+}
+
+impl Drop for Layer {
+    fn drop(&mut self) {
+        self.ram_used.fetch_sub(self.ram_bytes, Ordering::Relaxed);
+    }
+}
+
+impl Field for Layer {
+    fn channels(&self) -> usize {
+        self.c
+    }
+
+    /// Dictionary padding: each window pixel comes from whichever tile stores it.
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        let n = ys.len() * xs.len();
+        out.fill(0.0);
+        // Window rows (columns) grouped by the tile row (column) that holds them: (window index, local index).
+        let group = |idx: &[Option<usize>], loc: &[(u32, u32)], tiles: usize| {
+            let mut g: Vec<Vec<(usize, usize)>> = vec![vec![]; tiles];
+            for (i, v) in idx.iter().enumerate() {
+                if let Some(v) = v {
+                    let (t, l) = loc[*v];
+                    g[t as usize].push((i, l as usize));
+                }
+            }
+            g
+        };
+        let gy = group(ys, &self.loc_y, self.grid.n_rows());
+        let gx = group(xs, &self.loc_x, self.grid.n_cols());
+        let nc = self.grid.n_cols();
+        for (ti, rows) in gy.iter().enumerate().filter(|r| !r.1.is_empty()) {
+            for (tj, cols) in gx.iter().enumerate().filter(|c| !c.1.is_empty()) {
+                let t = ti * nc + tj;
+                let (y0, y1, x0, x1) = self.grid.tile(t);
+                let (th, tw) = (y1 - y0, x1 - x0);
+                let data = self.read(t).map_err(|source| Error::Spill {
+                    dir: self.dir.clone(),
+                    source,
+                })?;
+                for c in 0..self.c {
+                    let plane = &data[c * th * tw..(c + 1) * th * tw];
+                    let o = &mut out[c * n..(c + 1) * n];
+                    for &(iy, ly) in rows {
+                        let src = &plane[ly * tw..(ly + 1) * tw];
+                        let dst = &mut o[iy * xs.len()..(iy + 1) * xs.len()];
+                        for &(ix, lx) in cols {
+                            dst[ix] = src[lx];
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

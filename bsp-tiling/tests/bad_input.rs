@@ -1,0 +1,195 @@
+//! Bad models, grids, images and budgets give typed errors, never panics.
+
+mod common;
+
+use bsp_tiling::bsp::run_exact;
+use bsp_tiling::{
+    Budget, CpuBackend, Error, Grid, Mode, Net, Options, OutputSink, PaddingMode, Rgb8, Tensor,
+    Widths, grid_for, stylize,
+};
+use common::*;
+use safetensors::tensor::{Dtype, TensorView};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The real candy model's tensors, edited by `edit`, serialised back.
+fn edited(edit: impl FnOnce(&mut HashMap<String, (Dtype, Vec<usize>, Vec<u8>)>)) -> Vec<u8> {
+    let bytes = std::fs::read(shared().join("models/candy_nc8.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut m: HashMap<String, (Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(k, v)| (k, (v.dtype(), v.shape().to_vec(), v.data().to_vec())))
+        .collect();
+    edit(&mut m);
+    let views: Vec<(String, TensorView)> = m
+        .iter()
+        .map(|(k, (d, s, b))| (k.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize(views, &None).unwrap()
+}
+
+fn load(bytes: &[u8]) -> Result<Net, Error> {
+    Net::transformer_from_bytes(bytes, Path::new("model.safetensors"), PaddingMode::Reflect)
+}
+
+#[test]
+fn model_files() {
+    assert!(load(&edited(|_| {})).is_ok());
+    let e = load(&edited(|m| {
+        m.remove("res3.in2.weight");
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::MissingTensor { key, .. } if key == "res3.in2.weight"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("model.safetensors"));
+    let e = load(&edited(|m| {
+        let t = m.get_mut("deconv1.conv2d.weight").unwrap();
+        t.1 = vec![16, 32, 1, 9];
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::BadShape { key, .. } if key == "deconv1.conv2d.weight"),
+        "{e}"
+    );
+    let e = load(&edited(|m| {
+        let t = m.get_mut("in1.bias").unwrap();
+        t.0 = Dtype::I32;
+    }))
+    .unwrap_err();
+    assert!(matches!(&e, Error::BadDtype { .. }), "{e}");
+    let e = load(&edited(|m| {
+        m.insert("extra.weight".into(), (Dtype::F32, vec![1], vec![0; 4]));
+    }))
+    .unwrap_err();
+    assert!(matches!(&e, Error::UnexpectedTensor { .. }), "{e}");
+    // running statistics of a BatchNorm-style state dict are skipped
+    assert!(
+        load(&edited(|m| {
+            m.insert(
+                "in1.running_mean".into(),
+                (Dtype::F32, vec![8], vec![0; 32]),
+            );
+        }))
+        .is_ok()
+    );
+    for junk in [
+        &b""[..],
+        b"\x05\0\0\0\0\0\0\0{}",
+        b"\xff\xff\xff\xff\xff\xff\xff\xffxx",
+        b"\x02\0\0\0\0\0\0\0[]",
+    ] {
+        assert!(matches!(load(junk), Err(Error::Format { .. })));
+    }
+    let missing = Net::load_transformer(
+        Path::new("/nonexistent/m.safetensors"),
+        PaddingMode::Reflect,
+    );
+    assert!(matches!(missing, Err(Error::Io { .. })));
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    let good = edited(|_| {});
+    let mut s = 12345u32;
+    for i in 0..300 {
+        let mut b = good.clone();
+        for _ in 0..1 + i % 8 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let at = s as usize % b.len().min(if i % 2 == 0 { 2000 } else { usize::MAX });
+            b[at] = (s >> 8) as u8;
+        }
+        if i % 5 == 0 {
+            b.truncate(s as usize % b.len());
+        }
+        let _ = load(&b);
+    }
+}
+
+#[test]
+fn tiles_images_and_budgets() {
+    let net = Net::random_transformer(Widths(4, 4, 4), 2, PaddingMode::Reflect);
+    let x = noise_image(3, 30, 30, 1);
+    // tile smaller than the halo
+    assert!(matches!(
+        grid_for(&net, 30, 30, 2),
+        Err(Error::TileSmallerThanHalo { .. })
+    ));
+    let g = Grid::from_borders(vec![0, 28, 30], vec![0, 30], 4).unwrap();
+    let sink = OutputSink::f32(3, 32, 32);
+    let e = run_exact(&net, &CpuBackend, &x, &g, 1, &Budget::default(), &sink).unwrap_err();
+    assert!(matches!(e, Error::TileSmallerThanHalo { .. }), "{e}");
+    // tile borders off the stride
+    assert!(matches!(
+        Grid::from_borders(vec![0, 6, 30], vec![0, 30], 4),
+        Err(Error::Grid(_))
+    ));
+    assert!(matches!(grid_for(&net, 30, 30, 10), Err(Error::Grid(_))));
+    // zero-sized and too small images
+    let empty = Rgb8 {
+        width: 0,
+        height: 7,
+        pixels: vec![],
+    };
+    for mode in [
+        Mode::Whole,
+        Mode::Exact,
+        Mode::Sampled(2),
+        Mode::Naive,
+        Mode::Recompute,
+    ] {
+        let opts = Options {
+            mode,
+            tile: 16,
+            ..Options::default()
+        };
+        let e = stylize(&net, &CpuBackend, &empty, &opts, true).unwrap_err();
+        assert!(matches!(e, Error::EmptyImage { .. }), "{mode:?}: {e}");
+        let tiny = noise_image(3, 4, 9, 1);
+        let e = stylize(&net, &CpuBackend, &tiny, &opts, true).unwrap_err();
+        assert!(matches!(e, Error::ImageTooSmall { .. }), "{mode:?}: {e}");
+    }
+    // wrong channel count
+    let gray = Tensor::zeros(1, 16, 16);
+    assert!(matches!(
+        net.forward_whole(&CpuBackend, &gray, 1, None),
+        Err(Error::Channels { .. })
+    ));
+    // more activations than RAM + disk budget
+    let budget = Budget {
+        ram: 1000,
+        disk: Some(5000),
+        spill_dir: std::env::temp_dir(),
+    };
+    let opts = Options {
+        mode: Mode::Exact,
+        tile: 16,
+        threads: 1,
+        budget,
+    };
+    let e = stylize(&net, &CpuBackend, &x, &opts, true).unwrap_err();
+    assert!(
+        matches!(e, Error::OverBudget { needed, .. } if needed > 6000),
+        "{e}"
+    );
+    // a spill directory that does not exist
+    let budget = Budget {
+        ram: 0,
+        disk: Some(1 << 30),
+        spill_dir: "/nonexistent/spill".into(),
+    };
+    let opts = Options {
+        mode: Mode::Exact,
+        tile: 16,
+        threads: 1,
+        budget,
+    };
+    assert!(matches!(
+        stylize(&net, &CpuBackend, &x, &opts, true),
+        Err(Error::Spill { .. })
+    ));
+}
