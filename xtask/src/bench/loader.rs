@@ -1,5 +1,154 @@
-use crate::report::Report;
+//! `cargo xtask bench loader`: the same corpus images in every format, streamed one epoch at a time through
+//! the same `loader::Loader` (I/O threads → decode pool → batches of 224×224 centre crops) at 1, 2 and all
+//! cores, in one run.
+//!
+//! The corpus (../shared/corpus, 18 images, 1680×1050 to 5120×2880) is first re-encoded as PNG, then the
+//! PNGs are converted to L3, raw (PPM/PAM), JPEG q90 (the source of the PCR dataset), a Liquid L3+raw mix at
+//! the ratio `liquid-sampler`'s profiler picks, and PCRs read at scan groups 5 and 10. Every dataset was just
+//! written, so it is read from the page cache: the figures compare decode and pipeline cost, not disks.
+//! Each cell is the best of three runs, each of as many epochs as fill about a second (the machine is shared). `L3_BENCH_QUICK=1`: six images, one run per cell.
 
-pub fn run(_r: &mut Report) -> anyhow::Result<()> {
-    anyhow::bail!("this section is not built yet")
+use crate::report::{Report, Table, bar_plot, corpus_dir};
+use anyhow::Context;
+use loader::compare::{BuildPlan, Measured, build_formats, stream_epoch, stream_epochs};
+use loader::convert::{Target, convert_folder};
+use loader::{Crop, LoaderOptions};
+
+pub fn run(r: &mut Report) -> anyhow::Result<()> {
+    let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
+    let all = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut threads = vec![1, 2, all];
+    threads.dedup();
+    let corpus = corpus_dir();
+    let work = tempfile::Builder::new()
+        .prefix("l3-bench-loader-")
+        .tempdir()?;
+    let png = work.path().join("png");
+    let source = if quick {
+        // Six of the smaller corpus files.
+        let dir = work.path().join("subset");
+        let mut files = loader::image_files(&corpus)
+            .with_context(|| format!("reading {}", corpus.display()))?;
+        files.sort_by_key(|(p, _)| {
+            std::fs::metadata(corpus.join(p))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        });
+        std::fs::create_dir_all(&dir)?;
+        for (p, _) in files.iter().take(6) {
+            std::fs::copy(corpus.join(p), dir.join(p))?;
+        }
+        dir
+    } else {
+        corpus.clone()
+    };
+    eprintln!("loader bench: re-encoding {} as PNG ...", source.display());
+    convert_folder(&source, &png, Target::Png, all, &|_, _| {})
+        .context("re-encoding the corpus as PNG")?;
+    let plan = BuildPlan {
+        threads: all,
+        pcr_groups: vec![Some(5), Some(10)],
+        ..BuildPlan::default()
+    };
+    let formats = build_formats(&png, work.path(), &plan, &|l| eprintln!("{l}"));
+
+    let mut headers = vec!["format".to_string(), "dataset bytes".to_string()];
+    for &t in &threads {
+        headers.push(if t == all && t > 2 {
+            format!("images/s, all {t} cores")
+        } else if t == 1 {
+            "images/s, 1 core".into()
+        } else {
+            format!("images/s, {t} cores")
+        });
+    }
+    headers.extend([
+        "CPU ms / image".into(),
+        "MB/s read (all cores)".into(),
+        "vs PNG (all cores)".into(),
+    ]);
+    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut table = Table::new(
+        "Each format through the same loader (224×224 centre crops, batch 8)",
+        &hdr,
+    );
+    let mut bars = Vec::new();
+    let mut png_ips = None;
+    let mut notes = Vec::new();
+    for f in formats {
+        let ds = match f.dataset {
+            Ok(ds) => ds,
+            Err(why) => {
+                notes.push(format!("{}: not measured ({why})", f.name));
+                continue;
+            }
+        };
+        let mut cells = vec![f.name.clone(), ds.stored_bytes().to_string()];
+        let mut last: Option<Measured> = None;
+        for &t in &threads {
+            let opts = LoaderOptions {
+                batch_size: 8,
+                height: 224,
+                width: 224,
+                crop: Crop::Center,
+                decode_threads: t,
+                io_threads: 2,
+                l3_window_decode: f.window,
+                ..LoaderOptions::default()
+            };
+            // Enough epochs per measurement to run for about a second: an 18-image epoch of a fast
+            // format lasts a few milliseconds, which would time thread start-up more than decoding.
+            let probe = stream_epoch(ds.clone(), opts.clone())
+                .with_context(|| format!("streaming {}", f.name))?;
+            let epochs = ((1.0 / probe.wall.as_secs_f64().max(1e-3)).ceil() as usize).clamp(1, 50);
+            let mut best: Option<Measured> = None;
+            for _ in 0..if quick { 1 } else { 3 } {
+                let m = stream_epochs(ds.clone(), opts.clone(), epochs)
+                    .with_context(|| format!("streaming {}", f.name))?;
+                if best.as_ref().is_none_or(|b| m.wall < b.wall) {
+                    best = Some(m);
+                }
+            }
+            let m = best.expect("at least one epoch");
+            eprintln!(
+                "  {:<22} {t} threads: {:.1} images/s",
+                f.name,
+                m.images_per_sec()
+            );
+            cells.push(format!("{:.1}", m.images_per_sec()));
+            last = Some(m);
+        }
+        let m = last.expect("at least one thread count");
+        let ips = m.images_per_sec();
+        if f.name == "PNG" {
+            png_ips = Some(ips);
+        }
+        cells.push(format!("{:.1}", m.cpu_per_image().as_secs_f64() * 1e3));
+        cells.push(format!("{:.0}", m.stats.mb_per_sec()));
+        cells.push(png_ips.map_or("n/a".into(), |p| format!("{:.2}×", ips / p)));
+        table.row(cells);
+        bars.push((f.name.clone(), ips));
+    }
+    r.para(&format!(
+        "Source: {} ({} images{}), re-encoded as PNG, then converted to each format; PCR from the JPEG q90 copy; \
+         Liquid = L3 + raw at the profiler's ratio. Every row decodes whole images except \"L3, crop patches only\", \
+         which decodes just the L3 patches under the crop (the loader's default for L3). Each dataset was just written and is read from the page cache, \
+         so this compares decode and pipeline cost. Each cell: best of {} runs of as many epochs as fill about a second; CPU ms / image is process CPU \
+         time (all threads) per image at all cores; 2 I/O threads besides the decode threads.",
+        source.display(),
+        loader::image_files(&png)?.len(),
+        if quick { ", L3_BENCH_QUICK subset" } else { "" },
+        if quick { 1 } else { 3 }
+    ));
+    r.table(&table);
+    for n in notes {
+        r.para(&format!("Note: {n}"));
+    }
+    r.svg(
+        "images-per-sec",
+        bar_plot("Loader images/s at all cores", "img/s", &bars),
+    );
+    Ok(())
 }

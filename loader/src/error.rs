@@ -1,0 +1,83 @@
+//! The loader's one error type: every variant names the file (and, inside a run, the item index).
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while building a dataset or running a loader.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or folder could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes of an item are not a valid image of the format they claim to be.
+    #[error("{}: cannot decode {format}: {reason}", path.display())]
+    Decode {
+        path: PathBuf,
+        format: &'static str,
+        reason: String,
+    },
+    /// An item failed inside a running loader: the dataset index says which, `source` says why.
+    #[error("item {index}: {source}")]
+    Item {
+        index: usize,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A dataset description (folder, labels CSV, manifest, index) is malformed or empty.
+    #[error("{}: {reason}", path.display())]
+    Dataset { path: PathBuf, reason: String },
+    /// Loader options that cannot work together (batch size 0, rank >= world size, ...).
+    #[error("invalid loader options: {0}")]
+    Options(String),
+    /// A resume state that belongs to another configuration.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// A mid-run [`LoaderState`](crate::LoaderState) handed to a loader with the Liquid order: the
+    /// sampler's shuffle buffers (which items are resident, which region they are in) are not part of the
+    /// state, so only the start of a run (epoch 0, batch 0) can be resumed.
+    #[error(
+        "cannot resume the Liquid order at epoch {epoch}, batch {batch}: its shuffle buffers are not part of \
+         the saved state (only epoch 0, batch 0 can be resumed)"
+    )]
+    LiquidResume { epoch: usize, batch: usize },
+    /// GPU decoding was asked for but cannot be provided.
+    #[error("GPU decode unavailable: {0}")]
+    Gpu(String),
+    /// The pipeline stopped unexpectedly (a worker thread panicked).
+    #[error("loader pipeline stopped: {0}")]
+    Pipeline(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn decode(
+        path: impl Into<PathBuf>,
+        format: &'static str,
+        reason: impl ToString,
+    ) -> Self {
+        Error::Decode {
+            path: path.into(),
+            format,
+            reason: reason.to_string(),
+        }
+    }
+
+    pub(crate) fn dataset(path: impl Into<PathBuf>, reason: impl ToString) -> Self {
+        Error::Dataset {
+            path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,136 @@
+//! Shared fixtures for the loader's end-to-end tests: the real corpus, downscaled once per test binary.
+#![allow(dead_code)]
+
+use loader::convert::{Target, convert_folder};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// `$L3_CORPUS` or `../shared/corpus` beside the workspace.
+pub fn corpus() -> PathBuf {
+    let p = std::env::var_os("L3_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+    assert!(
+        p.is_dir(),
+        "the test corpus is missing: {} (set L3_CORPUS)",
+        p.display()
+    );
+    p
+}
+
+pub struct Fixture {
+    _tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    /// The corpus at 1/4 scale, JPEGs as JPEG (quality 90) and PNGs as PNG, in class folders
+    /// `photo/` (from JPEG) and `render/` (from PNG, the RGBA one included).
+    pub mixed: PathBuf,
+    pub l3: PathBuf,
+    pub raw: PathBuf,
+}
+
+/// The corpus at quarter resolution (every test decodes it many times; full size would take minutes
+/// in CI), converted to L3 and raw beside it.
+pub fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let root = tmp.path().to_path_buf();
+        let mixed = root.join("mixed");
+        for (rel, fmt) in loader::image_files(&corpus()).expect("corpus") {
+            let img = image::open(corpus().join(&rel)).expect("corpus image");
+            let small = img.thumbnail(img.width() / 4, img.height() / 4);
+            let (class, ext) = match fmt {
+                loader::Format::Jpeg => ("photo", "jpg"),
+                _ => ("render", "png"),
+            };
+            let dst = mixed
+                .join(class)
+                .join(rel.with_extension(ext).file_name().unwrap());
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            if ext == "jpg" {
+                let rgb = small.to_rgb8();
+                let f = std::fs::File::create(&dst).unwrap();
+                image::codecs::jpeg::JpegEncoder::new_with_quality(f, 90)
+                    .encode_image(&rgb)
+                    .unwrap();
+            } else {
+                small.save(&dst).unwrap();
+            }
+        }
+        let l3 = root.join("l3");
+        let raw = root.join("raw");
+        convert_folder(&mixed, &l3, Target::L3, 2, &|_, _| {}).expect("to l3");
+        convert_folder(&mixed, &raw, Target::Raw, 2, &|_, _| {}).expect("to raw");
+        Fixture {
+            _tmp: tmp,
+            root,
+            mixed,
+            l3,
+            raw,
+        }
+    })
+}
+
+/// Reference RGB decode of a file with the `image` crate's standard path (L3 and raw through the
+/// corresponding source file in `mixed`).
+pub fn reference_rgb(path: &Path) -> image::RgbImage {
+    image::open(path).expect("reference decode").to_rgb8()
+}
+
+/// The centre crop (zero-padded) of `img` at `h`x`w`, NHWC, computed independently of the loader.
+pub fn center_crop(img: &image::RgbImage, h: u32, w: u32) -> Vec<u8> {
+    let mut out = vec![0u8; (h * w * 3) as usize];
+    let (iw, ih) = img.dimensions();
+    for y in 0..h {
+        for x in 0..w {
+            // Destination (x, y) maps to source (x + ox, y + oy) with ox = (iw - w) / 2 when cropping,
+            // and -((w - iw) / 2) when padding.
+            let sx = x as i64
+                + if iw >= w {
+                    ((iw - w) / 2) as i64
+                } else {
+                    -(((w - iw) / 2) as i64)
+                };
+            let sy = y as i64
+                + if ih >= h {
+                    ((ih - h) / 2) as i64
+                } else {
+                    -(((h - ih) / 2) as i64)
+                };
+            if sx >= 0 && sy >= 0 && (sx as u32) < iw && (sy as u32) < ih {
+                let p = img.get_pixel(sx as u32, sy as u32).0;
+                let i = ((y * w + x) * 3) as usize;
+                out[i..i + 3].copy_from_slice(&p);
+            }
+        }
+    }
+    out
+}
+
+/// Writes the fixture's L3 images as a Liquid multi-format dataset (L3 + raw at `ratio`, seed 3) into `dir`,
+/// item ids 100 + position.
+pub fn write_liquid_l3(ratio: liquid_sampler::Ratio, dir: &Path) {
+    use liquid_sampler::profile::{SourceItem, write_dataset};
+    use loader::Dataset as _;
+    let l3 = loader::ImageFolder::open(&fixture().l3).unwrap();
+    let sources: Vec<SourceItem> = (0..l3.len())
+        .map(|i| SourceItem {
+            id: 100 + i as u64,
+            label: l3.label(i),
+            path: l3.path(i).to_path_buf(),
+            tag: "l3".into(),
+        })
+        .collect();
+    let dec = |bytes: &[u8], out: &mut Vec<u8>| -> Result<liquid_sampler::Dims, String> {
+        let f = l3_format::L3File::parse(bytes).map_err(|e| e.to_string())?;
+        out.resize(f.decoded_len(), 0);
+        f.decode_hwc(out).map_err(|e| e.to_string())?;
+        Ok(liquid_sampler::Dims {
+            width: f.width(),
+            height: f.height(),
+            channels: f.channels(),
+        })
+    };
+    let decoders: [(&str, &dyn liquid_sampler::Decoder); 1] = [("l3", &dec)];
+    write_dataset(&sources, &decoders, ratio, 3, dir).unwrap();
+}
