@@ -4,8 +4,8 @@
 use crate::error::Error;
 use crate::plan::{BatchPlan, DecodeOptions, ImageSlot, Layout};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut,
+    LaunchConfig, PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use std::collections::HashMap;
@@ -690,50 +690,36 @@ fn launch(
     let descs = input.slice(off.descs..off.scale_bias);
     let sb = input.slice(off.scale_bias..off.total);
     let stage_cap = plan.stage_cap;
-    let launch_err = |e| Error::driver("cuLaunchKernel", e);
-    // SAFETY (all three launches): argument order and types match kernel.cu's signatures; the descriptors
-    // were built by BatchPlan from validated files, so every read stays inside `data` and every write
-    // inside the freshly allocated output of plan.out_len elements.
+    let args = KernelArgs {
+        data: &data,
+        descs: &descs,
+        n,
+        scale_bias: &sb,
+        stage_cap,
+        cfg,
+    };
     let output = match plan.layout {
-        Layout::NhwcU8 | Layout::NchwU8 => {
-            let mut out = unsafe { stream.alloc::<u8>(plan.out_len) }.map_err(alloc)?;
-            let mut b = stream.launch_builder(&kernels.u8);
-            b.arg(&data)
-                .arg(&descs)
-                .arg(&n)
-                .arg(&mut out)
-                .arg(&sb)
-                .arg(&mut err)
-                .arg(&stage_cap);
-            unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            DeviceOutput::U8(out)
-        }
-        Layout::NchwF32 => {
-            let mut out = unsafe { stream.alloc::<f32>(plan.out_len) }.map_err(alloc)?;
-            let mut b = stream.launch_builder(&kernels.f32);
-            b.arg(&data)
-                .arg(&descs)
-                .arg(&n)
-                .arg(&mut out)
-                .arg(&sb)
-                .arg(&mut err)
-                .arg(&stage_cap);
-            unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            DeviceOutput::F32(out)
-        }
-        Layout::NchwF16 => {
-            let mut out = unsafe { stream.alloc::<u16>(plan.out_len) }.map_err(alloc)?;
-            let mut b = stream.launch_builder(&kernels.f16);
-            b.arg(&data)
-                .arg(&descs)
-                .arg(&n)
-                .arg(&mut out)
-                .arg(&sb)
-                .arg(&mut err)
-                .arg(&stage_cap);
-            unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            DeviceOutput::F16(out)
-        }
+        Layout::NhwcU8 | Layout::NchwU8 => DeviceOutput::U8(launch_into(
+            stream,
+            &kernels.u8,
+            plan.out_len,
+            &args,
+            &mut err,
+        )?),
+        Layout::NchwF32 => DeviceOutput::F32(launch_into(
+            stream,
+            &kernels.f32,
+            plan.out_len,
+            &args,
+            &mut err,
+        )?),
+        Layout::NchwF16 => DeviceOutput::F16(launch_into(
+            stream,
+            &kernels.f16,
+            plan.out_len,
+            &args,
+            &mut err,
+        )?),
     };
     let ready = stream
         .record_event(None)
@@ -745,6 +731,41 @@ fn launch(
         ready,
         plan,
     })
+}
+
+/// The arguments every decode kernel takes besides its output (see `kernel.cu`).
+struct KernelArgs<'a, 'b> {
+    data: &'a CudaView<'b, u8>,
+    descs: &'a CudaView<'b, u8>,
+    n: u32,
+    scale_bias: &'a CudaView<'b, u8>,
+    stage_cap: u32,
+    cfg: LaunchConfig,
+}
+
+/// Allocates `len` output elements of `T` and queues `kernel` (the u8, f32 or f16 variant) to fill them.
+fn launch_into<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    kernel: &CudaFunction,
+    len: usize,
+    args: &KernelArgs,
+    err: &mut CudaSlice<u32>,
+) -> Result<CudaSlice<T>, Error> {
+    // SAFETY: the kernel writes every element of the fresh allocation before anything reads it.
+    let mut out =
+        unsafe { stream.alloc::<T>(len) }.map_err(|e| Error::driver("cuMemAllocAsync", e))?;
+    let mut b = stream.launch_builder(kernel);
+    b.arg(args.data)
+        .arg(args.descs)
+        .arg(&args.n)
+        .arg(&mut out)
+        .arg(args.scale_bias)
+        .arg(err)
+        .arg(&args.stage_cap);
+    // SAFETY: argument order and types match kernel.cu's signatures; the descriptors were built by
+    // BatchPlan from validated files, so every read stays inside `data` and every write inside `out`.
+    unsafe { b.launch(args.cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+    Ok(out)
 }
 
 #[cfg(test)]
