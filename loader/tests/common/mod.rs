@@ -134,3 +134,15 @@ pub fn write_liquid_l3(ratio: liquid_sampler::Ratio, dir: &Path) {
     let decoders: [(&str, &dyn liquid_sampler::Decoder); 1] = [("l3", &dec)];
     write_dataset(&sources, &decoders, ratio, 3, dir).unwrap();
 }
+
+/// Drops `loader` and asserts that every thread it started (as `monitor` counts them) ended within 2 s.
+pub fn assert_drop_stops_threads(loader: loader::Loader, monitor: &loader::ThreadMonitor) {
+    let t0 = std::time::Instant::now();
+    drop(loader);
+    assert_eq!(monitor.alive(), 0);
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(2),
+        "drop took {:?}",
+        t0.elapsed()
+    );
+}
