@@ -5,8 +5,6 @@ use crate::error::{Error, PatchId};
 use crate::file::L3File;
 use crate::kernel::{PAD, SCRATCH, decode_row, window};
 use crate::row::{MAX_W, read_header, row_len};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Decodes the rows of one patch in order, keeping only the previous row (on the stack: no allocation).
 pub(crate) struct RowDecoder<'a> {
@@ -121,7 +119,7 @@ impl<'a> RowDecoder<'a> {
 /// Copies a short row with inline 16-byte moves (the last one overlapping) rather than a `memcpy` call,
 /// whose fixed cost dominates at patch widths of 32 to 128.
 #[inline(always)]
-fn copy_row(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn copy_row(dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len());
     if n < 16 {
         for (d, s) in dst[..n].iter_mut().zip(&src[..n]) {
@@ -217,7 +215,7 @@ impl<'a> L3File<'a> {
         self.check_out(out)?;
         let band = self.band_len_hwc();
         let tasks = out.chunks_mut(band).enumerate();
-        run_tasks(tasks, threads, |(py, chunk)| {
+        stdx::parallel::for_each(tasks, threads, |(py, chunk)| {
             self.decode_band_hwc(py, chunk)
         })
     }
@@ -232,7 +230,7 @@ impl<'a> L3File<'a> {
                 .enumerate()
                 .map(move |(py, c)| (ch, py, c))
         });
-        run_tasks(tasks, threads, |(ch, py, chunk)| {
+        stdx::parallel::for_each(tasks, threads, |(ch, py, chunk)| {
             self.decode_band_plane(ch, py, chunk)
         })
     }
@@ -330,7 +328,6 @@ impl<'a> L3File<'a> {
     /// true only in the copy compiled inside [`Self::band_hwc_avx2`], which may then use the shuffle
     /// interleavers of [`crate::simd`].
     #[inline(always)]
-    #[allow(unsafe_code)]
     fn band_hwc<const AVX2: bool>(&self, py: usize, band: &mut [u8]) -> Result<(), Error> {
         let c_n = self.channels() as usize;
         if c_n == 1 {
@@ -358,30 +355,10 @@ impl<'a> L3File<'a> {
                     let w = r0.len();
                     let dst = &mut line[x * c_n..(x + w) * c_n];
                     if c_n == 3 {
-                        #[cfg(target_arch = "x86_64")]
-                        if AVX2 {
-                            // SAFETY: AVX2 is true only when called from `band_hwc_avx2`, i.e. after
-                            // the run-time AVX2 check.
-                            unsafe { crate::simd::interleave3_avx2(dst, r0, r1, r2) };
-                            continue;
-                        }
-                        interleave3(dst, r0, r1, r2);
+                        interleave3::<AVX2>(dst, r0, r1, r2);
                     } else {
                         let r3 = d3[i].next_row_with::<AVX2>()?;
-                        #[cfg(target_arch = "x86_64")]
-                        if AVX2 {
-                            // SAFETY: as above.
-                            unsafe { crate::simd::interleave4_avx2(dst, r0, r1, r2, r3) };
-                            continue;
-                        }
-                        for ((((p, &a), &b), &c), &e) in
-                            dst.chunks_exact_mut(4).zip(r0).zip(r1).zip(r2).zip(r3)
-                        {
-                            p[0] = a;
-                            p[1] = b;
-                            p[2] = c;
-                            p[3] = e;
-                        }
+                        interleave4::<AVX2>(dst, r0, r1, r2, r3);
                     }
                 }
             }
@@ -394,10 +371,48 @@ impl<'a> L3File<'a> {
     }
 }
 
+/// Interleaves three planes' rows into RGB triples: the `pshufb` kernel of [`crate::simd`] in the AVX2
+/// copies (`AVX2` is true only after the run-time check), the portable loop otherwise.
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn interleave3<const AVX2: bool>(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: AVX2 is true only in code compiled with AVX2 enabled, reached after the run-time check.
+        unsafe { crate::simd::interleave3_avx2(dst, r0, r1, r2) };
+        return;
+    }
+    interleave3_portable(dst, r0, r1, r2);
+}
+
+/// Interleaves four planes' rows into RGBA quadruples (see [`interleave3`]).
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn interleave4<const AVX2: bool>(
+    dst: &mut [u8],
+    r0: &[u8],
+    r1: &[u8],
+    r2: &[u8],
+    r3: &[u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: as in `interleave3`.
+        unsafe { crate::simd::interleave4_avx2(dst, r0, r1, r2, r3) };
+        return;
+    }
+    for ((((p, &a), &b), &c), &e) in dst.chunks_exact_mut(4).zip(r0).zip(r1).zip(r2).zip(r3) {
+        p[0] = a;
+        p[1] = b;
+        p[2] = c;
+        p[3] = e;
+    }
+}
+
 /// Interleaves three planes' rows into RGB triples, 16 pixels at a time through a fixed-size block that
 /// LLVM turns into byte shuffles.
 #[inline(always)]
-fn interleave3(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
+fn interleave3_portable(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
     let w = r0.len().min(r1.len()).min(r2.len()).min(dst.len() / 3);
     let full = w / 16 * 16;
     for k in (0..full).step_by(16) {
@@ -420,46 +435,6 @@ fn interleave3(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
 /// Patches decoded side by side in one band: their rows are produced in lockstep so the output is written
 /// line after line, GROUP patches wide, instead of one narrow column at a time (a cache miss per row).
 const GROUP: usize = 8;
-
-/// Runs `work` over `tasks` on `threads` scoped threads pulling from a shared queue; the first error stops
-/// the others and is returned.
-pub(crate) fn run_tasks<T: Send, I: Iterator<Item = T> + Send>(
-    tasks: I,
-    threads: usize,
-    work: impl Fn(T) -> Result<(), Error> + Sync,
-) -> Result<(), Error> {
-    let threads = crate::resolve_threads(threads);
-    let queue = Mutex::new(tasks);
-    let failed = AtomicBool::new(false);
-    let first_err = Mutex::new(None);
-    let worker = || {
-        while !failed.load(Ordering::Relaxed) {
-            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-            let Some(t) = next else { break };
-            if let Err(e) = work(t) {
-                failed.store(true, Ordering::Relaxed);
-                first_err
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
-            }
-        }
-    };
-    if threads <= 1 {
-        worker();
-    } else {
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(worker);
-            }
-            worker();
-        });
-    }
-    match first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,5 @@
 //! Encoding: pixels to patches to a complete file.
 
-use crate::decode::run_tasks;
 use crate::error::{Error, Limits};
 use crate::paeth::predict_row;
 use crate::row::{MAX_W, pack_row};
@@ -117,7 +116,7 @@ pub fn encode_parallel(
     let mut bands: Vec<(Vec<u8>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); py_n];
     let band_px = n * w_px * c_n;
     let tasks = bands.iter_mut().zip(pixels.chunks(band_px));
-    run_tasks(tasks, threads, |((buf, lens), src)| {
+    stdx::parallel::for_each(tasks, threads, |((buf, lens), src)| {
         let rows = src.len() / (w_px * c_n);
         buf.reserve(src.len() / 2);
         for ch in 0..c_n {

@@ -108,6 +108,26 @@ pub enum Error {
     /// `decode_patch`/`encode_patch` called with a patch shape the format cannot hold.
     #[error("bad patch geometry {w}x{h} with stride {stride} (1..=255 each side, stride >= width)")]
     BadPatchGeometry { w: usize, h: usize, stride: usize },
+    /// A region to decode that is empty or reaches outside the image.
+    #[error("region {region} is empty or outside the {width}x{height} image")]
+    BadRegion {
+        region: crate::Rect,
+        width: u32,
+        height: u32,
+    },
+    /// Output strides that cannot hold the region (a row stride shorter than a row, planes overlapping).
+    #[error("output strides ({layout}) cannot hold a region {region}")]
+    BadLayout {
+        layout: crate::PixelLayout,
+        region: crate::Rect,
+    },
+    /// A region decode from partly read data found a patch whose bytes were not read.
+    #[error("{patch}: bytes {start}..{end} of the file were not read")]
+    MissingBytes {
+        patch: PatchId,
+        start: u64,
+        end: u64,
+    },
     /// The patch data would not be addressable by u32 offsets.
     #[error("encoded patch data of {bytes} bytes does not fit u32 offsets")]
     EncodedTooLarge { bytes: usize },

@@ -8,6 +8,10 @@
 //! - [`encode`] / [`encode_parallel`]: interleaved HWC pixels to a complete file.
 //! - [`L3File`]: zero-copy, fully validated view of a file; decodes into caller buffers (HWC or CHW),
 //!   on one thread or patch-parallel.
+//! - [`L3File::decode_region`]: only the patches under a rectangle, straight into the caller's buffer at
+//!   its strides ([`PixelLayout`]).
+//! - [`L3Index`] + [`Fragments`]: the same region decode when only the header, the offset table and the
+//!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
 // `unsafe` lives only in `simd.rs` (AVX2 row kernel and interleavers: intrinsics, and unaligned loads/stores
 // through bounds-checked slices) and at its call sites in `decode.rs`, after the run-time AVX2 check;
@@ -18,8 +22,10 @@ mod decode;
 mod encode;
 mod error;
 mod file;
+mod index;
 mod kernel;
 mod paeth;
+mod region;
 mod row;
 mod simd;
 
@@ -31,7 +37,9 @@ pub use decode::decode_patch;
 pub struct ReadmeDoctests;
 pub use encode::{encode, encode_parallel, encode_patch};
 pub use error::{Error, Limits, PatchId};
-pub use file::{L3File, PatchRect};
+pub use file::{L3File, Rect};
+pub use index::{Fragments, L3Index};
+pub use region::PixelLayout;
 
 /// The four bytes every L3 file starts with.
 pub const MAGIC: [u8; 4] = *b"L3IM";
@@ -49,15 +57,4 @@ pub const MAX_PATCH_SIZE: u8 = 255;
 pub fn default_patch_size(width: u32, height: u32) -> u8 {
     let pixels = width as u64 * height as u64;
     if pixels < 1080 * 720 { 32 } else { 64 }
-}
-
-/// Number of worker threads to use when a caller passes `0`: every core.
-pub(crate) fn resolve_threads(threads: usize) -> usize {
-    if threads == 0 {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    } else {
-        threads
-    }
 }

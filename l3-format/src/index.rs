@@ -1,0 +1,364 @@
+//! Reading only the bytes a region needs: parse the header and the offset table from the start of a file
+//! ([`L3Index`]), ask which byte ranges hold the patches under a region, read just those ([`Fragments`]),
+//! and decode the region from them. From a disk, a network file system or object storage that is the
+//! difference between moving a whole 4K image and moving the 2 to 4 % of it a 224×224 crop covers.
+
+use crate::error::{Error, Limits, PatchId};
+use crate::file::{Geometry, Rect, u32_at};
+use crate::region::{self, PixelLayout};
+use crate::{HEADER_LEN, MAGIC};
+use std::ops::Range;
+
+/// The header and offset table of an L3 file, without its patch data: validated exactly as
+/// [`crate::L3File::parse`] validates them, given the file's length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct L3Index {
+    geometry: Geometry,
+    /// Start of each (channel, patch) entry relative to the patch data, then the data's length.
+    bounds: Box<[u32]>,
+    file_len: u64,
+}
+
+impl L3Index {
+    /// How many bytes at the start of a file hold its header and offset table, from its first
+    /// [`HEADER_LEN`] bytes (checked as a header with the default [`Limits`]).
+    pub fn prefix_len(header: &[u8]) -> Result<usize, Error> {
+        Self::prefix_len_with_limits(header, &Limits::default())
+    }
+
+    pub fn prefix_len_with_limits(header: &[u8], limits: &Limits) -> Result<usize, Error> {
+        Ok(parse_geometry(header, limits)?.data_offset())
+    }
+
+    /// Parses the header and offset table from `prefix` (at least [`prefix_len`](Self::prefix_len)
+    /// bytes; more is fine) of a file that is `file_len` bytes long.
+    pub fn parse(prefix: &[u8], file_len: u64) -> Result<Self, Error> {
+        Self::parse_with_limits(prefix, file_len, &Limits::default())
+    }
+
+    pub fn parse_with_limits(prefix: &[u8], file_len: u64, limits: &Limits) -> Result<Self, Error> {
+        let geometry = parse_geometry(prefix, limits)?;
+        let data_offset = geometry.data_offset();
+        if prefix.len() < data_offset || file_len < data_offset as u64 {
+            return Err(Error::Truncated {
+                what: "offset table",
+                needed: data_offset,
+                len: usize::try_from(file_len).map_or(prefix.len(), |f| f.min(prefix.len())),
+            });
+        }
+        let data_len = file_len - data_offset as u64;
+        if u32::try_from(data_len).is_err() {
+            return Err(Error::EncodedTooLarge {
+                bytes: usize::try_from(data_len).unwrap_or(usize::MAX),
+            });
+        }
+        let table = &prefix[HEADER_LEN..data_offset];
+        geometry.validate_offsets(|i| u32_at(table, 4 * i), data_len)?;
+        let bounds = (0..geometry.entries())
+            .map(|i| u32_at(table, 4 * i))
+            .chain(std::iter::once(data_len as u32))
+            .collect();
+        Ok(L3Index {
+            geometry,
+            bounds,
+            file_len,
+        })
+    }
+
+    pub fn width(&self) -> u32 {
+        self.geometry.width
+    }
+    pub fn height(&self) -> u32 {
+        self.geometry.height
+    }
+    pub fn channels(&self) -> u8 {
+        self.geometry.channels
+    }
+    pub fn patch_size(&self) -> u8 {
+        self.geometry.patch_size
+    }
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+    /// Bytes of header and offset table: where the patch data starts.
+    pub fn data_offset(&self) -> u64 {
+        self.geometry.data_offset() as u64
+    }
+    /// Memory this index holds, for cache accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.bounds.len() * 4
+    }
+
+    /// File byte range of one (channel, patch) entry.
+    fn entry(&self, i: usize) -> Range<u64> {
+        let base = self.data_offset();
+        base + u64::from(self.bounds[i])..base + u64::from(self.bounds[i + 1])
+    }
+
+    /// The byte ranges of the file that hold every patch under `region`, in file order; neighbours closer
+    /// than `max_gap` bytes are merged (one read of a small gap is cheaper than two requests).
+    pub fn region_ranges(&self, region: Rect, max_gap: u64) -> Result<Vec<Range<u64>>, Error> {
+        let g = &self.geometry;
+        if !region.fits(g.width, g.height) {
+            return Err(Error::BadRegion {
+                region,
+                width: g.width,
+                height: g.height,
+            });
+        }
+        let per = g.patches_per_channel();
+        let mut out: Vec<Range<u64>> = Vec::new();
+        for ch in 0..g.channels as usize {
+            for (first, count) in g.rows_under(region) {
+                // Patches of one grid row are contiguous in the file.
+                let (a, b) = (ch * per + first, ch * per + first + count - 1);
+                let r = self.entry(a).start..self.entry(b).end;
+                match out.last_mut() {
+                    Some(last) if r.start <= last.end.saturating_add(max_gap) => {
+                        last.end = last.end.max(r.end)
+                    }
+                    _ => out.push(r),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decodes `region` from `data`, which must hold (at least) the ranges
+    /// [`region_ranges`](Self::region_ranges) named for it. Pixels equal a whole-file decode's.
+    pub fn decode_region(
+        &self,
+        data: &Fragments,
+        region: Rect,
+        out: &mut [u8],
+        layout: PixelLayout,
+    ) -> Result<(), Error> {
+        region::check_region(&self.geometry, region, out, layout)?;
+        let per = self.geometry.patches_per_channel();
+        region::decode(&self.geometry, region, out, layout, |ch, p| {
+            let range = self.entry(ch * per + p);
+            data.get(range.clone()).ok_or(Error::MissingBytes {
+                patch: PatchId {
+                    channel: ch,
+                    patch: p,
+                },
+                start: range.start,
+                end: range.end,
+            })
+        })
+    }
+}
+
+/// The header checks of [`crate::L3File::parse`] on the first bytes of a file.
+fn parse_geometry(bytes: &[u8], limits: &Limits) -> Result<Geometry, Error> {
+    if bytes.len() < HEADER_LEN {
+        let n = bytes.len().min(4);
+        if bytes[..n] != MAGIC[..n] {
+            let mut found = [0u8; 4];
+            found[..n].copy_from_slice(&bytes[..n]);
+            return Err(Error::BadMagic { found });
+        }
+        return Err(Error::Truncated {
+            what: "header",
+            needed: HEADER_LEN,
+            len: bytes.len(),
+        });
+    }
+    Geometry::parse_header(bytes, limits)
+}
+
+/// Byte ranges of one file, read into one reusable buffer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fragments {
+    /// (file range, start in `buf`), sorted by file offset, disjoint.
+    spans: Vec<(Range<u64>, usize)>,
+    buf: Vec<u8>,
+}
+
+impl Fragments {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A whole file, as one fragment starting at byte 0.
+    pub fn whole(bytes: Vec<u8>) -> Self {
+        Fragments {
+            spans: vec![(0..bytes.len() as u64, 0)],
+            buf: bytes,
+        }
+    }
+
+    /// Makes room for `ranges` (sorted and disjoint, as [`L3Index::region_ranges`] returns them), reusing
+    /// the buffer; fill them through [`slices_mut`](Self::slices_mut).
+    pub fn reset(&mut self, ranges: &[Range<u64>]) {
+        self.spans.clear();
+        let mut at = 0usize;
+        for r in ranges {
+            self.spans.push((r.clone(), at));
+            at += (r.end - r.start) as usize;
+        }
+        self.buf.clear();
+        self.buf.resize(at, 0);
+    }
+
+    /// Each range with the part of the buffer its bytes go to.
+    pub fn slices_mut(&mut self) -> impl Iterator<Item = (Range<u64>, &mut [u8])> {
+        let mut rest = self.buf.as_mut_slice();
+        self.spans.iter().map(move |(r, _)| {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut((r.end - r.start) as usize);
+            rest = tail;
+            (r.clone(), head)
+        })
+    }
+
+    /// The bytes of `range`, if one fragment holds all of it.
+    pub fn get(&self, range: Range<u64>) -> Option<&[u8]> {
+        let i = self.spans.partition_point(|(r, _)| r.start <= range.start);
+        let (r, at) = self.spans.get(i.checked_sub(1)?)?;
+        if range.end > r.end || range.start > range.end {
+            return None;
+        }
+        let from = at + (range.start - r.start) as usize;
+        self.buf
+            .get(from..from + (range.end - range.start) as usize)
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The file ranges held.
+    pub fn ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.spans.iter().map(|(r, _)| r.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{L3File, encode};
+
+    fn image(w: u32, h: u32, c: u8) -> Vec<u8> {
+        let mut s = 0x9E37_79B9u32;
+        (0..w * h * c as u32)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                ((i % (w * c as u32)) / 5 + i / (w * c as u32)) as u8 ^ (s as u8 & 15)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fragments_hold_exactly_what_was_read() {
+        let mut f = Fragments::new();
+        f.reset(&[10..20, 30..35]);
+        for (r, s) in f.slices_mut() {
+            for (k, b) in s.iter_mut().enumerate() {
+                *b = (r.start as usize + k) as u8;
+            }
+        }
+        assert_eq!(f.get(12..15), Some(&[12u8, 13, 14][..]));
+        assert_eq!(f.get(30..35).map(<[u8]>::len), Some(5));
+        assert_eq!(f.get(19..21), None);
+        assert_eq!(f.get(5..6), None);
+        assert_eq!(f.get(35..36), None);
+        assert_eq!(f.len(), 15);
+    }
+
+    #[test]
+    fn region_from_fragments_equals_whole_decode() {
+        for (w, h, c, n) in [
+            (301u32, 177u32, 3u8, 32u8),
+            (130, 65, 4, 64),
+            (67, 40, 1, 17),
+        ] {
+            let px = image(w, h, c);
+            let file = encode(&px, w, h, c, n).unwrap();
+            let header = &file[..HEADER_LEN];
+            let prefix = L3Index::prefix_len(header).unwrap();
+            let idx = L3Index::parse(&file[..prefix], file.len() as u64).unwrap();
+            let whole = L3File::parse(&file).unwrap();
+            for region in [
+                Rect::new(0, 0, w, h),
+                Rect::new(w / 3, h / 4, w / 2, h / 3),
+                Rect::new(w - 1, h - 1, 1, 1),
+                Rect::new(5, 3, 1, h - 3),
+            ] {
+                let ranges = idx.region_ranges(region, 0).unwrap();
+                let mut frags = Fragments::new();
+                frags.reset(&ranges);
+                for (r, s) in frags.slices_mut() {
+                    s.copy_from_slice(&file[r.start as usize..r.end as usize]);
+                }
+                let read: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+                if region.w < w / 2 {
+                    assert!(read < (file.len() - prefix) as u64, "{region}: read {read}");
+                }
+                for planar in [false, true] {
+                    let layout = PixelLayout::packed(region.w, region.h, c, planar);
+                    let len = layout.required_len(region.w, region.h, c).unwrap();
+                    let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                    idx.decode_region(&frags, region, &mut a, layout).unwrap();
+                    whole.decode_region(region, &mut b, layout).unwrap();
+                    assert_eq!(a, b, "{w}x{h}x{c} {region} planar={planar}");
+                    for y in 0..region.h {
+                        for x in 0..region.w {
+                            for ch in 0..c as u32 {
+                                let want = px[(((region.y + y) * w + region.x + x) * c as u32 + ch)
+                                    as usize];
+                                let at = if planar {
+                                    (ch * region.w * region.h + y * region.w + x) as usize
+                                } else {
+                                    ((y * region.w + x) * c as u32 + ch) as usize
+                                };
+                                assert_eq!(a[at], want);
+                            }
+                        }
+                    }
+                }
+            }
+            // A fragment set that lacks a patch is an error naming it, not a panic.
+            let region = Rect::new(0, 0, w, h);
+            let mut frags = Fragments::new();
+            let header_only = std::iter::once(0..prefix as u64).collect::<Vec<_>>();
+            frags.reset(&header_only);
+            let mut out = vec![0u8; (w * h * c as u32) as usize];
+            let e = idx
+                .decode_region(
+                    &frags,
+                    region,
+                    &mut out,
+                    PixelLayout::packed(w, h, c, false),
+                )
+                .unwrap_err();
+            assert!(matches!(e, Error::MissingBytes { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn index_rejects_what_parse_rejects() {
+        let px = image(70, 45, 3);
+        let file = encode(&px, 70, 45, 3, 32).unwrap();
+        let prefix = L3Index::prefix_len(&file).unwrap();
+        // A file shorter than its table says is caught from its length alone.
+        assert!(L3Index::parse(&file[..prefix], (prefix + 3) as u64).is_err());
+        assert!(L3Index::parse(&file[..prefix - 1], file.len() as u64).is_err());
+        assert!(matches!(
+            L3Index::prefix_len(b"PNG\x0d"),
+            Err(Error::BadMagic { .. })
+        ));
+        let mut bad = file.clone();
+        bad[HEADER_LEN + 4..HEADER_LEN + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            L3Index::parse(&bad[..prefix], bad.len() as u64).unwrap_err(),
+            L3File::parse(&bad).unwrap_err()
+        );
+    }
+}
