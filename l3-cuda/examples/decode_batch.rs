@@ -1,6 +1,6 @@
 //! Decode a batch of L3 images on the GPU into a normalised NCHW f16 tensor.
 //! Run: `cargo run -p l3-cuda --example decode_batch`. Without a GPU it says why and exits cleanly.
-use l3_cuda::{BatchDecoder, DecodeOptions, Layout, Normalize};
+use l3_cuda::{BatchDecoder, DType, DecodeOptions, Layout, Normalize};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Two 64×48 RGB images of a gradient, encoded on the CPU.
@@ -9,7 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = l3_format::encode(&px, w, h, 3, 32)?;
     let images: Vec<&[u8]> = vec![&file, &file];
     let opts = DecodeOptions {
-        layout: Layout::NchwF16,
+        layout: Layout::Nchw,
+        dtype: DType::F16,
         normalize: Some(Normalize::IMAGENET),
         ..Default::default()
     };

@@ -2,7 +2,8 @@
 //! double buffering, and the single launch that decodes a whole batch.
 
 use crate::error::Error;
-use crate::plan::{BatchPlan, DecodeOptions, ImageSlot, Layout};
+use crate::plan::{BatchPlan, DecodeOptions, ImageSlot};
+use crate::tensor::DType;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut,
     LaunchConfig, PinnedHostSlice, PushKernelArg, result, sys,
@@ -698,22 +699,22 @@ fn launch(
         stage_cap,
         cfg,
     };
-    let output = match plan.layout {
-        Layout::NhwcU8 | Layout::NchwU8 => DeviceOutput::U8(launch_into(
+    let output = match plan.dtype {
+        DType::U8 => DeviceOutput::U8(launch_into(
             stream,
             &kernels.u8,
             plan.out_len,
             &args,
             &mut err,
         )?),
-        Layout::NchwF32 => DeviceOutput::F32(launch_into(
+        DType::F32 => DeviceOutput::F32(launch_into(
             stream,
             &kernels.f32,
             plan.out_len,
             &args,
             &mut err,
         )?),
-        Layout::NchwF16 => DeviceOutput::F16(launch_into(
+        DType::F16 => DeviceOutput::F16(launch_into(
             stream,
             &kernels.f16,
             plan.out_len,

@@ -50,9 +50,12 @@ pub enum Error {
     /// Normalisation parameters are unusable (a zero or non-finite std, or a non-finite mean).
     #[error("bad normalisation for channel {channel}: mean {mean}, std {std}")]
     BadNormalize { channel: usize, mean: f32, std: f32 },
-    /// Normalisation was requested with a `u8` layout (it needs `NchwF32` or `NchwF16`).
-    #[error("normalisation needs a float layout (NchwF32 or NchwF16)")]
+    /// Normalisation was requested for `u8` output (it needs `F16` or `F32`).
+    #[error("normalisation needs a float element type (float16 or float32)")]
     NormalizeNeedsFloat,
+    /// A layout and element type the kernel does not produce.
+    #[error("unsupported output: {what}")]
+    Unsupported { what: &'static str },
 }
 
 impl Error {

@@ -4,7 +4,8 @@
 //! staging memory, and decoded by ONE kernel launch: a thread block per (image, channel, patch), rows in
 //! order with the previous row in shared memory, a thread per pixel for base-delta unpacking and the
 //! custom Paeth filter. The output goes straight into device memory as NHWC/NCHW `u8` or NCHW `f32`/`f16`
-//! with per-channel normalisation fused in ([`Layout`], [`Normalize`]).
+//! with per-channel normalisation fused in ([`Layout`], [`DType`], [`Normalize`]: the toolkit's one
+//! batch-tensor vocabulary, which the loader re-exports).
 //!
 //! - [`BatchDecoder`]: streams, NVRTC-compiled kernels, double-buffered submission; [`DecodedBatch`] is
 //!   its result.
@@ -17,6 +18,7 @@
 mod device;
 mod error;
 mod plan;
+mod tensor;
 #[cfg(test)]
 extern crate self as l3_cuda;
 #[cfg(test)]
@@ -27,7 +29,8 @@ pub use device::{
     BatchDecoder, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch, device_count,
 };
 pub use error::Error;
-pub use plan::{BatchPlan, DecodeOptions, ImageSlot, Layout, Normalize};
+pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
+pub use tensor::{DType, Layout, Normalize};
 
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
 pub const KERNEL_SOURCE: &str = device::KERNEL_SRC;

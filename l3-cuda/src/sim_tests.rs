@@ -7,7 +7,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use crate::plan::{BatchPlan, DecodeOptions, Layout, Normalize};
+use crate::plan::{BatchPlan, DecodeOptions};
+use crate::tensor::{DType, Layout, Normalize};
 use common::{Content, Rng, TestImage, image};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,10 +101,10 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         "{tag}: a descriptor points outside the buffers"
     );
     assert_eq!(data.len(), plan.data_len);
-    let kind: u32 = match plan.layout {
-        Layout::NhwcU8 | Layout::NchwU8 => 0,
-        Layout::NchwF32 => 1,
-        Layout::NchwF16 => 2,
+    let kind: u32 = match plan.dtype {
+        DType::U8 => 0,
+        DType::F32 => 1,
+        DType::F16 => 2,
     };
     let descs = plan.descriptor_bytes();
     let sb: Vec<u8> = plan
@@ -126,7 +127,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         f.extend_from_slice(&(blob.len() as u64).to_le_bytes());
         f.extend_from_slice(blob);
     }
-    f.extend_from_slice(&((plan.out_len * plan.layout.elem_bytes()) as u64).to_le_bytes());
+    f.extend_from_slice(&((plan.out_len * plan.dtype.size()) as u64).to_le_bytes());
     let dir = exe.parent().unwrap();
     let tid =
         format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
@@ -177,14 +178,7 @@ fn check_batch(exe: &Path, imgs: &[TestImage], opts: &DecodeOptions, tag: &str) 
         "{tag}: kernel flagged descriptor {}",
         run.err
     );
-    common::check_output(
-        &run.out,
-        &plan.images,
-        imgs,
-        opts.layout,
-        opts.normalize,
-        tag,
-    );
+    common::check_output(&run.out, &plan.images, imgs, opts, tag);
 }
 
 fn u8_opts(layout: Layout) -> DecodeOptions {
@@ -203,13 +197,13 @@ fn sim_every_patch_size_matches_cpu_decoder() {
         check_batch(
             &exe,
             imgs,
-            &u8_opts(Layout::NchwU8),
+            &u8_opts(Layout::Nchw),
             &format!("nchw-group{gi}"),
         );
         check_batch(
             &exe,
             imgs,
-            &u8_opts(Layout::NhwcU8),
+            &u8_opts(Layout::Nhwc),
             &format!("nhwc-group{gi}"),
         );
     }
@@ -220,8 +214,8 @@ fn sim_every_patch_size_matches_cpu_decoder() {
 fn sim_tiny_and_mixed_batch_matches_cpu_decoder() {
     let exe = harness_or_skip!(Build::Plain);
     let imgs = common::tiny_mixed_batch();
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "tiny-nchw");
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "tiny-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tiny-nchw");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "tiny-nhwc");
 }
 
 /// A fixed-size batch (the descriptor fast path).
@@ -235,7 +229,7 @@ fn sim_uniform_batch_matches_cpu_decoder() {
             .unwrap()
             .is_uniform()
     );
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "uniform");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "uniform");
 }
 
 /// f32 and f16 outputs with normalisation fused: exactly `fma(v, 1/std, -mean/std)`, and f16 rounded to
@@ -244,10 +238,10 @@ fn sim_uniform_batch_matches_cpu_decoder() {
 fn sim_normalised_float_outputs_match() {
     let exe = harness_or_skip!(Build::Plain);
     let imgs = common::float_batch();
-    for layout in [Layout::NchwF32, Layout::NchwF16] {
+    for dtype in [DType::F32, DType::F16] {
         for normalize in [None, Some(Normalize::IMAGENET)] {
             let opts = DecodeOptions {
-                layout,
+                dtype,
                 normalize,
                 ..Default::default()
             };
@@ -255,7 +249,7 @@ fn sim_normalised_float_outputs_match() {
                 &exe,
                 &imgs,
                 &opts,
-                &format!("{layout:?}-{}", normalize.is_some()),
+                &format!("{dtype:?}-{}", normalize.is_some()),
             );
         }
     }
@@ -283,8 +277,8 @@ fn sim_corpus_crop_matches_cpu_decoder() {
             });
         }
     }
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "corpus-nhwc");
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "corpus-nchw");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "corpus-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "corpus-nchw");
 }
 
 /// Same launches under AddressSanitizer + UBSan: no access outside any buffer.
@@ -298,12 +292,13 @@ fn sim_asan_clean() {
         image(255, 10, 4, 255, Content::Random, &mut rng),
         image(40, 30, 3, 7, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "asan-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "asan-nhwc");
     check_batch(
         &exe,
         &imgs,
         &DecodeOptions {
-            layout: Layout::NchwF16,
+            layout: Layout::Nchw,
+            dtype: DType::F16,
             normalize: Some(Normalize::IMAGENET),
             check_rows_on_host: false,
         },
@@ -320,7 +315,7 @@ fn sim_tsan_race_free() {
         image(70, 19, 3, 64, Content::Random, &mut rng),
         image(9, 9, 1, 4, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "tsan");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tsan");
 }
 
 /// Corrupted patch bytes (offsets intact): the kernel accepts a patch exactly when the CPU decoder does,
@@ -398,9 +393,9 @@ fn sim_in_place_plan_matches_cpu_decoder() {
         all.extend_from_slice(&i.file);
     }
     let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
-    let opts = u8_opts(Layout::NhwcU8);
+    let opts = u8_opts(Layout::Nhwc);
     let plan = BatchPlan::new_in_place(&files, &starts, all.len(), &opts).unwrap();
     let run = run_sim_data(&exe, &plan, &all, "in-place");
     assert_eq!(run.err, u32::MAX);
-    common::check_output(&run.out, &plan.images, &imgs, opts.layout, None, "in-place");
+    common::check_output(&run.out, &plan.images, &imgs, &opts, "in-place");
 }

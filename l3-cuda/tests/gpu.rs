@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Content, Rng, TestImage, check_output, image};
-use l3_cuda::{BatchDecoder, BatchPlan, DecodeOptions, Error, Layout, Normalize};
+use l3_cuda::{BatchDecoder, BatchPlan, DType, DecodeOptions, Error, Layout, Normalize};
 
 /// A decoder on device 0, or None (after printing why) when this machine cannot run one.
 fn decoder_or_skip() -> Option<BatchDecoder> {
@@ -30,7 +30,7 @@ fn decode_and_check(dec: &mut BatchDecoder, imgs: &[TestImage], opts: &DecodeOpt
     let out = batch
         .to_host_bytes()
         .unwrap_or_else(|e| panic!("{tag}: {e}"));
-    check_output(&out, batch.images(), imgs, opts.layout, opts.normalize, tag);
+    check_output(&out, batch.images(), imgs, opts, tag);
 }
 
 fn u8_opts(layout: Layout) -> DecodeOptions {
@@ -46,7 +46,7 @@ fn gpu_every_patch_size_matches_cpu_decoder() {
         return;
     };
     for (gi, imgs) in common::every_patch_size_batches().iter().enumerate() {
-        for layout in [Layout::NchwU8, Layout::NhwcU8] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
             decode_and_check(
                 &mut dec,
                 imgs,
@@ -66,7 +66,7 @@ fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
         ("tiny", common::tiny_mixed_batch()),
         ("uniform", common::uniform_batch()),
     ] {
-        for layout in [Layout::NchwU8, Layout::NhwcU8] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
             decode_and_check(
                 &mut dec,
                 &imgs,
@@ -83,14 +83,14 @@ fn gpu_normalised_float_outputs_match() {
         return;
     };
     let imgs = common::float_batch();
-    for layout in [Layout::NchwF32, Layout::NchwF16] {
+    for dtype in [DType::F32, DType::F16] {
         for normalize in [None, Some(Normalize::IMAGENET)] {
             let opts = DecodeOptions {
-                layout,
+                dtype,
                 normalize,
                 ..Default::default()
             };
-            decode_and_check(&mut dec, &imgs, &opts, &format!("{layout:?} {normalize:?}"));
+            decode_and_check(&mut dec, &imgs, &opts, &format!("{dtype:?} {normalize:?}"));
         }
     }
 }
@@ -121,7 +121,7 @@ fn gpu_corpus_matches_cpu_decoder() {
             label: name.into(),
         });
     }
-    for layout in [Layout::NhwcU8, Layout::NchwU8] {
+    for layout in [Layout::Nhwc, Layout::Nchw] {
         decode_and_check(
             &mut dec,
             &imgs,
@@ -138,7 +138,7 @@ fn gpu_pipelined_batches_all_correct() {
         return;
     };
     let batches = common::every_patch_size_batches();
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     let pending: Vec<_> = batches
         .iter()
         .chain(batches.iter())
@@ -150,14 +150,7 @@ fn gpu_pipelined_batches_all_correct() {
         .enumerate()
     {
         let out = batch.to_host_bytes().unwrap();
-        check_output(
-            &out,
-            batch.images(),
-            imgs,
-            opts.layout,
-            None,
-            &format!("pipelined {i}"),
-        );
+        check_output(&out, batch.images(), imgs, &opts, &format!("pipelined {i}"));
     }
 }
 
@@ -167,7 +160,7 @@ fn gpu_pinned_batch_matches_cpu_decoder() {
     let Some(mut dec) = decoder_or_skip() else {
         return;
     };
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     let mut pinned = dec.pinned_batch(1 << 10).unwrap();
     for (round, imgs) in common::every_patch_size_batches().iter().enumerate() {
         pinned.clear().unwrap();
@@ -181,8 +174,7 @@ fn gpu_pinned_batch_matches_cpu_decoder() {
             &out,
             batch.images(),
             imgs,
-            opts.layout,
-            None,
+            &opts,
             &format!("pinned {round}"),
         );
     }
@@ -196,7 +188,7 @@ fn gpu_caller_streams_and_ready_event() {
         return;
     };
     let imgs = common::tiny_mixed_batch();
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     // A compute stream at the highest priority waits on the decode, then copies the output back itself.
     let compute = dec.high_priority_stream().unwrap();
     let batch = dec.submit(&files(&imgs), &opts).unwrap();
@@ -205,28 +197,14 @@ fn gpu_caller_streams_and_ready_event() {
         panic!("u8 layout")
     };
     let host = compute.clone_dtoh(out).unwrap();
-    check_output(
-        &host,
-        batch.images(),
-        &imgs,
-        opts.layout,
-        None,
-        "compute stream",
-    );
+    check_output(&host, batch.images(), &imgs, &opts, "compute stream");
     batch.wait().unwrap();
     // A second decoder that decodes on that caller stream.
     let mut on_caller = BatchDecoder::with_stream(&compute).unwrap();
     assert_eq!(on_caller.decode_stream().cu_stream(), compute.cu_stream());
     let batch = on_caller.submit(&files(&imgs), &opts).unwrap();
     let out = batch.to_host_bytes().unwrap();
-    check_output(
-        &out,
-        batch.images(),
-        &imgs,
-        opts.layout,
-        None,
-        "caller stream",
-    );
+    check_output(&out, batch.images(), &imgs, &opts, "caller stream");
 }
 
 /// Resident input (the benchmark's path) decodes to the same bytes, repeatedly.
@@ -236,7 +214,7 @@ fn gpu_resident_batch_matches_cpu_decoder() {
         return;
     };
     let imgs = common::tiny_mixed_batch();
-    let opts = u8_opts(Layout::NhwcU8);
+    let opts = u8_opts(Layout::Nhwc);
     let resident = dec.upload(&files(&imgs), &opts).unwrap();
     for round in 0..3 {
         let batch = dec.decode_resident(&resident).unwrap();
@@ -245,8 +223,7 @@ fn gpu_resident_batch_matches_cpu_decoder() {
             &out,
             batch.images(),
             &imgs,
-            opts.layout,
-            None,
+            &opts,
             &format!("resident {round}"),
         );
     }
@@ -360,7 +337,7 @@ fn plan_lays_out_mixed_batch_and_validates_options() {
         Err(Error::EmptyBatch)
     ));
     let u8_norm = DecodeOptions {
-        layout: Layout::NchwU8,
+        layout: Layout::Nchw,
         normalize: Some(Normalize::IMAGENET),
         ..Default::default()
     };
@@ -369,10 +346,10 @@ fn plan_lays_out_mixed_batch_and_validates_options() {
         Err(Error::NormalizeNeedsFloat)
     ));
     let zero_std = DecodeOptions {
-        layout: Layout::NchwF32,
+        dtype: DType::F32,
         normalize: Some(Normalize {
-            mean: [0.0; 4],
-            std: [1.0, 0.0, 1.0, 1.0],
+            mean: [0.0; 3],
+            std: [1.0, 0.0, 1.0],
         }),
         ..Default::default()
     };

@@ -43,7 +43,7 @@ impl GpuDecoder {
         }
         let dec = self.inner.as_mut().expect("opened above");
         let opts = l3_cuda::DecodeOptions {
-            layout: l3_cuda::Layout::NhwcU8,
+            layout: l3_cuda::Layout::Nhwc,
             ..Default::default()
         };
         let batch = dec.submit(files, &opts).map_err(|e| e.to_string())?;

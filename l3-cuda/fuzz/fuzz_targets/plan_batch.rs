@@ -23,9 +23,10 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let seed = l3_format::encode(&[7u8; 5 * 3 * 3], 5, 3, 3, 2).unwrap();
     files.push(&seed);
-    for (layout, check_rows_on_host) in [(Layout::NchwU8, false), (Layout::NhwcU8, true)] {
+    for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
         let opts = DecodeOptions {
             layout,
+            dtype: l3_cuda::DType::U8,
             normalize: None,
             check_rows_on_host,
         };

@@ -2,7 +2,7 @@
 //! (src/sim_tests.rs, which includes this file by path): the same batches are checked on both.
 #![allow(dead_code)]
 
-use l3_cuda::Layout;
+use l3_cuda::{DType, Layout};
 
 /// Deterministic xorshift, so failures reproduce.
 pub struct Rng(pub u64);
@@ -55,13 +55,13 @@ pub fn image(w: u32, h: u32, c: u8, n: u8, content: Content, rng: &mut Rng) -> T
     }
 }
 
-/// The CPU decoder's bytes for `file` in a u8 `layout` (planar for the float layouts).
+/// The CPU decoder's bytes for `file` in `layout`.
 pub fn cpu_decode(file: &[u8], layout: Layout) -> Vec<u8> {
     let f = l3_format::L3File::parse(file).unwrap();
     let mut out = vec![0u8; f.decoded_len()];
     match layout {
-        Layout::NhwcU8 => f.decode_hwc(&mut out).unwrap(),
-        _ => f.decode_chw(&mut out).unwrap(),
+        Layout::Nhwc => f.decode_hwc(&mut out).unwrap(),
+        Layout::Nchw => f.decode_chw(&mut out).unwrap(),
     }
     out
 }
@@ -138,21 +138,22 @@ pub fn float_batch() -> Vec<TestImage> {
 }
 
 /// Checks a decoded batch (raw output bytes, little-endian elements) against the CPU decoder, image by
-/// image; floats must equal `fma(v, scale, bias)` exactly, f16 rounded to nearest even like `half`.
+/// image; floats must equal `Normalize::apply` (an fma) exactly, f16 rounded to nearest even like `half`.
 pub fn check_output(
     out: &[u8],
     slots: &[l3_cuda::ImageSlot],
     imgs: &[TestImage],
-    layout: Layout,
-    normalize: Option<l3_cuda::Normalize>,
+    opts: &l3_cuda::DecodeOptions,
     tag: &str,
 ) {
-    let eb = layout.elem_bytes();
+    let (layout, dtype) = (opts.layout, opts.dtype);
+    let norm = opts.normalize.unwrap_or(l3_cuda::Normalize::UNIT);
+    let eb = dtype.size();
     for (slot, img) in slots.iter().zip(imgs) {
         let got = &out[slot.offset * eb..(slot.offset + slot.len()) * eb];
         let want = cpu_decode(&img.file, layout);
-        match layout {
-            Layout::NhwcU8 | Layout::NchwU8 => {
+        match dtype {
+            DType::U8 => {
                 if got != want.as_slice() {
                     let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
                     panic!(
@@ -161,16 +162,12 @@ pub fn check_output(
                     );
                 }
             }
-            Layout::NchwF32 | Layout::NchwF16 => {
+            DType::F32 | DType::F16 => {
+                assert_eq!(layout, Layout::Nchw, "{tag}: float output is planar");
                 let plane = slot.width as usize * slot.height as usize;
                 for (i, &v) in want.iter().enumerate() {
-                    let ch = i / plane;
-                    let (s, b) = match normalize {
-                        Some(n) => (1.0 / n.std[ch], -n.mean[ch] / n.std[ch]),
-                        None => (1.0, 0.0),
-                    };
-                    let f = (v as f32).mul_add(s, b);
-                    if layout == Layout::NchwF32 {
+                    let f = norm.apply(v, i / plane);
+                    if dtype == DType::F32 {
                         let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
                         assert_eq!(
                             g.to_bits(),
