@@ -38,9 +38,7 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
         min_secs,
     } = c;
     let sources = load_dir(&dir, limit)?;
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let threads = stdx::parallel::threads(0);
     println!(
         "# l3 bench decode: {} ({} images)",
         dir.display(),
@@ -49,13 +47,8 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
     println!();
     println!("machine: {} ({threads} threads)", cpu_name());
     let mut gpu_dec = if gpu {
-        match l3_cuda::BatchDecoder::new(0) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                println!("GPU: unavailable ({e})");
-                None
-            }
-        }
+        // Asked for: no GPU is an error, not a table without GPU columns.
+        Some(l3_cuda::BatchDecoder::new(0).context("--gpu: no usable GPU")?)
     } else {
         println!("GPU: unavailable (not requested; pass --gpu)");
         None
@@ -174,11 +167,15 @@ fn load_dir(dir: &Path, limit: Option<usize>) -> anyhow::Result<Vec<image::Dynam
     paths
         .iter()
         .map(|p| {
-            let img = image::open(p).with_context(|| format!("cannot decode {}", p.display()))?;
-            Ok(if img.color().has_alpha() {
-                image::DynamicImage::ImageRgba8(img.to_rgba8())
-            } else {
-                image::DynamicImage::ImageRgb8(img.to_rgb8())
+            let img = loader::import(p, &loader::ImportOptions::default())?;
+            let (w, h) = (img.width, img.height);
+            Ok(match img.channels {
+                4 => image::DynamicImage::ImageRgba8(
+                    image::RgbaImage::from_raw(w, h, img.pixels).context("image size")?,
+                ),
+                _ => image::DynamicImage::ImageRgb8(
+                    image::RgbImage::from_raw(w, h, img.to_rgb().pixels).context("image size")?,
+                ),
             })
         })
         .collect()
@@ -192,23 +189,7 @@ fn prepare(
     h: u32,
     threads: usize,
 ) -> anyhow::Result<Vec<Prepared>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..threads.min(sources.len()) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(src) = sources.get(i) else { break };
-                    let r = prepare_one(src, w, h);
-                    results.lock().unwrap().push((i, r));
-                }
-            });
-        }
-    });
-    let mut results = results.into_inner().unwrap();
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    stdx::parallel::map(sources, threads, |_, src| prepare_one(src, w, h))
 }
 
 fn prepare_one(src: &image::DynamicImage, w: u32, h: u32) -> anyhow::Result<Prepared> {
@@ -237,27 +218,16 @@ fn time_parallel(
     let max_raw = set.iter().map(|i| i.raw_len).max().unwrap_or(0);
     let start = Instant::now();
     let mut passes = 0u32;
+    thread_local! {
+        static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     while passes == 0 || start.elapsed() < min {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let failed = std::sync::Mutex::new(None);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    let mut out = vec![0u8; max_raw];
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(img) = set.get(i) else { break };
-                        if let Err(e) = f(img, &mut out) {
-                            *failed.lock().unwrap() = Some(e);
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        if let Some(e) = failed.into_inner().unwrap() {
-            return Err(e);
-        }
+        stdx::parallel::for_each(set, threads, |img| {
+            OUT.with_borrow_mut(|out| {
+                out.resize(max_raw, 0);
+                f(img, out)
+            })
+        })?;
         passes += 1;
     }
     Ok(start.elapsed().as_secs_f64() / passes as f64)

@@ -1,14 +1,15 @@
-//! `l3 encode`, `l3 decode`, `l3 info` (issue 2): a thin shell over `l3-format`.
+//! `l3 encode`, `l3 decode`, `l3 info`: a thin shell over `l3-format` and the loader's one image-import
+//! path (`loader::import`: upright pixels, gray+alpha kept as RGBA, 16-bit only with `--to-8bit`).
 //!
-//! Input images are read with the `image` crate (PNG, JPEG, PPM/PGM, BMP, GIF, TIFF, WebP). Gray → 1 channel,
-//! RGB → 3, RGBA → 4; gray+alpha → 4 (RGBA with the gray repeated, so alpha survives losslessly). 16-bit and
-//! float images are refused (L3 v1 is 8-bit and lossless) unless `--to-8bit` asks for the lossy conversion.
 //! Outputs: `.png` → PNG; `.ppm`/`.pgm`/`.pnm` → binary netpbm, P5 for gray and P6 for RGB (RGBA is refused:
-//! PPM has no alpha; use `.png` or `.pam`); `.pam` → P7 with the matching TUPLTYPE. Outputs are written to a
-//! temporary name beside the target and renamed into place, so a failure never leaves a half-written file.
+//! PPM has no alpha; use `.png` or `.pam`); `.pam` → P7. Every output is written under a temporary name
+//! and renamed into place, so a failure never leaves a half-written file, and an output that is the input
+//! is refused.
 use anyhow::{Context, bail};
-use l3_format::{L3File, default_patch_size, encode_parallel};
-use std::io::Write;
+use l3_format::{L3Index, PixelLayout, Rect, default_patch_size, encode_parallel};
+use loader::convert::Target;
+use loader::{Image, ImportOptions};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -38,95 +39,37 @@ pub struct DecodeArgs {
 #[derive(clap::Args)]
 pub struct InfoArgs {
     pub input: PathBuf,
-    /// Also decode every patch, proving the whole file is valid.
+    /// Also decode every patch (one row of patches at a time, in bounded memory), proving the whole file
+    /// is valid.
     #[arg(long)]
     pub verify: bool,
 }
 
-/// Pixels as L3 wants them: interleaved 8-bit, 1, 3 or 4 channels.
-fn load_image(path: &Path, to_8bit: bool) -> anyhow::Result<(Vec<u8>, u32, u32, u8)> {
-    use image::DynamicImage as D;
-    let img = image::ImageReader::open(path)
-        .with_context(|| format!("opening {}", path.display()))?
-        .with_guessed_format()
-        .with_context(|| format!("reading {}", path.display()))?
-        .decode()
-        .with_context(|| format!("decoding {}", path.display()))?;
-    let (w, h) = (img.width(), img.height());
-    Ok(match img {
-        D::ImageLuma8(b) => (b.into_raw(), w, h, 1),
-        D::ImageRgb8(b) => (b.into_raw(), w, h, 3),
-        D::ImageRgba8(b) => (b.into_raw(), w, h, 4),
-        D::ImageLumaA8(_) => (img.to_rgba8().into_raw(), w, h, 4),
-        other => {
-            if !to_8bit {
-                bail!(
-                    "{}: {:?} samples are not 8-bit; L3 v1 stores 8-bit samples only (pass --to-8bit to convert, lossily)",
-                    path.display(),
-                    other.color()
-                );
-            }
-            eprintln!(
-                "l3: note: {}: converting {:?} to 8 bits per sample (lossy)",
-                path.display(),
-                other.color()
-            );
-            match other.color().channel_count() {
-                1 => (other.to_luma8().into_raw(), w, h, 1),
-                3 => (other.to_rgb8().into_raw(), w, h, 3),
-                _ => (other.to_rgba8().into_raw(), w, h, 4),
-            }
-        }
-    })
-}
-
-/// Writes `bytes` via a temporary file in the same directory, then renames it over `path`.
-fn write_atomic(
-    path: &Path,
-    write: impl FnOnce(&mut std::fs::File) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let name = path
-        .file_name()
-        .with_context(|| format!("{}: not a file name", path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        write(&mut f)?;
-        f.flush()?;
-        f.sync_all()
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+/// Refuses an output that is the input file (through any path or link).
+pub fn refuse_overwriting_input(input: &Path, output: &Path) -> anyhow::Result<()> {
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output))
+        && a == b
+    {
+        bail!(
+            "{}: the output is the input file; write to another path",
+            output.display()
+        );
     }
-    result
-}
-
-pub fn encode(a: EncodeArgs) -> anyhow::Result<()> {
-    let (px, w, h, c) = load_image(&a.input, a.to_8bit)?;
-    let n = a.patch.unwrap_or_else(|| default_patch_size(w, h));
-    let file = encode_parallel(&px, w, h, c, n, a.threads)
-        .with_context(|| format!("encoding {}", a.input.display()))?;
-    write_atomic(&a.output, |f| {
-        f.write_all(&file)
-            .with_context(|| format!("writing {}", a.output.display()))
-    })?;
     Ok(())
 }
 
-fn read_l3(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    stdx::fs::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-enum OutKind {
-    Png,
-    Pnm,
-    Pam,
+pub fn encode(a: EncodeArgs) -> anyhow::Result<()> {
+    refuse_overwriting_input(&a.input, &a.output)?;
+    let img = loader::import(&a.input, &ImportOptions { to_8bit: a.to_8bit })?;
+    let (w, h, c) = (img.width, img.height, img.channels);
+    let n = a.patch.unwrap_or_else(|| default_patch_size(w, h));
+    let file = encode_parallel(&img.pixels, w, h, c, n, a.threads)
+        .with_context(|| format!("encoding {}", a.input.display()))?;
+    write_output(&a.output, &file)
 }
 
 pub fn decode(a: DecodeArgs) -> anyhow::Result<()> {
@@ -135,106 +78,116 @@ pub fn decode(a: DecodeArgs) -> anyhow::Result<()> {
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    let kind = match ext.as_deref() {
-        Some("png") => OutKind::Png,
-        Some("ppm" | "pgm" | "pnm") => OutKind::Pnm,
-        Some("pam") => OutKind::Pam,
+    let target = match ext.as_deref() {
+        Some("png") => Target::Png,
+        Some("ppm" | "pgm" | "pnm" | "pam") => Target::Raw,
         _ => bail!(
             "{}: unknown output extension (use .png, .ppm, .pgm, .pnm or .pam)",
             a.output.display()
         ),
     };
-    let bytes = read_l3(&a.input)?;
-    let file = L3File::parse(&bytes).with_context(|| format!("parsing {}", a.input.display()))?;
+    refuse_overwriting_input(&a.input, &a.output)?;
+    let bytes = stdx::fs::read_regular(&a.input, loader::max_image_bytes())
+        .with_context(|| format!("reading {}", a.input.display()))?;
+    let file = l3_format::L3File::parse(&bytes)
+        .with_context(|| format!("parsing {}", a.input.display()))?;
     let (w, h, c) = (file.width(), file.height(), file.channels());
-    if matches!(kind, OutKind::Pnm) && c == 4 {
+    if ext.as_deref() != Some("pam") && target == Target::Raw && c == 4 {
         bail!(
             "{}: RGBA image cannot be written as PPM/PGM (no alpha); use .png or .pam",
             a.output.display()
         );
     }
-    let mut px = vec![0u8; file.decoded_len()];
-    file.decode_hwc_parallel(&mut px, a.threads)
+    let mut pixels = vec![0u8; file.decoded_len()];
+    file.decode_hwc_parallel(&mut pixels, a.threads)
         .with_context(|| format!("decoding {}", a.input.display()))?;
-    let out = &a.output;
-    write_atomic(out, |f| {
-        let mut wr = std::io::BufWriter::new(f);
-        match kind {
-            OutKind::Png => {
-                let color = match c {
-                    1 => image::ExtendedColorType::L8,
-                    3 => image::ExtendedColorType::Rgb8,
-                    _ => image::ExtendedColorType::Rgba8,
-                };
-                image::ImageEncoder::write_image(
-                    image::codecs::png::PngEncoder::new(&mut wr),
-                    &px,
-                    w,
-                    h,
-                    color,
-                )
-                .with_context(|| format!("writing {}", out.display()))?;
-            }
-            OutKind::Pnm => {
-                let magic = if c == 1 { "P5" } else { "P6" };
-                write!(wr, "{magic}\n{w} {h}\n255\n")?;
-                wr.write_all(&px)?;
-            }
-            OutKind::Pam => {
-                let tuple = match c {
-                    1 => "GRAYSCALE",
-                    3 => "RGB",
-                    _ => "RGB_ALPHA",
-                };
-                write!(
-                    wr,
-                    "P7\nWIDTH {w}\nHEIGHT {h}\nDEPTH {c}\nMAXVAL 255\nTUPLTYPE {tuple}\nENDHDR\n"
-                )?;
-                wr.write_all(&px)?;
-            }
-        }
-        wr.flush()
-            .with_context(|| format!("writing {}", out.display()))?;
-        Ok(())
-    })
+    let img = Image {
+        width: w,
+        height: h,
+        channels: c,
+        pixels,
+    };
+    let out = loader::convert::encode(&img, target)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
+    write_output(&a.output, &out)
 }
 
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
-    let bytes = read_l3(&a.input)?;
-    let f = L3File::parse(&bytes).with_context(|| format!("parsing {}", a.input.display()))?;
-    if a.verify {
-        let mut px = vec![0u8; f.decoded_len()];
-        f.decode_hwc_parallel(&mut px, 0)
-            .with_context(|| format!("decoding {}", a.input.display()))?;
+    // Header first: the file's length and its first bytes say everything `info` prints, so a huge file (or
+    // a device such as /dev/zero) is never read whole.
+    let path = &a.input;
+    let file =
+        stdx::fs::open_regular(path).with_context(|| format!("reading {}", path.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    let read_at = |buf: &mut [u8], at: u64| {
+        file.read_exact_at(buf, at)
+            .with_context(|| format!("reading {}", path.display()))
+    };
+    let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
+    read_at(&mut prefix, 0)?;
+    let need =
+        L3Index::prefix_len(&prefix).with_context(|| format!("parsing {}", path.display()))?;
+    if need > prefix.len() && need as u64 <= len {
+        let have = prefix.len();
+        prefix.resize(need, 0);
+        read_at(&mut prefix[have..], have as u64)?;
     }
-    let kind = match f.channels() {
+    let f = L3Index::parse(&prefix, len).with_context(|| format!("parsing {}", path.display()))?;
+    if a.verify {
+        verify(&f, &file, path)?;
+    }
+    let (w, h, c, n) = (f.width(), f.height(), f.channels(), f.patch_size() as u32);
+    let kind = match c {
         1 => "gray",
         3 => "RGB",
         _ => "RGBA",
     };
-    let per = f.patches_per_channel();
-    let raw = f.decoded_len();
-    println!("file: {}", a.input.display());
+    let (px, py) = (w.div_ceil(n) as usize, h.div_ceil(n) as usize);
+    let per = px * py;
+    let raw = w as u64 * h as u64 * c as u64;
+    println!("file: {}", path.display());
     println!("format version: {}", l3_format::VERSION);
-    println!("dimensions: {}x{}", f.width(), f.height());
-    println!("channels: {} ({kind})", f.channels());
+    println!("dimensions: {w}x{h}");
+    println!("channels: {c} ({kind})");
     println!("bit depth: 8");
-    println!("patch size: {}", f.patch_size());
+    println!("patch size: {n}");
     println!(
-        "patches: {}x{} = {per} per channel, {} in total",
-        f.patches_x(),
-        f.patches_y(),
-        per * f.channels() as usize
+        "patches: {px}x{py} = {per} per channel, {} in total",
+        per * c as usize
     );
-    println!("file bytes: {}", bytes.len());
-    println!("patch data bytes: {}", f.patch_data().len());
+    println!("file bytes: {len}");
+    println!("patch data bytes: {}", len - f.data_offset());
     println!("raw bytes: {raw}");
     println!(
         "compressed ratio: {:.4} (file bytes / raw bytes)",
-        bytes.len() as f64 / raw as f64
+        len as f64 / raw as f64
     );
     if a.verify {
         println!("verified: every patch decodes");
+    }
+    Ok(())
+}
+
+/// Decodes the whole image one row of patches at a time: memory for one band, whatever the image size.
+fn verify(f: &L3Index, file: &std::fs::File, path: &Path) -> anyhow::Result<()> {
+    let (w, h, c, n) = (f.width(), f.height(), f.channels(), f.patch_size() as u32);
+    let mut frags = l3_format::Fragments::new();
+    let mut band = Vec::new();
+    for y in (0..h).step_by(n as usize) {
+        let rect = Rect::new(0, y, w, n.min(h - y));
+        let ranges = f.region_ranges(rect, 0)?;
+        frags.reset(&ranges);
+        for (r, buf) in frags.slices_mut() {
+            file.read_exact_at(buf, r.start)
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+        let layout = PixelLayout::packed(rect.w, rect.h, c, false);
+        band.resize(rect.w as usize * rect.h as usize * c as usize, 0);
+        f.decode_region(&frags, rect, &mut band, layout)
+            .with_context(|| format!("decoding {}", path.display()))?;
     }
     Ok(())
 }

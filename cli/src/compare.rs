@@ -1,16 +1,11 @@
-//! The same images in every format, streamed one epoch each through the same pipeline: the engine of
+//! The same images in every format, streamed one epoch each through the same loader: the engine of
 //! `l3 demo` and `cargo xtask bench loader`.
 
-use crate::convert::{Target, convert_folder};
-use crate::dataset::Dataset;
-use crate::error::{Error, Result};
-use crate::folder::{ImageFolder, image_files};
-use crate::image::Format;
-use crate::loader::{Loader, LoaderOptions};
-use crate::pcr_records::PcrRecords;
-use crate::shards::LiquidShards;
-use crate::stats::Stats;
-use crate::synth;
+use loader::convert::{ConvertOptions, LiquidBuild, PcrBuild, Target, convert_folder};
+use loader::{
+    Dataset, DecodeScope, Error, ImageFolder, LiquidShards, Loader, LoaderOptions, PcrRecords,
+    Result, Stats,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,8 +102,8 @@ pub fn stream_epochs(
 pub struct FormatEntry {
     pub name: String,
     pub dataset: std::result::Result<Arc<dyn Dataset>, String>,
-    /// Stream with [`LoaderOptions::l3_window_decode`] (only the L3 patches under the crop).
-    pub window: bool,
+    /// How much of each item to decode (L3: only the patches under the crop, or whole images).
+    pub decode: DecodeScope,
 }
 
 /// Writes `count` generated images (first half 1280×720, second half 1920×1080) as PNG files under
@@ -120,42 +115,31 @@ pub fn generate_default(
     threads: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<()> {
-    let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let err = std::sync::Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count {
-                        return;
-                    }
-                    let (w, h) = if i < count / 2 {
-                        (1280, 720)
-                    } else {
-                        (1920, 1080)
-                    };
-                    let path = dir.join(synth::kind_name(i)).join(format!("img{i:04}.png"));
-                    if !path.exists() {
-                        let img = synth::generate(seed, i, w, h);
-                        let r = crate::convert::encode(&img, Target::Png)
-                            .map_err(|e| Error::decode(&path, "png", e))
-                            .and_then(|bytes| crate::convert::write_atomic(&path, &bytes));
-                        if let Err(e) = r {
-                            err.lock().expect("error lock").get_or_insert(e);
-                            return;
-                        }
-                    }
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, count);
-                }
-            });
+    stdx::parallel::for_each(0..count, threads, |i| {
+        let (w, h) = if i < count / 2 {
+            (1280, 720)
+        } else {
+            (1920, 1080)
+        };
+        let path = dir
+            .join(crate::synth::kind_name(i))
+            .join(format!("img{i:04}.png"));
+        if !path.exists() {
+            let img = crate::synth::generate(seed, i, w, h);
+            let bytes = loader::convert::encode(&img, Target::Png).map_err(|e| Error::Decode {
+                path: path.clone(),
+                format: "png",
+                reason: e,
+            })?;
+            stdx::fs::write_atomic(&path, &bytes).map_err(|e| Error::Io {
+                path: path.clone(),
+                source: e,
+            })?;
         }
-    });
-    match err.into_inner().expect("error lock") {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+        progress(done.fetch_add(1, Ordering::Relaxed) + 1, count);
+        Ok(())
+    })
 }
 
 /// How the comparison datasets are built.
@@ -174,9 +158,7 @@ pub struct BuildPlan {
 impl Default for BuildPlan {
     fn default() -> Self {
         BuildPlan {
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            threads: stdx::parallel::threads(0),
             seed: 0,
             jpeg_quality: 90,
             pcr_groups: vec![Some(5), None],
@@ -195,42 +177,46 @@ pub fn build_formats(
     log: &(dyn Fn(&str) + Sync),
 ) -> Vec<FormatEntry> {
     let mut out = Vec::new();
-    let quiet = |_: usize, _: usize| {};
-    let folder = |name: &str, dir: &Path| FormatEntry {
+    let whole = DecodeScope::Whole;
+    let folder = |name: &str, dir: &Path, decode| FormatEntry {
         name: name.into(),
         dataset: ImageFolder::open(dir)
             .map(|d| Arc::new(d) as Arc<dyn Dataset>)
             .map_err(|e| e.to_string()),
-        window: false,
+        decode,
     };
-    out.push(folder("PNG", png_dir));
+    out.push(folder("PNG", png_dir, whole));
+    let opts = ConvertOptions {
+        threads: plan.threads,
+        to_8bit: false,
+    };
     let converted = |name: &str, sub: &str, target: Target| -> (PathBuf, FormatEntry) {
         let dir = work.join(sub);
         let t0 = Timer::start();
-        let entry = match convert_folder(png_dir, &dir, target, plan.threads, &quiet) {
+        let entry = match convert_folder(png_dir, &dir, target, &opts, &|_, _| {}) {
             Ok(s) => {
                 log(&format!(
                     "  {name}: {} converted, {} already there ({})",
                     s.converted, s.skipped, t0
                 ));
-                folder(name, &dir)
+                folder(name, &dir, whole)
             }
             Err(e) => FormatEntry {
                 name: name.into(),
                 dataset: Err(format!("conversion failed: {e}")),
-                window: false,
+                decode: whole,
             },
         };
         (dir, entry)
     };
     let (l3_dir, l3) = converted("L3", "l3", Target::L3);
-    // The same L3 files, decoding only the patches under each crop (what the loader does by default).
-    let l3_window = FormatEntry {
+    // The same L3 files, reading and decoding only the patches under each crop (the loader's default).
+    let l3_region = FormatEntry {
         name: "L3, crop patches only".into(),
         dataset: l3.dataset.clone(),
-        window: true,
+        decode: DecodeScope::Region,
     };
-    out.extend([l3, l3_window]);
+    out.extend([l3, l3_region]);
     let (_, raw) = converted("raw (PPM)", "raw", Target::Raw);
     out.push(raw);
     let (jpeg_dir, jpeg) = converted("JPEG q90", "jpeg", Target::Jpeg(plan.jpeg_quality));
@@ -238,21 +224,34 @@ pub fn build_formats(
 
     if plan.liquid {
         let t0 = Timer::start();
-        let entry = match build_liquid(&l3_dir, &work.join("liquid"), plan) {
-            Ok((ds, ratio, probes)) => {
+        let build = LiquidBuild {
+            threads: plan.threads,
+            seed: plan.seed,
+            probe_items: 16,
+            probe_time: Duration::from_millis(100),
+            reuse: true,
+            ..LiquidBuild::default()
+        };
+        let dir = work.join("liquid");
+        let mut probes = 0;
+        let entry = match loader::convert::to_liquid(&l3_dir, &dir, &build, |_| probes += 1)
+            .and_then(|r| Ok((LiquidShards::open(&dir)?, r)))
+        {
+            Ok((ds, r)) => {
                 log(&format!(
-                    "  Liquid: profiler probed {probes} ratios, chose {ratio} L3:raw ({t0})"
+                    "  Liquid: profiler probed {probes} ratios, chose {} L3:raw ({t0})",
+                    r.ratio
                 ));
                 FormatEntry {
-                    name: format!("Liquid L3+raw {ratio}"),
-                    dataset: Ok(ds),
-                    window: false,
+                    name: format!("Liquid L3+raw {}", r.ratio),
+                    dataset: Ok(Arc::new(ds)),
+                    decode: whole,
                 }
             }
             Err(e) => FormatEntry {
                 name: "Liquid L3+raw".into(),
                 dataset: Err(e.to_string()),
-                window: false,
+                decode: whole,
             },
         };
         out.push(entry);
@@ -261,8 +260,12 @@ pub fn build_formats(
     if !plan.pcr_groups.is_empty() {
         let t0 = Timer::start();
         let pcr_dir = work.join("pcr");
-        match build_pcr(&jpeg_dir, &pcr_dir, plan.threads) {
-            Ok(()) => {
+        let build = PcrBuild {
+            threads: plan.threads,
+            ..PcrBuild::default()
+        };
+        match loader::convert::to_pcr(&jpeg_dir, &pcr_dir, &build) {
+            Ok(_) => {
                 log(&format!("  PCR: built from the JPEG copy ({t0})"));
                 for g in &plan.pcr_groups {
                     let opened = PcrRecords::open(&pcr_dir, *g);
@@ -279,114 +282,16 @@ pub fn build_formats(
                         dataset: opened
                             .map(|d| Arc::new(d) as Arc<dyn Dataset>)
                             .map_err(|e| e.to_string()),
-                        window: false,
+                        decode: whole,
                     });
                 }
             }
             Err(e) => out.push(FormatEntry {
                 name: "PCR".into(),
                 dataset: Err(e.to_string()),
-                window: false,
+                decode: whole,
             }),
         }
     }
     out
-}
-
-/// Builds (or reuses) a PCR dataset in `out` from the JPEG files under `jpeg_dir`, labelled by sub-folder.
-pub fn build_pcr(jpeg_dir: &Path, out: &Path, threads: usize) -> Result<()> {
-    let files = image_files(jpeg_dir)?;
-    let jpegs: Vec<&PathBuf> = files
-        .iter()
-        .filter(|(_, f)| *f == Format::Jpeg)
-        .map(|(p, _)| p)
-        .collect();
-    if jpegs.is_empty() {
-        return Err(Error::dataset(jpeg_dir, "no JPEG files to build PCRs from"));
-    }
-    if let Ok(existing) = pcr::Dataset::open(out)
-        && existing.images() == jpegs.len()
-    {
-        return Ok(());
-    }
-    let inputs: Vec<pcr::Input> = jpegs
-        .iter()
-        .map(|rel| {
-            let mut input = pcr::Input::new(jpeg_dir.join(rel));
-            let class = rel
-                .parent()
-                .and_then(|p| p.components().next())
-                .map(|c| c.as_os_str().to_string_lossy().into_owned());
-            input.label = Some(class.unwrap_or_default());
-            input
-        })
-        .collect();
-    // pcr converts on the rayon pool: give it the caller's thread count.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-        .map_err(|e| Error::Pipeline(format!("cannot start the conversion threads: {e}")))?;
-    pool.install(|| pcr::build(out, &inputs, &pcr::BuildOptions::default(), &|_| {}))
-        .map_err(|e| Error::dataset(out, e))?;
-    Ok(())
-}
-
-/// Profiles L3 against raw with `liquid-sampler`'s profiler and writes the mix at the chosen ratio into
-/// `out` (reused when already there). Returns the dataset, the ratio and the number of probes.
-pub fn build_liquid(
-    l3_dir: &Path,
-    out: &Path,
-    plan: &BuildPlan,
-) -> Result<(Arc<dyn Dataset>, String, usize)> {
-    use liquid_sampler::profile::{ProfileConfig, SourceItem, profile, write_dataset};
-    if LiquidShards::is_dataset(out)
-        && let Ok(ds) = LiquidShards::open(out)
-    {
-        let ratio = ds.manifest().ratio.to_string();
-        return Ok((Arc::new(ds), ratio, 0));
-    }
-    let folder = ImageFolder::open(l3_dir)?;
-    let sources: Vec<SourceItem> = (0..folder.len())
-        .map(|i| SourceItem {
-            id: i as u64,
-            label: folder.label(i),
-            path: folder.path(i).to_path_buf(),
-            tag: folder.format(i).name().into(),
-        })
-        .collect();
-    let l3 =
-        |bytes: &[u8], out: &mut Vec<u8>| -> std::result::Result<liquid_sampler::Dims, String> {
-            let mut img = crate::image::Image {
-                pixels: std::mem::take(out),
-                ..Default::default()
-            };
-            let r = crate::image::decode(Format::L3, bytes, Path::new("l3"), &mut img)
-                .map_err(|e| e.to_string());
-            *out = img.pixels;
-            r?;
-            Ok(liquid_sampler::Dims {
-                width: img.width,
-                height: img.height,
-                channels: img.channels,
-            })
-        };
-    let decoders: [(&str, &dyn liquid_sampler::Decoder); 1] = [("l3", &l3)];
-    let scratch = out.with_extension("profile-scratch");
-    let cfg = ProfileConfig {
-        threads: plan.threads,
-        io_threads: 2,
-        seed: plan.seed,
-        probe_items: sources.len().min(16),
-        min_time: Duration::from_millis(100),
-        scratch: scratch.clone(),
-    };
-    let prof = profile(&sources, &decoders, &cfg, |_| {})
-        .map_err(|e| Error::dataset(l3_dir, format!("Liquid profiler: {e}")));
-    let _ = std::fs::remove_dir_all(&scratch);
-    let prof = prof?;
-    let ratio = prof.fitted.unwrap_or(prof.chosen);
-    write_dataset(&sources, &decoders, ratio, plan.seed, out)
-        .map_err(|e| Error::dataset(out, format!("Liquid writer: {e}")))?;
-    let ds = LiquidShards::open(out)?;
-    Ok((Arc::new(ds), ratio.to_string(), prof.probes.len()))
 }

@@ -1,7 +1,7 @@
-//! `l3 demo`: the main job (issue: loader). Builds (or takes) a dataset, converts it to every format,
-//! streams each for one epoch through the same loader and prints one table.
+//! `l3 demo`: the main job. Builds (or takes) a dataset, converts it to every format, streams each for one
+//! epoch through the same loader and prints one table.
 use anyhow::Context;
-use loader::compare::{BuildPlan, Timer, build_formats, generate_default, stream_epoch};
+use l3_cli::compare::{BuildPlan, Timer, build_formats, generate_default, stream_epoch};
 use loader::{Crop, LoaderOptions};
 use std::path::PathBuf;
 
@@ -27,11 +27,7 @@ pub struct DemoArgs {
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let t_all = Timer::start();
-    let threads = a.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let threads = stdx::parallel::threads(a.threads.unwrap_or(0));
     let tmp;
     let work = match &a.work {
         Some(w) => {
@@ -64,15 +60,17 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             );
         }
         Some(dir) => {
-            let n = loader::image_files(dir)
-                .with_context(|| format!("reading {}", dir.display()))?
-                .len();
+            let n = loader::image_files(dir)?.files.len();
             let bar = crate::convert::progress_bar(n as u64, "-> png");
+            let opts = loader::convert::ConvertOptions {
+                threads,
+                to_8bit: false,
+            };
             let s = loader::convert::convert_folder(
                 dir,
                 &png_dir,
                 loader::convert::Target::Png,
-                threads,
+                &opts,
                 &|d, _| bar.set_position(d as u64),
             )
             .with_context(|| format!("converting {} to PNG", dir.display()))?;
@@ -106,7 +104,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     };
     struct Row {
         name: String,
-        result: Result<(u64, loader::compare::Measured), String>,
+        result: Result<(u64, l3_cli::compare::Measured), String>,
     }
     let mut rows = Vec::new();
     for f in formats {
@@ -114,7 +112,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             Ok(ds) => {
                 let bytes = ds.stored_bytes();
                 let opts = LoaderOptions {
-                    l3_window_decode: f.window,
+                    decode: f.decode,
                     ..opts.clone()
                 };
                 stream_epoch(ds, opts)

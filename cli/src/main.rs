@@ -1,5 +1,5 @@
 //! `l3`: the toolkit's command-line tool. A thin shell: each subcommand group lives in its own module
-//! and calls into the library crates.
+//! and calls into the library crates; errors are printed as one line naming the file.
 
 mod bench;
 mod codec;
@@ -41,7 +41,7 @@ enum Command {
     #[command(subcommand)]
     Liquid(liquid::LiquidCommand),
     /// Stream a dataset like a training loop.
-    Stream(stream::StreamArgs),
+    Stream(Box<stream::StreamArgs>),
     /// Convert a folder of images to another format.
     Convert(convert::ConvertArgs),
     /// Stylise an image of any size with BSP tiling.
@@ -59,15 +59,51 @@ fn main() {
         Command::Bench(c) => bench::run(c),
         Command::Pcr(c) => pcr::run(c),
         Command::Liquid(c) => liquid::run(c),
-        Command::Stream(a) => stream::run(a),
+        Command::Stream(a) => stream::run(*a),
         Command::Convert(a) => convert::run(a),
         Command::Stylize(a) => stylize::run(a),
         Command::Demo(a) => demo::run(a),
     };
     if let Err(e) = result {
-        // One line, naming the file: every error chain is built with the path in its context.
-        let msg = format!("{e:#}").replace('\n', " ");
-        eprintln!("l3: error: {msg}");
+        eprintln!("l3: error: {}", one_line(&e));
         std::process::exit(1);
+    }
+}
+
+/// The error chain as one line, each cause once: library errors already name their file and include their
+/// cause's text, so a cause whose text the line already holds is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if line.contains(&text) {
+            continue;
+        }
+        if text.contains(&line) && !line.is_empty() {
+            line = text;
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn causes_are_printed_once() {
+        let inner = std::io::Error::other("No space left on device");
+        let e = anyhow::Error::new(inner)
+            .context("out.png: No space left on device")
+            .context("writing out.png");
+        assert_eq!(
+            super::one_line(&e),
+            "writing out.png: out.png: No space left on device"
+        );
+        let e = anyhow::anyhow!("a: b").context("a: b");
+        assert_eq!(super::one_line(&e), "a: b");
     }
 }

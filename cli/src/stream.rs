@@ -1,8 +1,10 @@
-//! `l3 stream DATASET ...` (issue: loader). `--sampler liquid` runs the same loader with
-//! [`Order::Liquid`]: liquid-sampler's two-region shuffle buffers pick each batch and supply its bytes.
+//! `l3 stream DATASET ...`: the loader run like a training loop, with its figures. `--sampler liquid`
+//! runs the same loader with [`Order::Liquid`]: liquid-sampler's two-region shuffle buffers pick each batch
+//! and supply its bytes.
 use anyhow::{Context, bail};
 use loader::{
-    Crop, Layout, Loader, LoaderOptions, LoaderState, Normalize, OpenOptions, Order, open_dataset,
+    Crop, DType, DecodeScope, Device, Layout, Loader, LoaderOptions, LoaderState, Normalize,
+    OpenOptions, Order, open_dataset,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,9 +33,16 @@ pub struct StreamArgs {
     pub rank: usize,
     #[arg(long, default_value_t = 1)]
     pub world_size: usize,
-    /// Decode L3 on the GPU.
+    /// Decode L3 on the GPU (CUDA device 0); fails with the reason when no GPU can do it.
     #[arg(long)]
     pub gpu: bool,
+    /// With --gpu: decode a batch the GPU fails on with the CPU instead of stopping (counted, logged once).
+    #[arg(long)]
+    pub gpu_fallback: bool,
+    /// `region`: read and decode only what each crop covers where the format allows it (L3's patches under
+    /// the crop); `whole`: whole images.
+    #[arg(long, default_value = "region")]
+    pub decode: String,
     /// CSV, one line per delivered item: epoch,batch,item,format,cached
     #[arg(long)]
     pub trace: Option<PathBuf>,
@@ -58,9 +67,12 @@ pub struct StreamArgs {
     /// Batch memory layout: `nhwc` or `nchw`.
     #[arg(long, default_value = "nhwc")]
     pub layout: String,
-    /// Deliver f32 normalised with the ImageNet mean and std instead of u8.
+    /// Deliver floats normalised with the ImageNet mean and std (float32 unless --dtype says float16).
     #[arg(long)]
     pub normalize: bool,
+    /// Element type: uint8, float16 or float32 (floats hold pixel/255 unless --normalize).
+    #[arg(long)]
+    pub dtype: Option<String>,
     /// I/O threads.
     #[arg(long, default_value_t = 2)]
     pub io_threads: usize,
@@ -97,6 +109,28 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         },
         s => bail!("--sampler {s:?}: expected shuffle or liquid"),
     };
+    let decode = match a.decode.as_str() {
+        "region" => DecodeScope::Region,
+        "whole" => DecodeScope::Whole,
+        d => bail!("--decode {d:?}: expected region or whole"),
+    };
+    let dtype = match (a.dtype.as_deref(), a.normalize) {
+        (None, false) => DType::U8,
+        (None, true) => DType::F32,
+        (Some(d), _) => DType::parse(d)
+            .with_context(|| format!("--dtype {d:?}: expected uint8, float16 or float32"))?,
+    };
+    // Outputs are checked before any work: a run must not fail only after a whole epoch.
+    let mut trace = a
+        .trace
+        .as_deref()
+        .map(|p| Csv::create(p, "epoch,batch,item,format,cached"))
+        .transpose()?;
+    let mut batch_log = a
+        .batch_log
+        .as_deref()
+        .map(|p| Csv::create(p, "epoch,batch,disk_items,disk_bytes,wait_ms"))
+        .transpose()?;
     let ds = open_dataset(
         &a.dataset,
         &OpenOptions {
@@ -105,6 +139,9 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("opening {}", a.dataset.display()))?;
+    for w in ds.warnings() {
+        eprintln!("l3: warning: {w}");
+    }
     let (height, width) = parse_size(&a.size)?;
     let threads = a.threads.unwrap_or_else(all_cores);
     let opts = LoaderOptions {
@@ -117,12 +154,11 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
             c => bail!("--crop {c:?}: expected center or random"),
         },
         hflip: a.flip,
-        layout: match a.layout.as_str() {
-            "nhwc" => Layout::Nhwc,
-            "nchw" => Layout::Nchw,
-            l => bail!("--layout {l:?}: expected nhwc or nchw"),
-        },
+        layout: Layout::parse(&a.layout)
+            .with_context(|| format!("--layout {:?}: expected nhwc or nchw", a.layout))?,
+        dtype,
         normalize: a.normalize.then_some(Normalize::IMAGENET),
+        decode,
         decode_threads: threads,
         io_threads: a.io_threads,
         prefetch: a.prefetch,
@@ -133,7 +169,8 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         world_size: a.world_size,
         drop_last: a.drop_last,
         skip_errors: a.skip_errors,
-        gpu: a.gpu,
+        device: if a.gpu { Device::Cuda(0) } else { Device::Cpu },
+        gpu_fallback: a.gpu_fallback,
         order,
         ..LoaderOptions::default()
     };
@@ -183,27 +220,18 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     }
     // Items delivered after the first epoch, and how many of them were still resident (Liquid order).
     let (mut later_items, mut later_cached) = (0u64, 0u64);
-    let mut trace = a
-        .trace
-        .as_deref()
-        .map(|p| Csv::create(p, "epoch,batch,item,format,cached"))
-        .transpose()?;
-    let mut batch_log = a
-        .batch_log
-        .as_deref()
-        .map(|p| Csv::create(p, "epoch,batch,disk_items,disk_bytes,wait_ms"))
-        .transpose()?;
 
     let t0 = Instant::now();
-    let mut epoch_start = (loader.state().epoch, Instant::now(), 0u64);
+    let mut epoch_start = (loader.state().epoch, Instant::now(), 0u64, 0u64);
     let step = Duration::from_millis(a.step_ms);
     for (n, b) in loader.by_ref().enumerate() {
         let b = b?;
         if b.epoch != epoch_start.0 {
-            report_epoch(epoch_start.0, epoch_start.2, epoch_start.1.elapsed());
-            epoch_start = (b.epoch, Instant::now(), 0);
+            report_epoch(epoch_start);
+            epoch_start = (b.epoch, Instant::now(), 0, 0);
         }
         epoch_start.2 += b.len() as u64;
+        epoch_start.3 += b.disk_bytes;
         if let Some(t) = trace.as_mut() {
             for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
                 let name = match &liquid_tags {
@@ -243,7 +271,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
             break;
         }
     }
-    report_epoch(epoch_start.0, epoch_start.2, epoch_start.1.elapsed());
+    report_epoch(epoch_start);
     for f in [trace, batch_log].into_iter().flatten() {
         f.finish()?;
     }
@@ -262,6 +290,18 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.mb_per_sec(),
         s.pixels_decoded as f64 / 1e6 / s.elapsed.as_secs_f64().max(1e-9)
     );
+    println!(
+        "  read: {} bytes for {} items ({:.0} bytes per item)",
+        s.bytes_read,
+        s.items_read,
+        s.bytes_read as f64 / s.items_read.max(1) as f64
+    );
+    if a.gpu {
+        println!(
+            "  gpu: {} batches decoded on the GPU, {} on the CPU after a GPU failure",
+            s.gpu_batches, s.gpu_fallback_batches
+        );
+    }
     println!(
         "  stage utilisation: I/O {:.0}% of {} threads, decode {:.0}% of {} threads, assembly {:.0}% of 1 thread",
         s.io_utilisation() * 100.0,
@@ -287,18 +327,17 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report_epoch(epoch: usize, images: u64, t: Duration) {
+fn report_epoch((epoch, started, images, bytes): (usize, Instant, u64, u64)) {
+    let t = started.elapsed();
     println!(
-        "epoch {epoch}: {images} images in {:.2} s ({:.1} images/s)",
+        "epoch {epoch}: {images} images in {:.2} s ({:.1} images/s), {bytes} bytes read",
         t.as_secs_f64(),
         images as f64 / t.as_secs_f64().max(1e-9)
     );
 }
 
 fn all_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    stdx::parallel::threads(0)
 }
 
 fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
@@ -316,38 +355,38 @@ fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
     Ok((h, w))
 }
 
-/// A CSV file written under a temporary name and renamed when complete.
+/// A CSV file written under a temporary name and renamed when complete; created (and so checked) before
+/// the run starts.
 struct Csv {
     path: PathBuf,
-    tmp: PathBuf,
-    out: std::io::BufWriter<std::fs::File>,
+    out: std::io::BufWriter<stdx::fs::AtomicFile>,
 }
 
 impl Csv {
     fn create(path: &Path, header: &str) -> anyhow::Result<Csv> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.tmp"));
-        let f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        if path.is_dir() {
+            bail!("{}: is a folder; give a file name", path.display());
+        }
+        let f = stdx::fs::AtomicFile::create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let mut c = Csv {
             path: path.to_path_buf(),
-            tmp,
             out: std::io::BufWriter::new(f),
         };
         c.line(format_args!("{header}"))?;
         Ok(c)
     }
     fn line(&mut self, args: std::fmt::Arguments) -> anyhow::Result<()> {
-        writeln!(self.out, "{args}").with_context(|| format!("writing {}", self.tmp.display()))
+        writeln!(self.out, "{args}").with_context(|| format!("writing {}", self.path.display()))
     }
-    fn finish(mut self) -> anyhow::Result<()> {
-        self.out
-            .flush()
-            .with_context(|| format!("writing {}", self.tmp.display()))?;
-        std::fs::rename(&self.tmp, &self.path)
-            .with_context(|| format!("writing {}", self.path.display()))
+    fn finish(self) -> anyhow::Result<()> {
+        let path = self.path;
+        let f = self
+            .out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("writing {}", path.display()))?;
+        f.commit()
+            .with_context(|| format!("writing {}", path.display()))
     }
 }

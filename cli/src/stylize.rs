@@ -1,4 +1,4 @@
-//! `l3 stylize` (issue: bsp-tiling): fast style transfer on an image of any size with BSP tiling.
+//! `l3 stylize`: fast style transfer on an image of any size with BSP tiling.
 use anyhow::{Context, bail};
 use bsp_tiling::{Budget, CpuBackend, Mode, Net, Options, Output, PaddingMode, Rgb8, stylize};
 use std::path::PathBuf;
@@ -49,14 +49,13 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     };
     let net = Net::load_transformer(&a.model, padding)
         .with_context(|| format!("loading {}", a.model.display()))?;
-    let img = image::open(&a.input)
-        .with_context(|| format!("reading {}", a.input.display()))?
-        .to_rgb8();
-    let (w, h) = (img.width() as usize, img.height() as usize);
+    crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
+    let img = loader::import(&a.input, &loader::ImportOptions::default())?.to_rgb();
+    let (w, h) = (img.width as usize, img.height as usize);
     let input = Rgb8 {
         width: w,
         height: h,
-        pixels: img.into_raw(),
+        pixels: img.pixels,
     };
     let defaults = Options::default();
     let opts = Options {
@@ -103,30 +102,15 @@ fn crop(o: &Rgb8, w: usize, h: usize) -> Rgb8 {
     }
 }
 
-/// PNG to a temporary name beside OUT, then renamed: no half-written output on failure.
+/// PNG, written under a temporary name beside OUT and renamed: no half-written output on failure.
 fn write_png(o: &Rgb8, path: &std::path::Path) -> anyhow::Result<()> {
-    let img = image::RgbImage::from_raw(o.width as u32, o.height as u32, o.pixels.clone())
-        .context("internal: output buffer size")?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".l3-stylize-")
-        .suffix(".png.tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("writing {}", path.display()))?;
-    img.write_to(
-        &mut std::io::BufWriter::new(tmp.as_file()),
-        image::ImageFormat::Png,
-    )
-    .with_context(|| format!("writing {}", path.display()))?;
-    // Temporary files are created 0600; the result should have the usual permissions.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
-    }
-    tmp.persist(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    let img = loader::Image {
+        width: o.width as u32,
+        height: o.height as u32,
+        channels: 3,
+        pixels: o.pixels.clone(),
+    };
+    let bytes = loader::convert::encode(&img, loader::convert::Target::Png)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    stdx::fs::write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }

@@ -2,8 +2,8 @@
 //! and wood/marble textures, with sensor-like grain. Deterministic per (seed, index), so the demo's
 //! embedded default dataset is the same on every machine without shipping a single image file.
 
-use crate::image::Image;
-use crate::order::SplitMix64;
+use loader::Image;
+use stdx::SplitMix64;
 
 /// The kinds of scene the generator draws, cycled by image index.
 const KINDS: usize = 4;

@@ -1,5 +1,6 @@
 //! The `l3 stream`, `l3 convert` and `l3 demo` commands, run as a user would.
 
+#[path = "../../loader/tests/common/mod.rs"]
 mod common;
 
 use common::fixture;
@@ -56,6 +57,8 @@ fn stream_writes_auditable_traces_for_a_folder() {
         trace.to_str().unwrap(),
         "--batch-log",
         log.to_str().unwrap(),
+        "--decode",
+        "whole",
     ]));
     for needle in [
         "images/s",
@@ -88,11 +91,34 @@ fn stream_writes_auditable_traces_for_a_folder() {
     let bytes: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
     assert_eq!(items, 36);
     let on_disk: u64 = loader::image_files(&f.l3)
+        .map(|l| l.files)
         .unwrap()
         .iter()
         .map(|(p, _)| std::fs::metadata(f.l3.join(p)).unwrap().len())
         .sum();
     assert_eq!(bytes, 2 * on_disk);
+    // Decoding only the crops' patches (the default) reads a fraction of that: the header and offset table
+    // once per file (kept for the second epoch), then only the patches under each 64x64 crop.
+    let text = ok(&l3(&[
+        "stream",
+        f.l3.to_str().unwrap(),
+        "--epochs",
+        "2",
+        "--size",
+        "64",
+        "--batch-log",
+        log.to_str().unwrap(),
+    ]));
+    let (_, rows) = csv(&log);
+    let region: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert!(
+        region * 5 < on_disk,
+        "region reads {region} of {on_disk} bytes"
+    );
+    assert!(
+        text.contains(&format!("read: {region} bytes for 36 items")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -175,9 +201,9 @@ fn convert_writes_every_file_and_resumes() {
         "{text}"
     );
     // Same sub-folders, one .l3 per image, each decoding to the source's pixels.
-    for (rel, _) in loader::image_files(&f.mixed).unwrap() {
-        let l3 = loader::decode_file(&out.join(&rel).with_extension("l3")).unwrap();
-        let src = loader::decode_file(&f.mixed.join(&rel)).unwrap();
+    for (rel, _) in loader::image_files(&f.mixed).unwrap().files {
+        let l3 = loader::import(&out.join(&rel).with_extension("l3"), &Default::default()).unwrap();
+        let src = loader::import(&f.mixed.join(&rel), &Default::default()).unwrap();
         assert_eq!(l3, src, "{}", rel.display());
     }
     // A lost output is redone, the rest skipped; no temporary file is left behind.
@@ -259,11 +285,17 @@ fn gpu_decoding_without_a_usable_gpu_is_a_clear_error() {
     // PNG/JPEG datasets are never GPU-decodable.
     let out = l3(&["stream", f.mixed.to_str().unwrap(), "--gpu"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU decoding reads L3 only"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("GPU decoding failed (item 0, "), "{err}");
+    assert!(err.contains("reads L3 files only"), "{err}");
     if !matches!(l3_cuda::device_count(), Ok(n) if n > 0) {
+        // No silent CPU decoding: the run fails, naming the cause.
         let out = l3(&["stream", f.l3.to_str().unwrap(), "--gpu"]);
         assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("GPU decode unavailable"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("l3: error: "), "{err}");
+        assert!(err.contains("GPU decoding failed (device 0): "), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
 

@@ -29,7 +29,7 @@ fn main() -> Result<(), loader::Error> {
             "epoch {} batch {}: shape {:?}, labels {:?}, waited {:.1} ms",
             batch.epoch,
             batch.index,
-            batch.shape,
+            batch.shape(),
             batch.labels,
             batch.wait.as_secs_f64() * 1e3
         );

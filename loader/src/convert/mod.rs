@@ -1,16 +1,26 @@
-//! Converting a folder of images to another per-file format (L3, raw, PNG, JPEG) on every core.
+//! Writing datasets: a folder of images converted to another per-file format (L3, raw, PNG, JPEG), PCR
+//! records ([`to_pcr`]) and a Liquid multi-format dataset at its profiled ratio ([`to_liquid`]).
 //!
-//! Each output is written under a temporary name and renamed into place, so an interrupted run leaves no
-//! half-written file under a final name, and re-running converts only what is missing.
+//! Every writer locks its output folder (a second writer is refused at once), writes each file under a
+//! temporary name then renames it (a crash leaves no partial file under a final name), clears the
+//! temporaries a killed run left, and re-running resumes: an output that is already there and valid is
+//! kept, anything else is written again.
 
+mod liquid;
+mod pcr;
+
+pub use liquid::{LiquidBuild, LiquidEvent, LiquidReport, decoders as liquid_decoders, to_liquid};
+pub use pcr::{PcrBuild, PcrSummary, to_pcr};
+
+use crate::dataset::image_files;
 use crate::error::{Error, Result};
-use crate::folder::image_files;
-use crate::image::{Image, decode_file};
+use crate::format::Format;
+use crate::image::{Image, ImportOptions, import};
 use crate::raw;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A per-file output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +29,7 @@ pub enum Target {
     /// Binary PPM (RGB), PGM (gray) or PAM (with alpha).
     Raw,
     Png,
-    /// Baseline JPEG at this quality (1 to 100); alpha is dropped.
+    /// Baseline JPEG at this quality (1 to 100); alpha is dropped. Lossy.
     Jpeg(u8),
 }
 
@@ -36,13 +46,14 @@ impl Target {
             Target::Jpeg(_) => "jpg",
         }
     }
-    /// Every extension an output of this target may carry (raw's depends on the channel count).
-    fn extensions(self) -> &'static [&'static str] {
+
+    /// The loader format of this target's files.
+    pub fn format(self) -> Format {
         match self {
-            Target::Raw => &["ppm", "pgm", "pam"],
-            Target::L3 => &["l3"],
-            Target::Png => &["png"],
-            Target::Jpeg(_) => &["jpg"],
+            Target::L3 => Format::L3,
+            Target::Raw => Format::Raw,
+            Target::Png => Format::Png,
+            Target::Jpeg(_) => Format::Jpeg,
         }
     }
 }
@@ -52,10 +63,23 @@ impl Target {
 pub struct ConvertSummary {
     /// Files converted by this run.
     pub converted: usize,
-    /// Files whose output already existed (finished by an earlier run).
+    /// Files whose valid output already existed (finished by an earlier run).
     pub skipped: usize,
     /// Stored bytes of the outputs written by this run.
     pub bytes_written: u64,
+    /// Temporaries of killed earlier runs removed.
+    pub stale_removed: usize,
+    /// Inputs left out (special files, symlink loops), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// How a folder is converted.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertOptions {
+    /// Threads (0 = every core).
+    pub threads: usize,
+    /// Accept 16-bit or float inputs by reducing them to 8 bits (lossy).
+    pub to_8bit: bool,
 }
 
 /// Encodes `img` into the bytes of a `target` file.
@@ -115,42 +139,76 @@ fn colour_type(c: u8) -> std::result::Result<image::ExtendedColorType, String> {
     })
 }
 
-/// Writes `bytes` to `dst` through a temporary name in the same folder, then renames it into place.
-pub fn write_atomic(dst: &Path, bytes: &[u8]) -> Result<()> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let name = dst
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dst.with_file_name(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    if let Some(parent) = dst.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+/// Whether `path` holds a complete, valid file of `format` (what a re-run may keep): an L3 file that
+/// parses, a raw file with all its pixels, a PNG with its end chunk, a JPEG with its end marker.
+pub(crate) fn is_complete(path: &Path, format: Format) -> bool {
+    let Ok(bytes) = stdx::fs::read_regular(path, crate::image::max_image_bytes()) else {
+        return false;
+    };
+    match format {
+        Format::L3 => l3_format::L3File::parse(&bytes).is_ok(),
+        Format::Raw => raw::parse(&bytes).is_ok(),
+        Format::Png => {
+            bytes.len() >= 12
+                && &bytes[bytes.len() - 8..bytes.len() - 4] == b"IEND"
+                && image::codecs::png::PngDecoder::new(std::io::Cursor::new(&bytes)).is_ok()
+        }
+        Format::Jpeg | Format::Pcr => crate::image::check_jpeg_end(&bytes).is_ok(),
     }
-    std::fs::write(&tmp, bytes).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(&tmp, e)
-    })?;
-    std::fs::rename(&tmp, dst).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(dst, e)
-    })
+}
+
+/// Locks `output` for this process, refuses it if it holds images of another format than `target`'s
+/// (two conversions into one folder would double the dataset), and clears the temporaries of killed
+/// earlier runs in it and its sub-folders.
+fn prepare_output(output: &Path, target: Format) -> Result<(stdx::fs::DirLock, usize)> {
+    let lock = stdx::fs::DirLock::acquire(output).map_err(|e| Error::io(output, e))?;
+    let existing = image_files(output)?;
+    let others: BTreeSet<Format> = existing
+        .files
+        .iter()
+        .map(|(_, f)| *f)
+        .filter(|f| *f != target)
+        .collect();
+    if let Some(f) = others.first() {
+        return Err(Error::dataset(
+            output,
+            format!(
+                "already holds {f} files from another conversion; convert to {target} into an empty \
+                 folder (a folder holds one format per image)"
+            ),
+        ));
+    }
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([output.to_path_buf()]);
+    for (rel, _) in &existing.files {
+        if let Some(p) = rel.parent() {
+            dirs.insert(output.join(p));
+        }
+    }
+    let walk = stdx::fs::walk(output).map_err(|e| Error::io(output, e))?;
+    for rel in &walk.files {
+        if let Some(p) = rel.parent() {
+            dirs.insert(output.join(p));
+        }
+    }
+    let mut removed = 0;
+    for d in dirs {
+        removed += stdx::fs::remove_stale_temps(&d).map_err(|e| Error::io(&d, e))?;
+    }
+    Ok((lock, removed))
 }
 
 /// Converts every image under `input` (recursively, keeping sub-folders so folder labels survive) into
-/// `output`, one file each, on `threads` threads. `progress(done, total)` is called after every file.
-/// Outputs that already exist are skipped. The first failure stops the run and names its input file.
+/// `output`, one file each. `progress(done, total)` is called after every file. Valid outputs already
+/// there are kept. The first failure stops the run and names its input file.
 pub fn convert_folder(
     input: &Path,
     output: &Path,
     target: Target,
-    threads: usize,
+    options: &ConvertOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<ConvertSummary> {
-    let files = image_files(input)?;
+    let listed = image_files(input)?;
+    let files = listed.files;
     if files.is_empty() {
         return Err(Error::dataset(
             input,
@@ -160,8 +218,7 @@ pub fn convert_folder(
     // Output stems must be unique: `a.png` and `a.jpg` in one folder would both become `a.l3`.
     let mut seen: HashMap<PathBuf, &Path> = HashMap::new();
     for (rel, _) in &files {
-        let stem = rel.with_extension("");
-        if let Some(other) = seen.insert(stem.clone(), rel) {
+        if let Some(other) = seen.insert(rel.with_extension(""), rel) {
             return Err(Error::dataset(
                 input.join(rel),
                 format!(
@@ -171,66 +228,73 @@ pub fn convert_folder(
             ));
         }
     }
-    let existing = |rel: &Path| {
-        target
-            .extensions()
-            .iter()
-            .any(|e| output.join(rel).with_extension(e).exists())
-    };
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let summary = Mutex::new(ConvertSummary::default());
-    let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    let total = files.len();
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total || failed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let rel = &files[i].0;
-                    let result = if existing(rel) {
-                        Ok(None)
-                    } else {
-                        convert_one(&input.join(rel), &output.join(rel), target).map(Some)
-                    };
-                    match result {
-                        Ok(written) => {
-                            let mut s = summary.lock().expect("summary lock");
-                            match written {
-                                Some(b) => {
-                                    s.converted += 1;
-                                    s.bytes_written += b;
-                                }
-                                None => s.skipped += 1,
-                            }
-                        }
-                        Err(e) => {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error.lock().expect("error lock").get_or_insert(e);
-                            return;
-                        }
-                    }
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
-                }
-            });
-        }
-    });
-    if let Some(e) = first_error.into_inner().expect("error lock") {
-        return Err(e);
+    if same_folder(input, output) {
+        return Err(Error::dataset(
+            output,
+            "the output folder is the input folder: convert into another folder",
+        ));
     }
-    Ok(summary.into_inner().expect("summary lock"))
+    let (_lock, stale_removed) = prepare_output(output, target.format())?;
+    let done = AtomicUsize::new(0);
+    let summary = Mutex::new(ConvertSummary {
+        stale_removed,
+        warnings: listed.skipped,
+        ..Default::default()
+    });
+    let import_opts = ImportOptions {
+        to_8bit: options.to_8bit,
+    };
+    let total = files.len();
+    stdx::parallel::for_each(&files, options.threads, |(rel, _)| {
+        let dst = output.join(rel);
+        let kept = target_paths(&dst, target)
+            .into_iter()
+            .any(|p| is_complete(&p, target.format()));
+        let written = if kept {
+            None
+        } else {
+            Some(convert_one(&input.join(rel), &dst, target, &import_opts)?)
+        };
+        {
+            let mut s = summary.lock().unwrap_or_else(|p| p.into_inner());
+            match written {
+                Some(b) => {
+                    s.converted += 1;
+                    s.bytes_written += b;
+                }
+                None => s.skipped += 1,
+            }
+        }
+        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+        Ok::<(), Error>(())
+    })?;
+    Ok(summary.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Every name an output of `target` for `dst` may have (raw's extension depends on the channels).
+fn target_paths(dst: &Path, target: Target) -> Vec<PathBuf> {
+    match target {
+        Target::Raw => ["ppm", "pgm", "pam"]
+            .iter()
+            .map(|e| dst.with_extension(e))
+            .collect(),
+        t => vec![dst.with_extension(t.extension(3))],
+    }
+}
+
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Converts one file; `dst`'s extension is replaced by the target's. Returns the bytes written.
-pub fn convert_one(src: &Path, dst: &Path, target: Target) -> Result<u64> {
-    let img = decode_file(src)?;
+pub fn convert_one(src: &Path, dst: &Path, target: Target, options: &ImportOptions) -> Result<u64> {
+    let img = import(src, options)?;
     let bytes = encode(&img, target)
         .map_err(|e| Error::decode(src, "image", format!("cannot encode: {e}")))?;
     let dst = dst.with_extension(target.extension(img.channels));
-    write_atomic(&dst, &bytes)?;
+    stdx::fs::write_atomic(&dst, &bytes).map_err(|e| Error::io(&dst, e))?;
     Ok(bytes.len() as u64)
 }
