@@ -11,8 +11,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Ranges closer than this are read as one (a gap this small costs less than a second request).
-pub(crate) const LOCAL_GAP: u64 = 4 << 10;
+/// Ranges closer than this are read as one. Local reads keep it at 0: exactly the covered patches are read
+/// (a grid row of patches is contiguous anyway, so coalescing would only add the bytes of other rows).
+pub(crate) const LOCAL_GAP: u64 = 0;
 
 /// The offset tables of the items read so far, within a byte budget (oldest dropped first).
 #[derive(Debug)]

@@ -206,3 +206,131 @@ pub(crate) fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+    use crate::item::{Decoded, SampleRequest, Stored};
+    use crate::pipeline::buffer::Pool;
+    use crate::sample::{Crop, DType};
+    use std::path::PathBuf;
+
+    struct Labels;
+    impl Dataset for Labels {
+        fn len(&self) -> usize {
+            10
+        }
+        fn label(&self, index: usize) -> u32 {
+            100 + index as u32
+        }
+        fn format(&self, _: usize) -> Format {
+            Format::Raw
+        }
+        fn source(&self, index: usize) -> PathBuf {
+            PathBuf::from(format!("item{index}"))
+        }
+        fn stored_bytes(&self) -> u64 {
+            0
+        }
+        fn read(&self, _: usize, _: &SampleRequest) -> Result<(Stored, u64)> {
+            unreachable!("the assembler reads nothing")
+        }
+        fn describe(&self) -> String {
+            "labels".into()
+        }
+    }
+
+    const SPEC: SampleSpec = SampleSpec {
+        height: 1,
+        width: 2,
+        crop: Crop::Center,
+        hflip: false,
+        layout: Layout::Nhwc,
+        dtype: DType::U8,
+        normalize: None,
+    };
+
+    /// A batch announcement whose slots are filled with each item's index, as decode threads would.
+    fn start(pool: &Arc<Pool>, seq: u64, ids: &[usize]) -> ToAssembler {
+        let n = ids.len();
+        let (filling, slots) = Filling::split(pool.take(n * 6).unwrap(), n, 6);
+        for (mut s, &id) in slots.into_iter().zip(ids) {
+            s.bytes().fill(id as u8);
+        }
+        ToAssembler::Start(BatchStart {
+            seq,
+            epoch: 0,
+            batch: seq as usize,
+            ids: ids.to_vec(),
+            filling: Some(filling),
+            liquid: None,
+            failure: None,
+        })
+    }
+
+    fn item(seq: u64, slot: usize, result: Result<Decoded>) -> ToAssembler {
+        ToAssembler::Item(ItemDone {
+            seq,
+            slot_index: slot,
+            read: Some(10),
+            result,
+            fatal: false,
+        })
+    }
+
+    #[test]
+    fn batches_leave_in_sequence_whatever_order_items_finish() {
+        let pool = Pool::new(18, 4);
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        asm.accept(start(&pool, 0, &[3, 4, 5]));
+        asm.accept(start(&pool, 1, &[6, 7]));
+        asm.accept(item(1, 1, Ok(Decoded::default())));
+        asm.accept(item(1, 0, Ok(Decoded::default())));
+        assert!(
+            asm.pop_ready().is_none(),
+            "batch 1 is done but batch 0 is not"
+        );
+        for k in [2, 0, 1] {
+            asm.accept(item(0, k, Ok(Decoded::default())));
+        }
+        let b0 = asm.pop_ready().unwrap().unwrap();
+        let b1 = asm.pop_ready().unwrap().unwrap();
+        assert!(asm.pop_ready().is_none());
+        assert_eq!(
+            (b0.index, b0.ids.clone(), b0.labels.clone()),
+            (0, vec![3, 4, 5], vec![103, 104, 105])
+        );
+        assert_eq!(b0.shape(), [3, 1, 2, 3]);
+        assert_eq!(b0.sample_bytes(2), &[5; 6]);
+        assert_eq!((b1.index, b1.disk_items, b1.disk_bytes), (1, 2, 20));
+    }
+
+    #[test]
+    fn failed_items_are_compacted_away_when_skipping_else_fail_in_turn() {
+        let pool = Pool::new(18, 4);
+        let counters = Arc::new(Counters::default());
+        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone());
+        asm.accept(start(&pool, 0, &[1, 2, 3]));
+        asm.accept(item(0, 1, Err(Error::decode("item2", "png", "bad"))));
+        asm.accept(item(0, 0, Ok(Decoded::default())));
+        asm.accept(item(0, 2, Ok(Decoded::default())));
+        let b = asm.pop_ready().unwrap().unwrap();
+        assert_eq!(b.ids, vec![1, 3]);
+        assert_eq!(b.pixels.bytes(), &[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]);
+        assert_eq!(b.skipped.len(), 1);
+        assert!(b.skipped[0].1.contains("item2"));
+        assert_eq!(counters.items_skipped.load(Ordering::Relaxed), 1);
+
+        // Without skipping, batch 1's failure waits for batch 0 to leave first.
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        asm.accept(start(&pool, 0, &[1]));
+        asm.accept(start(&pool, 1, &[2]));
+        asm.accept(item(1, 0, Err(Error::decode("item2", "png", "bad"))));
+        assert!(asm.pop_ready().is_none());
+        asm.accept(item(0, 0, Ok(Decoded::default())));
+        assert!(asm.pop_ready().unwrap().is_ok());
+        let e = asm.pop_ready().unwrap().unwrap_err();
+        assert!(e.to_string().contains("item2"), "{e}");
+    }
+}
