@@ -537,16 +537,16 @@ impl Run {
         // item cannot let the reorder buffer — and memory — grow.
         let workers = o.decode_threads + o.io_threads;
         let credits = (2 * workers).div_ceil(o.batch_size) + 1;
-        let batch_bytes = o
-            .sample_spec()
-            .sample_len()
-            .checked_mul(o.dtype.size())
-            .and_then(|s| s.checked_mul(o.batch_size))
-            .ok_or_else(|| Error::Options("a batch's size overflows memory addresses".into()))?;
-        // Buffers alive at once: those being assembled, the prefetched ones, the consumer's.
+        // Buffers alive at once: those being assembled, the prefetched ones, the consumer's. Sizes are
+        // checked against the memory limit before anything is allocated (saturating: an absurd size is
+        // simply too large).
         let buffers = credits + o.prefetch + 1;
+        let batch_bytes = u64::from(o.height)
+            .saturating_mul(u64::from(o.width))
+            .saturating_mul(3 * o.dtype.size() as u64)
+            .saturating_mul(o.batch_size as u64);
         stdx::mem::check(
-            (batch_bytes as u64).saturating_mul(buffers as u64),
+            batch_bytes.saturating_mul(buffers as u64),
             format!(
                 "batch buffers ({buffers} batches of {} x {}x{}x3 {})",
                 o.batch_size,
@@ -579,7 +579,7 @@ impl Run {
             next,
             batches_per_epoch,
             credits,
-            pool: Pool::new(batch_bytes, buffers),
+            pool: Pool::new(batch_bytes as usize, buffers),
             gpu,
             liquid_buffers,
         })
