@@ -16,6 +16,7 @@ fn cmd(args: &[&str]) -> Command {
 
 /// Runs `c`, killing it (and failing the test) after `secs`: a hang is a defect, not a slow test.
 /// Returns the output and the program's peak resident memory in KiB (sampled every 2 ms).
+#[allow(clippy::zombie_processes)] // reaped with wait4, which also gives its resource usage
 fn run_limited(mut c: Command, secs: u64) -> (Output, u64) {
     let mut child = c
         .stdout(Stdio::piped())
