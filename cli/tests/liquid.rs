@@ -99,7 +99,7 @@ fn read_trace(trace: &Path, log: &Path) -> Trace {
     Trace { batches, log: l }
 }
 
-/// The invariants, from the two files alone. Returns the hit ratio of the epochs after the first.
+/// The Liquid invariants, checked from the two files alone. Returns the hit ratio of the epochs after the first.
 fn check(t: &Trace, epochs: usize, batch: usize) -> f64 {
     assert_eq!(
         t.batches.keys().collect::<Vec<_>>(),
