@@ -1,0 +1,140 @@
+//! `cargo xtask test`: the whole test suite — the workspace's Rust tests (`cargo test --workspace`), then
+//! the Python package's: the extension is built as a release wheel with maturin, installed into a
+//! virtual environment under `target/python/`, and tested with pytest (`bindings/python/tests`).
+//!
+//! `cargo xtask test rust` or `cargo xtask test python` runs one half; arguments after `--` go to pytest.
+//! `PYTHON` picks the interpreter that creates the environment (default `python3`).
+
+use crate::report::workspace_root;
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// What the test environment needs besides the package (its own dependency, numpy, comes with it).
+const REQUIREMENTS: &[&str] = &["maturin>=1.9.4,<2", "pytest>=7", "pillow>=9", "numpy>=1.22"];
+
+pub fn main(args: &[String]) -> ExitCode {
+    let (ours, pytest_args) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => (args, &[][..]),
+    };
+    let (rust, python) = match ours.first().map(String::as_str) {
+        None => (true, true),
+        Some("rust") => (true, false),
+        Some("python") => (false, true),
+        Some(other) => {
+            eprintln!(
+                "usage: cargo xtask test [rust|python] [-- PYTEST_ARGS]\nunknown part {other:?}"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let mut failed = Vec::new();
+    if rust {
+        eprintln!("== cargo test --workspace");
+        if let Err(e) = rust_tests() {
+            eprintln!("Rust tests failed: {e:#}");
+            failed.push("Rust");
+        }
+    }
+    if python {
+        eprintln!("== Python: bindings/python (maturin wheel, pytest)");
+        if let Err(e) = python_tests(pytest_args) {
+            eprintln!("Python tests failed: {e:#}");
+            failed.push("Python");
+        }
+    }
+    if failed.is_empty() {
+        eprintln!("== all tests passed");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("== FAILED: {}", failed.join(" and "));
+        ExitCode::FAILURE
+    }
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} exited with {status}");
+    }
+    Ok(())
+}
+
+fn rust_tests() -> anyhow::Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo)
+        .args(["test", "--workspace"])
+        .current_dir(workspace_root()))
+}
+
+/// The test environment's interpreter, creating the environment and installing the tools when needed.
+pub fn venv_python(dir: &Path) -> anyhow::Result<PathBuf> {
+    let python = dir.join("bin").join("python");
+    if !python.exists() {
+        let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        run(Command::new(&base).args(["-m", "venv"]).arg(dir)).with_context(|| {
+            format!(
+                "creating a virtual environment with {base} (Debian/Ubuntu: apt-get install python3-venv)"
+            )
+        })?;
+    }
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(REQUIREMENTS))
+    .context("installing the test tools into the virtual environment")?;
+    Ok(python)
+}
+
+/// Builds the extension as a release wheel and installs it into the environment of `python`.
+pub fn install_wheel(python: &Path) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let wheels = root.join("target").join("python").join("wheels");
+    if wheels.exists() {
+        std::fs::remove_dir_all(&wheels)
+            .with_context(|| format!("clearing {}", wheels.display()))?;
+    }
+    let maturin = python.with_file_name("maturin");
+    run(Command::new(&maturin)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(root.join("bindings").join("python").join("Cargo.toml"))
+        .arg("--out")
+        .arg(&wheels)
+        .arg("--interpreter")
+        .arg(python)
+        .current_dir(&root))
+    .context("building the wheel")?;
+    let wheel = std::fs::read_dir(&wheels)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .with_context(|| format!("no wheel in {}", wheels.display()))?;
+    run(Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(&wheel))
+    .context("installing the wheel")
+}
+
+fn python_tests(pytest_args: &[String]) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let python = venv_python(&root.join("target").join("python").join("venv"))?;
+    install_wheel(&python)?;
+    run(Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(pytest_args)
+        .current_dir(root.join("bindings").join("python")))
+}
