@@ -386,6 +386,19 @@ impl Loader {
     }
 }
 
+impl Drop for Loader {
+    /// Stops and joins the pipeline threads with the GIL released, so that other Python threads keep
+    /// running while the threads finish the items in hand (with the GIL held when the interpreter is
+    /// shutting down).
+    fn drop(&mut self) {
+        let run = self.run.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = run.loader.take() {
+            let join = move || drop(l);
+            Python::try_attach(|py| py.detach(join));
+        }
+    }
+}
+
 #[pymethods]
 impl Loader {
     #[new]

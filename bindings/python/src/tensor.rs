@@ -117,17 +117,27 @@ impl Tensor {
         np.call_method1("from_dlpack", (slf,))
     }
 
-    /// ``numpy.asarray(tensor)``: the same view as :meth:`numpy`; converted when ``dtype`` is given.
+    /// ``numpy.asarray(tensor)``: the same view as :meth:`numpy`; converted when ``dtype`` differs
+    /// (refused with ``ValueError`` under ``copy=False``), copied with ``copy=True``.
     #[pyo3(signature = (dtype=None, copy=None))]
     fn __array__<'py>(
         slf: &Bound<'py, Self>,
         dtype: Option<Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let mut a = Self::numpy(slf)?;
+        let view = Self::numpy(slf)?;
+        let mut a = view.clone();
         if let Some(d) = dtype {
-            a = a.call_method1("astype", (d,))?;
-        } else if copy == Some(true) {
+            let kwargs = pyo3::types::PyDict::new(slf.py());
+            kwargs.set_item("copy", false)?;
+            a = a.call_method("astype", (&d,), Some(&kwargs))?;
+            if copy == Some(false) && !a.is(&view) {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "converting the batch to {d} needs a copy, and copy=False was asked for"
+                )));
+            }
+        }
+        if copy == Some(true) && a.is(&view) {
             a = a.call_method0("copy")?;
         }
         Ok(a)

@@ -89,6 +89,11 @@ def test_zero_copy_and_buffer_lifetime(small):
     assert x.ctypes.data == b.images.data_ptr
     assert np.asarray(b.images).ctypes.data == b.images.data_ptr
     assert b.images.numpy().ctypes.data == b.images.data_ptr
+    assert np.asarray(b.images, dtype=np.uint8).ctypes.data == b.images.data_ptr
+    assert np.array(b.images, copy=True).ctypes.data != b.images.data_ptr
+    assert np.array_equal(np.asarray(b.images, dtype=np.float32), x)
+    with pytest.raises(ValueError, match="copy"):
+        np.asarray(b.images, dtype=np.float32, copy=False)
     assert b.images.nbytes == x.nbytes
     assert b.images.data_ptr % 64 == 0
     # Two exports are views of one memory.
