@@ -18,6 +18,7 @@
 mod device;
 mod error;
 mod plan;
+mod sample;
 mod tensor;
 #[cfg(test)]
 extern crate self as l3_cuda;
@@ -26,10 +27,13 @@ mod sim_tests;
 
 pub use cudarc;
 pub use device::{
-    BatchDecoder, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch, device_count,
+    BatchDecoder, DEFAULT_MAX_IN_FLIGHT, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch,
+    device_count,
 };
 pub use error::Error;
+pub use l3_format::{Fragments, L3Index, Rect};
 pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
+pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo, Window};
 pub use tensor::{DType, Layout, Normalize};
 
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
