@@ -126,15 +126,24 @@ pub enum DeviceOutput {
 }
 
 impl DeviceOutput {
-    fn raw(&self) -> (sys::CUdeviceptr, usize) {
-        fn raw<T>(s: &CudaSlice<T>) -> (sys::CUdeviceptr, usize) {
+    /// The allocation's address (no synchronisation: the caller orders its use after `ready`).
+    fn ptr(&self) -> sys::CUdeviceptr {
+        fn ptr<T>(s: &CudaSlice<T>) -> sys::CUdeviceptr {
             let (ptr, _record) = s.device_ptr(s.stream());
-            (ptr, s.num_bytes())
+            ptr
         }
         match self {
-            DeviceOutput::U8(s) => raw(s),
-            DeviceOutput::F32(s) => raw(s),
-            DeviceOutput::F16(s) => raw(s),
+            DeviceOutput::U8(s) => ptr(s),
+            DeviceOutput::F32(s) => ptr(s),
+            DeviceOutput::F16(s) => ptr(s),
+        }
+    }
+
+    fn num_bytes(&self) -> usize {
+        match self {
+            DeviceOutput::U8(s) => s.num_bytes(),
+            DeviceOutput::F32(s) => s.num_bytes(),
+            DeviceOutput::F16(s) => s.num_bytes(),
         }
     }
 
@@ -217,12 +226,12 @@ impl DecodedBatch {
     /// [`free_after`](Self::free_after), until the stream passed there frees it) lives. Reading it before
     /// [`ready`](Self::ready) completed reads unfinished output.
     pub fn device_ptr(&self) -> u64 {
-        self.output.raw().0
+        self.output.ptr()
     }
 
     /// Bytes of output.
     pub fn byte_len(&self) -> usize {
-        self.output.raw().1
+        self.output.num_bytes()
     }
 
     /// The CUDA device the output lives on (DLPack's `device_id`).
