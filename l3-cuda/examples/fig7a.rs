@@ -67,6 +67,9 @@ fn args() -> Res<Args> {
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
+    if a.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
     Ok(a)
 }
 

@@ -907,7 +907,7 @@ impl BatchDecoder {
         PinnedBatch::new(self.ctx.clone(), capacity)
     }
 
-    /// Copies a validated batch to device memory once (synchronously), for repeated [`decode_resident`].
+    /// Copies a validated batch to device memory once (synchronously), for repeated [`decode_resident`](Self::decode_resident).
     pub fn upload(
         &mut self,
         images: &[&[u8]],
@@ -921,7 +921,7 @@ impl BatchDecoder {
     }
 
     /// Copies a validated sample batch to device memory once (synchronously), for repeated
-    /// [`decode_resident`] (the kernel-speed measurement).
+    /// [`decode_resident`](Self::decode_resident) (the kernel-speed measurement).
     pub fn upload_samples(
         &mut self,
         sources: &[SampleSource<'_>],
