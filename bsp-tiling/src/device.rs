@@ -35,6 +35,17 @@ impl Device {
     }
 }
 
+impl Device {
+    /// A tile side that suits the device: 512 on the CPU (tiles of a few MiB per worker), 2048 on a GPU
+    /// (few, large launches; the placement planner keeps the device within its budget either way).
+    pub fn default_tile(self) -> usize {
+        match self {
+            Device::Cpu => 512,
+            Device::Cuda(_) => 2048,
+        }
+    }
+}
+
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -166,6 +177,8 @@ mod tests {
         assert_eq!(Device::parse("cuda:x"), None);
         assert_eq!(Device::parse("tpu"), None);
         assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        assert_eq!(Device::Cpu.default_tile(), 512);
+        assert!(Device::Cuda(0).default_tile() > 512);
         assert_eq!(Precision::parse("f16"), Some(Precision::F16));
         assert_eq!(Precision::parse("f64"), None);
         let cpu_f16 = DeviceOptions {

@@ -223,7 +223,7 @@ impl Net {
         }
         let plan = self.plan(x.h, x.w)?;
         if let Some(m) = backend.meter() {
-            let needed = crate::place::whole_peak(backend, self, &plan, x.h, x.w);
+            let needed = m.used() + crate::place::whole_peak(backend, self, &plan, x.h, x.w);
             if needed > m.budget() {
                 return Err(Error::DeviceBudget {
                     what: format!("the whole-image pass over {}x{}", x.w, x.h),

@@ -34,7 +34,8 @@ pub fn run_naive<B: Backend>(
             .iter()
             .map(|s| backend.weight_bytes(&s.conv))
             .sum();
-        let needed = weights_bytes + workers as u64 * (needed - weights_bytes);
+        // `weights` are loaded already: what the meter holds covers them.
+        let needed = m.used() + workers as u64 * (needed - weights_bytes);
         if needed > m.budget() {
             return Err(Error::DeviceBudget {
                 what: format!("naive tiles ({workers} at once)"),

@@ -4,7 +4,7 @@
 //! Device memory at stage `i` is
 //!
 //! ```text
-//! weights (all stages)  +  Σ resident layers alive at i  +  workers × working set of one tile of stage i
+//! held already  +  weights (all stages)  +  Σ resident layers alive at i  +  workers × working set of one tile of stage i
 //! ```
 //!
 //! A layer is alive from the stage that writes it to the last stage that reads it (its successor, or the
@@ -97,6 +97,8 @@ pub fn plan_exact<B: Backend>(
         return Ok(Placement::host(n));
     };
     let budget = meter.budget();
+    // What the backend already holds (the CUDA backend: cuBLAS's workspace).
+    let base = meter.used();
     let weights: u64 = net
         .stages
         .iter()
@@ -122,7 +124,7 @@ pub fn plan_exact<B: Backend>(
                     .filter(|&j| resident[j] && alive(j, i))
                     .map(|j| layer_bytes[j])
                     .sum();
-                weights + res + workers as u64 * working[i]
+                base + weights + res + workers as u64 * working[i]
             })
             .collect()
     };

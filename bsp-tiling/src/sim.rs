@@ -57,6 +57,12 @@ impl DeviceSim {
         }
     }
 
+    /// Holds `bytes` of the budget until the lease is dropped: what a real device backend keeps for
+    /// itself (the CUDA backend: cuBLAS's workspace).
+    pub fn reserve(&self, bytes: u64) -> Result<Lease> {
+        self.meter.lease(bytes, "a reservation")
+    }
+
     fn buf(&self, t: Tensor, what: &str) -> Result<SimBuf> {
         let lease = self.meter.lease(Tensor::bytes(t.c, t.h, t.w), what)?;
         Ok(SimBuf { t, _lease: lease })

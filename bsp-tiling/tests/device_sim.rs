@@ -97,6 +97,32 @@ fn every_budget_is_exact_and_within_its_plan() {
 }
 
 #[test]
+fn memory_the_backend_already_holds_is_planned_around() {
+    let net = Net::random_transformer(Widths(4, 8, 8), 4, PaddingMode::Reflect);
+    let x = noise_image(3, 61, 70, 2);
+    let want = net.forward_whole(&CpuBackend, &x, 2, None).unwrap().0;
+    let g = Grid::with_tile(61, 70, 16, 4, 4).unwrap();
+    let plan = net.plan(61, 70).unwrap();
+    let grids = bsp_tiling::bsp::stage_grids(&net, &plan, &g).unwrap();
+    let all = plan_exact(&small_band(u64::MAX), &net, &plan, &grids, 1).unwrap();
+    // A budget that holds everything, of which a third is taken before the run.
+    let sim = small_band(all.peak);
+    let held = sim.reserve(all.peak / 3).unwrap();
+    let p = plan_exact(&sim, &net, &plan, &grids, 1).unwrap();
+    assert!(p.peak <= all.peak && p.resident != all.resident, "{p:?}");
+    let (got, info) = exact_on(&sim, &net, &x, &g);
+    assert!(max_abs(&got, &want) < 1e-4);
+    assert!(info.device_peak_bytes <= all.peak);
+    // The whole-image pass counts it too.
+    let need = bsp_tiling::place::whole_peak(&sim, &net, &plan, 61, 70);
+    let whole = small_band(need);
+    let _held = whole.reserve(1).unwrap();
+    let e = net.forward_whole(&whole, &x, 1, None).unwrap_err();
+    assert!(matches!(e, Error::DeviceBudget { .. }), "{e}");
+    drop(held);
+}
+
+#[test]
 fn residual_and_output_paths_with_mixed_residency() {
     // A budget that keeps the early layers resident but not the residual blocks (or the reverse) takes
     // the per-tile phase-2 path with residuals read from the other kind of store.

@@ -88,13 +88,16 @@ pub fn ensure_cublas() -> Result<()> {
     }
 }
 
-/// A driver error as `CUDA_ERROR_NAME: description`.
+/// A driver error as `CUDA_ERROR_NAME: description`, from the driver's own tables.
 fn driver_text(e: &DriverError) -> String {
-    let text = e
-        .error_string()
+    let name = e
+        .error_name()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!("{:?}: {text}", e.0)
+        .unwrap_or_else(|_| format!("CUresult {}", e.0 as u32));
+    match e.error_string() {
+        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
+        Err(_) => name,
+    }
 }
 
 fn drv(call: &'static str) -> impl Fn(DriverError) -> Error {
@@ -104,10 +107,29 @@ fn drv(call: &'static str) -> impl Fn(DriverError) -> Error {
     }
 }
 
+/// A cuBLAS status as `CUBLAS_STATUS_NAME: description`, from cuBLAS's own tables.
+fn blas_text(e: cudarc::cublas::result::CublasError) -> String {
+    let text = |p: *const std::ffi::c_char| {
+        // SAFETY: cuBLAS returns static NUL-terminated strings (or null).
+        (!p.is_null()).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    // SAFETY: plain lookups in cuBLAS's tables; libcublas is loaded (checked when the backend opened).
+    let name = text(unsafe { cudarc::cublas::sys::cublasGetStatusName(e.0) })
+        .unwrap_or_else(|| format!("cublasStatus {}", e.0 as u32));
+    match text(unsafe { cudarc::cublas::sys::cublasGetStatusString(e.0) }) {
+        Some(t) => format!("{name}: {t}"),
+        None => name,
+    }
+}
+
 fn blas_err(call: &'static str) -> impl Fn(cudarc::cublas::result::CublasError) -> Error {
     move |e| Error::Cuda {
         call,
-        message: format!("{:?}", e.0),
+        message: blas_text(e),
     }
 }
 
@@ -139,9 +161,26 @@ pub fn compile_for_arch(arch: &str) -> Result<Ptx> {
                 .filter(|l| !l.is_empty())
                 .collect::<Vec<_>>()
                 .join("; "),
-            other => format!("{other:?}"),
+            CompileError::CreationError(e) => format!("creating the program: {}", nvrtc_text(e)),
+            CompileError::GetLogError(e) => format!("reading the log: {}", nvrtc_text(e)),
+            CompileError::GetPtxError(e) => format!("reading the PTX: {}", nvrtc_text(e)),
+            CompileError::DestroyError(e) => format!("destroying the program: {}", nvrtc_text(e)),
         },
     })
+}
+
+/// An NVRTC status as NVRTC describes it.
+fn nvrtc_text(e: cudarc::nvrtc::result::NvrtcError) -> String {
+    // SAFETY: a lookup in NVRTC's table (libnvrtc is loaded); it returns a static string.
+    let p = unsafe { cudarc::nvrtc::sys::nvrtcGetErrorString(e.0) };
+    if p.is_null() {
+        format!("nvrtcResult {}", e.0 as u32)
+    } else {
+        // SAFETY: non-null, NUL-terminated, static.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 /// PTX for `compute_XY`, compiled at most once per process per architecture.
@@ -570,6 +609,8 @@ impl Backend for CudaBackend {
             to_i32(wo, "width")?,
         );
         let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        // cuBLAS runs in the thread's current context, which nothing else here may have set.
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
         let gemm_err = blas_err("cublasGemm");
         let op = cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
         match (self.precision, &wts.w16) {
