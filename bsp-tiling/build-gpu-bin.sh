@@ -18,6 +18,7 @@ cargo build -p xtask --release "$@"
 cp target/release/xtask "$BIN/xtask"
 strip "$BIN"/gpu "$BIN"/bsp_tiling "$BIN"/kernel_sim "$BIN"/device_sim "$BIN"/exact "$BIN"/xtask
 cp "$SHARED"/models/candy_nc8.safetensors "$SHARED"/models/mosaic_nc16.safetensors "$BIN/shared/models/"
-for f in Wood.jpg Dune.jpg Storm.jpg Autumn.jpg; do cp "$SHARED/corpus/$f" "$BIN/shared/corpus/"; done
+# Every photo the tests and the bench read.
+for f in $(grep -ohE '"[A-Za-z]+\.jpg"' bsp-tiling/tests/*.rs xtask/src/bench/bsp.rs | tr -d '"' | sort -u); do cp "$SHARED/corpus/$f" "$BIN/shared/corpus/"; done
 ls -la "$BIN"
 du -sh "$BIN"
