@@ -313,6 +313,8 @@ pub fn build_pcr(jpeg_dir: &Path, out: &Path, threads: usize) -> Result<()> {
         .iter()
         .map(|rel| {
             let mut input = pcr::Input::new(jpeg_dir.join(rel));
+            // Named by its path under the folder: class folders may hold files of the same name.
+            input.name = rel.to_string_lossy().into_owned();
             let class = rel
                 .parent()
                 .and_then(|p| p.components().next())
@@ -321,13 +323,11 @@ pub fn build_pcr(jpeg_dir: &Path, out: &Path, threads: usize) -> Result<()> {
             input
         })
         .collect();
-    // pcr converts on the rayon pool: give it the caller's thread count.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-        .map_err(|e| Error::Pipeline(format!("cannot start the conversion threads: {e}")))?;
-    pool.install(|| pcr::build(out, &inputs, &pcr::BuildOptions::default(), &|_| {}))
-        .map_err(|e| Error::dataset(out, e))?;
+    let options = pcr::BuildOptions {
+        threads: threads.max(1),
+        ..pcr::BuildOptions::default()
+    };
+    pcr::build(out, &inputs, &options, &|_| {}).map_err(|e| Error::dataset(out, e))?;
     Ok(())
 }
 
