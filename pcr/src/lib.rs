@@ -41,7 +41,7 @@ struct ReadmeDoctests;
 /// implies, and runs the full reader path on it, decoding every image with both decoders. Must never panic.
 #[doc(hidden)]
 pub fn fuzz_record(data: &[u8]) {
-    let _ = format::parse_index(data);
+    let _ = Dataset::from_index_bytes("fuzz", data);
     let Ok((header, header_len, header_crc)) = format::parse_record_header(data) else {
         return;
     };

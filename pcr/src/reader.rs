@@ -153,7 +153,11 @@ impl Dataset {
         let path = self.record_path(i)?;
         let file = stdx::fs::open_regular(&path).map_err(|e| Error::io(&path, e))?;
         let file_len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        let mut bytes = vec![0u8; range.end.min(file_len) as usize];
+        // A file of the wrong length is refused before anything is allocated or read.
+        if file_len != self.entry(i)?.file_len {
+            return self.verify_prefix(i, k, file_len, Vec::new());
+        }
+        let mut bytes = vec![0u8; range.end as usize];
         file.read_exact_at(&mut bytes, 0)
             .map_err(|e| Error::io(&path, e))?;
         self.verify_prefix(i, k, file_len, bytes)
