@@ -248,7 +248,7 @@ struct SampleDesc {
     u16 col0, col1;    // patch columns written: [col0, col1)
     u8 channel;        // output channel of the first copy: its scale/bias pair
     u8 copies;         // 1, or 3 for a gray image (replicated to R, G, B)
-    u32 reserved;
+    u32 exact;         // 1 when `rows` reaches the patch's last row: its bytes must then be used exactly
 };
 
 // Must match `FillDesc` in src/sample.rs (32 bytes).
@@ -283,7 +283,7 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
         SampleDesc sd = descs[b];
         L3SampleEmit<Out> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
                                sd.skip, sd.col0, sd.col1, sd.copies, scale_bias + 2u * sd.channel};
-        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, false, b, err, stage_cap, emit);
+        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0u, b, err, stage_cap, emit);
         return;
     }
     b -= n_descs;

@@ -178,6 +178,8 @@ pub(crate) struct SampleDesc {
     pub col1: u16,
     pub channel: u8,
     pub copies: u8,
+    /// The decoded rows reach the patch's last row, so trailing bytes are an error (as on the CPU).
+    pub exact: bool,
 }
 
 pub(crate) const SAMPLE_DESC_BYTES: usize = 48;
@@ -530,8 +532,15 @@ impl SamplePlan {
                             let bytes = src
                                 .bytes(range.clone())
                                 .ok_or_else(|| missing(index, id, range))?;
-                            walk_rows(bytes, pr.w as usize, rows, id)
+                            let used = walk_rows(bytes, pr.w as usize, rows, id)
                                 .map_err(|source| Error::Image { index, source })?;
+                            if rows == pr.h as usize && used != bytes.len() {
+                                let source = l3_format::Error::TrailingPatchBytes {
+                                    patch: id,
+                                    unused: bytes.len() - used,
+                                };
+                                return Err(Error::Image { index, source });
+                            }
                         }
                     }
                 }
@@ -598,6 +607,7 @@ impl SamplePlan {
                             col1: (ox1 - pr.x) as u16,
                             channel: ch as u8,
                             copies,
+                            exact: oy1 == pr.y + pr.h,
                         });
                         plan.ids.push((index as u32, ch as u8, p as u32));
                         max_len = max_len.max(data_len);
@@ -764,7 +774,7 @@ impl SamplePlan {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out.extend_from_slice(&[d.channel, d.copies]);
-            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&u32::from(d.exact).to_le_bytes());
         }
         out
     }
