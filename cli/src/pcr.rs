@@ -2,7 +2,8 @@
 //!
 //! - `build OUT_DIR IN... [--labels FILE.csv] [--per-record N]`: IN are JPEG files or directories (searched
 //!   recursively for `.jpg`/`.jpeg`, sorted); conversion runs on every core with a progress bar.
-//! - `read DIR --group K --out DIR2`: decodes every image at scan group K to `DIR2/<stem>.png`
+//! - `read DIR --group K --out DIR2`: decodes every image at scan group K to `DIR2/<stem>.png` (`a/x.jpg`
+//!   found under an input folder becomes `DIR2/a/x.png`)
 //!   (EXIF orientation applied unless `--no-orient`; libjpeg-turbo unless `--decoder zune`).
 //! - `info DIR`: records, images, and bytes per scan group (own bytes, prefix bytes, fraction).
 use anyhow::{Context, bail};
@@ -69,50 +70,11 @@ pub fn run(c: PcrCommand) -> anyhow::Result<()> {
     }
 }
 
-fn is_jpeg_name(p: &Path) -> bool {
-    p.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
-}
-
-/// Files as given, and the JPEG files under directories (sorted, recursive).
-fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in inputs {
-        if p.is_dir() {
-            let mut found = Vec::new();
-            let mut stack = vec![p.clone()];
-            while let Some(d) = stack.pop() {
-                for e in
-                    std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))?
-                {
-                    let path = e
-                        .with_context(|| format!("listing {}", d.display()))?
-                        .path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if is_jpeg_name(&path) {
-                        found.push(path);
-                    }
-                }
-            }
-            found.sort();
-            if found.is_empty() {
-                bail!("{}: no .jpg/.jpeg files in this directory", p.display());
-            }
-            out.extend(found);
-        } else {
-            out.push(p.clone());
-        }
-    }
-    Ok(out)
-}
-
 fn build(a: BuildArgs) -> anyhow::Result<()> {
-    let paths = expand_inputs(&a.inputs)?;
+    let found = pcr::find_inputs(&a.inputs)?;
     let inputs: Vec<Input> = match &a.labels {
-        Some(csv) => Labels::from_csv(csv)?.inputs(&paths)?,
-        None => paths.iter().map(|p| Input::new(p.clone())).collect(),
+        Some(csv) => Labels::from_csv(csv)?.apply(found)?,
+        None => found,
     };
     let bar = indicatif::ProgressBar::new(inputs.len() as u64);
     bar.set_style(
@@ -124,6 +86,7 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
     );
     let options = BuildOptions {
         images_per_record: a.per_record as usize,
+        ..BuildOptions::default()
     };
     let started = std::time::Instant::now();
     let summary = pcr::build(&a.out_dir, &inputs, &options, &|_| bar.inc(1))
@@ -152,13 +115,14 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
 fn read(a: ReadArgs) -> anyhow::Result<()> {
     let ds = Dataset::open(&a.dir).with_context(|| format!("opening {}", a.dir.display()))?;
     let bytes = ds.prefix_bytes(a.group)?;
-    // Output names are source stems: refuse before writing anything if two would collide.
+    // Output names are image names without their extension (`a/x.jpg` -> `a/x.png`): refuse before
+    // writing anything if two would collide.
     let mut stems = HashSet::new();
     for e in ds.index().records.iter().flat_map(|r| &r.images) {
         let stem = Path::new(&e.name)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned());
-        let stem = stem.unwrap_or_else(|| e.name.clone());
+            .with_extension("")
+            .to_string_lossy()
+            .into_owned();
         if !stems.insert(stem.clone()) {
             bail!(
                 "{}: two images would both be written as {stem}.png",
@@ -221,6 +185,9 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
 
 /// PNG through a temporary name and a rename, so a failure leaves no partial file.
 fn write_png(path: &Path, img: &pcr::Image) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let tmp = path.with_extension("png.tmp");
     let result = (|| -> anyhow::Result<()> {
         let file = std::io::BufWriter::new(std::fs::File::create(&tmp)?);

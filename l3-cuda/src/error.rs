@@ -53,16 +53,43 @@ pub enum Error {
     /// Normalisation was requested for `u8` output (it needs `F16` or `F32`).
     #[error("normalisation needs a float element type (float16 or float32)")]
     NormalizeNeedsFloat,
+    /// Sample `index`'s window does not fit its image (`what` = "image") or the sample ("sample").
+    #[error(
+        "sample {index} of the batch: window {window} does not fit the {what} ({width}x{height})"
+    )]
+    BadWindow {
+        index: usize,
+        window: crate::Window,
+        what: &'static str,
+        width: u32,
+        height: u32,
+    },
+    /// A sample batch needs exactly one window per source.
+    #[error("{sources} sources but {windows} windows: a sample batch needs one window per source")]
+    WindowCount { sources: usize, windows: usize },
+    /// Samples must be at least 1×1.
+    #[error("bad sample size {width}x{height}")]
+    BadSampleSize { width: u32, height: u32 },
+    /// Image `index` is one patch per channel and was given as fragments: the channels' boundaries found
+    /// by walking its rows differ from its offset table (corrupt patch data).
+    #[error("image {index} of the batch: its patch rows do not end where its offset table says")]
+    OffsetTableMismatch { index: usize },
     /// A layout and element type the kernel does not produce.
     #[error("unsupported output: {what}")]
     Unsupported { what: &'static str },
 }
 
 impl Error {
-    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
-        Error::Driver {
-            call,
-            message: format!("{e:?}"),
-        }
+    /// The driver's own name and description of the code (`CUDA_ERROR_OUT_OF_MEMORY: out of memory`),
+    /// not the binding's Debug text.
+    pub(crate) fn driver(call: &'static str, e: cudarc::driver::DriverError) -> Self {
+        let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+        let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+        let message = match (name, text) {
+            (Ok(name), Ok(text)) => format!("{name}: {text}"),
+            (Ok(name), Err(_)) => name,
+            _ => format!("CUDA error code {}", e.0 as u32),
+        };
+        Error::Driver { call, message }
     }
 }

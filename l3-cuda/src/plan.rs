@@ -3,6 +3,7 @@
 //! is rejected here, with its batch index, before anything is copied or launched.
 
 use crate::error::Error;
+use crate::sample::TensorInfo;
 use crate::tensor::{DType, Layout, Normalize};
 use l3_format::{L3File, PatchId};
 use std::ops::Range;
@@ -121,7 +122,7 @@ impl BatchPlan {
         if images.is_empty() {
             return Err(Error::EmptyBatch);
         }
-        let scale_bias = scale_bias(opts)?;
+        let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
         let mut plan = BatchPlan {
             layout: opts.layout,
             dtype: opts.dtype,
@@ -248,6 +249,22 @@ impl BatchPlan {
         self.images
             .iter()
             .all(|i| (i.width, i.height, i.channels) == (s.width, s.height, s.channels))
+    }
+
+    /// The batch as one dense tensor (`[n, h, w, c]` or `[n, c, h, w]`) when every image has the same
+    /// width, height and channels; `None` otherwise.
+    pub fn tensor(&self) -> Option<TensorInfo> {
+        let s = self.images[0];
+        self.is_uniform().then(|| {
+            TensorInfo::dense(
+                self.layout,
+                self.dtype,
+                self.images.len(),
+                s.height as usize,
+                s.width as usize,
+                s.channels as usize,
+            )
+        })
     }
 
     /// True when every descriptor reads inside the device input and writes inside the output: the
@@ -390,15 +407,12 @@ fn push_descs(
     Ok(())
 }
 
-/// The kernel's (scale, bias) pairs for channels 0..4, after checking that the kernel can produce
-/// `opts`' layout and type.
-fn scale_bias(opts: &DecodeOptions) -> Result<[f32; 8], Error> {
-    if opts.layout == Layout::Nhwc && opts.dtype.is_float() {
-        return Err(Error::Unsupported {
-            what: "NHWC float output (the kernel writes floats in NCHW only)",
-        });
-    }
-    let norm = match (opts.normalize, opts.dtype.is_float()) {
+/// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
+pub(crate) fn scale_bias_for(
+    dtype: DType,
+    normalize: Option<Normalize>,
+) -> Result<[f32; 8], Error> {
+    let norm = match (normalize, dtype.is_float()) {
         (Some(_), false) => return Err(Error::NormalizeNeedsFloat),
         (None, false) => return Ok([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
         (n, true) => n.unwrap_or(Normalize::UNIT),

@@ -40,6 +40,7 @@ mod pipeline;
 mod raw;
 mod sample;
 mod stats;
+mod storage;
 
 pub use batch::{Batch, Tensor};
 pub use dataset::folder::ImageFiles;
@@ -56,6 +57,7 @@ pub use loader::{
 pub use pipeline::order::ShardedOrder;
 pub use sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize, SampleSpec, Window};
 pub use stats::Stats;
+pub use storage::{CacheOptions, Listing, Storage, StorageOptions};
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]

@@ -17,6 +17,8 @@ pub struct PcrBuild {
     pub lossy_quality: Option<u8>,
     /// Images per record (the paper uses 1024).
     pub images_per_record: usize,
+    /// Accept JPEGs libjpeg reports corrupt data in (truncated, bad Huffman codes), as they decode.
+    pub allow_corrupt: bool,
 }
 
 impl Default for PcrBuild {
@@ -25,6 +27,7 @@ impl Default for PcrBuild {
             threads: 0,
             lossy_quality: None,
             images_per_record: 1024,
+            allow_corrupt: false,
         }
     }
 }
@@ -101,6 +104,8 @@ pub fn to_pcr(input: &Path, out: &Path, build: &PcrBuild) -> Result<PcrSummary> 
         .into_iter()
         .map(|(rel, src)| {
             let mut item = pcr::Input::new(src);
+            // Named by its path in the folder: class folders may hold files of the same name.
+            item.name = crate::storage::key_of(&rel);
             let class = rel
                 .parent()
                 .and_then(|p| p.components().next())
@@ -111,6 +116,9 @@ pub fn to_pcr(input: &Path, out: &Path, build: &PcrBuild) -> Result<PcrSummary> 
         .collect();
     let options = pcr::BuildOptions {
         images_per_record: build.images_per_record,
+        threads: build.threads,
+        allow_corrupt: build.allow_corrupt,
+        ..pcr::BuildOptions::default()
     };
     pcr::build(out, &inputs, &options, &|_| {}).map_err(|e| Error::dataset(out, e))?;
     Ok(PcrSummary {
@@ -119,3 +127,4 @@ pub fn to_pcr(input: &Path, out: &Path, build: &PcrBuild) -> Result<PcrSummary> 
         warnings: listed.skipped,
     })
 }
+
