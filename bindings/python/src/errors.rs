@@ -172,8 +172,15 @@ impl From<bsp_tiling::Error> for Failure {
             | E::TileSmallerThanHalo { .. }
             | E::Grid(_)
             | E::OverBudget { .. }
-            | E::Channels { .. } => (Kind::Options, None),
-            _ => (Kind::Base, None),
+            | E::Channels { .. }
+            | E::Device(_)
+            | E::DeviceBudget { .. } => (Kind::Options, None),
+            E::NoDriver
+            | E::NoCudaLibrary { .. }
+            | E::NoDevice { .. }
+            | E::Cuda { .. }
+            | E::Compile { .. } => (Kind::Gpu, None),
+            E::TensorShape { .. } => (Kind::Base, None),
         };
         Failure {
             kind,

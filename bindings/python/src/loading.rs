@@ -208,8 +208,12 @@ enum Step {
 ///
 /// ``rank`` / ``world_size`` default to ``torch.distributed``'s when it is initialised, else to the
 /// ``RANK`` / ``WORLD_SIZE`` environment variables, else 0 / 1: each rank reads its own shard, like
-/// ``DistributedSampler``. ``device="cuda"`` (or ``"cuda:N"``) decodes on the GPU and fails with
-/// ``GpuError`` when no usable GPU is there.
+/// ``DistributedSampler``.
+///
+/// ``device="cuda"`` (or ``"cuda:N"``, or a ``torch.device``) decodes each batch of an L3 source on that
+/// GPU in one l3-cuda launch, and fails with ``GpuError`` naming the reason when there is no usable GPU
+/// (or the source is not L3) — it never decodes on the CPU instead. The decoded batch is then delivered
+/// in host memory like a CPU batch (``batch.images.device == "cpu"``), bit-identical to it.
 #[pyclass(frozen, module = "l3toolkit")]
 pub struct Loader {
     dataset: Arc<dyn Dataset>,
@@ -245,16 +249,17 @@ fn crop_size(py: Python<'_>, crop: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
     Ok(hw)
 }
 
-/// `device=`: "cpu", "cuda" or "cuda:N" (or anything whose `str()` is, e.g. a `torch.device`).
-fn device(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Device> {
+/// `device=`: "cpu" (`None`), "cuda" or "cuda:N" (`Some(N)`), or anything whose `str()` is one of
+/// those (a `torch.device`). The one parser of the package's `device=` arguments (`Loader`, `stylize`).
+pub(crate) fn device_ordinal(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
     let s = device.str()?.to_string();
     let parsed = match s.as_str() {
-        "cpu" => Some(Device::Cpu),
-        "cuda" => Some(Device::Cuda(0)),
+        "cpu" => Some(None),
+        "cuda" => Some(Some(0)),
         _ => s
             .strip_prefix("cuda:")
             .and_then(|n| n.parse().ok())
-            .map(Device::Cuda),
+            .map(Some),
     };
     parsed.ok_or_else(|| {
         raise(
@@ -456,7 +461,7 @@ impl Loader {
         })?;
         let normalize = normalize(py, mean, std, dtype)?;
         let device = match &device {
-            Some(d) => self::device(py, d)?,
+            Some(d) => device_ordinal(py, d)?.map_or(Device::Cpu, Device::Cuda),
             None => Device::Cpu,
         };
         let order = match (sampler, budget) {

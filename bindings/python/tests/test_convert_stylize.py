@@ -85,6 +85,31 @@ def test_stylize_errors(picture, tmp_path):
         l3.StyleModel(junk)
 
 
+def test_stylize_device_options(picture):
+    model = l3.StyleModel(models_dir() / "candy_nc8.safetensors")
+    with pytest.raises(l3.OptionsError, match="precision"):
+        l3.stylize(picture, model, precision="f16")
+    with pytest.raises(l3.OptionsError, match="precision"):
+        l3.stylize(picture, model, precision="f64", device="cuda")
+    with pytest.raises(l3.OptionsError, match="gpu_memory"):
+        l3.stylize(picture, model, gpu_memory=1 << 30)
+    with pytest.raises(l3.OptionsError, match="device"):
+        l3.stylize(picture, model, device="tpu")
+    cpu = l3.stylize(picture, model, tile=32, device="cpu")
+    assert np.array_equal(cpu, l3.stylize(picture, model, tile=32))
+    try:
+        gpu = l3.stylize(picture, model, tile=32, device="cuda:0")
+    except l3.GpuError as e:
+        # No usable GPU here: the reason, in the call's own words; never a silent CPU run.
+        assert 'device="cuda:0"' in str(e) and "--" not in str(e), str(e)
+        return
+    # On a GPU: the CUDA backend's f32 result is within rounding of the CPU reference.
+    assert gpu.shape == cpu.shape
+    assert np.abs(gpu.astype(int) - cpu.astype(int)).max() <= 1
+    half = l3.stylize(picture, model, tile=32, device="cuda:0", precision="f16", gpu_memory=256 << 20)
+    assert np.abs(half.astype(int) - cpu.astype(int)).mean() < 1
+
+
 def test_stubs_cover_the_module_and_everything_is_documented():
     stub = Path(l3.__file__).with_name("__init__.pyi")
     assert stub.is_file() and Path(l3.__file__).with_name("py.typed").is_file()

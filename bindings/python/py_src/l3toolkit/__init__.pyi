@@ -74,8 +74,12 @@ def stylize(
     ram_budget_mib: int = 2048,
     spill_dir: Optional[_Path] = None,
     full: bool = False,
+    device: Any = "cpu",
+    precision: Literal["f32", "f16"] = "f32",
+    gpu_memory: Optional[int] = None,
 ) -> npt.NDArray[np.uint8]:
-    """Style transfer on a uint8 (H, W, 3) image of any size with BSP tiling."""
+    """Style transfer on a uint8 (H, W, 3) image of any size with BSP tiling, on the CPU or a CUDA GPU
+    (``device="cuda"``; ``GpuError`` without a usable one)."""
 
 class Tensor:
     """A batch tensor in loader memory, exported through DLPack without a copy."""
@@ -184,3 +188,5 @@ class Loader:
     def threads_alive(self) -> int: ...
     @property
     def warnings(self) -> List[str]: ...
+    def item_source(self, index: int) -> str:
+        """Where dataset item ``index`` lives: what error messages name."""
