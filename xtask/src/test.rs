@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the whole test suite — the workspace's Rust tests (`cargo test --workspace`), then
-//! the Python package's: the extension is built as a release wheel with maturin, installed into a
-//! virtual environment under `target/python/`, and tested with pytest (`bindings/python/tests`).
+//! the Python package's: `pip install ./bindings/python` (maturin builds the release abi3 wheel) into a
+//! virtual environment under `target/python/`, and pytest on `bindings/python/tests`.
 //!
 //! `cargo xtask test rust` or `cargo xtask test python` runs one half; arguments after `--` go to pytest.
 //! `PYTHON` picks the interpreter that creates the environment (default `python3`).
@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// What the test environment needs besides the package (its own dependency, numpy, comes with it).
+/// What the test environment needs: the build backend, the test tools, and NumPy (the package's one
+/// dependency, listed here because the package itself goes in with `--no-deps`).
 const REQUIREMENTS: &[&str] = &["maturin>=1.9.4,<2", "pytest>=7", "pillow>=9", "numpy>=1.22"];
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -38,7 +39,7 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     }
     if python {
-        eprintln!("== Python: bindings/python (maturin wheel, pytest)");
+        eprintln!("== Python: pip install ./bindings/python, pytest");
         if let Err(e) = python_tests(pytest_args) {
             eprintln!("Python tests failed: {e:#}");
             failed.push("Python");
@@ -93,46 +94,43 @@ pub fn venv_python(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(python)
 }
 
-/// Builds the extension as a release wheel and installs it into the environment of `python`.
-pub fn install_wheel(python: &Path) -> anyhow::Result<()> {
+/// Installs the package into the environment of `python` the way its README tells users to,
+/// `pip install ./bindings/python` (pip runs maturin, the build backend `pyproject.toml` names, which
+/// builds the release abi3 wheel), so that the tests exercise what users install. The environment
+/// already holds maturin, so pip builds without an isolated build environment; `--force-reinstall`
+/// rebuilds even when the version has not changed. maturin's build hook runs the `maturin` program from
+/// `PATH`, so the environment's `bin/` goes first there, as activating it would do.
+pub fn install_package(python: &Path) -> anyhow::Result<()> {
     let root = workspace_root();
-    let wheels = root.join("target").join("python").join("wheels");
-    if wheels.exists() {
-        std::fs::remove_dir_all(&wheels)
-            .with_context(|| format!("clearing {}", wheels.display()))?;
-    }
-    let maturin = python.with_file_name("maturin");
-    run(Command::new(&maturin)
-        .args(["build", "--release", "--quiet", "--manifest-path"])
-        .arg(root.join("bindings").join("python").join("Cargo.toml"))
-        .arg("--out")
-        .arg(&wheels)
-        .arg("--interpreter")
-        .arg(python)
-        .current_dir(&root))
-    .context("building the wheel")?;
-    let wheel = std::fs::read_dir(&wheels)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .with_context(|| format!("no wheel in {}", wheels.display()))?;
+    let bin = python
+        .parent()
+        .with_context(|| format!("{} has no folder", python.display()))?;
+    let mut path = vec![bin.to_path_buf()];
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let path = std::env::join_paths(path).context("PATH with the environment's bin/")?;
     run(Command::new(python)
+        .env("PATH", path)
         .args([
             "-m",
             "pip",
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            "--no-build-isolation",
             "--force-reinstall",
             "--no-deps",
         ])
-        .arg(&wheel))
-    .context("installing the wheel")
+        .arg(root.join("bindings").join("python"))
+        .current_dir(&root))
+    .context("pip install ./bindings/python")
 }
 
 fn python_tests(pytest_args: &[String]) -> anyhow::Result<()> {
     let root = workspace_root();
     let python = venv_python(&root.join("target").join("python").join("venv"))?;
-    install_wheel(&python)?;
+    install_package(&python)?;
     run(Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .args(pytest_args)

@@ -6,8 +6,8 @@
 //!
 //! Every row: 224×224 centre crops, batch 16, shuffled, NHWC uint8, all cores (decode threads, pool
 //! processes, SPDL concurrency). The corpus is re-encoded as PNG, JPEG q90 and L3; the files were just
-//! written, so they come from the page cache. The extension is built as a release wheel into
-//! `target/python/venv` (as `cargo xtask test` does). `L3_BENCH_QUICK=1`: shorter timings.
+//! written, so they come from the page cache. The package is installed into `target/python/venv`
+//! with pip, as `cargo xtask test` does. `L3_BENCH_QUICK=1`: shorter timings.
 
 use crate::report::{Report, Table, corpus_dir};
 use anyhow::Context;
@@ -29,18 +29,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .unwrap_or(1);
     let root = crate::report::workspace_root();
     let python = crate::test::venv_python(&root.join("target").join("python").join("venv"))?;
-    crate::test::install_wheel(&python)?;
-    let spdl = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "spdl",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
+    crate::test::install_package(&python)?;
+    let spdl = install_spdl(&python);
+    if let Err(why) = &spdl {
+        eprintln!("python bench: SPDL did not install ({why}); its column stays empty");
+    }
 
     let work = tempfile::Builder::new()
         .prefix("l3-bench-python-")
@@ -130,10 +123,9 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          workers; for L3 the same pool calling `l3toolkit.decode_region`. SPDL {}: FFmpeg decode with a \
          crop filter, `PipelineBuilder` concurrency {all}.",
         corpus_dir().display(),
-        if spdl {
-            "installed with pip"
-        } else {
-            "did not install here"
+        match &spdl {
+            Ok(version) => format!("{version} (installed with pip)"),
+            Err(why) => format!("did not install here ({why})"),
         },
     ));
     r.table(&table);
@@ -147,6 +139,40 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         r.para(&format!("Note: {n}"));
     }
     Ok(())
+}
+
+/// `pip install spdl` into the benchmark's environment: its version, or why it did not install (pip's
+/// last lines), which the report quotes.
+fn install_spdl(python: &Path) -> Result<String, String> {
+    let out = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "spdl",
+        ])
+        .output()
+        .map_err(|e| format!("running pip: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = tail[tail.len().saturating_sub(3)..].join(" ");
+        return Err(format!(
+            "pip install spdl exited with {}: {tail}",
+            out.status
+        ));
+    }
+    let v = Command::new(python)
+        .args(["-m", "pip", "show", "--disable-pip-version-check", "spdl"])
+        .output()
+        .map_err(|e| format!("running pip show: {e}"))?;
+    let version = String::from_utf8_lossy(&v.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Version: ").map(str::to_string))
+        .unwrap_or_else(|| "version unknown".into());
+    Ok(format!("spdl {version}"))
 }
 
 /// The loader's images/s from Rust with the options the Python rows use.
