@@ -35,6 +35,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         eprintln!("python bench: SPDL did not install ({why}); its column stays empty");
     }
 
+    let load_before = load_average();
     let work = tempfile::Builder::new()
         .prefix("l3-bench-python-")
         .tempdir()?;
@@ -121,7 +122,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          Python images/s ÷ Rust images/s on the same data. Process pool = `multiprocessing.Pool({all})` of \
          Pillow decoders (crop after decode), batches stacked with NumPy — what torch's DataLoader does with \
          workers; for L3 the same pool calling `l3toolkit.decode_region`. SPDL {}: FFmpeg decode with a \
-         crop filter, `PipelineBuilder` concurrency {all}.",
+         crop filter, `PipelineBuilder` concurrency {all} (SPDL loads FFmpeg's shared libraries at run time: \
+         Debian `apt-get install libavfilter8 libavdevice59`; it reads no L3).",
         corpus_dir().display(),
         match &spdl {
             Ok(version) => format!("{version} (installed with pip)"),
@@ -129,6 +131,12 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         },
     ));
     r.table(&table);
+    r.para(&format!(
+        "Machine load (1-minute average, runnable tasks) at the start and end of this run: {} and {}, on \
+         {all} cores: other jobs on the machine take their share of every column alike.",
+        load_before,
+        load_average()
+    ));
     if let (Some(l), Some(p)) = (loader_l3, pool_png) {
         r.para(&format!(
             "Switching from PNG through a Pillow process pool to L3 through `l3toolkit.Loader`: {:.1}× the images/s.",
@@ -245,4 +253,13 @@ fn python_rows(
         rows.push((row.to_string(), value));
     }
     Ok(rows)
+}
+
+/// The 1-minute load average (`/proc/loadavg`), which the report quotes: on a shared machine it says how
+/// much of the cores the run had.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown (no /proc/loadavg)".into())
 }

@@ -25,7 +25,9 @@ def timed(epoch, images_per_epoch, seconds, runs):
     """Best images/s of `runs` timings, each of as many whole epochs as fill `seconds` (after one
     warm-up epoch)."""
     t0 = time.perf_counter()
-    assert epoch() == images_per_epoch
+    got = epoch()
+    if got != images_per_epoch:
+        raise RuntimeError(f"one epoch delivered {got} of {images_per_epoch} images")
     epochs = max(1, round(seconds / max(time.perf_counter() - t0, 1e-3)))
     best = 0.0
     for _ in range(runs):
@@ -107,6 +109,10 @@ def spdl_pipeline(paths, batch, crop, threads):
 
     def decode(path):
         return spdl.io.decode_packets(spdl.io.demux_image(path), filter_desc=desc)
+
+    # SPDL's pipeline logs and drops a failing item; one decode first surfaces a missing FFmpeg library
+    # (SPDL loads libavutil & co. at run time) as this row's error.
+    decode(paths[0])
 
     def batchify(frames):
         return spdl.io.to_numpy(spdl.io.convert_frames(frames))
