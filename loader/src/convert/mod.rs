@@ -159,14 +159,8 @@ pub(crate) fn is_complete(path: &Path, format: Format) -> bool {
 
 /// Locks `output` for this process, refuses it if it holds images of another format than `target`'s
 /// (two conversions into one folder would double the dataset), and clears the temporaries of killed
-/// earlier runs in it and its sub-folders: those holding images, and `writes_into` (relative folders
-/// this run writes to), since a run killed at its first file in a folder left only a hidden temporary
-/// there, which the folder walk does not see.
-fn prepare_output<'a>(
-    output: &Path,
-    target: Format,
-    writes_into: impl Iterator<Item = &'a Path>,
-) -> Result<(stdx::fs::DirLock, usize)> {
+/// earlier runs in it and its sub-folders.
+fn prepare_output(output: &Path, target: Format) -> Result<(stdx::fs::DirLock, usize)> {
     let lock = stdx::fs::DirLock::acquire(output).map_err(|e| Error::io(output, e))?;
     let existing = image_files(output)?;
     let others: BTreeSet<Format> = existing
@@ -184,18 +178,20 @@ fn prepare_output<'a>(
             ),
         ));
     }
-    let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([output.to_path_buf()]);
-    dirs.extend(writes_into.map(|rel| output.join(rel)));
-    for (rel, _) in &existing.files {
-        if let Some(p) = rel.parent() {
-            dirs.insert(output.join(p));
+    // Every folder the conversion writes into, including those holding nothing but a killed run's
+    // temporary (hidden, so no listing of images shows them). Symlinks are not followed: outputs are
+    // written into real folders.
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut pending = vec![output.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    pending.push(e.path());
+                }
+            }
         }
-    }
-    let walk = stdx::fs::walk(output).map_err(|e| Error::io(output, e))?;
-    for rel in &walk.files {
-        if let Some(p) = rel.parent() {
-            dirs.insert(output.join(p));
-        }
+        dirs.insert(d);
     }
     let mut removed = 0;
     for d in dirs {
@@ -241,11 +237,7 @@ pub fn convert_folder(
             "the output folder is the input folder: convert into another folder",
         ));
     }
-    let (_lock, stale_removed) = prepare_output(
-        output,
-        target.format(),
-        files.iter().filter_map(|(rel, _)| rel.parent()),
-    )?;
+    let (_lock, stale_removed) = prepare_output(output, target.format())?;
     let done = AtomicUsize::new(0);
     let summary = Mutex::new(ConvertSummary {
         stale_removed,

@@ -5,14 +5,13 @@
 
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
+use crate::storage::Storage;
 use l3_format::{Fragments, L3Index};
 use std::collections::{HashMap, VecDeque};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Ranges closer than this are read as one. Local reads keep it at 0: exactly the covered patches are read
-/// (a grid row of patches is contiguous anyway, so coalescing would only add the bytes of other rows).
+/// Ranges closer than this are read as one here. It stays 0: exactly the covered patches are read (a grid
+/// row of patches is contiguous anyway); an object store coalesces its range requests itself.
 pub(crate) const LOCAL_GAP: u64 = 0;
 
 /// The offset tables of the items read so far, within a byte budget (oldest dropped first).
@@ -65,34 +64,30 @@ impl IndexCache {
     }
 }
 
-/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `file`, for `req`: only what its
+/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `key`, for `req`: only what its
 /// window needs. Returns the stored parts and the bytes read.
 pub(crate) fn read_region(
     cache: &IndexCache,
     item: usize,
-    file: &std::fs::File,
-    base: u64,
-    len: u64,
+    storage: &Storage,
+    key: &str,
+    (base, len): (u64, u64),
     req: &SampleRequest,
-    path: &Path,
 ) -> Result<(Stored, u64)> {
-    let io = |e| Error::io(path, e);
-    let l3 = |e: l3_format::Error| Error::decode(path, "l3", e);
+    let l3 = |e: l3_format::Error| Error::decode(storage.name(key), "l3", e);
     let mut read = 0u64;
     let index = match cache.get(item) {
         Some(i) => i,
         None => {
             // The header says how long the offset table is: read exactly header + table, nothing more.
-            let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
-            file.read_exact_at(&mut prefix, base).map_err(io)?;
+            let head = (l3_format::HEADER_LEN as u64).min(len);
+            let mut prefix = storage.read_range(key, base..base + head)?;
             read += prefix.len() as u64;
             let need = L3Index::prefix_len(&prefix).map_err(l3)?;
             if need > prefix.len() && need as u64 <= len {
-                let have = prefix.len();
-                prefix.resize(need, 0);
-                file.read_exact_at(&mut prefix[have..], base + have as u64)
-                    .map_err(io)?;
-                read += (need - have) as u64;
+                let rest = storage.read_range(key, base + head..base + need as u64)?;
+                read += rest.len() as u64;
+                prefix.extend_from_slice(&rest);
             }
             let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
             cache.insert(item, index.clone());
@@ -103,9 +98,11 @@ pub(crate) fn read_region(
     let ranges = index.region_ranges(win.src, LOCAL_GAP).map_err(l3)?;
     let mut fragments = Fragments::new();
     fragments.reset(&ranges);
-    for (r, buf) in fragments.slices_mut() {
-        file.read_exact_at(buf, base + r.start).map_err(io)?;
-        read += buf.len() as u64;
-    }
+    let mut parts: Vec<(std::ops::Range<u64>, &mut [u8])> = fragments
+        .slices_mut()
+        .map(|(r, buf)| (base + r.start..base + r.end, buf))
+        .collect();
+    read += storage.read_ranges_into(key, &mut parts)?;
+    drop(parts);
     Ok((Stored::L3Region { index, fragments }, read))
 }
