@@ -12,7 +12,14 @@ use std::process::{Command, ExitCode};
 
 /// What the test environment needs: the build backend, the test tools, and NumPy (the package's one
 /// dependency, listed here because the package itself goes in with `--no-deps`).
-const REQUIREMENTS: &[&str] = &["maturin>=1.9.4,<2", "pytest>=7", "pillow>=9", "numpy>=1.22"];
+/// `moto[server]` is the S3-compatible server the object-storage tests start on loopback.
+const REQUIREMENTS: &[&str] = &[
+    "maturin>=1.9.4,<2",
+    "pytest>=7",
+    "pillow>=9",
+    "numpy>=1.22",
+    "moto[server]>=5,<6",
+];
 
 pub fn main(args: &[String]) -> ExitCode {
     let (ours, pytest_args) = match args.iter().position(|a| a == "--") {

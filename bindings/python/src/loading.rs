@@ -9,8 +9,8 @@
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::tensor::Tensor;
 use loader::{
-    Crop, DType, Dataset, Device, Layout, LoaderOptions, LoaderState, Next, Normalize, OpenOptions,
-    Order, ThreadMonitor, open_dataset,
+    CacheOptions, Crop, DType, Dataset, Device, Layout, LoaderOptions, LoaderState, Next,
+    Normalize, OpenOptions, Order, StorageOptions, ThreadMonitor, open_dataset,
 };
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -411,13 +411,15 @@ impl Loader {
         text_signature = "(source, batch_size, *, crop=(224, 224), random_crop=False, flip=False, \
         shuffle=True, seed=0, epochs=None, drop_last=False, rank=None, world_size=None, threads=None, \
         layout=\"NCHW\", dtype=\"uint8\", mean=None, std=None, device=\"cpu\", sampler=\"uniform\", \
-        budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False)"
+        budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
+        storage_mbps=None, cache_dir=None, cache_limit=None, pcr_window=4)"
     )]
     #[pyo3(signature = (
         source, batch_size, *, crop=None, random_crop=false, flip=false, shuffle=true, seed=0,
         epochs=None, drop_last=false, rank=None, world_size=None, threads=None, layout="NCHW",
         dtype="uint8", mean=None, std=None, device=None, sampler="uniform", budget=None, group=None,
-        labels=None, io_threads=2, prefetch=4, skip_errors=false
+        labels=None, io_threads=2, prefetch=4, skip_errors=false, storage_mbps=None,
+        cache_dir=None, cache_limit=None, pcr_window=4
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -446,6 +448,10 @@ impl Loader {
         io_threads: usize,
         prefetch: usize,
         skip_errors: bool,
+        storage_mbps: Option<f64>,
+        cache_dir: Option<PathBuf>,
+        cache_limit: Option<u64>,
+        pcr_window: usize,
     ) -> PyResult<Loader> {
         let opt_err = |m: String| raise(py, Kind::Options, m);
         let (height, width) = match &crop {
@@ -517,7 +523,12 @@ impl Loader {
             order,
             ..LoaderOptions::default()
         };
-        let open = OpenOptions { group, labels };
+        let open = OpenOptions {
+            group,
+            labels,
+            storage: storage_options(py, storage_mbps, cache_dir, cache_limit)?,
+            pcr_window,
+        };
         let (dataset, run) = detached(py, || {
             let dataset = open_dataset(&source, &open)?;
             let position = LoaderState {
@@ -769,4 +780,37 @@ impl Loader {
             self.batches_per_epoch
         )
     }
+}
+
+/// The read layer's options from `storage_mbps=` (a bandwidth cap in MB/s, 10⁶ bytes), `cache_dir=` and
+/// `cache_limit=` (a local LRU cache of remote objects, in bytes).
+fn storage_options(
+    py: Python<'_>,
+    storage_mbps: Option<f64>,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+) -> PyResult<StorageOptions> {
+    let opt_err = |m: String| raise(py, Kind::Options, m);
+    let bandwidth = match storage_mbps {
+        None => None,
+        Some(m) if m.is_finite() && m > 0.0 && m * 1e6 < u64::MAX as f64 => Some((m * 1e6) as u64),
+        Some(m) => {
+            return Err(opt_err(format!(
+                "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
+            )));
+        }
+    };
+    let cache = match (cache_dir, cache_limit) {
+        (None, None) => None,
+        (Some(dir), limit) => Some(CacheOptions {
+            dir,
+            limit: limit.unwrap_or(CacheOptions::DEFAULT_LIMIT),
+        }),
+        (None, Some(_)) => {
+            return Err(opt_err(
+                "cache_limit sizes the cache in cache_dir=: give cache_dir too".into(),
+            ));
+        }
+    };
+    Ok(StorageOptions { bandwidth, cache })
 }

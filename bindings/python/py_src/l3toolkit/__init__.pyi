@@ -162,6 +162,10 @@ class Loader:
         io_threads: int = 2,
         prefetch: int = 4,
         skip_errors: bool = False,
+        storage_mbps: Optional[float] = None,
+        cache_dir: Optional[_Path] = None,
+        cache_limit: Optional[int] = None,
+        pcr_window: int = 4,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
