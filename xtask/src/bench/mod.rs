@@ -5,6 +5,7 @@ mod l3;
 mod liquid;
 mod loader;
 mod pcr;
+mod python;
 
 use crate::report::Report;
 use std::process::ExitCode;
@@ -41,6 +42,11 @@ const SECTIONS: &[Section] = &[
         name: "loader",
         about: "The loader pipeline across formats",
         run: loader::run,
+    },
+    Section {
+        name: "python",
+        about: "The loader from Python vs a Pillow process pool and SPDL",
+        run: python::run,
     },
 ];
 
