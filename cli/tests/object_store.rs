@@ -91,3 +91,55 @@ fn four_ranks_in_four_processes_share_one_bucket() {
     // Each rank read only its shard: together they fetched each image once per epoch, and nothing else.
     assert_eq!(server.served().0, (n * EPOCHS) as u64);
 }
+
+#[test]
+fn the_demo_runs_on_images_in_a_bucket() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("s3");
+    let n = copy_first(&f.mixed, &root.join("data/train"), 8);
+    let server = s3_loopback::Server::start(&root, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_l3"))
+        .args([
+            "demo",
+            "--data",
+            "s3://data/train",
+            "--threads",
+            "2",
+            "--batch",
+            "4",
+        ])
+        .args(["--storage-mbps", "100", "--work"])
+        .arg(tmp.path().join("work"))
+        .envs(server.client_env())
+        .output()
+        .expect("run l3 demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(
+        text.contains(&format!("s3://data/train: {n} images")),
+        "{text}"
+    );
+    // The originals streamed straight from the bucket, at both bandwidths.
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("source, from S3"))
+        .unwrap_or_else(|| panic!("no row for the bucket:\n{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ips: f64 = cells[cells.len() - 1]
+        .parse()
+        .unwrap_or_else(|_| panic!("{row}"));
+    assert!(ips > 0.0, "{row}");
+    // Liquid profiled a second time, through the cap, and says what it chose there.
+    assert!(text.contains("profiler at 100 MB/s probed"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Liquid L3+raw") && l.contains("@100MB/s")),
+        "{text}"
+    );
+}
