@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("bench") => bench::main(&args[1..]),
         Some("test") => test::main(&args[1..]),
+        Some("s3-serve") => bench::serve_s3(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask test [rust|python] [-- PYTEST_ARGS]\n       cargo xtask bench [NAME]\nsections: {}",
