@@ -167,6 +167,8 @@ pub struct BuildPlan {
     pub jpeg_quality: u8,
     /// Scan groups to read the PCR dataset at (`None` = full fidelity).
     pub pcr_groups: Vec<Option<usize>>,
+    /// Images per PCR record.
+    pub pcr_images_per_record: usize,
     /// Include a Liquid L3+raw mix at the ratio the profiler picks.
     pub liquid: bool,
 }
@@ -178,6 +180,7 @@ impl Default for BuildPlan {
             seed: 0,
             jpeg_quality: 90,
             pcr_groups: vec![Some(5), None],
+            pcr_images_per_record: PcrBuild::default().images_per_record,
             liquid: true,
         }
     }
@@ -253,6 +256,7 @@ pub fn build_formats(
         let pcr_dir = work.join("pcr");
         let build = PcrBuild {
             threads: plan.threads,
+            images_per_record: plan.pcr_images_per_record,
             ..PcrBuild::default()
         };
         match loader::convert::to_pcr(&jpeg_dir, &pcr_dir, &build) {

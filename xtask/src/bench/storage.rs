@@ -11,11 +11,12 @@ use l3_cli::compare::{
     BuildPlan, FormatEntry, Measured, build_formats, build_liquid, stream_epochs,
 };
 use loader::convert::{ConvertOptions, Target, convert_folder};
-use loader::{Crop, LoaderOptions, StorageOptions};
+use loader::{Crop, Dataset, LoaderOptions, OpenOptions, StorageOptions};
 use std::path::Path;
+use std::sync::Arc;
 
-/// The capped bandwidths, MB/s (10⁶ bytes).
-const BANDWIDTHS: [u64; 4] = [100, 200, 400, 1000];
+/// The capped bandwidths, MB/s (10⁶ bytes): 25 is a congested share, where even JPEG waits on storage.
+const BANDWIDTHS: [u64; 5] = [25, 100, 200, 400, 1000];
 
 fn options(threads: usize, f: &FormatEntry) -> LoaderOptions {
     LoaderOptions {
@@ -37,25 +38,64 @@ fn capped(mbps: Option<u64>) -> StorageOptions {
     }
 }
 
-/// One epoch of `f` read through `storage` (best of `runs`).
+/// "Beats" means faster by more than run-to-run noise (2 %).
+const WIN_MARGIN: f64 = 1.02;
+
+/// Seconds each measurement lasts at least: the cap's burst (a tenth of a second's bytes) and thread
+/// start-up are then a few percent of it.
+const MIN_SECONDS: f64 = 2.0;
+
+/// `f` read through `storage`. PCR keeps a window of one record's prefixes (four records cached): with
+/// one-image records, a cache of a few records holds a small fraction of the dataset, as it does of a
+/// real one, so every epoch reads from storage.
+fn open(f: &FormatEntry, storage: &StorageOptions) -> anyhow::Result<Arc<dyn Dataset>> {
+    let options = OpenOptions {
+        group: f.group,
+        storage: storage.clone(),
+        pcr_window: 1,
+        ..OpenOptions::default()
+    };
+    loader::open_dataset(&f.path, &options).with_context(|| format!("opening {}", f.name))
+}
+
+/// How many epochs `f`'s measurements take: as many as last [`MIN_SECONDS`] at the slowest column (the
+/// lowest bandwidth), the same for every column so that caches across epochs (PCR's verified record
+/// prefixes) weigh alike in each.
+fn epochs_for(f: &FormatEntry, threads: usize) -> anyhow::Result<usize> {
+    let ds = open(f, &capped(None))?;
+    let probe = stream_epochs(ds, options(threads, f), 1)
+        .with_context(|| format!("streaming {}", f.name))?;
+    let slowest = probe.stats.bytes_read as f64 / (BANDWIDTHS[0] as f64 * 1e6);
+    let epoch_s = probe.wall.as_secs_f64().max(slowest).max(1e-3);
+    Ok(((MIN_SECONDS / epoch_s).ceil() as usize).clamp(1, 200))
+}
+
+/// `f` read through `storage` for `epochs` epochs (best of `runs`), and the bytes its first epoch read
+/// (a cold read, what a dataset larger than any cache reads every epoch).
 fn measure(
     f: &FormatEntry,
     storage: &StorageOptions,
     threads: usize,
     runs: usize,
-) -> anyhow::Result<Measured> {
+    epochs: usize,
+) -> anyhow::Result<(Measured, u64)> {
+    let reopen = || open(f, storage);
+    let cold = stream_epochs(reopen()?, options(threads, f), 1)
+        .with_context(|| format!("streaming {}", f.name))?
+        .stats
+        .bytes_read;
     let mut best: Option<Measured> = None;
     for _ in 0..runs {
-        let ds = f
-            .reopen(storage)
-            .with_context(|| format!("opening {}", f.name))?;
-        let m = stream_epochs(ds, options(threads, f), 1)
+        let m = stream_epochs(reopen()?, options(threads, f), epochs)
             .with_context(|| format!("streaming {}", f.name))?;
-        if best.as_ref().is_none_or(|b| m.wall < b.wall) {
+        if best
+            .as_ref()
+            .is_none_or(|b| m.images_per_sec() > b.images_per_sec())
+        {
             best = Some(m);
         }
     }
-    Ok(best.expect("at least one run"))
+    Ok((best.expect("at least one run"), cold))
 }
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
@@ -79,14 +119,12 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let plan = BuildPlan {
         threads,
         pcr_groups: vec![Some(1), Some(5), Some(10)],
+        pcr_images_per_record: 1,
         liquid: false,
         ..BuildPlan::default()
     };
     let log = |l: &str| eprintln!("{l}");
-    let formats: Vec<FormatEntry> = build_formats(&png, work.path(), &plan, &log)
-        .into_iter()
-        .filter(|f| f.name != "L3")
-        .collect();
+    let formats: Vec<FormatEntry> = build_formats(&png, work.path(), &plan, &log);
     let images = loader::image_files(&png)?.files.len();
 
     let columns: Vec<Option<u64>> = std::iter::once(None).chain(BANDWIDTHS.map(Some)).collect();
@@ -109,16 +147,16 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         }
         let mut cells = vec![f.name.clone(), String::new()];
         let mut points = Vec::new();
+        let epochs = epochs_for(f, threads)?;
         for &c in &columns {
-            let m = measure(f, &capped(c), threads, runs)?;
+            let (m, cold) = measure(f, &capped(c), threads, runs, epochs)?;
             eprintln!(
-                "  {:<24} {:>12}: {:.1} images/s, {} bytes",
+                "  {:<24} {:>12}: {:.1} images/s, {cold} bytes/epoch, {epochs} epochs",
                 f.name,
                 c.map_or("page cache".into(), |m| format!("{m} MB/s")),
                 m.images_per_sec(),
-                m.stats.bytes_read
             );
-            cells[1] = m.stats.bytes_read.to_string();
+            cells[1] = cold.to_string();
             cells.push(format!("{:.1}", m.images_per_sec()));
             ips_of.insert((f.name.clone(), c), m.images_per_sec());
             if let Some(mbps) = c {
@@ -142,6 +180,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         "-".to_string(),
     ];
     let mut liquid_points = Vec::new();
+    let mut liquid_ips = std::collections::HashMap::new();
     let mut paper = Table::new(
         "Liquid (paper Table 3): the profiled mix against either format alone",
         &[
@@ -160,10 +199,15 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             ));
             let entry = build_liquid(l3_dir, &dir, &plan, c.map(|m| m * 1_000_000), &log);
             let ratio = entry.name.rsplit(' ').next().unwrap_or("?").to_string();
-            let m = measure(&entry, &capped(c), threads, runs)?;
+            let epochs = match &entry.dataset {
+                Ok(_) => epochs_for(&entry, threads)?,
+                Err(why) => anyhow::bail!("building Liquid at {c:?} MB/s: {why}"),
+            };
+            let (m, _) = measure(&entry, &capped(c), threads, runs, epochs)?;
             let ips = m.images_per_sec();
             eprintln!("  Liquid {ratio} at {c:?} MB/s: {ips:.1} images/s");
             liquid_cells.push(format!("{ips:.1} ({ratio})"));
+            liquid_ips.insert(c, ips);
             if let Some(mbps) = c {
                 liquid_points.push((mbps as f64, ips));
             }
@@ -177,7 +221,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 c.map_or("page cache".into(), |m| format!("{m} MB/s")),
                 ratio,
                 format!("{ips:.1}"),
-                vs("L3 (whole)"),
+                vs("L3"),
                 vs("raw (PPM)"),
             ]);
             let _ = std::fs::remove_dir_all(&dir);
@@ -190,13 +234,17 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     }
 
     r.para(&format!(
-        "{} images from {} (re-encoded as PNG, then converted; PCR from the JPEG q90 copy), one epoch per cell \
-         (best of {runs}), {threads} decode threads and 4 I/O threads. Capped columns read through the read \
+        "{} images from {} (re-encoded as PNG, then converted; PCR from the JPEG q90 copy); each cell the best \
+         of {runs} runs, each run as many epochs as last {secs} s; {threads} decode threads and 4 I/O \
+         threads. \"L3\" decodes whole images, \"L3, crop patches only\" only the patches under the crop. Capped columns read through the read \
          layer's bandwidth cap, a token bucket shared by every reader thread that models network storage; the \
          page-cache column reads the just-written files at memory speed. Bytes / epoch is what the loader read: \
-         L3 crops read only their patches, PCR only the record prefix of its scan group.",
+         L3 crops read only their patches, PCR only the record prefix of its scan group (one image per record, a \
+         window of one record, so that its cache of four records' prefixes holds a small share of the dataset, \
+         as of a real one).",
         images,
-        corpus.display()
+        corpus.display(),
+        secs = MIN_SECONDS,
     ));
     r.table(&table);
     r.svg(
@@ -209,22 +257,64 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ),
     );
     r.table(&paper);
-    r.para(
-        "PCR (paper Fig. 5): the rows PCR k=1, 5, 10 give bytes and images/s per scan group. Where our figures \
-         differ from the papers': both papers measure on many-core servers reading from disks or a network file \
-         system, where decoding has cores to spare and storage is the bound; here a few cores decode, so at \
-         400 MB/s and above every format is decode-bound and a smaller format wins only when its decode is also \
-         cheap (PCR's progressive JPEG decode costs more per image than baseline JPEG). At 100–200 MB/s the \
-         byte count decides, as in the papers.",
-    );
+    let liquid_wins = |single: &str| -> Vec<String> {
+        columns
+            .iter()
+            .filter(
+                |&&c| match (liquid_ips.get(&c), ips_of.get(&(single.to_string(), c))) {
+                    (Some(x), Some(y)) => *x > *y * WIN_MARGIN,
+                    _ => false,
+                },
+            )
+            .map(|&c| c.map_or("page cache".to_string(), |m| format!("{m} MB/s")))
+            .collect()
+    };
+    let column = |c: Option<u64>| c.map_or("page cache".to_string(), |m| format!("{m} MB/s"));
+    let wins = |a: &str, b: &str| -> Vec<String> {
+        columns
+            .iter()
+            .filter(|&&c| {
+                match (
+                    ips_of.get(&(a.to_string(), c)),
+                    ips_of.get(&(b.to_string(), c)),
+                ) {
+                    (Some(x), Some(y)) => *x > *y * WIN_MARGIN,
+                    _ => false,
+                }
+            })
+            .map(|&c| column(c))
+            .collect()
+    };
+    let listed = |v: Vec<String>| {
+        if v.is_empty() {
+            "nowhere".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    r.para(&format!(
+        "PCR (paper Fig. 5): the rows PCR k=1, 5, 10 give bytes and images/s per scan group. PCR k=1 beats \
+         JPEG q90 (by more than 2 %) at: {}; PCR k=5 at: {}. Where it does not, decoding bounds both: a progressive JPEG costs more \
+         to decode than a baseline one at any scan group (every scan still ends in a full-size inverse DCT), \
+         and on {threads} cores that cost, not the bytes, sets the pace once the storage moves the baseline \
+         JPEGs faster than the cores decode them. The paper's speed-ups come from storage-bound many-core nodes, \
+         the low-bandwidth columns here. Liquid (paper Table 3): the profiled mix beats L3 alone at: {}, and raw \
+         alone at: {}.",
+        listed(wins("PCR k=1", "JPEG q90")),
+        listed(wins("PCR k=5", "JPEG q90")),
+        listed(liquid_wins("L3")),
+        listed(liquid_wins("raw (PPM)")),
+    ));
     kernel_throttled(r, &formats, threads)
 }
 
 /// The token bucket against a real throttled network: an S3 server (the `s3-loopback` crate, run by
 /// re-executing this binary) in a network namespace behind a veth pair shaped by `tc tbf`.
 fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> anyhow::Result<()> {
-    const MBPS: u64 = 100;
-    let Some(png) = formats.iter().find(|f| f.name == "PNG") else {
+    // Below what the loopback server delivers uncapped on a small machine, so the cap is what binds.
+    const MBPS: u64 = 20;
+    // Raw pixels: the format whose epoch time is the storage's alone.
+    let Some(raw) = formats.iter().find(|f| f.name.starts_with("raw")) else {
         return Ok(());
     };
     let mut net = match Netns::create(MBPS) {
@@ -238,26 +328,30 @@ fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> 
         }
     };
     let root = tempfile::Builder::new().prefix("l3-bench-s3-").tempdir()?;
-    copy_dir(&png.path, &root.path().join("bench/png"))?;
+    copy_dir(&raw.path, &root.path().join("bench/raw"))?;
+    let images = loader::image_files(&raw.path)?.files.len();
     let mut table = Table::new(
-        &format!("The bandwidth model against a network throttled by the kernel ({MBPS} MB/s)"),
+        &format!(
+            "The bandwidth model against a network throttled by the kernel (raw pixels over S3, {MBPS} MB/s)"
+        ),
         &["read path", "images/s", "MB/s moved", "bytes / epoch"],
     );
-    let mut row = |name: &str, m: &Measured| {
+    let mut row = |name: &str, (m, cold): &(Measured, u64)| {
         table.row(vec![
             name.into(),
             format!("{:.1}", m.images_per_sec()),
             format!(
                 "{:.1}",
-                m.stats.bytes_read as f64 / 1e6 / m.wall.as_secs_f64()
+                *cold as f64 / 1e6 * m.images_per_sec() / images as f64
             ),
-            m.stats.bytes_read.to_string(),
+            cold.to_string(),
         ]);
     };
-    // The same PNG folder served by S3 inside the namespace (through the shaped veth) and on loopback.
+    let epochs = epochs_for(raw, threads)?;
+    // The same raw folder served by S3 inside the namespace (through the shaped veth) and on loopback.
     let inside = net.serve(root.path())?;
     let outside = s3_loopback::Server::start(root.path(), "127.0.0.1:0".parse()?)?;
-    let s3 = |endpoint: &str, mbps: Option<u64>| -> anyhow::Result<Measured> {
+    let s3 = |endpoint: &str, mbps: Option<u64>| -> anyhow::Result<(Measured, u64)> {
         // SAFETY: set before the loader's threads start; the previous loader has been joined.
         unsafe {
             for (k, v) in s3_loopback::client_env(endpoint) {
@@ -265,13 +359,13 @@ fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> 
             }
         }
         let entry = FormatEntry {
-            name: "PNG on S3".into(),
+            name: "raw on S3".into(),
             dataset: Err(String::new()),
-            decode: png.decode,
-            path: "s3://bench/png".into(),
+            decode: raw.decode,
+            path: "s3://bench/raw".into(),
             group: None,
         };
-        measure(&entry, &capped(mbps), threads, 1)
+        measure(&entry, &capped(mbps), threads, 1, epochs)
     };
     let kernel = s3(&inside, None)?;
     let model = s3(&outside.endpoint(), Some(MBPS))?;
@@ -287,10 +381,14 @@ fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> 
     row("S3 on loopback, no cap", &free);
     r.table(&table);
     r.para(&format!(
-        "The kernel's shaper and the read layer's model move the same bytes at about the same rate: {:.2}× \
-         apart in images/s (the shaper also delays TCP acknowledgements and request headers, which the model \
-         does not count).",
-        model.images_per_sec() / kernel.images_per_sec()
+        "The same {images} raw images ({} bytes) served by one S3 server implementation (s3s-fs) in three \
+         ways, {epochs} epochs each: inside a network namespace behind a veth pair whose both ends are shaped \
+         by `tc qdisc … tbf rate {}mbit` (the kernel's shaper: TCP, request headers and acknowledgements \
+         included), on loopback through the read layer's token bucket at the same rate (the model every other \
+         capped figure uses), and on loopback uncapped. Model ÷ kernel images/s: {:.2}.",
+        kernel.1,
+        MBPS * 8,
+        model.0.images_per_sec() / kernel.0.images_per_sec()
     ));
     Ok(())
 }
