@@ -196,11 +196,12 @@ fn write_png(path: &Path, img: &pcr::Image) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("png.tmp");
+    // The durable-write helper: a hidden temporary in the same folder, fsync, rename; dropped on failure.
     let result = (|| -> anyhow::Result<()> {
-        let file = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        let mut out = stdx::fs::AtomicFile::create(path)?;
+        let mut buffered = std::io::BufWriter::new(&mut out);
         let enc = image::codecs::png::PngEncoder::new_with_quality(
-            file,
+            &mut buffered,
             image::codecs::png::CompressionType::Fast,
             image::codecs::png::FilterType::Adaptive,
         );
@@ -210,12 +211,11 @@ fn write_png(path: &Path, img: &pcr::Image) -> anyhow::Result<()> {
             img.height,
             image::ExtendedColorType::Rgb8,
         )?;
-        std::fs::rename(&tmp, path)?;
+        std::io::Write::flush(&mut buffered)?;
+        drop(buffered);
+        out.commit()?;
         Ok(())
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
     result.with_context(|| format!("writing {}", path.display()))
 }
 

@@ -310,10 +310,8 @@ impl Report {
 }
 
 pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+    stdx::fs::write_atomic(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Rebuilds `target/bench/REPORT.md` from every section file present, in section order.
