@@ -18,6 +18,7 @@
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
+mod crc32c;
 mod decode;
 mod encode;
 mod error;
@@ -28,6 +29,7 @@ mod paeth;
 mod region;
 mod row;
 mod simd;
+pub mod v2;
 
 pub use decode::decode_patch;
 
@@ -35,16 +37,21 @@ pub use decode::decode_patch;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use encode::{encode, encode_parallel, encode_patch};
-pub use error::{Error, Limits, PatchId};
+pub use crc32c::crc32c;
+pub use encode::{Choices, EncodeOptions, encode, encode_parallel, encode_patch, encode_with};
+pub use error::{Error, Limits, ParseOptions, PatchId};
 pub use file::{L3File, Rect};
 pub use index::{Fragments, L3Index};
 pub use region::PixelLayout;
+pub use v2::{Format, Profile};
 
 /// The four bytes every L3 file starts with.
 pub const MAGIC: [u8; 4] = *b"L3IM";
-/// The format version this crate writes and reads (see SPEC.md for the history).
+/// The format version [`encode`] and [`encode_parallel`] write (1). [`encode_with`] writes either version;
+/// [`L3File::version`] tells a file's.
 pub const VERSION: u16 = 1;
+/// The newest format version this crate reads and writes.
+pub const VERSION_2: u16 = 2;
 /// Size in bytes of the fixed header that precedes the offset table.
 pub const HEADER_LEN: usize = 20;
 /// Largest patch side the format allows (the patch size is a `u8`).

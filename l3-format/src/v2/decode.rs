@@ -1,0 +1,503 @@
+//! The v2 decoder: the patches under a region (the whole image is one region) into the caller's buffer at
+//! its strides, patch after patch; whole images spread bands of patch rows over `stdx::parallel`.
+//!
+//! Per patch: BP decodes each plane's rows in lockstep (header, deltas, reconstruction) and writes each row
+//! as it is done; ANS first entropy-decodes the whole chunk (every plane's selectors and residual codes:
+//! the contexts of plane p need plane 0's codes), then reconstructs and writes row by row. Rows below the
+//! region are not reconstructed; rows above it are (each row predicts from the one above) but not written.
+
+use super::ans::{self, AnsTables, Store};
+use super::bp::{BpRows, GROUP};
+use super::front::ROW;
+use super::{Layout, Profile};
+#[allow(unused_imports)]
+use crate::HEADER_LEN;
+use crate::error::{Error, PatchId};
+use crate::file::{Geometry, Rect};
+
+/// ANS decode tables built once per decode call: `(ctx << 12 | slot)` entries and the used-context mask.
+pub(crate) struct Prepared {
+    pub table: Vec<u32>,
+    pub used: [u64; 4],
+}
+
+impl Prepared {
+    pub(crate) fn new(t: &AnsTables) -> Self {
+        let mut table = Vec::new();
+        t.decode_table(&mut table);
+        Prepared {
+            table,
+            used: t.used_mask(),
+        }
+    }
+}
+
+/// Where decoded pixels go, in coordinates relative to the region's top-left corner.
+pub(crate) enum Out<'o> {
+    /// Pixel (x, y), channel c at `y·row_stride + x·C + c`.
+    Interleaved {
+        buf: &'o mut [u8],
+        row_stride: usize,
+    },
+    /// Channel c's pixel (x, y) at `planes[c][y·row_stride + x]`.
+    Planar {
+        planes: Vec<&'o mut [u8]>,
+        row_stride: usize,
+    },
+}
+
+/// The "row above" row 0: zeros (row 0 predicts pred = L, 0 at column 0).
+static ZERO_ROW: [u8; ROW] = [0; ROW];
+
+/// Per-call scratch: the ANS symbol store and each plane's two rolling reconstruction rows.
+pub(crate) struct Work {
+    store: Store,
+    z: Vec<u8>,
+    sel: Vec<u8>,
+    rows: [[[u8; ROW]; 2]; 4],
+}
+
+impl Work {
+    pub(crate) fn new(g: &Geometry) -> Self {
+        let store = Store::new(g.patch_size as usize);
+        Work {
+            store,
+            z: vec![0; store.z_len(g.channels as usize)],
+            sel: vec![0; store.sel_len(g.channels as usize)],
+            rows: [[[0; ROW]; 2]; 4],
+        }
+    }
+}
+
+/// Decodes `region` (checked by the caller) into `out`; `entry(i)` gives the bytes of offset-table entry i.
+/// `AVX2` may be true only after the run-time check (see `crate::simd::has_avx2_bmi2`).
+#[inline(always)]
+pub(crate) fn decode_region<'d, const AVX2: bool>(
+    g: &Geometry,
+    profile: Profile,
+    prep: Option<&Prepared>,
+    region: Rect,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    for (first, count) in g.rows_under(region) {
+        for p in first..first + count {
+            let r = g.patch_rect(p);
+            let (x0, x1) = (r.x.max(region.x), (r.x + r.w).min(region.x + region.w));
+            let (y0, y1) = (r.y.max(region.y), (r.y + r.h).min(region.y + region.h));
+            let cols = (x0 - r.x) as usize..(x1 - r.x) as usize;
+            let (skip, rows) = ((y0 - r.y) as usize, (y1 - r.y) as usize);
+            let (ox, oy) = ((x0 - region.x) as usize, (y0 - region.y) as usize);
+            let at = Place {
+                cols,
+                skip,
+                rows,
+                ox,
+                oy,
+            };
+            match profile {
+                Profile::Bp => patch_bp::<AVX2>(g, p, r, &at, out, work, entry)?,
+                Profile::Ans => {
+                    let prep = prep.ok_or(Error::BadOptions {
+                        reason: "ANS tables missing",
+                    })?;
+                    patch_ans::<AVX2>(g, p, r, &at, prep, out, work, entry(p)?)?
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The part of a patch to write: patch columns `cols`, patch rows `skip..rows`, landing at (ox, oy).
+struct Place {
+    cols: std::ops::Range<usize>,
+    skip: usize,
+    rows: usize,
+    ox: usize,
+    oy: usize,
+}
+
+#[inline(always)]
+fn patch_bp<'d, const AVX2: bool>(
+    g: &Geometry,
+    patch: usize,
+    r: Rect,
+    at: &Place,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    let c = g.channels as usize;
+    let per = g.patches_per_channel();
+    let pw = r.w as usize;
+    let mut decs: [Option<BpRows<'d>>; 4] = [None, None, None, None];
+    for (p, d) in decs.iter_mut().enumerate().take(c) {
+        *d = Some(BpRows::new(
+            entry(p * per + patch)?,
+            pw,
+            PatchId { channel: p, patch },
+        ));
+    }
+    let mut z = [0u8; 256 + 16];
+    let mut sels = [0u8; 8];
+    for row in 0..at.rows {
+        let cur = row & 1;
+        for (p, d) in decs.iter_mut().enumerate().take(c) {
+            let Some(d) = d else { continue };
+            bp_row::<AVX2>(d, &mut z, &mut sels)?;
+            let [a, b] = &mut work.rows[p];
+            let (prev, next) = match (row, cur) {
+                (0, _) => (&ZERO_ROW, a),
+                (_, 0) => (&*b, a),
+                _ => (&*a, b),
+            };
+            reconstruct::<AVX2>(prev, &z, &sels, pw, row == 0, next);
+        }
+        if row >= at.skip {
+            emit::<AVX2>(out, c, &work.rows, cur, at, row);
+        }
+    }
+    if at.rows == r.h as usize {
+        for d in decs.iter().take(c).flatten() {
+            d.finish()?;
+        }
+    }
+    Ok(())
+}
+
+/// One BP row: the portable unpacker, or `pdep` in the AVX2+BMI2 copy.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn bp_row<const AVX2: bool>(
+    d: &mut BpRows<'_>,
+    z: &mut [u8; 272],
+    sels: &mut [u8; 8],
+) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        let pw = d.pw();
+        let h = d.head(sels)?;
+        let data = d.data();
+        let mut bit = h.delta_bit;
+        for (g, &nb) in h.nbit[..pw.div_ceil(GROUP)].iter().enumerate() {
+            let v = super::bp::window(data, bit);
+            // SAFETY: BMI2 is part of the run-time check that makes `AVX2` true.
+            let bytes = unsafe { crate::simd::v2::spread_bits(v, nb) };
+            z[g * GROUP..g * GROUP + GROUP].copy_from_slice(&bytes.to_le_bytes());
+            bit += GROUP.min(pw - g * GROUP) * usize::from(nb);
+        }
+        return Ok(());
+    }
+    d.next_row(z, sels)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn patch_ans<const AVX2: bool>(
+    g: &Geometry,
+    patch: usize,
+    r: Rect,
+    at: &Place,
+    prep: &Prepared,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    chunk: &[u8],
+) -> Result<(), Error> {
+    let c = g.channels as usize;
+    let (pw, ph) = (r.w as usize, r.h as usize);
+    let id = PatchId { channel: 0, patch };
+    let store = work.store;
+    decode_chunk::<AVX2>(
+        chunk,
+        prep,
+        pw,
+        ph,
+        c,
+        store,
+        &mut work.z,
+        &mut work.sel,
+        id,
+    )?;
+    for row in 0..at.rows {
+        let cur = row & 1;
+        for p in 0..c {
+            let z = &work.z[store.zrow(p, row) + 1..];
+            let s = &work.sel[store.srow(p, row)..store.srow(p, row) + 8];
+            let [a, b] = &mut work.rows[p];
+            let (prev, next) = match (row, cur) {
+                (0, _) => (&ZERO_ROW, a),
+                (_, 0) => (&*b, a),
+                _ => (&*a, b),
+            };
+            reconstruct::<AVX2>(prev, z, s, pw, row == 0, next);
+        }
+        if row >= at.skip {
+            emit::<AVX2>(out, c, &work.rows, cur, at, row);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn decode_chunk<const AVX2: bool>(
+    chunk: &[u8],
+    prep: &Prepared,
+    pw: usize,
+    ph: usize,
+    c: usize,
+    store: Store,
+    z: &mut [u8],
+    sel: &mut [u8],
+    id: PatchId,
+) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2 check.
+        return unsafe {
+            crate::simd::v2::decode_chunk_avx2(
+                chunk,
+                &prep.table,
+                prep.used,
+                pw,
+                ph,
+                c,
+                store,
+                z,
+                sel,
+                id,
+            )
+        };
+    }
+    ans::decode_chunk_scalar(chunk, &prep.table, prep.used, pw, ph, c, store, z, sel, id)
+}
+
+/// One row's reconstruction: the AVX2 scan in the AVX2 copy, the portable loop otherwise.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn reconstruct<const AVX2: bool>(
+    prev: &[u8; ROW],
+    z: &[u8],
+    sels: &[u8],
+    pw: usize,
+    first: bool,
+    cur: &mut [u8; ROW],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: AVX2 is the run-time-checked guarantee of the AVX2 copy.
+        unsafe { crate::simd::v2::reconstruct_row_avx2(prev, z, sels, pw, first, cur) };
+        return;
+    }
+    super::front::reconstruct_row(prev, z, sels, pw, first, cur)
+}
+
+/// Writes row `row` of the patch (the `cur` rolling rows of every plane) at its place: inverse colour
+/// transform, then interleaved or planar.
+#[inline(always)]
+fn emit<const AVX2: bool>(
+    out: &mut Out<'_>,
+    c: usize,
+    rows: &[[[u8; ROW]; 2]; 4],
+    cur: usize,
+    at: &Place,
+    row: usize,
+) {
+    let (c0, c1) = (at.cols.start + 1, at.cols.end + 1);
+    let n = c1 - c0;
+    let y = at.oy + row - at.skip;
+    let p = |k: usize| &rows[k][cur][c0..c1];
+    let mut rr = [0u8; 256];
+    let mut bb = [0u8; 256];
+    if c >= 3 {
+        let (g, p1, p2) = (p(0), p(1), p(2));
+        for i in 0..n {
+            rr[i] = p1[i].wrapping_add(g[i]);
+            bb[i] = p2[i].wrapping_add(g[i]);
+        }
+    }
+    match out {
+        Out::Interleaved { buf, row_stride } => {
+            let at_ = y * *row_stride + at.ox * c;
+            let dst = &mut buf[at_..at_ + n * c];
+            match c {
+                1 => dst.copy_from_slice(p(0)),
+                3 => crate::decode::interleave3::<AVX2>(dst, &rr[..n], p(0), &bb[..n]),
+                _ => crate::decode::interleave4::<AVX2>(dst, &rr[..n], p(0), &bb[..n], p(3)),
+            }
+        }
+        Out::Planar { planes, row_stride } => {
+            let at_ = y * *row_stride + at.ox;
+            if c == 1 {
+                planes[0][at_..at_ + n].copy_from_slice(p(0));
+            } else {
+                planes[0][at_..at_ + n].copy_from_slice(&rr[..n]);
+                planes[1][at_..at_ + n].copy_from_slice(p(0));
+                planes[2][at_..at_ + n].copy_from_slice(&bb[..n]);
+                if c == 4 {
+                    planes[3][at_..at_ + n].copy_from_slice(p(3));
+                }
+            }
+        }
+    }
+}
+
+/// Splits a planar buffer into its `c` planes (`plane_stride` apart; the last one runs to the end).
+pub(crate) fn split_planes(buf: &mut [u8], c: usize, plane_stride: usize) -> Vec<&mut [u8]> {
+    let mut planes = Vec::with_capacity(c);
+    let mut rest = buf;
+    for k in 0..c {
+        if k + 1 == c {
+            planes.push(rest);
+            break;
+        }
+        let (a, b) = rest.split_at_mut(plane_stride.min(rest.len()));
+        planes.push(a);
+        rest = b;
+    }
+    planes
+}
+
+/// Decodes `region` with the widest vector unit the CPU has.
+#[allow(unsafe_code)]
+pub(crate) fn decode_region_dispatch<'d>(
+    g: &Geometry,
+    profile: Profile,
+    prep: Option<&Prepared>,
+    region: Rect,
+    out: &mut Out<'_>,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    let mut work = Work::new(g);
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_bmi2() {
+        // SAFETY: the AVX2 copy needs AVX2, BMI2 and POPCNT, checked just above.
+        return unsafe { decode_region_avx2(g, profile, prep, region, out, &mut work, entry) };
+    }
+    decode_region::<false>(g, profile, prep, region, out, &mut work, entry)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi2,popcnt")]
+fn decode_region_avx2<'d>(
+    g: &Geometry,
+    profile: Profile,
+    prep: Option<&Prepared>,
+    region: Rect,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    decode_region::<true>(g, profile, prep, region, out, work, entry)
+}
+
+/// A validated v2 file: geometry, layout and bytes.
+pub(crate) struct V2<'a> {
+    pub g: Geometry,
+    pub l: Layout,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> V2<'a> {
+    pub(crate) fn prepared(&self) -> Option<Prepared> {
+        match self.l.profile {
+            Profile::Bp => None,
+            Profile::Ans => {
+                // Validated at parse: cannot fail.
+                let (t, _) =
+                    super::tables_end(&self.g, &self.bytes[crate::HEADER_LEN..self.l.offsets_at])
+                        .ok()?;
+                Some(Prepared::new(&t))
+            }
+        }
+    }
+
+    fn entry(&self, i: usize) -> Result<&'a [u8], Error> {
+        Ok(&self.bytes[super::entry_range(&self.l, self.bytes, i)])
+    }
+
+    /// Decodes `region` (checked by the caller) into `out` at `layout`.
+    pub(crate) fn region(
+        &self,
+        region: Rect,
+        out: &mut [u8],
+        layout: crate::PixelLayout,
+    ) -> Result<(), Error> {
+        let prep = self.prepared();
+        let c = self.g.channels as usize;
+        let mut o = match layout {
+            crate::PixelLayout::Interleaved { row_stride } => Out::Interleaved {
+                buf: out,
+                row_stride,
+            },
+            crate::PixelLayout::Planar {
+                row_stride,
+                plane_stride,
+            } => Out::Planar {
+                planes: split_planes(out, c, plane_stride),
+                row_stride,
+            },
+        };
+        decode_region_dispatch(
+            &self.g,
+            self.l.profile,
+            prep.as_ref(),
+            region,
+            &mut o,
+            &|i| self.entry(i),
+        )
+    }
+
+    /// Decodes the whole image, HWC (`planar = false`) or CHW, with bands of patch rows spread over
+    /// `threads` threads (1 = this thread only, 0 = every core).
+    pub(crate) fn whole(&self, out: &mut [u8], planar: bool, threads: usize) -> Result<(), Error> {
+        let prep = self.prepared();
+        let g = &self.g;
+        let (w, h, c, n) = (
+            g.width as usize,
+            g.height as usize,
+            g.channels as usize,
+            g.patch_size as usize,
+        );
+        let band = |py: usize| Rect::new(0, (py * n) as u32, w as u32, n.min(h - py * n) as u32);
+        let run = |py: usize, mut o: Out<'_>| {
+            decode_region_dispatch(g, self.l.profile, prep.as_ref(), band(py), &mut o, &|i| {
+                self.entry(i)
+            })
+        };
+        if !planar {
+            let tasks = out.chunks_mut(n * w * c).enumerate();
+            stdx::parallel::for_each(tasks, threads, |(py, buf)| {
+                run(
+                    py,
+                    Out::Interleaved {
+                        buf,
+                        row_stride: w * c,
+                    },
+                )
+            })
+        } else {
+            let mut per_band: Vec<Vec<&mut [u8]>> = (0..g.patches_y as usize)
+                .map(|_| Vec::with_capacity(c))
+                .collect();
+            for plane in out.chunks_mut(w * h) {
+                for (py, b) in plane.chunks_mut(n * w).enumerate() {
+                    per_band[py].push(b);
+                }
+            }
+            let tasks = per_band.into_iter().enumerate();
+            stdx::parallel::for_each(tasks, threads, |(py, planes)| {
+                run(
+                    py,
+                    Out::Planar {
+                        planes,
+                        row_stride: w,
+                    },
+                )
+            })
+        }
+    }
+}
