@@ -352,6 +352,15 @@ impl<'a> L3File<'a> {
         }
     }
 
+    /// The host-side plan of a version-2 file for a device decoder (`None` for version 1).
+    pub fn v2_plan(&self) -> Option<v2::V2Plan> {
+        match self.kind {
+            Kind::V1 { .. } => None,
+            // Everything was validated by parse, so building the plan cannot fail.
+            Kind::V2(l) => v2::V2Plan::new(&self.geometry, &l, self.bytes).ok(),
+        }
+    }
+
     /// The format version in the header: 1 or 2.
     pub fn version(&self) -> u16 {
         self.geometry.version

@@ -43,7 +43,7 @@ pub use error::{Error, Limits, ParseOptions, PatchId};
 pub use file::{L3File, Rect};
 pub use index::{Fragments, L3Index};
 pub use region::PixelLayout;
-pub use v2::{Format, Profile};
+pub use v2::{AnsTables, Format, Profile, V2Plan};
 
 /// The four bytes every L3 file starts with.
 pub const MAGIC: [u8; 4] = *b"L3IM";

@@ -125,6 +125,31 @@ impl AnsTables {
         w.align();
     }
 
+    /// Heap memory the tables hold.
+    pub fn heap_bytes(&self) -> usize {
+        self.freqs.len() * std::mem::size_of::<Option<Box<[u16]>>>()
+            + self
+                .freqs
+                .iter()
+                .flatten()
+                .map(|f| 2 * f.len())
+                .sum::<usize>()
+    }
+
+    /// Cumulative frequencies of context `ctx`: `cum[s]` = f_0 + … + f_{s−1}, n + 1 values (the last is
+    /// 4096); `None` if the context is unused.
+    pub fn cum(&self, ctx: usize) -> Option<Vec<u16>> {
+        let f = self.freqs(ctx)?;
+        let mut c = Vec::with_capacity(f.len() + 1);
+        let mut acc = 0u16;
+        c.push(0);
+        for &v in f {
+            acc += v;
+            c.push(acc);
+        }
+        Some(c)
+    }
+
     /// Number of contexts (102 or 148).
     pub fn contexts(&self) -> usize {
         self.freqs.len()
@@ -157,6 +182,31 @@ impl AnsTables {
                 for (k, e) in t[cum..cum + fs].iter_mut().enumerate() {
                     *e = hi | ((k as u32) << 8);
                 }
+                cum += fs;
+            }
+        }
+    }
+
+    /// The two small tables the CPU decoders use (a table of `u32` per slot is 16 KiB per context, more
+    /// than a core's L2 holds for a photo's ~100 contexts): `sym[(ctx << 12) | slot]` is the symbol of a
+    /// slot, and `fc[(ctx << 8) | sym]` is `f | cum << 16` for it. Both are resized to cover every context
+    /// (`sym` with 32 bytes of padding for 32-bit gathers); entries of unused contexts are left as they were.
+    pub fn symbol_tables(&self, sym: &mut Vec<u8>, fc: &mut Vec<u32>) {
+        let k = self.freqs.len();
+        if sym.len() < (k << PROB_BITS) + 32 {
+            sym.resize((k << PROB_BITS) + 32, 0);
+        }
+        if fc.len() < k << 8 {
+            fc.resize(k << 8, 0);
+        }
+        for (ctx, f) in self.freqs.iter().enumerate() {
+            let Some(f) = f else { continue };
+            let t = &mut sym[ctx << PROB_BITS..(ctx + 1) << PROB_BITS];
+            let mut cum = 0usize;
+            for (s, &fs) in f.iter().enumerate() {
+                let fs = usize::from(fs);
+                t[cum..cum + fs].fill(s as u8);
+                fc[(ctx << 8) | s] = fs as u32 | (cum as u32) << 16;
                 cum += fs;
             }
         }
@@ -456,13 +506,22 @@ pub(crate) struct ScalarDecoder<'a> {
     pub x: [u32; LANES],
     pub words: &'a [u8],
     pub pos: usize,
-    pub table: &'a [u32],
-    pub used: [u64; 4],
+    pub t: Tables<'a>,
     pub id: PatchId,
 }
 
+/// The decode tables of [`AnsTables::symbol_tables`] with the used-context mask.
+#[derive(Clone, Copy)]
+pub(crate) struct Tables<'a> {
+    pub sym: &'a [u8],
+    pub fc: &'a [u32],
+    pub used: [u64; 4],
+}
+
 impl ScalarDecoder<'_> {
-    /// Decodes one segment of `n` symbols whose contexts `ctx(j)` gives, into `out[j]`.
+    /// Decodes one segment of `n` symbols whose contexts `ctx(j)` gives, into `out[j]`. The renormalisation
+    /// is branch-free (whether a lane needs a word is data, not control flow: a mispredicted branch per
+    /// few symbols would cost more than the decode); running out of words is checked once per segment.
     #[inline(always)]
     pub(crate) fn segment(
         &mut self,
@@ -471,9 +530,10 @@ impl ScalarDecoder<'_> {
         out: &mut [u8],
     ) -> Result<(), Error> {
         let nwords = self.words.len() / 2;
+        let mut pos = self.pos;
         for (j, o) in out[..n].iter_mut().enumerate() {
             let c = ctx(j);
-            if self.used[c as usize / 64] >> (c % 64) & 1 == 0 {
+            if self.t.used[c as usize / 64] >> (c % 64) & 1 == 0 {
                 return Err(Error::UnusedContext {
                     patch: self.id,
                     context: c as usize,
@@ -481,22 +541,25 @@ impl ScalarDecoder<'_> {
             }
             let lane = j % LANES;
             let s = self.x[lane];
-            let e = self.table[(usize::from(c) << PROB_BITS) | (s & (PROB_SCALE - 1)) as usize];
-            *o = e as u8;
-            let mut s = ((e >> 20) + 1) * (s >> PROB_BITS) + ((e >> 8) & 0xfff);
-            if s < RANS_L {
-                if self.pos >= nwords {
-                    return Err(Error::RansPastChunkEnd {
-                        patch: self.id,
-                        words: nwords,
-                    });
-                }
-                let w =
-                    u16::from_le_bytes([self.words[2 * self.pos], self.words[2 * self.pos + 1]]);
-                self.pos += 1;
-                s = (s << 16) | u32::from(w);
-            }
-            self.x[lane] = s;
+            let slot = s & (PROB_SCALE - 1);
+            let sym = self.t.sym[(usize::from(c) << PROB_BITS) | slot as usize];
+            let e = self.t.fc[(usize::from(c) << 8) | usize::from(sym)];
+            *o = sym;
+            let s = (e & 0xffff) * (s >> PROB_BITS) + slot - (e >> 16);
+            let w = match self.words.get(2 * pos..2 * pos + 2) {
+                Some(b) => u32::from(u16::from_le_bytes([b[0], b[1]])),
+                None => 0,
+            };
+            let need = s < RANS_L;
+            self.x[lane] = if need { (s << 16) | w } else { s };
+            pos += usize::from(need);
+        }
+        self.pos = pos;
+        if pos > nwords {
+            return Err(Error::RansPastChunkEnd {
+                patch: self.id,
+                words: nwords,
+            });
         }
         Ok(())
     }
@@ -507,8 +570,7 @@ impl ScalarDecoder<'_> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_chunk_scalar(
     chunk: &[u8],
-    table: &[u32],
-    used: [u64; 4],
+    t: Tables<'_>,
     pw: usize,
     ph: usize,
     c: usize,
@@ -522,8 +584,7 @@ pub(crate) fn decode_chunk_scalar(
         x,
         words: &chunk[STATE_BYTES..],
         pos: 0,
-        table,
-        used,
+        t,
         id,
     };
     let nsel = runs(pw);

@@ -85,24 +85,32 @@ pub(crate) fn window(data: &[u8], bit: usize) -> u64 {
     let at = bit / 8;
     let sh = (bit % 8) as u32;
     let (lo, hi) = match data.get(at..at + 9) {
-        Some(b) => (
-            u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            b[8],
-        ),
-        None => {
-            let mut b = [0u8; 9];
-            let rest = data.get(at..).unwrap_or(&[]);
-            let n = rest.len().min(9);
-            b[..n].copy_from_slice(&rest[..n]);
-            (
-                u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-                b[8],
-            )
+        Some(b) => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[..8]);
+            (u64::from_le_bytes(w), b[8])
         }
+        None => window_tail(data, at),
     };
     // Two shifts so that sh = 0 does not shift by 64.
     (lo >> sh) | ((u64::from(hi) << 1) << (63 - sh))
 }
+
+/// The slow path of [`window`] within 9 bytes of the end.
+#[cold]
+#[inline(never)]
+fn window_tail(data: &[u8], at: usize) -> (u64, u8) {
+    let mut b = [0u8; 9];
+    let rest = data.get(at..).unwrap_or(&[]);
+    let n = rest.len().min(9);
+    b[..n].copy_from_slice(&rest[..n]);
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    (u64::from_le_bytes(w), b[8])
+}
+
+/// nbit change of each 2-bit code (3 = escape, handled apart).
+const CODE_DELTA: [i32; 4] = [0, 1, -1, 0];
 
 /// Decodes the rows of one (plane, patch) in order.
 pub(crate) struct BpRows<'a> {
@@ -171,24 +179,29 @@ impl<'a> BpRows<'a> {
                 *sel = ((s >> (2 * k)) & 3) as u8;
             }
             bit += 2 * nsel;
-            // At most 28 two-bit codes: one window holds them all.
+            // At most 28 two-bit codes: one window holds them all. Branch-free: code → delta by table,
+            // escapes collected as a bit mask and read after.
             let codes = window(rest, bit);
             let mut escaped = 0u32;
+            let mut bad = false;
             for (g, nb) in nbit[..ng].iter_mut().enumerate() {
-                let prev = i32::from(self.nbit[g]);
-                let v = match (codes >> (2 * g)) & 3 {
-                    0 => prev,
-                    1 => prev + 1,
-                    2 => prev - 1,
-                    _ => {
-                        escaped |= 1 << g;
-                        0
-                    }
-                };
-                if !(0..=8).contains(&v) {
-                    return Err(self.bad_nbit(g, v));
-                }
+                let code = ((codes >> (2 * g)) & 3) as usize;
+                let esc = code == 3;
+                let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
+                escaped |= u32::from(esc) << g;
+                bad |= !esc && !(0..=8).contains(&v);
                 *nb = v as u8;
+            }
+            if bad {
+                let g = (0..ng)
+                    .find(|&g| {
+                        let code = ((codes >> (2 * g)) & 3) as usize;
+                        let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
+                        code != 3 && !(0..=8).contains(&v)
+                    })
+                    .unwrap_or(0);
+                let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
+                return Err(self.bad_nbit(g, v));
             }
             bit += 2 * ng;
             while escaped != 0 {
@@ -202,10 +215,10 @@ impl<'a> BpRows<'a> {
                 escaped &= escaped - 1;
             }
         }
-        let mut bits = bit;
-        for (g, &nb) in nbit[..ng].iter().enumerate() {
-            bits += usize::from(nb) * (GROUP.min(pw - g * GROUP));
-        }
+        // Every group but the last has 8 pixels.
+        let sum: usize = nbit[..ng].iter().map(|&nb| usize::from(nb)).sum();
+        let last = pw - (ng - 1) * GROUP;
+        let bits = bit + GROUP * sum - (GROUP - last) * usize::from(nbit[ng - 1]);
         if 8 * rest.len() < bits {
             return Err(self.past_end(bits));
         }

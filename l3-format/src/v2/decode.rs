@@ -10,24 +10,32 @@ use super::ans::{self, AnsTables, Store};
 use super::bp::{BpRows, GROUP};
 use super::front::ROW;
 use super::{Layout, Profile};
-#[allow(unused_imports)]
-use crate::HEADER_LEN;
 use crate::error::{Error, PatchId};
 use crate::file::{Geometry, Rect};
 
-/// ANS decode tables built once per decode call: `(ctx << 12 | slot)` entries and the used-context mask.
+/// ANS decode tables built once per decode call (see [`AnsTables::symbol_tables`]).
 pub(crate) struct Prepared {
-    pub table: Vec<u32>,
+    pub sym: Vec<u8>,
+    pub fc: Vec<u32>,
     pub used: [u64; 4],
 }
 
 impl Prepared {
     pub(crate) fn new(t: &AnsTables) -> Self {
-        let mut table = Vec::new();
-        t.decode_table(&mut table);
+        let (mut sym, mut fc) = (Vec::new(), Vec::new());
+        t.symbol_tables(&mut sym, &mut fc);
         Prepared {
-            table,
+            sym,
+            fc,
             used: t.used_mask(),
+        }
+    }
+
+    pub(crate) fn tables(&self) -> ans::Tables<'_> {
+        ans::Tables {
+            sym: &self.sym,
+            fc: &self.fc,
+            used: self.used,
         }
     }
 }
@@ -52,8 +60,9 @@ static ZERO_ROW: [u8; ROW] = [0; ROW];
 /// Per-call scratch: the ANS symbol store and each plane's two rolling reconstruction rows.
 pub(crate) struct Work {
     store: Store,
-    z: Vec<u8>,
-    sel: Vec<u8>,
+    /// Two symbol stores: ANS decodes two patches of the same shape at once.
+    z: [Vec<u8>; 2],
+    sel: [Vec<u8>; 2],
     rows: [[[u8; ROW]; 2]; 4],
 }
 
@@ -62,8 +71,8 @@ impl Work {
         let store = Store::new(g.patch_size as usize);
         Work {
             store,
-            z: vec![0; store.z_len(g.channels as usize)],
-            sel: vec![0; store.sel_len(g.channels as usize)],
+            z: [0, 1].map(|_| vec![0; store.z_len(g.channels as usize)]),
+            sel: [0, 1].map(|_| vec![0; store.sel_len(g.channels as usize)]),
             rows: [[[0; ROW]; 2]; 4],
         }
     }
@@ -82,32 +91,50 @@ pub(crate) fn decode_region<'d, const AVX2: bool>(
     entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
 ) -> Result<(), Error> {
     for (first, count) in g.rows_under(region) {
-        for p in first..first + count {
+        let mut p = first;
+        while p < first + count {
             let r = g.patch_rect(p);
-            let (x0, x1) = (r.x.max(region.x), (r.x + r.w).min(region.x + region.w));
-            let (y0, y1) = (r.y.max(region.y), (r.y + r.h).min(region.y + region.h));
-            let cols = (x0 - r.x) as usize..(x1 - r.x) as usize;
-            let (skip, rows) = ((y0 - r.y) as usize, (y1 - r.y) as usize);
-            let (ox, oy) = ((x0 - region.x) as usize, (y0 - region.y) as usize);
-            let at = Place {
-                cols,
-                skip,
-                rows,
-                ox,
-                oy,
-            };
+            let at = place(r, region);
             match profile {
                 Profile::Bp => patch_bp::<AVX2>(g, p, r, &at, out, work, entry)?,
                 Profile::Ans => {
                     let prep = prep.ok_or(Error::BadOptions {
                         reason: "ANS tables missing",
                     })?;
-                    patch_ans::<AVX2>(g, p, r, &at, prep, out, work, entry(p)?)?
+                    // Two patches of the same shape decode together (the AVX2 decoder interleaves them).
+                    if AVX2 && p + 1 < first + count {
+                        let r2 = g.patch_rect(p + 1);
+                        if (r2.w, r2.h) == (r.w, r.h) {
+                            let chunks = [entry(p)?, entry(p + 1)?];
+                            ans_entropy::<AVX2, 2>(g, [p, p + 1], r, prep, work, chunks)?;
+                            ans_emit::<AVX2>(g, r, &at, out, work, 0);
+                            ans_emit::<AVX2>(g, r2, &place(r2, region), out, work, 1);
+                            p += 2;
+                            continue;
+                        }
+                    }
+                    ans_entropy::<AVX2, 1>(g, [p], r, prep, work, [entry(p)?])?;
+                    ans_emit::<AVX2>(g, r, &at, out, work, 0);
                 }
             }
+            p += 1;
         }
     }
     Ok(())
+}
+
+/// Where patch `r` meets `region`.
+#[inline(always)]
+fn place(r: Rect, region: Rect) -> Place {
+    let (x0, x1) = (r.x.max(region.x), (r.x + r.w).min(region.x + region.w));
+    let (y0, y1) = (r.y.max(region.y), (r.y + r.h).min(region.y + region.h));
+    Place {
+        cols: (x0 - r.x) as usize..(x1 - r.x) as usize,
+        skip: (y0 - r.y) as usize,
+        rows: (y1 - r.y) as usize,
+        ox: (x0 - region.x) as usize,
+        oy: (y0 - region.y) as usize,
+    }
 }
 
 /// The part of a patch to write: patch columns `cols`, patch rows `skip..rows`, landing at (ox, oy).
@@ -177,54 +204,111 @@ fn bp_row<const AVX2: bool>(
 ) -> Result<(), Error> {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        let pw = d.pw();
+        let ng = d.pw().div_ceil(GROUP);
         let h = d.head(sels)?;
         let data = d.data();
+        // Each group's first bit: a prefix sum of 8·nbit (only the last group may be shorter), computed
+        // apart so that the loads below do not wait on each other.
+        let mut offs = [0usize; super::bp::MAX_GROUPS];
         let mut bit = h.delta_bit;
-        for (g, &nb) in h.nbit[..pw.div_ceil(GROUP)].iter().enumerate() {
-            let v = super::bp::window(data, bit);
+        for (o, &nb) in offs[..ng].iter_mut().zip(&h.nbit[..ng]) {
+            *o = bit;
+            bit += GROUP * usize::from(nb);
+        }
+        for ((zg, &o), &nb) in z
+            .chunks_exact_mut(GROUP)
+            .zip(&offs[..ng])
+            .zip(&h.nbit[..ng])
+        {
+            let v = super::bp::window(data, o);
             // SAFETY: BMI2 is part of the run-time check that makes `AVX2` true.
             let bytes = unsafe { crate::simd::v2::spread_bits(v, nb) };
-            z[g * GROUP..g * GROUP + GROUP].copy_from_slice(&bytes.to_le_bytes());
-            bit += GROUP.min(pw - g * GROUP) * usize::from(nb);
+            zg.copy_from_slice(&bytes.to_le_bytes());
         }
         return Ok(());
     }
     d.next_row(z, sels)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Entropy-decodes the chunks of `K` patches of shape `r` into the work's symbol stores 0..K.
 #[inline(always)]
-fn patch_ans<const AVX2: bool>(
+#[allow(unsafe_code)]
+fn ans_entropy<const AVX2: bool, const K: usize>(
     g: &Geometry,
-    patch: usize,
+    patches: [usize; K],
     r: Rect,
-    at: &Place,
     prep: &Prepared,
-    out: &mut Out<'_>,
     work: &mut Work,
-    chunk: &[u8],
+    chunks: [&[u8]; K],
 ) -> Result<(), Error> {
     let c = g.channels as usize;
     let (pw, ph) = (r.w as usize, r.h as usize);
-    let id = PatchId { channel: 0, patch };
+    let ids = patches.map(|patch| PatchId { channel: 0, patch });
     let store = work.store;
-    decode_chunk::<AVX2>(
-        chunk,
-        prep,
-        pw,
-        ph,
-        c,
-        store,
-        &mut work.z,
-        &mut work.sel,
-        id,
-    )?;
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        let [z0, z1] = &mut work.z;
+        let [s0, s1] = &mut work.sel;
+        let mut zs: [&mut [u8]; 2] = [z0, z1];
+        let mut ss: [&mut [u8]; 2] = [s0, s1];
+        let (za, sa) = (zs.split_at_mut(K).0, ss.split_at_mut(K).0);
+        let (Ok(z), Ok(sel)) = (
+            <&mut [&mut [u8]; K]>::try_from(za),
+            <&mut [&mut [u8]; K]>::try_from(sa),
+        ) else {
+            return Err(Error::BadOptions {
+                reason: "decode pairs",
+            });
+        };
+        // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2+POPCNT check.
+        return unsafe {
+            crate::simd::v2::decode_chunks_avx2::<K>(
+                chunks,
+                prep.tables(),
+                pw,
+                ph,
+                c,
+                store,
+                z,
+                sel,
+                ids,
+            )
+        };
+    }
+    for k in 0..K {
+        ans::decode_chunk_scalar(
+            chunks[k],
+            prep.tables(),
+            pw,
+            ph,
+            c,
+            store,
+            &mut work.z[k],
+            &mut work.sel[k],
+            ids[k],
+        )?;
+    }
+    Ok(())
+}
+
+/// Reconstructs the rows of a patch from symbol store `k` and writes the part `at` names.
+#[inline(always)]
+fn ans_emit<const AVX2: bool>(
+    g: &Geometry,
+    r: Rect,
+    at: &Place,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    k: usize,
+) {
+    let c = g.channels as usize;
+    let pw = r.w as usize;
+    let store = work.store;
     for row in 0..at.rows {
         let cur = row & 1;
         for p in 0..c {
-            let z = &work.z[store.zrow(p, row) + 1..];
-            let s = &work.sel[store.srow(p, row)..store.srow(p, row) + 8];
+            let z = &work.z[k][store.zrow(p, row) + 1..];
+            let s = &work.sel[k][store.srow(p, row)..store.srow(p, row) + 8];
             let [a, b] = &mut work.rows[p];
             let (prev, next) = match (row, cur) {
                 (0, _) => (&ZERO_ROW, a),
@@ -237,42 +321,6 @@ fn patch_ans<const AVX2: bool>(
             emit::<AVX2>(out, c, &work.rows, cur, at, row);
         }
     }
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-#[allow(unsafe_code)]
-fn decode_chunk<const AVX2: bool>(
-    chunk: &[u8],
-    prep: &Prepared,
-    pw: usize,
-    ph: usize,
-    c: usize,
-    store: Store,
-    z: &mut [u8],
-    sel: &mut [u8],
-    id: PatchId,
-) -> Result<(), Error> {
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2 check.
-        return unsafe {
-            crate::simd::v2::decode_chunk_avx2(
-                chunk,
-                &prep.table,
-                prep.used,
-                pw,
-                ph,
-                c,
-                store,
-                z,
-                sel,
-                id,
-            )
-        };
-    }
-    ans::decode_chunk_scalar(chunk, &prep.table, prep.used, pw, ph, c, store, z, sel, id)
 }
 
 /// One row's reconstruction: the AVX2 scan in the AVX2 copy, the portable loop otherwise.
@@ -310,13 +358,20 @@ fn emit<const AVX2: bool>(
     let n = c1 - c0;
     let y = at.oy + row - at.skip;
     let p = |k: usize| &rows[k][cur][c0..c1];
-    let mut rr = [0u8; 256];
-    let mut bb = [0u8; 256];
+    // R = P1 + G and B = P2 + G, 32 bytes at a time (the rows have room past the end).
+    let mut rr = [0u8; ROW];
+    let mut bb = [0u8; ROW];
     if c >= 3 {
-        let (g, p1, p2) = (p(0), p(1), p(2));
-        for i in 0..n {
-            rr[i] = p1[i].wrapping_add(g[i]);
-            bb[i] = p2[i].wrapping_add(g[i]);
+        let (g, p1, p2) = (&rows[0][cur], &rows[1][cur], &rows[2][cur]);
+        let chunks = n.div_ceil(32);
+        for k in 0..chunks.min(8) {
+            let i = c0 + 32 * k;
+            let (gs, as_, bs) = (&g[i..i + 32], &p1[i..i + 32], &p2[i..i + 32]);
+            let (ro, bo) = (&mut rr[32 * k..32 * k + 32], &mut bb[32 * k..32 * k + 32]);
+            for j in 0..32 {
+                ro[j] = as_[j].wrapping_add(gs[j]);
+                bo[j] = bs[j].wrapping_add(gs[j]);
+            }
         }
     }
     match out {
@@ -359,6 +414,23 @@ pub(crate) fn split_planes(buf: &mut [u8], c: usize, plane_stride: usize) -> Vec
         rest = b;
     }
     planes
+}
+
+/// The [`Out`] of a caller's buffer at `layout`'s strides.
+pub(crate) fn out_for(out: &mut [u8], layout: crate::PixelLayout, channels: u8) -> Out<'_> {
+    match layout {
+        crate::PixelLayout::Interleaved { row_stride } => Out::Interleaved {
+            buf: out,
+            row_stride,
+        },
+        crate::PixelLayout::Planar {
+            row_stride,
+            plane_stride,
+        } => Out::Planar {
+            planes: split_planes(out, channels as usize, plane_stride),
+            row_stride,
+        },
+    }
 }
 
 /// Decodes `region` with the widest vector unit the CPU has.
@@ -427,20 +499,7 @@ impl<'a> V2<'a> {
         layout: crate::PixelLayout,
     ) -> Result<(), Error> {
         let prep = self.prepared();
-        let c = self.g.channels as usize;
-        let mut o = match layout {
-            crate::PixelLayout::Interleaved { row_stride } => Out::Interleaved {
-                buf: out,
-                row_stride,
-            },
-            crate::PixelLayout::Planar {
-                row_stride,
-                plane_stride,
-            } => Out::Planar {
-                planes: split_planes(out, c, plane_stride),
-                row_stride,
-            },
-        };
+        let mut o = out_for(out, layout, self.g.channels);
         decode_region_dispatch(
             &self.g,
             self.l.profile,
@@ -498,6 +557,94 @@ impl<'a> V2<'a> {
                     },
                 )
             })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EncodeOptions, Format, L3File, PixelLayout, encode_with};
+
+    fn image(w: usize, h: usize, c: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..w * h * c)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let (x, y) = ((i / c) % w, (i / c) / w);
+                if (x / 40 + y / 30) % 3 == 0 {
+                    s as u8
+                } else {
+                    (x + 2 * y + 50 * (i % c)) as u8 ^ (s as u8 & 3)
+                }
+            })
+            .collect()
+    }
+
+    /// The public decoders take the AVX2 path (BMI2 unpack, 32-lane rANS on two patches at once, vector
+    /// reconstruction) where the CPU has it; the portable copy must give the same pixels and errors.
+    #[test]
+    fn portable_and_dispatched_decoders_agree() {
+        for (w, h, c, n) in [
+            (301u32, 177u32, 3u8, 64u8),
+            (130, 65, 4, 32),
+            (67, 140, 1, 128),
+            (1, 5, 3, 32),
+        ] {
+            let px = image(w as usize, h as usize, c as usize, w * h);
+            for profile in [Profile::Bp, Profile::Ans] {
+                let opts = EncodeOptions {
+                    format: Format::V2(profile),
+                    patch_size: Some(n),
+                    ..EncodeOptions::default()
+                };
+                let mut file = encode_with(&px, w, h, c, &opts).unwrap();
+                let f = L3File::parse(&file).unwrap();
+                let v = f.v2().unwrap();
+                let region = Rect::new(0, 0, w, h);
+                let layout = PixelLayout::packed(w, h, c, false);
+                let mut out = vec![0u8; px.len()];
+                let prep = v.prepared();
+                let mut work = Work::new(&v.g);
+                decode_region::<false>(
+                    &v.g,
+                    profile,
+                    prep.as_ref(),
+                    region,
+                    &mut out_for(&mut out, layout, c),
+                    &mut work,
+                    &|i| Ok(&v.bytes[super::super::entry_range(&v.l, v.bytes, i)]),
+                )
+                .unwrap();
+                assert!(out == px, "portable {profile} {w}x{h}x{c}");
+                // Damage one byte of patch data: both paths fail the same way (or both still decode).
+                let at = f.data_offset() + (file.len() - 4 - f.data_offset()) / 3;
+                file[at] ^= 0x5a;
+                let opts = crate::ParseOptions {
+                    verify_crc: false,
+                    ..Default::default()
+                };
+                let f = L3File::parse_with(&file, &opts).unwrap();
+                let v = f.v2().unwrap();
+                let mut a = vec![0u8; px.len()];
+                let ra = f.decode_hwc(&mut a);
+                let mut b = vec![0u8; px.len()];
+                let rb = decode_region::<false>(
+                    &v.g,
+                    profile,
+                    prep.as_ref(),
+                    region,
+                    &mut out_for(&mut b, layout, c),
+                    &mut work,
+                    &|i| Ok(&v.bytes[super::super::entry_range(&v.l, v.bytes, i)]),
+                );
+                assert_eq!(ra, rb, "{profile} {w}x{h}x{c}");
+                if ra.is_ok() {
+                    assert!(a == b);
+                }
+            }
         }
     }
 }
