@@ -6,7 +6,6 @@
 use crate::error::{Error, Limits, PatchId};
 use crate::file::{Geometry, Rect, u32_at};
 use crate::region::{self, PixelLayout};
-use crate::v2::decode::Prepared;
 use crate::v2::{self, AnsTables, Layout, Profile};
 use crate::{HEADER_LEN, MAGIC};
 use std::ops::Range;
@@ -262,19 +261,20 @@ impl L3Index {
             layout: l, tables, ..
         } = &self.kind
         {
-            let prep = tables.as_ref().map(Prepared::new);
             let mut o = v2::decode::out_for(out, layout, self.geometry.channels);
-            return v2::decode::decode_region_dispatch(
-                &self.geometry,
-                l.profile,
-                prep.as_ref(),
-                region,
-                &mut o,
-                &|i| {
-                    let range = self.entry(i);
-                    data.get(range.clone()).ok_or_else(|| missing(i, range))
-                },
-            );
+            return v2::decode::with_prepared(tables.as_ref(), |prep| {
+                v2::decode::decode_region_dispatch(
+                    &self.geometry,
+                    l.profile,
+                    prep,
+                    region,
+                    &mut o,
+                    &|i| {
+                        let range = self.entry(i);
+                        data.get(range.clone()).ok_or_else(|| missing(i, range))
+                    },
+                )
+            });
         }
         region::decode(&self.geometry, region, out, layout, |ch, p| {
             let range = self.entry(ch * per + p);

@@ -196,15 +196,19 @@ unsafe fn check_used(ctx: __m256i, active: usize, k: &CtxConsts, id: PatchId) ->
 /// The lane states and word cursor of a chunk.
 struct Lanes<'a> {
     x: [__m256i; 4],
+    /// The chunk's words followed by 16 bytes of zeros, so that a lane refill can always load 8 words.
     words: &'a [u8],
+    nwords: usize,
     pos: usize,
 }
 
 const PROB_BITS_I: i32 = PROB_BITS as i32;
 
-/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow,
-/// as on AMD Zen; measured in SPEC.md §2.9).
+/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow):
+/// on the AMD EPYC (Zen 3) this was measured on, scalar loads decode a photo 10–25 % faster than
+/// hardware gathers for either table.
 const SIM_GATHER: bool = true;
+const SIM_GATHER_FC: bool = true;
 
 /// `sym[idx[i]..idx[i] + 4]` as a little-endian u32 for each lane (indices bounded by the caller).
 #[inline(always)]
@@ -228,7 +232,7 @@ unsafe fn gather_sym(sym: &[u8], idx: __m256i) -> __m256i {
 unsafe fn gather_fc(fc: &[u32], idx: __m256i) -> __m256i {
     // SAFETY: see `step_vec`: every index is within `fc`.
     unsafe {
-        if SIM_GATHER {
+        if SIM_GATHER_FC {
             let mut i = [0u32; 8];
             _mm256_storeu_si256(i.as_mut_ptr().cast(), idx);
             let p = fc.as_ptr();
@@ -281,15 +285,10 @@ unsafe fn step_vec(
             nx = _mm256_blendv_epi8(x, nx, on);
         }
         let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize;
+        // Past the words (a damaged chunk, caught at the end of the plane): zeros, no slow path.
         let w16 = match l.words.get(2 * l.pos..2 * l.pos + 16) {
             Some(b) => _mm_loadu_si128(b.as_ptr().cast()),
-            None => {
-                let mut tail = [0u8; 16];
-                let rest = l.words.get(2 * l.pos..).unwrap_or(&[]);
-                let n = rest.len().min(16);
-                tail[..n].copy_from_slice(&rest[..n]);
-                _mm_loadu_si128(tail.as_ptr().cast())
-            }
+            None => _mm_setzero_si128(),
         };
         let perm = _mm256_load_si256(PERM.0[m].as_ptr().cast());
         let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
@@ -303,12 +302,14 @@ unsafe fn step_vec(
 /// One step of up to 32 lanes (`active`, from lane 0) in each of `K` chunks, the chunks' vectors
 /// interleaved so that one chunk's table reads overlap another's arithmetic. Returns each chunk's 32 symbols.
 #[inline(always)]
-unsafe fn step<const K: usize>(
+unsafe fn step<const K: usize, const FULL: bool>(
     l: &mut [Lanes<'_>; K],
     ctx: &[__m256i; K],
     active: usize,
     t: &Tables<'_>,
 ) -> [__m256i; K] {
+    // A full step has all 32 lanes: the partial-lane masks fold away.
+    let active = if FULL { LANES } else { active };
     // SAFETY: AVX2 intrinsics on registers; `step_vec` as documented there.
     unsafe {
         let mut syms = [[_mm256_setzero_si256(); 4]; K];
@@ -319,20 +320,26 @@ unsafe fn step<const K: usize>(
                 _mm256_extracti128_si256::<1>(ctx[k]),
             ];
         }
-        for v in 0..4 {
-            if 8 * v >= active {
-                break;
-            }
-            for k in 0..K {
-                let h = halves[k][v / 2];
-                let c8 = if v & 1 == 0 {
-                    h
-                } else {
-                    _mm_srli_si128::<8>(h)
-                };
-                syms[k][v] = step_vec(&mut l[k], v, c8, active, t);
-            }
+        // Written out four times (not a loop) so that the lane states stay in registers.
+        macro_rules! vector {
+            ($v:literal) => {
+                if FULL || 8 * $v < active {
+                    for k in 0..K {
+                        let h = halves[k][$v / 2];
+                        let c8 = if $v & 1 == 0 {
+                            h
+                        } else {
+                            _mm_srli_si128::<8>(h)
+                        };
+                        syms[k][$v] = step_vec(&mut l[k], $v, c8, active, t);
+                    }
+                }
+            };
         }
+        vector!(0);
+        vector!(1);
+        vector!(2);
+        vector!(3);
         let mut out = [_mm256_setzero_si256(); K];
         for k in 0..K {
             // 4 × 8 u32 symbols to 32 bytes in lane order.
@@ -363,10 +370,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     z: &mut [&mut [u8]; K],
     sel: &mut [&mut [u8]; K],
     ids: [PatchId; K],
+    pad: &mut [Vec<u8>; 2],
 ) -> Result<(), Error> {
     let k_all = ans::contexts(c as u8);
     // The table reads rely on these sizes (see `step_vec`); the stores on the row padding.
-    if t.sym.len() < (k_all << PROB_BITS) + 32 || t.fc.len() < k_all << 8 || store.zs < store.n + 64
+    if t.sym.len() < (k_all << PROB_BITS) + 32 || t.fc.len() < k_all << 8 || store.zs < store.n + 32
     {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
@@ -376,13 +384,19 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     let mut x0 = [[0u32; LANES]; K];
     for k in 0..K {
         x0[k] = ans::read_states(chunks[k], ids[k])?;
+        let words = &chunks[k][STATE_BYTES..];
+        pad[k].clear();
+        pad[k].extend_from_slice(words);
+        pad[k].extend_from_slice(&[0; 16]);
     }
+    let pad = &*pad;
     // SAFETY (whole body): AVX2 intrinsics on registers; memory through slices and `step_vec` (see there).
     // No closures here: a closure would be compiled without the caller's target features.
     unsafe {
         let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes {
             x: [_mm256_setzero_si256(); 4],
-            words: &chunks[k][STATE_BYTES..],
+            words: &pad[k],
+            nwords: (chunks[k].len() - STATE_BYTES) / 2,
             pos: 0,
         });
         for k in 0..K {
@@ -416,7 +430,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                 check_used(sctx[0], 1, &kc, ids[0])?;
             }
             for j in (0..n).step_by(LANES) {
-                let s = step::<K>(&mut l, &sctx, (n - j).min(LANES), &t);
+                let s = if n - j >= LANES {
+                    step::<K, true>(&mut l, &sctx, LANES, &t)
+                } else {
+                    step::<K, false>(&mut l, &sctx, n - j, &t)
+                };
                 for k in 0..K {
                     store32(&mut sbuf[k], j, s[k]);
                 }
@@ -447,7 +465,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                         };
                         check_used(ctx[k], active, &kc, ids[k])?;
                     }
-                    let s = step::<K>(&mut l, &ctx, active, &t);
+                    let s = if active == LANES {
+                        step::<K, true>(&mut l, &ctx, LANES, &t)
+                    } else {
+                        step::<K, false>(&mut l, &ctx, active, &t)
+                    };
                     for (zk, sk) in z.iter_mut().zip(s) {
                         store32(zk, cur + 1 + c0, sk);
                     }
@@ -459,7 +481,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                 }
             }
             for k in 0..K {
-                let nwords = l[k].words.len() / 2;
+                let nwords = l[k].nwords;
                 if l[k].pos > nwords {
                     return Err(Error::RansPastChunkEnd {
                         patch: ids[k],
@@ -473,7 +495,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             for v in 0..4 {
                 _mm256_storeu_si256(x[8 * v..8 * v + 8].as_mut_ptr().cast(), l[k].x[v]);
             }
-            ans::finish(&x, l[k].pos, l[k].words.len() / 2, ids[k])?;
+            ans::finish(&x, l[k].pos, l[k].nwords, ids[k])?;
         }
         Ok(())
     }

@@ -193,11 +193,12 @@ impl AnsTables {
     /// (`sym` with 32 bytes of padding for 32-bit gathers); entries of unused contexts are left as they were.
     pub fn symbol_tables(&self, sym: &mut Vec<u8>, fc: &mut Vec<u32>) {
         let k = self.freqs.len();
+        // Fresh zeroed allocations (calloc: untouched pages of unused contexts cost nothing).
         if sym.len() < (k << PROB_BITS) + 32 {
-            sym.resize((k << PROB_BITS) + 32, 0);
+            *sym = vec![0; (k << PROB_BITS) + 32];
         }
         if fc.len() < k << 8 {
-            fc.resize(k << 8, 0);
+            *fc = vec![0; k << 8];
         }
         for (ctx, f) in self.freqs.iter().enumerate() {
             let Some(f) = f else { continue };
@@ -448,7 +449,7 @@ pub(crate) struct Store {
 
 impl Store {
     pub(crate) fn new(n: usize) -> Self {
-        Store { n, zs: n + 64 }
+        Store { n, zs: n + 32 }
     }
     #[inline(always)]
     pub(crate) fn zrow(&self, p: usize, r: usize) -> usize {

@@ -82,20 +82,44 @@ impl<'a> BitReader<'a> {
         Ok(v)
     }
 
-    /// Exp-Golomb order 0; `None` inside the `Ok` when the code has more than `max_zeros` leading zeros.
+    /// 64 bits from bit `pos` on (zeros past the end).
+    #[inline]
+    fn peek64(&self) -> u64 {
+        let at = self.pos / 8;
+        let mut w = [0u8; 16];
+        let rest = self.bytes.get(at..).unwrap_or(&[]);
+        let n = rest.len().min(16);
+        w[..n].copy_from_slice(&rest[..n]);
+        (u128::from_le_bytes(w) >> (self.pos % 8)) as u64
+    }
+
+    /// Exp-Golomb order 0; `None` inside the `Ok` when the code has more than `max_zeros` leading zeros
+    /// (`max_zeros` < 32).
     pub(crate) fn get_eg0(&mut self, max_zeros: u32) -> Result<Option<u32>, OutOfBits> {
-        let mut zeros = 0;
-        while self.get(1)? == 0 {
-            zeros += 1;
-            if zeros > max_zeros {
-                return Ok(None);
-            }
+        let avail = 8 * self.bytes.len() - self.pos.min(8 * self.bytes.len());
+        let w = self.peek64();
+        let zeros = w.trailing_zeros();
+        if zeros > max_zeros {
+            // Enough zeros are there (or the stream ends): either way no valid code.
+            return if avail as u32 > max_zeros {
+                Ok(None)
+            } else {
+                Err(OutOfBits)
+            };
         }
-        let mut x = 1u32;
-        for _ in 0..zeros {
-            x = (x << 1) | self.get(1)?;
+        let len = 2 * zeros as usize + 1;
+        if len > avail {
+            return Err(OutOfBits);
         }
-        Ok(Some(x - 1))
+        // After the leading 1, `zeros` bits most significant first: reverse them.
+        let tail = ((w >> (zeros + 1)) as u32) & ((1u32 << zeros) - 1);
+        let bits = if zeros == 0 {
+            0
+        } else {
+            tail.reverse_bits() >> (32 - zeros)
+        };
+        self.pos += len;
+        Ok(Some(((1u32 << zeros) | bits) - 1))
     }
 
     /// Bytes used so far, the last one possibly partly.

@@ -40,6 +40,30 @@ impl Prepared {
     }
 }
 
+thread_local! {
+    /// This thread's decode tables, rebuilt for each call: only the contexts a file uses are written, so
+    /// the buffers are reused without clearing (a lookup in another context is refused before it is made).
+    static PREPARED: std::cell::RefCell<Option<Prepared>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with decode tables for `t` (none for BP), built in this thread's reusable buffers.
+pub(crate) fn with_prepared<R>(t: Option<&AnsTables>, f: impl FnOnce(Option<&Prepared>) -> R) -> R {
+    let Some(t) = t else { return f(None) };
+    PREPARED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let p = slot.get_or_insert_with(|| Prepared {
+                sym: Vec::new(),
+                fc: Vec::new(),
+                used: [0; 4],
+            });
+            t.symbol_tables(&mut p.sym, &mut p.fc);
+            p.used = t.used_mask();
+            f(Some(p))
+        }
+        Err(_) => f(Some(&Prepared::new(t))),
+    })
+}
+
 /// Where decoded pixels go, in coordinates relative to the region's top-left corner.
 pub(crate) enum Out<'o> {
     /// Pixel (x, y), channel c at `y·row_stride + x·C + c`.
@@ -59,10 +83,14 @@ static ZERO_ROW: [u8; ROW] = [0; ROW];
 
 /// Per-call scratch: the ANS symbol store and each plane's two rolling reconstruction rows.
 pub(crate) struct Work {
+    /// (patch size, channels) it was made for.
+    key: (usize, usize),
     store: Store,
     /// Two symbol stores: ANS decodes two patches of the same shape at once.
     z: [Vec<u8>; 2],
     sel: [Vec<u8>; 2],
+    /// Each chunk's words copied with zero padding (the AVX2 decoder loads 8 words at a time).
+    pad: [Vec<u8>; 2],
     rows: [[[u8; ROW]; 2]; 4],
 }
 
@@ -70,9 +98,11 @@ impl Work {
     pub(crate) fn new(g: &Geometry) -> Self {
         let store = Store::new(g.patch_size as usize);
         Work {
+            key: (g.patch_size as usize, g.channels as usize),
             store,
             z: [0, 1].map(|_| vec![0; store.z_len(g.channels as usize)]),
             sel: [0, 1].map(|_| vec![0; store.sel_len(g.channels as usize)]),
+            pad: [Vec::new(), Vec::new()],
             rows: [[[0; ROW]; 2]; 4],
         }
     }
@@ -272,6 +302,7 @@ fn ans_entropy<const AVX2: bool, const K: usize>(
                 z,
                 sel,
                 ids,
+                &mut work.pad,
             )
         };
     }
@@ -443,13 +474,37 @@ pub(crate) fn decode_region_dispatch<'d>(
     out: &mut Out<'_>,
     entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
 ) -> Result<(), Error> {
-    let mut work = Work::new(g);
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_bmi2() {
-        // SAFETY: the AVX2 copy needs AVX2, BMI2 and POPCNT, checked just above.
-        return unsafe { decode_region_avx2(g, profile, prep, region, out, &mut work, entry) };
-    }
-    decode_region::<false>(g, profile, prep, region, out, &mut work, entry)
+    with_work(g, |work| {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx2_bmi2() {
+            // SAFETY: the AVX2 copy needs AVX2, BMI2 and POPCNT, checked just above.
+            return unsafe { decode_region_avx2(g, profile, prep, region, out, work, entry) };
+        }
+        decode_region::<false>(g, profile, prep, region, out, work, entry)
+    })
+}
+
+thread_local! {
+    /// The last scratch this thread used, kept for the next call with the same patch size and channels
+    /// (every buffer in it is written before it is read, so it needs no clearing between calls).
+    static WORK: std::cell::RefCell<Option<Work>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's scratch for `g`'s shape.
+fn with_work<R>(g: &Geometry, f: impl FnOnce(&mut Work) -> R) -> R {
+    let key = (g.patch_size as usize, g.channels as usize);
+    WORK.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let w = match slot.take() {
+                Some(w) if w.key == key => w,
+                _ => Work::new(g),
+            };
+            let w = slot.insert(w);
+            f(w)
+        }
+        // Re-entered (cannot happen today): a fresh scratch.
+        Err(_) => f(&mut Work::new(g)),
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -474,17 +529,21 @@ pub(crate) struct V2<'a> {
 }
 
 impl<'a> V2<'a> {
-    pub(crate) fn prepared(&self) -> Option<Prepared> {
+    /// The ANS tables (validated at parse, so reading them again cannot fail).
+    pub(crate) fn tables(&self) -> Option<AnsTables> {
         match self.l.profile {
             Profile::Bp => None,
-            Profile::Ans => {
-                // Validated at parse: cannot fail.
-                let (t, _) =
-                    super::tables_end(&self.g, &self.bytes[crate::HEADER_LEN..self.l.offsets_at])
-                        .ok()?;
-                Some(Prepared::new(&t))
-            }
+            Profile::Ans => Some(
+                super::tables_end(&self.g, &self.bytes[crate::HEADER_LEN..self.l.offsets_at])
+                    .ok()?
+                    .0,
+            ),
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn prepared(&self) -> Option<Prepared> {
+        self.tables().map(|t| Prepared::new(&t))
     }
 
     fn entry(&self, i: usize) -> Result<&'a [u8], Error> {
@@ -498,22 +557,29 @@ impl<'a> V2<'a> {
         out: &mut [u8],
         layout: crate::PixelLayout,
     ) -> Result<(), Error> {
-        let prep = self.prepared();
         let mut o = out_for(out, layout, self.g.channels);
-        decode_region_dispatch(
-            &self.g,
-            self.l.profile,
-            prep.as_ref(),
-            region,
-            &mut o,
-            &|i| self.entry(i),
-        )
+        with_prepared(self.tables().as_ref(), |prep| {
+            decode_region_dispatch(&self.g, self.l.profile, prep, region, &mut o, &|i| {
+                self.entry(i)
+            })
+        })
     }
 
     /// Decodes the whole image, HWC (`planar = false`) or CHW, with bands of patch rows spread over
     /// `threads` threads (1 = this thread only, 0 = every core).
     pub(crate) fn whole(&self, out: &mut [u8], planar: bool, threads: usize) -> Result<(), Error> {
-        let prep = self.prepared();
+        with_prepared(self.tables().as_ref(), |prep| {
+            self.whole_with(prep, out, planar, threads)
+        })
+    }
+
+    fn whole_with(
+        &self,
+        prep: Option<&Prepared>,
+        out: &mut [u8],
+        planar: bool,
+        threads: usize,
+    ) -> Result<(), Error> {
         let g = &self.g;
         let (w, h, c, n) = (
             g.width as usize,
@@ -523,7 +589,7 @@ impl<'a> V2<'a> {
         );
         let band = |py: usize| Rect::new(0, (py * n) as u32, w as u32, n.min(h - py * n) as u32);
         let run = |py: usize, mut o: Out<'_>| {
-            decode_region_dispatch(g, self.l.profile, prep.as_ref(), band(py), &mut o, &|i| {
+            decode_region_dispatch(g, self.l.profile, prep, band(py), &mut o, &|i| {
                 self.entry(i)
             })
         };
