@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds, on a machine WITH cargo (no GPU needed), everything gpu-check.sh runs on a GPU machine without
-# cargo: the l3-cuda test binaries and the `l3` tool, copied into l3-cuda/gpu-bin/ (git-ignored).
-#     bash l3-cuda/build-gpu-bin.sh [extra cargo flags, e.g. --no-default-features --features cuda-12]
+# cargo, into l3-cuda/gpu-bin/ (git-ignored): the l3-cuda test binaries, the `fig7a` example (kernel speed,
+# Figure 7(a) L3 rows), libl3_ctypes.so (what scripts/overlap.py loads) and, when the workspace has it, the
+# `l3` tool (for `l3 bench decode --gpu`).
+#     bash l3-cuda/build-gpu-bin.sh [extra cargo flags for l3-cuda, e.g. --no-default-features --features cuda-12]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=l3-cuda/gpu-bin
@@ -12,9 +14,17 @@ cargo test -p l3-cuda --release --no-run --message-format=json "$@" \
         name=$(basename "$exe" | sed 's/-[0-9a-f]*$//')
         case "$name" in gpu | l3_cuda) cp "$exe" "$BIN/$name" ;; esac
       done
-cargo build -p loader --bin l3 --release
-cp target/release/l3 "$BIN/l3"
+cargo build -p l3-cuda --release --example fig7a --example l3_ctypes "$@"
+cp target/release/examples/fig7a target/release/examples/libl3_ctypes.so "$BIN/"
+# The `l3` tool, from whichever workspace package provides it (optional: gpu-check's `bench` step).
+if cargo build --release --bin l3 2>"$BIN/l3-build.log"; then
+    cp target/release/l3 "$BIN/l3"
+    rm "$BIN/l3-build.log"
+else
+    echo "no \`l3\` binary built (see $BIN/l3-build.log): gpu-check's bench step will skip"
+fi
 # Debug info off: the device tool carries at most 64 MiB.
-strip "$BIN"/*
+strip "$BIN"/gpu "$BIN"/l3_cuda "$BIN"/fig7a "$BIN"/libl3_ctypes.so
+[ -f "$BIN/l3" ] && strip "$BIN/l3"
 ls -la "$BIN"
 du -sh "$BIN"

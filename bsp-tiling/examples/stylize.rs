@@ -2,19 +2,19 @@
 //! result.
 //!
 //! ```text
-//! cargo run --release -p bsp-tiling --example stylize -- MODEL.safetensors IN.jpg OUT.png [MAX_SIDE] [MODE]
+//! cargo run --release -p bsp-tiling --example stylize -- MODEL.safetensors IN.jpg OUT.png [MAX_SIDE] [MODE] [DEVICE]
 //! ```
 //! MAX_SIDE (default: keep the size) downscales the input first; MODE is exact (default), sampled,
-//! sampled:N, recompute, naive or whole.
+//! sampled:N, recompute, naive or whole; DEVICE is cpu (default), cuda or cuda:N.
 
 use bsp_tiling::metrics::{compare, seams};
-use bsp_tiling::{CpuBackend, Mode, Net, Options, PaddingMode, Rgb8, stylize};
+use bsp_tiling::{Device, DeviceOptions, Mode, Net, Options, PaddingMode, Rgb8, stylize_on};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
-        eprintln!("usage: stylize MODEL.safetensors IN OUT.png [MAX_SIDE] [MODE]");
+        eprintln!("usage: stylize MODEL.safetensors IN OUT.png [MAX_SIDE] [MODE] [DEVICE]");
         std::process::exit(2);
     }
     let net = Net::load_transformer(args[0].as_ref(), PaddingMode::Reflect)?;
@@ -33,6 +33,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get(4)
         .map_or(Some(Mode::Exact), |m| Mode::parse(m))
         .ok_or("unknown mode")?;
+    let dev = DeviceOptions {
+        device: args
+            .get(5)
+            .map_or(Some(Device::Cpu), |d| Device::parse(d))
+            .ok_or("unknown device (cpu, cuda or cuda:N)")?,
+        ..DeviceOptions::default()
+    };
     let (w, h) = (img.width() as usize, img.height() as usize);
     let input = Rgb8 {
         width: w,
@@ -46,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let t = Instant::now();
-    let (out, info) = stylize(&net, &CpuBackend, &input, &opts, false)?;
+    let (out, info) = stylize_on(&dev, &net, &input, &opts, false)?;
     println!(
         "{mode:?}: {} tiles, {:.2} s",
         info.tiles,
@@ -54,9 +61,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let out = out.into_tensor();
 
-    let whole = stylize(
+    let whole = stylize_on(
+        &dev,
         &net,
-        &CpuBackend,
         &input,
         &Options {
             mode: Mode::Whole,

@@ -1,9 +1,18 @@
-//! The compute backend: the handful of tensor operations the tiler needs, behind one trait.
+//! The compute backend: the handful of tensor operations the tiler needs, on activations the backend holds.
 //!
-//! The tiling logic (`bsp`, `onepass`, `naive`) only calls these methods, so a GPU backend (cudarc + cuBLAS:
-//! an im2col kernel and `cublasSgemm` for `conv2d_valid`, trivial kernels for the rest) plugs in without
-//! touching it. [`CpuBackend`] is im2col + `matrixmultiply`'s SGEMM, split over threads.
+//! The tiling logic (`bsp`, `onepass`, `naive`, the whole-image reference in `model`) is written once,
+//! generic over [`Backend`]; a backend brings its own activation type ([`Backend::Buf`]: a host [`Tensor`]
+//! for the CPU, a device buffer for CUDA) and its own prepared weights ([`Backend::Weights`]). Data crosses
+//! between host and backend only through [`Backend::upload`] / [`Backend::download_into`], so a device
+//! backend keeps a tile on the device from its window to its normalised output, and the BSP engine can keep
+//! whole layers resident there ([`crate::place`]).
+//!
+//! [`CpuBackend`] is the reference: im2col + `matrixmultiply`'s SGEMM, split over threads. The host
+//! operations it is made of are public functions ([`host`]) so that other host-side backends
+//! ([`crate::sim::DeviceSim`]) compute bit for bit the same.
 
+use crate::error::Result;
+use crate::meter::Meter;
 use crate::padding::PaddingMode;
 use crate::stats::ChannelStats;
 use crate::tensor::Tensor;
@@ -27,6 +36,25 @@ pub struct Norm {
     pub eps: f64,
 }
 
+impl Norm {
+    /// The per-channel affine map `y = x·scale + shift` that normalising with `stats` amounts to,
+    /// computed in f64 and rounded once: every backend applies exactly these two f32 numbers per channel.
+    pub fn scale_shift(&self, stats: &[ChannelStats]) -> (Vec<f32>, Vec<f32>) {
+        stats
+            .iter()
+            .enumerate()
+            .map(|(c, st)| {
+                let inv = 1.0 / (st.variance() + self.eps).sqrt();
+                let g = self.gamma[c] as f64;
+                (
+                    (g * inv) as f32,
+                    (self.beta[c] as f64 - st.mean * g * inv) as f32,
+                )
+            })
+            .unzip()
+    }
+}
+
 /// Pixels of padding on each side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pad {
@@ -47,15 +75,270 @@ impl Pad {
     }
 }
 
-/// The operations of the engine. `threads` is how many CPU threads one call may use (a GPU backend ignores it).
+/// The operations of the engine. `threads` is how many CPU threads one call may use (a GPU backend
+/// ignores it). Every operation returns a `Result`: a device can fail (or run out of its budget) where
+/// the CPU cannot.
 pub trait Backend: Sync {
+    /// A `C×H×W` f32 activation where this backend computes.
+    type Buf: Send + Sync;
+    /// A convolution's weights prepared for this backend.
+    type Weights: Send + Sync;
+
     fn name(&self) -> String;
 
+    /// Tiles worked on at once when the caller grants `threads` threads (a GPU: one at a time, its
+    /// parallelism is inside each call).
+    fn concurrency(&self, threads: usize) -> usize {
+        threads.max(1)
+    }
+
+    /// The meter of a backend whose activations live in their own, budgeted memory (a GPU's); `None` for
+    /// the CPU, whose activations are host memory governed by [`crate::Budget`].
+    fn meter(&self) -> Option<&Meter> {
+        None
+    }
+
+    /// Bytes of metered memory [`Backend::weights`] takes for `conv`.
+    fn weight_bytes(&self, _conv: &Conv2d) -> u64 {
+        0
+    }
+    /// Bytes of metered scratch one [`Backend::conv2d_valid`] call producing `ho × wo` takes besides its
+    /// input and output.
+    fn conv_scratch_bytes(&self, _conv: &Conv2d, _ho: usize, _wo: usize) -> u64 {
+        0
+    }
+    /// Bytes of metered scratch a [`Backend::channel_stats`] call on `c` planes of `plane` takes.
+    fn stats_scratch_bytes(&self, _c: usize, _plane: usize) -> u64 {
+        0
+    }
+    /// Bytes of metered scratch a [`Backend::gather`] call with `ny + nx` indices takes besides its output.
+    fn gather_scratch_bytes(&self, _ny: usize, _nx: usize) -> u64 {
+        0
+    }
+    /// Bytes of metered scratch a [`Backend::normalize`] call on `c` channels takes.
+    fn norm_scratch_bytes(&self, _c: usize) -> u64 {
+        0
+    }
+
+    /// Prepares a convolution's weights (uploads them, converts them).
+    fn weights(&self, conv: &Conv2d) -> Result<Self::Weights>;
+
+    /// `(c, h, w)` of an activation.
+    fn dims(&self, x: &Self::Buf) -> (usize, usize, usize);
+
+    /// A host tensor into the backend.
+    fn upload(&self, t: Tensor) -> Result<Self::Buf>;
+    /// An activation back to the host, into `out` (`c·h·w` values).
+    fn download_into(&self, x: &Self::Buf, out: &mut [f32]) -> Result<()>;
+    /// An activation back to the host as a tensor.
+    fn download(&self, x: Self::Buf) -> Result<Tensor> {
+        let (c, h, w) = self.dims(&x);
+        let mut t = Tensor::zeros(c, h, w);
+        self.download_into(&x, &mut t.data)?;
+        Ok(t)
+    }
+    /// A zero-filled activation (a resident layer before its tiles are written).
+    fn zeros(&self, c: usize, h: usize, w: usize) -> Result<Self::Buf>;
+
     /// Cross-correlation without padding (PyTorch `Conv2d(padding=0)`): output `(h-k)/s+1 × (w-k)/s+1`.
-    fn conv2d_valid(&self, x: &Tensor, conv: &Conv2d, threads: usize) -> Tensor;
+    fn conv2d_valid(
+        &self,
+        x: &Self::Buf,
+        conv: &Conv2d,
+        weights: &Self::Weights,
+        threads: usize,
+    ) -> Result<Self::Buf>;
 
     /// Nearest-neighbour upsampling by 2 (`F.interpolate(scale_factor=2, mode="nearest")`).
-    fn upsample_nearest2x(&self, x: &Tensor) -> Tensor {
+    fn upsample_nearest2x(&self, x: &Self::Buf) -> Result<Self::Buf>;
+
+    /// Pads with the given mode (PyTorch's `ZeroPad2d`, `ReplicationPad2d`, `ReflectionPad2d`, circular).
+    fn pad(&self, x: &Self::Buf, pad: Pad, mode: PaddingMode) -> Result<Self::Buf>;
+
+    /// The window at rows `ys` × columns `xs` of `x` (`None` = zero): a tile's input window from a
+    /// resident layer, or a crop.
+    fn gather(
+        &self,
+        x: &Self::Buf,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<Self::Buf>;
+
+    /// Writes `src` into `dst` with its top-left corner at `(y0, x0)`; `src` must fit inside `dst`.
+    fn paste(&self, dst: &mut Self::Buf, y0: usize, x0: usize, src: &Self::Buf) -> Result<()>;
+
+    /// Per-channel (count, mean, M2).
+    fn channel_stats(&self, x: &Self::Buf) -> Result<Vec<ChannelStats>>;
+
+    /// `y = (x - mean) / sqrt(var + eps) * gamma + beta` with the given statistics, then ReLU if asked:
+    /// [`Norm::scale_shift`] applied per channel.
+    fn normalize(
+        &self,
+        x: &mut Self::Buf,
+        stats: &[ChannelStats],
+        norm: &Norm,
+        relu: bool,
+    ) -> Result<()>;
+
+    fn relu(&self, x: &mut Self::Buf) -> Result<()>;
+
+    /// `x += y` (the residual connection).
+    fn add(&self, x: &mut Self::Buf, y: &Self::Buf) -> Result<()>;
+
+    /// [`Backend::normalize`] and then the residual add on a `c × h × w` tile held in host memory, in
+    /// place: the second half of a superstep for layers stored on the host. The default uploads,
+    /// computes and downloads; the CPU works on the slice directly.
+    #[allow(clippy::too_many_arguments)]
+    fn normalize_host(
+        &self,
+        x: &mut [f32],
+        (c, h, w): (usize, usize, usize),
+        stats: &[ChannelStats],
+        norm: &Norm,
+        relu: bool,
+        residual: Option<&[f32]>,
+    ) -> Result<()> {
+        let mut b = self.upload(Tensor::from_vec(c, h, w, x.to_vec())?)?;
+        self.normalize(&mut b, stats, norm, relu)?;
+        if let Some(r) = residual {
+            let r = self.upload(Tensor::from_vec(c, h, w, r.to_vec())?)?;
+            self.add(&mut b, &r)?;
+        }
+        self.download_into(&b, x)
+    }
+}
+
+/// The host operations, on [`Tensor`]s: what [`CpuBackend`] is made of.
+pub mod host {
+    use super::{Conv2d, Norm, Pad};
+    use crate::field::Region;
+    use crate::padding::PaddingMode;
+    use crate::stats::ChannelStats;
+    use crate::tensor::Tensor;
+    use std::sync::Mutex;
+
+    /// im2col buffers are built for bands of output rows of about this many bytes, so that a whole-image
+    /// convolution never materialises the `k²·cin`-times larger column matrix.
+    pub const BAND_BYTES: usize = 4 << 20;
+
+    /// Output rows per im2col band.
+    pub fn rows_per_band(conv: &Conv2d, ho: usize, wo: usize, band_bytes: usize) -> usize {
+        let kk = conv.cin * conv.k * conv.k;
+        (band_bytes / (kk * wo * 4).max(1)).clamp(1, ho.max(1))
+    }
+
+    /// Valid convolution by im2col + SGEMM over bands of output rows, the bands shared among `threads`
+    /// workers of the workspace pool.
+    pub fn conv2d_valid(x: &Tensor, conv: &Conv2d, threads: usize) -> Tensor {
+        let (k, s) = (conv.k, conv.stride);
+        assert!(
+            x.c == conv.cin && x.h >= k && x.w >= k,
+            "conv2d_valid: bad input shape"
+        );
+        let ho = (x.h - k) / s + 1;
+        let wo = (x.w - k) / s + 1;
+        let kk = conv.cin * k * k;
+        let mut out = Tensor::zeros(conv.cout, ho, wo);
+        let rows = rows_per_band(conv, ho, wo, BAND_BYTES);
+        let bands = ho.div_ceil(rows);
+        let plane = ho * wo;
+        // Each band writes a disjoint set of output rows in every channel plane.
+        let out_ptr = SendPtr(out.data.as_mut_ptr());
+        // Column buffers are reused across bands (zeroing a fresh one per band showed up in profiles).
+        let spare: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+        let _ = stdx::parallel::for_each(0..bands, threads.clamp(1, bands), |b| {
+            let mut col = spare
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+                .unwrap_or_default();
+            let y0 = b * rows;
+            let y1 = (y0 + rows).min(ho);
+            let n = (y1 - y0) * wo;
+            im2col(x, k, s, y0, y1, wo, &mut col);
+            // SAFETY: band b owns rows y0..y1 of every output plane; the bias pass and the GEMM below
+            // touch only those rows, and `out` outlives the pool's scope.
+            unsafe {
+                let base = out_ptr.get().add(y0 * wo);
+                for co in 0..conv.cout {
+                    let row = std::slice::from_raw_parts_mut(base.add(co * plane), n);
+                    row.fill(conv.bias[co]);
+                }
+                matrixmultiply::sgemm(
+                    conv.cout,
+                    kk,
+                    n,
+                    1.0,
+                    conv.weight.as_ptr(),
+                    kk as isize,
+                    1,
+                    col.as_ptr(),
+                    n as isize,
+                    1,
+                    1.0,
+                    base,
+                    plane as isize,
+                    1,
+                );
+            }
+            spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
+            Ok::<(), ()>(())
+        });
+        out
+    }
+
+    #[derive(Clone, Copy)]
+    struct SendPtr(*mut f32);
+    // SAFETY: used only for disjoint writes, see `conv2d_valid`.
+    unsafe impl Send for SendPtr {}
+    unsafe impl Sync for SendPtr {}
+    impl SendPtr {
+        fn get(self) -> *mut f32 {
+            self.0
+        }
+    }
+
+    /// Column matrix `[cin·k·k, (y1-y0)·wo]` for output rows `y0..y1` of a valid `k × k` convolution with
+    /// stride `s`: row `(c·k + ky)·k + kx`, column `(y - y0)·wo + x` holds input `(c, y·s + ky, x·s + kx)`.
+    /// `col` grows to fit (and is never shrunk or cleared).
+    pub fn im2col(
+        x: &Tensor,
+        k: usize,
+        s: usize,
+        y0: usize,
+        y1: usize,
+        wo: usize,
+        col: &mut Vec<f32>,
+    ) {
+        let n = (y1 - y0) * wo;
+        // Every element is overwritten below: only grow, never clear.
+        if col.len() < x.c * k * k * n {
+            col.resize(x.c * k * k * n, 0.0);
+        }
+        let mut r = 0;
+        for c in 0..x.c {
+            let p = x.plane(c);
+            for ky in 0..k {
+                for kx in 0..k {
+                    let dst = &mut col[r * n..(r + 1) * n];
+                    for (i, y) in (y0..y1).enumerate() {
+                        let src = &p[(y * s + ky) * x.w + kx..];
+                        let d = &mut dst[i * wo..(i + 1) * wo];
+                        if s == 1 {
+                            d.copy_from_slice(&src[..wo]);
+                        } else {
+                            for (xo, v) in d.iter_mut().enumerate() {
+                                *v = src[xo * s];
+                            }
+                        }
+                    }
+                    r += 1;
+                }
+            }
+        }
+    }
+
+    pub fn upsample_nearest2x(x: &Tensor) -> Tensor {
         let mut out = Tensor::zeros(x.c, 2 * x.h, 2 * x.w);
         for c in 0..x.c {
             let p = x.plane(c);
@@ -70,189 +353,149 @@ pub trait Backend: Sync {
         out
     }
 
-    /// Pads with the given mode (PyTorch's `ZeroPad2d`, `ReplicationPad2d`, `ReflectionPad2d`, circular).
-    fn pad(&self, x: &Tensor, pad: Pad, mode: PaddingMode) -> Tensor {
-        let (h, w) = (x.h + pad.top + pad.bottom, x.w + pad.left + pad.right);
-        let ys: Vec<Option<usize>> = (0..h)
+    pub fn pad(x: &Tensor, pad: Pad, mode: PaddingMode) -> Tensor {
+        let ys: Vec<Option<usize>> = (0..x.h + pad.top + pad.bottom)
             .map(|y| mode.map(y as isize - pad.top as isize, x.h))
             .collect();
-        let xs: Vec<Option<usize>> = (0..w)
+        let xs: Vec<Option<usize>> = (0..x.w + pad.left + pad.right)
             .map(|v| mode.map(v as isize - pad.left as isize, x.w))
             .collect();
-        let mut out = Tensor::zeros(x.c, h, w);
-        for c in 0..x.c {
-            let p = x.plane(c);
-            for (yo, sy) in ys.iter().enumerate() {
-                let Some(sy) = sy else { continue };
-                let row = &p[sy * x.w..(sy + 1) * x.w];
-                let d = (c * h + yo) * w;
-                for (o, sx) in out.data[d..d + w].iter_mut().zip(&xs) {
-                    if let Some(sx) = sx {
-                        *o = row[*sx];
-                    }
-                }
-            }
-        }
+        gather(x, &ys, &xs)
+    }
+
+    /// The window of `x` at rows `ys` × columns `xs` (`None` = zero).
+    pub fn gather(x: &Tensor, ys: &[Option<usize>], xs: &[Option<usize>]) -> Tensor {
+        let mut out = Tensor::zeros(x.c, ys.len(), xs.len());
+        let r = Region { t: x, y0: 0, x0: 0 };
+        // In-memory: cannot fail.
+        let _ = crate::field::Field::gather(&r, ys, xs, &mut out.data);
         out
     }
 
-    /// Per-channel (count, mean, M2).
-    fn channel_stats(&self, x: &Tensor) -> Vec<ChannelStats> {
+    pub fn channel_stats(x: &Tensor) -> Vec<ChannelStats> {
         (0..x.c).map(|c| ChannelStats::of(x.plane(c))).collect()
     }
 
-    /// `y = (x - mean) / sqrt(var + eps) * gamma + beta` with the given statistics, then ReLU if asked.
-    fn normalize(
-        &self,
-        x: &mut [f32],
-        plane: usize,
-        stats: &[ChannelStats],
-        norm: &Norm,
-        relu: bool,
-    ) {
-        for (c, chunk) in x.chunks_mut(plane).enumerate() {
-            let inv = 1.0 / (stats[c].variance() + norm.eps).sqrt();
-            let scale = (norm.gamma[c] as f64 * inv) as f32;
-            let shift = (norm.beta[c] as f64 - stats[c].mean * norm.gamma[c] as f64 * inv) as f32;
+    /// Normalises `x` (planes of `plane` values) in place, then ReLU if asked.
+    pub fn normalize(x: &mut [f32], plane: usize, stats: &[ChannelStats], norm: &Norm, relu: bool) {
+        let (scale, shift) = norm.scale_shift(stats);
+        for (c, chunk) in x.chunks_mut(plane.max(1)).enumerate() {
+            let (a, b) = (scale[c], shift[c]);
             if relu {
-                chunk
-                    .iter_mut()
-                    .for_each(|v| *v = (*v * scale + shift).max(0.0));
+                chunk.iter_mut().for_each(|v| *v = (*v * a + b).max(0.0));
             } else {
-                chunk.iter_mut().for_each(|v| *v = *v * scale + shift);
+                chunk.iter_mut().for_each(|v| *v = *v * a + b);
             }
         }
     }
 
-    fn relu(&self, x: &mut [f32]) {
+    pub fn relu(x: &mut [f32]) {
         x.iter_mut().for_each(|v| *v = v.max(0.0));
     }
 
-    /// `x += y` (the residual connection).
-    fn add(&self, x: &mut [f32], y: &[f32]) {
+    pub fn add(x: &mut [f32], y: &[f32]) {
         x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
     }
 }
 
-/// im2col + SGEMM on the CPU.
+/// im2col + SGEMM on the CPU: the reference backend.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
 
-/// im2col buffers are built for bands of output rows of about this many bytes, so that a whole-image
-/// convolution never materialises the `k²·cin`-times larger column matrix.
-const BAND_BYTES: usize = 4 << 20;
-
 impl Backend for CpuBackend {
+    type Buf = Tensor;
+    type Weights = ();
+
     fn name(&self) -> String {
         "cpu (im2col + matrixmultiply sgemm)".into()
     }
 
-    fn conv2d_valid(&self, x: &Tensor, conv: &Conv2d, threads: usize) -> Tensor {
-        let (k, s) = (conv.k, conv.stride);
-        assert!(
-            x.c == conv.cin && x.h >= k && x.w >= k,
-            "conv2d_valid: bad input shape"
-        );
-        let ho = (x.h - k) / s + 1;
-        let wo = (x.w - k) / s + 1;
-        let kk = conv.cin * k * k;
-        let mut out = Tensor::zeros(conv.cout, ho, wo);
-        let rows_per_band = (BAND_BYTES / (kk * wo * 4).max(1)).clamp(1, ho);
-        let bands = ho.div_ceil(rows_per_band);
-        let threads = threads.clamp(1, bands);
-        let plane = ho * wo;
-        // Each band writes a disjoint set of output rows in every channel plane.
-        let out_ptr = SendPtr(out.data.as_mut_ptr());
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let work = || {
-            let mut col = Vec::new();
-            loop {
-                let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if b >= bands {
-                    break;
-                }
-                let y0 = b * rows_per_band;
-                let y1 = (y0 + rows_per_band).min(ho);
-                let n = (y1 - y0) * wo;
-                im2col(x, k, s, y0, y1, wo, &mut col);
-                // SAFETY: band b owns rows y0..y1 of every output plane; the bias pass and the GEMM
-                // below touch only those rows, and `out` outlives the scope.
-                unsafe {
-                    let base = out_ptr.get().add(y0 * wo);
-                    for co in 0..conv.cout {
-                        let row = std::slice::from_raw_parts_mut(base.add(co * plane), n);
-                        row.fill(conv.bias[co]);
-                    }
-                    matrixmultiply::sgemm(
-                        conv.cout,
-                        kk,
-                        n,
-                        1.0,
-                        conv.weight.as_ptr(),
-                        kk as isize,
-                        1,
-                        col.as_ptr(),
-                        n as isize,
-                        1,
-                        1.0,
-                        base,
-                        plane as isize,
-                        1,
-                    );
-                }
-            }
-        };
-        if threads == 1 {
-            work();
-        } else {
-            std::thread::scope(|sc| {
-                for _ in 0..threads {
-                    sc.spawn(work);
-                }
-            });
-        }
-        out
+    fn weights(&self, _conv: &Conv2d) -> Result<()> {
+        Ok(())
     }
-}
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: used only for disjoint writes, see `conv2d_valid`.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
+    fn dims(&self, x: &Tensor) -> (usize, usize, usize) {
+        (x.c, x.h, x.w)
     }
-}
 
-/// Column matrix `[cin·k·k, (y1-y0)·wo]` for output rows `y0..y1`.
-fn im2col(x: &Tensor, k: usize, s: usize, y0: usize, y1: usize, wo: usize, col: &mut Vec<f32>) {
-    let n = (y1 - y0) * wo;
-    // Every element is overwritten below: only grow, never clear (zeroing showed up in profiles).
-    if col.len() < x.c * k * k * n {
-        col.resize(x.c * k * k * n, 0.0);
+    fn upload(&self, t: Tensor) -> Result<Tensor> {
+        Ok(t)
     }
-    let mut r = 0;
-    for c in 0..x.c {
-        let p = x.plane(c);
-        for ky in 0..k {
-            for kx in 0..k {
-                let dst = &mut col[r * n..(r + 1) * n];
-                for (i, y) in (y0..y1).enumerate() {
-                    let src = &p[(y * s + ky) * x.w + kx..];
-                    let d = &mut dst[i * wo..(i + 1) * wo];
-                    if s == 1 {
-                        d.copy_from_slice(&src[..wo]);
-                    } else {
-                        for (xo, v) in d.iter_mut().enumerate() {
-                            *v = src[xo * s];
-                        }
-                    }
-                }
-                r += 1;
-            }
+
+    fn download_into(&self, x: &Tensor, out: &mut [f32]) -> Result<()> {
+        out.copy_from_slice(&x.data);
+        Ok(())
+    }
+
+    fn download(&self, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+
+    fn zeros(&self, c: usize, h: usize, w: usize) -> Result<Tensor> {
+        Ok(Tensor::zeros(c, h, w))
+    }
+
+    fn conv2d_valid(&self, x: &Tensor, conv: &Conv2d, _w: &(), threads: usize) -> Result<Tensor> {
+        Ok(host::conv2d_valid(x, conv, threads))
+    }
+
+    fn upsample_nearest2x(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(host::upsample_nearest2x(x))
+    }
+
+    fn pad(&self, x: &Tensor, pad: Pad, mode: PaddingMode) -> Result<Tensor> {
+        Ok(host::pad(x, pad, mode))
+    }
+
+    fn gather(&self, x: &Tensor, ys: &[Option<usize>], xs: &[Option<usize>]) -> Result<Tensor> {
+        Ok(host::gather(x, ys, xs))
+    }
+
+    fn paste(&self, dst: &mut Tensor, y0: usize, x0: usize, src: &Tensor) -> Result<()> {
+        dst.paste(y0, x0, src);
+        Ok(())
+    }
+
+    fn channel_stats(&self, x: &Tensor) -> Result<Vec<ChannelStats>> {
+        Ok(host::channel_stats(x))
+    }
+
+    fn normalize(
+        &self,
+        x: &mut Tensor,
+        stats: &[ChannelStats],
+        norm: &Norm,
+        relu: bool,
+    ) -> Result<()> {
+        let plane = x.h * x.w;
+        host::normalize(&mut x.data, plane, stats, norm, relu);
+        Ok(())
+    }
+
+    fn relu(&self, x: &mut Tensor) -> Result<()> {
+        host::relu(&mut x.data);
+        Ok(())
+    }
+
+    fn add(&self, x: &mut Tensor, y: &Tensor) -> Result<()> {
+        host::add(&mut x.data, &y.data);
+        Ok(())
+    }
+
+    fn normalize_host(
+        &self,
+        x: &mut [f32],
+        (_, h, w): (usize, usize, usize),
+        stats: &[ChannelStats],
+        norm: &Norm,
+        relu: bool,
+        residual: Option<&[f32]>,
+    ) -> Result<()> {
+        host::normalize(x, h * w, stats, norm, relu);
+        if let Some(r) = residual {
+            host::add(x, r);
         }
+        Ok(())
     }
 }
 
@@ -298,6 +541,8 @@ mod tests {
             (3, 2, 3, 2, 10, 7),
             (5, 2, 2, 3, 12, 13),
             (1, 1, 3, 4, 4, 5),
+            // Several bands (2 MiB of columns per 100-row band would be more than BAND_BYTES).
+            (9, 1, 3, 4, 700, 90),
         ] {
             let x = Tensor::from_vec(cin, h, w, (0..cin * h * w).map(|_| rnd()).collect()).unwrap();
             let conv = Conv2d {
@@ -310,7 +555,7 @@ mod tests {
             };
             let want = direct(&x, &conv);
             for threads in [1, 3] {
-                let got = CpuBackend.conv2d_valid(&x, &conv, threads);
+                let got = CpuBackend.conv2d_valid(&x, &conv, &(), threads).unwrap();
                 assert_eq!((got.c, got.h, got.w), (want.c, want.h, want.w));
                 let err = got
                     .data
@@ -326,22 +571,42 @@ mod tests {
     #[test]
     fn pad_and_upsample() {
         let x = Tensor::from_vec(1, 2, 3, vec![1., 2., 3., 4., 5., 6.]).unwrap();
-        let p = CpuBackend.pad(
-            &x,
-            Pad {
-                top: 1,
-                bottom: 0,
-                left: 2,
-                right: 1,
-            },
-            PaddingMode::Reflect,
-        );
+        let p = CpuBackend
+            .pad(
+                &x,
+                Pad {
+                    top: 1,
+                    bottom: 0,
+                    left: 2,
+                    right: 1,
+                },
+                PaddingMode::Reflect,
+            )
+            .unwrap();
         assert_eq!((p.h, p.w), (3, 6));
         assert_eq!(&p.data[..6], &[6., 5., 4., 5., 6., 5.]);
         assert_eq!(&p.data[6..12], &[3., 2., 1., 2., 3., 2.]);
-        let u = CpuBackend.upsample_nearest2x(&x);
+        let u = CpuBackend.upsample_nearest2x(&x).unwrap();
         assert_eq!((u.h, u.w), (4, 6));
         assert_eq!(&u.data[..6], &[1., 1., 2., 2., 3., 3.]);
         assert_eq!(&u.data[18..24], &[4., 4., 5., 5., 6., 6.]);
+    }
+
+    #[test]
+    fn scale_shift_is_the_normalisation() {
+        let v = [1.0f32, 2.0, 4.0, 9.0];
+        let st = [ChannelStats::of(&v)];
+        let norm = Norm {
+            gamma: vec![2.0],
+            beta: vec![0.5],
+            eps: 1e-5,
+        };
+        let mut x = Tensor::from_vec(1, 2, 2, v.to_vec()).unwrap();
+        CpuBackend.normalize(&mut x, &st, &norm, false).unwrap();
+        let sd = (st[0].variance() + 1e-5).sqrt();
+        for (got, v) in x.data.iter().zip(v) {
+            let want = (v as f64 - st[0].mean) / sd * 2.0 + 0.5;
+            assert!((*got as f64 - want).abs() < 1e-5, "{got} vs {want}");
+        }
     }
 }

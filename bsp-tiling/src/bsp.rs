@@ -6,17 +6,23 @@
 //! convolve, report per-channel (count, mean, M2). Barrier. The merged statistics are the whole image's;
 //! every tile normalises with them, applies ReLU and the residual add. Barrier. Every tile then holds
 //! exactly its part of the whole-image activation, so the output equals the whole-image output.
+//!
+//! The same code runs on every [`Backend`]. Where each stage's output lives is decided before the run
+//! ([`crate::place`]): in host memory ([`Layer`]: RAM up to [`Budget::ram`], then spill files) — tiles are
+//! then uploaded to the backend for each superstep and their results downloaded — or, for a device backend
+//! with room in its budget, resident in device memory as one buffer that windows are gathered from there.
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, OutputSink, gather};
+use crate::field::{Input, OutputSink, gather};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats, Plan};
+use crate::place::{self, Placement};
 use crate::stats::merge_all;
 use crate::store::{Budget, Layer};
-use crate::workers::{inner_threads, superstep};
-use std::sync::Arc;
+use crate::tensor::Tensor;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
 
 /// What a tiled run did besides its output.
 #[derive(Clone, Debug, Default)]
@@ -25,10 +31,32 @@ pub struct RunInfo {
     pub stats: NetStats,
     /// Tiles of the grid.
     pub tiles: usize,
-    /// Largest number of activation bytes held at once (RAM and spill files).
+    /// Largest number of activation bytes held at once in host memory (RAM and spill files).
     pub peak_store_bytes: u64,
     /// Stage outputs that went to spill files.
     pub spilled_layers: usize,
+    /// Stage outputs kept resident in device memory (device backends).
+    pub resident_layers: usize,
+    /// Device memory the placement plan allows for at its peak (device backends).
+    pub device_planned_bytes: u64,
+    /// Device memory in use at its peak during the run, as metered (device backends).
+    pub device_peak_bytes: u64,
+}
+
+/// Threads each backend call may use when `workers` tiles run at once.
+pub fn inner_threads(threads: usize, workers: usize) -> usize {
+    (threads / workers.clamp(1, threads.max(1))).max(1)
+}
+
+/// Runs `f` on every tile `0..n`, `workers` at a time on the workspace pool; results in tile order,
+/// the first error stops the rest. Returning is the superstep's barrier.
+pub fn superstep<R: Send>(
+    n: usize,
+    workers: usize,
+    f: impl Fn(usize) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let tiles: Vec<usize> = (0..n).collect();
+    stdx::parallel::map(&tiles, workers.clamp(1, n.max(1)), |_, &t| f(t))
 }
 
 /// Checks that every tile, at every resolution, is at least as wide as the halo the next convolution
@@ -72,12 +100,13 @@ pub fn stage_grids(net: &Net, plan: &Plan, grid: &Grid) -> Result<Vec<Grid>> {
     Ok(grids)
 }
 
-/// The most activation bytes alive at once: a stage's input, its output and pending residuals.
-pub fn peak_bytes(net: &Net, plan: &Plan, grids: &[Grid]) -> u64 {
+/// The most activation bytes alive at once in host memory: a stage's input, its output and pending
+/// residuals, counting the layers `on_host` says live there.
+pub fn peak_bytes(net: &Net, plan: &Plan, grids: &[Grid], on_host: impl Fn(usize) -> bool) -> u64 {
     (0..net.stages.len())
         .map(|i| {
             (0..=i)
-                .filter(|&j| j == i || plan.last_use[j] >= i)
+                .filter(|&j| (j == i || plan.last_use[j] >= i) && on_host(j))
                 .map(|j| Layer::bytes(plan.out[j].0, &grids[j]))
                 .sum::<u64>()
         })
@@ -85,13 +114,8 @@ pub fn peak_bytes(net: &Net, plan: &Plan, grids: &[Grid]) -> u64 {
         .unwrap_or(0)
 }
 
-/// Checks the grid against the input and the budget; returns the plan and the per-stage grids.
-pub fn prepare(
-    net: &Net,
-    input: &dyn Input,
-    grid: &Grid,
-    budget: Option<&Budget>,
-) -> Result<(Plan, Vec<Grid>)> {
+/// Checks the grid against the input; returns the plan and the per-stage grids.
+pub fn prepare(net: &Net, input: &dyn Input, grid: &Grid) -> Result<(Plan, Vec<Grid>)> {
     let (h, w) = (input.height(), input.width());
     let plan = net.plan(h, w)?;
     if input.channels() != net.channels {
@@ -116,47 +140,141 @@ pub fn prepare(
         )));
     }
     let grids = stage_grids(net, &plan, grid)?;
-    if let Some(b) = budget {
-        let needed = peak_bytes(net, &plan, &grids);
-        let disk = b.disk_limit()?;
-        if needed > b.ram.saturating_add(disk) {
-            return Err(Error::OverBudget {
-                needed,
-                ram: b.ram,
-                disk,
-                dir: b.spill_dir.clone(),
-            });
-        }
-    }
     Ok((plan, grids))
 }
 
-/// Runs the network over `input` tile by tile with exact whole-image semantics; writes `sink`.
-pub fn run_exact(
+/// Checks the host-memory peak of the layers kept there against RAM + disk budget.
+pub fn check_host_budget(
     net: &Net,
-    backend: &dyn Backend,
+    plan: &Plan,
+    grids: &[Grid],
+    placement: &Placement,
+    budget: &Budget,
+) -> Result<u64> {
+    let needed = peak_bytes(net, plan, grids, |j| !placement.resident[j]);
+    let disk = budget.disk_limit()?;
+    if needed > budget.ram.saturating_add(disk) {
+        return Err(Error::OverBudget {
+            needed,
+            ram: budget.ram,
+            disk,
+            dir: budget.spill_dir.clone(),
+        });
+    }
+    Ok(needed)
+}
+
+/// Every stage's weights, prepared by the backend.
+pub fn load_weights<B: Backend>(backend: &B, net: &Net) -> Result<Vec<B::Weights>> {
+    net.stages
+        .iter()
+        .map(|s| backend.weights(&s.conv))
+        .collect()
+}
+
+/// Where one stage's output lives during the run.
+enum Store<B: Backend> {
+    Host(Layer),
+    /// The whole activation in one backend buffer (tiles pasted in at their place).
+    Resident(RwLock<B::Buf>),
+}
+
+/// A superstep's data access: windows, tiles and their write-back, wherever the layer lives.
+struct Access<'a, B: Backend> {
+    backend: &'a B,
+    spill_dir: &'a std::path::Path,
+}
+
+impl<B: Backend> Access<'_, B> {
+    fn spill(&self, source: std::io::Error) -> Error {
+        Error::Spill {
+            dir: self.spill_dir.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The window at rows `ys` × columns `xs` (dictionary padding resolved in the maps).
+    fn window(
+        &self,
+        input: &dyn Input,
+        src: Option<&Store<B>>,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<B::Buf> {
+        match src {
+            None => self.backend.upload(gather(input, ys, xs)?),
+            Some(Store::Host(l)) => self.backend.upload(gather(l, ys, xs)?),
+            Some(Store::Resident(b)) => {
+                let b = b.read().unwrap_or_else(|p| p.into_inner());
+                self.backend.gather(&b, ys, xs)
+            }
+        }
+    }
+
+    /// Tile `t` of a stored layer.
+    fn read(&self, s: &Store<B>, g: &Grid, t: usize) -> Result<B::Buf> {
+        let (y0, y1, x0, x1) = g.tile(t);
+        match s {
+            Store::Host(l) => {
+                let d = l.read(t).map_err(|e| self.spill(e))?;
+                self.backend
+                    .upload(Tensor::from_vec(l.c, y1 - y0, x1 - x0, d.to_vec())?)
+            }
+            Store::Resident(b) => {
+                let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+                let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+                let b = b.read().unwrap_or_else(|p| p.into_inner());
+                self.backend.gather(&b, &ys, &xs)
+            }
+        }
+    }
+
+    /// Stores `y` as tile `t`.
+    fn write(&self, s: &Store<B>, g: &Grid, t: usize, y: &B::Buf) -> Result<()> {
+        match s {
+            Store::Host(l) => l
+                .modify(t, |d| self.backend.download_into(y, d))
+                .map_err(|e| self.spill(e))?,
+            Store::Resident(b) => {
+                let (y0, _, x0, _) = g.tile(t);
+                let mut b = b.write().unwrap_or_else(|p| p.into_inner());
+                self.backend.paste(&mut b, y0, x0, y)
+            }
+        }
+    }
+}
+
+/// Runs the network over `input` tile by tile with exact whole-image semantics; writes `sink`.
+pub fn run_exact<B: Backend>(
+    net: &Net,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     threads: usize,
     budget: &Budget,
     sink: &OutputSink,
 ) -> Result<RunInfo> {
-    let (plan, grids) = prepare(net, input, grid, Some(budget))?;
-    let ram_used = Arc::new(AtomicU64::new(0));
+    let (plan, grids) = prepare(net, input, grid)?;
     let n = grid.len();
-    let inner = inner_threads(threads, n);
-    let mut layers: Vec<Option<Layer>> = (0..net.stages.len()).map(|_| None).collect();
+    let workers = backend.concurrency(threads).min(n);
+    let placement = place::plan_exact(backend, net, &plan, &grids, workers)?;
+    let host_peak = check_host_budget(net, &plan, &grids, &placement, budget)?;
+    let weights = load_weights(backend, net)?;
+    let ram_used = Arc::new(AtomicU64::new(0));
+    let inner = inner_threads(threads, workers);
+    let mut layers: Vec<Option<Store<B>>> = (0..net.stages.len()).map(|_| None).collect();
     let mut info = RunInfo {
         stats: vec![None; net.stages.len()],
         tiles: n,
-        peak_store_bytes: peak_bytes(net, &plan, &grids),
-        spilled_layers: 0,
+        peak_store_bytes: host_peak,
+        device_planned_bytes: placement.peak,
+        ..RunInfo::default()
+    };
+    let acc = Access {
+        backend,
+        spill_dir: &budget.spill_dir,
     };
     let last = net.stages.len() - 1;
-    let spill_err = |source| Error::Spill {
-        dir: budget.spill_dir.clone(),
-        source,
-    };
     for (i, s) in net.stages.iter().enumerate() {
         let g = &grids[i];
         let (ay, ax) = plan.axes[i];
@@ -164,44 +282,40 @@ pub fn run_exact(
         let direct = i == last && s.norm.is_none();
         let layer = if direct {
             None
+        } else if placement.resident[i] {
+            let (c, h, w) = plan.out[i];
+            info.resident_layers += 1;
+            Some(Store::Resident(RwLock::new(backend.zeros(c, h, w)?)))
         } else {
             let l = Layer::new(s.conv.cout, g.clone(), budget, &ram_used)?;
             info.spilled_layers += l.spilled() as usize;
-            Some(l)
+            Some(Store::Host(l))
         };
-        let src: &dyn Field = if i == 0 {
-            input
-        } else {
-            layers[i - 1].as_ref().expect("live")
-        };
-        let residual = s.residual.map(|r| layers[r].as_ref().expect("live"));
+        let src = if i == 0 { None } else { layers[i - 1].as_ref() };
+        let residual = s
+            .residual
+            .map(|r| (layers[r].as_ref().expect("live"), &grids[r]));
         // Superstep, part 1: halo exchange + convolution (+ local statistics).
-        let local = superstep(n, threads, |t| {
+        let local = superstep(n, workers, |t| {
             let (y0, y1, x0, x1) = g.tile(t);
-            let window = gather(src, &ay.index_map(y0, y1), &ax.index_map(x0, x1))?;
-            let mut y = backend.conv2d_valid(&window, &s.conv, inner);
+            let window = acc.window(input, src, &ay.index_map(y0, y1), &ax.index_map(x0, x1))?;
+            let mut y = backend.conv2d_valid(&window, &s.conv, &weights[i], inner)?;
             drop(window);
             if s.norm.is_some() {
-                let st = backend.channel_stats(&y);
-                layer
-                    .as_ref()
-                    .expect("stored")
-                    .modify(t, |d| d.copy_from_slice(&y.data))
-                    .map_err(spill_err)?;
+                let st = backend.channel_stats(&y)?;
+                acc.write(layer.as_ref().expect("stored"), g, t, &y)?;
                 return Ok(Some(st));
             }
             if s.relu {
-                backend.relu(&mut y.data);
+                backend.relu(&mut y)?;
             }
-            if let Some(r) = residual {
-                let rd = r.read(t).map_err(spill_err)?;
-                backend.add(&mut y.data, &rd);
+            if let Some((r, rg)) = residual {
+                let rd = acc.read(r, rg, t)?;
+                backend.add(&mut y, &rd)?;
             }
             match &layer {
-                Some(l) => l
-                    .modify(t, |d| d.copy_from_slice(&y.data))
-                    .map_err(spill_err)?,
-                None => sink.put(y0, x0, &y),
+                Some(l) => acc.write(l, g, t, &y)?,
+                None => sink.put(y0, x0, &backend.download(y)?),
             }
             Ok(None)
         })?;
@@ -210,28 +324,57 @@ pub fn run_exact(
             let tiles: Vec<_> = local.into_iter().flatten().collect();
             let global = merge_all(&tiles);
             let l = layer.as_ref().expect("stored");
-            superstep(n, threads, |t| {
-                let (y0, y1, x0, x1) = g.tile(t);
-                let plane = (y1 - y0) * (x1 - x0);
-                let rd = match residual {
-                    Some(r) => Some(r.read(t).map_err(spill_err)?),
-                    None => None,
-                };
-                l.modify(t, |d| {
-                    backend.normalize(d, plane, &global, norm, s.relu);
-                    if let Some(rd) = &rd {
-                        backend.add(d, rd);
+            match (l, residual) {
+                // The whole resident layer at once: the same per-channel map as tile by tile.
+                (Store::Resident(b), None | Some((Store::Resident(_), _))) if i != last => {
+                    let mut b = b.write().unwrap_or_else(|p| p.into_inner());
+                    backend.normalize(&mut b, &global, norm, s.relu)?;
+                    if let Some((Store::Resident(r), _)) = residual {
+                        backend.add(&mut b, &r.read().unwrap_or_else(|p| p.into_inner()))?;
                     }
-                })
-                .map_err(spill_err)?;
-                if i == last {
-                    let d = l.read(t).map_err(spill_err)?;
-                    let tt =
-                        crate::tensor::Tensor::from_vec(s.conv.cout, y1 - y0, x1 - x0, d.to_vec())?;
-                    sink.put(y0, x0, &tt);
                 }
-                Ok(())
-            })?;
+                // Tiles in host memory, normalised where they lie.
+                (Store::Host(hl), None | Some((Store::Host(_), _))) => {
+                    superstep(n, workers, |t| {
+                        let (y0, y1, x0, x1) = g.tile(t);
+                        let dims = (s.conv.cout, y1 - y0, x1 - x0);
+                        let rd = match residual {
+                            Some((Store::Host(r), _)) => Some(r.read(t).map_err(|e| acc.spill(e))?),
+                            _ => None,
+                        };
+                        hl.modify(t, |d| {
+                            backend.normalize_host(d, dims, &global, norm, s.relu, rd.as_deref())
+                        })
+                        .map_err(|e| acc.spill(e))??;
+                        if i == last {
+                            let d = hl.read(t).map_err(|e| acc.spill(e))?;
+                            sink.put(
+                                y0,
+                                x0,
+                                &Tensor::from_vec(dims.0, dims.1, dims.2, d.to_vec())?,
+                            );
+                        }
+                        Ok(())
+                    })?;
+                }
+                _ => {
+                    superstep(n, workers, |t| {
+                        let mut y = acc.read(l, g, t)?;
+                        backend.normalize(&mut y, &global, norm, s.relu)?;
+                        if let Some((r, rg)) = residual {
+                            let rd = acc.read(r, rg, t)?;
+                            backend.add(&mut y, &rd)?;
+                        }
+                        if i == last {
+                            let (y0, _, x0, _) = g.tile(t);
+                            sink.put(y0, x0, &backend.download(y)?);
+                        } else {
+                            acc.write(l, g, t, &y)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
             info.stats[i] = Some(global);
         }
         layers[i] = layer;
@@ -240,6 +383,11 @@ pub fn run_exact(
                 *l = None;
             }
         }
+    }
+    drop(layers);
+    drop(weights);
+    if let Some(m) = backend.meter() {
+        info.device_peak_bytes = m.peak();
     }
     Ok(info)
 }

@@ -1,6 +1,12 @@
-//! The one error type of the crate: every failure names what it was about.
+//! The one error type of the crate: every failure names what it was about, in one line.
 
 use std::path::PathBuf;
+
+/// A tensor shape as `[8, 3, 9, 9]`.
+pub fn shape_text(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(", "))
+}
 
 /// Everything that can go wrong loading a model or running it over an image.
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +21,7 @@ pub enum Error {
     Format { path: PathBuf, reason: String },
     #[error("{path}: tensor `{key}` is missing")]
     MissingTensor { path: PathBuf, key: String },
-    #[error("{path}: tensor `{key}` has shape {found:?}, expected {expected:?}")]
+    #[error("{path}: tensor `{key}` has shape {}, expected {}", shape_text(.found), shape_text(.expected))]
     BadShape {
         path: PathBuf,
         key: String,
@@ -67,12 +73,43 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("tensor data of length {len} does not match shape {shape:?}")]
+    #[error("tensor data of length {len} does not match shape {}", shape_text(.shape))]
     TensorShape { len: usize, shape: [usize; 3] },
     #[error("input has {found} channels, the network expects {expected}")]
     Channels { expected: usize, found: usize },
     #[error("unsupported network: {0}")]
     Unsupported(String),
+    /// A device other than the CPU was asked for something it cannot do (f16 on the CPU, ...).
+    #[error("{0}")]
+    Device(String),
+    /// libcuda (the NVIDIA driver's user-space library) could not be loaded.
+    #[error(
+        "--device cuda: no CUDA driver (libcuda could not be loaded; is an NVIDIA GPU and driver installed?)"
+    )]
+    NoDriver,
+    /// A CUDA library the backend needs (libnvrtc, libcublas) could not be loaded.
+    #[error("--device cuda: {lib} could not be loaded ({hint})")]
+    NoCudaLibrary {
+        lib: &'static str,
+        hint: &'static str,
+    },
+    #[error("--device cuda: no CUDA device {ordinal}, the driver reports {count}")]
+    NoDevice { ordinal: usize, count: usize },
+    /// A CUDA driver or cuBLAS call failed.
+    #[error("CUDA call {call} failed: {message}")]
+    Cuda { call: &'static str, message: String },
+    /// NVRTC rejected the embedded kernels (a toolkit/device mismatch, never bad input).
+    #[error("NVRTC could not compile the bsp-tiling kernels for {arch}: {log}")]
+    Compile { arch: String, log: String },
+    /// Device memory would exceed the budget (`gpu_memory`).
+    #[error(
+        "device memory: {what} needs {needed} bytes, more than the budget of {budget} bytes (raise --gpu-memory or use smaller tiles)"
+    )]
+    DeviceBudget {
+        what: String,
+        needed: u64,
+        budget: u64,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -11,6 +11,14 @@ pub struct Grid {
 
 /// Borders of square-ish tiles of side `tile` along one axis; a remainder shorter than `min_last` joins
 /// the tile before it.
+/// `0, 16, 30`: borders in a message.
+fn list(b: &[usize]) -> String {
+    b.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn by_size(n: usize, tile: usize, min_last: usize) -> Vec<usize> {
     let mut b: Vec<usize> = (0..n).step_by(tile.max(1)).collect();
     b.push(n);
@@ -77,7 +85,8 @@ impl Grid {
                 && b[1..b.len() - 1].iter().all(|v| v % align == 0);
             if !ok {
                 return Err(Error::Grid(format!(
-                    "borders {b:?} must rise from 0, inner ones on multiples of {align}"
+                    "borders {} must rise from 0, inner ones on multiples of {align}",
+                    list(b)
                 )));
             }
         }
@@ -116,7 +125,8 @@ impl Grid {
             *v.last_mut().expect("nonempty") = n;
             if v.windows(2).any(|p| p[0] >= p[1]) {
                 return Err(Error::Grid(format!(
-                    "borders {b:?} leave an empty tile at 1/{div} resolution"
+                    "borders {} leave an empty tile at 1/{div} resolution",
+                    list(b)
                 )));
             }
             Ok(v)

@@ -1,7 +1,12 @@
 //! CNN inference on images of any size: BSP tiling with dictionary padding and synchronised
 //! normalisation statistics (after "Processing Extremely Large Images with CNNs", CIKM'17).
 //!
-//! * [`tensor`], [`padding`], [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait.
+//! * [`tensor`], [`padding`], [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait
+//!   whose activations are the backend's own type, so that a device keeps them in its memory.
+//! * [`cuda`] — the CUDA backend (cudarc: NVRTC kernels from `kernels.cu`, cuBLAS GEMM), loaded at run
+//!   time; [`device`] selects it ([`Device`], [`DeviceOptions`]) and [`stylize_on`] runs on it.
+//! * [`meter`], [`place`], [`sim`] — device memory: leases against a budget, the placement of layers
+//!   (resident on the device or through host memory), and a CPU stand-in for a device that tests both.
 //! * [`model`] — networks as stages; Johnson et al.'s TransformerNet from PyTorch safetensors.
 //! * [`grid`] — tile borders aligned to the network's total stride.
 //! * [`bsp`] — the exact engine: a superstep per convolution, halos from neighbouring tiles,
@@ -15,18 +20,22 @@
 
 pub mod backend;
 pub mod bsp;
+pub mod cuda;
+pub mod device;
 pub mod error;
 pub mod field;
 pub mod grid;
+pub mod meter;
 pub mod metrics;
 pub mod model;
 pub mod naive;
 pub mod onepass;
 pub mod padding;
+pub mod place;
+pub mod sim;
 pub mod stats;
 pub mod store;
 pub mod tensor;
-mod workers;
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]
@@ -35,6 +44,8 @@ struct ReadmeDoctest;
 
 pub use backend::{Backend, CpuBackend};
 pub use bsp::RunInfo;
+pub use cuda::CudaBackend;
+pub use device::{Device, DeviceOptions, Precision};
 pub use error::{Error, Result};
 pub use field::{Input, Output, OutputSink, Rgb8};
 pub use grid::Grid;
@@ -100,17 +111,28 @@ impl Default for Options {
 /// The smallest tile side the exact engine accepts for `net`: every tile at every resolution at least
 /// as wide as the halo of the convolution reading it.
 pub fn min_tile(net: &Net) -> usize {
+    min_tile_layer(net).0
+}
+
+/// [`min_tile`], the layer whose halo sets it (the first, where several tie) and that halo in input pixels.
+pub fn min_tile_layer(net: &Net) -> (usize, String, usize) {
     let align = net.total_stride();
     let mut div = 1;
-    let mut need = 1;
+    let (mut need, mut layer) = (
+        1,
+        net.stages.first().map_or(String::new(), |s| s.name.clone()),
+    );
     for s in &net.stages {
         let halo = s.pad.max(s.conv.k - 1 - s.pad);
         let halo = if s.upsample { halo.div_ceil(2) } else { halo };
-        need = need.max(halo * div);
+        if halo * div > need {
+            need = halo * div;
+            layer = s.name.clone();
+        }
         div = div * s.conv.stride / if s.upsample { 2 } else { 1 };
         div = div.max(1);
     }
-    need.div_ceil(align) * align
+    (need.div_ceil(align) * align, layer, need)
 }
 
 /// The grid [`stylize`] uses: `tile`-sided tiles, a remainder narrower than [`min_tile`] joining its
@@ -122,23 +144,23 @@ pub fn grid_for(net: &Net, h: usize, w: usize, tile: usize) -> Result<Grid> {
             height: h,
         });
     }
-    let min = min_tile(net);
+    let (min, layer, halo) = min_tile_layer(net);
     if tile < min {
         return Err(Error::TileSmallerThanHalo {
             tile,
-            layer: "any".into(),
-            halo: min,
+            layer,
+            halo,
             min,
         });
     }
     Grid::with_tile(h, w, tile, net.total_stride(), min)
 }
 
-/// Runs `net` over `input` in the chosen mode. The output has PyTorch's whole-image size for this
-/// input (for the TransformerNet: each side rounded up to a multiple of 4, see the README).
-pub fn stylize(
+/// Runs `net` over `input` in the chosen mode on `backend`. The output has PyTorch's whole-image size for
+/// this input (for the TransformerNet: each side rounded up to a multiple of 4, see the README).
+pub fn stylize<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     opts: &Options,
     sink_rgb8: bool,
@@ -154,16 +176,18 @@ pub fn stylize(
     } else {
         OutputSink::f32(c, oh, ow)
     };
+    if let Some(m) = backend.meter() {
+        m.reset_peak();
+    }
     let grid = || grid_for(net, h, w, opts.tile);
-    let info = match opts.mode {
+    let mut info = match opts.mode {
         Mode::Whole => {
             let x = field::gather(
                 input,
                 &(0..h).map(Some).collect::<Vec<_>>(),
                 &(0..w).map(Some).collect::<Vec<_>>(),
             )?;
-            let (y, stats) = net.forward_whole(backend, &x, opts.threads, None)?;
-            drop(x);
+            let (y, stats) = net.forward_tensor(backend, x, opts.threads, None)?;
             sink.put(0, 0, &y);
             RunInfo {
                 stats,
@@ -202,5 +226,28 @@ pub fn stylize(
             }
         }
     };
+    if let Some(m) = backend.meter() {
+        info.device_peak_bytes = m.peak();
+    }
     Ok((sink.finish(), info))
+}
+
+/// [`stylize`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
+/// budget and precision. Without a usable GPU, `Device::Cuda` fails with the reason (no driver, no
+/// device, no NVRTC or cuBLAS); it never falls back to the CPU.
+pub fn stylize_on(
+    dev: &DeviceOptions,
+    net: &Net,
+    input: &dyn Input,
+    opts: &Options,
+    sink_rgb8: bool,
+) -> Result<(Output, RunInfo)> {
+    dev.validate()?;
+    match dev.device {
+        Device::Cpu => stylize(net, &CpuBackend, input, opts, sink_rgb8),
+        Device::Cuda(ordinal) => {
+            let backend = CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
+            stylize(net, &backend, input, opts, sink_rgb8)
+        }
+    }
 }

@@ -195,11 +195,23 @@ impl Net {
     /// Runs the whole image at once: the reference every tiled mode is checked against.
     ///
     /// With `fixed`, normalising stages use those statistics instead of their own (the sampled mode's
-    /// statistics source). Returns the output and the statistics each normalising stage used.
-    pub fn forward_whole(
+    /// statistics source). Returns the output and the statistics each normalising stage used. On a device
+    /// backend the whole pass must fit its memory budget ([`crate::place::whole_peak`]), checked first.
+    pub fn forward_whole<B: Backend>(
         &self,
-        backend: &dyn Backend,
+        backend: &B,
         x: &Tensor,
+        threads: usize,
+        fixed: Option<&NetStats>,
+    ) -> Result<(Tensor, NetStats)> {
+        self.forward_tensor(backend, x.clone(), threads, fixed)
+    }
+
+    /// [`Net::forward_whole`] taking the input by value (no copy on the CPU).
+    pub fn forward_tensor<B: Backend>(
+        &self,
+        backend: &B,
+        x: Tensor,
         threads: usize,
         fixed: Option<&NetStats>,
     ) -> Result<(Tensor, NetStats)> {
@@ -210,41 +222,66 @@ impl Net {
             });
         }
         let plan = self.plan(x.h, x.w)?;
-        let mut outs: Vec<Option<Tensor>> = vec![None; self.stages.len()];
+        if let Some(m) = backend.meter() {
+            let needed = m.used() + crate::place::whole_peak(backend, self, &plan, x.h, x.w);
+            if needed > m.budget() {
+                return Err(Error::DeviceBudget {
+                    what: format!("the whole-image pass over {}x{}", x.w, x.h),
+                    needed,
+                    budget: m.budget(),
+                });
+            }
+        }
+        let weights = crate::bsp::load_weights(backend, self)?;
+        let xb = backend.upload(x)?;
+        let (y, used) = self.forward_buf(backend, &weights, &plan, xb, threads, fixed)?;
+        Ok((backend.download(y)?, used))
+    }
+
+    /// The whole-image pass on the backend's own activations.
+    pub(crate) fn forward_buf<B: Backend>(
+        &self,
+        backend: &B,
+        weights: &[B::Weights],
+        plan: &Plan,
+        x: B::Buf,
+        threads: usize,
+        fixed: Option<&NetStats>,
+    ) -> Result<(B::Buf, NetStats)> {
+        let mut image = Some(x);
+        let mut outs: Vec<Option<B::Buf>> = (0..self.stages.len()).map(|_| None).collect();
         let mut used: NetStats = vec![None; self.stages.len()];
         for (i, s) in self.stages.iter().enumerate() {
             let input = if i == 0 {
-                x
+                image.as_ref().expect("the image feeds stage 0")
             } else {
                 outs[i - 1].as_ref().expect("live")
             };
-            let up;
-            let input = if s.upsample {
-                up = backend.upsample_nearest2x(input);
-                &up
+            let padded = if s.upsample {
+                let up = backend.upsample_nearest2x(input)?;
+                backend.pad(&up, Pad::all(s.pad), self.padding)?
             } else {
-                input
+                backend.pad(input, Pad::all(s.pad), self.padding)?
             };
-            let padded = backend.pad(input, Pad::all(s.pad), self.padding);
-            let mut y = backend.conv2d_valid(&padded, &s.conv, threads);
+            let mut y = backend.conv2d_valid(&padded, &s.conv, &weights[i], threads)?;
             drop(padded);
-            let plane = y.h * y.w;
+            image = None;
             if let Some(norm) = &s.norm {
                 let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
                     Some(st) => st,
-                    None => backend.channel_stats(&y),
+                    None => backend.channel_stats(&y)?,
                 };
-                backend.normalize(&mut y.data, plane, &st, norm, s.relu);
+                backend.normalize(&mut y, &st, norm, s.relu)?;
                 used[i] = Some(st);
             } else if s.relu {
-                backend.relu(&mut y.data);
+                backend.relu(&mut y)?;
             }
             if let Some(r) = s.residual {
-                backend.add(&mut y.data, &outs[r].as_ref().expect("live").data);
+                backend.add(&mut y, outs[r].as_ref().expect("live"))?;
             }
             outs[i] = Some(y);
-            for (j, o) in outs.iter_mut().enumerate().take(i + 1) {
-                if plan.last_use[j] <= i && j < i {
+            for (j, o) in outs.iter_mut().enumerate().take(i) {
+                if plan.last_use[j] <= i {
                     *o = None;
                 }
             }
@@ -331,16 +368,34 @@ fn transformer_from(
         path: path.to_path_buf(),
         key: key.into(),
     };
-    let w1 = tensors
-        .get("conv1.conv2d.weight")
-        .ok_or_else(|| missing("conv1.conv2d.weight"))?;
-    let w2 = tensors
-        .get("conv2.conv2d.weight")
-        .ok_or_else(|| missing("conv2.conv2d.weight"))?;
-    let w3 = tensors
-        .get("conv3.conv2d.weight")
-        .ok_or_else(|| missing("conv3.conv2d.weight"))?;
-    let widths = Widths(w1.0[0], w2.0[0], w3.0[0]);
+    // The widths come from vectors that state them (the conv's bias, its norm's weight) before the
+    // weight itself, so that a mis-shaped weight is reported against the shape it should have.
+    let width = |conv: &str, norm: &str| -> Result<usize> {
+        let vector = |key: String| match tensors.get(&key) {
+            Some((shape, _)) if shape.len() == 1 && shape[0] > 0 => Some(shape[0]),
+            _ => None,
+        };
+        let weight = format!("{conv}.conv2d.weight");
+        let from_weight = match tensors.get(&weight) {
+            Some((shape, _)) if shape.len() == 4 && shape[0] > 0 => Some(shape[0]),
+            Some(_) => None,
+            None => return Err(missing(&weight)),
+        };
+        vector(format!("{conv}.conv2d.bias"))
+            .or_else(|| vector(format!("{norm}.weight")))
+            .or(from_weight)
+            .ok_or_else(|| Error::Format {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "cannot tell the width of {conv}: {conv}.conv2d.bias, {norm}.weight and {weight} all have unexpected shapes"
+                ),
+            })
+    };
+    let widths = Widths(
+        width("conv1", "in1")?,
+        width("conv2", "in2")?,
+        width("conv3", "in3")?,
+    );
     let mut take = |key: String, shape: Vec<usize>| -> Result<Vec<f32>> {
         let (found, data) = tensors.remove(&key).ok_or_else(|| missing(&key))?;
         if found != shape {
@@ -411,6 +466,28 @@ fn transformer_from(
     })
 }
 
+/// The safetensors name of a dtype (`F16`, `I64`, ...).
+fn dtype_name(d: safetensors::Dtype) -> String {
+    use safetensors::Dtype::*;
+    match d {
+        BOOL => "BOOL",
+        U8 => "U8",
+        I8 => "I8",
+        I16 => "I16",
+        U16 => "U16",
+        F16 => "F16",
+        BF16 => "BF16",
+        I32 => "I32",
+        U32 => "U32",
+        F32 => "F32",
+        F64 => "F64",
+        I64 => "I64",
+        U64 => "U64",
+        _ => "an unsupported dtype",
+    }
+    .to_string()
+}
+
 /// Keys a PyTorch state dict may carry that inference with instance statistics does not use.
 fn skipped(key: &str) -> bool {
     key.ends_with(".running_mean")
@@ -445,7 +522,7 @@ impl Net {
                 return Err(Error::BadDtype {
                     path: path.to_path_buf(),
                     key,
-                    found: format!("{:?}", view.dtype()),
+                    found: dtype_name(view.dtype()),
                 });
             }
             let data: Vec<f32> = view

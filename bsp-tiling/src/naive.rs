@@ -2,15 +2,15 @@
 //! no halo (the model's padding at every tile border) and each tile's own statistics.
 
 use crate::backend::Backend;
-use crate::error::Result;
+use crate::bsp::{inner_threads, load_weights, superstep};
+use crate::error::{Error, Result};
 use crate::field::{Input, OutputSink, gather};
 use crate::grid::Grid;
 use crate::model::Net;
-use crate::workers::{inner_threads, superstep};
 
-pub fn run_naive(
+pub fn run_naive<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     threads: usize,
@@ -19,14 +19,40 @@ pub fn run_naive(
     let plan = net.plan(input.height(), input.width())?;
     let last = net.stages.len() - 1;
     let div = plan.div[last];
-    let inner = inner_threads(threads, grid.len());
-    superstep(grid.len(), threads, |t| {
+    let workers = backend.concurrency(threads).min(grid.len());
+    let weights = load_weights(backend, net)?;
+    if let Some(m) = backend.meter() {
+        // Every tile is a whole-image pass of its own size; the largest decides.
+        let mut needed = 0;
+        for t in 0..grid.len() {
+            let (y0, y1, x0, x1) = grid.tile(t);
+            let p = net.plan(y1 - y0, x1 - x0)?;
+            needed = needed.max(crate::place::whole_peak(backend, net, &p, y1 - y0, x1 - x0));
+        }
+        let weights_bytes: u64 = net
+            .stages
+            .iter()
+            .map(|s| backend.weight_bytes(&s.conv))
+            .sum();
+        // `weights` are loaded already: what the meter holds covers them.
+        let needed = m.used() + workers as u64 * (needed - weights_bytes);
+        if needed > m.budget() {
+            return Err(Error::DeviceBudget {
+                what: format!("naive tiles ({workers} at once)"),
+                needed,
+                budget: m.budget(),
+            });
+        }
+    }
+    let inner = inner_threads(threads, workers);
+    superstep(grid.len(), workers, |t| {
         let (y0, y1, x0, x1) = grid.tile(t);
         let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
         let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
-        let tile = gather(input, &ys, &xs)?;
-        let (out, _) = net.forward_whole(backend, &tile, inner, None)?;
-        sink.put(y0 / div, x0 / div, &out);
+        let tile = backend.upload(gather(input, &ys, &xs)?)?;
+        let p = net.plan(y1 - y0, x1 - x0)?;
+        let (out, _) = net.forward_buf(backend, &weights, &p, tile, inner, None)?;
+        sink.put(y0 / div, x0 / div, &backend.download(out)?);
         Ok(())
     })?;
     Ok(())

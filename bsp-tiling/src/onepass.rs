@@ -11,15 +11,14 @@
 //!   statistics. Costs about `stages/2` times the compute of one pass, stores nothing but the output.
 
 use crate::backend::Backend;
-use crate::bsp::{RunInfo, prepare, run_exact};
-use crate::error::Result;
-use crate::field::{Field, Input, OutputSink, Region, gather};
+use crate::bsp::{RunInfo, inner_threads, load_weights, prepare, run_exact, superstep};
+use crate::error::{Error, Result};
+use crate::field::{Field, Input, OutputSink, gather};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats, Plan};
 use crate::stats::{ChannelStats, merge_all};
 use crate::store::Budget;
 use crate::tensor::Tensor;
-use crate::workers::{inner_threads, superstep};
 
 type Range2 = ((usize, usize), (usize, usize));
 
@@ -33,52 +32,15 @@ fn hull(a: Option<Range2>, b: Range2) -> Range2 {
     }
 }
 
-/// What every tile's one-pass evaluation shares.
-pub struct Pass<'a> {
-    pub net: &'a Net,
-    pub plan: &'a Plan,
-    pub backend: &'a dyn Backend,
-    pub input: &'a dyn Field,
-    pub stats: &'a NetStats,
-    /// Threads each backend call may use.
-    pub threads: usize,
-}
-
-impl Pass<'_> {
-    /// Computes stage `target`'s output over rows `ry` × columns `rx`, reading the input through the
-    /// receptive field. Stages before `target` must have statistics; `target`'s own are applied if
-    /// present, else its raw convolution output is returned (to collect them).
-    pub fn eval_region(
-        &self,
-        target: usize,
-        ry: (usize, usize),
-        rx: (usize, usize),
-    ) -> Result<Tensor> {
-        let Pass {
-            net,
-            plan,
-            backend,
-            input,
-            stats,
-            threads,
-        } = *self;
-        eval_region(net, plan, backend, input, stats, target, ry, rx, threads)
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn eval_region(
+/// The region each stage up to `target` must produce so that `target` can produce rows `ry` × columns
+/// `rx`: its consumers' windows (and residual reads), hulled, walking backwards.
+pub fn needed_regions(
     net: &Net,
     plan: &Plan,
-    backend: &dyn Backend,
-    input: &dyn Field,
-    stats: &NetStats,
     target: usize,
     ry: (usize, usize),
     rx: (usize, usize),
-    threads: usize,
-) -> Result<Tensor> {
-    // Backwards: the region each stage must produce (its consumers' windows, hulled).
+) -> Vec<Range2> {
     let mut need: Vec<Option<Range2>> = vec![None; target + 1];
     need[target] = Some((ry, rx));
     for i in (0..=target).rev() {
@@ -94,60 +56,99 @@ fn eval_region(
             need[r] = Some(hull(need[r], ((y0, y1), (x0, x1))));
         }
     }
-    // Forwards over the regions.
-    let mut regions: Vec<Option<Tensor>> = vec![None; target + 1];
-    for i in 0..=target {
-        let s = &net.stages[i];
-        let ((y0, y1), (x0, x1)) = need[i].expect("set above");
-        let (ay, ax) = plan.axes[i];
-        let (ys, xs) = (ay.index_map(y0, y1), ax.index_map(x0, x1));
-        let window = if i == 0 {
-            gather(input, &ys, &xs)?
-        } else {
-            let prev = regions[i - 1].as_ref().expect("live");
-            let ((py, _), (px, _)) = need[i - 1].expect("set");
-            gather(
-                &Region {
-                    t: prev,
-                    y0: py,
-                    x0: px,
-                },
-                &ys,
-                &xs,
-            )?
-        };
-        let mut y = backend.conv2d_valid(&window, &s.conv, threads);
-        drop(window);
-        let plane = y.h * y.w;
-        if let Some(norm) = &s.norm {
-            match &stats[i] {
-                Some(st) => backend.normalize(&mut y.data, plane, st, norm, s.relu),
-                None if i == target => return Ok(y),
-                None => unreachable!("statistics of stage {i} are missing"),
+    need.into_iter().map(|n| n.expect("set above")).collect()
+}
+
+/// Index maps shifted into a region starting at `origin`.
+fn shifted(m: &[Option<usize>], origin: usize) -> Vec<Option<usize>> {
+    m.iter().map(|v| v.map(|v| v - origin)).collect()
+}
+
+/// What every tile's one-pass evaluation shares.
+pub struct Pass<'a, B: Backend> {
+    pub net: &'a Net,
+    pub plan: &'a Plan,
+    pub backend: &'a B,
+    pub weights: &'a [B::Weights],
+    pub input: &'a dyn Field,
+    pub stats: &'a NetStats,
+    /// Threads each backend call may use.
+    pub threads: usize,
+}
+
+impl<B: Backend> Pass<'_, B> {
+    /// Computes stage `target`'s output over rows `ry` × columns `rx`, reading the input through the
+    /// receptive field. Stages before `target` must have statistics; `target`'s own are applied if
+    /// present, else its raw convolution output is returned (to collect them).
+    pub fn eval_region(
+        &self,
+        target: usize,
+        ry: (usize, usize),
+        rx: (usize, usize),
+    ) -> Result<B::Buf> {
+        let Pass {
+            net,
+            plan,
+            backend,
+            weights,
+            input,
+            stats,
+            threads,
+        } = *self;
+        let need = needed_regions(net, plan, target, ry, rx);
+        // Forwards over the regions.
+        let mut regions: Vec<Option<B::Buf>> = (0..=target).map(|_| None).collect();
+        for i in 0..=target {
+            let s = &net.stages[i];
+            let ((y0, y1), (x0, x1)) = need[i];
+            let (ay, ax) = plan.axes[i];
+            let (ys, xs) = (ay.index_map(y0, y1), ax.index_map(x0, x1));
+            let window = if i == 0 {
+                backend.upload(gather(input, &ys, &xs)?)?
+            } else {
+                let prev = regions[i - 1].as_ref().expect("live");
+                let ((py, _), (px, _)) = need[i - 1];
+                backend.gather(prev, &shifted(&ys, py), &shifted(&xs, px))?
+            };
+            let mut y = backend.conv2d_valid(&window, &s.conv, &weights[i], threads)?;
+            drop(window);
+            if let Some(norm) = &s.norm {
+                match &stats[i] {
+                    Some(st) => backend.normalize(&mut y, st, norm, s.relu)?,
+                    None if i == target => return Ok(y),
+                    None => {
+                        return Err(Error::Unsupported(format!(
+                            "one-pass evaluation: the statistics of layer {} are missing",
+                            s.name
+                        )));
+                    }
+                }
+            } else if s.relu {
+                backend.relu(&mut y)?;
             }
-        } else if s.relu {
-            backend.relu(&mut y.data);
-        }
-        if let Some(r) = s.residual {
-            let src = regions[r].as_ref().expect("live");
-            let ((ry0, _), (rx0, _)) = need[r].expect("set");
-            let crop = src.crop(y0 - ry0, y1 - ry0, x0 - rx0, x1 - rx0);
-            backend.add(&mut y.data, &crop.data);
-        }
-        regions[i] = Some(y);
-        for (j, reg) in regions.iter_mut().enumerate().take(i) {
-            if plan.last_use[j] <= i {
-                *reg = None;
+            if let Some(r) = s.residual {
+                let src = regions[r].as_ref().expect("live");
+                let ((ry0, _), (rx0, _)) = need[r];
+                let ys: Vec<Option<usize>> = (y0 - ry0..y1 - ry0).map(Some).collect();
+                let xs: Vec<Option<usize>> = (x0 - rx0..x1 - rx0).map(Some).collect();
+                let crop = backend.gather(src, &ys, &xs)?;
+                backend.add(&mut y, &crop)?;
+            }
+            regions[i] = Some(y);
+            for (j, reg) in regions.iter_mut().enumerate().take(i) {
+                if plan.last_use[j] <= i {
+                    *reg = None;
+                }
             }
         }
+        Ok(regions.pop().flatten().expect("target computed"))
     }
-    Ok(regions.pop().flatten().expect("target computed"))
 }
 
 /// Runs every tile in one pass with the given statistics, writing `sink`.
-pub fn run_fixed(
+pub fn run_fixed<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     stats: &NetStats,
@@ -158,21 +159,21 @@ pub fn run_fixed(
     let last = net.stages.len() - 1;
     let (_, h, w) = plan.out[last];
     let g = grid.at_level(plan.div[last], h, w)?;
-    let inner = inner_threads(threads, g.len());
-    superstep(g.len(), threads, |t| {
+    let workers = backend.concurrency(threads).min(g.len());
+    let weights = load_weights(backend, net)?;
+    let pass = Pass {
+        net,
+        plan: &plan,
+        backend,
+        weights: &weights,
+        input,
+        stats,
+        threads: inner_threads(threads, workers),
+    };
+    superstep(g.len(), workers, |t| {
         let (y0, y1, x0, x1) = g.tile(t);
-        let out = eval_region(
-            net,
-            &plan,
-            backend,
-            input,
-            stats,
-            last,
-            (y0, y1),
-            (x0, x1),
-            inner,
-        )?;
-        sink.put(y0, x0, &out);
+        let out = pass.eval_region(last, (y0, y1), (x0, x1))?;
+        sink.put(y0, x0, &backend.download(out)?);
         Ok(())
     })?;
     Ok(())
@@ -210,9 +211,9 @@ pub fn downsample(input: &dyn Input, factor: usize) -> Result<Tensor> {
 /// Normalisation via sampling: statistics from the input downsampled `factor` times (computed with the
 /// exact BSP engine on that smaller image, so memory stays bounded too), then one pass per tile.
 #[allow(clippy::too_many_arguments)]
-pub fn run_sampled(
+pub fn run_sampled<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     factor: usize,
@@ -220,7 +221,7 @@ pub fn run_sampled(
     budget: &Budget,
     sink: &OutputSink,
 ) -> Result<RunInfo> {
-    prepare(net, input, grid, None)?;
+    prepare(net, input, grid)?;
     let stats = if factor <= 1 {
         // Factor 1: the statistics of the image itself (exact, a check of the one-pass machinery).
         run_recompute_stats(net, backend, input, grid, threads)?
@@ -241,35 +242,35 @@ pub fn run_sampled(
 }
 
 /// Exact statistics in bounded memory: a recomputing pass over all tiles per normalising stage.
-pub fn run_recompute_stats(
+pub fn run_recompute_stats<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     threads: usize,
 ) -> Result<NetStats> {
-    let (plan, grids) = prepare(net, input, grid, None)?;
+    let (plan, grids) = prepare(net, input, grid)?;
+    let weights = load_weights(backend, net)?;
     let mut stats: NetStats = vec![None; net.stages.len()];
     for (i, s) in net.stages.iter().enumerate() {
         if s.norm.is_none() {
             continue;
         }
         let g = &grids[i];
-        let inner = inner_threads(threads, g.len());
-        let local: Vec<Vec<ChannelStats>> = superstep(g.len(), threads, |t| {
+        let workers = backend.concurrency(threads).min(g.len());
+        let pass = Pass {
+            net,
+            plan: &plan,
+            backend,
+            weights: &weights,
+            input,
+            stats: &stats,
+            threads: inner_threads(threads, workers),
+        };
+        let local: Vec<Vec<ChannelStats>> = superstep(g.len(), workers, |t| {
             let (y0, y1, x0, x1) = g.tile(t);
-            let raw = eval_region(
-                net,
-                &plan,
-                backend,
-                input,
-                &stats,
-                i,
-                (y0, y1),
-                (x0, x1),
-                inner,
-            )?;
-            Ok(backend.channel_stats(&raw))
+            let raw = pass.eval_region(i, (y0, y1), (x0, x1))?;
+            backend.channel_stats(&raw)
         })?;
         stats[i] = Some(merge_all(&local));
     }
@@ -277,9 +278,9 @@ pub fn run_recompute_stats(
 }
 
 /// Exact output without storing any activation: [`run_recompute_stats`], then one pass per tile.
-pub fn run_recompute(
+pub fn run_recompute<B: Backend>(
     net: &Net,
-    backend: &dyn Backend,
+    backend: &B,
     input: &dyn Input,
     grid: &Grid,
     threads: usize,

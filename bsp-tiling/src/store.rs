@@ -128,6 +128,9 @@ impl Layer {
                 dir: budget.spill_dir.clone(),
                 source,
             };
+            // An anonymous temporary (unlinked at creation, gone with the process however it ends):
+            // `tempfile` rather than `stdx::fs`, whose files are durable outputs (AtomicFile: a
+            // temporary name renamed into place) — the opposite of what a spill file needs.
             let file = tempfile::tempfile_in(&budget.spill_dir).map_err(spill)?;
             let mut offsets = vec![];
             let mut off = 0u64;

@@ -90,6 +90,65 @@ fn model_files() {
     assert!(matches!(missing, Err(Error::Io { .. })));
 }
 
+/// One clean line: no newline, no Debug rendering of options, structs or quoted strings.
+fn clean(e: &Error) -> String {
+    let m = e.to_string();
+    assert!(!m.contains('\n'), "{m}");
+    for debug in ["Some(", "None", " { ", "\\\"", "Os {", "kind:"] {
+        assert!(!m.contains(debug), "Debug text `{debug}` in: {m}");
+    }
+    m
+}
+
+#[test]
+fn shape_errors_state_the_shape_the_tensor_should_have() {
+    // A flattened conv1 weight: the widths come from the biases, so the expected shape is conv1's own.
+    // (A scalar, shape [], once indexed its first dimension.)
+    for bad in [vec![1944], vec![8, 243], vec![1944, 1, 1, 1], vec![]] {
+        let e = load(&edited(|m| {
+            let t = m.get_mut("conv1.conv2d.weight").unwrap();
+            t.2.truncate(4 * bad.iter().product::<usize>());
+            t.1 = bad.clone();
+        }))
+        .unwrap_err();
+        let msg = clean(&e);
+        assert!(
+            matches!(&e, Error::BadShape { key, expected, .. } if key == "conv1.conv2d.weight" && expected == &[8, 3, 9, 9]),
+            "{bad:?}: {msg}"
+        );
+        assert!(
+            msg.contains("model.safetensors")
+                && msg.contains("expected [8, 3, 9, 9]")
+                && msg.contains("`conv1.conv2d.weight`"),
+            "{msg}"
+        );
+    }
+    // A mis-shaped bias with a good weight: the weight says the width.
+    let e = load(&edited(|m| {
+        m.get_mut("conv2.conv2d.bias").unwrap().1 = vec![4, 4];
+    }))
+    .unwrap_err();
+    let msg = clean(&e);
+    assert!(
+        msg.contains("`conv2.conv2d.bias` has shape [4, 4], expected [16]"),
+        "{msg}"
+    );
+    // Nothing states conv3's width: a format error naming the three tensors.
+    let e = load(&edited(|m| {
+        for k in ["conv3.conv2d.bias", "in3.weight", "conv3.conv2d.weight"] {
+            let t = m.get_mut(k).unwrap();
+            t.2.truncate(16);
+            t.1 = vec![2, 2];
+        }
+    }))
+    .unwrap_err();
+    let msg = clean(&e);
+    assert!(
+        matches!(e, Error::Format { .. }) && msg.contains("width of conv3"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn arbitrary_bytes_never_panic() {
     let good = edited(|_| {});
@@ -114,20 +173,26 @@ fn arbitrary_bytes_never_panic() {
 fn tiles_images_and_budgets() {
     let net = Net::random_transformer(Widths(4, 4, 4), 2, PaddingMode::Reflect);
     let x = noise_image(3, 30, 30, 1);
-    // tile smaller than the halo
-    assert!(matches!(
-        grid_for(&net, 30, 30, 2),
-        Err(Error::TileSmallerThanHalo { .. })
-    ));
+    // tile smaller than the halo: the message names the layer whose halo it is
+    let e = grid_for(&net, 30, 30, 2).unwrap_err();
+    let msg = clean(&e);
+    assert!(
+        matches!(&e, Error::TileSmallerThanHalo { layer, halo: 4, min: 4, .. } if layer == "conv1"),
+        "{msg}"
+    );
+    assert_eq!(
+        msg,
+        "tile size 2 is smaller than the halo of layer conv1 (4 input pixels); use tiles of at least 4"
+    );
     let g = Grid::from_borders(vec![0, 28, 30], vec![0, 30], 4).unwrap();
     let sink = OutputSink::f32(3, 32, 32);
     let e = run_exact(&net, &CpuBackend, &x, &g, 1, &Budget::default(), &sink).unwrap_err();
     assert!(matches!(e, Error::TileSmallerThanHalo { .. }), "{e}");
+    assert!(clean(&e).contains("of layer "), "{e}");
     // tile borders off the stride
-    assert!(matches!(
-        Grid::from_borders(vec![0, 6, 30], vec![0, 30], 4),
-        Err(Error::Grid(_))
-    ));
+    let e = Grid::from_borders(vec![0, 6, 30], vec![0, 30], 4).unwrap_err();
+    assert!(matches!(e, Error::Grid(_)));
+    assert!(clean(&e).contains("borders 0, 6, 30 must rise"), "{e}");
     assert!(matches!(grid_for(&net, 30, 30, 10), Err(Error::Grid(_))));
     // zero-sized and too small images
     let empty = Rgb8 {

@@ -168,7 +168,7 @@ fn sampling_at_half_resolution_is_approximate() {
     let sink = OutputSink::f32(want.c, want.h, want.w);
     run_sampled(&net, &CpuBackend, &img, &g, 2, 2, &Budget::default(), &sink).unwrap();
     let e = bsp_tiling::metrics::compare(&sink.finish().into_tensor(), &want);
-    // Not exact: statistics of a half-size image differ (the NumPy check: ~18/255 mean error).
+    // Not exact: statistics of a half-size image differ (a NumPy reimplementation gave ~18/255 mean error).
     assert!(e.mean_abs > 1.0, "{e:?}");
     assert!(e.psnr_db > 8.0 && e.psnr_db < 40.0, "{e:?}");
 }

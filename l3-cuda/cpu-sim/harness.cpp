@@ -1,8 +1,12 @@
 // Runs one launch of src/kernel.cu on the CPU: `harness LAUNCH_IN OUT_FILE`.
 // LAUNCH_IN (written by l3-cuda's tests from the real host plan, little-endian):
-//   u32 kind (0 = u8, 1 = f32, 2 = f16), u32 grid, u32 block, u32 dyn_smem, u32 stage_cap, u32 n_descs,
-//   u64 len + data bytes, u64 len + descriptor bytes, u64 len + scale/bias f32 bytes, u64 output bytes.
-// OUT_FILE: u32 err, then the output bytes. Output starts filled with 0xA5 so unwritten elements show.
+//   u32 mode (0 = whole images: l3_decode_*, 1 = samples: l3_samples_*), u32 kind (0 = u8, 1 = f32,
+//   2 = f16), u32 grid, u32 block, u32 dyn_smem, u32 stage_cap, u32 n_descs, u32 n_fills, u32 width,
+//   u32 height, u32 nchw (the last four: sample launches only),
+//   u64 len + data bytes, u64 len + descriptor bytes, u64 len + padding-table bytes,
+//   u64 len + scale/bias f32 bytes, u64 output bytes.
+// OUT_FILE: u32 err, then the output bytes. Output starts filled with FILL_BYTE (optional third argument,
+// default 0xA5) so unwritten elements show.
 #include "shim.h"
 #include "../src/kernel.cu"
 
@@ -10,6 +14,11 @@
 #include <cstdlib>
 #include <thread>
 #include <vector>
+
+// The tables the tests write must match the kernel's structs byte for byte.
+static_assert(sizeof(PatchDesc) == 40, "PatchDesc: 40 bytes, as src/plan.rs writes it");
+static_assert(sizeof(SampleDesc) == 48, "SampleDesc: 48 bytes, as src/sample.rs writes it");
+static_assert(sizeof(FillDesc) == 32, "FillDesc: 32 bytes, as src/sample.rs writes it");
 
 thread_local dim3 threadIdx;
 thread_local dim3 blockIdx;
@@ -49,22 +58,28 @@ struct Reader {
 };
 
 int main(int argc, char** argv) {
-    if (argc != 3) { fprintf(stderr, "usage: harness LAUNCH_IN OUT_FILE\n"); return 2; }
+    if (argc != 3 && argc != 4) { fprintf(stderr, "usage: harness LAUNCH_IN OUT_FILE [FILL_BYTE]\n"); return 2; }
+    int fill_byte = argc == 4 ? atoi(argv[3]) : 0xA5;
     std::vector<u8> in = read_file(argv[1]);
     Reader r{in};
-    u32 kind = r.get<u32>(), grid = r.get<u32>(), block = r.get<u32>(), smem = r.get<u32>();
-    u32 stage_cap = r.get<u32>(), n_descs = r.get<u32>();
+    u32 mode = r.get<u32>(), kind = r.get<u32>(), grid = r.get<u32>(), block = r.get<u32>();
+    u32 smem = r.get<u32>(), stage_cap = r.get<u32>(), n_descs = r.get<u32>(), n_fills = r.get<u32>();
+    u32 width = r.get<u32>(), height = r.get<u32>(), nchw = r.get<u32>();
     // Exact-size heap copies so AddressSanitizer flags any read or write one byte outside.
-    std::vector<u8> data_v = r.blob(), desc_v = r.blob(), sb_v = r.blob();
+    std::vector<u8> data_v = r.blob(), desc_v = r.blob(), fill_v = r.blob(), sb_v = r.blob();
     u64 out_bytes = r.get<u64>();
-    u8* data = (u8*)malloc(data_v.size() ? data_v.size() : 1);
-    memcpy(data, data_v.data(), data_v.size());
-    PatchDesc* descs = (PatchDesc*)malloc(desc_v.size() ? desc_v.size() : 1);
-    memcpy(descs, desc_v.data(), desc_v.size());
-    float* sb = (float*)malloc(sb_v.size() ? sb_v.size() : 4);
-    memcpy(sb, sb_v.data(), sb_v.size());
+    // memcpy from an empty vector's data() (null) is undefined even for 0 bytes: copy only what there is.
+    auto copy = [](const std::vector<u8>& v) {
+        void* p = malloc(v.empty() ? 1 : v.size());
+        if (!v.empty()) memcpy(p, v.data(), v.size());
+        return p;
+    };
+    u8* data = (u8*)copy(data_v);
+    void* descs = copy(desc_v);
+    FillDesc* fills = (FillDesc*)copy(fill_v);
+    float* sb = (float*)copy(sb_v);
     u8* out = (u8*)malloc(out_bytes ? out_bytes : 1);
-    memset(out, 0xA5, out_bytes);
+    memset(out, fill_byte, out_bytes);
     l3_sim_dyn_smem = (u8*)malloc(smem ? smem : 1);
     u32 err = 0xffffffffu;
 
@@ -77,10 +92,29 @@ int main(int argc, char** argv) {
             threadIdx.x = t;
             for (u32 b = 0; b < grid; b++) {
                 blockIdx.x = b;
-                switch (kind) {
-                case 0: l3_decode_u8(data, descs, n_descs, out, sb, &err, stage_cap); break;
-                case 1: l3_decode_f32(data, descs, n_descs, (float*)out, sb, &err, stage_cap); break;
-                default: l3_decode_f16(data, descs, n_descs, (u16*)out, sb, &err, stage_cap); break;
+                if (mode == 0) {
+                    const PatchDesc* d = (const PatchDesc*)descs;
+                    switch (kind) {
+                    case 0: l3_decode_u8(data, d, n_descs, out, sb, &err, stage_cap); break;
+                    case 1: l3_decode_f32(data, d, n_descs, (float*)out, sb, &err, stage_cap); break;
+                    default: l3_decode_f16(data, d, n_descs, (u16*)out, sb, &err, stage_cap); break;
+                    }
+                } else {
+                    const SampleDesc* d = (const SampleDesc*)descs;
+                    switch (kind) {
+                    case 0:
+                        l3_samples_u8(data, d, n_descs, fills, n_fills, out, sb, &err, stage_cap, width,
+                                      height, nchw);
+                        break;
+                    case 1:
+                        l3_samples_f32(data, d, n_descs, fills, n_fills, (float*)out, sb, &err, stage_cap,
+                                       width, height, nchw);
+                        break;
+                    default:
+                        l3_samples_f16(data, d, n_descs, fills, n_fills, (u16*)out, sb, &err, stage_cap,
+                                       width, height, nchw);
+                        break;
+                    }
                 }
                 // Block boundary: the next block reuses the static "shared" memory.
                 l3_sim_barrier.arrive_and_wait();
@@ -94,6 +128,6 @@ int main(int argc, char** argv) {
     fwrite(&err, 4, 1, f);
     fwrite(out, 1, out_bytes, f);
     fclose(f);
-    free(data); free(descs); free(sb); free(out); free(l3_sim_dyn_smem);
+    free(data); free(descs); free(fills); free(sb); free(out); free(l3_sim_dyn_smem);
     return 0;
 }

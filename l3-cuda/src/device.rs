@@ -2,13 +2,15 @@
 //! double buffering, and the single launch that decodes a whole batch.
 
 use crate::error::Error;
-use crate::plan::{BatchPlan, DecodeOptions, ImageSlot, Layout};
+use crate::plan::{BatchPlan, DecodeOptions, ImageSlot};
+use crate::sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo, Window};
+use crate::tensor::DType;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
     LaunchConfig, PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The CUDA C source of the decoder, embedded in the crate.
@@ -73,11 +75,38 @@ pub(crate) fn compile_for_arch(arch: &str) -> Result<Ptx, Error> {
     })
 }
 
-struct Kernels {
-    u8: CudaFunction,
-    f32: CudaFunction,
-    f16: CudaFunction,
+/// The decode kernels of one element type: whole images and samples.
+struct KernelPair {
+    images: CudaFunction,
+    samples: CudaFunction,
 }
+
+struct Kernels {
+    u8: KernelPair,
+    f32: KernelPair,
+    f16: KernelPair,
+}
+
+impl Kernels {
+    fn for_dtype(&self, dtype: DType) -> &KernelPair {
+        match dtype {
+            DType::U8 => &self.u8,
+            DType::F32 => &self.f32,
+            DType::F16 => &self.f16,
+        }
+    }
+}
+
+/// The entry points of kernel.cu, as the NVRTC test checks them.
+#[cfg(test)]
+pub(crate) const KERNEL_NAMES: [&str; 6] = [
+    "l3_decode_u8",
+    "l3_decode_f32",
+    "l3_decode_f16",
+    "l3_samples_u8",
+    "l3_samples_f32",
+    "l3_samples_f16",
+];
 
 /// One half of the double buffer: pinned host staging and the device input it is copied to.
 struct Slot {
@@ -96,19 +125,83 @@ pub enum DeviceOutput {
     F16(CudaSlice<u16>),
 }
 
-/// A batch whose decode has been queued. Its output is valid once [`ready`](Self::ready) has completed:
-/// make a compute stream wait on it (`stream.wait(batch.ready())`), or call [`wait`](Self::wait).
+impl DeviceOutput {
+    /// The allocation's address (no synchronisation: the caller orders its use after `ready`).
+    fn ptr(&self) -> sys::CUdeviceptr {
+        fn ptr<T>(s: &CudaSlice<T>) -> sys::CUdeviceptr {
+            let (ptr, _record) = s.device_ptr(s.stream());
+            ptr
+        }
+        match self {
+            DeviceOutput::U8(s) => ptr(s),
+            DeviceOutput::F32(s) => ptr(s),
+            DeviceOutput::F16(s) => ptr(s),
+        }
+    }
+
+    fn num_bytes(&self) -> usize {
+        match self {
+            DeviceOutput::U8(s) => s.num_bytes(),
+            DeviceOutput::F32(s) => s.num_bytes(),
+            DeviceOutput::F16(s) => s.num_bytes(),
+        }
+    }
+
+    fn context(&self) -> &Arc<CudaContext> {
+        match self {
+            DeviceOutput::U8(s) => s.context(),
+            DeviceOutput::F32(s) => s.context(),
+            DeviceOutput::F16(s) => s.context(),
+        }
+    }
+
+    /// Gives up ownership of the allocation (the caller frees it).
+    fn leak(self) -> sys::CUdeviceptr {
+        match self {
+            DeviceOutput::U8(s) => s.leak(),
+            DeviceOutput::F32(s) => s.leak(),
+            DeviceOutput::F16(s) => s.leak(),
+        }
+    }
+}
+
+/// The plan a batch was launched from: what maps the kernel's error word back to a batch index.
+#[derive(Debug, Clone)]
+enum Origin {
+    Images(Arc<BatchPlan>),
+    Samples(Arc<SamplePlan>),
+}
+
+impl Origin {
+    fn kernel_error(&self, err: u32) -> Result<(), Error> {
+        match self {
+            Origin::Images(p) => p.kernel_error(err),
+            Origin::Samples(p) => p.kernel_error(err),
+        }
+    }
+}
+
+/// A batch whose decode has been queued, in device memory. Its output is valid once
+/// [`ready`](Self::ready) has completed: make a compute stream wait on it (`stream.wait(batch.ready())`,
+/// or [`wait_in`](Self::wait_in) for a stream of another library), or call [`wait`](Self::wait), which
+/// also reports a patch the kernel found corrupt.
+///
+/// For a DLPack export: [`device_ptr`](Self::device_ptr), [`tensor`](Self::tensor) (shape, strides,
+/// element type), [`device_ordinal`](Self::device_ordinal); the consumer's stream waits with
+/// [`wait_in`](Self::wait_in), and the deleter hands the memory back with [`free_after`](Self::free_after).
 #[derive(Debug)]
 pub struct DecodedBatch {
     output: DeviceOutput,
     images: Vec<ImageSlot>,
+    tensor: Option<TensorInfo>,
     err: CudaSlice<u32>,
     ready: CudaEvent,
-    plan: Arc<BatchPlan>,
+    origin: Origin,
 }
 
 impl DecodedBatch {
-    /// Where each image lies in [`output`](Self::output), in batch order.
+    /// Where each image (or sample) lies in [`output`](Self::output), in batch order. A sample batch's
+    /// slots are its samples: `width`×`height`×3 each, back to back.
     pub fn images(&self) -> &[ImageSlot] {
         &self.images
     }
@@ -123,6 +216,78 @@ impl DecodedBatch {
         &self.ready
     }
 
+    /// The batch as one dense tensor: always for a sample batch, for a whole-image batch only when every
+    /// image has the same size and channel count (else `None`: use [`images`](Self::images)).
+    pub fn tensor(&self) -> Option<TensorInfo> {
+        self.tensor
+    }
+
+    /// The output's device address (`CUdeviceptr`), valid while this batch (or, after
+    /// [`free_after`](Self::free_after), until the stream passed there frees it) lives. Reading it before
+    /// [`ready`](Self::ready) completed reads unfinished output.
+    pub fn device_ptr(&self) -> u64 {
+        self.output.ptr()
+    }
+
+    /// Bytes of output.
+    pub fn byte_len(&self) -> usize {
+        self.output.num_bytes()
+    }
+
+    /// The CUDA device the output lives on (DLPack's `device_id`).
+    pub fn device_ordinal(&self) -> usize {
+        self.output.context().ordinal()
+    }
+
+    /// Makes `stream` (any stream of this device's primary context or of the decoder's context, e.g. a
+    /// PyTorch stream's `cuda_stream` handle) wait for the decode, without blocking the host: what DLPack's
+    /// `__dlpack__(stream=...)` asks of a producer.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream handle (or null for the legacy default stream) of the context this
+    /// batch was decoded in.
+    pub unsafe fn wait_in(&self, stream: sys::CUstream) -> Result<(), Error> {
+        self.output
+            .context()
+            .bind_to_thread()
+            .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
+        // SAFETY: the event is alive (owned by self); the caller vouches for the stream.
+        unsafe {
+            result::stream::wait_event(
+                stream,
+                self.ready.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| Error::driver("cuStreamWaitEvent", e))
+    }
+
+    /// Frees the output in `stream`'s order, after the work queued there so far (and after the decode):
+    /// a DLPack deleter, called when the consumer drops the tensor while its last kernels may still be
+    /// queued on its stream. The rest of the batch (error word, event) is released at once.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream handle of the context this batch was decoded in, and nothing may
+    /// use [`device_ptr`](Self::device_ptr) after work queued on `stream` from now on.
+    pub unsafe fn free_after(self, stream: sys::CUstream) -> Result<(), Error> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.wait_in(stream)? };
+        let ctx = self.output.context().clone();
+        let ptr = self.output.leak();
+        if ctx.has_async_alloc() {
+            // SAFETY: `ptr` is a live allocation nobody else frees (leaked above); freed in stream order.
+            unsafe { result::free_async(ptr, stream) }
+                .map_err(|e| Error::driver("cuMemFreeAsync", e))
+        } else {
+            // SAFETY: as above; the stream has finished every use when it is synchronised.
+            unsafe {
+                result::stream::synchronize(stream)
+                    .map_err(|e| Error::driver("cuStreamSynchronize", e))?;
+                result::free_sync(ptr).map_err(|e| Error::driver("cuMemFree", e))
+            }
+        }
+    }
+
     /// Blocks until the decode finished and reports a patch the kernel found corrupt
     /// ([`Error::CorruptRows`], naming the image's batch index).
     pub fn wait(&self) -> Result<(), Error> {
@@ -133,7 +298,7 @@ impl DecodedBatch {
         let err = stream
             .clone_dtoh(&self.err)
             .map_err(|e| Error::driver("cuMemcpyDtoH", e))?;
-        self.plan.kernel_error(err[0])
+        self.origin.kernel_error(err[0])
     }
 
     /// Waits, then copies the output to the host as raw bytes (native-endian elements): for tests and tools.
@@ -163,34 +328,69 @@ impl DecodedBatch {
 /// A batch whose compressed bytes (and patch table) already live in device memory: decoding it measures
 /// the kernel alone, and a dataset small enough to stay resident can be decoded epoch after epoch.
 pub struct ResidentBatch {
-    plan: Arc<BatchPlan>,
+    origin: Origin,
     input: CudaSlice<u8>,
     offsets: InputOffsets,
 }
 
 impl ResidentBatch {
-    pub fn plan(&self) -> &BatchPlan {
-        &self.plan
+    /// The plan of a whole-image batch ([`BatchDecoder::upload`]); `None` for a sample batch.
+    pub fn plan(&self) -> Option<&BatchPlan> {
+        match &self.origin {
+            Origin::Images(p) => Some(p),
+            Origin::Samples(_) => None,
+        }
+    }
+
+    /// The plan of a sample batch ([`BatchDecoder::upload_samples`]); `None` for a whole-image batch.
+    pub fn sample_plan(&self) -> Option<&SamplePlan> {
+        match &self.origin {
+            Origin::Samples(p) => Some(p),
+            Origin::Images(_) => None,
+        }
+    }
+
+    /// Bytes of device input (patch data and tables).
+    pub fn input_len(&self) -> usize {
+        self.offsets.total
     }
 }
 
-/// Where the descriptor table, the scale/bias table and the end lie in the packed device input.
+/// Where the descriptor table, the padding table, the scale/bias table and the end lie in the packed
+/// device input (patch data first, from offset 0).
 #[derive(Debug, Clone, Copy)]
 struct InputOffsets {
+    data_len: usize,
     descs: usize,
+    fills: usize,
     scale_bias: usize,
     total: usize,
 }
 
 impl InputOffsets {
-    fn of(plan: &BatchPlan) -> Self {
-        let descs = plan.data_len.next_multiple_of(16);
-        let scale_bias = descs + plan.descs.len() * crate::plan::DESC_BYTES;
+    fn new(data_len: usize, desc_bytes: usize, fill_bytes: usize) -> Self {
+        let descs = data_len.next_multiple_of(16);
+        let fills = descs + desc_bytes;
+        let scale_bias = fills + fill_bytes;
         InputOffsets {
+            data_len,
             descs,
+            fills,
             scale_bias,
             total: scale_bias + 8 * 4,
         }
+    }
+
+    fn of(plan: &BatchPlan) -> Self {
+        Self::new(plan.data_len, plan.descs.len() * crate::plan::DESC_BYTES, 0)
+    }
+
+    fn of_samples(plan: &SamplePlan) -> Self {
+        Self::new(
+            plan.data_len,
+            plan.descs.len() * crate::sample::SAMPLE_DESC_BYTES,
+            plan.fills.len() * crate::sample::FILL_DESC_BYTES,
+        )
     }
 }
 
@@ -198,15 +398,41 @@ impl InputOffsets {
 fn pack_input(plan: &BatchPlan, images: &[&[u8]], off: InputOffsets, dst: &mut [u8]) {
     plan.pack_into(images, &mut dst[..plan.data_len]);
     dst[plan.data_len..off.descs].fill(0);
-    pack_tables(plan, off, &mut dst[off.descs..]);
+    pack_tables(
+        &plan.descriptor_bytes(),
+        &[],
+        &plan.scale_bias,
+        off,
+        &mut dst[off.descs..],
+    );
+}
+
+/// The whole device input of a sample batch.
+fn pack_sample_input(
+    plan: &SamplePlan,
+    sources: &[SampleSource<'_>],
+    off: InputOffsets,
+    dst: &mut [u8],
+) -> Result<(), Error> {
+    plan.pack_into(sources, &mut dst[..plan.data_len])?;
+    dst[plan.data_len..off.descs].fill(0);
+    pack_tables(
+        &plan.descriptor_bytes(),
+        &plan.fill_bytes(),
+        &plan.scale_bias,
+        off,
+        &mut dst[off.descs..],
+    );
+    Ok(())
 }
 
 /// The tables alone, `[off.descs, off.total)`, into `dst` (which starts at off.descs).
-fn pack_tables(plan: &BatchPlan, off: InputOffsets, dst: &mut [u8]) {
-    let sb = off.scale_bias - off.descs;
-    dst[..sb].copy_from_slice(&plan.descriptor_bytes());
-    for (i, v) in plan.scale_bias.iter().enumerate() {
-        dst[sb + 4 * i..sb + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+fn pack_tables(descs: &[u8], fills: &[u8], sb: &[f32; 8], off: InputOffsets, dst: &mut [u8]) {
+    let (f, s) = (off.fills - off.descs, off.scale_bias - off.descs);
+    dst[..f].copy_from_slice(descs);
+    dst[f..s].copy_from_slice(fills);
+    for (i, v) in sb.iter().enumerate() {
+        dst[s + 4 * i..s + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
 }
 
@@ -334,8 +560,11 @@ impl PinnedBatch {
 ///
 /// Copies run on their own stream from pinned staging buffers; decodes run on a stream whose priority is
 /// the lowest the device offers (below the caller's compute stream when that was created with a higher
-/// priority, e.g. by [`high_priority_stream`](Self::high_priority_stream)). Two staging slots alternate,
-/// so batch i+1 is packed and copied while batch i decodes.
+/// priority, e.g. by [`high_priority_stream`](Self::high_priority_stream)). Two pinned staging slots
+/// alternate and are reused (grown, never shrunk) from batch to batch, so batch i+1 is packed and copied
+/// while batch i decodes; at most [`max_in_flight`](Self::max_in_flight) submitted batches are queued
+/// and not yet decoded (a submit beyond that waits for the oldest), which bounds device memory and queue
+/// depth whatever pace the caller submits at.
 pub struct BatchDecoder {
     ctx: Arc<CudaContext>,
     copy_stream: Arc<CudaStream>,
@@ -343,10 +572,20 @@ pub struct BatchDecoder {
     kernels: Kernels,
     slots: [Slot; 2],
     next: usize,
+    /// Completion events of submitted batches, oldest first.
+    in_flight: VecDeque<CudaEvent>,
+    max_in_flight: usize,
 }
 
+/// Default bound on batches submitted and not yet decoded: one decoding while the next is copied.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 2;
+
 impl BatchDecoder {
-    /// A decoder on device `ordinal` (its primary context).
+    /// A decoder on device `ordinal` (its primary context, the one PyTorch, JAX and CuPy use), with the
+    /// kernels compiled and loaded. This is the availability check: without a usable GPU it fails with
+    /// the reason, never a panic: [`Error::NoDriver`] (no libcuda), [`Error::NoDevice`] (no such ordinal),
+    /// [`Error::NoNvrtc`] (no libnvrtc), [`Error::Compile`] (NVRTC rejected the kernels for this
+    /// device), [`Error::Driver`] (a driver call failed: context creation, module load, streams).
     pub fn new(ordinal: usize) -> Result<Self, Error> {
         let count = device_count()?;
         if ordinal >= count {
@@ -382,10 +621,16 @@ impl BatchDecoder {
                 .load_function(name)
                 .map_err(|e| Error::driver("cuModuleGetFunction", e))
         };
+        let pair = |images, samples| -> Result<KernelPair, Error> {
+            Ok(KernelPair {
+                images: load(images)?,
+                samples: load(samples)?,
+            })
+        };
         let kernels = Kernels {
-            u8: load("l3_decode_u8")?,
-            f32: load("l3_decode_f32")?,
-            f16: load("l3_decode_f16")?,
+            u8: pair("l3_decode_u8", "l3_samples_u8")?,
+            f32: pair("l3_decode_f32", "l3_samples_f32")?,
+            f16: pair("l3_decode_f16", "l3_samples_f16")?,
         };
         ctx.bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
@@ -416,6 +661,8 @@ impl BatchDecoder {
             decode_stream,
             kernels,
             next: 0,
+            in_flight: VecDeque::new(),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         })
     }
 
@@ -423,9 +670,25 @@ impl BatchDecoder {
         &self.ctx
     }
 
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
     /// The stream decodes run on (the lowest priority unless the caller handed in its own).
     pub fn decode_stream(&self) -> &Arc<CudaStream> {
         &self.decode_stream
+    }
+
+    /// The most batches submitted and not yet decoded before a submit waits
+    /// ([`DEFAULT_MAX_IN_FLIGHT`] unless changed).
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).
+    pub fn set_max_in_flight(&mut self, n: usize) {
+        self.max_in_flight = n.max(1);
     }
 
     /// A new stream at the device's highest priority, for the caller's compute work, so decoding the next
@@ -462,7 +725,52 @@ impl BatchDecoder {
         }
         let off = InputOffsets::of(&plan);
         let p = plan.clone();
-        self.copy_and_launch(plan, off, 0, |dst| pack_input(&p, images, off, dst), None)
+        let slot = self.stage(
+            off,
+            0,
+            |dst| {
+                pack_input(&p, images, off, dst);
+                Ok(())
+            },
+            None,
+        )?;
+        let input = self.slots[slot].input.as_ref().expect("staged above");
+        let batch = launch(&self.kernels, &self.decode_stream, plan, input, off)?;
+        self.track(batch)
+    }
+
+    /// Decodes one fixed-size sample per image into ONE device tensor, `[n, height, width, 3]` (NHWC)
+    /// or `[n, 3, height, width]` (NCHW) of `u8`, `f16` or `f32`, normalisation fused: sample `i` is
+    /// window `windows[i]` of `sources[i]`, padding around it (see [`Window`] and [`SampleOptions`]).
+    /// Only the patches under each window are copied and decoded. Validates and plans on the host first
+    /// (see [`SamplePlan::new`] for the errors, all before any GPU work), then queues copy and decode and
+    /// returns at once; [`DecodedBatch::wait`] reports a patch the kernel found corrupt.
+    pub fn submit_samples(
+        &mut self,
+        sources: &[SampleSource<'_>],
+        windows: &[Window],
+        opts: &SampleOptions,
+    ) -> Result<DecodedBatch, Error> {
+        let plan = SamplePlan::new(sources, windows, opts)?;
+        self.submit_sample_plan(Arc::new(plan), sources)
+    }
+
+    /// Like [`submit_samples`](Self::submit_samples) with a plan built beforehand (e.g. on a loader
+    /// thread) from `sources`; [`Error::PlanMismatch`] if `sources` are not the ones it was built from.
+    pub fn submit_sample_plan(
+        &mut self,
+        plan: Arc<SamplePlan>,
+        sources: &[SampleSource<'_>],
+    ) -> Result<DecodedBatch, Error> {
+        if !plan.built_from(sources) {
+            return Err(Error::PlanMismatch);
+        }
+        let off = InputOffsets::of_samples(&plan);
+        let p = plan.clone();
+        let slot = self.stage(off, 0, |dst| pack_sample_input(&p, sources, off, dst), None)?;
+        let input = self.slots[slot].input.as_ref().expect("staged above");
+        let batch = launch_samples(&self.kernels, &self.decode_stream, plan, input, off)?;
+        self.track(batch)
     }
 
     /// Decodes the files of a [`PinnedBatch`] straight from its pinned memory: no host copy at all, the
@@ -482,34 +790,61 @@ impl BatchDecoder {
         )?);
         let off = InputOffsets::of(&plan);
         let p = plan.clone();
-        let fill = |dst: &mut [u8]| pack_tables(&p, off, dst);
+        let fill = |dst: &mut [u8]| {
+            pack_tables(&p.descriptor_bytes(), &[], &p.scale_bias, off, dst);
+            Ok(())
+        };
         let host = &batch.host()?[..batch.len];
-        let decoded = self.copy_and_launch(plan, off, off.descs, fill, Some(host))?;
+        let slot = self.stage(off, off.descs, fill, Some(host))?;
         let ev = self
             .copy_stream
             .record_event(None)
             .map_err(|e| Error::driver("cuEventRecord", e))?;
         batch.copied = Some(ev);
-        Ok(decoded)
+        let input = self.slots[slot].input.as_ref().expect("staged above");
+        let decoded = launch(&self.kernels, &self.decode_stream, plan, input, off)?;
+        self.track(decoded)
     }
 
-    /// Fills the next slot's pinned staging with input bytes `[staged_from, off.total)` (by `fill`), copies
-    /// them and `pinned_prefix` (already pinned, to input offset 0) on the copy stream, and launches on the
-    /// decode stream after the copy.
-    fn copy_and_launch(
+    /// Records the batch's completion for the in-flight bound.
+    fn track(&mut self, batch: DecodedBatch) -> Result<DecodedBatch, Error> {
+        let done = self
+            .decode_stream
+            .record_event(None)
+            .map_err(|e| Error::driver("cuEventRecord", e))?;
+        self.in_flight.push_back(done);
+        Ok(batch)
+    }
+
+    /// Waits until fewer than `max_in_flight` submitted batches are still queued or decoding.
+    fn throttle(&mut self) -> Result<(), Error> {
+        while self.in_flight.len() >= self.max_in_flight {
+            if let Some(oldest) = self.in_flight.pop_front() {
+                oldest
+                    .synchronize()
+                    .map_err(|e| Error::driver("cuEventSynchronize", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the in-flight bound, then fills the next slot's pinned staging with input bytes
+    /// `[staged_from, off.total)` (by `fill`), copies them and `pinned_prefix` (already pinned, to input
+    /// offset 0) on the copy stream, and makes the decode stream wait for the copy. Returns the slot,
+    /// whose `input` the launch reads.
+    fn stage(
         &mut self,
-        plan: Arc<BatchPlan>,
         off: InputOffsets,
         staged_from: usize,
-        fill: impl FnOnce(&mut [u8]),
+        fill: impl FnOnce(&mut [u8]) -> Result<(), Error>,
         pinned_prefix: Option<&[u8]>,
-    ) -> Result<DecodedBatch, Error> {
+    ) -> Result<usize, Error> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
+        self.throttle()?;
         let staged_len = off.total - staged_from;
         let slot_index = self.next;
-        self.next ^= 1;
         let ctx = self.ctx.clone();
         let slot = &mut self.slots[slot_index];
         // The host may refill the staging buffer only once the previous copy out of it has finished.
@@ -540,7 +875,9 @@ impl BatchDecoder {
         let host = staging
             .as_mut_slice()
             .map_err(|e| Error::driver("cuEventSynchronize", e))?;
-        fill(&mut host[..staged_len]);
+        // Nothing is queued for this slot until `fill` succeeded, so a failure leaves it reusable.
+        fill(&mut host[..staged_len])?;
+        self.next ^= 1;
         {
             // Waits (through cudarc's event tracking) for the previous decode that read this input.
             let (dst, _record) = input.device_ptr_mut(&self.copy_stream);
@@ -562,9 +899,7 @@ impl BatchDecoder {
         self.decode_stream
             .wait(&slot.copied)
             .map_err(|e| Error::driver("cuStreamWaitEvent", e))?;
-        let slot = &self.slots[slot_index];
-        let input = slot.input.as_ref().expect("ensured above");
-        launch(&self.kernels, &self.decode_stream, plan, input, off)
+        Ok(slot_index)
     }
 
     /// An empty [`PinnedBatch`] with room for `capacity` bytes of files (it grows as needed).
@@ -572,7 +907,7 @@ impl BatchDecoder {
         PinnedBatch::new(self.ctx.clone(), capacity)
     }
 
-    /// Copies a validated batch to device memory once (synchronously), for repeated [`decode_resident`].
+    /// Copies a validated batch to device memory once (synchronously), for repeated [`decode_resident`](Self::decode_resident).
     pub fn upload(
         &mut self,
         images: &[&[u8]],
@@ -582,29 +917,63 @@ impl BatchDecoder {
         let off = InputOffsets::of(&plan);
         let mut host = vec![0u8; off.total];
         pack_input(&plan, images, off, &mut host);
+        self.upload_input(Origin::Images(plan), &host, off)
+    }
+
+    /// Copies a validated sample batch to device memory once (synchronously), for repeated
+    /// [`decode_resident`](Self::decode_resident) (the kernel-speed measurement).
+    pub fn upload_samples(
+        &mut self,
+        sources: &[SampleSource<'_>],
+        windows: &[Window],
+        opts: &SampleOptions,
+    ) -> Result<ResidentBatch, Error> {
+        let plan = Arc::new(SamplePlan::new(sources, windows, opts)?);
+        let off = InputOffsets::of_samples(&plan);
+        let mut host = vec![0u8; off.total];
+        pack_sample_input(&plan, sources, off, &mut host)?;
+        self.upload_input(Origin::Samples(plan), &host, off)
+    }
+
+    fn upload_input(
+        &mut self,
+        origin: Origin,
+        host: &[u8],
+        offsets: InputOffsets,
+    ) -> Result<ResidentBatch, Error> {
         let input = self
             .copy_stream
-            .clone_htod(&host)
+            .clone_htod(host)
             .map_err(|e| Error::driver("cuMemcpyHtoD", e))?;
         self.copy_stream
             .synchronize()
             .map_err(|e| Error::driver("cuStreamSynchronize", e))?;
         Ok(ResidentBatch {
-            plan,
+            origin,
             input,
-            offsets: off,
+            offsets,
         })
     }
 
-    /// Decodes a batch already in device memory: one launch, nothing copied from the host.
+    /// Decodes a batch already in device memory: one launch, nothing copied from the host. Not counted
+    /// against [`max_in_flight`](Self::max_in_flight): a benchmark queues as many as it times.
     pub fn decode_resident(&self, batch: &ResidentBatch) -> Result<DecodedBatch, Error> {
-        launch(
-            &self.kernels,
-            &self.decode_stream,
-            batch.plan.clone(),
-            &batch.input,
-            batch.offsets,
-        )
+        match &batch.origin {
+            Origin::Images(plan) => launch(
+                &self.kernels,
+                &self.decode_stream,
+                plan.clone(),
+                &batch.input,
+                batch.offsets,
+            ),
+            Origin::Samples(plan) => launch_samples(
+                &self.kernels,
+                &self.decode_stream,
+                plan.clone(),
+                &batch.input,
+                batch.offsets,
+            ),
+        }
     }
 
     /// Device-to-device memcpy bandwidth in bytes/s (read + written bytes per second, as a roofline for the
@@ -660,14 +1029,8 @@ impl BatchDecoder {
     }
 }
 
-/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]).
-fn launch(
-    kernels: &Kernels,
-    stream: &Arc<CudaStream>,
-    plan: Arc<BatchPlan>,
-    input: &CudaSlice<u8>,
-    off: InputOffsets,
-) -> Result<DecodedBatch, Error> {
+/// A fresh error word (u32::MAX: no corrupt patch) on `stream`.
+fn error_word(stream: &Arc<CudaStream>) -> Result<CudaSlice<u32>, Error> {
     stream
         .context()
         .bind_to_thread()
@@ -680,46 +1043,61 @@ fn launch(
         // SAFETY: 4 bytes of a live allocation, on its stream.
         unsafe { result::memset_d8_async(ptr, 0xff, 4, stream.cu_stream()) }.map_err(alloc)?;
     }
+    Ok(err)
+}
+
+/// `len` output elements of `T`, allocated in `stream`'s order.
+fn alloc_output<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<CudaSlice<T>, Error> {
+    // SAFETY: the launch that follows writes every element before anything reads it (whole images:
+    // every patch of every image; samples: every window and all padding around it).
+    unsafe { stream.alloc::<T>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
+}
+
+/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]).
+fn launch(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    plan: Arc<BatchPlan>,
+    input: &CudaSlice<u8>,
+    off: InputOffsets,
+) -> Result<DecodedBatch, Error> {
+    let mut err = error_word(stream)?;
     let n = plan.descs.len() as u32;
     let cfg = LaunchConfig {
         grid_dim: (n, 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
-    let data = input.slice(0..plan.data_len.max(1));
-    let descs = input.slice(off.descs..off.scale_bias);
+    let data = input.slice(0..off.data_len.max(1));
+    let descs = input.slice(off.descs..off.fills);
     let sb = input.slice(off.scale_bias..off.total);
     let stage_cap = plan.stage_cap;
-    let args = KernelArgs {
-        data: &data,
-        descs: &descs,
-        n,
-        scale_bias: &sb,
-        stage_cap,
-        cfg,
-    };
-    let output = match plan.layout {
-        Layout::NhwcU8 | Layout::NchwU8 => DeviceOutput::U8(launch_into(
-            stream,
-            &kernels.u8,
-            plan.out_len,
-            &args,
-            &mut err,
-        )?),
-        Layout::NchwF32 => DeviceOutput::F32(launch_into(
-            stream,
-            &kernels.f32,
-            plan.out_len,
-            &args,
-            &mut err,
-        )?),
-        Layout::NchwF16 => DeviceOutput::F16(launch_into(
-            stream,
-            &kernels.f16,
-            plan.out_len,
-            &args,
-            &mut err,
-        )?),
+    let kernel = &kernels.for_dtype(plan.dtype).images;
+    macro_rules! go {
+        ($out:expr) => {{
+            let mut out = $out;
+            let mut b = stream.launch_builder(kernel);
+            b.arg(&data)
+                .arg(&descs)
+                .arg(&n)
+                .arg(&mut out)
+                .arg(&sb)
+                .arg(&mut err)
+                .arg(&stage_cap);
+            // SAFETY: argument order and types match kernel.cu's l3_decode_*; the descriptors were built
+            // by BatchPlan from validated files, so every read stays inside `data` and every write inside
+            // `out`.
+            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            out
+        }};
+    }
+    let output = match plan.dtype {
+        DType::U8 => DeviceOutput::U8(go!(alloc_output::<u8>(stream, plan.out_len)?)),
+        DType::F32 => DeviceOutput::F32(go!(alloc_output::<f32>(stream, plan.out_len)?)),
+        DType::F16 => DeviceOutput::F16(go!(alloc_output::<u16>(stream, plan.out_len)?)),
     };
     let ready = stream
         .record_event(None)
@@ -727,45 +1105,86 @@ fn launch(
     Ok(DecodedBatch {
         output,
         images: plan.images.clone(),
+        tensor: plan.tensor(),
         err,
         ready,
-        plan,
+        origin: Origin::Images(plan),
     })
 }
 
-/// The arguments every decode kernel takes besides its output (see `kernel.cu`).
-struct KernelArgs<'a, 'b> {
-    data: &'a CudaView<'b, u8>,
-    descs: &'a CudaView<'b, u8>,
-    n: u32,
-    scale_bias: &'a CudaView<'b, u8>,
-    stage_cap: u32,
-    cfg: LaunchConfig,
-}
-
-/// Allocates `len` output elements of `T` and queues `kernel` (the u8, f32 or f16 variant) to fill them.
-fn launch_into<T: cudarc::driver::DeviceRepr>(
+/// Queues the one launch decoding every window of a sample batch and padding around them.
+fn launch_samples(
+    kernels: &Kernels,
     stream: &Arc<CudaStream>,
-    kernel: &CudaFunction,
-    len: usize,
-    args: &KernelArgs,
-    err: &mut CudaSlice<u32>,
-) -> Result<CudaSlice<T>, Error> {
-    // SAFETY: the kernel writes every element of the fresh allocation before anything reads it.
-    let mut out =
-        unsafe { stream.alloc::<T>(len) }.map_err(|e| Error::driver("cuMemAllocAsync", e))?;
-    let mut b = stream.launch_builder(kernel);
-    b.arg(args.data)
-        .arg(args.descs)
-        .arg(&args.n)
-        .arg(&mut out)
-        .arg(args.scale_bias)
-        .arg(err)
-        .arg(&args.stage_cap);
-    // SAFETY: argument order and types match kernel.cu's signatures; the descriptors were built by
-    // BatchPlan from validated files, so every read stays inside `data` and every write inside `out`.
-    unsafe { b.launch(args.cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
-    Ok(out)
+    plan: Arc<SamplePlan>,
+    input: &CudaSlice<u8>,
+    off: InputOffsets,
+) -> Result<DecodedBatch, Error> {
+    let mut err = error_word(stream)?;
+    let n_descs = plan.descs.len() as u32;
+    let n_fills = plan.fills.len() as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (n_descs + n_fills, 1, 1),
+        block_dim: (plan.block_dim, 1, 1),
+        shared_mem_bytes: plan.shared_bytes(),
+    };
+    let data = input.slice(0..off.data_len.max(1));
+    let descs = input.slice(off.descs..off.fills.max(off.descs + 1));
+    let fills = input.slice(off.fills..off.scale_bias.max(off.fills + 1));
+    let sb = input.slice(off.scale_bias..off.total);
+    let stage_cap = plan.stage_cap;
+    let (width, height) = plan.sample_size();
+    let nchw = plan.nchw();
+    let kernel = &kernels.for_dtype(plan.tensor.dtype).samples;
+    let len = plan.output_len();
+    macro_rules! go {
+        ($out:expr) => {{
+            let mut out = $out;
+            let mut b = stream.launch_builder(kernel);
+            b.arg(&data)
+                .arg(&descs)
+                .arg(&n_descs)
+                .arg(&fills)
+                .arg(&n_fills)
+                .arg(&mut out)
+                .arg(&sb)
+                .arg(&mut err)
+                .arg(&stage_cap)
+                .arg(&width)
+                .arg(&height)
+                .arg(&nchw);
+            // SAFETY: argument order and types match kernel.cu's l3_samples_*; SamplePlan built every
+            // descriptor from validated sources and windows, so every read stays inside `data` and every
+            // write inside its own sample of `out` (`SamplePlan::descriptors_in_bounds`).
+            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            out
+        }};
+    }
+    let output = match plan.tensor.dtype {
+        DType::U8 => DeviceOutput::U8(go!(alloc_output::<u8>(stream, len)?)),
+        DType::F32 => DeviceOutput::F32(go!(alloc_output::<f32>(stream, len)?)),
+        DType::F16 => DeviceOutput::F16(go!(alloc_output::<u16>(stream, len)?)),
+    };
+    let ready = stream
+        .record_event(None)
+        .map_err(|e| Error::driver("cuEventRecord", e))?;
+    let (w, h) = plan.sample_size();
+    let images = (0..plan.sample_count())
+        .map(|i| ImageSlot {
+            offset: i * plan.sample_len(),
+            width: w,
+            height: h,
+            channels: 3,
+        })
+        .collect();
+    Ok(DecodedBatch {
+        output,
+        images,
+        tensor: Some(plan.tensor()),
+        err,
+        ready,
+        origin: Origin::Samples(plan),
+    })
 }
 
 #[cfg(test)]
@@ -791,7 +1210,7 @@ mod tests {
         ] {
             let ptx = compile_for_arch(arch).unwrap_or_else(|e| panic!("{e}"));
             let src = ptx.to_src();
-            for entry in ["l3_decode_u8", "l3_decode_f32", "l3_decode_f16"] {
+            for entry in KERNEL_NAMES {
                 assert!(
                     src.contains(&format!(".entry {entry}(")),
                     "{arch}: no entry {entry}"

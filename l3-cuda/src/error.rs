@@ -50,9 +50,33 @@ pub enum Error {
     /// Normalisation parameters are unusable (a zero or non-finite std, or a non-finite mean).
     #[error("bad normalisation for channel {channel}: mean {mean}, std {std}")]
     BadNormalize { channel: usize, mean: f32, std: f32 },
-    /// Normalisation was requested with a `u8` layout (it needs `NchwF32` or `NchwF16`).
-    #[error("normalisation needs a float layout (NchwF32 or NchwF16)")]
+    /// Normalisation was requested for `u8` output (it needs `F16` or `F32`).
+    #[error("normalisation needs a float element type (float16 or float32)")]
     NormalizeNeedsFloat,
+    /// Sample `index`'s window does not fit its image (`what` = "image") or the sample ("sample").
+    #[error(
+        "sample {index} of the batch: window {window} does not fit the {what} ({width}x{height})"
+    )]
+    BadWindow {
+        index: usize,
+        window: crate::Window,
+        what: &'static str,
+        width: u32,
+        height: u32,
+    },
+    /// A sample batch needs exactly one window per source.
+    #[error("{sources} sources but {windows} windows: a sample batch needs one window per source")]
+    WindowCount { sources: usize, windows: usize },
+    /// Samples must be at least 1×1.
+    #[error("bad sample size {width}x{height}")]
+    BadSampleSize { width: u32, height: u32 },
+    /// Image `index` is one patch per channel and was given as fragments: the channels' boundaries found
+    /// by walking its rows differ from its offset table (corrupt patch data).
+    #[error("image {index} of the batch: its patch rows do not end where its offset table says")]
+    OffsetTableMismatch { index: usize },
+    /// A layout and element type the kernel does not produce.
+    #[error("unsupported output: {what}")]
+    Unsupported { what: &'static str },
 }
 
 impl Error {

@@ -1,22 +1,34 @@
 //! GPU decoding of L3 batches (l3-eccv22, sections 4.4 and 5) through `cudarc`.
 //!
-//! A batch of L3 files is validated and planned on the host ([`BatchPlan`]), copied once through pinned
-//! staging memory, and decoded by ONE kernel launch: a thread block per (image, channel, patch), rows in
-//! order with the previous row in shared memory, a thread per pixel for base-delta unpacking and the
-//! custom Paeth filter. The output goes straight into device memory as NHWC/NCHW `u8` or NCHW `f32`/`f16`
-//! with per-channel normalisation fused in ([`Layout`], [`Normalize`]).
+//! A batch of L3 files is validated and planned on the host, copied once through pinned staging memory,
+//! and decoded by ONE kernel launch: a thread block per (image, channel, patch), rows in order with the
+//! previous row in shared memory, a thread per pixel for base-delta unpacking and the custom Paeth
+//! filter. The output goes straight into device memory as NHWC or NCHW `u8`, `f16` or `f32` with
+//! per-channel normalisation fused in ([`Layout`], [`DType`], [`Normalize`]: the toolkit's one
+//! batch-tensor vocabulary, which the loader re-exports).
 //!
-//! - [`BatchDecoder`]: streams, NVRTC-compiled kernels, double-buffered submission; [`DecodedBatch`] is
-//!   its result.
-//! - [`BatchPlan`], [`DecodeOptions`], [`ImageSlot`]: the host side, usable (and tested) without a GPU.
-//! - [`Error`]: no driver, no device, no NVRTC, compile and launch failures, corrupt images by batch index.
+//! Two kinds of batch:
+//! - whole images ([`BatchDecoder::submit`], [`BatchPlan`], [`DecodeOptions`], [`ImageSlot`]): every
+//!   image in its own slot of the output, each at its own size;
+//! - training samples ([`BatchDecoder::submit_samples`], [`SamplePlan`], [`SampleOptions`], [`Window`],
+//!   [`SampleSource`]): ONE `[n, h, w, 3]` / `[n, 3, h, w]` tensor, sample i a window of image i (crop or
+//!   padding, mirrored or not, gray copied to RGB, alpha dropped), bit-identical to the CPU loader's
+//!   batches; only the patches under each window are copied and decoded, from whole files or from an
+//!   [`L3Index`] + [`Fragments`] (just the byte ranges read from storage).
+//!
+//! [`DecodedBatch`] is the device-resident result: raw device pointer, [`TensorInfo`] (shape, strides,
+//! type), device ordinal and ready event for a DLPack export or a consumer stream. [`Error`]: no driver,
+//! no device, no NVRTC, compile and launch failures, corrupt images and bad windows by batch index.
 //!
 //! libcuda and libnvrtc are loaded at run time: the crate builds anywhere, and without a GPU every entry
-//! point returns [`Error::NoDriver`] (or [`Error::NoNvrtc`]) instead of panicking.
+//! point returns [`Error::NoDriver`] (or [`Error::NoNvrtc`]) instead of panicking. The host-side plans
+//! need no GPU at all.
 
 mod device;
 mod error;
 mod plan;
+mod sample;
+mod tensor;
 #[cfg(test)]
 extern crate self as l3_cuda;
 #[cfg(test)]
@@ -24,10 +36,14 @@ mod sim_tests;
 
 pub use cudarc;
 pub use device::{
-    BatchDecoder, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch, device_count,
+    BatchDecoder, DEFAULT_MAX_IN_FLIGHT, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch,
+    device_count,
 };
 pub use error::Error;
-pub use plan::{BatchPlan, DecodeOptions, ImageSlot, Layout, Normalize};
+pub use l3_format::{Fragments, L3Index, Rect};
+pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
+pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo, Window};
+pub use tensor::{DType, Layout, Normalize};
 
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
 pub const KERNEL_SOURCE: &str = device::KERNEL_SRC;

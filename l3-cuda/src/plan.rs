@@ -3,58 +3,17 @@
 //! is rejected here, with its batch index, before anything is copied or launched.
 
 use crate::error::Error;
+use crate::sample::TensorInfo;
+use crate::tensor::{DType, Layout, Normalize};
 use l3_format::{L3File, PatchId};
 use std::ops::Range;
-
-/// Element layout and type of the decoded batch in device memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// Interleaved `u8`: image i is `[H][W][C]` at its offset.
-    NhwcU8,
-    /// Planar `u8`: image i is `[C][H][W]` at its offset.
-    NchwU8,
-    /// Planar `f32`, `v * scale + bias` per channel (raw 0..=255 values without [`Normalize`]).
-    NchwF32,
-    /// Planar IEEE binary16 (stored as `u16` bits), same values as [`Layout::NchwF32`] rounded to nearest even.
-    NchwF16,
-}
-
-impl Layout {
-    /// Bytes per output element.
-    pub fn elem_bytes(self) -> usize {
-        match self {
-            Layout::NhwcU8 | Layout::NchwU8 => 1,
-            Layout::NchwF32 => 4,
-            Layout::NchwF16 => 2,
-        }
-    }
-    fn is_float(self) -> bool {
-        matches!(self, Layout::NchwF32 | Layout::NchwF16)
-    }
-}
-
-/// Per-channel normalisation fused into the decode: `out = (v - mean[c]) / std[c]`, with `v` in 0..=255
-/// (pixel units, as DALI's; for torchvision's [0, 1] constants multiply both by 255). Gray images use
-/// channel 0, RGBA uses all four.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Normalize {
-    pub mean: [f32; 4],
-    pub std: [f32; 4],
-}
-
-impl Normalize {
-    /// ImageNet's mean and std, in pixel units (alpha passes through unchanged).
-    pub const IMAGENET: Normalize = Normalize {
-        mean: [0.485 * 255.0, 0.456 * 255.0, 0.406 * 255.0, 0.0],
-        std: [0.229 * 255.0, 0.224 * 255.0, 0.225 * 255.0, 1.0],
-    };
-}
 
 /// How a batch is decoded.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodeOptions {
     pub layout: Layout,
-    /// Only for the float layouts.
+    pub dtype: DType,
+    /// Only for the float types; float batches without it hold pixel / 255.
     pub normalize: Option<Normalize>,
     /// Walk every patch's row headers on the host before the launch, so corrupt row data is rejected with
     /// its batch index before any GPU work. Off by default: the walk costs host time in the hot path, and
@@ -66,7 +25,8 @@ pub struct DecodeOptions {
 impl Default for DecodeOptions {
     fn default() -> Self {
         DecodeOptions {
-            layout: Layout::NchwU8,
+            layout: Layout::Nchw,
+            dtype: DType::U8,
             normalize: None,
             check_rows_on_host: false,
         }
@@ -118,6 +78,7 @@ pub(crate) const STAGE_CAP: u32 = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct BatchPlan {
     pub(crate) layout: Layout,
+    pub(crate) dtype: DType,
     pub(crate) descs: Vec<PatchDesc>,
     /// Per image: the first descriptor and the patches per channel (to name a failing patch).
     pub(crate) first_desc: Vec<(usize, usize)>,
@@ -161,9 +122,10 @@ impl BatchPlan {
         if images.is_empty() {
             return Err(Error::EmptyBatch);
         }
-        let scale_bias = scale_bias(opts)?;
+        let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
         let mut plan = BatchPlan {
             layout: opts.layout,
+            dtype: opts.dtype,
             descs: Vec::new(),
             first_desc: Vec::with_capacity(images.len()),
             images: Vec::with_capacity(images.len()),
@@ -277,12 +239,32 @@ impl BatchPlan {
         self.layout
     }
 
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// True when every image has the same width, height and channels (a dense `[N, ...]` tensor).
     pub fn is_uniform(&self) -> bool {
         let s = &self.images[0];
         self.images
             .iter()
             .all(|i| (i.width, i.height, i.channels) == (s.width, s.height, s.channels))
+    }
+
+    /// The batch as one dense tensor (`[n, h, w, c]` or `[n, c, h, w]`) when every image has the same
+    /// width, height and channels; `None` otherwise.
+    pub fn tensor(&self) -> Option<TensorInfo> {
+        let s = self.images[0];
+        self.is_uniform().then(|| {
+            TensorInfo::dense(
+                self.layout,
+                self.dtype,
+                self.images.len(),
+                s.height as usize,
+                s.width as usize,
+                s.channels as usize,
+            )
+        })
     }
 
     /// True when every descriptor reads inside the device input and writes inside the output: the
@@ -396,8 +378,8 @@ fn push_descs(
         what: "an output row stride exceeds u32",
     };
     let (row_stride, pixel_stride) = match layout {
-        Layout::NhwcU8 => (u32::try_from(w * c).map_err(|_| too_large)?, c as u32),
-        _ => (u32::try_from(w).map_err(|_| too_large)?, 1),
+        Layout::Nhwc => (u32::try_from(w * c).map_err(|_| too_large)?, c as u32),
+        Layout::Nchw => (u32::try_from(w).map_err(|_| too_large)?, 1),
     };
     let ppc = file.patches_per_channel();
     for ch in 0..c as usize {
@@ -406,8 +388,8 @@ fn push_descs(
             let r = file.patch_range(ch, p);
             let (x, y) = (rect.x as u64, rect.y as u64);
             let pixel = match layout {
-                Layout::NhwcU8 => (y * w + x) * c + ch as u64,
-                _ => ch as u64 * w * h + y * w + x,
+                Layout::Nhwc => (y * w + x) * c + ch as u64,
+                Layout::Nchw => ch as u64 * w * h + y * w + x,
             };
             *max_len = (*max_len).max(r.len() as u32);
             descs.push(PatchDesc {
@@ -425,25 +407,22 @@ fn push_descs(
     Ok(())
 }
 
-fn scale_bias(opts: &DecodeOptions) -> Result<[f32; 8], Error> {
-    let mut sb = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0];
-    match (opts.normalize, opts.layout.is_float()) {
-        (None, _) => {}
+/// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
+pub(crate) fn scale_bias_for(
+    dtype: DType,
+    normalize: Option<Normalize>,
+) -> Result<[f32; 8], Error> {
+    let norm = match (normalize, dtype.is_float()) {
         (Some(_), false) => return Err(Error::NormalizeNeedsFloat),
-        (Some(n), true) => {
-            for c in 0..4 {
-                let (mean, std) = (n.mean[c], n.std[c]);
-                if !(mean.is_finite() && std.is_finite() && std != 0.0) {
-                    return Err(Error::BadNormalize {
-                        channel: c,
-                        mean,
-                        std,
-                    });
-                }
-                sb[2 * c] = 1.0 / std;
-                sb[2 * c + 1] = -mean / std;
-            }
-        }
+        (None, false) => return Ok([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+        (n, true) => n.unwrap_or(Normalize::UNIT),
+    };
+    if let Some((channel, mean, std)) = norm.invalid_channel() {
+        return Err(Error::BadNormalize { channel, mean, std });
+    }
+    let mut sb = [0.0; 8];
+    for c in 0..4 {
+        (sb[2 * c], sb[2 * c + 1]) = norm.scale_bias(c);
     }
     Ok(sb)
 }

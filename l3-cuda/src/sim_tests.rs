@@ -7,8 +7,10 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use crate::plan::{BatchPlan, DecodeOptions, Layout, Normalize};
-use common::{Content, Rng, TestImage, image};
+use crate::plan::{BatchPlan, DecodeOptions};
+use crate::sample::{SamplePlan, SampleSource};
+use crate::tensor::{DType, Layout, Normalize};
+use common::{Content, Rng, SampleCase, TestImage, image};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -93,6 +95,25 @@ fn run_sim(exe: &Path, plan: &BatchPlan, images: &[&[u8]], tag: &str) -> SimRun 
     run_sim_data(exe, plan, &data, tag)
 }
 
+/// One launch of the harness: everything `cpu-sim/harness.cpp` reads.
+struct Launch<'a> {
+    samples: bool,
+    dtype: DType,
+    grid: u32,
+    block: u32,
+    smem: u32,
+    stage_cap: u32,
+    n_descs: u32,
+    n_fills: u32,
+    /// Sample width, height, and 1 for NCHW (sample launches only).
+    sample: [u32; 3],
+    data: &'a [u8],
+    descs: Vec<u8>,
+    fills: Vec<u8>,
+    scale_bias: [f32; 8],
+    out_bytes: usize,
+}
+
 /// Runs the launch `plan` describes over the device input bytes `data`.
 fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun {
     assert!(
@@ -100,33 +121,88 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         "{tag}: a descriptor points outside the buffers"
     );
     assert_eq!(data.len(), plan.data_len);
-    let kind: u32 = match plan.layout {
-        Layout::NhwcU8 | Layout::NchwU8 => 0,
-        Layout::NchwF32 => 1,
-        Layout::NchwF16 => 2,
+    let launch = Launch {
+        samples: false,
+        dtype: plan.dtype,
+        grid: plan.descs.len() as u32,
+        block: plan.block_dim,
+        smem: plan.shared_bytes(),
+        stage_cap: plan.stage_cap,
+        n_descs: plan.descs.len() as u32,
+        n_fills: 0,
+        sample: [0; 3],
+        data,
+        descs: plan.descriptor_bytes(),
+        fills: Vec::new(),
+        scale_bias: plan.scale_bias,
+        out_bytes: plan.out_len * plan.dtype.size(),
     };
-    let descs = plan.descriptor_bytes();
-    let sb: Vec<u8> = plan
-        .scale_bias
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    run_launch(exe, &launch, tag, 0xA5)
+}
+
+/// Packs `sources` as the plan says and runs its launch (output pre-filled with `fill_byte`).
+fn run_sim_samples(
+    exe: &Path,
+    plan: &SamplePlan,
+    sources: &[SampleSource<'_>],
+    tag: &str,
+    fill_byte: u8,
+) -> SimRun {
+    assert!(
+        plan.descriptors_in_bounds(),
+        "{tag}: a descriptor points outside the buffers"
+    );
+    let mut data = vec![0u8; plan.data_len];
+    plan.pack_into(sources, &mut data)
+        .expect("sources match the plan");
+    let (w, h) = plan.sample_size();
+    let launch = Launch {
+        samples: true,
+        dtype: plan.tensor().dtype,
+        grid: (plan.descs.len() + plan.fills.len()) as u32,
+        block: plan.block_dim,
+        smem: plan.shared_bytes(),
+        stage_cap: plan.stage_cap,
+        n_descs: plan.descs.len() as u32,
+        n_fills: plan.fills.len() as u32,
+        sample: [w, h, plan.nchw()],
+        data: &data,
+        descs: plan.descriptor_bytes(),
+        fills: plan.fill_bytes(),
+        scale_bias: plan.scale_bias,
+        out_bytes: plan.output_len() * plan.tensor().dtype.size(),
+    };
+    run_launch(exe, &launch, tag, fill_byte)
+}
+
+fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
+    let kind: u32 = match l.dtype {
+        DType::U8 => 0,
+        DType::F32 => 1,
+        DType::F16 => 2,
+    };
+    let sb: Vec<u8> = l.scale_bias.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut f = Vec::new();
     for v in [
+        u32::from(l.samples),
         kind,
-        plan.descs.len() as u32,
-        plan.block_dim,
-        plan.shared_bytes(),
-        plan.stage_cap,
-        plan.descs.len() as u32,
+        l.grid,
+        l.block,
+        l.smem,
+        l.stage_cap,
+        l.n_descs,
+        l.n_fills,
+        l.sample[0],
+        l.sample[1],
+        l.sample[2],
     ] {
         f.extend_from_slice(&v.to_le_bytes());
     }
-    for blob in [data, &descs[..], &sb[..]] {
+    for blob in [l.data, &l.descs[..], &l.fills[..], &sb[..]] {
         f.extend_from_slice(&(blob.len() as u64).to_le_bytes());
         f.extend_from_slice(blob);
     }
-    f.extend_from_slice(&((plan.out_len * plan.layout.elem_bytes()) as u64).to_le_bytes());
+    f.extend_from_slice(&(l.out_bytes as u64).to_le_bytes());
     let dir = exe.parent().unwrap();
     let tid =
         format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
@@ -136,6 +212,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
     let res = Command::new(exe)
         .arg(&input)
         .arg(&output)
+        .arg(fill_byte.to_string())
         .env("TSAN_OPTIONS", "halt_on_error=1 exitcode=66")
         .output()
         .unwrap();
@@ -177,14 +254,7 @@ fn check_batch(exe: &Path, imgs: &[TestImage], opts: &DecodeOptions, tag: &str) 
         "{tag}: kernel flagged descriptor {}",
         run.err
     );
-    common::check_output(
-        &run.out,
-        &plan.images,
-        imgs,
-        opts.layout,
-        opts.normalize,
-        tag,
-    );
+    common::check_output(&run.out, &plan.images, imgs, opts, tag);
 }
 
 fn u8_opts(layout: Layout) -> DecodeOptions {
@@ -203,13 +273,13 @@ fn sim_every_patch_size_matches_cpu_decoder() {
         check_batch(
             &exe,
             imgs,
-            &u8_opts(Layout::NchwU8),
+            &u8_opts(Layout::Nchw),
             &format!("nchw-group{gi}"),
         );
         check_batch(
             &exe,
             imgs,
-            &u8_opts(Layout::NhwcU8),
+            &u8_opts(Layout::Nhwc),
             &format!("nhwc-group{gi}"),
         );
     }
@@ -220,8 +290,8 @@ fn sim_every_patch_size_matches_cpu_decoder() {
 fn sim_tiny_and_mixed_batch_matches_cpu_decoder() {
     let exe = harness_or_skip!(Build::Plain);
     let imgs = common::tiny_mixed_batch();
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "tiny-nchw");
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "tiny-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tiny-nchw");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "tiny-nhwc");
 }
 
 /// A fixed-size batch (the descriptor fast path).
@@ -235,28 +305,31 @@ fn sim_uniform_batch_matches_cpu_decoder() {
             .unwrap()
             .is_uniform()
     );
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "uniform");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "uniform");
 }
 
-/// f32 and f16 outputs with normalisation fused: exactly `fma(v, 1/std, -mean/std)`, and f16 rounded to
-/// nearest even like the `half` crate.
+/// f32 and f16 outputs, NCHW and NHWC, with normalisation fused: exactly `fma(v, 1/std, -mean/std)`, and
+/// f16 rounded to nearest even like the `half` crate.
 #[test]
 fn sim_normalised_float_outputs_match() {
     let exe = harness_or_skip!(Build::Plain);
     let imgs = common::float_batch();
-    for layout in [Layout::NchwF32, Layout::NchwF16] {
-        for normalize in [None, Some(Normalize::IMAGENET)] {
-            let opts = DecodeOptions {
-                layout,
-                normalize,
-                ..Default::default()
-            };
-            check_batch(
-                &exe,
-                &imgs,
-                &opts,
-                &format!("{layout:?}-{}", normalize.is_some()),
-            );
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        for dtype in [DType::F32, DType::F16] {
+            for normalize in [None, Some(Normalize::IMAGENET)] {
+                let opts = DecodeOptions {
+                    layout,
+                    dtype,
+                    normalize,
+                    ..Default::default()
+                };
+                check_batch(
+                    &exe,
+                    &imgs,
+                    &opts,
+                    &format!("{layout:?}-{dtype:?}-{}", normalize.is_some()),
+                );
+            }
         }
     }
 }
@@ -283,8 +356,8 @@ fn sim_corpus_crop_matches_cpu_decoder() {
             });
         }
     }
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "corpus-nhwc");
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "corpus-nchw");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "corpus-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "corpus-nchw");
 }
 
 /// Same launches under AddressSanitizer + UBSan: no access outside any buffer.
@@ -298,12 +371,13 @@ fn sim_asan_clean() {
         image(255, 10, 4, 255, Content::Random, &mut rng),
         image(40, 30, 3, 7, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::NhwcU8), "asan-nhwc");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "asan-nhwc");
     check_batch(
         &exe,
         &imgs,
         &DecodeOptions {
-            layout: Layout::NchwF16,
+            layout: Layout::Nchw,
+            dtype: DType::F16,
             normalize: Some(Normalize::IMAGENET),
             check_rows_on_host: false,
         },
@@ -320,7 +394,7 @@ fn sim_tsan_race_free() {
         image(70, 19, 3, 64, Content::Random, &mut rng),
         image(9, 9, 1, 4, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::NchwU8), "tsan");
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tsan");
 }
 
 /// Corrupted patch bytes (offsets intact): the kernel accepts a patch exactly when the CPU decoder does,
@@ -398,9 +472,370 @@ fn sim_in_place_plan_matches_cpu_decoder() {
         all.extend_from_slice(&i.file);
     }
     let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
-    let opts = u8_opts(Layout::NhwcU8);
+    let opts = u8_opts(Layout::Nhwc);
     let plan = BatchPlan::new_in_place(&files, &starts, all.len(), &opts).unwrap();
     let run = run_sim_data(&exe, &plan, &all, "in-place");
     assert_eq!(run.err, u32::MAX);
-    common::check_output(&run.out, &plan.images, &imgs, opts.layout, None, "in-place");
+    common::check_output(&run.out, &plan.images, &imgs, &opts, "in-place");
+}
+
+// ---- Sample batches: windows, flips, channel mapping, padding, every layout and element type ----
+
+/// Plans `case`, runs the simulated sample kernel and compares every element with the CPU reference
+/// (`common::reference_samples`). Returns the plan for further checks.
+fn check_samples_case(exe: &Path, case: &SampleCase, tag: &str, fill_byte: u8) -> SamplePlan {
+    let parts = case.fragment_parts();
+    let sources = common::sample_sources(case, &parts);
+    let plan = SamplePlan::new(&sources, &case.windows, &case.opts)
+        .unwrap_or_else(|e| panic!("{tag}: plan: {e}"));
+    let run = run_sim_samples(exe, &plan, &sources, tag, fill_byte);
+    assert_eq!(
+        run.err,
+        u32::MAX,
+        "{tag}: kernel flagged {:?}",
+        plan.kernel_error(run.err)
+    );
+    let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+    let labels: Vec<String> = case
+        .imgs
+        .iter()
+        .zip(&case.windows)
+        .zip(&case.fragments)
+        .map(|((i, w), f)| format!("{} window {w} fragments {f:?}", i.label))
+        .collect();
+    common::check_samples(&run.out, &want, &case.opts, &labels, tag);
+    plan
+}
+
+/// The six layout × element type combinations (floats with and without normalisation), random windows
+/// (crops, padding on one or both axes, 1×1, whole images, flips), gray/RGB/RGBA, mixed sizes and patch
+/// sizes in one batch, sources from whole files and from fragments: equal to the CPU reference bit for
+/// bit.
+#[test]
+fn sim_samples_every_layout_and_dtype_match_reference() {
+    let exe = harness_or_skip!(Build::Plain);
+    let mut seed = 0x5eed;
+    for layout in [Layout::Nhwc, Layout::Nchw] {
+        for (dtype, normalize) in [
+            (DType::U8, None),
+            (DType::F16, Some(Normalize::IMAGENET)),
+            (DType::F16, None),
+            (DType::F32, Some(Normalize::IMAGENET)),
+            (DType::F32, None),
+        ] {
+            seed += 1;
+            let case = common::random_sample_case(seed, 12, layout, dtype, normalize);
+            check_samples_case(
+                &exe,
+                &case,
+                &format!("{layout:?}-{dtype:?}-{}", normalize.is_some()),
+                0xA5,
+            );
+        }
+    }
+}
+
+/// Hand-picked windows: the whole image exactly filling the sample (no padding block at all), 1×1 into
+/// 1×1, crops on both axes, padding on both, on one axis each, windows in corners, mirrored 1-wide and
+/// full-width windows, one-patch images (3 and 4 channels) read as fragments, patch sizes 1 and 255,
+/// 1-pixel-wide edge patches.
+#[test]
+fn sim_samples_edge_windows_match_reference() {
+    use l3_cuda::Window;
+    use l3_format::Rect;
+    let exe = harness_or_skip!(Build::Plain);
+    let mut rng = Rng(31);
+    let add = |case: &mut SampleCase, img: TestImage, w: Window, frag: Option<u64>| {
+        case.imgs.push(img);
+        case.windows.push(w);
+        case.fragments.push(frag);
+    };
+    for layout in [Layout::Nhwc, Layout::Nchw] {
+        // 1×1 samples.
+        let mut tiny = SampleCase {
+            imgs: Vec::new(),
+            windows: Vec::new(),
+            fragments: Vec::new(),
+            opts: crate::SampleOptions {
+                layout,
+                ..crate::SampleOptions::new(1, 1)
+            },
+        };
+        for (c, frag) in [(1u8, None), (3, Some(0)), (4, Some(0)), (3, None)] {
+            let img = image(1, 1, c, 1, Content::Random, &mut rng);
+            add(&mut tiny, img, Window::whole(1, 1), frag);
+        }
+        let img = image(9, 7, 3, 4, Content::Random, &mut rng);
+        add(
+            &mut tiny,
+            img,
+            Window::new(Rect::new(8, 6, 1, 1), 0, 0, true),
+            None,
+        );
+        let plan = check_samples_case(&exe, &tiny, &format!("tiny-{layout:?}"), 0xA5);
+        assert_eq!(plan.fill_count(), 0, "every window fills its 1x1 sample");
+
+        // 20×12 samples.
+        let mut case = SampleCase {
+            imgs: Vec::new(),
+            windows: Vec::new(),
+            fragments: Vec::new(),
+            opts: crate::SampleOptions {
+                layout,
+                dtype: DType::F16,
+                normalize: Some(Normalize::IMAGENET),
+                ..crate::SampleOptions::new(20, 12)
+            },
+        };
+        // Exactly the sample's size, whole image, as a file and as fragments, mirrored or not.
+        for (flip, frag) in [(false, None), (true, Some(0)), (false, Some(1 << 20))] {
+            let img = image(20, 12, 3, 8, Content::Smooth, &mut rng);
+            add(
+                &mut case,
+                img,
+                Window::new(Rect::new(0, 0, 20, 12), 0, 0, flip),
+                frag,
+            );
+        }
+        // Crops of a larger image on both axes, patch size 255 (one patch) and 1 (a patch per pixel).
+        let img = image(57, 33, 4, 255, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(30, 17, 20, 12), 0, 0, true),
+            Some(0),
+        );
+        let img = image(31, 19, 1, 1, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(5, 3, 20, 12), 0, 0, false),
+            Some(0),
+        );
+        // Padding on both axes: a small image centred, in a corner, mirrored.
+        let img = image(7, 5, 3, 4, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(0, 0, 7, 5), 6, 3, false),
+            None,
+        );
+        let img = image(7, 5, 1, 32, Content::Smooth, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(0, 0, 7, 5), 13, 7, true),
+            Some(0),
+        );
+        // Padding on one axis only (full width, short; full height, narrow).
+        let img = image(40, 6, 3, 16, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(11, 0, 20, 6), 0, 4, true),
+            Some(64),
+        );
+        let img = image(9, 50, 4, 16, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(0, 21, 9, 12), 11, 0, false),
+            None,
+        );
+        // 1-pixel-wide edge patches (width N + 1), windows on the edge column and across it.
+        let img = image(17, 17, 3, 16, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(16, 0, 1, 12), 19, 0, true),
+            Some(0),
+        );
+        let img = image(33, 40, 3, 16, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(14, 15, 19, 12), 0, 0, true),
+            Some(0),
+        );
+        // A mirrored 1-wide window, and a 1×1 window in the middle of a padded sample.
+        let img = image(30, 30, 1, 8, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(12, 3, 1, 12), 4, 0, true),
+            None,
+        );
+        let img = image(30, 30, 4, 8, Content::Random, &mut rng);
+        add(
+            &mut case,
+            img,
+            Window::new(Rect::new(29, 29, 1, 1), 10, 6, false),
+            Some(0),
+        );
+        let plan = check_samples_case(&exe, &case, &format!("edges-{layout:?}"), 0xA5);
+        assert!(plan.fill_count() > 0);
+    }
+}
+
+/// Every output element is written by the launch (window or padding): the same batch gives the same
+/// bytes whatever the output buffer held before.
+#[test]
+fn sim_samples_write_every_element() {
+    let exe = harness_or_skip!(Build::Plain);
+    for (layout, dtype) in [(Layout::Nhwc, DType::U8), (Layout::Nchw, DType::F32)] {
+        let case = common::random_sample_case(77, 8, layout, dtype, None);
+        for fill in [0x00u8, 0xff] {
+            check_samples_case(&exe, &case, &format!("fill{fill}-{layout:?}"), fill);
+        }
+    }
+}
+
+/// Only the patches under the windows are copied: a crop of a large image moves a fraction of its bytes,
+/// from a whole file and from fragments alike.
+#[test]
+fn sim_samples_copy_only_the_patches_under_windows() {
+    let exe = harness_or_skip!(Build::Plain);
+    let mut rng = Rng(5150);
+    let img = image(300, 200, 3, 32, Content::Random, &mut rng);
+    let window = crate::Window::new(l3_format::Rect::new(100, 90, 40, 30), 0, 0, false);
+    for frag in [None, Some(0)] {
+        let case = SampleCase {
+            imgs: vec![TestImage {
+                file: img.file.clone(),
+                label: img.label.clone(),
+            }],
+            windows: vec![window],
+            fragments: vec![frag],
+            opts: crate::SampleOptions::new(40, 30),
+        };
+        let plan = check_samples_case(&exe, &case, "crop-bytes", 0xA5);
+        // 40×30 at (100, 90) meets 2×2 of the 10×7 patches per channel (columns 3-4, rows 2-3), in 3
+        // channels.
+        assert_eq!(plan.patch_count(), 2 * 2 * 3);
+        assert!(
+            plan.input_len() * 5 < img.file.len(),
+            "{} of {} bytes",
+            plan.input_len(),
+            img.file.len()
+        );
+    }
+}
+
+/// The sample kernel under AddressSanitizer + UBSan (no access outside any buffer, every layout and
+/// type) and ThreadSanitizer (its barriers order every shared-memory access; padding and decoding blocks
+/// share nothing).
+#[test]
+fn sim_samples_asan_and_tsan_clean() {
+    if let Ok(exe) = harness(Build::Asan) {
+        for (i, (layout, dtype)) in [
+            (Layout::Nhwc, DType::U8),
+            (Layout::Nchw, DType::U8),
+            (Layout::Nhwc, DType::F32),
+            (Layout::Nchw, DType::F16),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let case = common::random_sample_case(900 + i as u64, 6, layout, dtype, None);
+            check_samples_case(&exe, &case, &format!("asan-samples-{i}"), 0xA5);
+        }
+    } else {
+        eprintln!("skipping ASan: {:?}", harness(Build::Asan).err());
+    }
+    match harness(Build::Tsan) {
+        Ok(exe) => {
+            let case = common::random_sample_case(4242, 4, Layout::Nchw, DType::U8, None);
+            check_samples_case(&exe, &case, "tsan-samples", 0xA5);
+        }
+        Err(why) => eprintln!("skipping TSan: {why}"),
+    }
+}
+
+/// Corrupted patch bytes (offsets intact) under ASan: the kernel rejects a window exactly when the CPU's
+/// region decoder rejects it (for gray and RGB images; alpha is never read), names the sample's batch
+/// index, and otherwise produces the reference; with `check_rows_on_host` the plan rejects exactly what
+/// the region decoder rejects, alpha included, before any launch.
+#[test]
+fn sim_samples_corrupt_rows_flagged_like_region_decoder() {
+    let exe = harness_or_skip!(Build::Asan);
+    let mut rng = Rng(8086);
+    let good = image(40, 30, 3, 16, Content::Smooth, &mut rng);
+    let (mut flagged, mut accepted) = (0, 0);
+    for trial in 0..36 {
+        let c = [1u8, 3, 4][trial % 3];
+        let mut bad = image(45, 38, c, 16, Content::Random, &mut rng).file;
+        let f = l3_format::L3File::parse(&bad).unwrap();
+        let start = f.data_offset();
+        if trial % 2 == 0 {
+            // A row header of some patch (any channel, alpha included) gets a random nbit: rows after it
+            // shift, or it is out of range.
+            let (ch, p) = (rng.below(c as u64) as usize, rng.below(9) as usize);
+            let r = f.patch_range(ch, p);
+            let row = rng.below(4) as usize;
+            let i = start + r.start + row * (r.len() / 16);
+            bad[i] = (bad[i] & 0xf0) | rng.below(16) as u8;
+        } else {
+            for _ in 0..1 + trial % 3 {
+                let i = start + rng.below((bad.len() - start) as u64) as usize;
+                bad[i] ^= 1 << rng.below(8);
+            }
+        }
+        let windows = [
+            common::random_window(40, 30, 24, 20, &mut rng),
+            common::random_window(45, 38, 24, 20, &mut rng),
+        ];
+        let sources = [SampleSource::File(&good.file), SampleSource::File(&bad)];
+        let opts = crate::SampleOptions::new(24, 20);
+        let plan = SamplePlan::new(&sources, &windows, &opts).expect("offsets are intact");
+        let run = run_sim_samples(&exe, &plan, &sources, "corrupt-samples", 0xA5);
+        let f = l3_format::L3File::parse(&bad).unwrap();
+        let r = windows[1].src;
+        let mut px = vec![0u8; (r.w * r.h) as usize * c as usize];
+        let layout = l3_format::PixelLayout::Interleaved {
+            row_stride: (r.w * c as u32) as usize,
+        };
+        let cpu_ok = f.decode_region(r, &mut px, layout).is_ok();
+        let strict = crate::SampleOptions {
+            check_rows_on_host: true,
+            ..opts
+        };
+        match SamplePlan::new(&sources, &windows, &strict) {
+            Ok(_) => assert!(
+                cpu_ok,
+                "trial {trial}: host walk accepts what the CPU rejects"
+            ),
+            Err(crate::Error::Image { index: 1, .. }) => {
+                assert!(
+                    !cpu_ok,
+                    "trial {trial}: host walk rejects what the CPU decodes"
+                )
+            }
+            Err(e) => panic!("trial {trial}: unexpected {e}"),
+        }
+        let kernel_ok = run.err == u32::MAX;
+        if c != 4 {
+            assert_eq!(kernel_ok, cpu_ok, "trial {trial}: kernel and CPU disagree");
+        } else if cpu_ok {
+            assert!(
+                kernel_ok,
+                "trial {trial}: kernel rejects what the CPU decodes"
+            );
+        }
+        if kernel_ok && cpu_ok {
+            accepted += 1;
+            let files: Vec<&[u8]> = vec![&good.file, &bad];
+            let want = common::reference_samples(&files, &windows, &opts);
+            common::check_samples(&run.out, &want, &opts, &[], &format!("corrupt {trial}"));
+        } else if !kernel_ok {
+            flagged += 1;
+            match plan.kernel_error(run.err) {
+                Err(crate::Error::CorruptRows { index: 1, .. }) => {}
+                other => panic!("trial {trial}: expected CorruptRows for sample 1, got {other:?}"),
+            }
+        }
+    }
+    assert!(
+        flagged > 0 && accepted > 0,
+        "flagged {flagged}, accepted {accepted}"
+    );
 }

@@ -3,8 +3,11 @@
 
 mod common;
 
-use common::{Content, Rng, TestImage, check_output, image};
-use l3_cuda::{BatchDecoder, BatchPlan, DecodeOptions, Error, Layout, Normalize};
+use common::{Content, Rng, SampleCase, TestImage, check_output, image};
+use l3_cuda::{
+    BatchDecoder, BatchPlan, DType, DecodeOptions, Error, Layout, Normalize, Rect, SampleOptions,
+    SamplePlan, SampleSource, Window,
+};
 
 /// A decoder on device 0, or None (after printing why) when this machine cannot run one.
 fn decoder_or_skip() -> Option<BatchDecoder> {
@@ -30,7 +33,7 @@ fn decode_and_check(dec: &mut BatchDecoder, imgs: &[TestImage], opts: &DecodeOpt
     let out = batch
         .to_host_bytes()
         .unwrap_or_else(|e| panic!("{tag}: {e}"));
-    check_output(&out, batch.images(), imgs, opts.layout, opts.normalize, tag);
+    check_output(&out, batch.images(), imgs, opts, tag);
 }
 
 fn u8_opts(layout: Layout) -> DecodeOptions {
@@ -46,7 +49,7 @@ fn gpu_every_patch_size_matches_cpu_decoder() {
         return;
     };
     for (gi, imgs) in common::every_patch_size_batches().iter().enumerate() {
-        for layout in [Layout::NchwU8, Layout::NhwcU8] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
             decode_and_check(
                 &mut dec,
                 imgs,
@@ -66,7 +69,7 @@ fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
         ("tiny", common::tiny_mixed_batch()),
         ("uniform", common::uniform_batch()),
     ] {
-        for layout in [Layout::NchwU8, Layout::NhwcU8] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
             decode_and_check(
                 &mut dec,
                 &imgs,
@@ -83,14 +86,18 @@ fn gpu_normalised_float_outputs_match() {
         return;
     };
     let imgs = common::float_batch();
-    for layout in [Layout::NchwF32, Layout::NchwF16] {
-        for normalize in [None, Some(Normalize::IMAGENET)] {
-            let opts = DecodeOptions {
-                layout,
-                normalize,
-                ..Default::default()
-            };
-            decode_and_check(&mut dec, &imgs, &opts, &format!("{layout:?} {normalize:?}"));
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        for dtype in [DType::F32, DType::F16] {
+            for normalize in [None, Some(Normalize::IMAGENET)] {
+                let opts = DecodeOptions {
+                    layout,
+                    dtype,
+                    normalize,
+                    ..Default::default()
+                };
+                let tag = format!("{layout:?} {dtype:?} {normalize:?}");
+                decode_and_check(&mut dec, &imgs, &opts, &tag);
+            }
         }
     }
 }
@@ -121,7 +128,7 @@ fn gpu_corpus_matches_cpu_decoder() {
             label: name.into(),
         });
     }
-    for layout in [Layout::NhwcU8, Layout::NchwU8] {
+    for layout in [Layout::Nhwc, Layout::Nchw] {
         decode_and_check(
             &mut dec,
             &imgs,
@@ -138,7 +145,7 @@ fn gpu_pipelined_batches_all_correct() {
         return;
     };
     let batches = common::every_patch_size_batches();
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     let pending: Vec<_> = batches
         .iter()
         .chain(batches.iter())
@@ -150,14 +157,7 @@ fn gpu_pipelined_batches_all_correct() {
         .enumerate()
     {
         let out = batch.to_host_bytes().unwrap();
-        check_output(
-            &out,
-            batch.images(),
-            imgs,
-            opts.layout,
-            None,
-            &format!("pipelined {i}"),
-        );
+        check_output(&out, batch.images(), imgs, &opts, &format!("pipelined {i}"));
     }
 }
 
@@ -167,7 +167,7 @@ fn gpu_pinned_batch_matches_cpu_decoder() {
     let Some(mut dec) = decoder_or_skip() else {
         return;
     };
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     let mut pinned = dec.pinned_batch(1 << 10).unwrap();
     for (round, imgs) in common::every_patch_size_batches().iter().enumerate() {
         pinned.clear().unwrap();
@@ -181,8 +181,7 @@ fn gpu_pinned_batch_matches_cpu_decoder() {
             &out,
             batch.images(),
             imgs,
-            opts.layout,
-            None,
+            &opts,
             &format!("pinned {round}"),
         );
     }
@@ -196,7 +195,7 @@ fn gpu_caller_streams_and_ready_event() {
         return;
     };
     let imgs = common::tiny_mixed_batch();
-    let opts = u8_opts(Layout::NchwU8);
+    let opts = u8_opts(Layout::Nchw);
     // A compute stream at the highest priority waits on the decode, then copies the output back itself.
     let compute = dec.high_priority_stream().unwrap();
     let batch = dec.submit(&files(&imgs), &opts).unwrap();
@@ -205,28 +204,14 @@ fn gpu_caller_streams_and_ready_event() {
         panic!("u8 layout")
     };
     let host = compute.clone_dtoh(out).unwrap();
-    check_output(
-        &host,
-        batch.images(),
-        &imgs,
-        opts.layout,
-        None,
-        "compute stream",
-    );
+    check_output(&host, batch.images(), &imgs, &opts, "compute stream");
     batch.wait().unwrap();
     // A second decoder that decodes on that caller stream.
     let mut on_caller = BatchDecoder::with_stream(&compute).unwrap();
     assert_eq!(on_caller.decode_stream().cu_stream(), compute.cu_stream());
     let batch = on_caller.submit(&files(&imgs), &opts).unwrap();
     let out = batch.to_host_bytes().unwrap();
-    check_output(
-        &out,
-        batch.images(),
-        &imgs,
-        opts.layout,
-        None,
-        "caller stream",
-    );
+    check_output(&out, batch.images(), &imgs, &opts, "caller stream");
 }
 
 /// Resident input (the benchmark's path) decodes to the same bytes, repeatedly.
@@ -236,7 +221,7 @@ fn gpu_resident_batch_matches_cpu_decoder() {
         return;
     };
     let imgs = common::tiny_mixed_batch();
-    let opts = u8_opts(Layout::NhwcU8);
+    let opts = u8_opts(Layout::Nhwc);
     let resident = dec.upload(&files(&imgs), &opts).unwrap();
     for round in 0..3 {
         let batch = dec.decode_resident(&resident).unwrap();
@@ -245,8 +230,7 @@ fn gpu_resident_batch_matches_cpu_decoder() {
             &out,
             batch.images(),
             &imgs,
-            opts.layout,
-            None,
+            &opts,
             &format!("resident {round}"),
         );
     }
@@ -274,6 +258,233 @@ fn gpu_corrupt_rows_reported_by_batch_index() {
             patch: 0,
         }) => {}
         other => panic!("expected CorruptRows for image 1, got {other:?}"),
+    }
+}
+
+// ---- sample batches on the GPU ----
+
+/// Decodes `case` as one sample batch and compares it with the CPU reference.
+fn samples_and_check(
+    dec: &mut BatchDecoder,
+    case: &SampleCase,
+    tag: &str,
+) -> l3_cuda::DecodedBatch {
+    let parts = case.fragment_parts();
+    let sources = common::sample_sources(case, &parts);
+    let batch = dec
+        .submit_samples(&sources, &case.windows, &case.opts)
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let got = batch
+        .to_host_bytes()
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+    let labels: Vec<String> = case.imgs.iter().map(|i| i.label.clone()).collect();
+    common::check_samples(&got, &want, &case.opts, &labels, tag);
+    batch
+}
+
+/// The six layout × element type combinations, random windows, flips, gray/RGB/RGBA, mixed sizes and
+/// patch sizes, whole files and fragments: equal to the CPU reference bit for bit.
+#[test]
+fn gpu_samples_every_layout_and_dtype_match_reference() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let mut seed = 0x5eed;
+    for layout in [Layout::Nhwc, Layout::Nchw] {
+        for (dtype, normalize) in [
+            (DType::U8, None),
+            (DType::F16, Some(Normalize::IMAGENET)),
+            (DType::F16, None),
+            (DType::F32, Some(Normalize::IMAGENET)),
+            (DType::F32, None),
+        ] {
+            seed += 1;
+            let case = common::random_sample_case(seed, 24, layout, dtype, normalize);
+            let batch = samples_and_check(&mut dec, &case, &format!("{layout:?} {dtype:?}"));
+            let t = batch.tensor().expect("a sample batch is one tensor");
+            assert_eq!(
+                t.len(),
+                case.windows.len() * (case.opts.width * case.opts.height * 3) as usize
+            );
+            assert_eq!(t.byte_len(), batch.byte_len());
+        }
+    }
+}
+
+/// Training-sized samples (224×224 crops of full-size corpus images, mirrored at random, NCHW f16
+/// normalised) from fragments: what the loader asks for.
+#[test]
+fn gpu_samples_corpus_crops_match_reference() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let mut rng = Rng(224);
+    let mut case = SampleCase {
+        imgs: Vec::new(),
+        windows: Vec::new(),
+        fragments: Vec::new(),
+        opts: SampleOptions {
+            dtype: DType::F16,
+            normalize: Some(Normalize::IMAGENET),
+            ..SampleOptions::new(224, 224)
+        },
+    };
+    for name in [
+        "UbuntuMateCold.png",
+        "Gulp-rgba.png",
+        "Canopee.png",
+        "Cascade.png",
+    ] {
+        let Some((px, w, h, c)) = common::corpus_png(name) else {
+            eprintln!("skipping: corpus image {name} not found in ../shared/corpus");
+            return;
+        };
+        let file = l3_format::encode(&px, w, h, c, l3_format::default_patch_size(w, h)).unwrap();
+        for _ in 0..4 {
+            let x = rng.below(u64::from(w - 224)) as u32;
+            let y = rng.below(u64::from(h - 224)) as u32;
+            case.imgs.push(TestImage {
+                file: file.clone(),
+                label: name.into(),
+            });
+            case.windows.push(Window::new(
+                Rect::new(x, y, 224, 224),
+                0,
+                0,
+                rng.below(2) == 1,
+            ));
+            case.fragments.push(Some(4096));
+        }
+    }
+    samples_and_check(&mut dec, &case, "corpus crops");
+}
+
+/// Many sample batches in flight through the two staging slots, with the in-flight bound at 1, 2 and 4:
+/// all correct.
+#[test]
+fn gpu_samples_pipelined_with_bounded_in_flight() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let cases: Vec<SampleCase> = (0..6)
+        .map(|i| common::random_sample_case(100 + i, 16, Layout::Nchw, DType::F16, None))
+        .collect();
+    for bound in [1, 2, 4] {
+        dec.set_max_in_flight(bound);
+        assert_eq!(dec.max_in_flight(), bound);
+        let parts: Vec<_> = cases.iter().map(SampleCase::fragment_parts).collect();
+        let pending: Vec<_> = cases
+            .iter()
+            .zip(&parts)
+            .map(|(c, p)| {
+                let sources = common::sample_sources(c, p);
+                dec.submit_samples(&sources, &c.windows, &c.opts).unwrap()
+            })
+            .collect();
+        for (i, (batch, case)) in pending.iter().zip(&cases).enumerate() {
+            let got = batch.to_host_bytes().unwrap();
+            let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+            common::check_samples(
+                &got,
+                &want,
+                &case.opts,
+                &[],
+                &format!("bound {bound} batch {i}"),
+            );
+        }
+    }
+}
+
+/// The DLPack-facing surface: device pointer, shape, ordinal; a high-priority stream made to wait with
+/// `wait_in` reads the finished batch; `free_after` frees it in that stream's order.
+#[test]
+fn gpu_sample_batch_exports_pointer_and_events() {
+    use l3_cuda::cudarc::driver::DevicePtr;
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let case = common::random_sample_case(7, 8, Layout::Nhwc, DType::U8, None);
+    let parts = case.fragment_parts();
+    let sources = common::sample_sources(&case, &parts);
+    let compute = dec.high_priority_stream().unwrap();
+    let batch = dec
+        .submit_samples(&sources, &case.windows, &case.opts)
+        .unwrap();
+    assert_eq!(batch.device_ordinal(), 0);
+    let t = batch.tensor().unwrap();
+    assert_eq!(
+        t.shape,
+        [8, case.opts.height as usize, case.opts.width as usize, 3]
+    );
+    let l3_cuda::DeviceOutput::U8(out) = batch.output() else {
+        panic!("u8 output")
+    };
+    let (ptr, _record) = out.device_ptr(&compute);
+    assert_eq!(ptr, batch.device_ptr());
+    drop(_record);
+    // SAFETY: `compute` is a live stream of the decoder's context.
+    unsafe { batch.wait_in(compute.cu_stream()) }.unwrap();
+    let host = compute.clone_dtoh(out).unwrap();
+    let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+    common::check_samples(&host, &want, &case.opts, &[], "wait_in");
+    // SAFETY: as above; nothing uses the pointer afterwards.
+    unsafe { batch.free_after(compute.cu_stream()) }.unwrap();
+    compute.synchronize().unwrap();
+}
+
+/// Resident sample input (the kernel-speed path) decodes to the same bytes, repeatedly.
+#[test]
+fn gpu_resident_samples_match_reference() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let case =
+        common::random_sample_case(55, 12, Layout::Nchw, DType::F32, Some(Normalize::IMAGENET));
+    let parts = case.fragment_parts();
+    let sources = common::sample_sources(&case, &parts);
+    let resident = dec
+        .upload_samples(&sources, &case.windows, &case.opts)
+        .unwrap();
+    assert!(resident.sample_plan().is_some() && resident.plan().is_none());
+    let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+    for round in 0..3 {
+        let got = dec
+            .decode_resident(&resident)
+            .unwrap()
+            .to_host_bytes()
+            .unwrap();
+        common::check_samples(&got, &want, &case.opts, &[], &format!("resident {round}"));
+    }
+}
+
+/// A corrupt row header under a window: the kernel flags it, the error names the sample's batch index.
+#[test]
+fn gpu_sample_corrupt_rows_reported_by_batch_index() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let mut rng = Rng(78);
+    let good = image(40, 40, 3, 16, Content::Smooth, &mut rng);
+    let mut bad = image(40, 40, 3, 16, Content::Smooth, &mut rng).file;
+    let start = l3_format::L3File::parse(&bad).unwrap().data_offset();
+    bad[start] = (bad[start] & 0xf0) | 0x0f; // row 0 of patch 0, channel 0: nbit 15
+    let sources = [
+        SampleSource::File(&good.file),
+        SampleSource::File(&good.file),
+        SampleSource::File(&bad),
+    ];
+    let w = Window::new(Rect::new(0, 0, 20, 20), 2, 2, true);
+    let batch = dec
+        .submit_samples(&sources, &[w; 3], &SampleOptions::new(24, 24))
+        .unwrap();
+    match batch.wait() {
+        Err(Error::CorruptRows {
+            index: 2,
+            channel: 0,
+            patch: 0,
+        }) => {}
+        other => panic!("expected CorruptRows for sample 2, got {other:?}"),
     }
 }
 
@@ -360,7 +571,7 @@ fn plan_lays_out_mixed_batch_and_validates_options() {
         Err(Error::EmptyBatch)
     ));
     let u8_norm = DecodeOptions {
-        layout: Layout::NchwU8,
+        layout: Layout::Nchw,
         normalize: Some(Normalize::IMAGENET),
         ..Default::default()
     };
@@ -369,10 +580,10 @@ fn plan_lays_out_mixed_batch_and_validates_options() {
         Err(Error::NormalizeNeedsFloat)
     ));
     let zero_std = DecodeOptions {
-        layout: Layout::NchwF32,
+        dtype: DType::F32,
         normalize: Some(Normalize {
-            mean: [0.0; 4],
-            std: [1.0, 0.0, 1.0, 1.0],
+            mean: [0.0; 3],
+            std: [1.0, 0.0, 1.0],
         }),
         ..Default::default()
     };
@@ -419,6 +630,270 @@ fn damaged_files_never_panic_and_plans_stay_in_bounds() {
                 Err(Error::Image { index: 1, .. }) => rejected += 1,
                 Err(e) => panic!("trial {trial}: unexpected {e}"),
             }
+        }
+    }
+    assert!(
+        accepted > 0 && rejected > 0,
+        "accepted {accepted}, rejected {rejected}"
+    );
+}
+
+/// Sample plans validate everything before any GPU work, naming the batch index: a corrupt file, a
+/// window outside its image or its sample, bytes missing from fragments, counts, sizes, overflow.
+#[test]
+fn sample_plan_rejects_bad_input_with_batch_index() {
+    let mut rng = Rng(12);
+    let a = image(30, 20, 3, 8, Content::Random, &mut rng).file;
+    let b = image(17, 9, 1, 4, Content::Smooth, &mut rng).file;
+    let opts = SampleOptions::new(16, 8);
+    let fit = Window::new(Rect::new(2, 1, 16, 8), 0, 0, false);
+    let small = Window::new(Rect::new(0, 0, 10, 5), 3, 2, true);
+    fn src(f: &[u8]) -> SampleSource<'_> {
+        SampleSource::File(f)
+    }
+    let ok = SamplePlan::new(&[src(&a), src(&b)], &[fit, small], &opts).unwrap();
+    assert!(ok.descriptors_in_bounds());
+    assert_eq!(ok.tensor().shape, [2, 3, 8, 16]);
+    assert_eq!(ok.sample_len(), 16 * 8 * 3);
+    assert!(ok.fill_count() > 0);
+    // Bad magic at index 1.
+    let mut bad = b.clone();
+    bad[0] = b'X';
+    let e = SamplePlan::new(&[src(&a), src(&bad)], &[fit, small], &opts).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Image {
+                index: 1,
+                source: l3_format::Error::BadMagic { .. }
+            }
+        ),
+        "{e}"
+    );
+    // Windows outside the image: past its right edge, empty, past the bottom.
+    for w in [
+        Window::new(Rect::new(15, 0, 16, 8), 0, 0, false),
+        Window::new(Rect::new(0, 0, 0, 8), 0, 0, false),
+        Window::new(Rect::new(0, 13, 16, 8), 0, 0, false),
+    ] {
+        match SamplePlan::new(&[src(&b), src(&a)], &[small, w], &opts) {
+            Err(Error::BadWindow {
+                index: 1,
+                what: "image",
+                width: 30,
+                height: 20,
+                ..
+            }) => {}
+            other => panic!("{w}: expected BadWindow(image) for 1, got {other:?}"),
+        }
+    }
+    // Windows that do not fit the sample: too wide, placed too far right or down.
+    for w in [
+        Window::new(Rect::new(0, 0, 17, 8), 0, 0, false),
+        Window::new(Rect::new(0, 0, 16, 8), 1, 0, true),
+        Window::new(Rect::new(0, 0, 4, 4), 0, 5, false),
+    ] {
+        let e = SamplePlan::new(&[src(&a)], &[w], &opts).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadWindow {
+                    index: 0,
+                    what: "sample",
+                    width: 16,
+                    height: 8,
+                    ..
+                }
+            ),
+            "{w}: {e}"
+        );
+        assert!(
+            e.to_string().starts_with("sample 0 of the batch: window"),
+            "{e}"
+        );
+    }
+    // Fragments that lack the window's patches.
+    let far = Window::new(Rect::new(14, 12, 16, 8), 0, 0, false);
+    let read = common::read_fragments(&a, Rect::new(0, 0, 8, 8), 0);
+    let frag = SampleSource::Fragments {
+        index: &read.index,
+        data: &read.data,
+    };
+    let e = SamplePlan::new(&[src(&b), frag], &[small, far], &opts).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Image {
+                index: 1,
+                source: l3_format::Error::MissingBytes { .. }
+            }
+        ),
+        "{e}"
+    );
+    // Counts, sizes, options.
+    assert!(matches!(
+        SamplePlan::new(&[], &[], &opts),
+        Err(Error::EmptyBatch)
+    ));
+    assert!(matches!(
+        SamplePlan::new(&[src(&a)], &[fit, fit], &opts),
+        Err(Error::WindowCount {
+            sources: 1,
+            windows: 2
+        })
+    ));
+    assert!(matches!(
+        SamplePlan::new(&[src(&a)], &[fit], &SampleOptions::new(0, 8)),
+        Err(Error::BadSampleSize {
+            width: 0,
+            height: 8
+        })
+    ));
+    let u8_norm = SampleOptions {
+        normalize: Some(Normalize::IMAGENET),
+        ..opts
+    };
+    assert!(matches!(
+        SamplePlan::new(&[src(&a)], &[fit], &u8_norm),
+        Err(Error::NormalizeNeedsFloat)
+    ));
+    // Output size overflow: 2^31 x 2^31 samples.
+    let huge = SampleOptions {
+        dtype: DType::F32,
+        ..SampleOptions::new(1 << 31, 1 << 31)
+    };
+    assert!(matches!(
+        SamplePlan::new(&[src(&a)], &[fit], &huge),
+        Err(Error::TooLarge { .. })
+    ));
+    // Corrupt row under the window, caught on the host when asked to walk rows (with the index).
+    let mut bad_rows = a.clone();
+    let start = l3_format::L3File::parse(&bad_rows).unwrap().data_offset();
+    bad_rows[start] |= 0x0f;
+    let strict = SampleOptions {
+        check_rows_on_host: true,
+        ..opts
+    };
+    let corner = Window::new(Rect::new(0, 0, 4, 4), 0, 0, false);
+    match SamplePlan::new(&[src(&b), src(&bad_rows)], &[small, corner], &strict) {
+        Err(Error::Image {
+            index: 1,
+            source: l3_format::Error::NbitTooLarge { .. },
+        }) => {}
+        other => panic!("expected Image{{index: 1, NbitTooLarge}}, got {other:?}"),
+    }
+    // The same window elsewhere does not read the bad patch.
+    let away = Window::new(Rect::new(20, 10, 4, 4), 0, 0, false);
+    assert!(SamplePlan::new(&[src(&b), src(&bad_rows)], &[small, away], &strict).is_ok());
+    // With a GPU, submit refuses the same batches with the same errors.
+    if let Some(mut dec) = decoder_or_skip() {
+        let e = dec
+            .submit_samples(&[src(&a), src(&bad)], &[fit, small], &opts)
+            .unwrap_err();
+        assert!(matches!(e, Error::Image { index: 1, .. }), "{e}");
+    }
+}
+
+/// A one-patch image read as fragments: its channels are split by walking its rows and proved against
+/// its offset table; damaged patch bytes that move a channel boundary are refused, never mis-split.
+#[test]
+fn one_patch_fragments_split_or_refused() {
+    let mut rng = Rng(99);
+    let img = image(20, 10, 4, 32, Content::Random, &mut rng).file;
+    let all = Rect::new(0, 0, 20, 10);
+    let read = common::read_fragments(&img, all, 0);
+    let src = SampleSource::Fragments {
+        index: &read.index,
+        data: &read.data,
+    };
+    let win = Window::new(all, 0, 0, false);
+    let from_frag = SamplePlan::new(&[src], &[win], &SampleOptions::new(20, 10)).unwrap();
+    let from_file = SamplePlan::new(
+        &[SampleSource::File(&img)],
+        &[win],
+        &SampleOptions::new(20, 10),
+    )
+    .unwrap();
+    assert_eq!(from_frag.input_len(), from_file.input_len());
+    assert_eq!(from_frag.patch_count(), 3);
+    // Channel 0's first row claims more bits per pixel: its rows now end elsewhere.
+    let (mut refused, mut accepted) = (0, 0);
+    for nbit in 0..16u8 {
+        let mut bad = img.clone();
+        let start = l3_format::L3File::parse(&bad).unwrap().data_offset();
+        bad[start] = (bad[start] & 0xf0) | nbit;
+        let read = common::read_fragments(&bad, all, 0);
+        let src = SampleSource::Fragments {
+            index: &read.index,
+            data: &read.data,
+        };
+        match SamplePlan::new(&[src], &[win], &SampleOptions::new(20, 10)) {
+            Ok(p) => {
+                accepted += 1;
+                assert!(p.descriptors_in_bounds());
+            }
+            Err(Error::OffsetTableMismatch { index: 0 } | Error::Image { index: 0, .. }) => {
+                refused += 1
+            }
+            Err(e) => panic!("nbit {nbit}: {e}"),
+        }
+    }
+    assert!(
+        refused > 0 && accepted > 0,
+        "refused {refused}, accepted {accepted}"
+    );
+}
+
+/// Arbitrary damage to files and arbitrary windows never panic sample planning, and every plan it
+/// accepts keeps all descriptors inside the input and inside their own samples.
+#[test]
+fn damaged_files_and_random_windows_sample_plans_stay_in_bounds() {
+    let mut rng = Rng(4048);
+    let base = image(37, 23, 3, 8, Content::Smooth, &mut rng).file;
+    let other = image(5, 70, 1, 16, Content::Random, &mut rng).file;
+    let (mut accepted, mut rejected) = (0, 0);
+    for trial in 0..2000 {
+        let mut bad = base.clone();
+        match trial % 3 {
+            0 => {
+                for _ in 0..1 + rng.below(4) {
+                    let i = rng.below(bad.len() as u64) as usize;
+                    bad[i] = rng.next() as u8;
+                }
+            }
+            1 => {
+                let i = rng.below(60.min(bad.len() as u64)) as usize;
+                bad[i] ^= 1 << rng.below(8);
+            }
+            _ => bad.truncate(rng.below(bad.len() as u64) as usize),
+        }
+        let r = |rng: &mut Rng, n: u64| rng.below(n) as u32;
+        let win = Window::new(
+            Rect::new(
+                r(&mut rng, 40),
+                r(&mut rng, 26),
+                r(&mut rng, 40),
+                r(&mut rng, 26),
+            ),
+            r(&mut rng, 20),
+            r(&mut rng, 20),
+            rng.below(2) == 1,
+        );
+        let layout = [Layout::Nhwc, Layout::Nchw][trial % 2];
+        let opts = SampleOptions {
+            layout,
+            check_rows_on_host: trial % 4 < 2,
+            ..SampleOptions::new(24, 30)
+        };
+        let sources = [SampleSource::File(&other), SampleSource::File(&bad)];
+        let windows = [Window::new(Rect::new(0, 0, 5, 30), 19, 0, true), win];
+        match SamplePlan::new(&sources, &windows, &opts) {
+            Ok(plan) => {
+                accepted += 1;
+                assert!(plan.descriptors_in_bounds(), "trial {trial}");
+            }
+            Err(Error::Image { index: 1, .. } | Error::BadWindow { index: 1, .. }) => rejected += 1,
+            Err(e) => panic!("trial {trial}: unexpected {e}"),
         }
     }
     assert!(

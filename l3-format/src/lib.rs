@@ -14,7 +14,8 @@
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
 // `unsafe` lives only in `simd.rs` (AVX2 row kernel and interleavers: intrinsics, and unaligned loads/stores
-// through bounds-checked slices) and at its call sites in `decode.rs`, after the run-time AVX2 check;
+// through bounds-checked slices) and at its call sites in `decode.rs` and `region.rs`, after the run-time
+// AVX2 check;
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 

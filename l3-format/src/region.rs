@@ -1,7 +1,9 @@
 //! Decoding a region: only the patches under a rectangle, straight into the caller's buffer at the caller's
 //! strides. L3 patches are independent, so a 224×224 crop of a 3840×2160 image touches 12 to 20 of its 2040
 //! patches per channel; rows above the region inside a patch are decoded (each row predicts from the one
-//! above) but not written, rows below it are not decoded at all.
+//! above) but not written, rows below it are not decoded at all. A patch decoded to its last row is also
+//! checked for trailing bytes, so a region covering the whole image validates exactly what a whole decode
+//! does.
 //!
 //! The same core serves a whole file in memory ([`L3File::decode_region`]) and a file of which only the
 //! needed byte ranges were read ([`crate::L3Index::decode_region`]): it asks for each patch's bytes through
@@ -167,6 +169,9 @@ where
                                 copy_row(&mut out[at..at + cols.len()], &px[cols.clone()]);
                             }
                         }
+                        if rows == r.h as usize {
+                            d.finish()?;
+                        }
                     }
                 }
                 PixelLayout::Interleaved { row_stride } => {
@@ -195,6 +200,9 @@ where
                                 &r3[c],
                             ),
                         }
+                    }
+                    if rows == r.h as usize {
+                        decs.iter().flatten().try_for_each(RowDecoder::finish)?;
                     }
                 }
             }

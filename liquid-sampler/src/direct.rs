@@ -89,20 +89,20 @@ pub struct DirectFile {
 }
 
 impl DirectFile {
-    /// Opens `path` with `O_DIRECT`, falling back to fadvise where the file system refuses it.
+    /// Opens `path` with `O_DIRECT`, falling back to fadvise where the file system refuses it. Anything
+    /// but a regular file (a folder, a FIFO that would block the open) is refused first.
     pub fn open(path: &Path) -> Result<Self> {
-        let not_found = |e: std::io::Error| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::MissingDataFile {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                Error::Io {
-                    path: path.to_path_buf(),
-                    source: e,
-                }
-            }
+        let fail = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::MissingDataFile {
+                path: path.to_path_buf(),
+            },
+            std::io::ErrorKind::InvalidInput => Error::NotAFile {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
+            _ => io(path)(e),
         };
+        let buffered = stdx::fs::open_regular(path).map_err(fail)?;
         let direct = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
@@ -119,16 +119,15 @@ impl DirectFile {
                     });
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-                Err(e) => return Err(not_found(e)),
+                Err(e) => return Err(fail(e)),
             }
         } else if let Err(e) = direct
             && e.raw_os_error() != Some(libc::EINVAL)
         {
-            return Err(not_found(e));
+            return Err(fail(e));
         }
-        let file = File::open(path).map_err(not_found)?;
         Ok(DirectFile {
-            file,
+            file: buffered,
             path: path.to_path_buf(),
             bypass: Bypass::Fadvise,
         })

@@ -1,4 +1,5 @@
-//! The crate's one error type: every variant names the file, item or setting at fault.
+//! The crate's one error type: every variant names the file, item or setting at fault, in one line that
+//! already holds the whole story (no `source()` chain to print a second time).
 
 use std::path::PathBuf;
 
@@ -6,14 +7,17 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: {source}")]
+    /// An operating-system error on a file or folder (including a folder another writer holds locked).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: data file is missing")]
     MissingDataFile { path: PathBuf },
+    /// A data file that exists but is a folder, a FIFO, a device, ...
+    #[error("{path}: data file is {reason}")]
+    NotAFile { path: PathBuf, reason: String },
     #[error(
         "{path}: data file is truncated: the manifest needs {needed} bytes, the file has {actual}"
     )]
@@ -52,5 +56,24 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Wraps an `io::Error` with the path it came from.
 pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.into();
-    move |source| Error::Io { path, source }
+    move |error| Error::Io { path, error }
+}
+
+/// ciborium's `Display` prints its `Debug` form (`Io(Error { kind: UnexpectedEof, .. })`); this says the
+/// same in words.
+pub(crate) fn cbor_message<T: std::fmt::Debug>(e: ciborium::de::Error<T>) -> String {
+    use ciborium::de::Error as E;
+    match e {
+        E::Io(_) => "the data ends in the middle of a value".into(),
+        E::Syntax(at) => format!("malformed CBOR at byte {at}"),
+        E::Semantic(Some(at), msg) => format!("{msg} (at byte {at})"),
+        E::Semantic(None, msg) => msg,
+        E::RecursionLimitExceeded => "values nested too deeply".into(),
+    }
+}
+
+/// Reads a whole regular file of at most `limit` bytes: FIFOs, devices and folders fail at once (a
+/// blocking open or an endless read would hang the caller) with a message naming what they are.
+pub(crate) fn read_file(path: &std::path::Path, limit: u64) -> Result<Vec<u8>> {
+    stdx::fs::read_regular(path, limit).map_err(io(path))
 }

@@ -20,11 +20,19 @@ pub mod manifest;
 pub mod pack;
 pub mod plan;
 pub mod profile;
-mod rng;
 pub mod sampler;
 pub mod shard;
 
 pub use error::{Error, Result};
+
+/// Independent [`stdx::SplitMix64`] streams (`SplitMix64::keyed(seed, STREAM, ..)`), so the profiler's, the
+/// sharding's and the sampler's draws never depend on one another.
+pub(crate) mod stream {
+    pub const CONVERT: u64 = 1;
+    pub const SHARD: u64 = 2;
+    pub const SAMPLE: u64 = 3;
+    pub const PROBE: u64 = 4;
+}
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

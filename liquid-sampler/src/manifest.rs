@@ -1,6 +1,6 @@
 //! The multi-format dataset on disk: a CBOR manifest beside packed data files (layout in SPEC.md).
 
-use crate::error::{Error, Result, io};
+use crate::error::{Error, Result, cbor_message, io};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,8 @@ pub const MANIFEST_NAME: &str = "manifest.cbor";
 /// Every item starts on this boundary in its data file, so `O_DIRECT` can read it into an aligned buffer.
 pub const ALIGN: u64 = 4096;
 const MAGIC: &str = "liquid-dataset";
+/// Manifests larger than this are refused before being read (about 20 million items).
+const MAX_MANIFEST_BYTES: u64 = 4 << 30;
 const VERSION: u32 = 1;
 
 /// Whether a format costs CPU to decode (compressed) or disk bandwidth to load (raw pixels).
@@ -124,17 +126,18 @@ impl Manifest {
     /// Reads `dir/manifest.cbor` without touching the data files (see [`Dataset::open`] for that).
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST_NAME);
-        let bytes = std::fs::read(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::BadManifest {
-                    path: path.clone(),
-                    reason: "no manifest.cbor: not a Liquid dataset folder".into(),
+        let bytes = stdx::fs::read_regular(&path, MAX_MANIFEST_BYTES).map_err(|e| {
+            let reason = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "no manifest.cbor: not a Liquid dataset, or one whose writing did not finish"
+                        .to_string()
                 }
-            } else {
-                Error::Io {
-                    path: path.clone(),
-                    source: e,
-                }
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => e.to_string(),
+                _ => return io(&path)(e),
+            };
+            Error::BadManifest {
+                path: path.clone(),
+                reason,
             }
         })?;
         Self::parse(&bytes, &path)
@@ -143,7 +146,7 @@ impl Manifest {
     fn parse(bytes: &[u8], path: &Path) -> Result<Manifest> {
         let m: Manifest = ciborium::from_reader(bytes).map_err(|e| Error::BadManifest {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            reason: cbor_message(e),
         })?;
         if m.magic != MAGIC || m.version != VERSION {
             return Err(Error::BadManifest {
@@ -164,18 +167,16 @@ impl Manifest {
         Ok(m)
     }
 
-    /// Writes `dir/manifest.cbor` under a temporary name, then renames it into place.
+    /// Writes `dir/manifest.cbor` durably ([`stdx::fs::write_atomic`]): a reader sees the old manifest or
+    /// the new one, never part of one.
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MANIFEST_NAME);
-        let tmp = dir.join(format!("{MANIFEST_NAME}.tmp"));
         let mut bytes = Vec::new();
         ciborium::into_writer(self, &mut bytes).map_err(|e| Error::BadManifest {
             path: path.clone(),
-            reason: e.to_string(),
+            reason: format!("cannot encode: {e}"),
         })?;
-        std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        Ok(())
+        stdx::fs::write_atomic(&path, &bytes).map_err(io(&path))
     }
 
     /// Checks the manifest against itself: indices in range, items inside their files, aligned, not
@@ -271,34 +272,37 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Reads and validates the manifest and checks every data file exists with the recorded length.
+    /// Reads and validates the manifest and checks every data file is a regular file of the recorded
+    /// length.
     pub fn open(dir: &Path) -> Result<Dataset> {
         let manifest = Manifest::read(dir)?;
         manifest.check(&dir.join(MANIFEST_NAME))?;
         for f in &manifest.files {
             let path = dir.join(&f.name);
-            let meta = match std::fs::metadata(&path) {
-                Ok(m) => m,
+            let len = match stdx::fs::open_regular(&path).and_then(|file| file.metadata()) {
+                Ok(m) => m.len(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(Error::MissingDataFile { path });
                 }
-                Err(e) => return Err(Error::Io { path, source: e }),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    return Err(Error::NotAFile {
+                        path,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(io(path)(e)),
             };
-            if meta.len() < f.len {
+            if len < f.len {
                 return Err(Error::TruncatedDataFile {
                     path,
                     needed: f.len,
-                    actual: meta.len(),
+                    actual: len,
                 });
             }
-            if meta.len() != f.len {
+            if len != f.len {
                 return Err(Error::ManifestMismatch {
                     path,
-                    reason: format!(
-                        "the manifest says {} bytes, the file has {}",
-                        f.len,
-                        meta.len()
-                    ),
+                    reason: format!("the manifest says {} bytes, the file has {len}", f.len),
                 });
             }
         }

@@ -2,13 +2,21 @@
 //! 10:0 .. 0:10 as the paper does, refines the answer with two fitted lines, and writes the dataset.
 
 use crate::direct::{AlignedBuf, DirectFile};
-use crate::error::{Error, Result, io};
+use crate::error::{Error, Result, io, read_file};
 use crate::manifest::{Dataset, Dims, FormatKind, FormatSpec, Manifest, Ratio};
 use crate::pack::DatasetWriter;
-use crate::rng::{Rng, stream};
+use crate::stream;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use stdx::SplitMix64;
+use stdx::fs::DirLock;
+
+/// Source images larger than this are refused before being read.
+const MAX_SOURCE_BYTES: u64 = 2 << 30;
+/// The probe sample's folders in [`ProfileConfig::scratch`]: `liquid-probe-PID-N`.
+const PROBE_PREFIX: &str = "liquid-probe-";
 
 /// A caller-supplied decoder for a compressed format: stored bytes in, interleaved pixels out.
 pub trait Decoder: Send + Sync {
@@ -130,9 +138,58 @@ pub struct Profile {
     pub lines: Option<(Line, Line)>,
 }
 
+/// The probe sample's folder: locked while in use and removed when dropped, so it goes on every way out
+/// (an error half-way through writing it, such as a full disk, a panic, or the end of profiling).
+struct Scratch {
+    dir: PathBuf,
+    _lock: Option<DirLock>,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes probe folders in `scratch` left by profilers that were killed (their process is gone).
+fn remove_stale_probes(scratch: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(scratch) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(scratch)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(scratch))?;
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PROBE_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| n.parse::<u64>().is_ok())
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !stdx::fs::process_alive(pid)
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+        {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(entry.path())(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Each decode thread's pixel buffer, reused from item to item as a decode loop would.
+    static PIXELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 /// The probe sample: each item in both formats on disk, so any ratio can be measured.
 pub struct ProbeSet {
-    dir: PathBuf,
+    /// Removed (with everything in it) when the set is dropped.
+    _scratch: Scratch,
     data: Dataset,
     files: Vec<DirectFile>,
     /// Manifest indices of (compressed, raw) copies of each sampled item.
@@ -153,14 +210,19 @@ impl ProbeSet {
             return Err(Error::EmptyDataset);
         }
         let mut pick: Vec<usize> = (0..sources.len()).collect();
-        Rng::new(cfg.seed, stream::PROBE).shuffle(&mut pick);
+        SplitMix64::keyed(cfg.seed, stream::PROBE, 0).shuffle(&mut pick);
         pick.truncate(cfg.probe_items.max(2).min(sources.len()));
         pick.sort_unstable();
+        remove_stale_probes(&cfg.scratch)?;
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let nth = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = cfg
             .scratch
-            .join(format!("liquid-probe-{}-{nth}", std::process::id()));
+            .join(format!("{PROBE_PREFIX}{}-{nth}", std::process::id()));
+        let mut scratch = Scratch {
+            dir: dir.clone(),
+            _lock: None,
+        };
         let mut formats: Vec<FormatSpec> = Vec::new();
         let tag_index = |tag: &str, formats: &mut Vec<FormatSpec>| -> u16 {
             if let Some(i) = formats.iter().position(|f| f.tag == tag) {
@@ -192,7 +254,7 @@ impl ProbeSet {
         let mut pixels = Vec::new();
         for &i in &pick {
             let s = &sources[i];
-            let bytes = std::fs::read(&s.path).map_err(io(&s.path))?;
+            let bytes = read_file(&s.path, MAX_SOURCE_BYTES)?;
             let dec = find_decoder(decoders, &s.tag, &s.path)?;
             let dims = dec
                 .decode(&bytes, &mut pixels)
@@ -203,14 +265,15 @@ impl ProbeSet {
             w.add(s.id, s.label, tag_index(&s.tag, &mut formats), &bytes, dims)?;
             w.add(s.id, s.label, raw, &pixels, dims)?;
         }
-        let manifest = w.finish()?;
+        let (manifest, lock) = w.finish_locked()?;
+        scratch._lock = lock;
         let data = Dataset::open(&dir)?;
         let files: Vec<DirectFile> = (0..manifest.files.len() as u32)
             .map(|f| DirectFile::open(&data.path_of(f)))
             .collect::<Result<_>>()?;
         let pairs: Vec<(usize, usize)> = (0..pick.len()).map(|k| (2 * k, 2 * k + 1)).collect();
         let mut turn_raw: Vec<usize> = (0..pairs.len()).collect();
-        Rng::new(cfg.seed, stream::PROBE + 100).shuffle(&mut turn_raw);
+        SplitMix64::keyed(cfg.seed, stream::PROBE, 1).shuffle(&mut turn_raw);
         let decoders = formats
             .iter()
             .map(|f| decoders.iter().position(|(t, _)| *t == f.tag))
@@ -223,7 +286,7 @@ impl ProbeSet {
             files[l.file as usize].read_into(l.offset, l.length, &mut buf)?;
         }
         Ok(ProbeSet {
-            dir,
+            _scratch: scratch,
             data,
             files,
             pairs,
@@ -272,71 +335,27 @@ impl ProbeSet {
         let items = &self.data.manifest.items;
         let bytes: u64 = chosen.iter().map(|&i| items[i].location.length).sum();
         // Load: every pass reads the chosen items from disk, the I/O threads taking them in storage order.
-        let mut loaded: Vec<Option<AlignedBuf>> = (0..chosen.len()).map(|_| None).collect();
+        let load = |_: usize, &i: &usize| -> Result<AlignedBuf> {
+            let l = items[i].location;
+            let mut buf = AlignedBuf::with_capacity(l.length as usize);
+            self.files[l.file as usize].read_into(l.offset, l.length, &mut buf)?;
+            Ok(buf)
+        };
+        let mut loaded = Vec::new();
         let (mut passes, t0) = (0u32, Instant::now());
         while passes == 0 || (t0.elapsed() < cfg.min_time && passes < 20) {
-            let next = AtomicUsize::new(0);
-            let slots: Vec<std::sync::Mutex<Option<AlignedBuf>>> = (0..chosen.len())
-                .map(|_| std::sync::Mutex::new(None))
-                .collect();
-            let err = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..cfg.io_threads.max(1))
-                    .map(|_| {
-                        s.spawn(|| -> Result<()> {
-                            loop {
-                                let k = next.fetch_add(1, Ordering::Relaxed);
-                                let Some(&i) = chosen.get(k) else {
-                                    return Ok(());
-                                };
-                                let l = items[i].location;
-                                let mut buf = AlignedBuf::with_capacity(l.length as usize);
-                                self.files[l.file as usize]
-                                    .read_into(l.offset, l.length, &mut buf)?;
-                                *slots[k].lock().expect("not poisoned") = Some(buf);
-                            }
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("I/O thread panicked"))
-                    .find(|r| r.is_err())
-            });
-            if let Some(Err(e)) = err {
-                return Err(e);
-            }
-            for (k, m) in slots.into_iter().enumerate() {
-                loaded[k] = m.into_inner().expect("not poisoned");
-            }
+            loaded = stdx::parallel::map(&chosen, cfg.io_threads.max(1), load)?;
             passes += 1;
         }
         let load_s = t0.elapsed().as_secs_f64() / passes as f64;
         // Decode: from memory, on the granted threads; raw items are copied into a pixel buffer.
         let (mut passes, t0) = (0u32, Instant::now());
         while passes == 0 || (t0.elapsed() < cfg.min_time && passes < 20) {
-            let next = AtomicUsize::new(0);
-            let r = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..cfg.threads.max(1))
-                    .map(|_| {
-                        s.spawn(|| -> Result<()> {
-                            let mut out = Vec::new();
-                            loop {
-                                let k = next.fetch_add(1, Ordering::Relaxed);
-                                let Some(&i) = chosen.get(k) else {
-                                    return Ok(());
-                                };
-                                let buf = loaded[k].as_ref().expect("loaded above");
-                                self.decode(i, buf, decoders, &mut out)?;
-                            }
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("decode thread panicked"))
-                    .find(|r| r.is_err())
-            });
-            if let Some(Err(e)) = r {
-                return Err(e);
-            }
+            stdx::parallel::for_each(
+                chosen.iter().zip(&loaded),
+                cfg.threads.max(1),
+                |(&i, buf)| PIXELS.with_borrow_mut(|out| self.decode(i, buf, decoders, out)),
+            )?;
             passes += 1;
         }
         let decode_s = t0.elapsed().as_secs_f64() / passes as f64;
@@ -370,12 +389,6 @@ impl ProbeSet {
             }
             (FormatKind::Compressed, None) => Err(fail("no decoder for this format".into())),
         }
-    }
-}
-
-impl Drop for ProbeSet {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -498,7 +511,7 @@ pub fn write_dataset(
     }
     let n_raw = (sources.len() as f64 * ratio.raw_share()).round() as usize;
     let mut perm: Vec<usize> = (0..sources.len()).collect();
-    Rng::new(seed, stream::CONVERT).shuffle(&mut perm);
+    SplitMix64::keyed(seed, stream::CONVERT, 0).shuffle(&mut perm);
     let mut is_raw = vec![false; sources.len()];
     for &i in &perm[..n_raw] {
         is_raw[i] = true;
@@ -522,7 +535,7 @@ pub fn write_dataset(
     let mut w = DatasetWriter::create(out_dir, seed, ratio, formats.clone())?;
     let mut pixels = Vec::new();
     for (s, &raw) in sources.iter().zip(&is_raw) {
-        let bytes = std::fs::read(&s.path).map_err(io(&s.path))?;
+        let bytes = read_file(&s.path, MAX_SOURCE_BYTES)?;
         let dec = find_decoder(decoders, &s.tag, &s.path)?;
         let src = |reason| Error::Source {
             path: s.path.clone(),

@@ -125,6 +125,9 @@ impl LiquidSampler {
             .map(|f| DirectFile::open(&dataset.path_of(f)))
             .collect::<Result<_>>()?;
         let files = Arc::new(files);
+        // Dedicated threads rather than `stdx::parallel`: they live as long as the sampler and are fed
+        // one schedule event at a time across `next_batch` calls, running ahead of the consumer; a
+        // scoped pool over a known list of items cannot do that.
         let (jobs, job_rx) = crossbeam_channel::unbounded::<Job>();
         let (done_tx, done) = crossbeam_channel::unbounded::<Loaded>();
         let threads = (0..cfg.io_threads.max(1))

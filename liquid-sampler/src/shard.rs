@@ -9,7 +9,8 @@
 //! per epoch): each rank's shuffle buffers cache its own shard and read it in storage order.
 
 use crate::error::{Error, Result};
-use crate::rng::{Rng, stream};
+use crate::stream;
+use stdx::SplitMix64;
 
 /// What to do when the dataset does not divide evenly among the ranks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,7 +42,7 @@ pub fn shard(
         return Ok((0..n as u32).collect());
     }
     let mut perm: Vec<u32> = (0..n as u32).collect();
-    Rng::new(seed, stream::SHARD).shuffle(&mut perm);
+    SplitMix64::keyed(seed, stream::SHARD, 0).shuffle(&mut perm);
     let per_rank = match policy {
         ShardPolicy::Pad => n.div_ceil(world_size),
         ShardPolicy::DropTail => n / world_size,

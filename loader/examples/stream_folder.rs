@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p loader --example stream_folder -- ../shared/corpus`
 
-use loader::{Crop, ImageFolder, Layout, Loader, LoaderOptions, Normalize};
+use loader::{Crop, DType, ImageFolder, Layout, Loader, LoaderOptions, Normalize};
 use std::sync::Arc;
 
 fn main() -> Result<(), loader::Error> {
@@ -18,6 +18,7 @@ fn main() -> Result<(), loader::Error> {
         crop: Crop::Random,
         hflip: true,
         layout: Layout::Nchw,
+        dtype: DType::F32,
         normalize: Some(Normalize::IMAGENET),
         epochs: Some(2),
         ..LoaderOptions::default()
@@ -29,7 +30,7 @@ fn main() -> Result<(), loader::Error> {
             "epoch {} batch {}: shape {:?}, labels {:?}, waited {:.1} ms",
             batch.epoch,
             batch.index,
-            batch.shape,
+            batch.shape(),
             batch.labels,
             batch.wait.as_secs_f64() * 1e3
         );

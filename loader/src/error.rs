@@ -20,19 +20,23 @@ pub enum Error {
         format: &'static str,
         reason: String,
     },
-    /// An item failed inside a running loader: the dataset index says which, `source` says why.
+    /// An item failed inside a running loader: the dataset index says which, `source` says why (and names
+    /// the file).
     #[error("item {index}: {source}")]
     Item {
         index: usize,
         #[source]
         source: Box<Error>,
     },
-    /// A dataset description (folder, labels CSV, manifest, index) is malformed or empty.
+    /// A dataset description (folder, labels CSV, manifest, index) is malformed, empty or ambiguous.
     #[error("{}: {reason}", path.display())]
     Dataset { path: PathBuf, reason: String },
     /// Loader options that cannot work together (batch size 0, rank >= world size, ...).
     #[error("invalid loader options: {0}")]
     Options(String),
+    /// Buffers the options ask for would not fit in memory.
+    #[error("{0}")]
+    Memory(#[from] stdx::mem::TooLarge),
     /// A resume state that belongs to another configuration.
     #[error("cannot resume: {0}")]
     Resume(String),
@@ -44,10 +48,14 @@ pub enum Error {
          the saved state (only epoch 0, batch 0 can be resumed)"
     )]
     LiquidResume { epoch: usize, batch: usize },
-    /// GPU decoding was asked for but cannot be provided.
-    #[error("GPU decode unavailable: {0}")]
-    Gpu(String),
-    /// The pipeline stopped unexpectedly (a worker thread panicked).
+    /// GPU decoding was asked for and cannot be done: no usable device, or a batch the device failed on.
+    #[error("GPU decoding failed{}: {reason}", at.as_deref().map(|a| format!(" ({a})")).unwrap_or_default())]
+    Gpu {
+        /// Which batch or item, when the failure is about one.
+        at: Option<String>,
+        reason: String,
+    },
+    /// The pipeline stopped unexpectedly (a worker thread panicked or could not start).
     #[error("loader pipeline stopped: {0}")]
     Pipeline(String),
 }
@@ -76,6 +84,21 @@ impl Error {
         Error::Dataset {
             path: path.into(),
             reason: reason.to_string(),
+        }
+    }
+
+    pub(crate) fn gpu(at: Option<String>, reason: impl ToString) -> Self {
+        Error::Gpu {
+            at,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Wraps an error about dataset item `index`.
+    pub(crate) fn item(index: usize, source: Error) -> Self {
+        Error::Item {
+            index,
+            source: Box::new(source),
         }
     }
 }

@@ -1,68 +1,17 @@
-//! Decoded pixels and the per-format decoders the pipeline's CPU stage runs.
+//! Decoded pixels, the whole-image decoders the pipeline runs, and the one path that turns an image file
+//! into pixels for encoding and conversion ([`import`]).
+//!
+//! One set of rules everywhere: pixels are upright (EXIF orientation is applied wherever a file becomes
+//! pixels), 8 bits per sample, gray+alpha becomes RGBA losslessly, anything lossy (16-bit or float samples
+//! reduced to 8 bits) needs an explicit opt-in at import, and no image may decode to more than
+//! [`max_image_bytes`].
 
 use crate::error::{Error, Result};
+use crate::format::Format;
 use crate::raw;
-use image::ImageDecoder;
+use image::{ImageDecoder, ImageReader};
 use std::io::Cursor;
 use std::path::Path;
-
-/// The on-disk encoding of one item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Format {
-    Png,
-    Jpeg,
-    /// Uncompressed pixels: binary PPM/PGM/PAM (P5, P6, P7), the "raw" format of this toolkit.
-    Raw,
-    L3,
-    /// A JPEG stream rebuilt from a Progressive Compressed Record at some scan group.
-    Pcr,
-}
-
-impl Format {
-    /// The short tag written in traces and tables (`png`, `jpeg`, `raw`, `l3`, `pcr`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Png => "png",
-            Format::Jpeg => "jpeg",
-            Format::Raw => "raw",
-            Format::L3 => "l3",
-            Format::Pcr => "pcr",
-        }
-    }
-
-    /// The format a file name's extension stands for, if it is one the loader reads.
-    pub fn from_path(path: &Path) -> Option<Format> {
-        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        Some(match ext.as_str() {
-            "png" => Format::Png,
-            "jpg" | "jpeg" => Format::Jpeg,
-            "ppm" | "pgm" | "pnm" | "pam" => Format::Raw,
-            "l3" => Format::L3,
-            _ => return None,
-        })
-    }
-
-    /// The format the first bytes of a file announce, if any.
-    pub fn sniff(bytes: &[u8]) -> Option<Format> {
-        if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-            Some(Format::Png)
-        } else if bytes.starts_with(&[0xFF, 0xD8]) {
-            Some(Format::Jpeg)
-        } else if bytes.starts_with(&l3_format::MAGIC) {
-            Some(Format::L3)
-        } else if bytes.len() >= 2 && bytes[0] == b'P' && matches!(bytes[1], b'5' | b'6' | b'7') {
-            Some(Format::Raw)
-        } else {
-            None
-        }
-    }
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// An 8-bit image with interleaved channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA), rows top to bottom.
 ///
@@ -107,9 +56,44 @@ impl Image {
     }
 }
 
-/// Decodes `bytes` of `format` into `out`; `path` only names the item in errors.
-///
-/// PCR items are JPEG streams, so they decode like JPEG.
+/// The environment variable that sets [`max_image_bytes`].
+pub const MAX_IMAGE_BYTES_VAR: &str = "L3_MAX_IMAGE_BYTES";
+
+/// The largest decoded size (width × height × channels bytes, at 8 bits) any decoder of the toolkit
+/// accepts: `L3_MAX_IMAGE_BYTES` when set (bytes, or with a K/M/G/T suffix), else 4 GiB — the L3
+/// reader's own limit — and never more than the machine's memory limit.
+pub fn max_image_bytes() -> u64 {
+    let configured = std::env::var(MAX_IMAGE_BYTES_VAR)
+        .ok()
+        .and_then(|s| stdx::mem::parse_size(&s))
+        .unwrap_or(l3_format::Limits::default().max_pixels);
+    configured.min(stdx::mem::limit().0)
+}
+
+fn too_large(path: &Path, w: u32, h: u32, c: u64) -> Error {
+    let bytes = u64::from(w) * u64::from(h) * c;
+    Error::decode(
+        path,
+        "image",
+        format!(
+            "{w}x{h} decodes to {}, over the image size limit of {} (set {MAX_IMAGE_BYTES_VAR} to raise it)",
+            stdx::mem::human(bytes),
+            stdx::mem::human(max_image_bytes())
+        ),
+    )
+}
+
+fn limits() -> image::Limits {
+    let mut l = image::Limits::default();
+    // The size check happens before decoding, with a message that names the file and the limit; the
+    // decoders' own bookkeeping gets the same bound plus room for their working buffers.
+    l.max_alloc = Some(max_image_bytes().saturating_mul(2));
+    l
+}
+
+/// Decodes `bytes` of `format` into `out` (upright, 8-bit); `path` names the item in errors. The
+/// pipeline's whole-image decoder: 16-bit samples of a dataset image are reduced to 8 bits, as the batch
+/// holds 8-bit pixels anyway.
 pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Result<()> {
     match format {
         Format::Png => decode_with(
@@ -138,6 +122,14 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
         }
         Format::L3 => {
             let file = l3_format::L3File::parse(bytes).map_err(|e| Error::decode(path, "l3", e))?;
+            if file.decoded_len() as u64 > max_image_bytes() {
+                return Err(too_large(
+                    path,
+                    file.width(),
+                    file.height(),
+                    file.channels().into(),
+                ));
+            }
             out.width = file.width();
             out.height = file.height();
             out.channels = file.channels();
@@ -151,24 +143,13 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
 /// JPEG decoders happily "decode" a truncated stream (the missing rows come out gray), so the loader
 /// checks for the end-of-image marker itself. Entropy-coded data never holds `FF D9` (0xFF is stuffed),
 /// so its presence near the end means the stream is whole; a little trailing padding is tolerated.
-fn check_jpeg_end(bytes: &[u8]) -> std::result::Result<(), &'static str> {
+pub(crate) fn check_jpeg_end(bytes: &[u8]) -> std::result::Result<(), &'static str> {
     let tail = &bytes[bytes.len().saturating_sub(4096)..];
     if tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
         Ok(())
     } else {
         Err("truncated: no end-of-image marker")
     }
-}
-
-/// Decodes a whole file whose format is given by its extension or, failing that, its first bytes.
-pub fn decode_file(path: &Path) -> Result<Image> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let format = Format::from_path(path)
-        .or_else(|| Format::sniff(&bytes))
-        .ok_or_else(|| Error::decode(path, "image", "unknown image format"))?;
-    let mut img = Image::default();
-    decode(format, &bytes, path, &mut img)?;
-    Ok(img)
 }
 
 fn decode_with<D: ImageDecoder>(
@@ -179,24 +160,31 @@ fn decode_with<D: ImageDecoder>(
 ) -> Result<()> {
     use image::ColorType;
     let err = |e: image::ImageError| Error::decode(path, name, e);
-    let decoder = decoder.map_err(err)?;
+    let mut decoder = decoder.map_err(err)?;
     let (w, h) = decoder.dimensions();
+    let samples = u64::from(decoder.color_type().channel_count());
+    if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
+        return Err(too_large(path, w, h, samples));
+    }
+    decoder.set_limits(limits()).map_err(err)?;
+    let orientation = decoder.orientation().map_err(err)?;
     let channels = match decoder.color_type() {
         ColorType::L8 => 1,
         ColorType::La8 => 2,
         ColorType::Rgb8 => 3,
         ColorType::Rgba8 => 4,
         _ => {
-            // 16-bit and float images: let `image` convert to 8-bit RGB(A) (rare in datasets).
-            let img = image::DynamicImage::from_decoder(decoder).map_err(err)?;
+            // 16-bit and float images: 8-bit RGB(A), what a batch holds.
+            let mut img = image::DynamicImage::from_decoder(decoder).map_err(err)?;
+            img.apply_orientation(orientation);
             let (channels, pixels) = if img.color().has_alpha() {
                 (4, img.to_rgba8().into_raw())
             } else {
                 (3, img.to_rgb8().into_raw())
             };
             *out = Image {
-                width: w,
-                height: h,
+                width: img.width(),
+                height: img.height(),
                 channels,
                 pixels,
             };
@@ -210,68 +198,103 @@ fn decode_with<D: ImageDecoder>(
     out.width = w;
     out.height = h;
     out.channels = channels;
+    if orientation != image::metadata::Orientation::NoTransforms {
+        orient(out, orientation);
+    }
     Ok(())
 }
 
-/// Decodes only the part of an L3 image inside the window `place(width, height)` picks, using the format's
-/// independent patches: a 224×224 crop of a 1920×1080 image touches about 25 of its 510 64-pixel patches.
-/// `out` receives the window alone (interleaved); the returned rectangle is where it lies in the image.
-pub(crate) fn decode_l3_window(
-    bytes: &[u8],
-    path: &Path,
-    place: impl FnOnce(u32, u32) -> (u32, u32, u32, u32),
-    out: &mut Image,
-    scratch: &mut Vec<u8>,
-) -> Result<(u32, u32, u32, u32)> {
-    let err = |e: l3_format::Error| Error::decode(path, "l3", e);
-    let file = l3_format::L3File::parse(bytes).map_err(err)?;
-    let (x0, y0, w, h) = place(file.width(), file.height());
-    let c = file.channels() as usize;
-    let n = file.patch_size() as u32;
-    out.width = w;
-    out.height = h;
-    out.channels = file.channels();
-    out.pixels.resize(w as usize * h as usize * c, 0);
-    if w == 0 || h == 0 {
-        return Ok((x0, y0, w, h));
+/// Applies an EXIF orientation to `img` in place (rare: only files that carry one pay for it).
+pub(crate) fn orient(img: &mut Image, o: image::metadata::Orientation) {
+    let buf = std::mem::take(&mut img.pixels);
+    let (w, h) = (img.width, img.height);
+    let mut dynamic = match img.channels {
+        1 => image::DynamicImage::ImageLuma8(image::GrayImage::from_raw(w, h, buf).expect("sized")),
+        2 => image::DynamicImage::ImageLumaA8(
+            image::GrayAlphaImage::from_raw(w, h, buf).expect("sized"),
+        ),
+        3 => image::DynamicImage::ImageRgb8(image::RgbImage::from_raw(w, h, buf).expect("sized")),
+        _ => image::DynamicImage::ImageRgba8(image::RgbaImage::from_raw(w, h, buf).expect("sized")),
+    };
+    dynamic.apply_orientation(o);
+    img.width = dynamic.width();
+    img.height = dynamic.height();
+    img.pixels = dynamic.into_bytes();
+}
+
+/// How [`import`] turns a file into pixels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Accept 16-bit and float samples by reducing them to 8 bits (lossy); refused otherwise.
+    pub to_8bit: bool,
+}
+
+/// Reads any common image file (PNG, JPEG, PPM/PGM/PAM, L3, BMP, GIF, TIFF, WebP) into 8-bit pixels with
+/// 1 (gray), 3 (RGB) or 4 (RGBA) channels, upright: the one import path of `l3 encode`, `l3 convert` and
+/// the Python package. Gray+alpha becomes RGBA (gray repeated, so alpha survives). Special files (FIFOs,
+/// devices) and files over [`max_image_bytes`] are refused before decoding.
+pub fn import(path: &Path, options: &ImportOptions) -> Result<Image> {
+    let bytes = stdx::fs::read_regular(path, max_image_bytes().saturating_add(1 << 20))
+        .map_err(|e| Error::io(path, e))?;
+    if Format::sniff(&bytes) == Some(Format::L3) || Format::from_path(path) == Some(Format::L3) {
+        let mut img = Image::default();
+        decode(Format::L3, &bytes, path, &mut img)?;
+        return Ok(img);
     }
-    scratch.resize(n as usize * n as usize, 0);
-    let (gx0, gx1) = (x0 / n, (x0 + w - 1) / n);
-    let (gy0, gy1) = (y0 / n, (y0 + h - 1) / n);
-    for gy in gy0..=gy1 {
-        for gx in gx0..=gx1 {
-            let patch = (gy * file.patches_x() + gx) as usize;
-            let r = file.patch_rect(patch);
-            // The overlap of this patch with the window, in image coordinates.
-            let (ox0, ox1) = (r.x.max(x0), (r.x + r.w).min(x0 + w));
-            let (oy0, oy1) = (r.y.max(y0), (r.y + r.h).min(y0 + h));
-            for ch in 0..c {
-                l3_format::decode_patch(
-                    file.patch_bytes(ch, patch),
-                    r.w as usize,
-                    r.h as usize,
-                    scratch,
-                    r.w as usize,
-                )
-                .map_err(err)?;
-                for y in oy0..oy1 {
-                    let src = &scratch[((y - r.y) * r.w) as usize..][..r.w as usize];
-                    let dst_row = ((y - y0) * w) as usize;
-                    for x in ox0..ox1 {
-                        out.pixels[(dst_row + (x - x0) as usize) * c + ch] =
-                            src[(x - r.x) as usize];
-                    }
-                }
-            }
+    let err = |e: image::ImageError| Error::decode(path, "image", e);
+    let mut reader = ImageReader::new(Cursor::new(&bytes[..]))
+        .with_guessed_format()
+        .map_err(|e| Error::io(path, e))?;
+    reader.limits(limits());
+    if reader.format().is_none() {
+        return Err(Error::decode(path, "image", "unknown image format"));
+    }
+    let mut decoder = reader.into_decoder().map_err(err)?;
+    let (w, h) = decoder.dimensions();
+    let samples = u64::from(decoder.color_type().channel_count());
+    if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
+        return Err(too_large(path, w, h, samples));
+    }
+    decoder.set_limits(limits()).map_err(err)?;
+    let orientation = decoder.orientation().map_err(err)?;
+    let mut img = image::DynamicImage::from_decoder(decoder).map_err(err)?;
+    img.apply_orientation(orientation);
+    use image::DynamicImage as D;
+    let (w, h) = (img.width(), img.height());
+    let (channels, pixels) = match img {
+        D::ImageLuma8(b) => (1, b.into_raw()),
+        D::ImageRgb8(b) => (3, b.into_raw()),
+        D::ImageRgba8(b) => (4, b.into_raw()),
+        D::ImageLumaA8(_) => (4, img.to_rgba8().into_raw()),
+        other if options.to_8bit => match other.color().channel_count() {
+            1 => (1, other.to_luma8().into_raw()),
+            2 | 4 => (4, other.to_rgba8().into_raw()),
+            _ => (3, other.to_rgb8().into_raw()),
+        },
+        other => {
+            return Err(Error::decode(
+                path,
+                "image",
+                format!(
+                    "{:?} samples are not 8-bit; the toolkit stores 8-bit samples losslessly only \
+                     (convert them explicitly, lossily, with --to-8bit)",
+                    other.color()
+                ),
+            ));
         }
-    }
-    Ok((x0, y0, w, h))
+    };
+    Ok(Image {
+        width: w,
+        height: h,
+        channels,
+        pixels,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::order::SplitMix64;
+    use stdx::SplitMix64;
 
     /// Arbitrary-bytes check of every decoder (the `cargo fuzz` target `decode_any` runs the same calls):
     /// every truncation and a few thousand random byte flips of valid files must give errors, not panics.
@@ -286,23 +309,12 @@ mod tests {
             channels: 3,
             pixels: px,
         };
+        use crate::convert::{Target, encode};
         let files = [
-            (
-                Format::L3,
-                crate::convert::encode(&img, crate::convert::Target::L3).unwrap(),
-            ),
-            (
-                Format::Raw,
-                crate::convert::encode(&img, crate::convert::Target::Raw).unwrap(),
-            ),
-            (
-                Format::Png,
-                crate::convert::encode(&img, crate::convert::Target::Png).unwrap(),
-            ),
-            (
-                Format::Jpeg,
-                crate::convert::encode(&img, crate::convert::Target::Jpeg(80)).unwrap(),
-            ),
+            (Format::L3, encode(&img, Target::L3).unwrap()),
+            (Format::Raw, encode(&img, Target::Raw).unwrap()),
+            (Format::Png, encode(&img, Target::Png).unwrap()),
+            (Format::Jpeg, encode(&img, Target::Jpeg(80)).unwrap()),
         ];
         let mut out = Image::default();
         for (f, bytes) in &files {
@@ -313,17 +325,56 @@ mod tests {
                 if *f != Format::Png || cut < bytes.len() - 12 {
                     assert!(r.is_err(), "{f} cut at {cut} of {} decoded", bytes.len());
                 }
-                crate::fuzz_l3_window(&bytes[..cut]);
+                crate::fuzz_decode_sample(&bytes[..cut]);
             }
             for _ in 0..2000 {
                 let mut b = bytes.clone();
                 for _ in 0..1 + rng.below(4) {
-                    let i = rng.below(b.len() as u64) as usize;
+                    let i = rng.index(b.len());
                     b[i] = rng.next_u64() as u8;
                 }
                 let _ = decode(*f, &b, Path::new("x"), &mut out);
-                crate::fuzz_l3_window(&b);
+                crate::fuzz_decode_sample(&b);
             }
         }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn import_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        // Gray+alpha becomes RGBA, losslessly.
+        let la = image::GrayAlphaImage::from_fn(5, 3, |x, y| {
+            image::LumaA([(x * 40) as u8, (y * 90) as u8])
+        });
+        let p = dir.path().join("la.png");
+        la.save(&p).unwrap();
+        let img = import(&p, &ImportOptions::default()).unwrap();
+        assert_eq!((img.width, img.height, img.channels), (5, 3, 4));
+        assert_eq!(&img.pixels[4 * 6..4 * 7], &[40, 40, 40, 90]);
+        // 16-bit needs the explicit lossy opt-in.
+        let g16 = image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::from_fn(4, 4, |x, _| {
+            image::Luma([x as u16 * 20000])
+        });
+        let p = dir.path().join("g16.png");
+        g16.save(&p).unwrap();
+        let e = import(&p, &ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("g16.png") && e.contains("--to-8bit"), "{e}");
+        let img = import(&p, &ImportOptions { to_8bit: true }).unwrap();
+        assert_eq!(
+            (img.channels, img.pixels[1]),
+            (1, (20000u32 * 255 / 65535) as u8 + 1)
+        );
+        // A FIFO named like an image fails at once instead of blocking.
+        let fifo = dir.path().join("x.png");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = import(&fifo, &ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("FIFO"), "{e}");
     }
 }

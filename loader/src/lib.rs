@@ -1,12 +1,17 @@
-//! The thin stitching crate: datasets, a decode pipeline and fixed-size batches over the toolkit's formats.
+//! Datasets, a decode pipeline and fixed-size batches over the toolkit's formats — the thin crate that
+//! stitches `l3-format`, `l3-cuda`, `pcr` and `liquid-sampler` together.
 //!
 //! - [`Dataset`]: one trait for every source — [`ImageFolder`] (PNG, JPEG, raw PPM, L3 files),
-//!   the packed multi-format shards of `liquid-sampler`, PCR records at a chosen scan group.
-//! - [`Loader`]: I/O threads → decode pool → batch assembly → bounded prefetch queue, with seeded shuffling
-//!   or Liquid's two-region shuffle buffers ([`Order`]), rank sharding, exact [`LoaderState`] resume,
-//!   live [`Stats`].
-//!
-//! The `l3` command-line tool lives in `src/bin/l3/`, one module per subcommand group.
+//!   [`LiquidShards`] (the packed multi-format dataset of `liquid-sampler`), [`PcrRecords`] (PCR at a
+//!   chosen scan group) — opened by [`open_dataset`].
+//! - [`Loader`]: the pipeline (`pipeline`: order → read → decode → assemble → prefetch) delivering
+//!   [`Batch`]es of one [`Tensor`] each, with seeded shuffling or Liquid's shuffle buffers ([`Order`]),
+//!   rank sharding, exact [`LoaderState`] resume, live [`Stats`]; decoding on CPU threads or a CUDA
+//!   [`Device`].
+//! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Layout`], [`DType`], [`Normalize`]);
+//!   [`decode_sample`] is the one decode path from stored bytes to a sample.
+//! - [`convert`]: writing datasets (per-file formats, PCR records, Liquid mixes); [`import`] reads any
+//!   image file with the toolkit's one set of rules.
 //!
 //! ```no_run
 //! use loader::{ImageFolder, Loader, LoaderOptions};
@@ -19,60 +24,90 @@
 //! }
 //! # Ok::<(), loader::Error>(())
 //! ```
+// `unsafe` lives only in `pipeline/buffer.rs` (aligned batch memory, disjoint slots filled by several
+// threads) and the test that makes a FIFO.
+#![deny(unsafe_code)]
 
-pub mod compare;
+mod batch;
 pub mod convert;
 mod dataset;
 mod error;
-mod folder;
-mod gpu;
+mod format;
 mod image;
+mod item;
 mod loader;
-mod open;
-mod order;
-mod pcr_records;
-pub mod raw;
-mod shards;
+mod pipeline;
+mod raw;
+mod sample;
 mod stats;
-pub mod synth;
-mod transform;
+mod storage;
 
-pub use dataset::Dataset;
+pub use batch::{Batch, Tensor};
+pub use dataset::folder::ImageFiles;
+pub use dataset::{
+    Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
+};
 pub use error::{Error, Result};
-pub use folder::{ImageFolder, image_files};
-pub use image::{Format, Image, decode, decode_file};
-pub use loader::{Batch, Loader, LoaderOptions, LoaderState, Order, ThreadMonitor};
-pub use open::{OpenOptions, open_dataset};
-pub use order::{ShardTail, ShardedOrder, SplitMix64};
-pub use pcr_records::PcrRecords;
-pub use shards::LiquidShards;
+pub use format::Format;
+pub use image::{Image, ImportOptions, MAX_IMAGE_BYTES_VAR, decode, import, max_image_bytes};
+pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
+pub use loader::{
+    Device, Loader, LoaderOptions, LoaderState, Next, Order, ShardPolicy, ThreadMonitor,
+};
+pub use pipeline::order::ShardedOrder;
+pub use sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize, SampleSpec, Window};
 pub use stats::Stats;
-pub use transform::{Crop, Layout, Normalize, Pixels, SampleSpec};
+pub use storage::{CacheOptions, Listing, Storage, StorageOptions};
 
-// The README's example is compiled as a doctest.
+// The README's examples are compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// Fuzzing entry point (not API): the L3 crop-window decoder on arbitrary bytes, with windows at the
-/// image's corner, centre and full extent. Must never panic.
+/// Fuzzing entry point (not API): the one decode path on arbitrary bytes as every format, whole and
+/// region, into every layout and type, with windows at the corner, the centre and beyond the image.
+/// Must never panic.
 #[doc(hidden)]
-pub fn fuzz_l3_window(data: &[u8]) {
-    let mut img = Image::default();
-    let mut scratch = Vec::new();
-    type Window = fn(u32, u32) -> (u32, u32, u32, u32);
-    let windows: [Window; 3] = [
-        |w, h| (0, 0, w.min(7), h.min(5)),
-        |w, h| (w / 3, h / 3, w - w / 3, h - h / 3),
-        |w, h| (0, 0, w, h),
-    ];
-    for place in windows {
-        let _ = image::decode_l3_window(
-            data,
-            std::path::Path::new("fuzz"),
-            place,
-            &mut img,
-            &mut scratch,
-        );
+pub fn fuzz_decode_sample(data: &[u8]) {
+    let mut scratch = Scratch::default();
+    for (h, w, crop) in [
+        (5, 7, Crop::Center),
+        (64, 64, Crop::Random),
+        (3, 300, Crop::Center),
+    ] {
+        for (layout, dtype) in [(Layout::Nhwc, DType::U8), (Layout::Nchw, DType::F16)] {
+            let spec = SampleSpec {
+                height: h,
+                width: w,
+                crop,
+                hflip: true,
+                layout,
+                dtype,
+                normalize: None,
+            };
+            let mut slot = vec![0u8; spec.sample_bytes()];
+            for format in [Format::L3, Format::Png, Format::Jpeg, Format::Raw] {
+                for scope in [DecodeScope::Region, DecodeScope::Whole] {
+                    let req = SampleRequest {
+                        spec: &spec,
+                        key: ItemKey {
+                            seed: 1,
+                            epoch: 0,
+                            index: data.len(),
+                        },
+                        scope,
+                    };
+                    let stored = Stored::Whole(data.to_vec());
+                    let _ = decode_sample(
+                        format,
+                        &stored,
+                        std::path::Path::new("fuzz"),
+                        &req,
+                        &mut scratch,
+                        &mut slot,
+                    );
+                }
+            }
+        }
     }
 }

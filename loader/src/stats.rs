@@ -17,6 +17,8 @@ pub(crate) struct Counters {
     pub batches_delivered: AtomicU64,
     pub items_delivered: AtomicU64,
     pub wait_ns: AtomicU64,
+    pub gpu_batches: AtomicU64,
+    pub gpu_fallback_batches: AtomicU64,
 }
 
 impl Counters {
@@ -43,6 +45,8 @@ impl Counters {
             batches_delivered: self.batches_delivered.load(Relaxed),
             items_delivered: self.items_delivered.load(Relaxed),
             consumer_wait: d(&self.wait_ns),
+            gpu_batches: self.gpu_batches.load(Relaxed),
+            gpu_fallback_batches: self.gpu_fallback_batches.load(Relaxed),
         }
     }
 }
@@ -54,13 +58,14 @@ pub struct Stats {
     pub elapsed: Duration,
     pub io_threads: usize,
     pub decode_threads: usize,
-    /// Items and stored bytes read by the I/O stage.
+    /// Items and stored bytes read by the I/O stage (under the Liquid order: by the sampler's readers).
+    /// With region decoding, L3 items count only the header, offset table and patches actually read.
     pub items_read: u64,
     pub bytes_read: u64,
     /// Time the I/O threads spent reading (summed over threads).
     pub read_busy: Duration,
     pub items_decoded: u64,
-    /// Decoded pixels (width x height), before cropping.
+    /// Pixels decoded (width × height): whole images, or only the window where region decoding applies.
     pub pixels_decoded: u64,
     /// Time the decode threads spent decoding and shaping samples (summed over threads).
     pub decode_busy: Duration,
@@ -72,6 +77,10 @@ pub struct Stats {
     pub items_delivered: u64,
     /// Time the consumer spent blocked waiting for the next batch.
     pub consumer_wait: Duration,
+    /// Batches decoded on the GPU.
+    pub gpu_batches: u64,
+    /// Batches the GPU failed on that were decoded on the CPU instead (only with `gpu_fallback`).
+    pub gpu_fallback_batches: u64,
 }
 
 impl Stats {

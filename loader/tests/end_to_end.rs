@@ -5,8 +5,8 @@ mod common;
 
 use common::{center_crop, corpus, fixture, reference_rgb};
 use loader::{
-    Batch, Crop, Dataset, ImageFolder, Layout, LiquidShards, Loader, LoaderOptions, LoaderState,
-    Normalize, PcrRecords, ShardTail,
+    Batch, Crop, DType, Dataset, DecodeScope, ImageFolder, Layout, LiquidShards, Loader,
+    LoaderOptions, LoaderState, Normalize, PcrRecords, ShardPolicy,
 };
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -71,7 +71,7 @@ fn every_image_exactly_once_per_epoch_in_every_format() {
         };
         assert_ne!(order(0), order(1));
         for b in &batches {
-            assert_eq!(b.shape, [b.len(), 64, 64, 3]);
+            assert_eq!(b.shape(), [b.len(), 64, 64, 3]);
             for (i, &id) in b.ids.iter().enumerate() {
                 assert_eq!(b.labels[i], ds.label(id));
             }
@@ -93,7 +93,11 @@ fn pixels_equal_a_reference_decode_in_every_format() {
     ] {
         let ds = Arc::new(ImageFolder::open(dir).unwrap());
         let o = LoaderOptions {
-            l3_window_decode: window,
+            decode: if window {
+                DecodeScope::Region
+            } else {
+                DecodeScope::Whole
+            },
             ..opts(4, size)
         };
         let batches = collect(Loader::new(ds.clone(), o).unwrap());
@@ -129,7 +133,7 @@ fn l3_window_decode_gives_the_same_random_crops_as_whole_image_decode() {
             Loader::new(
                 ds.clone(),
                 LoaderOptions {
-                    l3_window_decode: false,
+                    decode: DecodeScope::Whole,
                     ..o
                 },
             )
@@ -163,6 +167,7 @@ fn nchw_and_normalised_batches_hold_the_same_pixels() {
             ds,
             LoaderOptions {
                 layout: Layout::Nchw,
+                dtype: DType::F32,
                 normalize: Some(Normalize::IMAGENET),
                 ..base
             },
@@ -171,7 +176,7 @@ fn nchw_and_normalised_batches_hold_the_same_pixels() {
     );
     for ((a, b), c) in nhwc.iter().zip(&nchw).zip(&norm) {
         assert_eq!(a.ids, b.ids);
-        assert_eq!(b.shape, [a.len(), 3, 48, 48]);
+        assert_eq!(b.shape(), [a.len(), 3, 48, 48]);
         let (a, b, c) = (
             a.pixels.as_u8().unwrap(),
             b.pixels.as_u8().unwrap(),
@@ -261,7 +266,7 @@ fn sharded_ranks_partition_the_data() {
     }
     assert_eq!((total, seen.len()), (18, 18));
     // 18 items over 4 ranks: padded to 5 each (two items twice), or dropped to 4 each.
-    for (tail, per) in [(ShardTail::Pad, 5), (ShardTail::Drop, 4)] {
+    for (tail, per) in [(ShardPolicy::Pad, 5), (ShardPolicy::DropTail, 4)] {
         let mut all = Vec::new();
         for rank in 0..4 {
             let o = LoaderOptions {
@@ -279,14 +284,14 @@ fn sharded_ranks_partition_the_data() {
         }
         let distinct: BTreeSet<_> = all.iter().collect();
         match tail {
-            ShardTail::Pad => assert_eq!(distinct.len(), 18),
-            ShardTail::Drop => assert_eq!(distinct.len(), 16),
+            ShardPolicy::Pad => assert_eq!(distinct.len(), 18),
+            ShardPolicy::DropTail => assert_eq!(distinct.len(), 16),
         }
     }
 }
 
 fn copy_dir(from: &Path, to: &Path) {
-    for (rel, _) in loader::image_files(from).unwrap() {
+    for (rel, _) in loader::image_files(from).unwrap().files {
         std::fs::create_dir_all(to.join(&rel).parent().unwrap()).unwrap();
         std::fs::copy(from.join(&rel), to.join(&rel)).unwrap();
     }
@@ -404,12 +409,19 @@ fn liquid_multi_format_shards_stream_every_item_once_with_exact_pixels() {
 fn pcr_records_stream_every_image_once_at_any_group() {
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
-    loader::compare::build_pcr(&f.mixed.join("photo"), tmp.path(), 2).unwrap();
+    let build = loader::convert::PcrBuild {
+        threads: 2,
+        ..Default::default()
+    };
+    loader::convert::to_pcr(&f.mixed.join("photo"), tmp.path(), &build).unwrap();
     let full = Arc::new(PcrRecords::open(tmp.path(), None).unwrap());
     let n = full.len();
     assert_eq!(
         n,
-        loader::image_files(&f.mixed.join("photo")).unwrap().len()
+        loader::image_files(&f.mixed.join("photo"))
+            .unwrap()
+            .files
+            .len()
     );
     let names: Vec<String> = (0..n)
         .map(|i| full.source(i).display().to_string())

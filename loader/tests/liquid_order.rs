@@ -228,7 +228,7 @@ fn dropping_a_liquid_loader_mid_epoch_stops_every_thread() {
     let monitor = loader.thread_monitor();
     let first = loader.next().unwrap().unwrap();
     assert_eq!((first.epoch, first.index), (0, 0));
-    // Sampler thread + assembler + 2 decode threads (the sampler's own I/O threads are joined by the
+    // Order (sampler) thread + assembler + 2 decode threads (the sampler's own I/O threads are joined by the
     // sampler thread before it counts itself out).
     assert_eq!(monitor.alive(), 1 + 1 + 2);
     common::assert_drop_stops_threads(loader, &monitor);

@@ -61,7 +61,7 @@ fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
         .set_max_width(1 << 16)
         .set_max_height(1 << 16);
     let mut d = JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
-    d.decode_headers().map_err(|e| format!("{e:?}"))?;
+    d.decode_headers().map_err(zune_message)?;
     let info = d.info().ok_or("no image header")?;
     let (w, h) = (u32::from(info.width), u32::from(info.height));
     if u64::from(w) * u64::from(h) > libjpeg::MAX_PIXELS {
@@ -71,7 +71,7 @@ fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
         ));
     }
     let out = d.output_colorspace().ok_or("no output colour space")?;
-    let pixels = d.decode().map_err(|e| format!("{e:?}"))?;
+    let pixels = d.decode().map_err(zune_message)?;
     let n = (w * h) as usize;
     let pixels = match out.num_components() {
         3 if pixels.len() == n * 3 => pixels,
@@ -88,6 +88,19 @@ fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
         height: h,
         pixels,
     })
+}
+
+/// zune-jpeg's `Display` prints its `Debug` form, which quotes free text (`Format("...")`); this keeps the
+/// words and drops the quoting.
+fn zune_message(e: zune_jpeg::errors::DecodeErrors) -> String {
+    use zune_jpeg::errors::DecodeErrors as E;
+    match e {
+        E::Format(s) => s,
+        E::FormatStatic(s) => s.to_string(),
+        E::ExhaustedData | E::IoErrors(_) => "the data ends too early".into(),
+        // The other variants' `Debug` text is a plain sentence.
+        other => format!("{other:?}").trim().replace('\n', " "),
+    }
 }
 
 /// A decoded image: 8-bit RGB, row-major, `width * height * 3` bytes.

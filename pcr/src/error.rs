@@ -1,4 +1,5 @@
-//! The one error type of the crate: every variant names the file (input JPEG, record or index) it is about.
+//! The one error type of the crate: every variant names the file (input JPEG, record or index) it is about,
+//! in one line that already holds the whole story (no `source()` chain to print a second time).
 
 use std::path::PathBuf;
 
@@ -6,12 +7,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An operating-system error on a file.
-    #[error("{path}: {source}")]
+    /// An operating-system error on a file or folder (including an output folder another build holds
+    /// locked, and a path that is a folder or a FIFO where a file is needed).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// An input given to the writer is not a JPEG stream (wrong magic, broken marker structure).
     #[error("{path}: not a JPEG file: {reason}")]
@@ -19,15 +20,35 @@ pub enum Error {
     /// An input is a JPEG of a kind the writer does not transcode (CMYK, 12-bit, lossless, arithmetic, ...).
     #[error("{path}: unsupported JPEG: {reason}")]
     UnsupportedJpeg { path: PathBuf, reason: String },
+    /// An input's compressed data is damaged (cut short, bad Huffman codes, ...): libjpeg would fill in
+    /// zeros, so the records would not hold the image the file was meant to. Refused unless
+    /// [`BuildOptions::allow_corrupt`](crate::BuildOptions::allow_corrupt) is set.
+    #[error("{path}: corrupt JPEG data: {reason} (refused unless corrupt inputs are allowed)")]
+    CorruptJpeg { path: PathBuf, reason: String },
     /// libjpeg-turbo refused an input while transcoding it.
     #[error("{path}: libjpeg-turbo could not transcode it: {message}")]
     Transcode { path: PathBuf, message: String },
+    /// Two inputs that cannot both go into one dataset: the same file twice, or two files that would get
+    /// the same image name.
+    #[error("{first} and {second}: {reason}")]
+    DuplicateInput {
+        first: PathBuf,
+        second: PathBuf,
+        reason: String,
+    },
+    /// A folder of inputs could not be listed or holds no JPEG files (the message names the entry).
+    #[error("listing the inputs: {0}")]
+    ListInputs(String),
     /// The labels CSV file is malformed, or names no label for an input.
     #[error("{path}: {reason}")]
     Labels { path: PathBuf, reason: String },
-    /// The writer was asked for something impossible (no inputs, zero images per record, ...).
+    /// The writer was asked for something impossible (no inputs, zero images per record, a bad name, ...).
     #[error("invalid build options: {0}")]
     Options(String),
+    /// The folder has no index: not a dataset, or one whose build did not finish (the index is written
+    /// last).
+    #[error("{path}: not a PCR dataset: no index.cbor (a build that did not finish leaves none)")]
+    NotADataset { path: PathBuf },
     /// The index file is missing a part, fails its checksum or does not parse.
     #[error("{path}: corrupt index: {reason}")]
     CorruptIndex { path: PathBuf, reason: String },
@@ -63,13 +84,26 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// ciborium's `Display` prints its `Debug` form (`Io(Error { kind: UnexpectedEof, .. })`); this says the
+/// same in words.
+pub(crate) fn cbor_message<T: std::fmt::Debug>(e: ciborium::de::Error<T>) -> String {
+    use ciborium::de::Error as E;
+    match e {
+        E::Io(_) => "the data ends in the middle of a value".into(),
+        E::Syntax(at) => format!("malformed CBOR at byte {at}"),
+        E::Semantic(Some(at), msg) => format!("{msg} (at byte {at})"),
+        E::Semantic(None, msg) => msg,
+        E::RecursionLimitExceeded => "values nested too deeply".into(),
+    }
+}

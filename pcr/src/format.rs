@@ -207,7 +207,7 @@ pub fn to_cbor<T: Serialize>(v: &T) -> Vec<u8> {
 /// Parses CBOR that must span all of `bytes`.
 pub fn from_cbor<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     let mut rest = bytes;
-    let v = ciborium::from_reader(&mut rest).map_err(|e| e.to_string())?;
+    let v = ciborium::from_reader(&mut rest).map_err(crate::error::cbor_message)?;
     if !rest.is_empty() {
         return Err(format!("{} stray bytes after the CBOR value", rest.len()));
     }
@@ -244,13 +244,45 @@ pub fn parse_index(bytes: &[u8]) -> Result<Index, String> {
     if index.groups == 0 {
         return Err("zero scan groups".into());
     }
+    let mut names = std::collections::HashSet::new();
     for r in &index.records {
         r.check_self(index.groups)?;
+        for img in &r.images {
+            check_name(&img.name).map_err(|e| format!("{}: {e}", r.file))?;
+            if !names.insert(img.name.as_str()) {
+                return Err(format!(
+                    "{}: image name {:?} appears twice",
+                    r.file, img.name
+                ));
+            }
+        }
     }
     if index.records.iter().map(|r| r.group_ends.len()).max() != Some(index.groups as usize) {
         return Err("the group count disagrees with the records".into());
     }
     Ok(index)
+}
+
+/// Checks an image name: a relative path of plain components separated by `/` (`x.jpg`, `a/x.jpg`), so a
+/// reader can write `<name without extension>.png` under its output folder and stay inside it.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("an image has an empty name".into());
+    }
+    if name.contains(['\0', '\\']) || name.chars().any(char::is_control) {
+        return Err(format!(
+            "image name {name:?} holds a control character or a backslash"
+        ));
+    }
+    if name
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(format!(
+            "image name {name:?} is not a relative path of plain components"
+        ));
+    }
+    Ok(())
 }
 
 /// The preamble of a record: magic, header length, header CRC.

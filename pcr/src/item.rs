@@ -14,7 +14,9 @@ pub struct BoundingBox {
     pub label: Option<String>,
 }
 
-/// One image's metadata. `name` is the source file's name (`Dune.jpg`); readers write `<stem>.png`.
+/// One image's metadata. `name` is the image's name in the dataset: the source file's name (`Dune.jpg`), or
+/// its path relative to the input folder it was found under (`a/Dune.jpg`); names are unique in a dataset
+/// and readers write `<stem>.png` (`a/Dune.png`, in a sub-folder).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Item {
     pub name: String,
@@ -34,11 +36,34 @@ pub struct Item {
 }
 
 impl Item {
-    /// The file stem the reader uses for output names (`Dune.jpg` → `Dune`).
+    /// The name without its extension, folders kept, for output names (`a/Dune.jpg` → `a/Dune`).
     pub fn stem(&self) -> &str {
-        std::path::Path::new(&self.name)
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or(&self.name)
+        let file_start = self.name.rfind('/').map_or(0, |i| i + 1);
+        match self.name[file_start..].rfind('.') {
+            Some(dot) if dot > 0 => &self.name[..file_start + dot],
+            _ => &self.name,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_keep_folders_and_drop_one_extension() {
+        let stem = |name: &str| {
+            Item {
+                name: name.into(),
+                ..Item::default()
+            }
+            .stem()
+            .to_string()
+        };
+        assert_eq!(stem("Dune.jpg"), "Dune");
+        assert_eq!(stem("a/b/Dune.jpeg"), "a/b/Dune");
+        assert_eq!(stem("a.d/x"), "a.d/x");
+        assert_eq!(stem("x.tar.jpg"), "x.tar");
+        assert_eq!(stem(".hidden"), ".hidden");
     }
 }

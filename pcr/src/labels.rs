@@ -3,7 +3,7 @@
 //! Format (see SPEC.md): a header row whose first two columns are `file,label`; an optional `boxes`
 //! column (`x0 y0 x1 y1 [class]`, boxes separated by `;`); any other column becomes a key/value attribute
 //! (empty cells are skipped). Without a header row every row must be exactly `file,label`. `file` matches
-//! an input by its path as given, else by its file name.
+//! an input by its path as given, else by its name in the dataset (`a/x.jpg`), else by its file name.
 
 use crate::error::{Error, Result};
 use crate::item::BoundingBox;
@@ -29,7 +29,7 @@ pub struct Labels {
 impl Labels {
     /// Reads a labels CSV file.
     pub fn from_csv(path: &Path) -> Result<Labels> {
-        let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let text = stdx::fs::read_regular(path, 1 << 30).map_err(|e| Error::io(path, e))?;
         Self::parse(path, &text)
     }
 
@@ -112,22 +112,38 @@ impl Labels {
         })
     }
 
-    /// Writer inputs for these paths, each with its label row; an input without a row is an error.
-    pub fn inputs(&self, paths: &[PathBuf]) -> Result<Vec<Input>> {
-        paths
-            .iter()
-            .map(|p| {
-                let row = self.get(p).ok_or_else(|| Error::Labels {
+    /// The row for a writer input: by its path as given, else by its name in the dataset, else by its file
+    /// name.
+    pub fn get_input(&self, input: &Input) -> Option<&LabelRow> {
+        input
+            .path
+            .to_str()
+            .and_then(|s| self.rows.get(s))
+            .or_else(|| self.rows.get(&input.name))
+            .or_else(|| self.get(&input.path))
+    }
+
+    /// `inputs` with each one's label row applied; an input without a row is an error.
+    pub fn apply(&self, inputs: Vec<Input>) -> Result<Vec<Input>> {
+        inputs
+            .into_iter()
+            .map(|mut input| {
+                let row = self.get_input(&input).ok_or_else(|| Error::Labels {
                     path: self.path.clone(),
-                    reason: format!("no label for {}", p.display()),
+                    reason: format!("no label for {}", input.path.display()),
                 })?;
-                let mut input = Input::new(p.clone());
                 input.label = Some(row.label.clone());
                 input.boxes = row.boxes.clone();
                 input.attrs = row.attrs.clone();
                 Ok(input)
             })
             .collect()
+    }
+
+    /// Writer inputs for these paths ([`Input::new`]), each with its label row; an input without a row is
+    /// an error.
+    pub fn inputs(&self, paths: &[PathBuf]) -> Result<Vec<Input>> {
+        self.apply(paths.iter().map(Input::new).collect())
     }
 }
 

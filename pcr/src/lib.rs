@@ -4,8 +4,10 @@
 //!
 //! - [`build`] transcodes JPEGs losslessly to progressive JPEG (libjpeg-turbo, coefficient domain) and
 //!   regroups their scans: record = metadata, then scan 1 of every image, scan 2 of every image, ...
+//!   [`find_inputs`] turns files and folders into named [`Input`]s.
 //! - [`Dataset::open`] / [`Dataset::read_record`] read record `i` at scan group `k` with one contiguous
-//!   read, verify it, and rebuild and decode each image ([`RecordPrefix`]).
+//!   read, verify it, and rebuild and decode each image ([`RecordPrefix`]); [`Dataset::verify_prefix`]
+//!   runs the same checks on bytes the caller fetched itself.
 //! - [`mssim_luma`] measures the fidelity of a group against the full decode.
 //!
 //! The on-disk format is specified in `SPEC.md`; the only `unsafe` code is in the private `libjpeg` module.
@@ -28,7 +30,7 @@ pub use item::{BoundingBox, Item};
 pub use labels::{LabelRow, Labels};
 pub use reader::{Dataset, RecordPrefix};
 pub use ssim::mssim_luma;
-pub use writer::{BuildOptions, BuildSummary, Input, build, record_file_name};
+pub use writer::{BuildOptions, BuildSummary, Input, build, find_inputs, record_file_name};
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]
@@ -39,7 +41,7 @@ struct ReadmeDoctests;
 /// implies, and runs the full reader path on it, decoding every image with both decoders. Must never panic.
 #[doc(hidden)]
 pub fn fuzz_record(data: &[u8]) {
-    let _ = format::parse_index(data);
+    let _ = Dataset::from_index_bytes("fuzz", data);
     let Ok((header, header_len, header_crc)) = format::parse_record_header(data) else {
         return;
     };

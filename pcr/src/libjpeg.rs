@@ -12,7 +12,8 @@
 //! C code with `-fexceptions`, so the unwind tables exist for the C frames it crosses; no C frame holds
 //! resources that need cleanup other than what `jpeg_destroy_*` frees, which our guards call on drop
 //! (the same thing libjpeg's setjmp/longjmp pattern does). Warnings (`emit_message` with level -1) are
-//! counted and their text kept instead of printed.
+//! counted and kept, with their message code, instead of printed: the code tells corrupt data (a premature
+//! end, a bad Huffman code: libjpeg fills in zeros and carries on) from harmless remarks.
 
 use mozjpeg_sys as sys;
 use std::ffi::{c_int, c_ulong};
@@ -24,13 +25,38 @@ pub const MAX_PIXELS: u64 = 1 << 28;
 /// The payload our `error_exit` unwinds with.
 struct LibjpegError(String);
 
+/// A libjpeg warning: its message code and text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub code: c_int,
+    pub text: String,
+}
+
+impl Warning {
+    /// Whether the warning means the entropy-coded data is damaged or missing, so libjpeg substituted
+    /// zeros (or skipped bytes) and the coefficients are not the ones the file was meant to hold.
+    pub fn is_corrupt_data(&self) -> bool {
+        matches!(
+            self.code,
+            sys::JWRN_BOGUS_PROGRESSION
+                | sys::JWRN_EXTRANEOUS_DATA
+                | sys::JWRN_HIT_MARKER
+                | sys::JWRN_HUFF_BAD_CODE
+                | sys::JWRN_JPEG_EOF
+                | sys::JWRN_MUST_RESYNC
+                | sys::JWRN_NOT_SEQUENTIAL
+                | sys::JWRN_TOO_MUCH_DATA
+        )
+    }
+}
+
 /// Output of [`transcode_progressive`].
 pub struct Transcoded {
     pub jpeg: Vec<u8>,
     /// The number of scans libjpeg's progression script asked for.
     pub script_scans: usize,
-    /// Warnings libjpeg emitted about the input (e.g. extraneous bytes); the output is still valid.
-    pub warnings: Vec<String>,
+    /// Warnings libjpeg emitted about the input (at most 8); see [`Warning::is_corrupt_data`].
+    pub warnings: Vec<Warning>,
 }
 
 /// Formats libjpeg's current message through its own `format_message`.
@@ -63,14 +89,15 @@ unsafe extern "C-unwind" fn emit_message(cinfo: &mut sys::jpeg_common_struct, le
     if level >= 0 {
         return; // trace messages
     }
-    // SAFETY: `err` is live (see `error_exit`); `client_data` points at the `Vec<String>` owned by the
+    // SAFETY: `err` is live (see `error_exit`); `client_data` points at the `Vec<Warning>` owned by the
     // `ErrorMgr` that outlives the libjpeg object.
     unsafe {
         let text = message(cinfo);
+        let code = (*cinfo.err).msg_code;
         (*cinfo.err).num_warnings += 1;
-        let warnings = &mut *(cinfo.client_data as *mut Vec<String>);
+        let warnings = &mut *(cinfo.client_data as *mut Vec<Warning>);
         if warnings.len() < 8 {
-            warnings.push(text);
+            warnings.push(Warning { code, text });
         }
     }
 }
@@ -82,7 +109,7 @@ struct ErrorMgr {
     err: Box<sys::jpeg_error_mgr>,
     // Boxed on purpose: libjpeg holds a pointer to the `Vec` itself, which must not move with `ErrorMgr`.
     #[allow(clippy::box_collection)]
-    warnings: Box<Vec<String>>,
+    warnings: Box<Vec<Warning>>,
 }
 
 impl ErrorMgr {
@@ -101,7 +128,7 @@ impl ErrorMgr {
     }
     fn attach(&mut self, common: &mut sys::jpeg_common_struct) {
         common.err = &mut *self.err;
-        common.client_data = &mut *self.warnings as *mut Vec<String> as *mut _;
+        common.client_data = &mut *self.warnings as *mut Vec<Warning> as *mut _;
     }
 }
 
@@ -273,7 +300,7 @@ pub fn decode_rgb(jpeg: &[u8]) -> Result<Rgb, String> {
     })?
     .ok_or_else(|| "unexpected output geometry or stalled decoder".to_string())?;
     if let Some(first) = d.errors.warnings.first() {
-        return Err(format!("libjpeg warning: {first}"));
+        return Err(format!("libjpeg warning: {}", first.text));
     }
     Ok(Rgb {
         width: w,

@@ -1,15 +1,22 @@
 //! Reading a PCR dataset at a chosen scan group: one contiguous read of a record's prefix, every byte
 //! of it checked against the index, then each image's JPEG stream rebuilt and decoded.
+//!
+//! A reader that fetches the bytes itself (another I/O scheduler, an object store with byte ranges) asks
+//! [`Dataset::record_range`] what to fetch and hands the bytes to [`Dataset::verify_prefix`], which runs
+//! every check [`Dataset::read_record`] does; the images then come from [`RecordPrefix::jpeg`] and their
+//! labels and EXIF orientation from [`RecordPrefix::items`].
 
 use crate::decode::{Decoder, Image};
 use crate::error::{Error, Result};
 use crate::format::{self, Index, RecordEntry};
 use crate::item::Item;
 use crate::markers;
-use rayon::prelude::*;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+/// Index files larger than this are refused before being read.
+const MAX_INDEX_BYTES: u64 = 1 << 32;
 
 /// An opened dataset: its directory and its checked index.
 #[derive(Debug, Clone)]
@@ -19,13 +26,29 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Opens `dir/index.cbor`, checking its checksum and that every record entry is self-consistent.
+    /// Opens `dir/index.cbor`, checking its magic, checksum and version, that every record entry is
+    /// self-consistent, and that image names are safe relative paths, unique in the dataset.
     pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
         let dir = dir.as_ref().to_path_buf();
         let path = dir.join(format::INDEX_FILE);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-        let index =
-            format::parse_index(&bytes).map_err(|reason| Error::CorruptIndex { path, reason })?;
+        let bytes = stdx::fs::read_regular(&path, MAX_INDEX_BYTES).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::NotADataset { path: dir.clone() }
+            } else {
+                Error::io(&path, e)
+            }
+        })?;
+        Self::from_index_bytes(dir, &bytes)
+    }
+
+    /// A dataset whose index bytes were fetched elsewhere (an object store); `dir` is where its record
+    /// files are, or just the name errors give them. The checks are [`open`](Self::open)'s.
+    pub fn from_index_bytes(dir: impl Into<PathBuf>, bytes: &[u8]) -> Result<Dataset> {
+        let dir = dir.into();
+        let index = format::parse_index(bytes).map_err(|reason| Error::CorruptIndex {
+            path: dir.join(format::INDEX_FILE),
+            reason,
+        })?;
         Ok(Dataset { dir, index })
     }
 
@@ -71,11 +94,23 @@ impl Dataset {
         Ok(())
     }
 
-    /// Reads only the metadata of record `i` (labels, boxes, sizes): one read of its CBOR header.
+    /// The path of record `i`'s file.
+    pub fn record_path(&self, i: usize) -> Result<PathBuf> {
+        Ok(self.dir.join(&self.entry(i)?.file))
+    }
+
+    /// The bytes of record `i`'s file to read for scan group `k`: always `0..end of group k`.
+    pub fn record_range(&self, i: usize, k: usize) -> Result<Range<u64>> {
+        self.check_group(k)?;
+        Ok(0..self.entry(i)?.prefix_len(k))
+    }
+
+    /// Reads only the metadata of record `i` (labels, boxes, sizes, orientation): one read of its CBOR
+    /// header, checked (magic, header checksum, identity) like a full read.
     pub fn read_items(&self, i: usize) -> Result<Vec<Item>> {
         let entry = self.entry(i)?;
         let path = self.dir.join(&entry.file);
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let file = stdx::fs::open_regular(&path).map_err(|e| Error::io(&path, e))?;
         let mut bytes = vec![0u8; (format::PREAMBLE_LEN + u64::from(entry.header_len)) as usize];
         file.read_exact_at(&mut bytes, 0)
             .map_err(|e| match e.kind() {
@@ -111,33 +146,67 @@ impl Dataset {
         })
     }
 
-    /// Reads record `i` at scan group `k` (1-based) with one `pread` of `[0, end of group k)`, and checks it.
+    /// Reads record `i` at scan group `k` (1-based) with one `pread` of `[0, end of group k)`, and checks it
+    /// as [`verify_prefix`](Self::verify_prefix) does.
     pub fn read_record(&self, i: usize, k: usize) -> Result<RecordPrefix> {
-        self.check_group(k)?;
+        let range = self.record_range(i, k)?;
+        let path = self.record_path(i)?;
+        let file = stdx::fs::open_regular(&path).map_err(|e| Error::io(&path, e))?;
+        let file_len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        // A file of the wrong length is refused before anything is allocated or read.
+        if file_len != self.entry(i)?.file_len {
+            return self.verify_prefix(i, k, file_len, Vec::new());
+        }
+        let mut bytes = vec![0u8; range.end as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| Error::io(&path, e))?;
+        self.verify_prefix(i, k, file_len, bytes)
+    }
+
+    /// Checks bytes of record `i` fetched by the caller for scan group `k` — `bytes` must be exactly
+    /// [`record_range(i, k)`](Self::record_range) of a file that is `file_len` bytes long — and returns
+    /// them as a verified [`RecordPrefix`]. The checks are those of every read:
+    ///
+    /// 1. `file_len` equals the index's record length (shorter: [`Error::TruncatedRecord`]; longer:
+    ///    [`Error::IndexMismatch`]), and `bytes` is the whole range;
+    /// 2. the record magic, the header length and CRC-32, equal to the index's ([`Error::CorruptRecord`],
+    ///    [`Error::IndexMismatch`]);
+    /// 3. the dataset id, record number, image count, names and labels, and the piece layout the header
+    ///    implies, against the index ([`Error::IndexMismatch`]);
+    /// 4. every piece's CRC-32 and JPEG marker structure ([`Error::CorruptRecord`]).
+    pub fn verify_prefix(
+        &self,
+        i: usize,
+        k: usize,
+        file_len: u64,
+        bytes: Vec<u8>,
+    ) -> Result<RecordPrefix> {
+        let range = self.record_range(i, k)?;
         let entry = self.entry(i)?;
         let path = self.dir.join(&entry.file);
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-        let actual = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        let needed = entry.prefix_len(k);
-        if actual < needed {
+        if file_len < entry.file_len {
             return Err(Error::TruncatedRecord {
                 path,
-                needed,
-                actual,
+                needed: entry.file_len,
+                actual: file_len,
             });
         }
-        if actual != entry.file_len {
+        if file_len != entry.file_len {
             return Err(Error::IndexMismatch {
                 path,
                 reason: format!(
-                    "the file has {actual} bytes, the index says {}",
+                    "the file has {file_len} bytes, the index says {}",
                     entry.file_len
                 ),
             });
         }
-        let mut bytes = vec![0u8; needed as usize];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|e| Error::io(&path, e))?;
+        if bytes.len() as u64 != range.end {
+            return Err(Error::TruncatedRecord {
+                path,
+                needed: range.end,
+                actual: bytes.len() as u64,
+            });
+        }
         RecordPrefix::verify(path, bytes, entry, self.index.dataset_id, i, k)
     }
 }
@@ -271,7 +340,7 @@ impl RecordPrefix {
         self.items.is_empty()
     }
 
-    /// Metadata of every image, in record order.
+    /// Metadata of every image, in record order: name, label, boxes, attributes, EXIF orientation, size.
     pub fn items(&self) -> &[Item] {
         &self.items
     }
@@ -307,11 +376,9 @@ impl RecordPrefix {
         })
     }
 
-    /// Decodes every image on the rayon pool.
+    /// Decodes every image on every core ([`stdx::parallel`]).
     pub fn decode_all(&self, decoder: Decoder) -> Result<Vec<Image>> {
-        (0..self.len())
-            .into_par_iter()
-            .map(|j| self.decode(j, decoder))
-            .collect()
+        let images: Vec<usize> = (0..self.len()).collect();
+        stdx::parallel::map(&images, 0, |_, &j| self.decode(j, decoder))
     }
 }

@@ -4,7 +4,7 @@
 //! every window that fits inside the image ("valid"), on Y = 0.299 R + 0.587 G + 0.114 B.
 
 use crate::decode::Image;
-use rayon::prelude::*;
+use std::convert::Infallible;
 
 const WIN: usize = 11;
 const C1: f64 = (0.01 * 255.0) * (0.01 * 255.0);
@@ -40,60 +40,62 @@ pub fn mssim_luma(a: &Image, b: &Image) -> Option<f64> {
     let (ow, oh) = (w - WIN + 1, h - WIN + 1);
     // Bands of output rows, each with its own 11-row ring of horizontally filtered moments.
     const BAND: usize = 64;
-    let sum: f64 = (0..oh.div_ceil(BAND))
-        .into_par_iter()
-        .map(|band| {
-            let (r0, r1) = (band * BAND, ((band + 1) * BAND).min(oh));
-            // ring[slot][moment][col]: moments are x, y, x², y², xy.
-            let mut ring = vec![
-                [
-                    vec![0f64; ow],
-                    vec![0f64; ow],
-                    vec![0f64; ow],
-                    vec![0f64; ow],
-                    vec![0f64; ow]
-                ];
-                WIN
+    let bands: Vec<usize> = (0..oh.div_ceil(BAND)).collect();
+    let band_sums = stdx::parallel::map(&bands, 0, |_, &band| {
+        let (r0, r1) = (band * BAND, ((band + 1) * BAND).min(oh));
+        // ring[slot][moment][col]: moments are x, y, x², y², xy.
+        let mut ring = vec![
+            [
+                vec![0f64; ow],
+                vec![0f64; ow],
+                vec![0f64; ow],
+                vec![0f64; ow],
+                vec![0f64; ow]
             ];
-            let mut total = 0.0;
-            for src in r0..r1 + WIN - 1 {
-                let slot = &mut ring[src % WIN];
-                let (xr, yr) = (&x[src * w..(src + 1) * w], &y[src * w..(src + 1) * w]);
-                for c in 0..ow {
-                    let mut m = [0.0f64; 5];
-                    for (k, &gk) in g.iter().enumerate() {
-                        let (p, q) = (xr[c + k] as f64, yr[c + k] as f64);
-                        m[0] += gk * p;
-                        m[1] += gk * q;
-                        m[2] += gk * p * p;
-                        m[3] += gk * q * q;
-                        m[4] += gk * p * q;
-                    }
-                    for (s, v) in slot.iter_mut().zip(m) {
-                        s[c] = v;
-                    }
+            WIN
+        ];
+        let mut total = 0.0;
+        for src in r0..r1 + WIN - 1 {
+            let slot = &mut ring[src % WIN];
+            let (xr, yr) = (&x[src * w..(src + 1) * w], &y[src * w..(src + 1) * w]);
+            for c in 0..ow {
+                let mut m = [0.0f64; 5];
+                for (k, &gk) in g.iter().enumerate() {
+                    let (p, q) = (xr[c + k] as f64, yr[c + k] as f64);
+                    m[0] += gk * p;
+                    m[1] += gk * q;
+                    m[2] += gk * p * p;
+                    m[3] += gk * q * q;
+                    m[4] += gk * p * q;
                 }
-                if src + 1 < r0 + WIN {
-                    continue;
-                }
-                let top = src + 1 - WIN; // output row
-                for c in 0..ow {
-                    let mut m = [0.0f64; 5];
-                    for (k, &gk) in g.iter().enumerate() {
-                        let s = &ring[(top + k) % WIN];
-                        for (mi, mv) in m.iter_mut().enumerate() {
-                            *mv += gk * s[mi][c];
-                        }
-                    }
-                    let (mx, my) = (m[0], m[1]);
-                    let (vx, vy, cxy) = (m[2] - mx * mx, m[3] - my * my, m[4] - mx * my);
-                    total += ((2.0 * mx * my + C1) * (2.0 * cxy + C2))
-                        / ((mx * mx + my * my + C1) * (vx + vy + C2));
+                for (s, v) in slot.iter_mut().zip(m) {
+                    s[c] = v;
                 }
             }
-            total
-        })
-        .sum();
+            if src + 1 < r0 + WIN {
+                continue;
+            }
+            let top = src + 1 - WIN; // output row
+            for c in 0..ow {
+                let mut m = [0.0f64; 5];
+                for (k, &gk) in g.iter().enumerate() {
+                    let s = &ring[(top + k) % WIN];
+                    for (mi, mv) in m.iter_mut().enumerate() {
+                        *mv += gk * s[mi][c];
+                    }
+                }
+                let (mx, my) = (m[0], m[1]);
+                let (vx, vy, cxy) = (m[2] - mx * mx, m[3] - my * my, m[4] - mx * my);
+                total += ((2.0 * mx * my + C1) * (2.0 * cxy + C2))
+                    / ((mx * mx + my * my + C1) * (vx + vy + C2));
+            }
+        }
+        Ok::<f64, Infallible>(total)
+    });
+    let sum: f64 = match band_sums {
+        Ok(v) => v.iter().sum(),
+        Err(never) => match never {},
+    };
     Some(sum / (ow * oh) as f64)
 }
 

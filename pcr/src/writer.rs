@@ -1,38 +1,111 @@
-//! Converting JPEG files into a PCR dataset: transcode each to progressive on all cores, regroup the
+//! Converting JPEG files into a PCR dataset: transcode each to progressive on the worker pool, regroup the
 //! scans of every `images_per_record` images into one record, write the index last.
 //!
-//! Crash safety: an existing index is removed first, every record and the index are written under a
-//! temporary dot-name, synced, then renamed; readers only accept a directory with `index.cbor`, and only
-//! record files whose header matches the index's dataset id. So an interrupted build leaves nothing a
-//! reader would take for a dataset.
+//! One build per folder: the output folder is locked ([`stdx::fs::DirLock`]) for the whole build, so a
+//! second build into it fails at once instead of deleting the first one's records.
+//!
+//! Crash safety: the old index is removed first (and the removal synced), every record and the index are
+//! written durably ([`stdx::fs::AtomicFile`]: temporary name, fsync, rename), the index last. Readers only
+//! accept a folder with `index.cbor`, and only record files whose header matches it, so an interrupted build
+//! leaves nothing a reader takes for a dataset; the next build removes the temporaries a killed one left.
+//! A build that fails removes the records it wrote, and the output folder if it created it.
+//!
+//! Builds are reproducible: the dataset id is a hash of what goes in (names, metadata, file lengths,
+//! options), so the same inputs give byte-identical records and index, and re-running an interrupted build
+//! gives exactly what an uninterrupted one would have.
 
 use crate::error::{Error, Result};
 use crate::format::{self, ImageEntry, ImageHeader, Index, Piece, RecordEntry, RecordHeader};
 use crate::item::{BoundingBox, Item};
 use crate::libjpeg;
 use crate::markers::{self, ProbeError, ScanSplit};
-use rayon::prelude::*;
-use std::collections::BTreeMap;
-use std::fs::File;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use stdx::fs::{AtomicFile, DirLock};
+
+/// Input files larger than this are refused before being read.
+const MAX_INPUT_BYTES: u64 = 1 << 30;
 
 /// One JPEG file to convert, with what to store beside it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Input {
     pub path: PathBuf,
+    /// The image's name in the dataset, unique within it: a relative path of plain `/`-separated
+    /// components. [`Input::new`] uses the file name; [`find_inputs`] the path relative to the folder the
+    /// file was found under (`a/x.jpg`), so that `a/x.jpg` and `b/x.jpg` stay apart.
+    pub name: String,
     pub label: Option<String>,
     pub boxes: Vec<BoundingBox>,
     pub attrs: BTreeMap<String, String>,
 }
 
 impl Input {
+    /// A file given directly, named by its file name (`photos/Dune.jpg` → `Dune.jpg`).
     pub fn new(path: impl Into<PathBuf>) -> Input {
+        let path = path.into();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.to_string_lossy().into_owned());
         Input {
-            path: path.into(),
+            path,
+            name,
             ..Input::default()
         }
     }
+}
+
+fn is_jpeg_name(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
+}
+
+/// Inputs for `paths`: a file is taken as given ([`Input::new`]); a folder is searched recursively
+/// ([`stdx::fs::walk`]: symlink loops and special files cannot trap it) for `.jpg`/`.jpeg` files, each named
+/// by its path relative to that folder (`a/x.jpg`), sorted. A folder without JPEG files, or a JPEG name that
+/// is not a regular file (a FIFO, a dangling link), is an error naming it.
+pub fn find_inputs<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Input>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let p = p.as_ref();
+        if !std::fs::metadata(p).is_ok_and(|m| m.is_dir()) {
+            out.push(Input::new(p));
+            continue;
+        }
+        let listing = stdx::fs::walk(p).map_err(|e| Error::ListInputs(e.to_string()))?;
+        if let Some((rel, why)) = listing
+            .skipped
+            .iter()
+            .find(|(rel, why)| is_jpeg_name(rel) && !matches!(why, stdx::fs::Skipped::Revisit))
+        {
+            return Err(Error::io(
+                p.join(rel),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string()),
+            ));
+        }
+        let before = out.len();
+        for rel in listing.files.iter().filter(|r| is_jpeg_name(r)) {
+            let name: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push(Input {
+                path: p.join(rel),
+                name: name.join("/"),
+                ..Input::default()
+            });
+        }
+        if out.len() == before {
+            return Err(Error::ListInputs(format!(
+                "{}: no .jpg/.jpeg files in this folder",
+                p.display()
+            )));
+        }
+    }
+    Ok(out)
 }
 
 /// Build settings.
@@ -40,12 +113,20 @@ impl Input {
 pub struct BuildOptions {
     /// Images per record (the paper uses 1024).
     pub images_per_record: usize,
+    /// Conversion threads ([`stdx::parallel`]); 0 = every core.
+    pub threads: usize,
+    /// Convert inputs whose compressed data is damaged (cut short, bad Huffman codes) anyway, with the
+    /// zeros libjpeg substitutes, listing libjpeg's warnings in [`BuildSummary::warnings`]. Off by default:
+    /// such an input is an [`Error::CorruptJpeg`] naming the file.
+    pub allow_corrupt: bool,
 }
 
 impl Default for BuildOptions {
     fn default() -> Self {
         BuildOptions {
             images_per_record: 1024,
+            threads: 0,
+            allow_corrupt: false,
         }
     }
 }
@@ -59,7 +140,8 @@ pub struct BuildSummary {
     pub input_bytes: u64,
     /// Bytes of all record files (the index not included).
     pub record_bytes: u64,
-    /// libjpeg warnings about inputs (e.g. extraneous bytes); the images were still converted losslessly.
+    /// libjpeg warnings about inputs that were converted: harmless remarks (an unknown JFIF revision),
+    /// and, with [`BuildOptions::allow_corrupt`], corrupt data.
     pub warnings: Vec<(PathBuf, String)>,
 }
 
@@ -77,8 +159,60 @@ struct Converted {
     warnings: Vec<String>,
 }
 
+/// Checks names and refuses duplicates before anything is written; returns each input's length.
+fn check_inputs(inputs: &[Input]) -> Result<Vec<u64>> {
+    let mut by_name: HashMap<&str, &Path> = HashMap::new();
+    let mut by_file: HashMap<(u64, u64), &Path> = HashMap::new();
+    let mut lens = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        format::check_name(&input.name)
+            .map_err(|e| Error::Options(format!("{}: {e}", input.path.display())))?;
+        let meta = std::fs::metadata(&input.path).map_err(|e| Error::io(&input.path, e))?;
+        if let Some(first) = by_file.insert((meta.dev(), meta.ino()), &input.path) {
+            return Err(Error::DuplicateInput {
+                first: first.to_path_buf(),
+                second: input.path.clone(),
+                reason: "the same file given twice".into(),
+            });
+        }
+        if let Some(first) = by_name.insert(&input.name, &input.path) {
+            return Err(Error::DuplicateInput {
+                first: first.to_path_buf(),
+                second: input.path.clone(),
+                reason: format!(
+                    "both would be named {:?} in the dataset (give their common folder as the input to \
+                     name them by their paths in it)",
+                    input.name
+                ),
+            });
+        }
+        lens.push(meta.len());
+    }
+    Ok(lens)
+}
+
+/// The dataset id: FNV-1a over everything that goes in but the pixels, so the same inputs give the same
+/// bytes. Records of builds with other inputs still cannot be mixed unnoticed: every piece a reader uses is
+/// checked against the index's CRC-32.
+fn dataset_id(inputs: &[Input], lens: &[u64], options: &BuildOptions) -> u64 {
+    let described: Vec<_> = inputs
+        .iter()
+        .zip(lens)
+        .map(|(i, len)| (&i.name, &i.label, &i.boxes, &i.attrs, len))
+        .collect();
+    let bytes = format::to_cbor(&(format::VERSION, options.images_per_record, described));
+    let mut h = 0xCBF2_9CE4_8422_2325u64;
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    stdx::SplitMix64::new(h).next_u64()
+}
+
 /// Converts `inputs` into a dataset in `out_dir` (created if needed; a dataset already there is
 /// replaced). `progress` is called once per converted image, from worker threads.
+///
+/// Fails at once if another build holds `out_dir`; fails before touching it if an input is missing, two
+/// inputs are the same file, or two would get the same name.
 pub fn build(
     out_dir: &Path,
     inputs: &[Input],
@@ -95,14 +229,43 @@ pub fn build(
             options.images_per_record
         )));
     }
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    let lens = check_inputs(inputs)?;
+    let dataset_id = dataset_id(inputs, &lens, options);
+    let created = !out_dir.try_exists().map_err(|e| Error::io(out_dir, e))?;
+    let lock = DirLock::acquire(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    let mut written = Vec::new();
+    let result = write_dataset(out_dir, inputs, options, progress, dataset_id, &mut written);
+    if result.is_err() {
+        for path in &written {
+            let _ = std::fs::remove_file(path);
+        }
+        if created {
+            let _ = std::fs::remove_file(lock.path());
+            let _ = std::fs::remove_dir(out_dir);
+        }
+    }
+    drop(lock);
+    result
+}
+
+/// The build itself, in the locked folder; `written` collects the records it put in place.
+fn write_dataset(
+    out_dir: &Path,
+    inputs: &[Input],
+    options: &BuildOptions,
+    progress: &(dyn Fn(&Path) + Sync),
+    dataset_id: u64,
+    written: &mut Vec<PathBuf>,
+) -> Result<BuildSummary> {
+    stdx::fs::remove_stale_temps(out_dir).map_err(|e| Error::io(out_dir, e))?;
     let index_path = out_dir.join(format::INDEX_FILE);
     match std::fs::remove_file(&index_path) {
-        Ok(()) => {}
+        Ok(()) => std::fs::File::open(out_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(out_dir, e))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(Error::io(&index_path, e)),
     }
-    let dataset_id = fresh_id();
     let mut summary = BuildSummary {
         records: 0,
         images: 0,
@@ -112,21 +275,18 @@ pub fn build(
     };
     let mut records = Vec::new();
     for (r, chunk) in inputs.chunks(options.images_per_record).enumerate() {
-        let converted: Vec<Converted> = chunk
-            .par_iter()
-            .map(|input| {
-                let c = convert(input);
-                progress(&input.path);
-                c
-            })
-            .collect::<Result<_>>()?;
+        let converted = stdx::parallel::map(chunk, options.threads, |_, input| {
+            let c = convert(input, options.allow_corrupt);
+            progress(&input.path);
+            c
+        })?;
         for (c, input) in converted.iter().zip(chunk) {
             summary.input_bytes += c.input_len;
             summary
                 .warnings
                 .extend(c.warnings.iter().map(|w| (input.path.clone(), w.clone())));
         }
-        let entry = write_record(out_dir, r, dataset_id, &converted)?;
+        let entry = write_record(out_dir, r, dataset_id, &converted, written)?;
         summary.record_bytes += entry.file_len;
         summary.images += converted.len();
         records.push(entry);
@@ -144,15 +304,15 @@ pub fn build(
         images_per_record: options.images_per_record as u32,
         records,
     };
-    write_atomically(&index_path, &[&format::index_bytes(&index)])?;
+    write_file(&index_path, &[&format::index_bytes(&index)])?;
     remove_stale(out_dir, index.records.len());
     Ok(summary)
 }
 
 /// Reads, checks and transcodes one input.
-fn convert(input: &Input) -> Result<Converted> {
+fn convert(input: &Input, allow_corrupt: bool) -> Result<Converted> {
     let path = &input.path;
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = stdx::fs::read_regular(path, MAX_INPUT_BYTES).map_err(|e| Error::io(path, e))?;
     let frame = markers::probe(&bytes).map_err(|e| match e {
         ProbeError::NotJpeg(reason) => Error::NotJpeg {
             path: path.clone(),
@@ -168,6 +328,20 @@ fn convert(input: &Input) -> Result<Converted> {
         message,
     };
     let t = libjpeg::transcode_progressive(&bytes).map_err(fail)?;
+    if !allow_corrupt {
+        let corrupt: Vec<&str> = t
+            .warnings
+            .iter()
+            .filter(|w| w.is_corrupt_data())
+            .map(|w| w.text.trim_start_matches("Corrupt JPEG data: "))
+            .collect();
+        if !corrupt.is_empty() {
+            return Err(Error::CorruptJpeg {
+                path: path.clone(),
+                reason: corrupt.join("; "),
+            });
+        }
+    }
     let split =
         markers::split_scans(&t.jpeg).map_err(|e| fail(format!("output does not parse: {e}")))?;
     if split.scans.len() != t.script_scans {
@@ -183,13 +357,9 @@ fn convert(input: &Input) -> Result<Converted> {
         markers::check_scan_piece(&t.jpeg[s.clone()])
             .map_err(|e| fail(format!("output scan {}: {e}", i + 1)))?;
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
     Ok(Converted {
         item: Item {
-            name,
+            name: input.name.clone(),
             label: input.label.clone(),
             boxes: input.boxes.clone(),
             attrs: input.attrs.clone(),
@@ -201,7 +371,7 @@ fn convert(input: &Input) -> Result<Converted> {
         jpeg: t.jpeg,
         split,
         input_len: bytes.len() as u64,
-        warnings: t.warnings,
+        warnings: t.warnings.into_iter().map(|w| w.text).collect(),
     })
 }
 
@@ -211,6 +381,7 @@ fn write_record(
     r: usize,
     dataset_id: u64,
     images: &[Converted],
+    written: &mut Vec<PathBuf>,
 ) -> Result<RecordEntry> {
     let too_big = |what: &str| Error::Options(format!("record {r}: {what} exceeds 4 GiB"));
     let mut headers = Vec::with_capacity(images.len());
@@ -289,32 +460,25 @@ fn write_record(
     if let Err(e) = entry.check_self(entry.group_ends.len() as u32) {
         return Err(Error::Options(format!("internal layout error: {e}")));
     }
-    write_atomically(&path, &parts)?;
+    write_file(&path, &parts)?;
+    written.push(path);
     Ok(entry)
 }
 
-/// Writes `parts` to `.NAME.tmp` beside `path`, syncs, renames onto `path`.
-fn write_atomically(path: &Path, parts: &[&[u8]]) -> Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp)?);
+/// Writes `parts` to `path` durably ([`AtomicFile`]): the file appears whole or not at all.
+fn write_file(path: &Path, parts: &[&[u8]]) -> Result<()> {
+    let write = || -> std::io::Result<()> {
+        let mut w = BufWriter::new(AtomicFile::create(path)?);
         for p in parts {
             w.write_all(p)?;
         }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(path, e)
-    })
+        w.into_inner().map_err(|e| e.into_error())?.commit()
+    };
+    write().map_err(|e| Error::io(path, e))
 }
 
-/// Removes record files of an earlier, larger build and temporary files of interrupted ones.
+/// Removes record files of an earlier, larger build, and the temporaries (`.record-NNNNN.pcr.tmp`) of
+/// builds by earlier versions of this crate.
 fn remove_stale(out_dir: &Path, records: usize) {
     let Ok(dir) = std::fs::read_dir(out_dir) else {
         return;
@@ -331,18 +495,4 @@ fn remove_stale(out_dir: &Path, records: usize) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-}
-
-/// A dataset id that differs between builds, so records of two builds cannot be mixed silently.
-fn fresh_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
 }

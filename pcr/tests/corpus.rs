@@ -23,6 +23,7 @@ fn corpus_round_trip_is_pixel_exact_and_prefixes_are_scan_aligned() {
         &inputs,
         &BuildOptions {
             images_per_record: per_record,
+            ..BuildOptions::default()
         },
         &|_| {},
     )

@@ -16,6 +16,7 @@ fn build(dir: &Path, files: &[PathBuf], per_record: usize) -> pcr::Result<pcr::B
         &inputs,
         &BuildOptions {
             images_per_record: per_record,
+            ..BuildOptions::default()
         },
         &|_| {},
     )
@@ -187,14 +188,23 @@ fn read_time_errors_are_typed() {
         "{e:?}"
     );
 
-    // A record from another build of the same inputs: same shape, different dataset id.
+    // A record from another build of the same files (other labels): another dataset id. (Builds are
+    // reproducible: the same inputs would give this very record.)
     std::fs::write(&record, &original).unwrap();
     let other = out.parent().unwrap().join("other");
-    let files: Vec<PathBuf> = ["a.jpg", "g.jpg", "r.jpg"]
+    let inputs: Vec<Input> = ["a.jpg", "g.jpg", "r.jpg"]
         .iter()
-        .map(|n| out.parent().unwrap().join(n))
+        .map(|n| {
+            let mut i = Input::new(out.parent().unwrap().join(n));
+            i.label = Some("other".into());
+            i
+        })
         .collect();
-    build(&other, &files, 8).unwrap();
+    let options = BuildOptions {
+        images_per_record: 8,
+        ..BuildOptions::default()
+    };
+    pcr::build(&other, &inputs, &options, &|_| {}).unwrap();
     std::fs::copy(other.join(pcr::record_file_name(0)), &record).unwrap();
     let e = ds.read_record(0, 10).unwrap_err();
     assert!(matches!(e, Error::IndexMismatch { .. }), "{e:?}");
@@ -219,7 +229,10 @@ fn read_time_errors_are_typed() {
         Err(Error::CorruptIndex { .. })
     ));
     std::fs::remove_file(&index).unwrap();
-    assert!(matches!(Dataset::open(&out), Err(Error::Io { .. })));
+    assert!(matches!(
+        Dataset::open(&out),
+        Err(Error::NotADataset { .. })
+    ));
 }
 
 #[test]
@@ -273,6 +286,7 @@ fn rebuilding_replaces_a_dataset_and_removes_stale_records() {
     let mut names: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != stdx::fs::LOCK_NAME)
         .collect();
     names.sort();
     assert_eq!(

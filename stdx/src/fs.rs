@@ -6,7 +6,9 @@ mod lock;
 mod regular;
 mod walk;
 
-pub use atomic::{AtomicFile, TEMP_MARK, is_temp_name, remove_stale_temps, write_atomic};
+pub use atomic::{
+    AtomicFile, TEMP_MARK, is_temp_name, process_alive, remove_stale_temps, write_atomic,
+};
 pub use lock::{DirLock, LOCK_NAME};
 pub use regular::{open_regular, read_regular};
 pub use walk::{Skipped, Walk, walk};

@@ -7,6 +7,7 @@
 //!   [`fs::DirLock`] for folders two processes could write at once, [`fs::walk`] that survives symlink loops
 //!   and special files, and [`fs::open_regular`] that never blocks on a FIFO.
 //! - [`mem`]: a memory limit to check large allocations against before making them.
+//! - [`Bandwidth`]: one read-bandwidth cap shared by every reader (a model of network storage).
 //!
 //! Everything returns `std::io::Error` (or a small typed error) whose message says what went wrong; callers
 //! add the file name in their own typed errors.
@@ -15,8 +16,10 @@ pub mod fs;
 pub mod mem;
 pub mod parallel;
 mod rng;
+mod throttle;
 
 pub use rng::SplitMix64;
+pub use throttle::Bandwidth;
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

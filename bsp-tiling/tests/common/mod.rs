@@ -4,8 +4,12 @@
 use bsp_tiling::{Net, PaddingMode, Rgb8, Tensor};
 use std::path::PathBuf;
 
+/// The shared models and corpus: `$BSP_SHARED_DIR` where the test binary was carried elsewhere, else
+/// beside the workspace.
 pub fn shared() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+    std::env::var_os("BSP_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
 }
 
 pub fn model(name: &str) -> Net {

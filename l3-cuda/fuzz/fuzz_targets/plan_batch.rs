@@ -1,15 +1,41 @@
-//! Host validation of a batch of untrusted files: `BatchPlan::new` (with and without the host row walk) must
-//! return an error or a plan whose every descriptor lies inside the packed input and the output, never panic.
-//! Input: first byte = number of files (1..=4), then the files split at evenly spaced cut points; a valid
-//! seed file is mixed in so the fuzzer reaches the row walk quickly.
+//! Host validation of a batch of untrusted files: `BatchPlan::new` (with and without the host row walk) and
+//! `SamplePlan::new` (windows taken from the input too; files whole and as fragments) must return an error
+//! or a plan whose every descriptor lies inside the packed input and the output (for samples: inside its
+//! own sample), never panic.
+//! Input: first byte = number of files (1..=4), then 16 bytes of window parameters, then the files split at
+//! evenly spaced cut points; a valid seed file is mixed in so the fuzzer reaches the row walk quickly.
 #![no_main]
-use l3_cuda::{BatchPlan, DecodeOptions, Layout};
+use l3_cuda::{
+    BatchPlan, DecodeOptions, Layout, Rect, SampleOptions, SamplePlan, SampleSource, Window,
+};
+use l3_format::{Fragments, L3Index};
 use libfuzzer_sys::fuzz_target;
+
+/// What a loader would have read of `file` for `region`: its index and the patch ranges under it, if the
+/// prefix parses.
+fn fragments(file: &[u8], region: Rect) -> Option<(L3Index, Fragments)> {
+    let prefix = L3Index::prefix_len(file).ok()?;
+    let index = L3Index::parse(file.get(..prefix)?, file.len() as u64).ok()?;
+    let ranges = index.region_ranges(region, 16).ok()?;
+    let mut data = Fragments::new();
+    data.reset(&ranges);
+    for (r, dst) in data.slices_mut() {
+        // A range past the end of a truncated file stays zero-filled: still bytes to plan from.
+        if let Some(src) = file.get(r.start as usize..r.end as usize) {
+            dst.copy_from_slice(src);
+        }
+    }
+    Some((index, data))
+}
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n, rest)) = data.split_first() else {
         return;
     };
+    if rest.len() < 16 {
+        return;
+    }
+    let (params, rest) = rest.split_at(16);
     let n = (n as usize % 4) + 1;
     let chunk = rest.len() / n;
     let mut files: Vec<&[u8]> = (0..n)
@@ -23,15 +49,62 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let seed = l3_format::encode(&[7u8; 5 * 3 * 3], 5, 3, 3, 2).unwrap();
     files.push(&seed);
-    for (layout, check_rows_on_host) in [(Layout::NchwU8, false), (Layout::NhwcU8, true)] {
+    for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
         let opts = DecodeOptions {
             layout,
+            dtype: l3_cuda::DType::U8,
             normalize: None,
             check_rows_on_host,
         };
         if let Ok(plan) = BatchPlan::new(&files, &opts) {
             let out: usize = plan.images().iter().map(|s| s.len()).sum();
             assert_eq!(out, plan.output_len());
+            assert!(plan.patch_count() > 0);
+            assert!(plan.descriptors_in_bounds());
+        }
+    }
+
+    // Sample plans: one window for every file, from the parameter bytes (small values, so that many fit).
+    let p = |i: usize| u32::from(params[i] % 64);
+    let window = |k: usize| {
+        Window::new(
+            Rect::new(p(k % 4), p((k + 1) % 4), 1 + p(4 + k % 4), 1 + p(5 + k % 3)),
+            p(8 + k % 4),
+            p(9 + k % 3),
+            params[12] >> (k % 8) & 1 == 1,
+        )
+    };
+    let windows: Vec<Window> = (0..files.len()).map(window).collect();
+    let parts: Vec<Option<(L3Index, Fragments)>> = files
+        .iter()
+        .zip(&windows)
+        .enumerate()
+        .map(|(i, (f, w))| {
+            (params[13] >> (i % 8) & 1 == 1)
+                .then(|| fragments(f, w.src))
+                .flatten()
+        })
+        .collect();
+    let sources: Vec<SampleSource<'_>> = files
+        .iter()
+        .zip(&parts)
+        .map(|(f, part)| match part {
+            Some((index, data)) => SampleSource::Fragments { index, data },
+            None => SampleSource::File(f),
+        })
+        .collect();
+    let (sw, sh) = (
+        1 + u32::from(params[14] % 96),
+        1 + u32::from(params[15] % 96),
+    );
+    for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
+        let opts = SampleOptions {
+            layout,
+            check_rows_on_host,
+            ..SampleOptions::new(sw, sh)
+        };
+        if let Ok(plan) = SamplePlan::new(&sources, &windows, &opts) {
+            assert_eq!(plan.output_len(), plan.sample_count() * plan.sample_len());
             assert!(plan.patch_count() > 0);
             assert!(plan.descriptors_in_bounds());
         }

@@ -2,7 +2,7 @@
 //! (src/sim_tests.rs, which includes this file by path): the same batches are checked on both.
 #![allow(dead_code)]
 
-use l3_cuda::Layout;
+use l3_cuda::{DType, Layout};
 
 /// Deterministic xorshift, so failures reproduce.
 pub struct Rng(pub u64);
@@ -55,13 +55,13 @@ pub fn image(w: u32, h: u32, c: u8, n: u8, content: Content, rng: &mut Rng) -> T
     }
 }
 
-/// The CPU decoder's bytes for `file` in a u8 `layout` (planar for the float layouts).
+/// The CPU decoder's bytes for `file` in `layout`.
 pub fn cpu_decode(file: &[u8], layout: Layout) -> Vec<u8> {
     let f = l3_format::L3File::parse(file).unwrap();
     let mut out = vec![0u8; f.decoded_len()];
     match layout {
-        Layout::NhwcU8 => f.decode_hwc(&mut out).unwrap(),
-        _ => f.decode_chw(&mut out).unwrap(),
+        Layout::Nhwc => f.decode_hwc(&mut out).unwrap(),
+        Layout::Nchw => f.decode_chw(&mut out).unwrap(),
     }
     out
 }
@@ -138,21 +138,22 @@ pub fn float_batch() -> Vec<TestImage> {
 }
 
 /// Checks a decoded batch (raw output bytes, little-endian elements) against the CPU decoder, image by
-/// image; floats must equal `fma(v, scale, bias)` exactly, f16 rounded to nearest even like `half`.
+/// image; floats must equal `Normalize::apply` (an fma) exactly, f16 rounded to nearest even like `half`.
 pub fn check_output(
     out: &[u8],
     slots: &[l3_cuda::ImageSlot],
     imgs: &[TestImage],
-    layout: Layout,
-    normalize: Option<l3_cuda::Normalize>,
+    opts: &l3_cuda::DecodeOptions,
     tag: &str,
 ) {
-    let eb = layout.elem_bytes();
+    let (layout, dtype) = (opts.layout, opts.dtype);
+    let norm = opts.normalize.unwrap_or(l3_cuda::Normalize::UNIT);
+    let eb = dtype.size();
     for (slot, img) in slots.iter().zip(imgs) {
         let got = &out[slot.offset * eb..(slot.offset + slot.len()) * eb];
         let want = cpu_decode(&img.file, layout);
-        match layout {
-            Layout::NhwcU8 | Layout::NchwU8 => {
+        match dtype {
+            DType::U8 => {
                 if got != want.as_slice() {
                     let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
                     panic!(
@@ -161,16 +162,16 @@ pub fn check_output(
                     );
                 }
             }
-            Layout::NchwF32 | Layout::NchwF16 => {
+            DType::F32 | DType::F16 => {
                 let plane = slot.width as usize * slot.height as usize;
+                let channels = slot.channels as usize;
                 for (i, &v) in want.iter().enumerate() {
-                    let ch = i / plane;
-                    let (s, b) = match normalize {
-                        Some(n) => (1.0 / n.std[ch], -n.mean[ch] / n.std[ch]),
-                        None => (1.0, 0.0),
+                    let c = match layout {
+                        Layout::Nchw => i / plane,
+                        Layout::Nhwc => i % channels,
                     };
-                    let f = (v as f32).mul_add(s, b);
-                    if layout == Layout::NchwF32 {
+                    let f = norm.apply(v, c);
+                    if dtype == DType::F32 {
                         let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
                         assert_eq!(
                             g.to_bits(),
@@ -228,4 +229,233 @@ pub fn corpus_dirs() -> Vec<std::path::PathBuf> {
     dirs.push("../shared/corpus".into());
     dirs.push("shared/corpus".into());
     dirs
+}
+
+// ---- Sample batches: windows of images into fixed-size 3-channel samples ----
+
+/// A test sample batch: images, one window each, whether each is given as fragments (only the header,
+/// offset table and the window's patch ranges, read with `gap`), and the options.
+pub struct SampleCase {
+    pub imgs: Vec<TestImage>,
+    pub windows: Vec<l3_cuda::Window>,
+    /// `Some(gap)`: the source is `SampleSource::Fragments` with ranges merged across gaps of `gap` bytes.
+    pub fragments: Vec<Option<u64>>,
+    pub opts: l3_cuda::SampleOptions,
+}
+
+/// The parts of a fragment source: what a loader holds after reading a window's byte ranges.
+pub struct FragmentSource {
+    pub index: l3_format::L3Index,
+    pub data: l3_format::Fragments,
+}
+
+/// Reads (from the in-memory `file`) exactly what a loader would for `region`: the header and offset
+/// table, parsed into an index, then the patch ranges under the region, merged across gaps of `gap`.
+pub fn read_fragments(file: &[u8], region: l3_format::Rect, gap: u64) -> FragmentSource {
+    let prefix = l3_format::L3Index::prefix_len(&file[..l3_format::HEADER_LEN]).unwrap();
+    let index = l3_format::L3Index::parse(&file[..prefix], file.len() as u64).unwrap();
+    let ranges = index.region_ranges(region, gap).unwrap();
+    let mut data = l3_format::Fragments::new();
+    data.reset(&ranges);
+    for (r, dst) in data.slices_mut() {
+        dst.copy_from_slice(&file[r.start as usize..r.end as usize]);
+    }
+    FragmentSource { index, data }
+}
+
+impl SampleCase {
+    /// The fragment sources' parts (None for whole files), to borrow sources from.
+    pub fn fragment_parts(&self) -> Vec<Option<FragmentSource>> {
+        self.imgs
+            .iter()
+            .zip(&self.windows)
+            .zip(&self.fragments)
+            .map(|((img, w), f)| f.map(|gap| read_fragments(&img.file, w.src, gap)))
+            .collect()
+    }
+
+    pub fn files(&self) -> Vec<&[u8]> {
+        self.imgs.iter().map(|i| i.file.as_slice()).collect()
+    }
+}
+
+/// The batch's sources: whole files, or the fragments in `parts`.
+pub fn sample_sources<'a>(
+    case: &'a SampleCase,
+    parts: &'a [Option<FragmentSource>],
+) -> Vec<l3_cuda::SampleSource<'a>> {
+    case.imgs
+        .iter()
+        .zip(parts)
+        .map(|(img, p)| match p {
+            Some(p) => l3_cuda::SampleSource::Fragments {
+                index: &p.index,
+                data: &p.data,
+            },
+            None => l3_cuda::SampleSource::File(&img.file),
+        })
+        .collect()
+}
+
+/// A random window of a `iw`×`ih` image into a `sw`×`sh` sample: crops, pads on one or both axes, 1×1,
+/// whole image, at any position, flipped or not.
+pub fn random_window(iw: u32, ih: u32, sw: u32, sh: u32, rng: &mut Rng) -> l3_cuda::Window {
+    let axis = |i: u32, s: u32, rng: &mut Rng| -> (u32, u32, u32) {
+        let max = i.min(s);
+        let len = match rng.below(5) {
+            0 => 1,
+            1 | 2 => max,
+            _ => 1 + rng.below(u64::from(max)) as u32,
+        };
+        let src = rng.below(u64::from(i - len) + 1) as u32;
+        let dst = rng.below(u64::from(s - len) + 1) as u32;
+        (src, dst, len)
+    };
+    let (x, dx, w) = axis(iw, sw, rng);
+    let (y, dy, h) = axis(ih, sh, rng);
+    l3_cuda::Window::new(l3_format::Rect::new(x, y, w, h), dx, dy, rng.below(2) == 1)
+}
+
+/// A random sample batch: gray, RGB and RGBA images of mixed sizes and patch sizes 2 to 255 (edge
+/// patches of every width, one-patch images), random windows, about half given as fragments.
+pub fn random_sample_case(
+    seed: u64,
+    n: usize,
+    layout: Layout,
+    dtype: DType,
+    normalize: Option<l3_cuda::Normalize>,
+) -> SampleCase {
+    let mut rng = Rng(seed | 1);
+    let (sw, sh) = (24 + rng.below(24) as u32, 16 + rng.below(24) as u32);
+    let mut case = SampleCase {
+        imgs: Vec::new(),
+        windows: Vec::new(),
+        fragments: Vec::new(),
+        opts: l3_cuda::SampleOptions {
+            layout,
+            dtype,
+            normalize,
+            ..l3_cuda::SampleOptions::new(sw, sh)
+        },
+    };
+    for i in 0..n {
+        let c = [1u8, 3, 4][i % 3];
+        let (iw, ih) = (1 + rng.below(70) as u32, 1 + rng.below(60) as u32);
+        let patch = [2u8, 3, 8, 16, 17, 32, 64, 255][rng.below(8) as usize];
+        let content = match rng.below(3) {
+            0 => Content::Random,
+            1 => Content::Smooth,
+            _ => Content::Constant(rng.next() as u8),
+        };
+        case.imgs.push(image(iw, ih, c, patch, content, &mut rng));
+        case.windows.push(random_window(iw, ih, sw, sh, &mut rng));
+        case.fragments
+            .push((rng.below(2) == 1).then(|| [0u64, 64, 1 << 20][rng.below(3) as usize]));
+    }
+    case
+}
+
+/// The CPU reference of a sample batch, as raw little-endian element bytes: each window decoded by
+/// `l3-format`'s region decoder, placed by plain loops (mirroring, gray to RGB, alpha dropped), padding
+/// the value of a zero pixel, floats `Normalize::apply`, f16 through the `half` crate.
+pub fn reference_samples(
+    files: &[&[u8]],
+    windows: &[l3_cuda::Window],
+    opts: &l3_cuda::SampleOptions,
+) -> Vec<u8> {
+    let (sw, sh) = (opts.width as usize, opts.height as usize);
+    let norm = opts.normalize.unwrap_or(l3_cuda::Normalize::UNIT);
+    let value = |v: u8, c: usize| -> Vec<u8> {
+        match opts.dtype {
+            DType::U8 => vec![v],
+            DType::F32 => norm.apply(v, c).to_le_bytes().to_vec(),
+            DType::F16 => half::f16::from_f32(norm.apply(v, c))
+                .to_bits()
+                .to_le_bytes()
+                .to_vec(),
+        }
+    };
+    let eb = opts.dtype.size();
+    let sample = sw * sh * 3;
+    let idx = |x: usize, y: usize, c: usize| match opts.layout {
+        Layout::Nhwc => (y * sw + x) * 3 + c,
+        Layout::Nchw => c * sw * sh + y * sw + x,
+    };
+    let mut out = vec![0u8; files.len() * sample * eb];
+    for (i, (file, win)) in files.iter().zip(windows).enumerate() {
+        let s = &mut out[i * sample * eb..(i + 1) * sample * eb];
+        for y in 0..sh {
+            for x in 0..sw {
+                for c in 0..3 {
+                    let at = idx(x, y, c) * eb;
+                    s[at..at + eb].copy_from_slice(&value(0, c));
+                }
+            }
+        }
+        let f = l3_format::L3File::parse(file).unwrap();
+        let ic = f.channels() as usize;
+        let r = win.src;
+        let (w, h) = (r.w as usize, r.h as usize);
+        let mut px = vec![0u8; w * h * ic];
+        f.decode_region(
+            r,
+            &mut px,
+            l3_format::PixelLayout::Interleaved { row_stride: w * ic },
+        )
+        .unwrap();
+        for row in 0..h {
+            for col in 0..w {
+                let p = &px[(row * w + col) * ic..][..ic];
+                let rgb = if ic >= 3 {
+                    [p[0], p[1], p[2]]
+                } else {
+                    [p[0]; 3]
+                };
+                let dx = if win.flip {
+                    win.dx as usize + w - 1 - col
+                } else {
+                    win.dx as usize + col
+                };
+                let dy = win.dy as usize + row;
+                for (c, &v) in rgb.iter().enumerate() {
+                    let at = idx(dx, dy, c) * eb;
+                    s[at..at + eb].copy_from_slice(&value(v, c));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Compares a decoded sample batch with the reference, naming the first differing element.
+pub fn check_samples(
+    got: &[u8],
+    want: &[u8],
+    opts: &l3_cuda::SampleOptions,
+    labels: &[String],
+    tag: &str,
+) {
+    assert_eq!(got.len(), want.len(), "{tag}: output size");
+    if got == want {
+        return;
+    }
+    let eb = opts.dtype.size();
+    let i = got
+        .chunks(eb)
+        .zip(want.chunks(eb))
+        .position(|(a, b)| a != b)
+        .unwrap();
+    let (sw, sh) = (opts.width as usize, opts.height as usize);
+    let sample = sw * sh * 3;
+    let (n, e) = (i / sample, i % sample);
+    let (x, y, c) = match opts.layout {
+        Layout::Nhwc => ((e / 3) % sw, e / 3 / sw, e % 3),
+        Layout::Nchw => (e % sw, (e / sw) % sh, e / (sw * sh)),
+    };
+    panic!(
+        "{tag}: sample {n} ({}) differs at x {x}, y {y}, channel {c}: got {:?}, want {:?}",
+        labels.get(n).map_or("?", String::as_str),
+        &got[i * eb..(i + 1) * eb],
+        &want[i * eb..(i + 1) * eb],
+    );
 }

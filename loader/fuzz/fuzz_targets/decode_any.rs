@@ -1,5 +1,5 @@
-//! Every per-item decoder the loader runs on stored bytes (PNG, JPEG, raw PPM/PGM/PAM, L3, and the L3
-//! crop-window path through a loader) must return an error, never panic, on any input.
+//! Every per-item decoder the loader runs on stored bytes (PNG, JPEG, raw PPM/PGM/PAM, L3 — whole and
+//! region, into every layout and type) must return an error, never panic, on any input.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,6 +11,5 @@ fuzz_target!(|data: &[u8]| {
     for f in [Format::Png, Format::Jpeg, Format::Raw, Format::L3] {
         let _ = loader::decode(f, data, Path::new("fuzz"), &mut img);
     }
-    let _ = loader::raw::parse(data);
-    let _ = loader::fuzz_l3_window(data);
+    loader::fuzz_decode_sample(data);
 });

@@ -1,9 +1,16 @@
 //! Shared fixtures for the loader's end-to-end tests: the real corpus, downscaled once per test binary.
 #![allow(dead_code)]
 
-use loader::convert::{Target, convert_folder};
+use loader::convert::{ConvertOptions, Target, convert_folder};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+fn two_threads() -> ConvertOptions {
+    ConvertOptions {
+        threads: 2,
+        to_8bit: false,
+    }
+}
 
 /// `$L3_CORPUS` or `../shared/corpus` beside the workspace.
 pub fn corpus() -> PathBuf {
@@ -36,7 +43,7 @@ pub fn fixture() -> &'static Fixture {
         let tmp = tempfile::tempdir().expect("temp dir");
         let root = tmp.path().to_path_buf();
         let mixed = root.join("mixed");
-        for (rel, fmt) in loader::image_files(&corpus()).expect("corpus") {
+        for (rel, fmt) in loader::image_files(&corpus()).expect("corpus").files {
             let img = image::open(corpus().join(&rel)).expect("corpus image");
             let small = img.thumbnail(img.width() / 4, img.height() / 4);
             let (class, ext) = match fmt {
@@ -59,8 +66,8 @@ pub fn fixture() -> &'static Fixture {
         }
         let l3 = root.join("l3");
         let raw = root.join("raw");
-        convert_folder(&mixed, &l3, Target::L3, 2, &|_, _| {}).expect("to l3");
-        convert_folder(&mixed, &raw, Target::Raw, 2, &|_, _| {}).expect("to raw");
+        convert_folder(&mixed, &l3, Target::L3, &two_threads(), &|_, _| {}).expect("to l3");
+        convert_folder(&mixed, &raw, Target::Raw, &two_threads(), &|_, _| {}).expect("to raw");
         Fixture {
             _tmp: tmp,
             root,

@@ -121,7 +121,9 @@ pub fn is_temp_name(name: &str) -> Option<u32> {
     parts.next().is_none().then_some(pid)
 }
 
-fn process_alive(pid: u32) -> bool {
+/// Whether process `pid` may still be running (this process counts as running). Used to tell a killed
+/// writer's leftovers (temporaries, scratch folders named after their pid) from a live writer's.
+pub fn process_alive(pid: u32) -> bool {
     if pid == std::process::id() {
         return true;
     }

@@ -1,10 +1,13 @@
 //! An exclusive lock on a folder that one writer at a time may fill (a dataset being built or converted).
 //! `flock` on a lock file inside it: released by the kernel when the holder exits, however it exits, so a
-//! kill -9 never leaves a folder locked forever.
+//! kill -9 never leaves a folder locked forever. The holder removes the lock file when it is done; a
+//! process that opened the file just before that removal finds, after locking, that the name now points
+//! elsewhere, and starts again — so removal is safe and a finished folder holds no lock file.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The lock file's name (hidden, so dataset readers skip it).
@@ -24,12 +27,35 @@ impl DirLock {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir)?;
         let path = dir.join(LOCK_NAME);
-        let mut file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        loop {
+            let mut file = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)?;
+            Self::lock(&mut file)?;
+            // Locked — but the holder before us may have removed the name in between: then this file is
+            // orphaned and the lock means nothing. Only a lock on the file the name still points to counts.
+            let same = match std::fs::metadata(&path) {
+                Ok(m) => {
+                    let f = file.metadata()?;
+                    (m.dev(), m.ino()) == (f.dev(), f.ino())
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e),
+            };
+            if !same {
+                continue;
+            }
+            file.set_len(0)?;
+            file.seek(io::SeekFrom::Start(0))?;
+            write!(file, "{}", std::process::id())?;
+            return Ok(DirLock { _file: file, path });
+        }
+    }
+
+    fn lock(file: &mut File) -> io::Result<()> {
         // SAFETY: flock on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -50,15 +76,19 @@ impl DirLock {
             }
             return Err(e);
         }
-        file.set_len(0)?;
-        file.seek(io::SeekFrom::Start(0))?;
-        write!(file, "{}", std::process::id())?;
-        Ok(DirLock { _file: file, path })
+        Ok(())
     }
 
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Removed while still locked (the descriptor closes after this): see the module comment.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -79,6 +109,34 @@ mod tests {
             "{e}"
         );
         drop(a);
-        DirLock::acquire(&out).unwrap();
+        assert!(
+            !out.join(LOCK_NAME).exists(),
+            "the lock file goes with the lock"
+        );
+        let b = DirLock::acquire(&out).unwrap();
+        assert!(b.path().exists());
+    }
+
+    #[test]
+    fn many_threads_never_hold_it_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let inside = AtomicUsize::new(0);
+        let entries = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        if let Ok(l) = DirLock::acquire(dir.path()) {
+                            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            entries.fetch_add(1, Ordering::SeqCst);
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            drop(l);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(entries.load(Ordering::SeqCst) > 0);
     }
 }

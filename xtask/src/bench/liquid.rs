@@ -14,34 +14,18 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const W: u32 = 1280;
 const H: u32 = 720;
 
-fn decode_png(bytes: &[u8], out: &mut Vec<u8>) -> Result<Dims, String> {
-    let img = image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
-        .map_err(|e| e.to_string())?;
-    let rgb = img.into_rgb8();
-    out.clear();
-    out.extend_from_slice(rgb.as_raw());
-    Ok(Dims {
-        width: rgb.width(),
-        height: rgb.height(),
-        channels: 3,
-    })
-}
-
-fn decode_l3(bytes: &[u8], out: &mut Vec<u8>) -> Result<Dims, String> {
-    let f = l3_format::L3File::parse(bytes).map_err(|e| e.to_string())?;
-    out.resize(f.decoded_len(), 0);
-    f.decode_hwc(out).map_err(|e| e.to_string())?;
-    Ok(Dims {
-        width: f.width(),
-        height: f.height(),
-        channels: f.channels(),
-    })
+/// The loader's decoder for a manifest tag (the one adapter the toolkit has).
+fn decoder(tag: &str) -> &'static dyn Decoder {
+    loader::convert::liquid_decoders()
+        .into_iter()
+        .find(|(t, _)| *t == tag)
+        .map(|(_, d)| d)
+        .expect("png and l3 have decoders")
 }
 
 /// Cuts `variants` 1280x720 windows (some mirrored) from each corpus image scaled to 1920 wide, and writes
@@ -64,53 +48,32 @@ fn make_items(
     }
     std::fs::create_dir_all(png_dir)?;
     std::fs::create_dir_all(l3_dir)?;
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let hs: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = paths.get(i) else { return Ok(()) };
-                        let img = image::open(p)
-                            .with_context(|| format!("decoding {}", p.display()))?
-                            .into_rgb8();
-                        let h =
-                            (img.height() as u64 * 1920 / img.width() as u64).max(H as u64) as u32;
-                        let img = image::imageops::resize(
-                            &img,
-                            1920,
-                            h,
-                            image::imageops::FilterType::Triangle,
-                        );
-                        for v in 0..variants {
-                            let x = (1920 - W) * (v % 4) / 3;
-                            let y = (h - H) * (v / 4 % 3) / 2;
-                            let mut tile = image::imageops::crop_imm(&img, x, y, W, H).to_image();
-                            if v % 2 == 1 {
-                                image::imageops::flip_horizontal_in_place(&mut tile);
-                            }
-                            let stem = format!("{:02}-{v:02}", i);
-                            tile.save(png_dir.join(format!("{stem}.png")))?;
-                            let l3 = l3_format::encode(
-                                tile.as_raw(),
-                                W,
-                                H,
-                                3,
-                                l3_format::default_patch_size(W, H),
-                            )
-                            .map_err(|e| anyhow::anyhow!("L3 encode: {e}"))?;
-                            std::fs::write(l3_dir.join(format!("{stem}.l3")), l3)?;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().map_err(|_| anyhow::anyhow!("worker panicked"))??;
-        }
-        Ok(())
-    })?;
+    stdx::parallel::for_each(
+        paths.iter().enumerate(),
+        threads,
+        |(i, p)| -> anyhow::Result<()> {
+            let img = loader::import(p, &loader::ImportOptions::default())?.to_rgb();
+            let img = image::RgbImage::from_raw(img.width, img.height, img.pixels)
+                .context("image size")?;
+            let h = (img.height() as u64 * 1920 / img.width() as u64).max(H as u64) as u32;
+            let img = image::imageops::resize(&img, 1920, h, image::imageops::FilterType::Triangle);
+            for v in 0..variants {
+                let x = (1920 - W) * (v % 4) / 3;
+                let y = (h - H) * (v / 4 % 3) / 2;
+                let mut tile = image::imageops::crop_imm(&img, x, y, W, H).to_image();
+                if v % 2 == 1 {
+                    image::imageops::flip_horizontal_in_place(&mut tile);
+                }
+                let stem = format!("{:02}-{v:02}", i);
+                tile.save(png_dir.join(format!("{stem}.png")))?;
+                let l3 =
+                    l3_format::encode(tile.as_raw(), W, H, 3, l3_format::default_patch_size(W, H))
+                        .map_err(|e| anyhow::anyhow!("L3 encode: {e}"))?;
+                std::fs::write(l3_dir.join(format!("{stem}.l3")), l3)?;
+            }
+            Ok(())
+        },
+    )?;
     Ok(paths.len() * variants as usize)
 }
 
@@ -193,33 +156,15 @@ fn pipeline(
             if b.epoch > 0 && later_start.is_none() {
                 later_start = Some(Instant::now());
             }
-            let next = AtomicUsize::new(0);
-            std::thread::scope(|d| -> anyhow::Result<()> {
-                let hs: Vec<_> = (0..threads)
-                    .map(|_| {
-                        d.spawn(|| -> anyhow::Result<()> {
-                            let mut out = Vec::new();
-                            loop {
-                                let k = next.fetch_add(1, Ordering::Relaxed);
-                                let Some((bytes, kind, dims)) = b.items.get(k) else {
-                                    return Ok(());
-                                };
-                                match kind {
-                                    FormatKind::Raw => profile::decode_raw(bytes, *dims, &mut out),
-                                    FormatKind::Compressed => {
-                                        compressed.decode(bytes, &mut out).map(|_| ())
-                                    }
-                                }
-                                .map_err(|e| anyhow::anyhow!("decode: {e}"))?;
-                            }
-                        })
-                    })
-                    .collect();
-                for h in hs {
-                    h.join()
-                        .map_err(|_| anyhow::anyhow!("decoder panicked"))??;
-                }
-                Ok(())
+            thread_local! {
+                static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+            stdx::parallel::for_each(&b.items, threads, |(bytes, kind, dims)| {
+                OUT.with_borrow_mut(|out| match kind {
+                    FormatKind::Raw => profile::decode_raw(bytes, *dims, out),
+                    FormatKind::Compressed => compressed.decode(bytes, out).map(|_| ()),
+                })
+                .map_err(|e| anyhow::anyhow!("decode: {e}"))
             })?;
             st.images += b.items.len();
             st.disk_all.push(b.disk_bytes);
@@ -240,15 +185,8 @@ fn pipeline(
 }
 
 fn shuffled(n: usize, seed: u64) -> Vec<usize> {
-    // A small xorshift keeps the baselines' order reproducible without another dependency.
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut v: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    stdx::SplitMix64::new(seed).shuffle(&mut v);
     v
 }
 
@@ -269,30 +207,7 @@ fn read_parallel(
     idx: &[usize],
     read: &(dyn Fn(usize) -> anyhow::Result<(Bytes, u64, bool)> + Sync),
 ) -> anyhow::Result<Vec<(Bytes, u64, bool)>> {
-    let next = AtomicUsize::new(0);
-    let slots: Vec<std::sync::Mutex<Option<(Bytes, u64, bool)>>> =
-        idx.iter().map(|_| Default::default()).collect();
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let hs: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&i) = idx.get(k) else { return Ok(()) };
-                        *slots[k].lock().unwrap() = Some(read(i)?);
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
-        }
-        Ok(())
-    })?;
-    Ok(slots
-        .into_iter()
-        .map(|m| m.into_inner().unwrap().expect("read"))
-        .collect())
+    stdx::parallel::map(idx, 2, |_, &i| read(i))
 }
 
 /// (a) Random order through the page cache, which is held to `budget` bytes: after each batch the least
@@ -774,10 +689,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          (DONTNEED on the whole file). Every system decodes on the same threads with the same decoders; \
          reading runs on 2 I/O threads ahead of decoding (two batches of prefetch for (a) and (b), the buffers for Liquid).",
     );
-    let png = decode_png;
-    run_format(r, "png", "PNG", &png_dir, &work, &png, &su)?;
-    let l3 = decode_l3;
-    run_format(r, "l3", "L3", &l3_dir, &work, &l3, &su)?;
+    run_format(r, "png", "PNG", &png_dir, &work, decoder("png"), &su)?;
+    run_format(r, "l3", "L3", &l3_dir, &work, decoder("l3"), &su)?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

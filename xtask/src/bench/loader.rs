@@ -10,8 +10,8 @@
 
 use crate::report::{Report, Table, bar_plot, corpus_dir};
 use anyhow::Context;
-use loader::compare::{BuildPlan, Measured, build_formats, stream_epoch, stream_epochs};
-use loader::convert::{Target, convert_folder};
+use l3_cli::compare::{BuildPlan, Measured, build_formats, stream_epoch, stream_epochs};
+use loader::convert::{ConvertOptions, Target, convert_folder};
 use loader::{Crop, LoaderOptions, Order};
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
@@ -29,8 +29,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let source = if quick {
         // Six of the smaller corpus files.
         let dir = work.path().join("subset");
-        let mut files = loader::image_files(&corpus)
-            .with_context(|| format!("reading {}", corpus.display()))?;
+        let mut files = loader::image_files(&corpus)?.files;
         files.sort_by_key(|(p, _)| {
             std::fs::metadata(corpus.join(p))
                 .map(|m| m.len())
@@ -45,7 +44,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         corpus.clone()
     };
     eprintln!("loader bench: re-encoding {} as PNG ...", source.display());
-    convert_folder(&source, &png, Target::Png, all, &|_, _| {})
+    let opts = ConvertOptions {
+        threads: all,
+        to_8bit: false,
+    };
+    convert_folder(&source, &png, Target::Png, &opts, &|_, _| {})
         .context("re-encoding the corpus as PNG")?;
     let plan = BuildPlan {
         threads: all,
@@ -90,15 +93,15 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         };
         if f.name.starts_with("Liquid") {
             let budget_bytes = ds.stored_bytes() * 3 / 10;
-            runs.push((f.name.clone(), ds.clone(), f.window, Order::Seeded));
+            runs.push((f.name.clone(), ds.clone(), f.decode, Order::Seeded));
             runs.push((
                 format!("{}, Liquid sampler (30% buffers, O_DIRECT)", f.name),
                 ds,
-                f.window,
+                f.decode,
                 Order::Liquid { budget_bytes },
             ));
         } else {
-            runs.push((f.name, ds, f.window, Order::Seeded));
+            runs.push((f.name, ds, f.decode, Order::Seeded));
         }
     }
     for (name, ds, window, order) in runs {
@@ -112,7 +115,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 crop: Crop::Center,
                 decode_threads: t,
                 io_threads: 2,
-                l3_window_decode: window,
+                decode: window,
                 order,
                 ..LoaderOptions::default()
             };
@@ -156,7 +159,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          so this compares decode and pipeline cost. Each cell: best of {} runs of as many epochs as fill about a second; CPU ms / image is process CPU \
          time (all threads) per image at all cores; 2 I/O threads besides the decode threads.",
         source.display(),
-        loader::image_files(&png)?.len(),
+        loader::image_files(&png)?.files.len(),
         if quick { ", L3_BENCH_QUICK subset" } else { "" },
         if quick { 1 } else { 3 }
     ));

@@ -1,0 +1,224 @@
+//! Which device runs the network, and what a device backend allocates.
+//!
+//! [`Device`] and [`DeviceOptions`] are what a command line maps `--device cpu|cuda[:N]`,
+//! `--gpu-memory BYTES` and `--precision f32|f16` to; [`crate::stylize_on`] opens the backend they name
+//! and fails with the reason (no driver, no device, no NVRTC/cuBLAS) rather than fall back to the CPU.
+//!
+//! The byte counts here ([`weight_bytes`], [`band`], ...) are shared by the CUDA backend and its host
+//! stand-in [`crate::sim::DeviceSim`], so that the placement planner ([`crate::place`]), the simulation that
+//! tests it on the CPU and the real device all count the same allocations.
+
+use crate::backend::Conv2d;
+use crate::error::{Error, Result};
+
+/// Where the network runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Device {
+    /// The CPU backend (the reference).
+    #[default]
+    Cpu,
+    /// The CUDA backend on GPU `ordinal`.
+    Cuda(usize),
+}
+
+impl Device {
+    /// `cpu`, `cuda` (device 0) or `cuda:N`.
+    pub fn parse(s: &str) -> Option<Device> {
+        match s {
+            "cpu" => Some(Device::Cpu),
+            "cuda" | "gpu" => Some(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda),
+        }
+    }
+}
+
+impl Device {
+    /// A tile side that suits the device: 512 on the CPU (tiles of a few MiB per worker), 2048 on a GPU
+    /// (few, large launches; the placement planner keeps the device within its budget either way).
+    pub fn default_tile(self) -> usize {
+        match self {
+            Device::Cpu => 512,
+            Device::Cuda(_) => 2048,
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// The element type of the convolutions' GEMM operands on a device. Activations, normalisation and
+/// accumulation stay f32 either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    /// im2col columns and weights rounded to IEEE binary16 (tensor cores), f32 accumulation and output.
+    F16,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s {
+            "f32" | "fp32" => Some(Precision::F32),
+            "f16" | "fp16" | "half" => Some(Precision::F16),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one GEMM operand element.
+    pub fn elem_bytes(self) -> usize {
+        match self {
+            Precision::F32 => 4,
+            Precision::F16 => 2,
+        }
+    }
+}
+
+/// Device selection and its settings.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DeviceOptions {
+    pub device: Device,
+    /// Bytes of device memory the run may use (activations, weights, scratch); `None` = what the device
+    /// has free when the backend opens, less [`HEADROOM`].
+    pub gpu_memory: Option<u64>,
+    pub precision: Precision,
+}
+
+impl DeviceOptions {
+    /// Checks the combination before anything is opened.
+    pub fn validate(&self) -> Result<()> {
+        if self.device == Device::Cpu {
+            if self.precision != Precision::F32 {
+                return Err(Error::Device(
+                    "--precision f16 needs --device cuda (the CPU backend computes in f32)".into(),
+                ));
+            }
+            if self.gpu_memory.is_some() {
+                return Err(Error::Device(
+                    "--gpu-memory needs --device cuda (the CPU backend's memory is --ram-budget-mib)"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Device memory left to the driver, cuBLAS's own allocations and other processes when no budget is
+/// given: the budget is then the free memory less this.
+pub const HEADROOM: u64 = 512 << 20;
+
+/// Bytes of im2col columns a device backend builds per GEMM (a band of output rows), unless told otherwise.
+pub const DEVICE_BAND_BYTES: usize = 256 << 20;
+
+/// Bytes of device memory the weights of `conv` take: f32 weight and bias, plus an f16 copy of the weight.
+pub fn weight_bytes(conv: &Conv2d, precision: Precision) -> u64 {
+    let f16 = match precision {
+        Precision::F32 => 0,
+        Precision::F16 => conv.weight.len() * 2,
+    };
+    ((conv.weight.len() + conv.bias.len()) * 4 + f16) as u64
+}
+
+/// Output rows per im2col band and the band's bytes for a `ho × wo` output.
+pub fn band(
+    conv: &Conv2d,
+    ho: usize,
+    wo: usize,
+    band_bytes: usize,
+    precision: Precision,
+) -> (usize, u64) {
+    let row = conv.cin * conv.k * conv.k * wo * precision.elem_bytes();
+    let rows = (band_bytes / row.max(1)).clamp(1, ho.max(1));
+    (rows, (rows * row) as u64)
+}
+
+/// Threads per block of the statistics reduction (a power of two, at most 256: kernels.cu).
+pub const STATS_THREADS: usize = 256;
+
+/// Blocks per channel of the statistics reduction: enough to fill a GPU, at most 1024 partials.
+pub fn stats_blocks(plane: usize) -> usize {
+    plane.div_ceil(STATS_THREADS * 16).clamp(1, 1024)
+}
+
+/// Bytes of the statistics reduction's scratch: per-block partials, then per-channel sums and M2.
+pub fn stats_scratch_bytes(c: usize, plane: usize) -> u64 {
+    (c * (stats_blocks(plane) + 2) * 8) as u64
+}
+
+/// Bytes of a gather's index maps (i32, -1 for a zero).
+pub fn gather_scratch_bytes(ny: usize, nx: usize) -> u64 {
+    ((ny + nx) * 4) as u64
+}
+
+/// Bytes of a normalisation's per-channel scale and shift.
+pub fn norm_scratch_bytes(c: usize) -> u64 {
+    (2 * c * 4) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_validate() {
+        assert_eq!(Device::parse("cpu"), Some(Device::Cpu));
+        assert_eq!(Device::parse("cuda"), Some(Device::Cuda(0)));
+        assert_eq!(Device::parse("cuda:3"), Some(Device::Cuda(3)));
+        assert_eq!(Device::parse("cuda:x"), None);
+        assert_eq!(Device::parse("tpu"), None);
+        assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        assert_eq!(Device::Cpu.default_tile(), 512);
+        assert!(Device::Cuda(0).default_tile() > 512);
+        assert_eq!(Precision::parse("f16"), Some(Precision::F16));
+        assert_eq!(Precision::parse("f64"), None);
+        let cpu_f16 = DeviceOptions {
+            precision: Precision::F16,
+            ..DeviceOptions::default()
+        };
+        assert!(cpu_f16.validate().unwrap_err().to_string().contains("f16"));
+        let cpu_budget = DeviceOptions {
+            gpu_memory: Some(1 << 30),
+            ..DeviceOptions::default()
+        };
+        assert!(
+            cpu_budget
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--gpu-memory")
+        );
+        assert!(DeviceOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn band_rows_follow_the_byte_budget() {
+        let conv = Conv2d {
+            cin: 8,
+            cout: 16,
+            k: 3,
+            stride: 1,
+            weight: vec![0.0; 16 * 8 * 9],
+            bias: vec![0.0; 16],
+        };
+        // 72 values per output pixel, 100 pixels per row: 28,800 bytes a row in f32.
+        assert_eq!(band(&conv, 50, 100, 100_000, Precision::F32), (3, 86_400));
+        assert_eq!(band(&conv, 50, 100, 100_000, Precision::F16), (6, 86_400));
+        // Never zero rows, never more than the output has.
+        assert_eq!(band(&conv, 50, 100, 10, Precision::F32).0, 1);
+        assert_eq!(band(&conv, 2, 100, 1 << 30, Precision::F32).0, 2);
+        assert_eq!(
+            weight_bytes(&conv, Precision::F16),
+            (1152 + 16) * 4 + 1152 * 2
+        );
+    }
+}

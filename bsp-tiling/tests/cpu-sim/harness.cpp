@@ -1,0 +1,168 @@
+// Runs launches of src/cuda/kernels.cu on the CPU: `harness LAUNCHES_IN BUFFERS_OUT`.
+// LAUNCHES_IN (written by tests/kernel_sim.rs, little-endian):
+//   u32 n_buffers, then per buffer: u64 bytes, the bytes;
+//   u32 n_launches, then per launch: u32 name length, the name, u32 grid_x, u32 grid_y, u32 block_x,
+//   u32 n_args, then per argument: u32 kind (0 = buffer index, 1 = int, 2 = long long), i64 value.
+// BUFFERS_OUT: every buffer after the last launch, as u64 bytes + the bytes. Buffers are exact-size heap
+// allocations, so AddressSanitizer flags any access one element outside.
+#include "shim.h"
+#include "../../src/cuda/kernels.cu"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+thread_local dim3 threadIdx;
+thread_local dim3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+SimBarrier bsp_sim_barrier;
+
+static std::vector<uint8_t> read_file(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    std::vector<uint8_t> v;
+    uint8_t buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) v.insert(v.end(), buf, buf + n);
+    fclose(f);
+    return v;
+}
+
+struct Reader {
+    const std::vector<uint8_t>& b;
+    size_t pos = 0;
+    template <typename T> T get() {
+        if (pos + sizeof(T) > b.size()) { fprintf(stderr, "truncated launch file\n"); exit(2); }
+        T v;
+        memcpy(&v, b.data() + pos, sizeof(T));
+        pos += sizeof(T);
+        return v;
+    }
+};
+
+struct Arg {
+    uint32_t kind;
+    int64_t value;
+};
+
+struct Launch {
+    std::vector<uint8_t*>* bufs;
+    std::vector<Arg> args;
+    template <typename T> T* p(size_t i) {
+        if (args.at(i).kind != 0) { fprintf(stderr, "argument %zu is not a buffer\n", i); exit(2); }
+        return (T*)bufs->at((size_t)args[i].value);
+    }
+    int n(size_t i) { return (int)args.at(i).value; }
+    i64 l(size_t i) { return (i64)args.at(i).value; }
+};
+
+// One CUDA thread's work: calls the kernel `name` with the launch's arguments.
+static void call(const std::string& name, Launch& a) {
+    if (name == "bsp_gather")
+        bsp_gather(a.p<const float>(0), a.l(1), a.l(2), a.n(3), a.p<const int>(4), a.n(5),
+                   a.p<const int>(6), a.n(7), a.p<float>(8));
+    else if (name == "bsp_paste")
+        bsp_paste(a.p<float>(0), a.l(1), a.l(2), a.p<const float>(3), a.n(4), a.n(5), a.n(6),
+                  a.l(7), a.l(8));
+    else if (name == "bsp_pad")
+        bsp_pad(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
+                a.n(8), a.p<float>(9));
+    else if (name == "bsp_upsample2x")
+        bsp_upsample2x(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.p<float>(4));
+    else if (name == "bsp_im2col")
+        bsp_im2col(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
+                   a.n(8), a.p<float>(9));
+    else if (name == "bsp_im2col_f16")
+        bsp_im2col_f16(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
+                       a.n(7), a.n(8), a.p<u16>(9));
+    else if (name == "bsp_to_f16")
+        bsp_to_f16(a.p<const float>(0), a.l(1), a.p<u16>(2));
+    else if (name == "bsp_fill_bias")
+        bsp_fill_bias(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3));
+    else if (name == "bsp_channel_partials")
+        bsp_channel_partials(a.p<const float>(0), a.l(1), a.p<const double>(2), a.n(3),
+                             a.p<double>(4));
+    else if (name == "bsp_sum_partials")
+        bsp_sum_partials(a.p<const double>(0), a.n(1), a.n(2), a.p<double>(3));
+    else if (name == "bsp_scale_shift")
+        bsp_scale_shift(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3), a.p<const float>(4),
+                        a.n(5));
+    else if (name == "bsp_relu")
+        bsp_relu(a.p<float>(0), a.l(1));
+    else if (name == "bsp_add")
+        bsp_add(a.p<float>(0), a.p<const float>(1), a.l(2));
+    else {
+        fprintf(stderr, "unknown kernel %s\n", name.c_str());
+        exit(2);
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) { fprintf(stderr, "usage: harness LAUNCHES_IN BUFFERS_OUT\n"); return 2; }
+    std::vector<uint8_t> in = read_file(argv[1]);
+    Reader r{in};
+    uint32_t nb = r.get<uint32_t>();
+    std::vector<uint8_t*> bufs(nb);
+    std::vector<uint64_t> sizes(nb);
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t n = r.get<uint64_t>();
+        if (r.pos + n > in.size()) { fprintf(stderr, "truncated buffer\n"); return 2; }
+        sizes[i] = n;
+        bufs[i] = (uint8_t*)malloc(n ? n : 1);
+        memcpy(bufs[i], in.data() + r.pos, n);
+        r.pos += n;
+    }
+    uint32_t nl = r.get<uint32_t>();
+    for (uint32_t li = 0; li < nl; li++) {
+        uint32_t len = r.get<uint32_t>();
+        std::string name((const char*)in.data() + r.pos, len);
+        r.pos += len;
+        gridDim = dim3{r.get<uint32_t>(), r.get<uint32_t>(), 1};
+        blockDim = dim3{r.get<uint32_t>(), 1, 1};
+        Launch a{&bufs, {}};
+        uint32_t na = r.get<uint32_t>();
+        for (uint32_t j = 0; j < na; j++) {
+            uint32_t kind = r.get<uint32_t>();
+            int64_t v = r.get<int64_t>();
+            if (kind == 0 && (v < 0 || (uint64_t)v >= nb)) { fprintf(stderr, "bad buffer index\n"); return 2; }
+            a.args.push_back({kind, v});
+        }
+        // Kernels with a barrier need one host thread per CUDA thread.
+        bool barrier = name == "bsp_channel_partials";
+        bsp_sim_barrier.expected = blockDim.x;
+        for (unsigned by = 0; by < gridDim.y; by++) {
+            for (unsigned bx = 0; bx < gridDim.x; bx++) {
+                if (barrier) {
+                    std::vector<std::thread> ts;
+                    for (unsigned t = 0; t < blockDim.x; t++) {
+                        ts.emplace_back([&, t] {
+                            blockIdx = dim3{bx, by, 0};
+                            threadIdx = dim3{t, 0, 0};
+                            Launch mine = a;
+                            call(name, mine);
+                        });
+                    }
+                    for (auto& t : ts) t.join();
+                } else {
+                    blockIdx = dim3{bx, by, 0};
+                    for (unsigned t = 0; t < blockDim.x; t++) {
+                        threadIdx = dim3{t, 0, 0};
+                        call(name, a);
+                    }
+                }
+            }
+        }
+    }
+    FILE* f = fopen(argv[2], "wb");
+    if (!f) { perror(argv[2]); return 2; }
+    for (uint32_t i = 0; i < nb; i++) {
+        fwrite(&sizes[i], 8, 1, f);
+        fwrite(bufs[i], 1, sizes[i], f);
+        free(bufs[i]);
+    }
+    fclose(f);
+    return 0;
+}

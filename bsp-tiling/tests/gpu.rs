@@ -1,0 +1,358 @@
+//! The CUDA backend against the CPU backend on a real GPU: op by op, whole image, BSP tiled vs whole
+//! (f32: max abs ≤ 1e-3, the figure printed), f16 GEMM operands (error printed), every mode, and device
+//! memory within the budget. Without a GPU (no driver, no device, no NVRTC or cuBLAS) each test prints
+//! why and returns; the error-path test at the end runs everywhere.
+
+mod common;
+
+use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad};
+use bsp_tiling::bsp::run_exact;
+use bsp_tiling::metrics::compare;
+use bsp_tiling::{
+    Budget, CudaBackend, Device, DeviceOptions, Error, Grid, Mode, Net, Options, OutputSink,
+    PaddingMode, Precision, Tensor, Widths, stylize, stylize_on,
+};
+use common::*;
+
+/// The CUDA backend on device 0, or None (after printing why) when this machine cannot run one.
+fn cuda_or_skip(budget: Option<u64>, precision: Precision) -> Option<CudaBackend> {
+    match CudaBackend::new(0, budget, precision) {
+        Ok(b) => Some(b),
+        Err(e @ (Error::NoDriver | Error::NoDevice { .. } | Error::NoCudaLibrary { .. })) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        // A GPU is present but the backend cannot start (compile error, driver failure): a real failure.
+        Err(e) => panic!("CudaBackend::new(0) failed on a machine with a GPU: {e}"),
+    }
+}
+
+fn rnd_tensor(seed: u64, c: usize, h: usize, w: usize) -> Tensor {
+    let mut s = seed | 1;
+    let data = (0..c * h * w)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 20.0 - 10.0
+        })
+        .collect();
+    Tensor::from_vec(c, h, w, data).unwrap()
+}
+
+fn same_bits(a: &Tensor, b: &Tensor, tag: &str) {
+    assert_eq!((a.c, a.h, a.w), (b.c, b.h, b.w), "{tag}");
+    for (i, (x, y)) in a.data.iter().zip(&b.data).enumerate() {
+        assert!(
+            x.to_bits() == y.to_bits() || (*x == 0.0 && *y == 0.0),
+            "{tag}: element {i}: {x} vs {y}"
+        );
+    }
+}
+
+#[test]
+fn gpu_ops_match_cpu_backend() {
+    let Some(mut gpu) = cuda_or_skip(None, Precision::F32) else {
+        return;
+    };
+    eprintln!("{}", gpu.name());
+    let x = rnd_tensor(1, 3, 37, 41);
+    fn up_on(g: &CudaBackend, t: &Tensor) -> bsp_tiling::cuda::CudaTensor {
+        g.upload(t.clone()).unwrap()
+    }
+    fn down_on(g: &CudaBackend, b: bsp_tiling::cuda::CudaTensor) -> Tensor {
+        g.download(b).unwrap()
+    }
+    let up = |t: &Tensor| up_on(&gpu, t);
+    let down = |b| down_on(&gpu, b);
+    // Element-wise operations: bit for bit (NVRTC with --fmad=false).
+    for mode in [
+        PaddingMode::Zero,
+        PaddingMode::Replicate,
+        PaddingMode::Reflect,
+        PaddingMode::Circular,
+    ] {
+        let pad = Pad {
+            top: 4,
+            bottom: 1,
+            left: 3,
+            right: 9,
+        };
+        same_bits(
+            &down(gpu.pad(&up(&x), pad, mode).unwrap()),
+            &CpuBackend.pad(&x, pad, mode).unwrap(),
+            &format!("pad {mode:?}"),
+        );
+    }
+    same_bits(
+        &down(gpu.upsample_nearest2x(&up(&x)).unwrap()),
+        &CpuBackend.upsample_nearest2x(&x).unwrap(),
+        "upsample",
+    );
+    let ys: Vec<Option<usize>> = [None, Some(36), Some(0), Some(5), None].into();
+    let xs: Vec<Option<usize>> = [Some(40), None, Some(1), Some(1)].into();
+    same_bits(
+        &down(gpu.gather(&up(&x), &ys, &xs).unwrap()),
+        &CpuBackend.gather(&x, &ys, &xs).unwrap(),
+        "gather",
+    );
+    let mut layer = rnd_tensor(2, 3, 50, 60);
+    let mut gl = up(&layer);
+    gpu.paste(&mut gl, 7, 11, &up(&x)).unwrap();
+    layer.paste(7, 11, &x);
+    same_bits(&down(gl), &layer, "paste");
+    let stats = CpuBackend.channel_stats(&x).unwrap();
+    let gstats = gpu.channel_stats(&up(&x)).unwrap();
+    for (a, b) in stats.iter().zip(&gstats) {
+        assert_eq!(a.count, b.count);
+        assert!(
+            (a.mean - b.mean).abs() <= 1e-12 * (1.0 + a.mean.abs()),
+            "{a:?} {b:?}"
+        );
+        assert!((a.m2 - b.m2).abs() <= 1e-10 * a.m2, "{a:?} {b:?}");
+    }
+    let norm = Norm {
+        gamma: vec![1.5, -0.5, 2.0],
+        beta: vec![0.25, 3.0, -1.0],
+        eps: 1e-5,
+    };
+    for relu in [false, true] {
+        let mut g = up(&x);
+        gpu.normalize(&mut g, &stats, &norm, relu).unwrap();
+        let mut c = x.clone();
+        CpuBackend.normalize(&mut c, &stats, &norm, relu).unwrap();
+        same_bits(&down(g), &c, "normalize");
+    }
+    let mut g = up(&x);
+    gpu.relu(&mut g).unwrap();
+    let mut c = x.clone();
+    CpuBackend.relu(&mut c).unwrap();
+    same_bits(&down(g), &c, "relu");
+    let y = rnd_tensor(3, 3, 37, 41);
+    let mut g = up(&x);
+    gpu.add(&mut g, &up(&y)).unwrap();
+    let mut c = x.clone();
+    CpuBackend.add(&mut c, &y).unwrap();
+    same_bits(&down(g), &c, "add");
+    // Convolutions: to summation order, one band and many.
+    for band in [1 << 30, 4096] {
+        gpu.set_band_bytes(band);
+        let up = |t: &Tensor| up_on(&gpu, t);
+        let down = |b| down_on(&gpu, b);
+        for (k, s, cin, cout) in [(9, 1, 3, 8), (3, 2, 8, 16), (3, 1, 32, 32), (1, 1, 3, 5)] {
+            let x = rnd_tensor(7, cin, 45, 38);
+            let w = rnd_tensor(8, 1, 1, cout * cin * k * k);
+            let conv = Conv2d {
+                cin,
+                cout,
+                k,
+                stride: s,
+                weight: w.data.iter().map(|v| v * 0.05).collect(),
+                bias: (0..cout).map(|i| i as f32 - 2.0).collect(),
+            };
+            let gw = gpu.weights(&conv).unwrap();
+            let got = down(gpu.conv2d_valid(&up(&x), &conv, &gw, 1).unwrap());
+            let want = CpuBackend.conv2d_valid(&x, &conv, &(), 1).unwrap();
+            let e = compare(&got, &want);
+            assert!(e.max_abs < 1e-3, "conv k{k} s{s} band {band}: {e:?}");
+        }
+    }
+}
+
+#[test]
+fn gpu_tiled_equals_whole_f32() {
+    let Some(gpu) = cuda_or_skip(None, Precision::F32) else {
+        return;
+    };
+    let mut nets = vec![(
+        "random 8/16/32".to_string(),
+        Net::random_transformer(Widths(8, 16, 32), 3, PaddingMode::Reflect),
+    )];
+    for m in ["candy_nc8.safetensors", "mosaic_nc16.safetensors"] {
+        if shared().join("models").join(m).exists() {
+            nets.push((m.to_string(), model(m)));
+        } else {
+            eprintln!("skipping {m}: not found (set BSP_SHARED_DIR)");
+        }
+    }
+    let x = noise_image(3, 301, 402, 5);
+    for (name, net) in &nets {
+        let cpu_whole = net.forward_whole(&CpuBackend, &x, 4, None).unwrap().0;
+        let gpu_whole = net.forward_whole(&gpu, &x, 1, None).unwrap().0;
+        let wg = compare(&gpu_whole, &cpu_whole);
+        for grid in [
+            Grid::with_tile(301, 402, 64, 4, 4).unwrap(),
+            Grid::with_count(301, 402, 3, 2, 4).unwrap(),
+        ] {
+            let sink = OutputSink::f32(3, 304, 404);
+            let info = run_exact(net, &gpu, &x, &grid, 1, &Budget::default(), &sink).unwrap();
+            let tiled = sink.finish().into_tensor();
+            let t = compare(&tiled, &gpu_whole);
+            let c = compare(&tiled, &cpu_whole);
+            eprintln!(
+                "{name} 402x301, {}x{} tiles ({} resident layers): GPU tiled vs GPU whole max abs {:.3e} (mean {:.3e}); vs CPU whole max abs {:.3e}; GPU whole vs CPU whole max abs {:.3e}",
+                grid.n_rows(),
+                grid.n_cols(),
+                info.resident_layers,
+                t.max_abs,
+                t.mean_abs,
+                c.max_abs,
+                wg.max_abs
+            );
+            assert!(t.max_abs <= 1e-3, "{name}: tiled vs whole {t:?}");
+            assert!(c.max_abs <= 1e-3, "{name}: tiled vs CPU {c:?}");
+        }
+    }
+}
+
+#[test]
+fn gpu_host_placement_and_budget() {
+    let Some(probe) = cuda_or_skip(None, Precision::F32) else {
+        return;
+    };
+    drop(probe);
+    let net = Net::random_transformer(Widths(8, 16, 32), 4, PaddingMode::Reflect);
+    let x = noise_image(3, 512, 640, 9);
+    let cpu_whole = net.forward_whole(&CpuBackend, &x, 4, None).unwrap().0;
+    let grid = Grid::with_tile(512, 640, 128, 4, 4).unwrap();
+    // From everything resident to nothing resident (every layer through host memory).
+    for budget in [None, Some(96u64 << 20), Some(64 << 20), Some(48 << 20)] {
+        let Some(gpu) = cuda_or_skip(budget, Precision::F32) else {
+            return;
+        };
+        let sink = OutputSink::f32(3, 512, 640);
+        let info = match run_exact(&net, &gpu, &x, &grid, 1, &Budget::default(), &sink) {
+            Ok(i) => i,
+            Err(e @ Error::DeviceBudget { .. }) => {
+                eprintln!("budget {budget:?}: {e}");
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let e = compare(&sink.finish().into_tensor(), &cpu_whole);
+        let b = gpu.memory().budget();
+        eprintln!(
+            "budget {b}: {} resident layers, device peak {} planned {}, driver-reported use {} (baseline {}); max abs vs CPU whole {:.3e}",
+            info.resident_layers,
+            info.device_peak_bytes,
+            info.device_planned_bytes,
+            gpu.driver_used().unwrap(),
+            gpu.baseline_used,
+            e.max_abs
+        );
+        assert!(
+            info.device_peak_bytes <= info.device_planned_bytes && info.device_planned_bytes <= b
+        );
+        assert!(e.max_abs <= 1e-3, "{e:?}");
+    }
+}
+
+#[test]
+fn gpu_f16_error_measured() {
+    let (Some(g32), Some(g16)) = (
+        cuda_or_skip(None, Precision::F32),
+        cuda_or_skip(None, Precision::F16),
+    ) else {
+        return;
+    };
+    let net = if shared().join("models/mosaic_nc16.safetensors").exists() {
+        model("mosaic_nc16.safetensors")
+    } else {
+        Net::random_transformer(Widths(16, 32, 64), 5, PaddingMode::Reflect)
+    };
+    let x = noise_image(3, 400, 400, 3);
+    let whole32 = net.forward_whole(&g32, &x, 1, None).unwrap().0;
+    let whole16 = net.forward_whole(&g16, &x, 1, None).unwrap().0;
+    let grid = Grid::with_tile(400, 400, 128, 4, 4).unwrap();
+    let sink = OutputSink::f32(3, 400, 400);
+    run_exact(&net, &g16, &x, &grid, 1, &Budget::default(), &sink).unwrap();
+    let tiled16 = sink.finish().into_tensor();
+    let e = compare(&tiled16, &whole32);
+    let t = compare(&tiled16, &whole16);
+    eprintln!(
+        "f16 GEMM operands, 400x400: tiled f16 vs whole f32 max abs {:.3} mean abs {:.4} PSNR {:.1} dB; tiled f16 vs whole f16 max abs {:.3e}",
+        e.max_abs, e.mean_abs, e.psnr_db, t.max_abs
+    );
+    assert!(e.mean_abs < 1.0, "{e:?}");
+}
+
+#[test]
+fn gpu_every_mode_matches_cpu() {
+    let Some(gpu) = cuda_or_skip(None, Precision::F32) else {
+        return;
+    };
+    let net = Net::random_transformer(Widths(8, 16, 32), 6, PaddingMode::Reflect);
+    let x = noise_image(3, 130, 150, 1);
+    for mode in [
+        Mode::Whole,
+        Mode::Exact,
+        Mode::Sampled(2),
+        Mode::Recompute,
+        Mode::Naive,
+    ] {
+        let opts = Options {
+            mode,
+            tile: 64,
+            threads: 2,
+            ..Options::default()
+        };
+        let want = stylize(&net, &CpuBackend, &x, &opts, false)
+            .unwrap()
+            .0
+            .into_tensor();
+        let (got, info) = stylize(&net, &gpu, &x, &opts, false).unwrap();
+        let e = compare(&got.into_tensor(), &want);
+        eprintln!(
+            "{mode:?}: GPU vs CPU max abs {:.3e}, device peak {} bytes",
+            e.max_abs, info.device_peak_bytes
+        );
+        assert!(e.max_abs <= 1e-3, "{mode:?}: {e:?}");
+    }
+}
+
+/// `--device cuda` without a usable GPU fails with the reason; it never runs on the CPU instead.
+#[test]
+fn device_cuda_without_gpu_says_why() {
+    let net = Net::random_transformer(Widths(4, 4, 4), 1, PaddingMode::Reflect);
+    let x = noise_image(3, 20, 20, 1);
+    let dev = DeviceOptions {
+        device: Device::Cuda(0),
+        ..DeviceOptions::default()
+    };
+    match stylize_on(&dev, &net, &x, &Options::default(), false) {
+        Ok(_) => eprintln!("skipping: a GPU is present"),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                matches!(
+                    e,
+                    Error::NoDriver | Error::NoDevice { .. } | Error::NoCudaLibrary { .. }
+                ),
+                "{msg}"
+            );
+            assert!(
+                msg.starts_with("--device cuda: ") && !msg.contains('\n'),
+                "{msg}"
+            );
+        }
+    }
+    // A device number past the last one is refused by name wherever a driver loads.
+    let dev = DeviceOptions {
+        device: Device::Cuda(999),
+        ..DeviceOptions::default()
+    };
+    let e = stylize_on(&dev, &net, &x, &Options::default(), false).unwrap_err();
+    assert!(
+        matches!(e, Error::NoDriver | Error::NoDevice { ordinal: 999, .. }),
+        "{e}"
+    );
+    // The CPU with a GPU-only setting is refused too.
+    let dev = DeviceOptions {
+        precision: Precision::F16,
+        ..DeviceOptions::default()
+    };
+    assert!(matches!(
+        stylize_on(&dev, &net, &x, &Options::default(), false),
+        Err(Error::Device(_))
+    ));
+}

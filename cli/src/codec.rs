@@ -1,0 +1,193 @@
+//! `l3 encode`, `l3 decode`, `l3 info`: a thin shell over `l3-format` and the loader's one image-import
+//! path (`loader::import`: upright pixels, gray+alpha kept as RGBA, 16-bit only with `--to-8bit`).
+//!
+//! Outputs: `.png` → PNG; `.ppm`/`.pgm`/`.pnm` → binary netpbm, P5 for gray and P6 for RGB (RGBA is refused:
+//! PPM has no alpha; use `.png` or `.pam`); `.pam` → P7. Every output is written under a temporary name
+//! and renamed into place, so a failure never leaves a half-written file, and an output that is the input
+//! is refused.
+use anyhow::{Context, bail};
+use l3_format::{L3Index, PixelLayout, Rect, default_patch_size, encode_parallel};
+use loader::convert::Target;
+use loader::{Image, ImportOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct EncodeArgs {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    /// Patch size N (1..=255); default by resolution.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=255))]
+    pub patch: Option<u8>,
+    /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
+    #[arg(long)]
+    pub to_8bit: bool,
+    /// Encoder threads (0 = every core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(clap::Args)]
+pub struct DecodeArgs {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    /// Decoder threads (0 = every core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    pub input: PathBuf,
+    /// Also decode every patch (one row of patches at a time, in bounded memory), proving the whole file
+    /// is valid.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// Refuses an output that is the input file (through any path or link).
+pub fn refuse_overwriting_input(input: &Path, output: &Path) -> anyhow::Result<()> {
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output))
+        && a == b
+    {
+        bail!(
+            "{}: the output is the input file; write to another path",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
+fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    stdx::fs::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn encode(a: EncodeArgs) -> anyhow::Result<()> {
+    refuse_overwriting_input(&a.input, &a.output)?;
+    let img = loader::import(&a.input, &ImportOptions { to_8bit: a.to_8bit })?;
+    let (w, h, c) = (img.width, img.height, img.channels);
+    let n = a.patch.unwrap_or_else(|| default_patch_size(w, h));
+    let file = encode_parallel(&img.pixels, w, h, c, n, a.threads)
+        .with_context(|| format!("encoding {}", a.input.display()))?;
+    write_output(&a.output, &file)
+}
+
+pub fn decode(a: DecodeArgs) -> anyhow::Result<()> {
+    let ext = a
+        .output
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let target = match ext.as_deref() {
+        Some("png") => Target::Png,
+        Some("ppm" | "pgm" | "pnm" | "pam") => Target::Raw,
+        _ => bail!(
+            "{}: unknown output extension (use .png, .ppm, .pgm, .pnm or .pam)",
+            a.output.display()
+        ),
+    };
+    refuse_overwriting_input(&a.input, &a.output)?;
+    let bytes = stdx::fs::read_regular(&a.input, loader::max_image_bytes())
+        .with_context(|| format!("reading {}", a.input.display()))?;
+    let file = l3_format::L3File::parse(&bytes)
+        .with_context(|| format!("parsing {}", a.input.display()))?;
+    let (w, h, c) = (file.width(), file.height(), file.channels());
+    if ext.as_deref() != Some("pam") && target == Target::Raw && c == 4 {
+        bail!(
+            "{}: RGBA image cannot be written as PPM/PGM (no alpha); use .png or .pam",
+            a.output.display()
+        );
+    }
+    let mut pixels = vec![0u8; file.decoded_len()];
+    file.decode_hwc_parallel(&mut pixels, a.threads)
+        .with_context(|| format!("decoding {}", a.input.display()))?;
+    let img = Image {
+        width: w,
+        height: h,
+        channels: c,
+        pixels,
+    };
+    let out = loader::convert::encode(&img, target)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
+    write_output(&a.output, &out)
+}
+
+pub fn info(a: InfoArgs) -> anyhow::Result<()> {
+    // Header first: the file's length and its first bytes say everything `info` prints, so a huge file (or
+    // a device such as /dev/zero) is never read whole.
+    let path = &a.input;
+    let file =
+        stdx::fs::open_regular(path).with_context(|| format!("reading {}", path.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    let read_at = |buf: &mut [u8], at: u64| {
+        file.read_exact_at(buf, at)
+            .with_context(|| format!("reading {}", path.display()))
+    };
+    let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
+    read_at(&mut prefix, 0)?;
+    let need =
+        L3Index::prefix_len(&prefix).with_context(|| format!("parsing {}", path.display()))?;
+    if need > prefix.len() && need as u64 <= len {
+        let have = prefix.len();
+        prefix.resize(need, 0);
+        read_at(&mut prefix[have..], have as u64)?;
+    }
+    let f = L3Index::parse(&prefix, len).with_context(|| format!("parsing {}", path.display()))?;
+    if a.verify {
+        verify(&f, &file, path)?;
+    }
+    let (w, h, c, n) = (f.width(), f.height(), f.channels(), f.patch_size() as u32);
+    let kind = match c {
+        1 => "gray",
+        3 => "RGB",
+        _ => "RGBA",
+    };
+    let (px, py) = (w.div_ceil(n) as usize, h.div_ceil(n) as usize);
+    let per = px * py;
+    let raw = w as u64 * h as u64 * c as u64;
+    println!("file: {}", path.display());
+    println!("format version: {}", l3_format::VERSION);
+    println!("dimensions: {w}x{h}");
+    println!("channels: {c} ({kind})");
+    println!("bit depth: 8");
+    println!("patch size: {n}");
+    println!(
+        "patches: {px}x{py} = {per} per channel, {} in total",
+        per * c as usize
+    );
+    println!("file bytes: {len}");
+    println!("patch data bytes: {}", len - f.data_offset());
+    println!("raw bytes: {raw}");
+    println!(
+        "compressed ratio: {:.4} (file bytes / raw bytes)",
+        len as f64 / raw as f64
+    );
+    if a.verify {
+        println!("verified: every patch decodes");
+    }
+    Ok(())
+}
+
+/// Decodes the whole image one row of patches at a time: memory for one band, whatever the image size.
+fn verify(f: &L3Index, file: &std::fs::File, path: &Path) -> anyhow::Result<()> {
+    let (w, h, c, n) = (f.width(), f.height(), f.channels(), f.patch_size() as u32);
+    let mut frags = l3_format::Fragments::new();
+    let mut band = Vec::new();
+    for y in (0..h).step_by(n as usize) {
+        let rect = Rect::new(0, y, w, n.min(h - y));
+        let ranges = f.region_ranges(rect, 0)?;
+        frags.reset(&ranges);
+        for (r, buf) in frags.slices_mut() {
+            file.read_exact_at(buf, r.start)
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+        let layout = PixelLayout::packed(rect.w, rect.h, c, false);
+        band.resize(rect.w as usize * rect.h as usize * c as usize, 0);
+        f.decode_region(&frags, rect, &mut band, layout)
+            .with_context(|| format!("decoding {}", path.display()))?;
+    }
+    Ok(())
+}

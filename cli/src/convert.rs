@@ -1,0 +1,118 @@
+//! `l3 convert --to l3|raw|pcr|png|jpeg IN_DIR OUT_DIR`: a thin shell over `loader::convert`.
+use anyhow::{Context, bail};
+use loader::convert::{ConvertOptions, PcrBuild, Target, convert_folder, to_pcr};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ConvertArgs {
+    /// Output format: l3, raw (PPM/PGM/PAM), pcr (records transcoded from JPEGs), png or jpeg.
+    #[arg(long)]
+    pub to: String,
+    pub input: PathBuf,
+    pub output: PathBuf,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// JPEG quality: for `--to jpeg` (default 90), and for `--to pcr` the quality at which non-JPEG inputs
+    /// are encoded first — lossy, so they are refused unless it is given.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub quality: Option<u8>,
+    /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
+    #[arg(long)]
+    pub to_8bit: bool,
+}
+
+pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
+    let threads = stdx::parallel::threads(a.threads.unwrap_or(0));
+    let target = match a.to.as_str() {
+        "l3" => Target::L3,
+        "raw" => Target::Raw,
+        "png" => Target::Png,
+        "jpeg" | "jpg" => Target::Jpeg(a.quality.unwrap_or(90)),
+        "pcr" => return pcr(&a, threads),
+        t => bail!("--to {t:?}: expected l3, raw, pcr, png or jpeg"),
+    };
+    let total = loader::image_files(&a.input)?.files.len();
+    let bar = progress_bar(total as u64, &format!("-> {}", a.to));
+    let t0 = std::time::Instant::now();
+    let opts = ConvertOptions {
+        threads,
+        to_8bit: a.to_8bit,
+    };
+    let s = convert_folder(&a.input, &a.output, target, &opts, &|done, _| {
+        bar.set_position(done as u64)
+    });
+    bar.finish_and_clear();
+    let s =
+        s.with_context(|| format!("converting {} to {}", a.input.display(), a.output.display()))?;
+    for w in &s.warnings {
+        eprintln!("l3: warning: {w}");
+    }
+    if s.stale_removed > 0 {
+        eprintln!(
+            "l3: note: removed {} temporary files an interrupted run left",
+            s.stale_removed
+        );
+    }
+    println!(
+        "converted {} files ({} already done) into {}: {} bytes written in {:.1} s on {threads} threads",
+        s.converted,
+        s.skipped,
+        a.output.display(),
+        s.bytes_written,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// PCRs are built from JPEGs: JPEG inputs are transcoded losslessly; other inputs only with `--quality`.
+fn pcr(a: &ConvertArgs, threads: usize) -> anyhow::Result<()> {
+    let t0 = std::time::Instant::now();
+    let build = PcrBuild {
+        threads,
+        lossy_quality: a.quality,
+        ..PcrBuild::default()
+    };
+    println!(
+        "building PCRs from {} on {threads} threads ...",
+        a.input.display()
+    );
+    let s = to_pcr(&a.input, &a.output, &build)?;
+    for w in &s.warnings {
+        eprintln!("l3: warning: {w}");
+    }
+    if s.reencoded > 0 {
+        println!(
+            "{} non-JPEG inputs encoded as JPEG (quality {}, lossy) in {}",
+            s.reencoded,
+            a.quality.unwrap_or(0),
+            a.output.join(".jpeg-src").display()
+        );
+    }
+    let ds =
+        pcr::Dataset::open(&a.output).with_context(|| format!("opening {}", a.output.display()))?;
+    println!(
+        "PCR dataset {}: {} records, {} images, {} scan groups, {} bytes ({:.1} s{})",
+        a.output.display(),
+        ds.records(),
+        ds.images(),
+        ds.groups(),
+        ds.total_bytes(),
+        t0.elapsed().as_secs_f64(),
+        if s.reused { ", already complete" } else { "" }
+    );
+    Ok(())
+}
+
+pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}

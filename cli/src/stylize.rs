@@ -1,0 +1,116 @@
+//! `l3 stylize`: fast style transfer on an image of any size with BSP tiling.
+use anyhow::{Context, bail};
+use bsp_tiling::{Budget, CpuBackend, Mode, Net, Options, Output, PaddingMode, Rgb8, stylize};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct StylizeArgs {
+    /// TransformerNet weights in safetensors with the PyTorch example's key names.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Tile side in input pixels (a multiple of 4).
+    #[arg(long)]
+    pub tile: Option<usize>,
+    /// exact | sampled | naive | whole (also `sampled:N` for an N-times downsampled sample, and
+    /// `recompute`: exact statistics recomputed per layer, no stored activations)
+    #[arg(long, default_value = "exact")]
+    pub mode: String,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Padding on the image border: reflect (as trained) or circular (the paper's choice), zero, replicate.
+    #[arg(long, default_value = "reflect")]
+    pub padding: String,
+    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to memory-mapped files.
+    #[arg(long, default_value_t = 2048)]
+    pub ram_budget_mib: u64,
+    /// Where spill files go (default: the system temporary directory).
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+    /// Keep PyTorch's output size (each side rounded up to a multiple of 4) instead of cropping to the input's.
+    #[arg(long)]
+    pub full: bool,
+    pub input: PathBuf,
+    pub output: PathBuf,
+}
+
+pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
+    let Some(mode) = Mode::parse(&a.mode) else {
+        bail!(
+            "unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole",
+            a.mode
+        );
+    };
+    let Some(padding) = PaddingMode::parse(&a.padding) else {
+        bail!(
+            "unknown --padding {:?}: use reflect, circular, zero or replicate",
+            a.padding
+        );
+    };
+    let net = Net::load_transformer(&a.model, padding)
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
+    let img = loader::import(&a.input, &loader::ImportOptions::default())?.to_rgb();
+    let (w, h) = (img.width as usize, img.height as usize);
+    let input = Rgb8 {
+        width: w,
+        height: h,
+        pixels: img.pixels,
+    };
+    let defaults = Options::default();
+    let opts = Options {
+        mode,
+        tile: a.tile.unwrap_or(defaults.tile),
+        threads: a.threads.unwrap_or(defaults.threads).max(1),
+        budget: Budget {
+            ram: a.ram_budget_mib << 20,
+            disk: None,
+            spill_dir: a.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+        },
+    };
+    let t0 = Instant::now();
+    let (out, info) = stylize(&net, &CpuBackend, &input, &opts, true)
+        .with_context(|| format!("stylising {}", a.input.display()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    drop(input);
+    let Output::Rgb8(mut o) = out else {
+        bail!("internal: expected an 8-bit output")
+    };
+    if !a.full && (o.width, o.height) != (w, h) {
+        o = crop(&o, w, h);
+    }
+    write_png(&o, &a.output)?;
+    let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| {
+        format!("{:.1} MiB", p as f64 / 1048576.0)
+    });
+    eprintln!(
+        "stylize: {}x{} -> {}x{} mode {} ({} tiles, {} spilled layers) in {secs:.2} s, peak RSS {rss}",
+        w, h, o.width, o.height, a.mode, info.tiles, info.spilled_layers
+    );
+    Ok(())
+}
+
+fn crop(o: &Rgb8, w: usize, h: usize) -> Rgb8 {
+    let mut pixels = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        pixels.extend_from_slice(&o.pixels[y * o.width * 3..(y * o.width + w) * 3]);
+    }
+    Rgb8 {
+        width: w,
+        height: h,
+        pixels,
+    }
+}
+
+/// PNG, written under a temporary name beside OUT and renamed: no half-written output on failure.
+fn write_png(o: &Rgb8, path: &std::path::Path) -> anyhow::Result<()> {
+    let img = loader::Image {
+        width: o.width as u32,
+        height: o.height as u32,
+        channels: 3,
+        pixels: o.pixels.clone(),
+    };
+    let bytes = loader::convert::encode(&img, loader::convert::Target::Png)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    stdx::fs::write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+}

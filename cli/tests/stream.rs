@@ -1,0 +1,341 @@
+//! The `l3 stream`, `l3 convert` and `l3 demo` commands, run as a user would.
+
+#[path = "../../loader/tests/common/mod.rs"]
+mod common;
+
+use common::fixture;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn l3(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_l3"))
+        .args(args)
+        .output()
+        .expect("run l3")
+}
+
+fn ok(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "l3 failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn csv(path: &Path) -> (String, Vec<Vec<String>>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap().to_string();
+    (
+        header,
+        lines
+            .map(|l| l.split(',').map(String::from).collect())
+            .collect(),
+    )
+}
+
+#[test]
+fn stream_writes_auditable_traces_for_a_folder() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (trace, log) = (tmp.path().join("trace.csv"), tmp.path().join("batches.csv"));
+    let text = ok(&l3(&[
+        "stream",
+        f.l3.to_str().unwrap(),
+        "--batch",
+        "5",
+        "--epochs",
+        "2",
+        "--threads",
+        "2",
+        "--size",
+        "64",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--batch-log",
+        log.to_str().unwrap(),
+        "--decode",
+        "whole",
+    ]));
+    for needle in [
+        "images/s",
+        "MB/s",
+        "stage utilisation",
+        "consumer wait",
+        "state: epoch=2 batch=0",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let (h, rows) = csv(&trace);
+    assert_eq!(h, "epoch,batch,item,format,cached");
+    let mut per_epoch: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in &rows {
+        assert_eq!((r[3].as_str(), r[4].as_str()), ("l3", "0"));
+        per_epoch
+            .entry(r[0].clone())
+            .or_default()
+            .push(r[2].parse().unwrap());
+    }
+    assert_eq!(per_epoch.len(), 2);
+    for items in per_epoch.values_mut() {
+        items.sort();
+        assert_eq!(*items, (0..18).collect::<Vec<u64>>());
+    }
+    let (h, rows) = csv(&log);
+    assert_eq!(h, "epoch,batch,disk_items,disk_bytes,wait_ms");
+    assert_eq!(rows.len(), 8);
+    let items: usize = rows.iter().map(|r| r[2].parse::<usize>().unwrap()).sum();
+    let bytes: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(items, 36);
+    let on_disk: u64 = loader::image_files(&f.l3)
+        .map(|l| l.files)
+        .unwrap()
+        .iter()
+        .map(|(p, _)| std::fs::metadata(f.l3.join(p)).unwrap().len())
+        .sum();
+    assert_eq!(bytes, 2 * on_disk);
+    // Decoding only the crops' patches (the default) reads a fraction of that: the header and offset table
+    // once per file (kept for the second epoch), then only the patches under each 64x64 crop.
+    let text = ok(&l3(&[
+        "stream",
+        f.l3.to_str().unwrap(),
+        "--epochs",
+        "2",
+        "--size",
+        "64",
+        "--batch-log",
+        log.to_str().unwrap(),
+    ]));
+    let (_, rows) = csv(&log);
+    let region: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert!(
+        region * 5 < on_disk,
+        "region reads {region} of {on_disk} bytes"
+    );
+    assert!(
+        text.contains(&format!("read: {region} bytes for 36 items")),
+        "{text}"
+    );
+}
+
+#[test]
+fn stream_stops_and_resumes_from_the_printed_state() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], trace: &Path| {
+        let mut args = vec![
+            "stream",
+            f.raw.to_str().unwrap(),
+            "--batch",
+            "4",
+            "--epochs",
+            "2",
+            "--size",
+            "32",
+        ];
+        args.extend_from_slice(&["--trace", trace.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        ok(&l3(&args))
+    };
+    let full = tmp.path().join("full.csv");
+    run(&[], &full);
+    let (a, b) = (tmp.path().join("a.csv"), tmp.path().join("b.csv"));
+    let text = run(&["--max-batches", "7"], &a);
+    let state = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("state: "))
+        .unwrap()
+        .to_string();
+    run(&["--resume", &state], &b);
+    let mut joined = csv(&a).1;
+    joined.extend(csv(&b).1);
+    assert_eq!(joined, csv(&full).1);
+}
+
+#[test]
+fn stream_names_a_truncated_file_in_one_line() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("photo").join("Dune.jpg");
+    std::fs::create_dir_all(victim.parent().unwrap()).unwrap();
+    let bytes = std::fs::read(f.mixed.join("photo").join("Dune.jpg")).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() / 3]).unwrap();
+    std::fs::copy(
+        f.mixed.join("photo").join("Wood.jpg"),
+        tmp.path().join("photo").join("Wood.jpg"),
+    )
+    .unwrap();
+    let out = l3(&["stream", tmp.path().to_str().unwrap(), "--batch", "2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(victim.to_str().unwrap()), "{err}");
+    // Opting in to skipping completes the epoch and counts it.
+    let text = ok(&l3(&[
+        "stream",
+        tmp.path().to_str().unwrap(),
+        "--batch",
+        "2",
+        "--skip-errors",
+    ]));
+    assert!(text.contains("1 images (1 skipped)"), "{text}");
+}
+
+#[test]
+fn convert_writes_every_file_and_resumes() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("l3");
+    let text = ok(&l3(&[
+        "convert",
+        "--to",
+        "l3",
+        f.mixed.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]));
+    assert!(
+        text.contains("converted 18 files (0 already done)"),
+        "{text}"
+    );
+    // Same sub-folders, one .l3 per image, each decoding to the source's pixels.
+    for (rel, _) in loader::image_files(&f.mixed).unwrap().files {
+        let l3 = loader::import(&out.join(&rel).with_extension("l3"), &Default::default()).unwrap();
+        let src = loader::import(&f.mixed.join(&rel), &Default::default()).unwrap();
+        assert_eq!(l3, src, "{}", rel.display());
+    }
+    // A lost output is redone, the rest skipped; no temporary file is left behind.
+    let gone = out.join("photo").join("Dune.l3");
+    std::fs::remove_file(&gone).unwrap();
+    let text = ok(&l3(&[
+        "convert",
+        "--to",
+        "l3",
+        f.mixed.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]));
+    assert!(
+        text.contains("converted 1 files (17 already done)"),
+        "{text}"
+    );
+    assert!(gone.exists());
+    let leftovers = walk(&out)
+        .into_iter()
+        .filter(|p| {
+            Path::new(p)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(".tmp-")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+
+    let pcr = tmp.path().join("pcr");
+    let text = ok(&l3(&[
+        "convert",
+        "--to",
+        "pcr",
+        f.mixed.join("photo").to_str().unwrap(),
+        pcr.to_str().unwrap(),
+    ]));
+    assert!(text.contains("PCR dataset"), "{text}");
+    let text = ok(&l3(&[
+        "stream",
+        pcr.to_str().unwrap(),
+        "--group",
+        "3",
+        "--size",
+        "32",
+        "--batch",
+        "4",
+    ]));
+    assert!(text.contains("scan group 3 of 10"), "{text}");
+    assert!(
+        !l3(&[
+            "convert",
+            "--to",
+            "webp",
+            f.mixed.to_str().unwrap(),
+            tmp.path().to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn gpu_decoding_without_a_usable_gpu_is_a_clear_error() {
+    let f = fixture();
+    // PNG/JPEG datasets are never GPU-decodable.
+    let out = l3(&["stream", f.mixed.to_str().unwrap(), "--gpu"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("GPU decoding failed (item 0, "), "{err}");
+    assert!(err.contains("reads L3 files only"), "{err}");
+    if !matches!(l3_cuda::device_count(), Ok(n) if n > 0) {
+        // No silent CPU decoding: the run fails, naming the cause.
+        let out = l3(&["stream", f.l3.to_str().unwrap(), "--gpu"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("l3: error: "), "{err}");
+        assert!(err.contains("GPU decoding failed (device 0): "), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn demo_runs_end_to_end_on_a_small_generated_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let text = ok(&l3(&[
+        "demo",
+        "--images",
+        "4",
+        "--work",
+        work.to_str().unwrap(),
+    ]));
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("format"))
+        .take(10)
+        .collect();
+    assert!(table[0].contains("speed-up vs PNG"), "{text}");
+    for name in [
+        "PNG",
+        "L3",
+        "L3, crop patches only",
+        "raw (PPM)",
+        "JPEG q90",
+        "Liquid",
+        "PCR k=5",
+        "PCR k=10 (full)",
+    ] {
+        let row = table
+            .iter()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{text}"));
+        // A measured row has numbers in every column (no placeholder dashes).
+        assert!(!row.contains(" - "), "{row}");
+    }
+    assert!(
+        table
+            .iter()
+            .any(|l| l.starts_with("PNG") && l.trim_end().ends_with("1.00x"))
+    );
+}

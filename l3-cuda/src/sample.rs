@@ -1,0 +1,833 @@
+//! Host side of a batch of fixed-size samples, with no GPU involved: each image contributes one window (a
+//! rectangle of the image, placed in the sample, optionally mirrored), and the batch is ONE tensor of `n`
+//! samples, `height`×`width`×3, in the requested layout and element type, normalisation fused. Only the
+//! patches under each window get descriptors (and only their bytes are copied to the device); everything
+//! outside a window is padding. Every window, image and size is validated here, with the batch index,
+//! before anything is copied or launched.
+//!
+//! The window semantics are the CPU loader's, so a batch from the GPU equals one assembled on the CPU bit
+//! for bit: source column `src.x + col` of row `src.y + row` goes to sample column `dx + col` (mirrored:
+//! `dx + src.w - 1 - col`) of row `dy + row`; gray is copied to R, G and B, alpha is dropped; padding is
+//! the value of a zero pixel (`0`, or [`Normalize::apply`]`(0, c)` for floats).
+
+use crate::error::Error;
+use crate::plan::{STAGE_CAP, scale_bias_for};
+use crate::tensor::{DType, Layout, Normalize};
+use l3_format::{Fragments, L3File, L3Index, PatchId, Rect};
+use std::ops::Range;
+
+/// Where one image's window lands in its sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// The rectangle of the image that is copied: not empty, inside the image.
+    pub src: Rect,
+    /// Where `src`'s top-left corner lands in the sample: `dx + src.w <= width`, `dy + src.h <= height`.
+    pub dx: u32,
+    pub dy: u32,
+    /// Mirror horizontally within the window: source column `src.x + col` goes to sample column
+    /// `dx + src.w - 1 - col`.
+    pub flip: bool,
+}
+
+impl Window {
+    pub fn new(src: Rect, dx: u32, dy: u32, flip: bool) -> Window {
+        Window { src, dx, dy, flip }
+    }
+
+    /// All of a `width`×`height` image at the sample's top-left corner, not mirrored.
+    pub fn whole(width: u32, height: u32) -> Window {
+        Window::new(Rect::new(0, 0, width, height), 0, 0, false)
+    }
+}
+
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} to ({}, {})", self.src, self.dx, self.dy)?;
+        if self.flip {
+            write!(f, " mirrored")?;
+        }
+        Ok(())
+    }
+}
+
+/// The compressed bytes of one image of a sample batch.
+#[derive(Debug, Clone, Copy)]
+pub enum SampleSource<'a> {
+    /// A whole L3 file in memory.
+    File(&'a [u8]),
+    /// A file of which only the header and offset table (parsed into `index`) and the byte ranges of the
+    /// patches under the window (`data`, e.g. as [`L3Index::region_ranges`] names them) were read.
+    Fragments {
+        index: &'a L3Index,
+        data: &'a Fragments,
+    },
+}
+
+impl SampleSource<'_> {
+    /// Length of the whole file (what a plan remembers to recognise its sources).
+    fn file_len(&self) -> u64 {
+        match self {
+            SampleSource::File(b) => b.len() as u64,
+            SampleSource::Fragments { index, .. } => index.file_len(),
+        }
+    }
+
+    /// The bytes at file offsets `r`, if this source holds all of them.
+    fn bytes(&self, r: Range<u64>) -> Option<&[u8]> {
+        match self {
+            SampleSource::File(b) => {
+                b.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)
+            }
+            SampleSource::Fragments { data, .. } => data.get(r),
+        }
+    }
+}
+
+/// How a batch of samples is shaped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleOptions {
+    /// Sample width and height in pixels (every sample has 3 channels).
+    pub width: u32,
+    pub height: u32,
+    pub layout: Layout,
+    pub dtype: DType,
+    /// Only for the float types; float samples without it hold pixel / 255 (padding 0.0).
+    pub normalize: Option<Normalize>,
+    /// Walk the row headers the decode will read on the host, for every channel of every patch under each
+    /// window (alpha included), so corrupt rows are rejected with their batch index before any GPU work:
+    /// exactly what [`L3File::decode_region`] / [`L3Index::decode_region`] reject for the window. Off by
+    /// default: the kernel bounds every read anyway and reports a corrupt patch after the decode
+    /// ([`Error::CorruptRows`]); it never reads alpha, so without this a corrupt alpha plane goes unnoticed.
+    pub check_rows_on_host: bool,
+}
+
+impl SampleOptions {
+    /// `width`×`height` samples, NCHW `u8`.
+    pub fn new(width: u32, height: u32) -> Self {
+        SampleOptions {
+            width,
+            height,
+            layout: Layout::Nchw,
+            dtype: DType::U8,
+            normalize: None,
+            check_rows_on_host: false,
+        }
+    }
+}
+
+/// Shape of a dense batch tensor, as a DLPack exporter needs it: dimensions and strides (in elements) in
+/// memory order of `layout` (`[n, h, w, c]` for NHWC, `[n, c, h, w]` for NCHW), C-contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub layout: Layout,
+    pub dtype: DType,
+    pub shape: [usize; 4],
+    pub strides: [usize; 4],
+}
+
+impl TensorInfo {
+    /// A contiguous `n`×`h`×`w`×`c` tensor in `layout`.
+    pub fn dense(layout: Layout, dtype: DType, n: usize, h: usize, w: usize, c: usize) -> Self {
+        let shape = match layout {
+            Layout::Nhwc => [n, h, w, c],
+            Layout::Nchw => [n, c, h, w],
+        };
+        let mut strides = [1usize; 4];
+        for i in (0..3).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        TensorInfo {
+            layout,
+            dtype,
+            shape,
+            strides,
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.dtype.size()
+    }
+}
+
+/// One patch of one channel under a window: the kernel's unit of work (one thread block). Serialised by
+/// [`SamplePlan::descriptor_bytes`] exactly as `struct SampleDesc` in kernel.cu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SampleDesc {
+    pub data_offset: u64,
+    /// Output element of patch pixel (col0, skip) in output channel `channel`.
+    pub out_offset: u64,
+    pub data_len: u32,
+    pub row_stride: i32,
+    /// Negative when the sample is mirrored.
+    pub col_stride: i32,
+    pub copy_stride: u32,
+    pub w: u16,
+    pub rows: u16,
+    pub skip: u16,
+    pub col0: u16,
+    pub col1: u16,
+    pub channel: u8,
+    pub copies: u8,
+}
+
+pub(crate) const SAMPLE_DESC_BYTES: usize = 48;
+
+/// The padding of sample rows `[y0, y1)` around the window `(dx, dy, w, h)`: one thread block.
+/// Serialised exactly as `struct FillDesc` in kernel.cu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct FillDesc {
+    pub out_offset: u64,
+    pub y0: u32,
+    pub y1: u32,
+    pub dx: u32,
+    pub dy: u32,
+    pub w: u32,
+    pub h: u32,
+}
+
+pub(crate) const FILL_DESC_BYTES: usize = 32;
+
+/// Output elements one padding block writes at most (whole rows; at least one row).
+const FILL_ELEMS_PER_BLOCK: usize = 16 * 1024;
+
+/// Bytes `file` of source `sample` are copied to byte `at` of the device input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CopyRun {
+    pub sample: usize,
+    pub file: Range<u64>,
+    pub at: usize,
+}
+
+/// A validated batch of samples, ready to copy and launch.
+#[derive(Debug, Clone)]
+pub struct SamplePlan {
+    pub(crate) tensor: TensorInfo,
+    pub(crate) descs: Vec<SampleDesc>,
+    /// Per descriptor: (sample, channel, patch), to name a patch the kernel rejects.
+    pub(crate) ids: Vec<(u32, u8, u32)>,
+    pub(crate) fills: Vec<FillDesc>,
+    pub(crate) copies: Vec<CopyRun>,
+    /// Per sample: the file length of its source.
+    pub(crate) file_lens: Vec<u64>,
+    pub(crate) data_len: usize,
+    pub(crate) block_dim: u32,
+    pub(crate) stage_cap: u32,
+    /// (scale, bias) for output channels 0..3 (and an unused fourth pair).
+    pub(crate) scale_bias: [f32; 8],
+}
+
+/// An image's patch grid and where its patch bytes are, whichever kind of source holds them.
+struct Grid<'a> {
+    width: u32,
+    height: u32,
+    channels: u8,
+    n: u32,
+    patches_x: u32,
+    ranges: PatchRanges<'a>,
+}
+
+enum PatchRanges<'a> {
+    /// From the file's own offset table.
+    File(L3File<'a>),
+    /// From the index, one patch at a time.
+    Index(&'a L3Index),
+    /// A fragment source whose image is one patch per channel: each channel's file range.
+    Single(Vec<Range<u64>>),
+}
+
+/// Why a source cannot be planned (the caller adds the batch index).
+enum SourceError {
+    Format(l3_format::Error),
+    TableMismatch,
+}
+
+impl SourceError {
+    fn at(self, index: usize) -> Error {
+        match self {
+            SourceError::Format(source) => Error::Image { index, source },
+            SourceError::TableMismatch => Error::OffsetTableMismatch { index },
+        }
+    }
+}
+
+impl From<l3_format::Error> for SourceError {
+    fn from(e: l3_format::Error) -> Self {
+        SourceError::Format(e)
+    }
+}
+
+impl<'a> Grid<'a> {
+    fn open(src: &SampleSource<'a>) -> Result<Self, SourceError> {
+        let (width, height, channels, n, ranges) = match *src {
+            SampleSource::File(bytes) => {
+                let f = L3File::parse(bytes)?;
+                let n = f.patch_size();
+                (f.width(), f.height(), f.channels(), n, PatchRanges::File(f))
+            }
+            SampleSource::Fragments { index, data } => {
+                let n = index.patch_size();
+                let ranges = if index.width() <= u32::from(n) && index.height() <= u32::from(n) {
+                    PatchRanges::Single(split_single_patch(index, data)?)
+                } else {
+                    PatchRanges::Index(index)
+                };
+                (index.width(), index.height(), index.channels(), n, ranges)
+            }
+        };
+        let n = u32::from(n);
+        Ok(Grid {
+            width,
+            height,
+            channels,
+            n,
+            patches_x: width.div_ceil(n),
+            ranges,
+        })
+    }
+
+    fn patch_rect(&self, p: usize) -> Rect {
+        let (gx, gy) = (
+            (p % self.patches_x as usize) as u32,
+            (p / self.patches_x as usize) as u32,
+        );
+        let (x, y) = (gx * self.n, gy * self.n);
+        Rect::new(
+            x,
+            y,
+            self.n.min(self.width - x),
+            self.n.min(self.height - y),
+        )
+    }
+
+    /// File byte range of patch `p` of every channel (entries past `channels` are empty).
+    fn patch_ranges(&self, p: usize) -> Result<[Range<u64>; 4], SourceError> {
+        let mut out: [Range<u64>; 4] = Default::default();
+        match &self.ranges {
+            PatchRanges::File(f) => {
+                let base = f.data_offset() as u64;
+                for (ch, o) in out.iter_mut().enumerate().take(self.channels as usize) {
+                    let r = f.patch_range(ch, p);
+                    *o = base + r.start as u64..base + r.end as u64;
+                }
+            }
+            PatchRanges::Single(single) => out[..single.len()].clone_from_slice(single),
+            PatchRanges::Index(index) => {
+                // With two or more patches per channel, a patch is never adjacent to the same patch of the
+                // next channel, so the ranges come back one per channel.
+                let ranges = index.region_ranges(self.patch_rect(p), 0)?;
+                if ranges.len() != self.channels as usize {
+                    return Err(SourceError::TableMismatch);
+                }
+                out[..ranges.len()].clone_from_slice(&ranges);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The channels' ranges of a one-patch image read as fragments. Its patches are back to back, so
+/// [`L3Index::region_ranges`] names them as one range; the boundaries are found by walking each channel's
+/// row headers and proved by rebuilding the offset table from them: the index parsed from that table
+/// must equal `index`. (A patch whose rows do not fill its table entry is rejected here, a stricter check
+/// than a region decode makes.)
+fn split_single_patch(index: &L3Index, data: &Fragments) -> Result<Vec<Range<u64>>, SourceError> {
+    let (w, h, c) = (index.width(), index.height(), index.channels() as usize);
+    let ranges = index.region_ranges(Rect::new(0, 0, w, h), 0)?;
+    let [all] = ranges.as_slice() else {
+        return Err(SourceError::TableMismatch);
+    };
+    let patch = |channel| PatchId { channel, patch: 0 };
+    let bytes = data
+        .get(all.clone())
+        .ok_or(l3_format::Error::MissingBytes {
+            patch: patch(0),
+            start: all.start,
+            end: all.end,
+        })?;
+    let mut bounds = vec![0u64];
+    let mut pos = 0usize;
+    for ch in 0..c - 1 {
+        pos += walk_rows(&bytes[pos..], w as usize, h as usize, Some(patch(ch)))?;
+        bounds.push(pos as u64);
+    }
+    bounds.push(bytes.len() as u64);
+    let mut prefix = Vec::with_capacity(l3_format::HEADER_LEN + 4 * c);
+    prefix.extend_from_slice(&l3_format::MAGIC);
+    prefix.extend_from_slice(&l3_format::VERSION.to_le_bytes());
+    prefix.extend_from_slice(&w.to_le_bytes());
+    prefix.extend_from_slice(&h.to_le_bytes());
+    prefix.extend_from_slice(&[c as u8, 8, index.patch_size(), 0, 0, 0]);
+    for b in &bounds[..c] {
+        prefix.extend_from_slice(&(*b as u32).to_le_bytes());
+    }
+    match L3Index::parse(&prefix, index.file_len()) {
+        Ok(rebuilt) if rebuilt == *index => {}
+        _ => return Err(SourceError::TableMismatch),
+    }
+    Ok(bounds
+        .windows(2)
+        .map(|b| all.start + b[0]..all.start + b[1])
+        .collect())
+}
+
+/// Walks the headers of the first `rows` rows of a `w`-wide patch at the start of `bytes` exactly as the
+/// kernel (and `l3-format`'s row decoder) reads them; returns the bytes they take.
+pub(crate) fn walk_rows(
+    bytes: &[u8],
+    w: usize,
+    rows: usize,
+    patch: Option<PatchId>,
+) -> Result<usize, l3_format::Error> {
+    let mut pos = 0usize;
+    for row in 0..rows {
+        let past_end = |needed| l3_format::Error::RowPastPatchEnd {
+            patch,
+            row,
+            offset: pos,
+            needed,
+            len: bytes.len(),
+        };
+        if bytes.len() - pos < 2 {
+            return Err(past_end(2));
+        }
+        let nbit = bytes[pos] & 0x0f;
+        if nbit > 8 {
+            return Err(l3_format::Error::NbitTooLarge { patch, row, nbit });
+        }
+        let len = (12 + w * nbit as usize).div_ceil(8);
+        if bytes.len() - pos < len {
+            return Err(past_end(len));
+        }
+        pos += len;
+    }
+    Ok(pos)
+}
+
+impl SamplePlan {
+    /// Validates every source, window and size and plans the batch: sample `i` is window `windows[i]` of
+    /// `sources[i]`. Errors name the batch index: [`Error::Image`] (a corrupt file, bytes missing from the
+    /// fragments, or with `check_rows_on_host` corrupt rows), [`Error::BadWindow`]; and for the batch:
+    /// [`Error::EmptyBatch`], [`Error::WindowCount`], [`Error::BadSampleSize`], [`Error::TooLarge`],
+    /// [`Error::NormalizeNeedsFloat`], [`Error::BadNormalize`].
+    pub fn new(
+        sources: &[SampleSource<'_>],
+        windows: &[Window],
+        opts: &SampleOptions,
+    ) -> Result<Self, Error> {
+        if sources.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        if windows.len() != sources.len() {
+            return Err(Error::WindowCount {
+                sources: sources.len(),
+                windows: windows.len(),
+            });
+        }
+        let (sw, sh) = (opts.width, opts.height);
+        if sw == 0 || sh == 0 {
+            return Err(Error::BadSampleSize {
+                width: sw,
+                height: sh,
+            });
+        }
+        let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
+        let too_large = |what| Error::TooLarge { what };
+        let n = sources.len();
+        let plane = u64::from(sw) * u64::from(sh);
+        let sample_len = plane * 3;
+        sample_len
+            .checked_mul(n as u64)
+            .filter(|&l| {
+                l.checked_mul(opts.dtype.size() as u64)
+                    .is_some_and(|b| b <= isize::MAX as u64)
+            })
+            .ok_or(too_large("output size overflows"))?;
+        if i32::try_from(u64::from(sw) * 3).is_err() || u32::try_from(plane).is_err() {
+            return Err(too_large(
+                "a sample row or plane exceeds the kernel's strides",
+            ));
+        }
+        let (row_stride, col_step, copy_stride) = match opts.layout {
+            Layout::Nhwc => (sw as i32 * 3, 3i32, 1u32),
+            Layout::Nchw => (sw as i32, 1i32, plane as u32),
+        };
+        let elem = |x: u32, y: u32, c: u32| -> u64 {
+            match opts.layout {
+                Layout::Nhwc => (u64::from(y) * u64::from(sw) + u64::from(x)) * 3 + u64::from(c),
+                Layout::Nchw => u64::from(c) * plane + u64::from(y) * u64::from(sw) + u64::from(x),
+            }
+        };
+        let mut plan = SamplePlan {
+            tensor: TensorInfo::dense(opts.layout, opts.dtype, n, sh as usize, sw as usize, 3),
+            descs: Vec::new(),
+            ids: Vec::new(),
+            fills: Vec::new(),
+            copies: Vec::new(),
+            file_lens: sources.iter().map(SampleSource::file_len).collect(),
+            data_len: 0,
+            block_dim: 32,
+            stage_cap: 0,
+            scale_bias,
+        };
+        let rows_per_fill = (FILL_ELEMS_PER_BLOCK / (sw as usize * 3)).clamp(1, sh as usize) as u32;
+        let (mut max_w, mut max_len) = (1u32, 0u32);
+        for (index, (src, win)) in sources.iter().zip(windows).enumerate() {
+            let grid = Grid::open(src).map_err(|e| e.at(index))?;
+            let r = win.src;
+            if !r.fits(grid.width, grid.height) {
+                return Err(Error::BadWindow {
+                    index,
+                    window: *win,
+                    what: "image",
+                    width: grid.width,
+                    height: grid.height,
+                });
+            }
+            if u64::from(win.dx) + u64::from(r.w) > u64::from(sw)
+                || u64::from(win.dy) + u64::from(r.h) > u64::from(sh)
+            {
+                return Err(Error::BadWindow {
+                    index,
+                    window: *win,
+                    what: "sample",
+                    width: sw,
+                    height: sh,
+                });
+            }
+            let base = index as u64 * sample_len;
+            // Gray is decoded once and copied to R, G, B; alpha is never decoded.
+            let (decoded, copies) = if grid.channels == 1 { (1, 3u8) } else { (3, 1) };
+            let nn = grid.n;
+            let (gx0, gx1) = (r.x / nn, (r.x + r.w - 1) / nn);
+            let (gy0, gy1) = (r.y / nn, (r.y + r.h - 1) / nn);
+            for gy in gy0..=gy1 {
+                let first = (gy * grid.patches_x + gx0) as usize;
+                let count = (gx1 - gx0 + 1) as usize;
+                let mut ranges = Vec::with_capacity(count);
+                for p in first..first + count {
+                    ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
+                }
+                if opts.check_rows_on_host {
+                    for (k, p) in (first..first + count).enumerate() {
+                        let pr = grid.patch_rect(p);
+                        let rows = ((r.y + r.h).min(pr.y + pr.h) - pr.y) as usize;
+                        for (ch, range) in ranges[k].iter().enumerate().take(grid.channels as usize)
+                        {
+                            let id = Some(PatchId {
+                                channel: ch,
+                                patch: p,
+                            });
+                            let bytes = src
+                                .bytes(range.clone())
+                                .ok_or_else(|| missing(index, id, range))?;
+                            walk_rows(bytes, pr.w as usize, rows, id)
+                                .map_err(|source| Error::Image { index, source })?;
+                        }
+                    }
+                }
+                for ch in 0..decoded {
+                    // The run of this grid row's patches is contiguous in the file: one copy, unless
+                    // the fragments hold it in pieces.
+                    let run = ranges[0][ch].start..ranges[count - 1][ch].end;
+                    let mut at_of = Vec::with_capacity(count);
+                    if src.bytes(run.clone()).is_some() {
+                        plan.copies.push(CopyRun {
+                            sample: index,
+                            file: run.clone(),
+                            at: plan.data_len,
+                        });
+                        for pr in &ranges {
+                            at_of.push(plan.data_len + (pr[ch].start - run.start) as usize);
+                        }
+                        plan.data_len += (run.end - run.start) as usize;
+                    } else {
+                        for (k, pr) in ranges.iter().enumerate() {
+                            let range = pr[ch].clone();
+                            let id = Some(PatchId {
+                                channel: ch,
+                                patch: first + k,
+                            });
+                            if src.bytes(range.clone()).is_none() {
+                                return Err(missing(index, id, &range));
+                            }
+                            plan.copies.push(CopyRun {
+                                sample: index,
+                                file: range.clone(),
+                                at: plan.data_len,
+                            });
+                            at_of.push(plan.data_len);
+                            plan.data_len += (range.end - range.start) as usize;
+                        }
+                    }
+                    for (k, p) in (first..first + count).enumerate() {
+                        let pr = grid.patch_rect(p);
+                        let len = (ranges[k][ch].end - ranges[k][ch].start) as usize;
+                        let data_len =
+                            u32::try_from(len).map_err(|_| too_large("a patch exceeds 4 GiB"))?;
+                        // The overlap of the patch with the window, in image coordinates.
+                        let (ox0, ox1) = (pr.x.max(r.x), (pr.x + pr.w).min(r.x + r.w));
+                        let (oy0, oy1) = (pr.y.max(r.y), (pr.y + pr.h).min(r.y + r.h));
+                        let col = ox0 - r.x;
+                        let dst_x = if win.flip {
+                            win.dx + r.w - 1 - col
+                        } else {
+                            win.dx + col
+                        };
+                        let dst_y = win.dy + (oy0 - r.y);
+                        plan.descs.push(SampleDesc {
+                            data_offset: at_of[k] as u64,
+                            out_offset: base + elem(dst_x, dst_y, ch as u32),
+                            data_len,
+                            row_stride,
+                            col_stride: if win.flip { -col_step } else { col_step },
+                            copy_stride,
+                            w: pr.w as u16,
+                            rows: (oy1 - pr.y) as u16,
+                            skip: (oy0 - pr.y) as u16,
+                            col0: (ox0 - pr.x) as u16,
+                            col1: (ox1 - pr.x) as u16,
+                            channel: ch as u8,
+                            copies,
+                        });
+                        plan.ids.push((index as u32, ch as u8, p as u32));
+                        max_len = max_len.max(data_len);
+                        max_w = max_w.max(pr.w);
+                    }
+                }
+            }
+            if r.w != sw || r.h != sh {
+                let mut y = 0;
+                while y < sh {
+                    let y1 = (y + rows_per_fill).min(sh);
+                    plan.fills.push(FillDesc {
+                        out_offset: base,
+                        y0: y,
+                        y1,
+                        dx: win.dx,
+                        dy: win.dy,
+                        w: r.w,
+                        h: r.h,
+                    });
+                    y = y1;
+                }
+            }
+        }
+        if plan.descs.len() + plan.fills.len() > i32::MAX as usize {
+            return Err(too_large("more than 2^31 - 1 thread blocks in one launch"));
+        }
+        plan.block_dim = max_w.div_ceil(32).clamp(1, 8) * 32;
+        plan.stage_cap = max_len.min(STAGE_CAP);
+        Ok(plan)
+    }
+
+    /// The batch tensor: `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW), contiguous.
+    pub fn tensor(&self) -> TensorInfo {
+        self.tensor
+    }
+
+    /// Samples in the batch.
+    pub fn sample_count(&self) -> usize {
+        self.file_lens.len()
+    }
+
+    /// Output elements of one sample.
+    pub fn sample_len(&self) -> usize {
+        self.tensor.strides[0]
+    }
+
+    /// Output elements of the whole batch.
+    pub fn output_len(&self) -> usize {
+        self.tensor.len()
+    }
+
+    /// Bytes of compressed patch data copied to the device: only the patches under the windows.
+    pub fn input_len(&self) -> usize {
+        self.data_len
+    }
+
+    /// Patch descriptors (decoding thread blocks) of the launch.
+    pub fn patch_count(&self) -> usize {
+        self.descs.len()
+    }
+
+    /// Padding thread blocks of the launch (none when every window fills its sample).
+    pub fn fill_count(&self) -> usize {
+        self.fills.len()
+    }
+
+    /// True when every descriptor reads inside the device input and writes inside its own sample, and
+    /// every padding block writes inside its own sample: the property that makes the launch memory-safe
+    /// (and samples independent) whatever the patch bytes hold. Checked by the tests and the fuzz target
+    /// on every plan they build.
+    #[doc(hidden)]
+    pub fn descriptors_in_bounds(&self) -> bool {
+        let sample_len = self.sample_len() as i128;
+        let n = self.sample_count();
+        let (sh, sw) = match self.tensor.layout {
+            Layout::Nhwc => (self.tensor.shape[1] as i128, self.tensor.shape[2] as i128),
+            Layout::Nchw => (self.tensor.shape[2] as i128, self.tensor.shape[3] as i128),
+        };
+        let descs_ok = self.descs.len() == self.ids.len()
+            && self.descs.iter().zip(&self.ids).all(|(d, &(s, _, _))| {
+                let (w, rows, skip) = (i128::from(d.w), i128::from(d.rows), i128::from(d.skip));
+                let (c0, c1) = (i128::from(d.col0), i128::from(d.col1));
+                let shape_ok = (1..=255).contains(&w)
+                    && (1..=255).contains(&rows)
+                    && skip < rows
+                    && c0 < c1
+                    && c1 <= w
+                    && matches!(d.copies, 1 | 3)
+                    && usize::from(d.channel) + usize::from(d.copies) <= 3
+                    && d.row_stride > 0
+                    && (s as usize) < n;
+                if !shape_ok {
+                    return false;
+                }
+                let span_rows = (rows - skip - 1) * i128::from(d.row_stride);
+                let span_cols = (c1 - c0 - 1) * i128::from(d.col_stride);
+                let span_copies = (i128::from(d.copies) - 1) * i128::from(d.copy_stride);
+                let lo = i128::from(d.out_offset) + span_cols.min(0);
+                let hi = i128::from(d.out_offset) + span_rows + span_cols.max(0) + span_copies;
+                let start = i128::from(s) * sample_len;
+                lo >= start
+                    && hi < start + sample_len
+                    && d.data_offset + u64::from(d.data_len) <= self.data_len as u64
+            });
+        let fills_ok = self.fills.iter().all(|f| {
+            let off = i128::from(f.out_offset);
+            off % sample_len == 0
+                && off / sample_len < n as i128
+                && f.y0 < f.y1
+                && i128::from(f.y1) <= sh
+                && i128::from(f.dx) + i128::from(f.w) <= sw
+                && i128::from(f.dy) + i128::from(f.h) <= sh
+        });
+        let copies_ok = self.copies.iter().all(|c| {
+            c.sample < n
+                && c.file.start <= c.file.end
+                && c.file.end <= self.file_lens[c.sample]
+                && c.at as u64 + (c.file.end - c.file.start) <= self.data_len as u64
+        });
+        descs_ok && fills_ok && copies_ok
+    }
+
+    /// Whether `sources` are (by count and file length) the sources this plan was built from.
+    pub(crate) fn built_from(&self, sources: &[SampleSource<'_>]) -> bool {
+        sources.len() == self.file_lens.len()
+            && sources
+                .iter()
+                .zip(&self.file_lens)
+                .all(|(s, &l)| s.file_len() == l)
+    }
+
+    /// Copies the patch bytes under every window into `dst` (at least [`input_len`](Self::input_len)
+    /// bytes): the device input the descriptors point into. [`Error::PlanMismatch`] when a source does not
+    /// hold bytes the plan needs (other sources than it was built from).
+    pub(crate) fn pack_into(
+        &self,
+        sources: &[SampleSource<'_>],
+        dst: &mut [u8],
+    ) -> Result<(), Error> {
+        if !self.built_from(sources) {
+            return Err(Error::PlanMismatch);
+        }
+        for c in &self.copies {
+            let bytes = sources[c.sample]
+                .bytes(c.file.clone())
+                .ok_or(Error::PlanMismatch)?;
+            dst[c.at..c.at + bytes.len()].copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    /// The descriptor table as the kernel reads it (little-endian, `struct SampleDesc`).
+    pub(crate) fn descriptor_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.descs.len() * SAMPLE_DESC_BYTES);
+        for d in &self.descs {
+            out.extend_from_slice(&d.data_offset.to_le_bytes());
+            out.extend_from_slice(&d.out_offset.to_le_bytes());
+            out.extend_from_slice(&d.data_len.to_le_bytes());
+            out.extend_from_slice(&d.row_stride.to_le_bytes());
+            out.extend_from_slice(&d.col_stride.to_le_bytes());
+            out.extend_from_slice(&d.copy_stride.to_le_bytes());
+            for v in [d.w, d.rows, d.skip, d.col0, d.col1] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&[d.channel, d.copies]);
+            out.extend_from_slice(&0u32.to_le_bytes());
+        }
+        out
+    }
+
+    /// The padding table as the kernel reads it (`struct FillDesc`).
+    pub(crate) fn fill_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.fills.len() * FILL_DESC_BYTES);
+        for f in &self.fills {
+            out.extend_from_slice(&f.out_offset.to_le_bytes());
+            for v in [f.y0, f.y1, f.dx, f.dy, f.w, f.h] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The kernel's error word (the lowest failing descriptor, or u32::MAX) as an error naming the sample.
+    pub(crate) fn kernel_error(&self, err: u32) -> Result<(), Error> {
+        if err == u32::MAX {
+            return Ok(());
+        }
+        match self.ids.get(err as usize) {
+            Some(&(index, channel, patch)) => Err(Error::CorruptRows {
+                index: index as usize,
+                channel: channel as usize,
+                patch: patch as usize,
+            }),
+            None => Err(Error::Driver {
+                call: "l3_samples",
+                message: format!("the kernel reported descriptor {err} of {}", self.ids.len()),
+            }),
+        }
+    }
+
+    /// Dynamic shared memory per block.
+    pub(crate) fn shared_bytes(&self) -> u32 {
+        self.stage_cap
+    }
+
+    /// Kernel argument: 1 for NCHW output, 0 for NHWC.
+    pub(crate) fn nchw(&self) -> u32 {
+        u32::from(self.tensor.layout == Layout::Nchw)
+    }
+
+    /// Sample width and height.
+    pub(crate) fn sample_size(&self) -> (u32, u32) {
+        match self.tensor.layout {
+            Layout::Nhwc => (self.tensor.shape[2] as u32, self.tensor.shape[1] as u32),
+            Layout::Nchw => (self.tensor.shape[3] as u32, self.tensor.shape[2] as u32),
+        }
+    }
+}
+
+fn missing(index: usize, patch: Option<PatchId>, r: &Range<u64>) -> Error {
+    Error::Image {
+        index,
+        source: l3_format::Error::MissingBytes {
+            patch: patch.unwrap_or(PatchId {
+                channel: 0,
+                patch: 0,
+            }),
+            start: r.start,
+            end: r.end,
+        },
+    }
+}

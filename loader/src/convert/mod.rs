@@ -1,0 +1,300 @@
+//! Writing datasets: a folder of images converted to another per-file format (L3, raw, PNG, JPEG), PCR
+//! records ([`to_pcr`]) and a Liquid multi-format dataset at its profiled ratio ([`to_liquid`]).
+//!
+//! Every writer locks its output folder (a second writer is refused at once), writes each file under a
+//! temporary name then renames it (a crash leaves no partial file under a final name), clears the
+//! temporaries a killed run left, and re-running resumes: an output that is already there and valid is
+//! kept, anything else is written again.
+
+mod liquid;
+mod pcr;
+
+pub use liquid::{LiquidBuild, LiquidEvent, LiquidReport, decoders as liquid_decoders, to_liquid};
+pub use pcr::{PcrBuild, PcrSummary, to_pcr};
+
+use crate::dataset::image_files;
+use crate::error::{Error, Result};
+use crate::format::Format;
+use crate::image::{Image, ImportOptions, import};
+use crate::raw;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A per-file output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    L3,
+    /// Binary PPM (RGB), PGM (gray) or PAM (with alpha).
+    Raw,
+    Png,
+    /// Baseline JPEG at this quality (1 to 100); alpha is dropped. Lossy.
+    Jpeg(u8),
+}
+
+impl Target {
+    fn extension(self, channels: u8) -> &'static str {
+        match self {
+            Target::L3 => "l3",
+            Target::Raw => match channels {
+                1 => "pgm",
+                3 => "ppm",
+                _ => "pam",
+            },
+            Target::Png => "png",
+            Target::Jpeg(_) => "jpg",
+        }
+    }
+
+    /// The loader format of this target's files.
+    pub fn format(self) -> Format {
+        match self {
+            Target::L3 => Format::L3,
+            Target::Raw => Format::Raw,
+            Target::Png => Format::Png,
+            Target::Jpeg(_) => Format::Jpeg,
+        }
+    }
+}
+
+/// What a folder conversion did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConvertSummary {
+    /// Files converted by this run.
+    pub converted: usize,
+    /// Files whose valid output already existed (finished by an earlier run).
+    pub skipped: usize,
+    /// Stored bytes of the outputs written by this run.
+    pub bytes_written: u64,
+    /// Temporaries of killed earlier runs removed.
+    pub stale_removed: usize,
+    /// Inputs left out (special files, symlink loops), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// How a folder is converted.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertOptions {
+    /// Threads (0 = every core).
+    pub threads: usize,
+    /// Accept 16-bit or float inputs by reducing them to 8 bits (lossy).
+    pub to_8bit: bool,
+}
+
+/// Encodes `img` into the bytes of a `target` file.
+pub fn encode(img: &Image, target: Target) -> std::result::Result<Vec<u8>, String> {
+    let (w, h, c) = (img.width, img.height, img.channels);
+    match target {
+        Target::L3 => l3_format::encode(&img.pixels, w, h, c, l3_format::default_patch_size(w, h))
+            .map_err(|e| e.to_string()),
+        Target::Raw => raw::encode(&img.pixels, w, h, c).map_err(|e| e.to_string()),
+        Target::Png => {
+            use image::ImageEncoder;
+            let ct = colour_type(c)?;
+            let mut out = Vec::new();
+            image::codecs::png::PngEncoder::new(&mut out)
+                .write_image(&img.pixels, w, h, ct)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
+        }
+        Target::Jpeg(q) => {
+            let owned;
+            let img = if c == 1 || c == 3 {
+                img
+            } else {
+                owned = img.to_rgb();
+                &owned
+            };
+            let mut out = Vec::new();
+            // jpeg-encoder (SIMD) is several times faster than `image`'s encoder; it addresses u16 sides.
+            match (u16::try_from(w), u16::try_from(h)) {
+                (Ok(w16), Ok(h16)) => {
+                    let ct = if img.channels == 1 {
+                        jpeg_encoder::ColorType::Luma
+                    } else {
+                        jpeg_encoder::ColorType::Rgb
+                    };
+                    jpeg_encoder::Encoder::new(&mut out, q.clamp(1, 100))
+                        .encode(&img.pixels, w16, h16, ct)
+                        .map_err(|e| e.to_string())?;
+                }
+                _ => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, q.clamp(1, 100))
+                    .encode(&img.pixels, w, h, colour_type(img.channels)?)
+                    .map_err(|e| e.to_string())?,
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn colour_type(c: u8) -> std::result::Result<image::ExtendedColorType, String> {
+    use image::ExtendedColorType::*;
+    Ok(match c {
+        1 => L8,
+        2 => La8,
+        3 => Rgb8,
+        4 => Rgba8,
+        _ => return Err(format!("{c} channels")),
+    })
+}
+
+/// Whether `path` holds a complete, valid file of `format` (what a re-run may keep): an L3 file that
+/// parses, a raw file with all its pixels, a PNG with its end chunk, a JPEG with its end marker.
+pub(crate) fn is_complete(path: &Path, format: Format) -> bool {
+    let Ok(bytes) = stdx::fs::read_regular(path, crate::image::max_image_bytes()) else {
+        return false;
+    };
+    match format {
+        Format::L3 => l3_format::L3File::parse(&bytes).is_ok(),
+        Format::Raw => raw::parse(&bytes).is_ok(),
+        Format::Png => {
+            bytes.len() >= 12
+                && &bytes[bytes.len() - 8..bytes.len() - 4] == b"IEND"
+                && image::codecs::png::PngDecoder::new(std::io::Cursor::new(&bytes)).is_ok()
+        }
+        Format::Jpeg | Format::Pcr => crate::image::check_jpeg_end(&bytes).is_ok(),
+    }
+}
+
+/// Locks `output` for this process, refuses it if it holds images of another format than `target`'s
+/// (two conversions into one folder would double the dataset), and clears the temporaries of killed
+/// earlier runs in it and its sub-folders.
+fn prepare_output(output: &Path, target: Format) -> Result<(stdx::fs::DirLock, usize)> {
+    let lock = stdx::fs::DirLock::acquire(output).map_err(|e| Error::io(output, e))?;
+    let existing = image_files(output)?;
+    let others: BTreeSet<Format> = existing
+        .files
+        .iter()
+        .map(|(_, f)| *f)
+        .filter(|f| *f != target)
+        .collect();
+    if let Some(f) = others.first() {
+        return Err(Error::dataset(
+            output,
+            format!(
+                "already holds {f} files from another conversion; convert to {target} into an empty \
+                 folder (a folder holds one format per image)"
+            ),
+        ));
+    }
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([output.to_path_buf()]);
+    for (rel, _) in &existing.files {
+        if let Some(p) = rel.parent() {
+            dirs.insert(output.join(p));
+        }
+    }
+    let walk = stdx::fs::walk(output).map_err(|e| Error::io(output, e))?;
+    for rel in &walk.files {
+        if let Some(p) = rel.parent() {
+            dirs.insert(output.join(p));
+        }
+    }
+    let mut removed = 0;
+    for d in dirs {
+        removed += stdx::fs::remove_stale_temps(&d).map_err(|e| Error::io(&d, e))?;
+    }
+    Ok((lock, removed))
+}
+
+/// Converts every image under `input` (recursively, keeping sub-folders so folder labels survive) into
+/// `output`, one file each. `progress(done, total)` is called after every file. Valid outputs already
+/// there are kept. The first failure stops the run and names its input file.
+pub fn convert_folder(
+    input: &Path,
+    output: &Path,
+    target: Target,
+    options: &ConvertOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<ConvertSummary> {
+    let listed = image_files(input)?;
+    let files = listed.files;
+    if files.is_empty() {
+        return Err(Error::dataset(
+            input,
+            "no images (PNG, JPEG, PPM/PGM/PAM or L3) found",
+        ));
+    }
+    // Output stems must be unique: `a.png` and `a.jpg` in one folder would both become `a.l3`.
+    let mut seen: HashMap<PathBuf, &Path> = HashMap::new();
+    for (rel, _) in &files {
+        if let Some(other) = seen.insert(rel.with_extension(""), rel) {
+            return Err(Error::dataset(
+                input.join(rel),
+                format!(
+                    "same output name as {} (two files with one stem in a folder)",
+                    other.display()
+                ),
+            ));
+        }
+    }
+    if same_folder(input, output) {
+        return Err(Error::dataset(
+            output,
+            "the output folder is the input folder: convert into another folder",
+        ));
+    }
+    let (_lock, stale_removed) = prepare_output(output, target.format())?;
+    let done = AtomicUsize::new(0);
+    let summary = Mutex::new(ConvertSummary {
+        stale_removed,
+        warnings: listed.skipped,
+        ..Default::default()
+    });
+    let import_opts = ImportOptions {
+        to_8bit: options.to_8bit,
+    };
+    let total = files.len();
+    stdx::parallel::for_each(&files, options.threads, |(rel, _)| {
+        let dst = output.join(rel);
+        let kept = target_paths(&dst, target)
+            .into_iter()
+            .any(|p| is_complete(&p, target.format()));
+        let written = if kept {
+            None
+        } else {
+            Some(convert_one(&input.join(rel), &dst, target, &import_opts)?)
+        };
+        {
+            let mut s = summary.lock().unwrap_or_else(|p| p.into_inner());
+            match written {
+                Some(b) => {
+                    s.converted += 1;
+                    s.bytes_written += b;
+                }
+                None => s.skipped += 1,
+            }
+        }
+        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+        Ok::<(), Error>(())
+    })?;
+    Ok(summary.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Every name an output of `target` for `dst` may have (raw's extension depends on the channels).
+fn target_paths(dst: &Path, target: Target) -> Vec<PathBuf> {
+    match target {
+        Target::Raw => ["ppm", "pgm", "pam"]
+            .iter()
+            .map(|e| dst.with_extension(e))
+            .collect(),
+        t => vec![dst.with_extension(t.extension(3))],
+    }
+}
+
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Converts one file; `dst`'s extension is replaced by the target's. Returns the bytes written.
+pub fn convert_one(src: &Path, dst: &Path, target: Target, options: &ImportOptions) -> Result<u64> {
+    let img = import(src, options)?;
+    let bytes = encode(&img, target)
+        .map_err(|e| Error::decode(src, "image", format!("cannot encode: {e}")))?;
+    let dst = dst.with_extension(target.extension(img.channels));
+    stdx::fs::write_atomic(&dst, &bytes).map_err(|e| Error::io(&dst, e))?;
+    Ok(bytes.len() as u64)
+}

@@ -1,0 +1,248 @@
+//! A folder of image files (PNG, JPEG, raw PPM/PGM/PAM, L3), labelled by sub-folder name or by a CSV.
+
+use super::Dataset;
+use super::regions::{IndexCache, read_region};
+use crate::error::{Error, Result};
+use crate::format::Format;
+use crate::item::{SampleRequest, Stored};
+use crate::sample::DecodeScope;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Offset tables of L3 items kept for region reads, per folder.
+const INDEX_CACHE_BYTES: usize = 64 << 20;
+
+/// One image file per item, like torchvision's `ImageFolder`.
+///
+/// Items are sorted by relative path, so indices are stable across runs and machines.
+#[derive(Debug)]
+pub struct ImageFolder {
+    root: PathBuf,
+    items: Vec<FolderItem>,
+    classes: Vec<String>,
+    bytes: u64,
+    warnings: Vec<String>,
+    indexes: IndexCache,
+}
+
+#[derive(Debug, Clone)]
+struct FolderItem {
+    path: PathBuf,
+    label: u32,
+    format: Format,
+}
+
+/// The image files under a folder, listed the way every part of the toolkit lists them.
+#[derive(Debug, Clone, Default)]
+pub struct ImageFiles {
+    /// (path relative to the folder, format), sorted.
+    pub files: Vec<(PathBuf, Format)>,
+    /// What was left out, one line each: special files named like images, folders reached twice
+    /// (symlink loops), dangling links.
+    pub skipped: Vec<String>,
+}
+
+/// Every image file under `root` (recursively, symlinks followed), sorted; hidden and temporary files are
+/// ignored, and entries that cannot be read as images are listed in [`ImageFiles::skipped`].
+pub fn image_files(root: &Path) -> Result<ImageFiles> {
+    let walk = stdx::fs::walk(root).map_err(|e| Error::io(root, e))?;
+    let mut out = ImageFiles::default();
+    for rel in walk.files {
+        if let Some(f) = Format::from_path(&rel) {
+            out.files.push((rel, f));
+        }
+    }
+    for (rel, why) in walk.skipped {
+        let looks_like_image = Format::from_path(&rel).is_some();
+        if looks_like_image || why == stdx::fs::Skipped::Revisit {
+            out.skipped
+                .push(format!("{}: skipped, {why}", root.join(rel).display()));
+        }
+    }
+    Ok(out)
+}
+
+impl ImageFolder {
+    /// Every image file under `root` (recursively); the label is the index of the item's top-level
+    /// sub-folder among the sorted sub-folder names (files directly in `root` form a class named "").
+    ///
+    /// A folder holding one image in two formats (`a.l3` beside `a.ppm`, e.g. two conversions into one
+    /// folder) is refused: every image would be counted twice.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let listed = image_files(&root)?;
+        let mut stems: HashMap<PathBuf, &Path> = HashMap::new();
+        for (rel, _) in &listed.files {
+            if let Some(other) = stems.insert(rel.with_extension(""), rel) {
+                return Err(Error::dataset(
+                    &root,
+                    format!(
+                        "{} and {} look like one image in two formats; a dataset folder holds each \
+                         image once (convert into an empty folder)",
+                        other.display(),
+                        rel.display()
+                    ),
+                ));
+            }
+        }
+        let mut classes: Vec<String> = listed.files.iter().map(|(rel, _)| class_of(rel)).collect();
+        classes.sort();
+        classes.dedup();
+        let items = listed
+            .files
+            .into_iter()
+            .map(|(rel, format)| FolderItem {
+                label: classes.binary_search(&class_of(&rel)).unwrap_or(0) as u32,
+                path: root.join(rel),
+                format,
+            })
+            .collect();
+        Self::finish(root, items, classes, listed.skipped)
+    }
+
+    /// The items listed in `csv`, one `path,label` line each (path relative to `root`; label an integer or a
+    /// class name; an optional header line whose label column reads `label`). Listed files are not checked
+    /// here: a missing one fails when it is read, with its path and index.
+    pub fn with_labels(root: impl AsRef<Path>, csv: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let csv = csv.as_ref();
+        let text = stdx::fs::read_regular(csv, 1 << 30)
+            .map_err(|e| Error::io(csv, e))
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| Error::dataset(csv, "not UTF-8 text"))
+            })?;
+        let mut rows = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (path, label) = line.rsplit_once(',').ok_or_else(|| {
+                Error::dataset(csv, format!("line {}: expected `path,label`", n + 1))
+            })?;
+            let (path, label) = (path.trim(), label.trim());
+            if rows.is_empty() && label.eq_ignore_ascii_case("label") {
+                continue;
+            }
+            let format = Format::from_path(Path::new(path)).ok_or_else(|| {
+                Error::dataset(
+                    csv,
+                    format!("line {}: {path}: not an image file name", n + 1),
+                )
+            })?;
+            rows.push((PathBuf::from(path), label.to_string(), format));
+        }
+        let numeric = rows.iter().all(|(_, l, _)| l.parse::<u32>().is_ok());
+        let mut classes: Vec<String> = if numeric {
+            Vec::new()
+        } else {
+            rows.iter().map(|(_, l, _)| l.clone()).collect()
+        };
+        classes.sort();
+        classes.dedup();
+        let items = rows
+            .into_iter()
+            .map(|(rel, l, format)| FolderItem {
+                label: if numeric {
+                    l.parse().unwrap_or(0)
+                } else {
+                    classes.binary_search(&l).unwrap_or(0) as u32
+                },
+                path: root.join(rel),
+                format,
+            })
+            .collect();
+        Self::finish(root, items, classes, Vec::new())
+    }
+
+    fn finish(
+        root: PathBuf,
+        items: Vec<FolderItem>,
+        classes: Vec<String>,
+        warnings: Vec<String>,
+    ) -> Result<Self> {
+        if items.is_empty() {
+            return Err(Error::dataset(
+                &root,
+                "no images (PNG, JPEG, PPM/PGM/PAM or L3) found",
+            ));
+        }
+        let bytes = items
+            .iter()
+            .map(|i| std::fs::metadata(&i.path).map(|m| m.len()).unwrap_or(0))
+            .sum();
+        Ok(ImageFolder {
+            root,
+            items,
+            classes,
+            bytes,
+            warnings,
+            indexes: IndexCache::new(INDEX_CACHE_BYTES),
+        })
+    }
+
+    /// Class names by label (sub-folder names, or the CSV's names; empty for numeric CSV labels).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// The file of item `index`.
+    pub fn path(&self, index: usize) -> &Path {
+        &self.items[index].path
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Dataset for ImageFolder {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+    fn label(&self, index: usize) -> u32 {
+        self.items[index].label
+    }
+    fn format(&self, index: usize) -> Format {
+        self.items[index].format
+    }
+    fn source(&self, index: usize) -> PathBuf {
+        self.items[index].path.clone()
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.bytes
+    }
+    fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
+        let item = &self.items[index];
+        let p = &item.path;
+        if item.format == Format::L3 && req.scope == DecodeScope::Region {
+            let file = stdx::fs::open_regular(p).map_err(|e| Error::io(p, e))?;
+            let len = file.metadata().map_err(|e| Error::io(p, e))?.len();
+            return read_region(&self.indexes, index, &file, 0, len, req, p);
+        }
+        let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
+        let bytes = stdx::fs::read_regular(p, limit).map_err(|e| Error::io(p, e))?;
+        let n = bytes.len() as u64;
+        Ok((Stored::Whole(bytes), n))
+    }
+    fn describe(&self) -> String {
+        format!(
+            "image folder {} ({} images, {} classes)",
+            self.root.display(),
+            self.items.len(),
+            self.classes.len()
+        )
+    }
+    fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+}
+
+fn class_of(rel: &Path) -> String {
+    let mut comps = rel.components();
+    let first = comps.next();
+    match (first, comps.next()) {
+        (Some(c), Some(_)) => c.as_os_str().to_string_lossy().into_owned(),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,111 @@
+//! Region reads of L3 items: the header and offset table first (kept per item within a byte budget, so
+//! later epochs skip them), then only the byte ranges of the patches under the sample's window, neighbours
+//! coalesced. From a disk, a network file system or object storage this moves 2 to 4 % of a 4K image for
+//! a 224×224 crop instead of all of it.
+
+use crate::error::{Error, Result};
+use crate::item::{SampleRequest, Stored};
+use l3_format::{Fragments, L3Index};
+use std::collections::{HashMap, VecDeque};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Ranges closer than this are read as one. Local reads keep it at 0: exactly the covered patches are read
+/// (a grid row of patches is contiguous anyway, so coalescing would only add the bytes of other rows).
+pub(crate) const LOCAL_GAP: u64 = 0;
+
+/// The offset tables of the items read so far, within a byte budget (oldest dropped first).
+#[derive(Debug)]
+pub(crate) struct IndexCache {
+    inner: Mutex<CacheInner>,
+    budget: usize,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    map: HashMap<usize, Arc<L3Index>>,
+    order: VecDeque<usize>,
+    bytes: usize,
+}
+
+impl IndexCache {
+    pub fn new(budget: usize) -> Self {
+        IndexCache {
+            inner: Mutex::new(CacheInner::default()),
+            budget,
+        }
+    }
+
+    fn get(&self, item: usize) -> Option<Arc<L3Index>> {
+        self.lock().map.get(&item).cloned()
+    }
+
+    fn insert(&self, item: usize, index: Arc<L3Index>) {
+        let mut c = self.lock();
+        let size = index.heap_bytes() + 64;
+        if size > self.budget || c.map.contains_key(&item) {
+            return;
+        }
+        while c.bytes + size > self.budget {
+            let Some(old) = c.order.pop_front() else {
+                break;
+            };
+            if let Some(i) = c.map.remove(&old) {
+                c.bytes -= i.heap_bytes() + 64;
+            }
+        }
+        c.map.insert(item, index);
+        c.order.push_back(item);
+        c.bytes += size;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `file`, for `req`: only what its
+/// window needs. Returns the stored parts and the bytes read.
+pub(crate) fn read_region(
+    cache: &IndexCache,
+    item: usize,
+    file: &std::fs::File,
+    base: u64,
+    len: u64,
+    req: &SampleRequest,
+    path: &Path,
+) -> Result<(Stored, u64)> {
+    let io = |e| Error::io(path, e);
+    let l3 = |e: l3_format::Error| Error::decode(path, "l3", e);
+    let mut read = 0u64;
+    let index = match cache.get(item) {
+        Some(i) => i,
+        None => {
+            // The header says how long the offset table is: read exactly header + table, nothing more.
+            let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
+            file.read_exact_at(&mut prefix, base).map_err(io)?;
+            read += prefix.len() as u64;
+            let need = L3Index::prefix_len(&prefix).map_err(l3)?;
+            if need > prefix.len() && need as u64 <= len {
+                let have = prefix.len();
+                prefix.resize(need, 0);
+                file.read_exact_at(&mut prefix[have..], base + have as u64)
+                    .map_err(io)?;
+                read += (need - have) as u64;
+            }
+            let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
+            cache.insert(item, index.clone());
+            index
+        }
+    };
+    let win = req.window(index.width(), index.height());
+    let ranges = index.region_ranges(win.src, LOCAL_GAP).map_err(l3)?;
+    let mut fragments = Fragments::new();
+    fragments.reset(&ranges);
+    for (r, buf) in fragments.slices_mut() {
+        file.read_exact_at(buf, base + r.start).map_err(io)?;
+        read += buf.len() as u64;
+    }
+    Ok((Stored::L3Region { index, fragments }, read))
+}

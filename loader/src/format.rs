@@ -1,0 +1,61 @@
+//! The on-disk encodings the loader reads.
+
+use std::path::Path;
+
+/// The stored encoding of one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Format {
+    Png,
+    Jpeg,
+    /// Uncompressed pixels: binary PPM/PGM/PAM (P5, P6, P7), the "raw" format of this toolkit.
+    Raw,
+    L3,
+    /// A JPEG stream rebuilt from a Progressive Compressed Record at some scan group.
+    Pcr,
+}
+
+impl Format {
+    /// The short tag written in traces and tables (`png`, `jpeg`, `raw`, `l3`, `pcr`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Png => "png",
+            Format::Jpeg => "jpeg",
+            Format::Raw => "raw",
+            Format::L3 => "l3",
+            Format::Pcr => "pcr",
+        }
+    }
+
+    /// The format a file name's extension stands for, if it is one the loader reads.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        Some(match ext.as_str() {
+            "png" => Format::Png,
+            "jpg" | "jpeg" => Format::Jpeg,
+            "ppm" | "pgm" | "pnm" | "pam" => Format::Raw,
+            "l3" => Format::L3,
+            _ => return None,
+        })
+    }
+
+    /// The format the first bytes of a file announce, if any.
+    pub fn sniff(bytes: &[u8]) -> Option<Format> {
+        if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some(Format::Png)
+        } else if bytes.starts_with(&[0xFF, 0xD8]) {
+            Some(Format::Jpeg)
+        } else if bytes.starts_with(&l3_format::MAGIC) {
+            Some(Format::L3)
+        } else if bytes.len() >= 2 && bytes[0] == b'P' && matches!(bytes[1], b'5' | b'6' | b'7') {
+            Some(Format::Raw)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

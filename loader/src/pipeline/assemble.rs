@@ -1,0 +1,336 @@
+//! The assemble stage: collects each batch's items as they finish (in any order), and delivers batches
+//! strictly in sequence — a batch is a pure function of the options and the dataset, however the threads
+//! interleave. Items that failed are left out when skipping is on (the batch is compacted), otherwise the
+//! batch's first failure is delivered in its turn and ends the run.
+
+use super::buffer::Filling;
+use super::{BatchStart, ItemDone, ToAssembler};
+use crate::batch::{Batch, Tensor};
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::sample::{Layout, SampleSpec};
+use crate::stats::Counters;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// A batch whose items are still arriving.
+struct Partial {
+    start: BatchStart,
+    filled: Vec<bool>,
+    remaining: usize,
+    disk_items: usize,
+    disk_bytes: u64,
+    skipped: Vec<(usize, String)>,
+    /// The batch's first failure, reported in its turn (never before earlier batches).
+    error: Option<Error>,
+}
+
+/// The assembler's state: testable without threads (feed it starts and items, take batches).
+pub(crate) struct Assembler {
+    pending: BTreeMap<u64, Partial>,
+    next_seq: u64,
+    spec: SampleSpec,
+    skip: bool,
+    ds: Arc<dyn Dataset>,
+    counters: Arc<Counters>,
+}
+
+impl Assembler {
+    pub fn new(
+        spec: SampleSpec,
+        skip: bool,
+        ds: Arc<dyn Dataset>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Assembler {
+            pending: BTreeMap::new(),
+            next_seq: 0,
+            spec,
+            skip,
+            ds,
+            counters,
+        }
+    }
+
+    pub fn accept(&mut self, msg: ToAssembler) {
+        match msg {
+            ToAssembler::Start(mut s) => {
+                let n = s.ids.len();
+                let (disk_items, disk_bytes) = s.liquid.as_ref().map_or((0, 0), |l| (l.1, l.2));
+                let error = s.failure.take();
+                let seq = s.seq;
+                let p = Partial {
+                    filled: vec![false; n],
+                    remaining: n,
+                    disk_items,
+                    disk_bytes,
+                    skipped: Vec::new(),
+                    error,
+                    start: s,
+                };
+                self.pending.insert(seq, p);
+            }
+            ToAssembler::Item(d) => self.item(d),
+        }
+    }
+
+    fn item(&mut self, d: ItemDone) {
+        let t0 = Instant::now();
+        let Some(p) = self.pending.get_mut(&d.seq) else {
+            return;
+        };
+        if p.start.liquid.is_none()
+            && let Some(n) = d.read
+        {
+            p.disk_items += 1;
+            p.disk_bytes += n;
+        }
+        p.remaining -= 1;
+        match d.result {
+            Ok(_) => p.filled[d.slot_index] = true,
+            Err(e) if self.skip && !d.fatal => {
+                Counters::add(&self.counters.items_skipped, 1);
+                p.skipped.push((p.start.ids[d.slot_index], e.to_string()));
+            }
+            Err(e) => {
+                p.error.get_or_insert(e);
+            }
+        }
+        Counters::add_time(&self.counters.assemble_ns, t0);
+    }
+
+    /// The next batch in sequence, if all its items are in.
+    pub fn pop_ready(&mut self) -> Option<Result<Batch>> {
+        let ready = self
+            .pending
+            .get(&self.next_seq)
+            .is_some_and(|p| p.remaining == 0);
+        if !ready {
+            return None;
+        }
+        let p = self.pending.remove(&self.next_seq).expect("checked above");
+        self.next_seq += 1;
+        Some(self.finish(p))
+    }
+
+    fn finish(&self, mut p: Partial) -> Result<Batch> {
+        if let Some(e) = p.error.take() {
+            return Err(e);
+        }
+        let t0 = Instant::now();
+        let filling = p
+            .start
+            .filling
+            .take()
+            .ok_or_else(|| Error::Pipeline("a batch without a buffer".into()))?;
+        let mut buf = Filling::finish(filling)
+            .map_err(|_| Error::Pipeline("a batch slot outlived its item".into()))?;
+        let n = p.start.ids.len();
+        let sample = self.spec.sample_bytes();
+        let mut ids = std::mem::take(&mut p.start.ids);
+        let mut cached = p
+            .start
+            .liquid
+            .take()
+            .map_or_else(|| vec![false; n], |l| l.0);
+        if p.filled.iter().any(|f| !f) {
+            // Compact: keep the samples that decoded, in order.
+            let keep: Vec<usize> = (0..n).filter(|&i| p.filled[i]).collect();
+            let bytes = buf.as_mut_slice();
+            for (to, &from) in keep.iter().enumerate() {
+                bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
+            }
+            ids = keep.iter().map(|&i| ids[i]).collect();
+            cached = keep.iter().map(|&i| cached[i]).collect();
+        }
+        let k = ids.len();
+        buf.truncate(k * sample);
+        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+        let shape = match self.spec.layout {
+            Layout::Nhwc => [k, h, w, 3],
+            Layout::Nchw => [k, 3, h, w],
+        };
+        let batch = Batch {
+            epoch: p.start.epoch,
+            index: p.start.batch,
+            pixels: Tensor::new(buf, shape, self.spec.layout, self.spec.dtype),
+            labels: ids.iter().map(|&i| self.ds.label(i)).collect(),
+            formats: ids.iter().map(|&i| self.ds.format(i)).collect(),
+            ids,
+            cached,
+            disk_items: p.disk_items,
+            disk_bytes: p.disk_bytes,
+            skipped: p.skipped,
+            wait: Duration::ZERO,
+        };
+        Counters::add_time(&self.counters.assemble_ns, t0);
+        Ok(batch)
+    }
+}
+
+/// The assembler thread: delivers batches in sequence into the prefetch queue, and returns one credit
+/// per delivered batch so the order stage may start another.
+pub(crate) fn run(
+    mut asm: Assembler,
+    inbox: Receiver<ToAssembler>,
+    out: Sender<Result<Batch>>,
+    credits: Receiver<()>,
+    stop: Arc<AtomicBool>,
+) {
+    loop {
+        let msg = match inbox.recv_timeout(Duration::from_millis(50)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        asm.accept(msg);
+        while let Some(batch) = asm.pop_ready() {
+            let failed = batch.is_err();
+            if failed {
+                stop.store(true, Ordering::SeqCst);
+            }
+            if out.send(batch).is_err() || failed {
+                return;
+            }
+            if credits.recv().is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+    use crate::item::{Decoded, SampleRequest, Stored};
+    use crate::pipeline::buffer::Pool;
+    use crate::sample::{Crop, DType};
+    use std::path::PathBuf;
+
+    struct Labels;
+    impl Dataset for Labels {
+        fn len(&self) -> usize {
+            10
+        }
+        fn label(&self, index: usize) -> u32 {
+            100 + index as u32
+        }
+        fn format(&self, _: usize) -> Format {
+            Format::Raw
+        }
+        fn source(&self, index: usize) -> PathBuf {
+            PathBuf::from(format!("item{index}"))
+        }
+        fn stored_bytes(&self) -> u64 {
+            0
+        }
+        fn read(&self, _: usize, _: &SampleRequest) -> Result<(Stored, u64)> {
+            unreachable!("the assembler reads nothing")
+        }
+        fn describe(&self) -> String {
+            "labels".into()
+        }
+    }
+
+    const SPEC: SampleSpec = SampleSpec {
+        height: 1,
+        width: 2,
+        crop: Crop::Center,
+        hflip: false,
+        layout: Layout::Nhwc,
+        dtype: DType::U8,
+        normalize: None,
+    };
+
+    /// A batch announcement whose slots are filled with each item's index, as decode threads would.
+    fn start(pool: &Arc<Pool>, seq: u64, ids: &[usize]) -> ToAssembler {
+        let n = ids.len();
+        let (filling, slots) = Filling::split(pool.take(n * 6).unwrap(), n, 6);
+        for (mut s, &id) in slots.into_iter().zip(ids) {
+            s.bytes().fill(id as u8);
+        }
+        ToAssembler::Start(BatchStart {
+            seq,
+            epoch: 0,
+            batch: seq as usize,
+            ids: ids.to_vec(),
+            filling: Some(filling),
+            liquid: None,
+            failure: None,
+        })
+    }
+
+    fn item(seq: u64, slot: usize, result: Result<Decoded>) -> ToAssembler {
+        ToAssembler::Item(ItemDone {
+            seq,
+            slot_index: slot,
+            read: Some(10),
+            result,
+            fatal: false,
+        })
+    }
+
+    #[test]
+    fn batches_leave_in_sequence_whatever_order_items_finish() {
+        let pool = Pool::new(18, 4);
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        asm.accept(start(&pool, 0, &[3, 4, 5]));
+        asm.accept(start(&pool, 1, &[6, 7]));
+        asm.accept(item(1, 1, Ok(Decoded::default())));
+        asm.accept(item(1, 0, Ok(Decoded::default())));
+        assert!(
+            asm.pop_ready().is_none(),
+            "batch 1 is done but batch 0 is not"
+        );
+        for k in [2, 0, 1] {
+            asm.accept(item(0, k, Ok(Decoded::default())));
+        }
+        let b0 = asm.pop_ready().unwrap().unwrap();
+        let b1 = asm.pop_ready().unwrap().unwrap();
+        assert!(asm.pop_ready().is_none());
+        assert_eq!(
+            (b0.index, b0.ids.clone(), b0.labels.clone()),
+            (0, vec![3, 4, 5], vec![103, 104, 105])
+        );
+        assert_eq!(b0.shape(), [3, 1, 2, 3]);
+        assert_eq!(b0.sample_bytes(2), &[5; 6]);
+        assert_eq!((b1.index, b1.disk_items, b1.disk_bytes), (1, 2, 20));
+    }
+
+    #[test]
+    fn failed_items_are_compacted_away_when_skipping_else_fail_in_turn() {
+        let pool = Pool::new(18, 4);
+        let counters = Arc::new(Counters::default());
+        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone());
+        asm.accept(start(&pool, 0, &[1, 2, 3]));
+        asm.accept(item(0, 1, Err(Error::decode("item2", "png", "bad"))));
+        asm.accept(item(0, 0, Ok(Decoded::default())));
+        asm.accept(item(0, 2, Ok(Decoded::default())));
+        let b = asm.pop_ready().unwrap().unwrap();
+        assert_eq!(b.ids, vec![1, 3]);
+        assert_eq!(b.pixels.bytes(), &[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]);
+        assert_eq!(b.skipped.len(), 1);
+        assert!(b.skipped[0].1.contains("item2"));
+        assert_eq!(counters.items_skipped.load(Ordering::Relaxed), 1);
+
+        // Without skipping, batch 1's failure waits for batch 0 to leave first.
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        asm.accept(start(&pool, 0, &[1]));
+        asm.accept(start(&pool, 1, &[2]));
+        asm.accept(item(1, 0, Err(Error::decode("item2", "png", "bad"))));
+        assert!(asm.pop_ready().is_none());
+        asm.accept(item(0, 0, Ok(Decoded::default())));
+        assert!(asm.pop_ready().unwrap().is_ok());
+        let e = asm.pop_ready().unwrap().unwrap_err();
+        assert!(e.to_string().contains("item2"), "{e}");
+    }
+}

@@ -1,0 +1,250 @@
+//! Batch memory: 64-byte-aligned host buffers recycled through a pool once the consumer drops a batch
+//! (so a long run allocates nothing per batch and its memory stays flat), and the slots through which
+//! several decode threads fill one buffer at once, each sample straight into its place.
+//!
+//! This module holds the loader's `unsafe` code: the aligned allocation, and handing out disjoint
+//! mutable slots of one buffer to several threads.
+#![allow(unsafe_code)]
+
+use std::alloc::Layout as AllocLayout;
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Alignment of every batch buffer: a cache line, more than any element type needs, and what DLPack
+/// consumers prefer.
+pub const ALIGN: usize = 64;
+
+/// A zeroed heap block aligned to [`ALIGN`].
+struct Block {
+    ptr: NonNull<u8>,
+    cap: usize,
+}
+
+// SAFETY: a Block owns its allocation exclusively, like a Box<[u8]>.
+unsafe impl Send for Block {}
+unsafe impl Sync for Block {}
+
+impl Block {
+    fn new(cap: usize) -> Option<Block> {
+        if cap == 0 {
+            // A dangling, aligned pointer is a valid empty slice.
+            return Some(Block {
+                ptr: NonNull::new(ALIGN as *mut u8)?,
+                cap: 0,
+            });
+        }
+        let layout = AllocLayout::from_size_align(cap, ALIGN).ok()?;
+        // SAFETY: the layout has a non-zero size. Zeroed, so no byte is ever uninitialised.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        Some(Block { ptr, cap })
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            let layout = AllocLayout::from_size_align(self.cap, ALIGN).expect("valid at creation");
+            // SAFETY: allocated in `new` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+/// Buffers of one capacity kept for reuse.
+#[derive(Default)]
+pub(crate) struct Pool {
+    free: Mutex<Vec<Block>>,
+    cap: usize,
+    keep: usize,
+}
+
+impl Pool {
+    /// A pool of `cap`-byte buffers that keeps at most `keep` idle ones.
+    pub fn new(cap: usize, keep: usize) -> Arc<Pool> {
+        Arc::new(Pool {
+            free: Mutex::new(Vec::new()),
+            cap,
+            keep,
+        })
+    }
+
+    /// A buffer of `len` bytes (at most the pool's capacity): a recycled one if any, else a new one.
+    pub fn take(self: &Arc<Self>, len: usize) -> Option<HostBuffer> {
+        debug_assert!(len <= self.cap);
+        let block = self
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .or_else(|| Block::new(self.cap))?;
+        Some(HostBuffer {
+            block: Some(block),
+            len,
+            pool: Arc::downgrade(self),
+        })
+    }
+
+    fn give(&self, block: Block) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < self.keep && block.cap == self.cap {
+            free.push(block);
+        }
+    }
+
+    /// Idle buffers held (for tests of the recycling).
+    #[cfg(test)]
+    pub fn idle(&self) -> usize {
+        self.free.lock().unwrap().len()
+    }
+}
+
+/// Host memory holding one batch's tensor, [`ALIGN`]-aligned. Dropping it returns the memory to the
+/// loader's pool (or frees it once the loader is gone).
+pub struct HostBuffer {
+    block: Option<Block>,
+    len: usize,
+    pool: Weak<Pool>,
+}
+
+impl HostBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.block
+            .as_ref()
+            .expect("present until drop")
+            .ptr
+            .as_ptr()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the block holds at least `len` initialised (zeroed, then written) bytes, and `&self`
+        // guarantees no slot or `&mut` is writing.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let ptr = self
+            .block
+            .as_ref()
+            .expect("present until drop")
+            .ptr
+            .as_ptr();
+        // SAFETY: as above, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(ptr, self.len) }
+    }
+
+    /// Keeps the first `len` bytes (after compacting a batch that lost items).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if let (Some(block), Some(pool)) = (self.block.take(), self.pool.upgrade()) {
+            pool.give(block);
+        }
+    }
+}
+
+impl std::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostBuffer({} bytes)", self.len)
+    }
+}
+
+/// A batch buffer being filled by decode threads, one [`Slot`] each.
+pub(crate) struct Filling {
+    buf: UnsafeCell<HostBuffer>,
+}
+
+// SAFETY: the buffer is written only through Slots, which cover disjoint byte ranges and exist once each;
+// it is read only after `finish` has proven (by unwrapping the Arc) that no Slot is left.
+unsafe impl Sync for Filling {}
+
+impl Filling {
+    /// Splits `buf` into `n` slots of `slot_bytes` bytes (`n * slot_bytes <= buf.len()`).
+    pub fn split(buf: HostBuffer, n: usize, slot_bytes: usize) -> (Arc<Filling>, Vec<Slot>) {
+        assert!(n * slot_bytes <= buf.len(), "slots exceed the buffer");
+        let base = buf.as_ptr() as *mut u8;
+        let shared = Arc::new(Filling {
+            buf: UnsafeCell::new(buf),
+        });
+        let slots = (0..n)
+            .map(|i| Slot {
+                _owner: shared.clone(),
+                // SAFETY: in bounds, checked by the assert above.
+                ptr: unsafe { base.add(i * slot_bytes) },
+                len: slot_bytes,
+            })
+            .collect();
+        (shared, slots)
+    }
+
+    /// The buffer, once every slot has been dropped; `Err` hands the Arc back if a slot still lives.
+    pub fn finish(self: Arc<Self>) -> Result<HostBuffer, Arc<Self>> {
+        Arc::try_unwrap(self).map(|f| f.buf.into_inner())
+    }
+}
+
+/// One sample's bytes of a batch buffer, writable by the one thread that holds it.
+pub(crate) struct Slot {
+    _owner: Arc<Filling>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Slot is the only handle to its byte range (disjoint from every other slot's), and it keeps
+// the buffer alive; moving it to another thread moves that exclusive access.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: see `unsafe impl Send for Slot`: exclusive, in bounds, initialised, alive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_fill_one_buffer_from_many_threads_and_it_is_recycled() {
+        let pool = Pool::new(4096, 2);
+        let buf = pool.take(4000).unwrap();
+        assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
+        let (shared, slots) = Filling::split(buf, 10, 400);
+        std::thread::scope(|s| {
+            for (i, mut slot) in slots.into_iter().enumerate() {
+                s.spawn(move || slot.bytes().fill(i as u8));
+            }
+        });
+        let buf = shared.finish().ok().expect("no slot left");
+        for (i, chunk) in buf.as_slice().chunks(400).enumerate() {
+            assert!(chunk.iter().all(|&b| b == i as u8));
+        }
+        drop(buf);
+        assert_eq!(pool.idle(), 1);
+        let again = pool.take(10).unwrap();
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(again.len(), 10);
+        drop(pool);
+        drop(again); // the pool is gone: freed, not leaked or panicking
+    }
+
+    #[test]
+    fn a_live_slot_keeps_the_buffer() {
+        let pool = Pool::new(64, 1);
+        let (shared, mut slots) = Filling::split(pool.take(64).unwrap(), 2, 32);
+        let last = slots.pop().unwrap();
+        drop(slots);
+        let shared = shared.finish().expect_err("a slot is alive");
+        drop(last);
+        assert!(shared.finish().is_ok());
+    }
+}

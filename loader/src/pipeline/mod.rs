@@ -1,0 +1,111 @@
+//! The pipeline's stages, each a module with its own thread body, and the messages between them:
+//!
+//! ```text
+//! order ──Job──► read ──Job──► decode (CPU threads, or gpu) ──ItemDone──► assemble ──Batch──► prefetch
+//!   └───────────────────────── BatchStart ──────────────────────────────────┘
+//! ```
+//!
+//! The order stage plans each batch, takes a buffer from the pool and splits it into one slot per sample;
+//! each item's job carries its slot through read and decode, so a sample is written once, in place. The
+//! assembler delivers batches strictly in sequence and hands back a credit per batch, which bounds the
+//! batches in flight (and so the memory) however slow one item is.
+
+pub(crate) mod assemble;
+pub(crate) mod buffer;
+pub(crate) mod decode;
+pub(crate) mod gpu;
+pub(crate) mod order;
+pub(crate) mod read;
+
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::item::{Decoded, SampleRequest, Stored};
+use crate::sample::{DecodeScope, ItemKey, SampleSpec};
+use crate::stats::Counters;
+use buffer::{Filling, Slot};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What every stage shares.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub ds: Arc<dyn Dataset>,
+    pub spec: SampleSpec,
+    pub scope: DecodeScope,
+    /// The run's seed: with (epoch, item) it keys each item's randomness.
+    pub seed: u64,
+    pub counters: Arc<Counters>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    pub fn request(&self, key: ItemKey) -> SampleRequest<'_> {
+        SampleRequest {
+            spec: &self.spec,
+            key,
+            scope: self.scope,
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// One item on its way through read and decode.
+pub(crate) struct Job {
+    pub seq: u64,
+    /// Position in its batch.
+    pub slot_index: usize,
+    /// Items in its batch (the GPU stage gathers them all).
+    pub batch_len: usize,
+    pub index: usize,
+    pub key: ItemKey,
+    /// Where its sample goes.
+    pub slot: Slot,
+    /// What was read and how many bytes that took: filled by the read stage, or by the order stage for
+    /// Liquid batches, whose bytes the sampler already holds (those bytes count as the sampler's reads).
+    pub stored: Option<Result<(Stored, u64)>>,
+}
+
+/// The assembler's inbox.
+pub(crate) enum ToAssembler {
+    Start(BatchStart),
+    Item(ItemDone),
+}
+
+/// A batch announced by the order stage before its items.
+pub(crate) struct BatchStart {
+    pub seq: u64,
+    pub epoch: usize,
+    pub batch: usize,
+    pub ids: Vec<usize>,
+    pub filling: Option<Arc<Filling>>,
+    /// The Liquid sampler's account of the batch: cached flags, disk items and bytes.
+    pub liquid: Option<(Vec<bool>, usize, u64)>,
+    /// The order stage failed to produce the batch: delivered in its turn.
+    pub failure: Option<Error>,
+}
+
+/// One item finished (or failed).
+pub(crate) struct ItemDone {
+    pub seq: u64,
+    pub slot_index: usize,
+    /// Bytes read from storage for it by this pipeline (0 for Liquid items), when the read succeeded.
+    pub read: Option<u64>,
+    pub result: Result<Decoded>,
+    /// A failure of the machinery (the GPU), not of the item: never skipped.
+    pub fatal: bool,
+}
+
+impl ItemDone {
+    pub fn of(job: &Job, read: Option<u64>, result: Result<Decoded>) -> Self {
+        ItemDone {
+            seq: job.seq,
+            slot_index: job.slot_index,
+            read,
+            result: result.map_err(|e| Error::item(job.index, e)),
+            fatal: false,
+        }
+    }
+}

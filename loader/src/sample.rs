@@ -1,0 +1,361 @@
+//! From a decoded image (or region) of any size to one fixed-size sample of a batch: where the window
+//! falls (crop or pad, flip), and writing it into the sample's slot of the batch buffer in the batch's
+//! layout and element type.
+//!
+//! The arithmetic is shared with the GPU decoder through `l3_cuda`'s tensor vocabulary
+//! ([`Layout`], [`DType`], [`Normalize::apply`]), so CPU and GPU batches are bit-identical.
+
+pub use l3_cuda::{DType, Layout, Normalize};
+use l3_format::{PixelLayout, Rect};
+use stdx::SplitMix64;
+
+/// Where the fixed-size window is cut from an image larger than the sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Crop {
+    /// The centre of the image (evaluation).
+    #[default]
+    Center,
+    /// A uniformly random window, seeded per (seed, epoch, item) so that runs and resumes repeat exactly.
+    Random,
+}
+
+/// How much of an item the decode stage decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DecodeScope {
+    /// Only what the sample's window covers, where the format allows it: L3 decodes (and, from files,
+    /// reads) only the patches under the window. Samples are identical to whole-image decoding.
+    #[default]
+    Region,
+    /// The whole image, then the window is cut from it.
+    Whole,
+}
+
+/// How every sample of a batch is shaped. Samples always have 3 channels: gray is replicated, alpha
+/// dropped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleSpec {
+    pub height: u32,
+    pub width: u32,
+    pub crop: Crop,
+    /// Mirror each sample left-right with probability 1/2.
+    pub hflip: bool,
+    pub layout: Layout,
+    pub dtype: DType,
+    /// For float types only; float samples without it hold `pixel / 255`.
+    pub normalize: Option<Normalize>,
+}
+
+/// The randomness of one item in one epoch: a function of (seed, epoch, item) alone, so a sample never
+/// depends on thread timing and a resumed run repeats it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemKey {
+    pub seed: u64,
+    pub epoch: usize,
+    pub index: usize,
+}
+
+impl ItemKey {
+    pub fn rng(&self) -> SplitMix64 {
+        SplitMix64::keyed(self.seed, self.epoch as u64, self.index as u64)
+    }
+}
+
+/// Where one sample's window lies: `src` in the image, its top-left corner at (`dx`, `dy`) in the sample,
+/// mirrored when `flip`. The rest of the sample is padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub src: Rect,
+    pub dx: u32,
+    pub dy: u32,
+    pub flip: bool,
+}
+
+impl SampleSpec {
+    /// Values per sample: height × width × 3.
+    pub fn sample_len(&self) -> usize {
+        self.height as usize * self.width as usize * 3
+    }
+
+    /// Bytes per sample.
+    pub fn sample_bytes(&self) -> usize {
+        self.sample_len() * self.dtype.size()
+    }
+
+    /// The window of a `img_w`×`img_h` image for item `key`.
+    pub fn window(&self, img_w: u32, img_h: u32, key: &ItemKey) -> Window {
+        let mut rng = key.rng();
+        let mut axis = |src: u32, dst: u32| -> (u32, u32, u32) {
+            if src >= dst {
+                let off = match self.crop {
+                    Crop::Center => (src - dst) / 2,
+                    Crop::Random => rng.below(u64::from(src - dst) + 1) as u32,
+                };
+                (off, 0, dst)
+            } else {
+                // Smaller than the sample: centred, padded around.
+                (0, (dst - src) / 2, src)
+            }
+        };
+        let (sx, dx, w) = axis(img_w, self.width);
+        let (sy, dy, h) = axis(img_h, self.height);
+        let flip = self.hflip && rng.next_u64() & 1 == 1;
+        Window {
+            src: Rect::new(sx, sy, w, h),
+            dx,
+            dy,
+            flip,
+        }
+    }
+
+    /// Index (in elements) of (x, y, channel c) within a sample.
+    #[inline(always)]
+    fn at(&self, x: usize, y: usize, c: usize) -> usize {
+        let (w, h) = (self.width as usize, self.height as usize);
+        match self.layout {
+            Layout::Nhwc => (y * w + x) * 3 + c,
+            Layout::Nchw => c * w * h + y * w + x,
+        }
+    }
+
+    /// Writes the padding of a sample: everything outside `win` (the window itself is left alone).
+    pub(crate) fn fill_padding(&self, win: &Window, slot: &mut [u8]) {
+        let (w, h) = (self.width as usize, self.height as usize);
+        let (x0, y0) = (win.dx as usize, win.dy as usize);
+        let (x1, y1) = (x0 + win.src.w as usize, y0 + win.src.h as usize);
+        if (x0, y0, x1, y1) == (0, 0, w, h) {
+            return;
+        }
+        let pad: [[u8; 4]; 3] = std::array::from_fn(|c| self.encode(0, c));
+        let size = self.dtype.size();
+        for y in 0..h {
+            let inside_row = (y0..y1).contains(&y);
+            for x in 0..w {
+                if inside_row && (x0..x1).contains(&x) {
+                    continue;
+                }
+                for (c, p) in pad.iter().enumerate() {
+                    let i = self.at(x, y, c) * size;
+                    slot[i..i + size].copy_from_slice(&p[..size]);
+                }
+            }
+        }
+    }
+
+    /// Pixel value `v` of channel `c` as this sample's element bytes (little-endian).
+    #[inline(always)]
+    fn encode(&self, v: u8, c: usize) -> [u8; 4] {
+        match self.dtype {
+            DType::U8 => [v, 0, 0, 0],
+            DType::F32 => self
+                .normalize
+                .unwrap_or(Normalize::UNIT)
+                .apply(v, c)
+                .to_le_bytes(),
+            DType::F16 => {
+                let h = half::f16::from_f32(self.normalize.unwrap_or(Normalize::UNIT).apply(v, c));
+                let b = h.to_bits().to_le_bytes();
+                [b[0], b[1], 0, 0]
+            }
+        }
+    }
+
+    /// Writes the window's pixels from `px` — the window's region, interleaved with `channels` channels,
+    /// rows `row_stride` bytes apart — into `slot`, converting channels, type and layout, mirroring when
+    /// `win.flip`. The general path: any layout, type and channel count.
+    pub(crate) fn write_window(
+        &self,
+        win: &Window,
+        px: &[u8],
+        channels: u8,
+        row_stride: usize,
+        slot: &mut [u8],
+    ) {
+        let c_n = channels as usize;
+        let (ww, wh) = (win.src.w as usize, win.src.h as usize);
+        let size = self.dtype.size();
+        // One lookup table per channel: 256 encoded values, so the inner loop is a copy.
+        let mut table = [[[0u8; 4]; 256]; 3];
+        for (c, t) in table.iter_mut().enumerate() {
+            for (v, e) in t.iter_mut().enumerate() {
+                *e = self.encode(v as u8, c);
+            }
+        }
+        for row in 0..wh {
+            let src = &px[row * row_stride..][..ww * c_n];
+            let y = win.dy as usize + row;
+            for col in 0..ww {
+                let s = &src[col * c_n..col * c_n + c_n];
+                let rgb = if c_n >= 3 {
+                    [s[0], s[1], s[2]]
+                } else {
+                    [s[0]; 3]
+                };
+                let x = if win.flip {
+                    win.dx as usize + ww - 1 - col
+                } else {
+                    win.dx as usize + col
+                };
+                for (c, &v) in rgb.iter().enumerate() {
+                    let i = self.at(x, y, c) * size;
+                    slot[i..i + size].copy_from_slice(&table[c][v as usize][..size]);
+                }
+            }
+        }
+    }
+
+    /// Where a region decoder can write the window straight into the slot: u8 samples of a 3-channel
+    /// image (the layouts match element for element). `None` means decode into scratch and convert.
+    pub(crate) fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)> {
+        if self.dtype != DType::U8 || channels != 3 {
+            return None;
+        }
+        let (w, h) = (self.width as usize, self.height as usize);
+        let (dx, dy) = (win.dx as usize, win.dy as usize);
+        Some(match self.layout {
+            Layout::Nhwc => (
+                (dy * w + dx) * 3,
+                PixelLayout::Interleaved { row_stride: w * 3 },
+            ),
+            Layout::Nchw => (
+                dy * w + dx,
+                PixelLayout::Planar {
+                    row_stride: w,
+                    plane_stride: w * h,
+                },
+            ),
+        })
+    }
+
+    /// Mirrors the window's rows in place (after a direct write of an unflipped window).
+    pub(crate) fn mirror_window(&self, win: &Window, slot: &mut [u8]) {
+        debug_assert_eq!(self.dtype, DType::U8);
+        let (ww, wh) = (win.src.w as usize, win.src.h as usize);
+        for row in 0..wh {
+            let y = win.dy as usize + row;
+            for col in 0..ww / 2 {
+                let (a, b) = (win.dx as usize + col, win.dx as usize + ww - 1 - col);
+                for c in 0..3 {
+                    slot.swap(self.at(a, y, c), self.at(b, y, c));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::image::Image;
+
+    impl SampleSpec {
+        fn write_image(&self, img: &Image, win: &Window, slot: &mut [u8]) {
+            self.fill_padding(win, slot);
+            let c = img.channels as usize;
+            let stride = img.width as usize * c;
+            let start = win.src.y as usize * stride + win.src.x as usize * c;
+            self.write_window(win, &img.pixels[start..], img.channels, stride, slot);
+        }
+    }
+
+    fn spec(h: u32, w: u32, layout: Layout, dtype: DType) -> SampleSpec {
+        SampleSpec {
+            height: h,
+            width: w,
+            crop: Crop::Center,
+            hflip: false,
+            layout,
+            dtype,
+            normalize: None,
+        }
+    }
+
+    fn img(w: u32, h: u32) -> Image {
+        let mut pixels = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                pixels.extend_from_slice(&[x as u8, y as u8, 7]);
+            }
+        }
+        Image {
+            width: w,
+            height: h,
+            channels: 3,
+            pixels,
+        }
+    }
+
+    const KEY: ItemKey = ItemKey {
+        seed: 1,
+        epoch: 0,
+        index: 0,
+    };
+
+    #[test]
+    fn center_crop_and_pad() {
+        let s = spec(2, 2, Layout::Nhwc, DType::U8);
+        let i = img(4, 4);
+        let win = s.window(4, 4, &KEY);
+        assert_eq!(win.src, Rect::new(1, 1, 2, 2));
+        let mut out = vec![0u8; s.sample_bytes()];
+        s.write_image(&i, &win, &mut out);
+        assert_eq!(out, [1, 1, 7, 2, 1, 7, 1, 2, 7, 2, 2, 7]);
+
+        let s = spec(3, 3, Layout::Nchw, DType::U8);
+        let i = img(1, 1);
+        let win = s.window(1, 1, &KEY);
+        assert_eq!((win.dx, win.dy), (1, 1));
+        let mut out = vec![9u8; s.sample_bytes()];
+        s.write_image(&i, &win, &mut out);
+        // Centre pixel of each plane holds the image, the rest is padding.
+        let mut want = vec![0u8; 27];
+        want[9 + 4] = 0;
+        want[18 + 4] = 7;
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn flip_mirrors_the_row_and_mirror_window_agrees() {
+        let mut s = spec(1, 3, Layout::Nhwc, DType::U8);
+        s.hflip = true;
+        let i = img(3, 1);
+        let win = Window {
+            src: Rect::new(0, 0, 3, 1),
+            dx: 0,
+            dy: 0,
+            flip: true,
+        };
+        let mut out = vec![0u8; 9];
+        s.write_image(&i, &win, &mut out);
+        assert_eq!(out, [2, 0, 7, 1, 0, 7, 0, 0, 7]);
+        let mut direct = vec![0u8; 9];
+        s.write_image(&i, &Window { flip: false, ..win }, &mut direct);
+        s.mirror_window(&win, &mut direct);
+        assert_eq!(direct, out);
+    }
+
+    #[test]
+    fn floats_pad_with_the_normalised_zero_and_use_the_shared_arithmetic() {
+        let mut s = spec(2, 3, Layout::Nchw, DType::F32);
+        s.normalize = Some(Normalize::IMAGENET);
+        let i = img(1, 2);
+        let win = s.window(1, 2, &KEY);
+        let mut out = vec![0u8; s.sample_bytes()];
+        s.write_image(&i, &win, &mut out);
+        let f: Vec<f32> = out
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let n = Normalize::IMAGENET;
+        assert_eq!(f[0], n.apply(0, 0));
+        assert_eq!(f[1], n.apply(0, 0)); // x = 1 in the image is x 0: red channel = 0
+        assert_eq!(f[6 + 4], n.apply(1, 1)); // green plane, row 1, col 1: y = 1
+        assert_eq!(f[12 + 1], n.apply(7, 2));
+        let mut h = s;
+        h.dtype = DType::F16;
+        let mut out16 = vec![0u8; h.sample_bytes()];
+        h.write_image(&i, &win, &mut out16);
+        let g = u16::from_le_bytes([out16[26], out16[27]]);
+        assert_eq!(g, half::f16::from_f32(n.apply(7, 2)).to_bits());
+    }
+}

@@ -1,0 +1,111 @@
+//! Region reads of L3 items: the bytes read are exactly the header, the offset table and the patches
+//! under each crop (counted by the loader's read layer), the tables are read once per file, and the
+//! pixels equal the same crops of whole-image decoding.
+
+use loader::{Crop, DecodeScope, ImageFolder, ItemKey, Loader, LoaderOptions, SampleSpec, Stats};
+use std::sync::Arc;
+
+fn image(w: u32, h: u32, seed: u32) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..w * h * 3)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            ((i % (w * 3)) / 7 + i / (w * 3) / 3) as u8 ^ (s as u8 & 31)
+        })
+        .collect()
+}
+
+#[test]
+fn a_crop_reads_only_its_patches_and_decodes_the_same_pixels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sizes = [(1931u32, 1097u32), (3840, 2160), (700, 300)];
+    let mut files = Vec::new();
+    for (i, &(w, h)) in sizes.iter().enumerate() {
+        let px = image(w, h, 7 + i as u32);
+        let bytes = l3_format::encode(&px, w, h, 3, 64).unwrap();
+        let p = tmp.path().join(format!("img{i}.l3"));
+        std::fs::write(&p, &bytes).unwrap();
+        files.push(bytes);
+    }
+    let ds = Arc::new(ImageFolder::open(tmp.path()).unwrap());
+    let opts = |decode| LoaderOptions {
+        batch_size: 1,
+        height: 224,
+        width: 224,
+        crop: Crop::Random,
+        hflip: true,
+        decode,
+        decode_threads: 2,
+        seed: 5,
+        epochs: Some(2),
+        ..LoaderOptions::default()
+    };
+    let run = |decode| {
+        let mut l = Loader::new(ds.clone(), opts(decode)).unwrap();
+        let batches: Vec<_> = l.by_ref().map(|b| b.unwrap()).collect();
+        let stats: Stats = l.stats();
+        (batches, stats)
+    };
+    let (region, stats) = run(DecodeScope::Region);
+    let (whole, whole_stats) = run(DecodeScope::Whole);
+    assert_eq!(region.len(), 6);
+    for (a, b) in region.iter().zip(&whole) {
+        assert_eq!(a.ids, b.ids);
+        assert!(a.pixels == b.pixels, "epoch {} item {}", a.epoch, a.ids[0]);
+    }
+    // The expected bytes, from the whole file: header + offset table once per file (the second epoch
+    // finds them cached), plus, per draw, every (channel, patch) under the item's window.
+    let spec = SampleSpec {
+        height: 224,
+        width: 224,
+        crop: Crop::Random,
+        hflip: true,
+        layout: Default::default(),
+        dtype: Default::default(),
+        normalize: None,
+    };
+    let mut want = 0u64;
+    for (i, bytes) in files.iter().enumerate() {
+        let f = l3_format::L3File::parse(bytes).unwrap();
+        want += f.data_offset() as u64;
+        for epoch in 0..2 {
+            let win = spec.window(
+                f.width(),
+                f.height(),
+                &ItemKey {
+                    seed: 5,
+                    epoch,
+                    index: i,
+                },
+            );
+            let n = f.patch_size() as u32;
+            for p in 0..f.patches_per_channel() {
+                let r = f.patch_rect(p);
+                let meets = r.x < win.src.x + win.src.w
+                    && win.src.x < r.x + r.w
+                    && r.y < win.src.y + win.src.h
+                    && win.src.y < r.y + r.h;
+                if meets {
+                    for c in 0..3 {
+                        want += f.patch_range(c, p).len() as u64;
+                    }
+                }
+            }
+            assert!(win.src.w <= 224 && n == 64);
+        }
+    }
+    assert_eq!(stats.bytes_read, want);
+    let on_disk: u64 = files.iter().map(|f| f.len() as u64).sum();
+    assert_eq!(whole_stats.bytes_read, 2 * on_disk);
+    // A 224x224 crop of a 4K image covers a few percent of its bytes.
+    assert!(
+        stats.bytes_read * 10 < whole_stats.bytes_read,
+        "{} of {}",
+        stats.bytes_read,
+        whole_stats.bytes_read
+    );
+    // Decoding only the window also decodes fewer pixels.
+    assert!(stats.pixels_decoded < whole_stats.pixels_decoded / 10);
+}
