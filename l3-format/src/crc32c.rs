@@ -55,13 +55,45 @@ pub(crate) fn update_portable(mut crc: u32, bytes: &[u8]) -> u32 {
 
 /// CRC-32C of `bytes`.
 pub fn crc32c(bytes: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_sse42() {
-        // SAFETY: the SSE4.2 `crc32` instruction is all it needs, checked just above.
-        #[allow(unsafe_code)]
-        return !unsafe { crate::simd::crc::update_sse42(!0, bytes) };
+    let mut c = Crc32c::new();
+    c.update(bytes);
+    c.finish()
+}
+
+/// CRC-32C computed piece by piece, for a file checked while it streams through a small buffer (`l3 info`
+/// on a file of any size) rather than read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crc32c(u32);
+
+impl Default for Crc32c {
+    fn default() -> Self {
+        Self::new()
     }
-    !update_portable(!0, bytes)
+}
+
+impl Crc32c {
+    pub fn new() -> Self {
+        Crc32c(!0)
+    }
+
+    /// Continues the checksum over the next `bytes`.
+    pub fn update(&mut self, bytes: &[u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_sse42() {
+            // SAFETY: the SSE4.2 `crc32` instruction is all it needs, checked just above.
+            #[allow(unsafe_code)]
+            {
+                self.0 = unsafe { crate::simd::crc::update_sse42(self.0, bytes) };
+            }
+            return;
+        }
+        self.0 = update_portable(self.0, bytes);
+    }
+
+    /// The checksum of everything passed to [`update`](Self::update).
+    pub fn finish(self) -> u32 {
+        !self.0
+    }
 }
 
 #[cfg(test)]
@@ -78,6 +110,22 @@ mod tests {
         let asc: Vec<u8> = (0..32).collect();
         assert_eq!(crc32c(&asc), 0x46DD_794E);
         assert_eq!(crc32c(&[]), 0);
+    }
+
+    #[test]
+    fn piecewise_equals_whole_for_every_split() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + i / 5) as u8).collect();
+        let whole = crc32c(&data);
+        for split in [0, 1, 7, 8, 9, 64, 150, 299, 300] {
+            let mut c = Crc32c::new();
+            c.update(&data[..split]);
+            c.update(&data[split..]);
+            assert_eq!(c.finish(), whole, "split at {split}");
+        }
+        let mut bytewise = Crc32c::default();
+        data.iter()
+            .for_each(|b| bytewise.update(std::slice::from_ref(b)));
+        assert_eq!(bytewise.finish(), whole);
     }
 
     #[test]

@@ -3,13 +3,13 @@
 use crate::error::{Error, Limits};
 use crate::paeth::predict_row;
 use crate::row::{MAX_W, pack_row};
-use crate::v2::{self, Format, Profile};
+use crate::v2::{self, Format};
 use crate::{HEADER_LEN, MAGIC, VERSION};
 
 pub use crate::v2::encode::Choices;
 
-/// What [`encode_with`] writes. `Default` is the format this crate recommends: version 2, profile ANS,
-/// patch size 128, the reference encoder choices, one thread.
+/// What [`encode_with`] writes. `Default` is [`crate::DEFAULT_FORMAT`] at that format's default patch size,
+/// the reference encoder choices, one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EncodeOptions {
     pub format: Format,
@@ -26,7 +26,7 @@ pub struct EncodeOptions {
 impl Default for EncodeOptions {
     fn default() -> Self {
         EncodeOptions {
-            format: Format::V2(Profile::Ans),
+            format: crate::DEFAULT_FORMAT,
             patch_size: None,
             threads: 1,
             choices: Choices::Reference,

@@ -361,6 +361,19 @@ impl<'a> L3File<'a> {
         }
     }
 
+    /// The frequency tables of a v2-ANS file (`None` for v1 and v2-BP), parsed again from the bytes that
+    /// [`parse`](Self::parse) validated.
+    pub fn ans_tables(&self) -> Option<v2::AnsTables> {
+        match self.kind {
+            Kind::V2(l) if l.profile == Profile::Ans => {
+                v2::tables_end(&self.geometry, &self.bytes[HEADER_LEN..l.offsets_at])
+                    .ok()
+                    .map(|(t, _)| t)
+            }
+            _ => None,
+        }
+    }
+
     /// The format version in the header: 1 or 2.
     pub fn version(&self) -> u16 {
         self.geometry.version

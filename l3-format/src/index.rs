@@ -83,6 +83,38 @@ impl L3Index {
         }
     }
 
+    /// The next bytes to read to complete the prefix of a `file_len`-byte file, given the first `have`
+    /// bytes already read: `Some(have.len() .. end)`, or `None` once [`parse`](Self::parse) has what it
+    /// needs (or the whole file is in, and `parse` will say what is missing). Every caller that reads a
+    /// prefix runs the same loop, so a v2-ANS file, whose variable-length tables need more than one read,
+    /// is read the same way everywhere:
+    ///
+    /// ```
+    /// # let file = l3_format::encode_with(&[7u8; 48], 4, 4, 3, &Default::default())?;
+    /// let mut prefix = Vec::new();
+    /// while let Some(r) = l3_format::L3Index::next_read(&prefix, file.len() as u64)? {
+    ///     let at = prefix.len();
+    ///     prefix.resize(r.end as usize, 0);
+    ///     prefix[at..].copy_from_slice(&file[at..r.end as usize]); // a pread, or a ranged GET
+    /// }
+    /// let index = l3_format::L3Index::parse(&prefix, file.len() as u64)?;
+    /// assert_eq!(index.width(), 4);
+    /// # Ok::<(), l3_format::Error>(())
+    /// ```
+    pub fn next_read(have: &[u8], file_len: u64) -> Result<Option<Range<u64>>, Error> {
+        Self::next_read_with_limits(have, file_len, &Limits::default())
+    }
+
+    pub fn next_read_with_limits(
+        have: &[u8],
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<Option<Range<u64>>, Error> {
+        let need = (Self::prefix_len_with_limits(have, limits)? as u64).min(file_len);
+        let at = have.len() as u64;
+        Ok((need > at).then_some(at..need))
+    }
+
     /// Parses the prefix from `prefix` (at least [`prefix_len`](Self::prefix_len) bytes; more is fine) of a
     /// file that is `file_len` bytes long.
     pub fn parse(prefix: &[u8], file_len: u64) -> Result<Self, Error> {
@@ -170,6 +202,14 @@ impl L3Index {
             IndexKind::V2 { layout, .. } => layout.data_start as u64,
         }
     }
+    /// Bytes of patch data: from [`data_offset`](Self::data_offset) to the end of the file (v1) or to
+    /// the CRC-32C that ends a v2 file — what `l3 info` reports as "patch data bytes".
+    pub fn patch_data_len(&self) -> u64 {
+        match &self.kind {
+            IndexKind::V1 { .. } => self.file_len - self.data_offset(),
+            IndexKind::V2 { layout, .. } => (layout.data_end - layout.data_start) as u64,
+        }
+    }
     /// The v2-ANS frequency tables (`None` for v1 and v2-BP).
     pub fn ans_tables(&self) -> Option<&AnsTables> {
         match &self.kind {
@@ -185,6 +225,21 @@ impl L3Index {
                 bounds.len() * 4 + tables.as_ref().map_or(0, AnsTables::heap_bytes)
             }
         }
+    }
+
+    /// File byte range of the bytes that hold `patch` of `channel`: v1 and v2-BP store each (channel or
+    /// plane, patch) apart; a v2-ANS chunk holds every channel of its patch (the same range for each).
+    /// `None` for an index out of range. (v2-BP planes are G, R−G, B−G, A.)
+    pub fn patch_range(&self, channel: usize, patch: usize) -> Option<Range<u64>> {
+        let g = &self.geometry;
+        let per = g.patches_per_channel();
+        if channel >= g.channels as usize || patch >= per {
+            return None;
+        }
+        Some(match g.profile {
+            Some(Profile::Ans) => self.entry(patch),
+            _ => self.entry(channel * per + patch),
+        })
     }
 
     /// File byte range of offset-table entry `i` (v1: (channel, patch); v2-BP: (plane, patch); v2-ANS:

@@ -13,9 +13,13 @@
 //! - [`L3Index`] + [`Fragments`]: the same region decode when only the header, the offset table and the
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
-// `unsafe` lives only in `simd.rs` (AVX2 row kernel and interleavers: intrinsics, and unaligned loads/stores
-// through bounds-checked slices) and at its call sites in `decode.rs` and `region.rs`, after the run-time
-// AVX2 check;
+//! - Version 2 ([`v2`], SPEC.md part 2): [`encode_with`] and [`EncodeOptions`] write it (profile ANS or BP,
+//!   [`Format`]); every reader above reads it too, checking its CRC-32C ([`crc32c`], [`Crc32c`]) unless
+//!   [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a device decoder
+//!   what it needs. [`DEFAULT_FORMAT`] is what callers write when they do not choose.
+// `unsafe` lives only in `simd/` (AVX2 row kernels, interleavers, the v2 rANS and BP decoders, the SSE4.2
+// CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites in
+// `decode.rs`, `region.rs`, `v2/decode.rs` and `crc32c.rs`, after the run-time CPU feature checks;
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
@@ -38,7 +42,7 @@ pub use decode::decode_patch;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use crc32c::crc32c;
+pub use crc32c::{Crc32c, crc32c};
 pub use encode::{Choices, EncodeOptions, encode, encode_parallel, encode_patch, encode_with};
 pub use error::{Error, Limits, ParseOptions, PatchId};
 pub use file::{L3File, Rect};
@@ -53,6 +57,13 @@ pub const MAGIC: [u8; 4] = *b"L3IM";
 pub const VERSION: u16 = 1;
 /// The newest format version this crate reads and writes.
 pub const VERSION_2: u16 = 2;
+/// The format written when the caller does not choose one ([`EncodeOptions::default`], `l3 encode`,
+/// `l3 convert --to l3`). Still version 1: version 2 becomes the default once its profile ANS meets the
+/// targets it was designed for — at most 0.80× PNG's size *and* at least twice the `png` crate's
+/// single-threaded decode speed on the corpus. It is smaller than PNG but, measured on the development
+/// machine, decodes more slowly than PNG on one core (README.md has the figures), so asking for it stays
+/// an explicit choice (`Format::V2(Profile::Ans)`, `l3 encode --format v2`).
+pub const DEFAULT_FORMAT: Format = Format::V1;
 /// Size in bytes of the fixed header that precedes the offset table.
 pub const HEADER_LEN: usize = 20;
 /// Largest patch side the format allows (the patch size is a `u8`).

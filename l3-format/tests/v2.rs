@@ -78,14 +78,19 @@ fn check(
     assert!(chw1 == chw);
 
     // The region, from the file and from an index plus only the ranges it names.
-    let mut have = file[..20.min(file.len())].to_vec();
-    loop {
-        let need = L3Index::prefix_len(&have).unwrap();
-        if need <= have.len() || have.len() == file.len() {
-            break;
-        }
-        have = file[..need.min(file.len())].to_vec();
+    let mut have = Vec::new();
+    let mut reads = 0;
+    while let Some(r) = L3Index::next_read(&have, file.len() as u64).unwrap() {
+        assert_eq!(
+            r.start,
+            have.len() as u64,
+            "reads continue where the last one ended"
+        );
+        have.extend_from_slice(&file[r.start as usize..r.end as usize]);
+        reads += 1;
     }
+    // The header, then (ANS) read-aheads doubling until the tables are in, with the offset table.
+    assert!(reads <= 10, "{reads} reads for a {}-byte file", file.len());
     let idx = L3Index::parse(&have, file.len() as u64).unwrap();
     assert_eq!((idx.version(), idx.profile()), (2, Some(profile)));
     let ranges = idx.region_ranges(region, 0).unwrap();
@@ -192,14 +197,30 @@ fn smallest_choices_round_trip_and_are_not_larger() {
 }
 
 #[test]
-fn default_options_write_v2_ans_at_128() {
+fn default_options_write_the_default_format_at_its_patch_size() {
     let px = image(300, 200, 3, 5, 1);
     let file = encode_with(&px, 300, 200, 3, &EncodeOptions::default()).unwrap();
     let f = L3File::parse(&file).unwrap();
     assert_eq!(
         (f.format(), f.patch_size()),
-        (Format::V2(Profile::Ans), 128)
+        (
+            l3_format::DEFAULT_FORMAT,
+            l3_format::DEFAULT_FORMAT.default_patch_size(300, 200)
+        )
     );
+    // Version 2 without a patch size is N = 128.
+    let v2 = encode_with(
+        &px,
+        300,
+        200,
+        3,
+        &EncodeOptions {
+            format: Format::V2(Profile::Ans),
+            ..EncodeOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(L3File::parse(&v2).unwrap().patch_size(), 128);
     let v1 = encode_with(
         &px,
         300,

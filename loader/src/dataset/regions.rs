@@ -82,17 +82,16 @@ pub(crate) fn read_region(
     let index = match cache.get(item) {
         Some(i) => i,
         None => {
-            // The header says how long the offset table is: read exactly header + table, nothing more.
-            let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
-            file.read_exact_at(&mut prefix, base).map_err(io)?;
-            read += prefix.len() as u64;
-            let need = L3Index::prefix_len(&prefix).map_err(l3)?;
-            if need > prefix.len() && need as u64 <= len {
+            // The header says how long the offset table is (and a v2-ANS file's tables how long they
+            // are): read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads,
+            // v2-ANS with a read-ahead until its tables are in.
+            let mut prefix = Vec::new();
+            while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
                 let have = prefix.len();
-                prefix.resize(need, 0);
-                file.read_exact_at(&mut prefix[have..], base + have as u64)
+                prefix.resize(r.end as usize, 0);
+                file.read_exact_at(&mut prefix[have..], base + r.start)
                     .map_err(io)?;
-                read += (need - have) as u64;
+                read += r.end - r.start;
             }
             let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
             cache.insert(item, index.clone());
