@@ -17,7 +17,7 @@ cargo test -p l3-cuda --release --no-run --message-format=json "$@" \
 cargo build -p l3-cuda --release --example fig7a --example l3_ctypes "$@"
 cp target/release/examples/fig7a target/release/examples/libl3_ctypes.so "$BIN/"
 # The `l3` tool, from whichever workspace package provides it (optional: gpu-check's `bench` step).
-if cargo build --release --bin l3 2>"$BIN/l3-build.log"; then
+if cargo build --release -p l3-cli --bin l3 2>"$BIN/l3-build.log"; then
     cp target/release/l3 "$BIN/l3"
     rm "$BIN/l3-build.log"
 else

@@ -99,11 +99,27 @@ pub fn stream_epochs(
 }
 
 /// One format of the comparison: a dataset to stream, or the reason there is none.
+#[derive(Clone)]
 pub struct FormatEntry {
     pub name: String,
     pub dataset: std::result::Result<Arc<dyn Dataset>, String>,
     /// How much of each item to decode (L3: only the patches under the crop, or whole images).
     pub decode: DecodeScope,
+    /// Where the dataset is and, for PCR, the scan group: to open it again with other storage options.
+    pub path: PathBuf,
+    pub group: Option<usize>,
+}
+
+impl FormatEntry {
+    /// The same dataset read through `storage` (a bandwidth cap, say).
+    pub fn reopen(&self, storage: &loader::StorageOptions) -> Result<Arc<dyn Dataset>> {
+        let options = loader::OpenOptions {
+            group: self.group,
+            storage: storage.clone(),
+            ..loader::OpenOptions::default()
+        };
+        loader::open_dataset(&self.path, &options)
+    }
 }
 
 /// Writes `count` generated images (first half 1280×720, second half 1920×1080) as PNG files under
@@ -184,6 +200,8 @@ pub fn build_formats(
             .map(|d| Arc::new(d) as Arc<dyn Dataset>)
             .map_err(|e| e.to_string()),
         decode,
+        path: dir.to_path_buf(),
+        group: None,
     };
     out.push(folder("PNG", png_dir, whole));
     let opts = ConvertOptions {
@@ -205,6 +223,8 @@ pub fn build_formats(
                 name: name.into(),
                 dataset: Err(format!("conversion failed: {e}")),
                 decode: whole,
+                path: dir.clone(),
+                group: None,
             },
         };
         (dir, entry)
@@ -215,6 +235,8 @@ pub fn build_formats(
         name: "L3, crop patches only".into(),
         dataset: l3.dataset.clone(),
         decode: DecodeScope::Region,
+        path: l3.path.clone(),
+        group: None,
     };
     out.extend([l3, l3_region]);
     let (_, raw) = converted("raw (PPM)", "raw", Target::Raw);
@@ -246,12 +268,16 @@ pub fn build_formats(
                     name: format!("Liquid L3+raw {}", r.ratio),
                     dataset: Ok(Arc::new(ds)),
                     decode: whole,
+                    path: dir.clone(),
+                    group: None,
                 }
             }
             Err(e) => FormatEntry {
                 name: "Liquid L3+raw".into(),
                 dataset: Err(e.to_string()),
                 decode: whole,
+                path: dir.clone(),
+                group: None,
             },
         };
         out.push(entry);
@@ -283,6 +309,8 @@ pub fn build_formats(
                             .map(|d| Arc::new(d) as Arc<dyn Dataset>)
                             .map_err(|e| e.to_string()),
                         decode: whole,
+                        path: pcr_dir.clone(),
+                        group: *g,
                     });
                 }
             }
@@ -290,6 +318,8 @@ pub fn build_formats(
                 name: "PCR".into(),
                 dataset: Err(e.to_string()),
                 decode: whole,
+                path: pcr_dir.clone(),
+                group: None,
             }),
         }
     }

@@ -23,6 +23,10 @@ pub struct DemoArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The second column's read bandwidth in MB/s (10^6 bytes): a typical per-GPU share of network
+    /// storage. 0 leaves that column out.
+    #[arg(long, default_value_t = 200.0)]
+    pub storage_mbps: f64,
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
@@ -85,9 +89,20 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     let t0 = Timer::start();
     println!("converting ...");
+    if !(a.storage_mbps.is_finite() && a.storage_mbps >= 0.0) {
+        anyhow::bail!(
+            "--storage-mbps {}: expected MB/s, 0 or more",
+            a.storage_mbps
+        );
+    }
+    let capped = (a.storage_mbps > 0.0).then_some(loader::StorageOptions {
+        bandwidth: Some((a.storage_mbps * 1e6) as u64),
+        cache: None,
+    });
     let plan = BuildPlan {
         threads,
         seed: a.seed,
+        pcr_groups: vec![Some(1), Some(5), None],
         ..BuildPlan::default()
     };
     let formats = build_formats(&png_dir, &work, &plan, &|line| println!("{line}"));
@@ -105,29 +120,47 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     struct Row {
         name: String,
         result: Result<(u64, l3_cli::compare::Measured), String>,
+        /// The same epoch through the bandwidth cap.
+        capped: Option<Result<l3_cli::compare::Measured, String>>,
     }
     let mut rows = Vec::new();
     for f in formats {
-        let result = match f.dataset {
+        let opts = LoaderOptions {
+            decode: f.decode,
+            ..opts.clone()
+        };
+        let result = match &f.dataset {
             Ok(ds) => {
                 let bytes = ds.stored_bytes();
-                let opts = LoaderOptions {
-                    decode: f.decode,
-                    ..opts.clone()
-                };
-                stream_epoch(ds, opts)
+                stream_epoch(ds.clone(), opts.clone())
                     .map(|m| (bytes, m))
                     .map_err(|e| e.to_string())
             }
-            Err(why) => Err(why),
+            Err(why) => Err(why.clone()),
         };
-        match &result {
-            Ok((_, m)) => println!("  {:<22} {:>8.1} images/s", f.name, m.images_per_sec()),
-            Err(e) => println!("  {:<22} not measured: {e}", f.name),
+        let capped = match (&result, &capped) {
+            (Ok(_), Some(storage)) => Some(
+                f.reopen(storage)
+                    .and_then(|ds| stream_epoch(ds, opts))
+                    .map_err(|e| e.to_string()),
+            ),
+            _ => None,
+        };
+        match (&result, &capped) {
+            (Ok((_, m)), Some(Ok(c))) => println!(
+                "  {:<22} {:>8.1} images/s, {:>8.1} at {} MB/s",
+                f.name,
+                m.images_per_sec(),
+                c.images_per_sec(),
+                a.storage_mbps
+            ),
+            (Ok((_, m)), _) => println!("  {:<22} {:>8.1} images/s", f.name, m.images_per_sec()),
+            (Err(e), _) => println!("  {:<22} not measured: {e}", f.name),
         }
         rows.push(Row {
             name: f.name,
             result,
+            capped,
         });
     }
 
@@ -137,10 +170,22 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         .and_then(|r| r.result.as_ref().ok())
         .map(|(_, m)| m.images_per_sec());
     println!();
+    let capped_header = format!("images/s @{}MB/s", a.storage_mbps);
     println!(
-        "{:<22} {:>14} {:>10} {:>16} {:>16}",
-        "format", "dataset bytes", "images/s", "CPU s / image", "speed-up vs PNG"
+        "{:<22} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
+        "format",
+        "dataset bytes",
+        "read / epoch",
+        "images/s",
+        "CPU s / image",
+        "speed-up vs PNG",
+        capped_header
     );
+    let capped_cell = |r: &Row| match &r.capped {
+        Some(Ok(c)) => format!("{:.1}", c.images_per_sec()),
+        Some(Err(_)) => "failed".to_string(),
+        None => "-".to_string(),
+    };
     let mut notes = Vec::new();
     for r in &rows {
         match &r.result {
@@ -149,18 +194,23 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                     format!("{:.2}x", m.images_per_sec() / p)
                 });
                 println!(
-                    "{:<22} {:>14} {:>10.1} {:>16.4} {:>16}",
+                    "{:<22} {:>14} {:>16} {:>10.1} {:>16.4} {:>16} {:>18}",
                     r.name,
                     bytes,
+                    m.stats.bytes_read,
                     m.images_per_sec(),
                     m.cpu_per_image().as_secs_f64(),
-                    speedup
+                    speedup,
+                    capped_cell(r)
                 );
+                if let Some(Err(e)) = &r.capped {
+                    notes.push(format!("{} at {} MB/s: {e}", r.name, a.storage_mbps));
+                }
             }
             Err(e) => {
                 println!(
-                    "{:<22} {:>14} {:>10} {:>16} {:>16}",
-                    r.name, "-", "-", "-", "-"
+                    "{:<22} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
+                    r.name, "-", "-", "-", "-", "-", "-"
                 );
                 notes.push(format!("{}: not measured ({e})", r.name));
             }
@@ -172,8 +222,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     println!(
         "{} images, batch {} of 224x224 centre crops, {threads} decode threads + 2 I/O threads, one epoch each; \
-         the datasets were just written, so they are read from the page cache: images/s measures decoding and the \
-         pipeline, not the disk. PCR bytes are those read at that scan group.",
+         the datasets were just written, so \"images/s\" reads them from the page cache and measures decoding and \
+         the pipeline; the last column reads the same bytes through a bandwidth cap that models network storage \
+         (a token bucket shared by the reader threads). PCR bytes are those read at that scan group.",
         rows.first()
             .and_then(|r| r.result.as_ref().ok())
             .map_or(0, |(_, m)| m.images),

@@ -1,4 +1,4 @@
-//! `l3 pcr build|read|info` (issue 4): a thin shell over the `pcr` crate.
+//! `l3 pcr build|read|info`: a thin shell over the `pcr` crate.
 //!
 //! - `build OUT_DIR IN... [--labels FILE.csv] [--per-record N]`: IN are JPEG files or directories (searched
 //!   recursively for `.jpg`/`.jpeg`, sorted); conversion runs on every core with a progress bar.
@@ -36,6 +36,13 @@ pub struct BuildArgs {
     /// Images per record.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub per_record: u32,
+    /// Accept JPEGs with corrupt data (truncated, bad Huffman codes) as libjpeg decodes them, with a warning
+    /// each; without it they are an error naming the file.
+    #[arg(long)]
+    pub allow_corrupt: bool,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -86,7 +93,8 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
     );
     let options = BuildOptions {
         images_per_record: a.per_record as usize,
-        ..BuildOptions::default()
+        allow_corrupt: a.allow_corrupt,
+        threads: a.threads.unwrap_or(0),
     };
     let started = std::time::Instant::now();
     let summary = pcr::build(&a.out_dir, &inputs, &options, &|_| bar.inc(1))

@@ -97,6 +97,48 @@ pub struct StreamArgs {
     /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`).
     #[arg(long)]
     pub resume: Option<String>,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// PCR datasets: records whose items are shuffled together (default 4).
+    #[arg(long, default_value_t = 0)]
+    pub pcr_window: usize,
+}
+
+/// How a dataset's bytes are read: shared by every command that opens one.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct StorageArgs {
+    /// Cap on read bandwidth in MB/s (10^6 bytes), shared by every reader: a model of network storage.
+    #[arg(long)]
+    pub storage_mbps: Option<f64>,
+    /// A local cache of objects read from object storage (`s3://` datasets), for repeated epochs.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes the cache may hold (e.g. 20G); least recently used entries go first.
+    #[arg(long, default_value = "10G")]
+    pub cache_limit: String,
+}
+
+impl StorageArgs {
+    pub fn options(&self) -> anyhow::Result<loader::StorageOptions> {
+        let bandwidth = match self.storage_mbps {
+            None => None,
+            Some(m) if m.is_finite() && m > 0.0 => Some((m * 1e6) as u64),
+            Some(m) => bail!("--storage-mbps {m}: expected a positive number of MB/s"),
+        };
+        let cache = match &self.cache_dir {
+            None => None,
+            Some(dir) => Some(loader::CacheOptions {
+                dir: dir.clone(),
+                limit: stdx::mem::parse_size(&self.cache_limit).with_context(|| {
+                    format!(
+                        "--cache-limit {:?}: expected bytes such as 20G",
+                        self.cache_limit
+                    )
+                })?,
+            }),
+        };
+        Ok(loader::StorageOptions { bandwidth, cache })
+    }
 }
 
 pub fn run(a: StreamArgs) -> anyhow::Result<()> {
@@ -136,6 +178,8 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         &OpenOptions {
             group: a.group,
             labels: a.labels.clone(),
+            storage: a.storage.options()?,
+            pcr_window: a.pcr_window,
         },
     )
     .with_context(|| format!("opening {}", a.dataset.display()))?;
@@ -296,6 +340,17 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.items_read,
         s.bytes_read as f64 / s.items_read.max(1) as f64
     );
+    if let Some(st) = ds.storage() {
+        println!(
+            "  storage: {} read requests, {} bytes from {}{}",
+            st.requests(),
+            st.bytes_read(),
+            st.root(),
+            st.bandwidth()
+                .map(|b| format!(" (capped at {:.0} MB/s)", b as f64 / 1e6))
+                .unwrap_or_default()
+        );
+    }
     if a.gpu {
         println!(
             "  gpu: {} batches decoded on the GPU, {} on the CPU after a GPU failure",

@@ -1,6 +1,9 @@
 //! `l3 stylize`: fast style transfer on an image of any size with BSP tiling.
 use anyhow::{Context, bail};
-use bsp_tiling::{Budget, CpuBackend, Mode, Net, Options, Output, PaddingMode, Rgb8, stylize};
+use bsp_tiling::{
+    Budget, Device, DeviceOptions, Mode, Net, Options, Output, PaddingMode, Precision, Rgb8,
+    stylize_on,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -9,9 +12,18 @@ pub struct StylizeArgs {
     /// TransformerNet weights in safetensors with the PyTorch example's key names.
     #[arg(long)]
     pub model: PathBuf,
-    /// Tile side in input pixels (a multiple of 4).
+    /// Tile side in input pixels (a multiple of 4; default 512 on the CPU, 2048 on a GPU).
     #[arg(long)]
     pub tile: Option<usize>,
+    /// Where the network runs: cpu, cuda (GPU 0) or cuda:N. A GPU that cannot be used is an error.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Bytes of GPU memory the run may use (default: what is free, less headroom).
+    #[arg(long)]
+    pub gpu_memory: Option<u64>,
+    /// f32, or f16 (binary16 operands, f32 accumulation) on a GPU.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// exact | sampled | naive | whole (also `sampled:N` for an N-times downsampled sample, and
     /// `recompute`: exact statistics recomputed per layer, no stored activations)
     #[arg(long, default_value = "exact")]
@@ -47,6 +59,17 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
             a.padding
         );
     };
+    let Some(device) = Device::parse(&a.device) else {
+        bail!("unknown --device {:?}: use cpu, cuda or cuda:N", a.device);
+    };
+    let Some(precision) = Precision::parse(&a.precision) else {
+        bail!("unknown --precision {:?}: use f32 or f16", a.precision);
+    };
+    let dev = DeviceOptions {
+        device,
+        gpu_memory: a.gpu_memory,
+        precision,
+    };
     let net = Net::load_transformer(&a.model, padding)
         .with_context(|| format!("loading {}", a.model.display()))?;
     crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
@@ -60,7 +83,7 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     let defaults = Options::default();
     let opts = Options {
         mode,
-        tile: a.tile.unwrap_or(defaults.tile),
+        tile: a.tile.unwrap_or(device.default_tile()),
         threads: a.threads.unwrap_or(defaults.threads).max(1),
         budget: Budget {
             ram: a.ram_budget_mib << 20,
@@ -69,7 +92,7 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
         },
     };
     let t0 = Instant::now();
-    let (out, info) = stylize(&net, &CpuBackend, &input, &opts, true)
+    let (out, info) = stylize_on(&dev, &net, &input, &opts, true)
         .with_context(|| format!("stylising {}", a.input.display()))?;
     let secs = t0.elapsed().as_secs_f64();
     drop(input);
@@ -84,8 +107,8 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
         format!("{:.1} MiB", p as f64 / 1048576.0)
     });
     eprintln!(
-        "stylize: {}x{} -> {}x{} mode {} ({} tiles, {} spilled layers) in {secs:.2} s, peak RSS {rss}",
-        w, h, o.width, o.height, a.mode, info.tiles, info.spilled_layers
+        "stylize: {}x{} -> {}x{} mode {} on {} ({} tiles, {} spilled layers) in {secs:.2} s, peak RSS {rss}",
+        w, h, o.width, o.height, a.mode, a.device, info.tiles, info.spilled_layers
     );
     Ok(())
 }

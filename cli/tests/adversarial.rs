@@ -554,3 +554,121 @@ fn pcr_from_a_mixed_folder_keeps_jpegs_lossless_and_asks_before_anything_lossy()
     let got = image::open(got).unwrap().to_rgb8();
     assert_eq!(got.as_raw(), &orig.pixels);
 }
+
+/// `stream` on a PCR dataset applies the checks `pcr read` applies (one validated reader): a record whose
+/// first byte is overwritten, or one of whose scan bytes flipped, is refused by both, naming the record.
+#[test]
+fn stream_refuses_the_pcr_records_pcr_read_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for i in 0..6 {
+        jpeg(&data.join(format!("c/{i}.jpg")), 64 + 8 * i, 48, None);
+    }
+    let ds = tmp.path().join("ds");
+    ok(&run(&[
+        "pcr",
+        "build",
+        s(&ds),
+        s(&data),
+        "--per-record",
+        "2",
+    ]));
+    let stream = |ds: &Path| {
+        run(&[
+            "stream",
+            s(ds),
+            "--batch",
+            "2",
+            "--size",
+            "32",
+            "--threads",
+            "1",
+        ])
+    };
+    ok(&stream(&ds));
+    let record = ds.join("record-00001.pcr");
+    let good = std::fs::read(&record).unwrap();
+    let mut bad = good.clone();
+    bad[0] ^= 0xFF;
+    std::fs::write(&record, &bad).unwrap();
+    let read = |ds: &Path| {
+        run(&[
+            "pcr",
+            "read",
+            s(ds),
+            "--group",
+            "10",
+            "--out",
+            s(&tmp.path().join("out")),
+        ])
+    };
+    fails_with(&read(&ds), &["record-00001.pcr"]);
+    fails_with(&stream(&ds), &["record-00001.pcr"]);
+    // A flipped byte near the end of the record: inside the last scan, caught by its CRC.
+    let mut bad = good.clone();
+    let at = bad.len() - 10;
+    bad[at] ^= 0x01;
+    std::fs::write(&record, &bad).unwrap();
+    fails_with(&read(&ds), &["record-00001.pcr"]);
+    fails_with(&stream(&ds), &["record-00001.pcr"]);
+    // A record one byte short.
+    std::fs::write(&record, &good[..good.len() - 1]).unwrap();
+    fails_with(&stream(&ds), &["record-00001.pcr"]);
+    std::fs::write(&record, &good).unwrap();
+    ok(&stream(&ds));
+}
+
+/// A PCR dataset of more records than the process may open files streams: records are read one request
+/// each and closed, never all held open.
+#[test]
+fn pcr_datasets_of_more_records_than_open_files_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for i in 0..150 {
+        jpeg(&data.join(format!("c/{i:03}.jpg")), 16, 16, None);
+    }
+    let ds = tmp.path().join("ds");
+    ok(&run(&[
+        "pcr",
+        "build",
+        s(&ds),
+        s(&data),
+        "--per-record",
+        "1",
+    ]));
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_l3"))
+        .args([
+            "stream",
+            s(&ds),
+            "--batch",
+            "10",
+            "--size",
+            "16",
+            "--group",
+            "2",
+        ]);
+    let out = run_limited(c, 120).0;
+    let stdout = ok(&out);
+    assert!(stdout.contains("150 images (0 skipped)"), "{stdout}");
+}
+
+/// Corrupt JPEG data (a file cut short) is an error for `pcr build` naming the file, unless asked for.
+#[test]
+fn pcr_build_refuses_corrupt_jpegs_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    jpeg(&data.join("a.jpg"), 128, 96, None);
+    jpeg(&data.join("b.jpg"), 128, 96, None);
+    let b = std::fs::read(data.join("b.jpg")).unwrap();
+    std::fs::write(data.join("b.jpg"), &b[..b.len() * 2 / 3]).unwrap();
+    let ds = tmp.path().join("ds");
+    fails_with(&run(&["pcr", "build", s(&ds), s(&data)]), &["b.jpg"]);
+    assert!(!ds.exists(), "a failed build leaves no folder behind");
+    let out = run(&["pcr", "build", s(&ds), s(&data), "--allow-corrupt"]);
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("b.jpg"), "the accepted file is named: {err}");
+}

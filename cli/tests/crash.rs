@@ -14,8 +14,15 @@ fn l3(args: &[&str]) -> Command {
 
 fn run_ok(args: &[&str]) -> Duration {
     let t0 = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_l3")).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_l3"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     t0.elapsed()
 }
 
@@ -24,13 +31,18 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
             } else {
-                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
             }
         }
     }
@@ -43,7 +55,11 @@ fn inputs(dir: &Path, n: u32) {
         let p = dir.join(class).join(format!("img{i:02}.png"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         let img = image::RgbImage::from_fn(480, 320, |x, y| {
-            image::Rgb([(x * 3 + i) as u8, (y * 7 + x / 5) as u8, ((x ^ y) + i * 9) as u8])
+            image::Rgb([
+                (x * 3 + i) as u8,
+                (y * 7 + x / 5) as u8,
+                ((x ^ y) + i * 9) as u8,
+            ])
         });
         img.save(p).unwrap();
     }
@@ -70,7 +86,11 @@ fn kill_and_rerun(
             if name.starts_with('.') {
                 continue; // temporaries and the released lock, never read as data
             }
-            assert!(readable(&rel, &bytes), "kill {k}: {} is partial", rel.display());
+            assert!(
+                readable(&rel, &bytes),
+                "kill {k}: {} is partial",
+                rel.display()
+            );
         }
         run_ok(args);
         let got = snapshot(out_dir);
@@ -79,7 +99,10 @@ fn kill_and_rerun(
             want.keys().collect::<Vec<_>>(),
             "kill {k}: the re-run left other files"
         );
-        assert!(got == *want, "kill {k}: the re-run's files differ from an uninterrupted run");
+        assert!(
+            got == *want,
+            "kill {k}: the re-run's files differ from an uninterrupted run"
+        );
     }
 }
 
@@ -90,7 +113,15 @@ fn convert_killed_anywhere_then_rerun_equals_an_uninterrupted_run() {
     inputs(&data, 24);
     for to in ["l3", "raw"] {
         let out_dir = tmp.path().join(format!("out-{to}"));
-        let args = ["convert", "--to", to, "--threads", "2", data.to_str().unwrap(), out_dir.to_str().unwrap()];
+        let args = [
+            "convert",
+            "--to",
+            to,
+            "--threads",
+            "2",
+            data.to_str().unwrap(),
+            out_dir.to_str().unwrap(),
+        ];
         let full = run_ok(&args);
         let want = snapshot(&out_dir);
         assert_eq!(want.len(), 24);
@@ -101,7 +132,13 @@ fn convert_killed_anywhere_then_rerun_equals_an_uninterrupted_run() {
                     f.decode_hwc(&mut px)
                 })
                 .is_ok(),
-            _ => loader::decode(loader::Format::Raw, bytes, rel, &mut loader::Image::default()).is_ok(),
+            _ => loader::decode(
+                loader::Format::Raw,
+                bytes,
+                rel,
+                &mut loader::Image::default(),
+            )
+            .is_ok(),
         };
         kill_and_rerun(&args, &out_dir, full, &want, &readable);
     }

@@ -313,9 +313,10 @@ fn demo_runs_end_to_end_on_a_small_generated_set() {
     let table: Vec<&str> = text
         .lines()
         .skip_while(|l| !l.starts_with("format"))
-        .take(10)
+        .take(12)
         .collect();
     assert!(table[0].contains("speed-up vs PNG"), "{text}");
+    assert!(table[0].contains("images/s @200MB/s"), "{text}");
     for name in [
         "PNG",
         "L3",
@@ -323,6 +324,7 @@ fn demo_runs_end_to_end_on_a_small_generated_set() {
         "raw (PPM)",
         "JPEG q90",
         "Liquid",
+        "PCR k=1",
         "PCR k=5",
         "PCR k=10 (full)",
     ] {
@@ -336,6 +338,15 @@ fn demo_runs_end_to_end_on_a_small_generated_set() {
     assert!(
         table
             .iter()
-            .any(|l| l.starts_with("PNG") && l.trim_end().ends_with("1.00x"))
+            .any(|l| l.starts_with("PNG") && l.contains(" 1.00x "))
     );
+    // Bytes read per epoch (third column): crops of L3 read less than whole L3 files, and PCR's first scan
+    // group less than all of them.
+    let read = |name: &str| -> u64 {
+        let row = table.iter().find(|l| l.starts_with(name)).unwrap();
+        let cells: Vec<&str> = row[name.len()..].split_whitespace().collect();
+        cells[1].parse().unwrap_or_else(|_| panic!("{row}"))
+    };
+    assert!(read("L3, crop patches only") < read("L3 "), "{text}");
+    assert!(read("PCR k=1") < read("PCR k=10 (full)"), "{text}");
 }

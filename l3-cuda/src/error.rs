@@ -86,10 +86,16 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn driver(call: &'static str, e: impl std::fmt::Debug) -> Self {
-        Error::Driver {
-            call,
-            message: format!("{e:?}"),
-        }
+    /// The driver's own name and description of the code (`CUDA_ERROR_OUT_OF_MEMORY: out of memory`),
+    /// not the binding's Debug text.
+    pub(crate) fn driver(call: &'static str, e: cudarc::driver::DriverError) -> Self {
+        let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+        let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+        let message = match (name, text) {
+            (Ok(name), Ok(text)) => format!("{name}: {text}"),
+            (Ok(name), Err(_)) => name,
+            _ => format!("CUDA error code {}", e.0 as u32),
+        };
+        Error::Driver { call, message }
     }
 }

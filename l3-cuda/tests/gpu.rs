@@ -304,13 +304,18 @@ fn gpu_v2_corrupt_patch_reported_by_batch_index() {
         &mut rng,
     );
     let mut bad = good.file.clone();
-    let f = l3_format::L3File::parse(&bad).unwrap();
-    let at = f.data_offset() + f.patch_range(0, 1).start + 200;
+    let (at, decoded_len) = {
+        let f = l3_format::L3File::parse(&bad).unwrap();
+        (
+            f.data_offset() + f.patch_range(0, 1).start + 200,
+            f.decoded_len(),
+        )
+    };
     bad[at] ^= 0x20;
     let end = bad.len() - 4;
     let crc = l3_format::crc32c(&bad[..end]);
     bad[end..].copy_from_slice(&crc.to_le_bytes());
-    let mut px = vec![0u8; f.decoded_len()];
+    let mut px = vec![0u8; decoded_len];
     assert!(
         l3_format::L3File::parse(&bad)
             .unwrap()

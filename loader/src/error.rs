@@ -32,6 +32,9 @@ pub enum Error {
     #[error("{}: {reason}", path.display())]
     Dataset { path: PathBuf, reason: String },
     /// Loader options that cannot work together (batch size 0, rank >= world size, ...).
+    /// A PCR dataset or record failed its checks (the message names the file).
+    #[error("{0}")]
+    Pcr(#[from] pcr::Error),
     #[error("invalid loader options: {0}")]
     Options(String),
     /// Buffers the options ask for would not fit in memory.

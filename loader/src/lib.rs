@@ -45,7 +45,7 @@ mod storage;
 pub use batch::{Batch, Tensor};
 pub use dataset::folder::ImageFiles;
 pub use dataset::{
-    Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
+    Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
 };
 pub use error::{Error, Result};
 pub use format::Format;

@@ -505,6 +505,11 @@ impl Run {
             rank: o.rank,
             world_size: o.world_size,
             tail: o.shard_tail,
+            blocks: ds
+                .blocks()
+                .map_or_else(Vec::new, |b| b.starts.to_vec())
+                .into(),
+            window: ds.blocks().map_or(1, |b| b.window),
         };
         let sampler = match o.order {
             Order::Seeded => None,
@@ -651,7 +656,8 @@ fn liquid_sampler(
 ) -> Result<liquid_sampler::LiquidSampler> {
     let Some(ds) = dataset.liquid() else {
         return Err(Error::Options(format!(
-            "the Liquid order needs a Liquid multi-format dataset, not {}",
+            "the Liquid order needs a local Liquid multi-format dataset (its sampler reads the packs \
+             with direct I/O), not {}",
             dataset.describe()
         )));
     };

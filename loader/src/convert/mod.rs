@@ -198,17 +198,20 @@ fn prepare_output(output: &Path, target: Format) -> Result<(stdx::fs::DirLock, u
             ),
         ));
     }
-    let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([output.to_path_buf()]);
-    for (rel, _) in &existing.files {
-        if let Some(p) = rel.parent() {
-            dirs.insert(output.join(p));
+    // Every folder the conversion writes into, including those holding nothing but a killed run's
+    // temporary (hidden, so no listing of images shows them). Symlinks are not followed: outputs are
+    // written into real folders.
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut pending = vec![output.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    pending.push(e.path());
+                }
+            }
         }
-    }
-    let walk = stdx::fs::walk(output).map_err(|e| Error::io(output, e))?;
-    for rel in &walk.files {
-        if let Some(p) = rel.parent() {
-            dirs.insert(output.join(p));
-        }
+        dirs.insert(d);
     }
     let mut removed = 0;
     for d in dirs {

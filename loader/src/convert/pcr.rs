@@ -118,7 +118,6 @@ pub fn to_pcr(input: &Path, out: &Path, build: &PcrBuild) -> Result<PcrSummary> 
         images_per_record: build.images_per_record,
         threads: build.threads,
         allow_corrupt: build.allow_corrupt,
-        ..pcr::BuildOptions::default()
     };
     pcr::build(out, &inputs, &options, &|_| {}).map_err(|e| Error::dataset(out, e))?;
     Ok(PcrSummary {
@@ -127,4 +126,3 @@ pub fn to_pcr(input: &Path, out: &Path, build: &PcrBuild) -> Result<PcrSummary> 
         warnings: listed.skipped,
     })
 }
-

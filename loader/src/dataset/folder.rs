@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::item::{SampleRequest, Stored};
 use crate::sample::DecodeScope;
+use crate::storage::{Storage, key_of};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,7 @@ const INDEX_CACHE_BYTES: usize = 64 << 20;
 #[derive(Debug)]
 pub struct ImageFolder {
     root: PathBuf,
+    storage: Storage,
     items: Vec<FolderItem>,
     classes: Vec<String>,
     bytes: u64,
@@ -27,9 +29,13 @@ pub struct ImageFolder {
 
 #[derive(Debug, Clone)]
 struct FolderItem {
+    /// Relative to the root, `/`-separated.
+    key: String,
     path: PathBuf,
     label: u32,
     format: Format,
+    /// Size when the folder was listed (`None`: not listed, a CSV row; found when read).
+    len: Option<u64>,
 }
 
 /// The image files under a folder, listed the way every part of the toolkit lists them.
@@ -69,8 +75,26 @@ impl ImageFolder {
     /// A folder holding one image in two formats (`a.l3` beside `a.ppm`, e.g. two conversions into one
     /// folder) is refused: every image would be counted twice.
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
-        let root = root.as_ref().to_path_buf();
-        let listed = image_files(&root)?;
+        Self::open_in(Storage::local(root.as_ref()))
+    }
+
+    /// [`open`](Self::open) on any storage: a local folder or an object-store prefix.
+    pub fn open_in(storage: Storage) -> Result<Self> {
+        let root = PathBuf::from(storage.root());
+        let listed = match storage.local_root() {
+            Some(dir) => image_files(dir)?,
+            None => {
+                let listing = storage.list()?;
+                ImageFiles {
+                    files: listing
+                        .files
+                        .iter()
+                        .filter_map(|(k, _)| Format::from_path(Path::new(k)).map(|f| (k.into(), f)))
+                        .collect(),
+                    skipped: listing.skipped,
+                }
+            }
+        };
         let mut stems: HashMap<PathBuf, &Path> = HashMap::new();
         for (rel, _) in &listed.files {
             if let Some(other) = stems.insert(rel.with_extension(""), rel) {
@@ -93,18 +117,24 @@ impl ImageFolder {
             .into_iter()
             .map(|(rel, format)| FolderItem {
                 label: classes.binary_search(&class_of(&rel)).unwrap_or(0) as u32,
-                path: root.join(rel),
+                key: key_of(&rel),
+                path: storage.name(&key_of(&rel)),
                 format,
+                len: None,
             })
             .collect();
-        Self::finish(root, items, classes, listed.skipped)
+        Self::finish(storage, items, classes, listed.skipped)
     }
 
     /// The items listed in `csv`, one `path,label` line each (path relative to `root`; label an integer or a
     /// class name; an optional header line whose label column reads `label`). Listed files are not checked
     /// here: a missing one fails when it is read, with its path and index.
     pub fn with_labels(root: impl AsRef<Path>, csv: impl AsRef<Path>) -> Result<Self> {
-        let root = root.as_ref().to_path_buf();
+        Self::with_labels_in(Storage::local(root.as_ref()), csv)
+    }
+
+    /// [`with_labels`](Self::with_labels) on any storage (the CSV is a local file).
+    pub fn with_labels_in(storage: Storage, csv: impl AsRef<Path>) -> Result<Self> {
         let csv = csv.as_ref();
         let text = stdx::fs::read_regular(csv, 1 << 30)
             .map_err(|e| Error::io(csv, e))
@@ -148,31 +178,42 @@ impl ImageFolder {
                 } else {
                     classes.binary_search(&l).unwrap_or(0) as u32
                 },
-                path: root.join(rel),
+                key: key_of(&rel),
+                path: storage.name(&key_of(&rel)),
                 format,
+                len: None,
             })
             .collect();
-        Self::finish(root, items, classes, Vec::new())
+        Self::finish(storage, items, classes, Vec::new())
     }
 
     fn finish(
-        root: PathBuf,
-        items: Vec<FolderItem>,
+        storage: Storage,
+        mut items: Vec<FolderItem>,
         classes: Vec<String>,
         warnings: Vec<String>,
     ) -> Result<Self> {
+        let root = PathBuf::from(storage.root());
         if items.is_empty() {
             return Err(Error::dataset(
                 &root,
                 "no images (PNG, JPEG, PPM/PGM/PAM or L3) found",
             ));
         }
-        let bytes = items
-            .iter()
-            .map(|i| std::fs::metadata(&i.path).map(|m| m.len()).unwrap_or(0))
-            .sum();
+        if storage.is_remote() {
+            let sizes: HashMap<String, u64> = storage.list()?.files.into_iter().collect();
+            for i in &mut items {
+                i.len = sizes.get(&i.key).copied();
+            }
+        } else {
+            for i in &mut items {
+                i.len = std::fs::metadata(&i.path).ok().map(|m| m.len());
+            }
+        }
+        let bytes = items.iter().map(|i| i.len.unwrap_or(0)).sum();
         Ok(ImageFolder {
             root,
+            storage,
             items,
             classes,
             bytes,
@@ -186,13 +227,18 @@ impl ImageFolder {
         &self.classes
     }
 
-    /// The file of item `index`.
+    /// The file (or object URL) of item `index`.
     pub fn path(&self, index: usize) -> &Path {
         &self.items[index].path
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The read layer the items come through (its request and byte counts).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
     }
 }
 
@@ -214,24 +260,37 @@ impl Dataset for ImageFolder {
     }
     fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
         let item = &self.items[index];
-        let p = &item.path;
         if item.format == Format::L3 && req.scope == DecodeScope::Region {
-            let file = stdx::fs::open_regular(p).map_err(|e| Error::io(p, e))?;
-            let len = file.metadata().map_err(|e| Error::io(p, e))?.len();
-            return read_region(&self.indexes, index, &file, 0, len, req, p);
+            // Locally the size is taken now (the file may have been replaced since the listing); an
+            // object's comes from the listing, saving a request per item.
+            let len = match (self.storage.is_remote(), item.len) {
+                (true, Some(len)) => len,
+                _ => self.storage.size(&item.key)?,
+            };
+            return read_region(
+                &self.indexes,
+                index,
+                &self.storage,
+                &item.key,
+                (0, len),
+                req,
+            );
         }
         let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
-        let bytes = stdx::fs::read_regular(p, limit).map_err(|e| Error::io(p, e))?;
+        let bytes = self.storage.read(&item.key, limit)?;
         let n = bytes.len() as u64;
         Ok((Stored::Whole(bytes), n))
     }
     fn describe(&self) -> String {
         format!(
             "image folder {} ({} images, {} classes)",
-            self.root.display(),
+            self.storage.root(),
             self.items.len(),
             self.classes.len()
         )
+    }
+    fn storage(&self) -> Option<&Storage> {
+        Some(&self.storage)
     }
     fn warnings(&self) -> &[String] {
         &self.warnings

@@ -7,9 +7,12 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
 use crate::sample::DecodeScope;
-use liquid_sampler::manifest::FormatKind;
-use std::os::unix::fs::FileExt;
+use crate::storage::Storage;
+use liquid_sampler::manifest::{FormatKind, MANIFEST_NAME, Manifest};
 use std::path::{Path, PathBuf};
+
+/// Manifests larger than this are refused before being read.
+const MAX_MANIFEST_BYTES: u64 = 1 << 32;
 
 /// Offset tables of L3 items kept for region reads.
 const INDEX_CACHE_BYTES: usize = 64 << 20;
@@ -19,18 +22,62 @@ const INDEX_CACHE_BYTES: usize = 64 << 20;
 /// Items keep the manifest's storage order; the format tag of each (`png`, `jpeg`, `l3`, `raw`) picks its
 /// decoder. Under the loader's default order reads are plain `pread`s through the page cache (L3 items:
 /// only the patches under the window); with [`Order::Liquid`](crate::Order::Liquid) the loader takes its
-/// order and bytes from `liquid-sampler`'s page-cache-bypassing two-region sampler instead.
+/// order and bytes from `liquid-sampler`'s page-cache-bypassing two-region sampler instead (local
+/// datasets only: it reads the packs itself with direct I/O).
 pub struct LiquidShards {
     inner: liquid_sampler::Dataset,
-    files: Vec<std::fs::File>,
+    storage: Storage,
     formats: Vec<Format>,
     indexes: IndexCache,
 }
 
 impl LiquidShards {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref();
-        let inner = liquid_sampler::Dataset::open(dir).map_err(|e| Error::dataset(dir, e))?;
+        Self::open_in(Storage::local(dir.as_ref()))
+    }
+
+    /// The dataset at the root of `storage` (a local folder or an object-store prefix). The manifest is
+    /// checked, and every data file against its recorded length, before anything else is read.
+    pub fn open_in(storage: Storage) -> Result<Self> {
+        let dir = PathBuf::from(storage.root());
+        let dir = dir.as_path();
+        let inner = match storage.local_root() {
+            Some(local) => {
+                liquid_sampler::Dataset::open(local).map_err(|e| Error::dataset(local, e))?
+            }
+            None => {
+                let name = storage.name(MANIFEST_NAME);
+                let bytes = storage.read(MANIFEST_NAME, MAX_MANIFEST_BYTES)?;
+                let manifest =
+                    Manifest::from_bytes(&bytes, &name).map_err(|e| Error::dataset(&name, e))?;
+                manifest
+                    .check(&name)
+                    .map_err(|e| Error::dataset(&name, e))?;
+                let sizes: std::collections::HashMap<String, u64> =
+                    storage.list()?.files.into_iter().collect();
+                for f in &manifest.files {
+                    match sizes.get(&f.name) {
+                        Some(&len) if len == f.len => {}
+                        Some(&len) => {
+                            return Err(Error::dataset(
+                                storage.name(&f.name),
+                                format!("the manifest says {} bytes, the object has {len}", f.len),
+                            ));
+                        }
+                        None => {
+                            return Err(Error::dataset(
+                                storage.name(&f.name),
+                                "data file missing from the dataset",
+                            ));
+                        }
+                    }
+                }
+                liquid_sampler::Dataset {
+                    dir: dir.to_path_buf(),
+                    manifest,
+                }
+            }
+        };
         let formats = inner
             .manifest
             .formats
@@ -48,15 +95,9 @@ impl LiquidShards {
                 },
             })
             .collect::<Result<Vec<_>>>()?;
-        let files = (0..inner.manifest.files.len())
-            .map(|i| {
-                let p = inner.path_of(i as u32);
-                stdx::fs::open_regular(&p).map_err(|e| Error::io(p, e))
-            })
-            .collect::<Result<Vec<_>>>()?;
         Ok(LiquidShards {
             inner,
-            files,
+            storage,
             formats,
             indexes: IndexCache::new(INDEX_CACHE_BYTES),
         })
@@ -102,22 +143,14 @@ impl Dataset for LiquidShards {
     }
     fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
         let loc = self.inner.manifest.items[index].location;
-        let file = &self.files[loc.file as usize];
+        let key = &self.inner.manifest.files[loc.file as usize].name;
         if self.format(index) == Format::L3 && req.scope == DecodeScope::Region {
-            let path = self.source(index);
-            return read_region(
-                &self.indexes,
-                index,
-                file,
-                loc.offset,
-                loc.length,
-                req,
-                &path,
-            );
+            let at = (loc.offset, loc.length);
+            return read_region(&self.indexes, index, &self.storage, key, at, req);
         }
-        let mut buf = vec![0u8; loc.length as usize];
-        file.read_exact_at(&mut buf, loc.offset)
-            .map_err(|e| Error::io(self.source(index), e))?;
+        let buf = self
+            .storage
+            .read_range(key, loc.offset..loc.offset + loc.length)?;
         Ok((Stored::Whole(buf), loc.length))
     }
     fn decode(
@@ -159,14 +192,17 @@ impl Dataset for LiquidShards {
             (f, s) => decode_sample(f, s, &path, req, scratch, slot),
         }
     }
+    fn storage(&self) -> Option<&Storage> {
+        Some(&self.storage)
+    }
     fn liquid(&self) -> Option<&liquid_sampler::Dataset> {
-        Some(&self.inner)
+        self.storage.local_root().map(|_| &self.inner)
     }
     fn describe(&self) -> String {
         let m = &self.inner.manifest;
         format!(
             "Liquid dataset {} ({} items, ratio {} compressed:raw)",
-            self.inner.dir.display(),
+            self.storage.root(),
             m.items.len(),
             m.ratio
         )

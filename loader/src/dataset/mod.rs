@@ -81,6 +81,18 @@ pub trait Dataset: Send + Sync {
         &[]
     }
 
+    /// The read layer the dataset's bytes come through, for its request and byte counts.
+    fn storage(&self) -> Option<&crate::storage::Storage> {
+        None
+    }
+
+    /// Items stored together in read units (PCR records), if they are: the seeded order then visits the
+    /// units in a shuffled order and shuffles items only within a window of units, so each unit is read
+    /// once per epoch.
+    fn blocks(&self) -> Option<Blocks<'_>> {
+        None
+    }
+
     /// The Liquid multi-format dataset behind this one, if it is one: what the Liquid order
     /// ([`Order::Liquid`](crate::Order::Liquid)) samples from.
     fn liquid(&self) -> Option<&liquid_sampler::Dataset> {
@@ -126,7 +138,22 @@ impl<D: Dataset + ?Sized> Dataset for std::sync::Arc<D> {
     fn warnings(&self) -> &[String] {
         (**self).warnings()
     }
+    fn blocks(&self) -> Option<Blocks<'_>> {
+        (**self).blocks()
+    }
+    fn storage(&self) -> Option<&crate::storage::Storage> {
+        (**self).storage()
+    }
     fn liquid(&self) -> Option<&liquid_sampler::Dataset> {
         (**self).liquid()
     }
+}
+
+/// Read units of a dataset (see [`Dataset::blocks`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Blocks<'a> {
+    /// The first item of each unit, ascending, starting at 0.
+    pub starts: &'a [usize],
+    /// Units whose items are shuffled together.
+    pub window: usize,
 }

@@ -1,41 +1,56 @@
-//! Opening whatever a path holds: a Liquid dataset, a PCR dataset or a folder of image files.
+//! Opening whatever a location holds — a local folder or an object-store prefix (`s3://bucket/prefix`): a
+//! Liquid dataset, a PCR dataset or a folder of image files.
 
 use super::{Dataset, ImageFolder, LiquidShards, PcrRecords};
 use crate::error::{Error, Result};
+use crate::storage::{Storage, StorageOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// How to open a dataset path (see [`open_dataset`]).
+/// How to open a dataset location (see [`open_dataset`]).
 #[derive(Clone, Debug, Default)]
 pub struct OpenOptions {
     /// PCR scan group to read (1-based); `None` reads every group.
     pub group: Option<usize>,
     /// Labels for an image folder from a `path,label` CSV instead of sub-folder names.
     pub labels: Option<PathBuf>,
+    /// How the bytes are read: a bandwidth cap, a local cache of remote objects.
+    pub storage: StorageOptions,
+    /// PCR records whose items are shuffled together (0: the default, 4).
+    pub pcr_window: usize,
 }
 
-/// Opens `path` as the kind of dataset it holds: `manifest.cbor` → [`LiquidShards`], `index.cbor` →
-/// [`PcrRecords`], otherwise an [`ImageFolder`].
-pub fn open_dataset(path: &Path, options: &OpenOptions) -> Result<Arc<dyn Dataset>> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(Error::dataset(path, "not a folder")),
-        Err(e) => return Err(Error::io(path, e)),
+/// Opens `location` — a folder, or `s3://bucket/prefix` (configured from the `AWS_*` environment) — as the
+/// kind of dataset it holds: `manifest.cbor` → [`LiquidShards`], `index.cbor` → [`PcrRecords`], otherwise
+/// an [`ImageFolder`].
+pub fn open_dataset(location: &Path, options: &OpenOptions) -> Result<Arc<dyn Dataset>> {
+    let text = location
+        .to_str()
+        .ok_or_else(|| Error::dataset(location, "the location is not valid UTF-8"))?;
+    let storage = Storage::open(text, &options.storage)?;
+    let has = |key: &str| storage.exists(key);
+    if has(liquid_sampler::manifest::MANIFEST_NAME)? {
+        return Ok(Arc::new(LiquidShards::open_in(storage)?));
     }
-    if LiquidShards::is_dataset(path) {
-        return Ok(Arc::new(LiquidShards::open(path)?));
-    }
-    if PcrRecords::is_dataset(path) {
-        return Ok(Arc::new(PcrRecords::open(path, options.group)?));
+    if has(pcr::INDEX_FILE)? {
+        let window = match options.pcr_window {
+            0 => super::pcr::DEFAULT_WINDOW,
+            w => w,
+        };
+        return Ok(Arc::new(PcrRecords::open_in(
+            storage,
+            options.group,
+            window,
+        )?));
     }
     if options.group.is_some() {
         return Err(Error::dataset(
-            path,
+            location,
             "a scan group was given but this is not a PCR dataset",
         ));
     }
     Ok(Arc::new(match &options.labels {
-        Some(csv) => ImageFolder::with_labels(path, csv)?,
-        None => ImageFolder::open(path)?,
+        Some(csv) => ImageFolder::with_labels_in(storage, csv)?,
+        None => ImageFolder::open_in(storage)?,
     }))
 }

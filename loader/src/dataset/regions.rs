@@ -5,14 +5,13 @@
 
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
+use crate::storage::Storage;
 use l3_format::{Fragments, L3Index};
 use std::collections::{HashMap, VecDeque};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Ranges closer than this are read as one. Local reads keep it at 0: exactly the covered patches are read
-/// (a grid row of patches is contiguous anyway, so coalescing would only add the bytes of other rows).
+/// Ranges closer than this are read as one here. It stays 0: exactly the covered patches are read (a grid
+/// row of patches is contiguous anyway); an object store coalesces its range requests itself.
 pub(crate) const LOCAL_GAP: u64 = 0;
 
 /// The offset tables of the items read so far, within a byte budget (oldest dropped first).
@@ -65,19 +64,17 @@ impl IndexCache {
     }
 }
 
-/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `file`, for `req`: only what its
+/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `key`, for `req`: only what its
 /// window needs. Returns the stored parts and the bytes read.
 pub(crate) fn read_region(
     cache: &IndexCache,
     item: usize,
-    file: &std::fs::File,
-    base: u64,
-    len: u64,
+    storage: &Storage,
+    key: &str,
+    (base, len): (u64, u64),
     req: &SampleRequest,
-    path: &Path,
 ) -> Result<(Stored, u64)> {
-    let io = |e| Error::io(path, e);
-    let l3 = |e: l3_format::Error| Error::decode(path, "l3", e);
+    let l3 = |e: l3_format::Error| Error::decode(storage.name(key), "l3", e);
     let mut read = 0u64;
     let index = match cache.get(item) {
         Some(i) => i,
@@ -87,11 +84,14 @@ pub(crate) fn read_region(
             // v2-ANS with a read-ahead until its tables are in.
             let mut prefix = Vec::new();
             while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
-                let have = prefix.len();
-                prefix.resize(r.end as usize, 0);
-                file.read_exact_at(&mut prefix[have..], base + r.start)
-                    .map_err(io)?;
-                read += r.end - r.start;
+                let part = storage.read_range(key, base + r.start..base + r.end)?;
+                read += part.len() as u64;
+                let short = (part.len() as u64) < r.end - r.start;
+                prefix.truncate(r.start as usize);
+                prefix.extend_from_slice(&part);
+                if short {
+                    break;
+                }
             }
             let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
             cache.insert(item, index.clone());
@@ -102,9 +102,11 @@ pub(crate) fn read_region(
     let ranges = index.region_ranges(win.src, LOCAL_GAP).map_err(l3)?;
     let mut fragments = Fragments::new();
     fragments.reset(&ranges);
-    for (r, buf) in fragments.slices_mut() {
-        file.read_exact_at(buf, base + r.start).map_err(io)?;
-        read += buf.len() as u64;
-    }
+    let mut parts: Vec<(std::ops::Range<u64>, &mut [u8])> = fragments
+        .slices_mut()
+        .map(|(r, buf)| (base + r.start..base + r.end, buf))
+        .collect();
+    read += storage.read_ranges_into(key, &mut parts)?;
+    drop(parts);
     Ok((Stored::L3Region { index, fragments }, read))
 }

@@ -15,6 +15,10 @@ pub struct ShardedOrder {
     pub rank: usize,
     pub world_size: usize,
     pub tail: ShardPolicy,
+    /// Read units (PCR records): the first item of each, and how many are shuffled together. Empty:
+    /// items are independent.
+    pub blocks: std::sync::Arc<[usize]>,
+    pub window: usize,
 }
 
 impl ShardedOrder {
@@ -30,9 +34,16 @@ impl ShardedOrder {
     /// permutation from (seed, epoch) and takes every world_size-th item from its rank on; with
     /// [`ShardPolicy::Pad`] the permutation is padded with its first items so every rank gets
     /// ceil(n / world) items.
+    ///
+    /// Over read units ([`blocks`](Self::blocks)) the permutation keeps units together: units in a seeded
+    /// order, items shuffled within each window of `window` units; and each rank takes a contiguous run of
+    /// it, so it reads about 1/world_size of the units rather than a piece of every one.
     pub fn epoch(&self, epoch: usize) -> Vec<usize> {
         let mut all: Vec<usize> = (0..self.len).collect();
-        if self.shuffle {
+        let blocked = !self.blocks.is_empty();
+        if self.shuffle && blocked {
+            all = self.block_permutation(epoch);
+        } else if self.shuffle {
             SplitMix64::keyed(self.seed, epoch as u64, 0x5EED).shuffle(&mut all);
         }
         let total = self.per_rank() * self.world_size;
@@ -44,10 +55,31 @@ impl ShardedOrder {
             }
         }
         all.truncate(total);
+        if blocked {
+            let per = self.per_rank();
+            return all[self.rank * per..(self.rank + 1) * per].to_vec();
+        }
         all.into_iter()
             .skip(self.rank)
             .step_by(self.world_size)
             .collect()
+    }
+
+    fn block_permutation(&self, epoch: usize) -> Vec<usize> {
+        let n = self.blocks.len();
+        let end = |b: usize| self.blocks.get(b + 1).copied().unwrap_or(self.len);
+        let mut order: Vec<usize> = (0..n).collect();
+        SplitMix64::keyed(self.seed, epoch as u64, 0xB10C).shuffle(&mut order);
+        let mut all = Vec::with_capacity(self.len);
+        for (w, window) in order.chunks(self.window.max(1)).enumerate() {
+            let at = all.len();
+            for &b in window {
+                all.extend(self.blocks[b]..end(b));
+            }
+            SplitMix64::keyed(self.seed, epoch as u64, 0x5EED ^ ((w as u64) << 16))
+                .shuffle(&mut all[at..]);
+        }
+        all
     }
 }
 
@@ -220,7 +252,15 @@ mod tests {
 
     #[test]
     fn ranks_partition_and_pad() {
-        for (len, world) in [(10, 3), (9, 3), (1, 4), (7, 1)] {
+        for (len, world, blocks) in [
+            (10, 3, vec![]),
+            (9, 3, vec![]),
+            (1, 4, vec![]),
+            (7, 1, vec![]),
+            (10, 3, vec![0, 4, 8]),
+            (9, 3, vec![0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            (1, 4, vec![0]),
+        ] {
             for tail in [ShardPolicy::Pad, ShardPolicy::DropTail] {
                 let mut seen = vec![0usize; len];
                 for rank in 0..world {
@@ -231,6 +271,8 @@ mod tests {
                         rank,
                         world_size: world,
                         tail,
+                        blocks: blocks.clone().into(),
+                        window: 2,
                     };
                     let e = o.epoch(2);
                     assert_eq!(e.len(), o.per_rank());
@@ -262,6 +304,8 @@ mod tests {
             rank: 0,
             world_size: 1,
             tail: ShardPolicy::Pad,
+            blocks: Vec::new().into(),
+            window: 1,
         };
         let all: Vec<Vec<usize>> = {
             let mut s = Schedule::seeded(order.clone(), 4, 3, Some(2), (0, 0));
@@ -280,5 +324,49 @@ mod tests {
         e.sort();
         assert_eq!(e, (0..10).collect::<Vec<_>>());
         assert_ne!(order.epoch(0), order.epoch(1));
+    }
+
+    /// Over records, a rank's epoch visits items of at most `window` records between two records it has
+    /// finished, and each rank reads about its share of the records, not a piece of each.
+    #[test]
+    fn blocked_order_keeps_records_together() {
+        let starts: Vec<usize> = (0..40).map(|r| r * 25).collect();
+        let record = |i: usize| i / 25;
+        for world in [1, 4] {
+            let mut seen = vec![0usize; 1000];
+            for rank in 0..world {
+                let o = ShardedOrder {
+                    len: 1000,
+                    seed: 11,
+                    shuffle: true,
+                    rank,
+                    world_size: world,
+                    tail: ShardPolicy::Pad,
+                    blocks: starts.clone().into(),
+                    window: 3,
+                };
+                let e = o.epoch(1);
+                assert_ne!(e, o.epoch(2), "epochs differ");
+                for &i in &e {
+                    seen[i] += 1;
+                }
+                let mut records: Vec<usize> = e.iter().map(|&i| record(i)).collect();
+                // Any 75 consecutive items (3 records' worth) span few records.
+                for w in records.windows(75) {
+                    let mut r: Vec<usize> = w.to_vec();
+                    r.sort();
+                    r.dedup();
+                    assert!(r.len() <= 6, "a window of items spans {} records", r.len());
+                }
+                records.sort();
+                records.dedup();
+                assert!(
+                    records.len() <= 40 / world + 3,
+                    "rank {rank} of {world} touches {} of 40 records",
+                    records.len()
+                );
+            }
+            assert!(seen.iter().all(|&c| c == 1), "each item exactly once");
+        }
     }
 }

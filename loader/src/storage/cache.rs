@@ -82,7 +82,8 @@ impl DiskCache {
             f.commit()
         };
         if write().is_ok() {
-            let added = self.added.fetch_add(data.len() as u64, Ordering::Relaxed) + data.len() as u64;
+            let added =
+                self.added.fetch_add(data.len() as u64, Ordering::Relaxed) + data.len() as u64;
             if added > self.limit / 10 {
                 self.added.store(0, Ordering::Relaxed);
                 self.evict();
@@ -144,12 +145,19 @@ mod tests {
         assert_eq!(c.get("s3://b/x", None), None);
         c.put("s3://b/x", Some(0..3), b"abc");
         assert_eq!(c.get("s3://b/x", Some(0..3)).as_deref(), Some(&b"abc"[..]));
-        assert_eq!(c.get("s3://b/x", Some(0..4)), None, "another range is another entry");
+        assert_eq!(
+            c.get("s3://b/x", Some(0..4)),
+            None,
+            "another range is another entry"
+        );
         for i in 0..100 {
             c.put(&format!("s3://b/{i}"), None, &[7u8; 5000]);
         }
         assert!(c.bytes_held() <= 100_000 + 5100, "{}", c.bytes_held());
-        assert!(c.get("s3://b/99", None).is_some(), "the newest entries stay");
+        assert!(
+            c.get("s3://b/99", None).is_some(),
+            "the newest entries stay"
+        );
         assert_eq!(c.get("s3://b/0", None), None, "the oldest went");
     }
 }

@@ -225,18 +225,25 @@ impl Storage {
     }
 
     /// Fills each buffer with its range of `key`. Local files: one `pread` each; object stores: ranged GETs,
-    /// the ranges coalesced where they are close.
-    pub fn read_ranges_into(&self, key: &str, parts: &mut [(Range<u64>, &mut [u8])]) -> Result<()> {
+    /// the ranges coalesced where they are close. Returns the bytes moved from the storage: the gaps
+    /// coalescing fetched included, cache hits excluded.
+    pub fn read_ranges_into(
+        &self,
+        key: &str,
+        parts: &mut [(Range<u64>, &mut [u8])],
+    ) -> Result<u64> {
         match &self.inner.backend {
             Backend::Local(root) => {
                 let p = root.join(key);
                 let f = stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?;
                 let mut n = 0;
                 for (r, buf) in parts.iter_mut() {
-                    f.read_exact_at(buf, r.start).map_err(|e| Error::io(&p, e))?;
+                    f.read_exact_at(buf, r.start)
+                        .map_err(|e| Error::io(&p, e))?;
                     n += buf.len() as u64;
                 }
                 self.account(parts.len() as u64, n);
+                Ok(n)
             }
             Backend::Object(r) => {
                 let mut missing: Vec<usize> = Vec::new();
@@ -247,11 +254,10 @@ impl Storage {
                     }
                 }
                 if missing.is_empty() {
-                    return Ok(());
+                    return Ok(0);
                 }
                 let ranges: Vec<Range<u64>> = missing.iter().map(|&i| parts[i].0.clone()).collect();
-                let (got, requests) = r.read_ranges(key, &ranges)?;
-                let mut n = 0;
+                let (got, requests, fetched) = r.read_ranges(key, &ranges)?;
                 for (&i, bytes) in missing.iter().zip(got) {
                     let (range, buf) = &mut parts[i];
                     if bytes.len() != buf.len() {
@@ -268,12 +274,11 @@ impl Storage {
                     }
                     buf.copy_from_slice(&bytes);
                     self.store(key, Some(range.clone()), &bytes);
-                    n += bytes.len() as u64;
                 }
-                self.account(requests, n);
+                self.account(requests, fetched);
+                Ok(fetched)
             }
         }
-        Ok(())
     }
 
     fn cached(&self, key: &str, range: Option<Range<u64>>) -> Option<Vec<u8>> {

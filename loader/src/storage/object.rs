@@ -34,14 +34,19 @@ impl std::fmt::Debug for Remote {
 fn io_error(e: object_store::Error) -> std::io::Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-            std::io::ErrorKind::PermissionDenied
-        }
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
         _ => std::io::ErrorKind::Other,
     };
     // The crate's messages repeat the source chain inline; its first line says it all.
     let text = e.to_string();
-    std::io::Error::new(kind, text.lines().next().unwrap_or("object store error").to_string())
+    std::io::Error::new(
+        kind,
+        text.lines()
+            .next()
+            .unwrap_or("object store error")
+            .to_string(),
+    )
 }
 
 impl Remote {
@@ -51,7 +56,10 @@ impl Remote {
         let rest = url.trim_start_matches("s3://");
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(Error::dataset(url, "no bucket in the URL (s3://bucket/prefix)"));
+            return Err(Error::dataset(
+                url,
+                "no bucket in the URL (s3://bucket/prefix)",
+            ));
         }
         let mut b = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
@@ -70,7 +78,9 @@ impl Remote {
         if endpoint.starts_with("http://") {
             b = b.with_allow_http(true);
         }
-        if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
             b = b.with_region("us-east-1");
         }
         let store = b.build().map_err(|e| Error::io(url, io_error(e)))?;
@@ -151,7 +161,11 @@ impl Remote {
     pub fn read(&self, key: &str, limit: u64) -> Result<Vec<u8>> {
         let name = self.url(key);
         self.runtime.block_on(async {
-            let got = self.store.get(&self.path(key)).await.map_err(self.err(key))?;
+            let got = self
+                .store
+                .get(&self.path(key))
+                .await
+                .map_err(self.err(key))?;
             if got.meta.size > limit {
                 return Err(Error::io(
                     &name,
@@ -166,22 +180,33 @@ impl Remote {
         })
     }
 
-    /// The bytes of each range, and the number of GET requests it took (neighbours coalesced).
-    pub fn read_ranges(&self, key: &str, ranges: &[Range<u64>]) -> Result<(Vec<Vec<u8>>, u64)> {
+    /// The bytes of each range, the number of GET requests it took (neighbours coalesced) and the bytes
+    /// those requests fetched (the gaps between coalesced ranges included).
+    pub fn read_ranges(
+        &self,
+        key: &str,
+        ranges: &[Range<u64>],
+    ) -> Result<(Vec<Vec<u8>>, u64, u64)> {
         let path = self.path(key);
         let requests = AtomicU64::new(0);
+        let fetched = AtomicU64::new(0);
         let got = self
             .runtime
             .block_on(object_store::coalesce_ranges(
                 ranges,
                 |r| {
                     requests.fetch_add(1, Ordering::Relaxed);
+                    fetched.fetch_add(r.end - r.start, Ordering::Relaxed);
                     let (store, path) = (self.store.clone(), path.clone());
                     async move { store.get_range(&path, r).await }
                 },
                 REMOTE_GAP,
             ))
             .map_err(self.err(key))?;
-        Ok((got.into_iter().map(|b| b.to_vec()).collect(), requests.into_inner()))
+        Ok((
+            got.into_iter().map(|b| b.to_vec()).collect(),
+            requests.into_inner(),
+            fetched.into_inner(),
+        ))
     }
 }

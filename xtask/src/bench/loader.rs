@@ -56,6 +56,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ..BuildPlan::default()
     };
     let formats = build_formats(&png, work.path(), &plan, &|l| eprintln!("{l}"));
+    let read_less: Vec<_> = formats
+        .iter()
+        .filter(|f| ["PNG", "JPEG q90", "L3", "L3, crop patches only"].contains(&f.name.as_str()))
+        .cloned()
+        .collect();
 
     let mut headers = vec!["format".to_string(), "dataset bytes".to_string()];
     for &t in &threads {
@@ -171,5 +176,80 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         "images-per-sec",
         bar_plot("Loader images/s at all cores", "img/s", &bars),
     );
+    bytes_read(r, &read_less, all, quick)
+}
+
+/// Network storage at a typical per-GPU share.
+const CAPPED_BYTES_PER_SEC: u64 = 200_000_000;
+
+/// L3 region reads against whole files: bytes read per epoch and images/s from the page cache and through
+/// the read layer's bandwidth cap (a model of network storage), beside PNG and JPEG on the same images.
+fn bytes_read(
+    r: &mut Report,
+    formats: &[l3_cli::compare::FormatEntry],
+    threads: usize,
+    quick: bool,
+) -> anyhow::Result<()> {
+    let mbps = CAPPED_BYTES_PER_SEC as f64 / 1e6;
+    let capped_header = format!("images/s at {mbps:.0} MB/s");
+    let mut table = Table::new(
+        "Bytes read per epoch: L3 crops read only their patches",
+        &[
+            "format",
+            "bytes read / epoch",
+            "of the dataset",
+            "images/s, page cache",
+            &capped_header,
+        ],
+    );
+    for f in formats {
+        let Ok(ds) = &f.dataset else { continue };
+        let opts = LoaderOptions {
+            batch_size: 8,
+            height: 224,
+            width: 224,
+            crop: Crop::Center,
+            decode_threads: threads,
+            io_threads: 2,
+            decode: f.decode,
+            ..LoaderOptions::default()
+        };
+        let epochs = if quick { 1 } else { 3 };
+        let cached = stream_epochs(ds.clone(), opts.clone(), epochs)
+            .with_context(|| format!("streaming {}", f.name))?;
+        let storage = loader::StorageOptions {
+            bandwidth: Some(CAPPED_BYTES_PER_SEC),
+            cache: None,
+        };
+        let capped_ds = f
+            .reopen(&storage)
+            .with_context(|| format!("opening {} with a bandwidth cap", f.name))?;
+        let capped = stream_epochs(capped_ds, opts, 1)
+            .with_context(|| format!("streaming {} at {mbps} MB/s", f.name))?;
+        let per_epoch = capped.stats.bytes_read;
+        eprintln!(
+            "  {:<22} {per_epoch} bytes/epoch, {:.1} images/s cached, {:.1} at {mbps} MB/s",
+            f.name,
+            cached.images_per_sec(),
+            capped.images_per_sec()
+        );
+        table.row(vec![
+            f.name.clone(),
+            per_epoch.to_string(),
+            format!(
+                "{:.1}%",
+                100.0 * per_epoch as f64 / ds.stored_bytes().max(1) as f64
+            ),
+            format!("{:.1}", cached.images_per_sec()),
+            format!("{:.1}", capped.images_per_sec()),
+        ]);
+    }
+    r.para(&format!(
+        "The same datasets opened through the read layer with a {mbps:.0} MB/s cap (a token bucket shared by the \
+         I/O threads: a model of network storage) and without (page cache), at {threads} decode threads. \
+         \"L3, crop patches only\" reads each file's header and offset table, then only the byte ranges of \
+         the patches under the 224×224 crop; the other rows read whole files."
+    ));
+    r.table(&table);
     Ok(())
 }

@@ -1,0 +1,327 @@
+//! Datasets on object storage, against a real S3-compatible server on loopback (s3s-fs serving a folder)
+//! that the test starts, stops and restarts itself, counting requests and bytes on the server side.
+//!
+//! One test function: the S3 client is configured from the process environment (`AWS_ENDPOINT_URL`,
+//! credentials), which tests running in parallel threads must not change under each other.
+
+mod common;
+
+use common::fixture;
+use loader::{
+    Batch, Dataset, Loader, LoaderOptions, LoaderState, OpenOptions, PcrRecords, open_dataset,
+};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const KEY: &str = "l3test";
+const SECRET: &str = "l3test-secret";
+
+/// What the server served: object GETs (not listings or HEADs) and their body bytes.
+#[derive(Default)]
+struct Served {
+    gets: AtomicU64,
+    bytes: AtomicU64,
+}
+
+struct Server {
+    runtime: Option<tokio::runtime::Runtime>,
+    port: u16,
+    served: Arc<Served>,
+}
+
+impl Server {
+    /// Serves `root` (each top-level folder a bucket) on `port` (0: any free port).
+    fn start(root: &Path, port: u16) -> Server {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        use hyper_util::server::conn::auto::Builder as ConnBuilder;
+        use s3s::service::S3ServiceBuilder;
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let served = Arc::new(Served::default());
+        let fs = s3s_fs::FileSystem::new(root).unwrap();
+        let mut b = S3ServiceBuilder::new(fs);
+        b.set_auth(s3s::auth::SimpleAuth::from_single(KEY, SECRET));
+        let service = b.build();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = served.clone();
+        runtime.spawn(async move {
+            let http = ConnBuilder::new(TokioExecutor::new());
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (service, counts) = (service.clone(), counts.clone());
+                let counted =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let (service, counts) = (service.clone(), counts.clone());
+                        let object_get = req.method() == http::Method::GET
+                            && !req.uri().query().unwrap_or("").contains("list-type");
+                        async move {
+                            let resp = hyper::service::Service::call(&service, req).await?;
+                            if object_get && resp.status().is_success() {
+                                let len = resp
+                                    .headers()
+                                    .get(http::header::CONTENT_LENGTH)
+                                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                                    .unwrap_or(0);
+                                counts.gets.fetch_add(1, Ordering::Relaxed);
+                                counts.bytes.fetch_add(len, Ordering::Relaxed);
+                            }
+                            Ok::<_, s3s::HttpError>(resp)
+                        }
+                    });
+                let conn = http.serve_connection(TokioIo::new(socket), counted);
+                let conn = conn.into_owned();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+        });
+        Server {
+            runtime: Some(runtime),
+            port,
+            served,
+        }
+    }
+
+    /// Stops the server at once: open connections are dropped mid-response.
+    fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    fn served(&self) -> (u64, u64) {
+        (
+            self.served.gets.load(Ordering::Relaxed),
+            self.served.bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    fn reset(&self) {
+        self.served.gets.store(0, Ordering::Relaxed);
+        self.served.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+fn options(batch: usize) -> LoaderOptions {
+    LoaderOptions {
+        batch_size: batch,
+        height: 64,
+        width: 64,
+        decode_threads: 2,
+        io_threads: 2,
+        epochs: Some(1),
+        seed: 5,
+        ..LoaderOptions::default()
+    }
+}
+
+fn open(location: &str, group: Option<usize>) -> loader::Result<Arc<dyn Dataset>> {
+    open_dataset(
+        Path::new(location),
+        &OpenOptions {
+            group,
+            ..OpenOptions::default()
+        },
+    )
+}
+
+fn batches(ds: Arc<dyn Dataset>, o: LoaderOptions) -> Vec<Batch> {
+    Loader::new(ds, o)
+        .unwrap()
+        .map(|b| b.expect("batch"))
+        .collect()
+}
+
+/// Items → sample bytes, for comparing runs whose batches may be cut differently.
+fn samples(batches: &[Batch]) -> HashMap<usize, Vec<u8>> {
+    let mut out = HashMap::new();
+    for b in batches {
+        let per = b.pixels.bytes().len() / b.ids.len();
+        for (i, &id) in b.ids.iter().enumerate() {
+            let old = out.insert(id, b.pixels.bytes()[i * per..(i + 1) * per].to_vec());
+            assert!(old.is_none(), "item {id} delivered twice");
+        }
+    }
+    out
+}
+
+fn set_env(port: u16, secret: &str) {
+    // SAFETY: this binary's only test sets the environment before starting any thread that reads it
+    // (loaders are created after, and joined before, each change).
+    unsafe {
+        std::env::set_var("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"));
+        std::env::set_var("AWS_ACCESS_KEY_ID", KEY);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
+        std::env::set_var("AWS_REGION", "us-east-1");
+        std::env::remove_var("AWS_SESSION_TOKEN");
+        std::env::remove_var("AWS_PROFILE");
+    }
+}
+
+#[test]
+fn datasets_on_an_s3_server_read_what_they_read_locally() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("s3");
+    let bucket = root.join("data");
+    copy_dir(&f.mixed, &bucket.join("mixed"));
+    copy_dir(&f.l3, &bucket.join("l3"));
+    let pcr_local = tmp.path().join("pcr");
+    let build = loader::convert::PcrBuild {
+        threads: 2,
+        images_per_record: 3,
+        ..Default::default()
+    };
+    loader::convert::to_pcr(&f.mixed.join("photo"), &pcr_local, &build).unwrap();
+    copy_dir(&pcr_local, &bucket.join("pcr"));
+    let mut server = Server::start(&root, 0);
+    set_env(server.port, SECRET);
+
+    // An image folder (PNG and JPEG) and an L3 folder: the same samples as from the local folders.
+    for (sub, local) in [("mixed", &f.mixed), ("l3", &f.l3)] {
+        let remote = open(&format!("s3://data/{sub}"), None).unwrap();
+        let here = open(local.to_str().unwrap(), None).unwrap();
+        assert_eq!(remote.len(), here.len());
+        assert!(
+            remote
+                .source(0)
+                .display()
+                .to_string()
+                .starts_with("s3://data/")
+        );
+        let got = samples(&batches(remote, options(4)));
+        let want = samples(&batches(here, options(4)));
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "{sub}: remote samples differ from local ones");
+    }
+
+    // L3 crops read only their patches: far fewer bytes served than the files hold.
+    server.reset();
+    let l3 = open("s3://data/l3", None).unwrap();
+    let files = l3.stored_bytes();
+    let mut l = Loader::new(l3, options(4)).unwrap();
+    l.by_ref().for_each(|b| drop(b.unwrap()));
+    let (_, served) = server.served();
+    assert_eq!(
+        served,
+        l.stats().bytes_read,
+        "the loader counts what was served"
+    );
+    assert!(
+        served * 4 < files,
+        "{served} bytes served for 64x64 crops of {files} bytes of files"
+    );
+
+    // PCR at scan group k: one GET per record, exactly the prefix bytes (plus the index once).
+    let local = PcrRecords::open(&pcr_local, None).unwrap();
+    let records = local.len().div_ceil(3) as u64;
+    let index_len = std::fs::metadata(pcr_local.join(pcr::INDEX_FILE))
+        .unwrap()
+        .len();
+    for k in [1, 3, local.groups()] {
+        server.reset();
+        let ds = open("s3://data/pcr", Some(k)).unwrap();
+        let prefix = ds.stored_bytes();
+        let got = samples(&batches(ds.clone(), options(2)));
+        assert_eq!(got.len(), local.len());
+        let want = samples(&batches(
+            Arc::new(PcrRecords::open(&pcr_local, Some(k)).unwrap()),
+            options(2),
+        ));
+        assert!(got == want, "group {k}: remote samples differ");
+        assert_eq!(
+            server.served(),
+            (records + 1, prefix + index_len),
+            "group {k}: one GET per record prefix, the index once"
+        );
+    }
+
+    // Bad cases fail with the object's URL in the message.
+    let err = open("s3://no-such-bucket/x", None)
+        .err()
+        .expect("a missing bucket")
+        .to_string();
+    assert!(err.contains("s3://no-such-bucket"), "{err}");
+    set_env(server.port, "wrong-secret");
+    let err = open("s3://data/mixed", None)
+        .err()
+        .expect("wrong credentials")
+        .to_string();
+    assert!(err.contains("s3://data/mixed"), "{err}");
+    set_env(server.port, SECRET);
+    let record = bucket.join("pcr/record-00001.pcr");
+    let good = std::fs::read(&record).unwrap();
+    std::fs::write(&record, &good[..good.len() - 7]).unwrap();
+    let ds = open("s3://data/pcr", None).unwrap();
+    let err = Loader::new(ds, options(2))
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("a truncated record fails the epoch")
+        .to_string();
+    assert!(err.contains("s3://data/pcr/record-00001.pcr"), "{err}");
+    std::fs::remove_file(&record).unwrap();
+    let ds = open("s3://data/pcr", None).unwrap();
+    let err = Loader::new(ds, options(2))
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("a missing record fails the epoch")
+        .to_string();
+    assert!(err.contains("s3://data/pcr/record-00001.pcr"), "{err}");
+    std::fs::write(&record, &good).unwrap();
+
+    // The server dies mid-epoch: the loader reports it (after its retries), naming the object; after a
+    // restart a loader resumed from the state of the last batch delivered finishes the epoch, and together
+    // the runs deliver every item exactly once.
+    let ds = open("s3://data/mixed", None).unwrap();
+    let n = ds.len();
+    let o = options(2);
+    let mut first = Loader::new(ds.clone(), o.clone()).unwrap();
+    let mut delivered = vec![
+        first.next().unwrap().unwrap(),
+        first.next().unwrap().unwrap(),
+    ];
+    let state: LoaderState = first.state();
+    drop(first);
+    server.kill();
+    let err = Loader::resume(ds.clone(), o.clone(), state)
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("a dead server is an error, not an early end")
+        .to_string();
+    assert!(err.contains("s3://data/mixed/"), "{err}");
+    let _server = Server::start(&root, server.port);
+    let resumed = Loader::resume(ds, o, state).unwrap();
+    delivered.extend(resumed.map(|b| b.unwrap()));
+    let got = samples(&delivered);
+    assert_eq!(got.len(), n, "every item once across the failure");
+}
