@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 /// `--format v1|v2` and `--profile ans|bp`: which L3 format to write (`l3 encode`, `l3 convert --to l3`).
 #[derive(clap::Args, Clone, Copy, Debug, Default)]
 pub struct L3FormatArgs {
-    /// L3 format version: v1 (the default: the paper's format, fastest to decode) or v2 (smaller than PNG,
-    /// checksummed; see l3-format/README.md for its speed).
+    /// L3 format version: v2 (the default: smaller than PNG, checksummed) or v1 (the paper's format,
+    /// larger, fastest to decode on the CPU).
     #[arg(long, value_enum)]
     pub format: Option<VersionArg>,
     /// Version-2 profile (implies --format v2): ans (smallest files; the v2 default) or bp (bit-packed, no
