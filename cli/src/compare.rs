@@ -245,42 +245,7 @@ pub fn build_formats(
     out.push(jpeg);
 
     if plan.liquid {
-        let t0 = Timer::start();
-        let build = LiquidBuild {
-            threads: plan.threads,
-            seed: plan.seed,
-            probe_items: 16,
-            probe_time: Duration::from_millis(100),
-            reuse: true,
-            ..LiquidBuild::default()
-        };
-        let dir = work.join("liquid");
-        let mut probes = 0;
-        let entry = match loader::convert::to_liquid(&l3_dir, &dir, &build, |_| probes += 1)
-            .and_then(|r| Ok((LiquidShards::open(&dir)?, r)))
-        {
-            Ok((ds, r)) => {
-                log(&format!(
-                    "  Liquid: profiler probed {probes} ratios, chose {} L3:raw ({t0})",
-                    r.ratio
-                ));
-                FormatEntry {
-                    name: format!("Liquid L3+raw {}", r.ratio),
-                    dataset: Ok(Arc::new(ds)),
-                    decode: whole,
-                    path: dir.clone(),
-                    group: None,
-                }
-            }
-            Err(e) => FormatEntry {
-                name: "Liquid L3+raw".into(),
-                dataset: Err(e.to_string()),
-                decode: whole,
-                path: dir.clone(),
-                group: None,
-            },
-        };
-        out.push(entry);
+        out.push(build_liquid(&l3_dir, &work.join("liquid"), plan, None, log));
     }
 
     if !plan.pcr_groups.is_empty() {
@@ -324,4 +289,62 @@ pub fn build_formats(
         }
     }
     out
+}
+
+/// A Liquid L3+raw dataset of the L3 folder `l3_dir`, written to `dir` at the ratio the profiler picks
+/// — reading its probes through `bandwidth` (bytes per second) when given, so the ratio follows the
+/// storage. An existing dataset in `dir` is kept. `log` receives the profiler's answer.
+pub fn build_liquid(
+    l3_dir: &Path,
+    dir: &Path,
+    plan: &BuildPlan,
+    bandwidth: Option<u64>,
+    log: &(dyn Fn(&str) + Sync),
+) -> FormatEntry {
+    let t0 = Timer::start();
+    let build = LiquidBuild {
+        threads: plan.threads,
+        seed: plan.seed,
+        probe_items: 16,
+        probe_time: Duration::from_millis(100),
+        reuse: true,
+        bandwidth,
+        ..LiquidBuild::default()
+    };
+    let storage = match bandwidth {
+        Some(b) => format!("at {} MB/s", b as f64 / 1e6),
+        None => "from the disk".into(),
+    };
+    let mut probes = 0;
+    match loader::convert::to_liquid(l3_dir, dir, &build, |_| probes += 1)
+        .and_then(|r| Ok((LiquidShards::open(dir)?, r)))
+    {
+        Ok((ds, r)) => {
+            if probes > 0 {
+                log(&format!(
+                    "  Liquid: profiler {storage} probed {probes} ratios, chose {} L3:raw ({t0})",
+                    r.ratio
+                ));
+            } else {
+                log(&format!(
+                    "  Liquid: kept the dataset profiled {storage} earlier, {} L3:raw",
+                    r.ratio
+                ));
+            }
+            FormatEntry {
+                name: format!("Liquid L3+raw {}", r.ratio),
+                dataset: Ok(Arc::new(ds)),
+                decode: DecodeScope::Whole,
+                path: dir.to_path_buf(),
+                group: None,
+            }
+        }
+        Err(e) => FormatEntry {
+            name: "Liquid L3+raw".into(),
+            dataset: Err(e.to_string()),
+            decode: DecodeScope::Whole,
+            path: dir.to_path_buf(),
+            group: None,
+        },
+    }
 }

@@ -1,13 +1,16 @@
 //! `l3 demo`: the main job. Builds (or takes) a dataset, converts it to every format, streams each for one
 //! epoch through the same loader and prints one table.
 use anyhow::Context;
-use l3_cli::compare::{BuildPlan, Timer, build_formats, generate_default, stream_epoch};
+use l3_cli::compare::{
+    BuildPlan, FormatEntry, Timer, build_formats, build_liquid, generate_default, stream_epoch,
+};
 use loader::{Crop, LoaderOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Run on these images instead of the built-in generated dataset.
+    /// Run on these images instead of the built-in generated dataset: a folder, or `s3://bucket/prefix`
+    /// (fetched once into the work folder, and also streamed straight from the bucket).
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Images in the built-in dataset (half 1280x720, half 1920x1080).
@@ -63,7 +66,16 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 a.images,
             );
         }
-        Some(dir) => {
+        Some(data) => {
+            let remote = data.to_str().filter(|s| s.starts_with("s3://"));
+            let fetched;
+            let dir = match remote {
+                Some(url) => {
+                    fetched = fetch_images(url, &work.join("source"))?;
+                    &fetched
+                }
+                None => data,
+            };
             let n = loader::image_files(dir)?.files.len();
             let bar = crate::convert::progress_bar(n as u64, "-> png");
             let opts = loader::convert::ConvertOptions {
@@ -81,7 +93,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             bar.finish_and_clear();
             println!(
                 "{}: {} images re-encoded as PNG ({} already there) ({t0})",
-                dir.display(),
+                data.display(),
                 s.converted + s.skipped,
                 s.skipped,
             );
@@ -105,7 +117,33 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         pcr_groups: vec![Some(1), Some(5), None],
         ..BuildPlan::default()
     };
-    let formats = build_formats(&png_dir, &work, &plan, &|line| println!("{line}"));
+    let log = |line: &str| println!("{line}");
+    let mut formats = build_formats(&png_dir, &work, &plan, &log);
+    if let Some(storage) = &capped {
+        // Liquid's profiler probes through the same cap, so the ratio follows the bandwidth.
+        let dir = work.join(format!("liquid-{}MBps", a.storage_mbps));
+        let mut entry = build_liquid(&work.join("l3"), &dir, &plan, storage.bandwidth, &log);
+        entry.name = format!("{} @{}MB/s", entry.name, a.storage_mbps);
+        formats.push(entry);
+    }
+    if let Some(url) = a
+        .data
+        .as_deref()
+        .and_then(|d| d.to_str())
+        .filter(|s| s.starts_with("s3://"))
+    {
+        formats.insert(
+            1,
+            FormatEntry {
+                name: "source, from S3".into(),
+                dataset: loader::open_dataset(Path::new(url), &Default::default())
+                    .map_err(|e| e.to_string()),
+                decode: loader::DecodeScope::Whole,
+                path: url.into(),
+                group: None,
+            },
+        );
+    }
     println!("conversions done ({t0}); streaming one epoch of each:");
 
     let opts = LoaderOptions {
@@ -148,14 +186,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         };
         match (&result, &capped) {
             (Ok((_, m)), Some(Ok(c))) => println!(
-                "  {:<22} {:>8.1} images/s, {:>8.1} at {} MB/s",
+                "  {:<28} {:>8.1} images/s, {:>8.1} at {} MB/s",
                 f.name,
                 m.images_per_sec(),
                 c.images_per_sec(),
                 a.storage_mbps
             ),
-            (Ok((_, m)), _) => println!("  {:<22} {:>8.1} images/s", f.name, m.images_per_sec()),
-            (Err(e), _) => println!("  {:<22} not measured: {e}", f.name),
+            (Ok((_, m)), _) => println!("  {:<28} {:>8.1} images/s", f.name, m.images_per_sec()),
+            (Err(e), _) => println!("  {:<28} not measured: {e}", f.name),
         }
         rows.push(Row {
             name: f.name,
@@ -172,7 +210,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     println!();
     let capped_header = format!("images/s @{}MB/s", a.storage_mbps);
     println!(
-        "{:<22} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
+        "{:<28} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
         "format",
         "dataset bytes",
         "read / epoch",
@@ -194,7 +232,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                     format!("{:.2}x", m.images_per_sec() / p)
                 });
                 println!(
-                    "{:<22} {:>14} {:>16} {:>10.1} {:>16.4} {:>16} {:>18}",
+                    "{:<28} {:>14} {:>16} {:>10.1} {:>16.4} {:>16} {:>18}",
                     r.name,
                     bytes,
                     m.stats.bytes_read,
@@ -209,7 +247,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             }
             Err(e) => {
                 println!(
-                    "{:<22} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
+                    "{:<28} {:>14} {:>16} {:>10} {:>16} {:>16} {:>18}",
                     r.name, "-", "-", "-", "-", "-", "-"
                 );
                 notes.push(format!("{}: not measured ({e})", r.name));
@@ -224,7 +262,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "{} images, batch {} of 224x224 centre crops, {threads} decode threads + 2 I/O threads, one epoch each; \
          the datasets were just written, so \"images/s\" reads them from the page cache and measures decoding and \
          the pipeline; the last column reads the same bytes through a bandwidth cap that models network storage \
-         (a token bucket shared by the reader threads). PCR bytes are those read at that scan group.",
+         (a token bucket shared by the reader threads). PCR bytes are those read at that scan group; the last Liquid \
+         row was profiled through that cap.",
         rows.first()
             .and_then(|r| r.result.as_ref().ok())
             .map_or(0, |(_, m)| m.images),
@@ -232,4 +271,48 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     );
     println!("whole demo: {t_all}");
     Ok(())
+}
+
+/// Copies the images under `url` (an `s3://` prefix) into `dir`, keeping their relative paths; files
+/// already there with the object's size are kept. Returns `dir`.
+fn fetch_images(url: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let storage = loader::Storage::open(url, &Default::default())?;
+    let listing = storage.list()?;
+    let images: Vec<_> = listing
+        .files
+        .iter()
+        .filter(|(key, _)| loader::Format::from_path(Path::new(key)).is_some())
+        .collect();
+    anyhow::ensure!(
+        !images.is_empty(),
+        "{url}: no images (PNG, JPEG, PPM, L3) under it"
+    );
+    let t0 = Timer::start();
+    let mut fetched = 0u64;
+    for (key, size) in &images {
+        let rel = Path::new(key);
+        anyhow::ensure!(
+            rel.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_))),
+            "{url}/{key}: a key that leaves the prefix; not fetched"
+        );
+        let dst = dir.join(rel);
+        if std::fs::metadata(&dst).is_ok_and(|m| m.len() == *size) {
+            continue;
+        }
+        let bytes = storage.read(key, loader::max_image_bytes())?;
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        stdx::fs::write_atomic(&dst, &bytes)
+            .with_context(|| format!("writing {}", dst.display()))?;
+        fetched += bytes.len() as u64;
+    }
+    println!(
+        "{url}: {} images, {fetched} bytes fetched into {} ({t0})",
+        images.len(),
+        dir.display()
+    );
+    Ok(dir.to_path_buf())
 }

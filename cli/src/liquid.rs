@@ -38,6 +38,10 @@ pub struct ProfileArgs {
     /// Each probe measurement runs at least this many milliseconds.
     #[arg(long, default_value_t = 300)]
     pub probe_ms: u64,
+    /// Profile for a job reading at this bandwidth in MB/s (10^6 bytes): the probes' loads go through the
+    /// same cap as `l3 stream --storage-mbps`, so the ratio fits network storage of that speed.
+    #[arg(long)]
+    pub storage_mbps: Option<f64>,
 }
 
 pub fn run(c: LiquidCommand) -> anyhow::Result<()> {
@@ -56,6 +60,11 @@ pub fn run_profile(a: ProfileArgs) -> anyhow::Result<()> {
         probe_time: Duration::from_millis(a.probe_ms),
         fitted: a.fitted,
         reuse: false,
+        bandwidth: crate::stream::bandwidth(a.storage_mbps)?,
+    };
+    let reads = match a.storage_mbps {
+        Some(m) => format!("page cache bypassed, reads capped at {m} MB/s"),
+        None => "page cache bypassed".into(),
     };
     let mut name = String::new();
     let mut n = 0;
@@ -68,7 +77,7 @@ pub fn run_profile(a: ProfileArgs) -> anyhow::Result<()> {
         } => {
             name = format!("{formats}:raw");
             println!(
-                "profiling {images} images from {} on {threads} decode threads ({probe_items} probe items, page cache bypassed)",
+                "profiling {images} images from {} on {threads} decode threads ({probe_items} probe items, {reads})",
                 a.input.display(),
             );
         }

@@ -120,11 +120,7 @@ pub struct StorageArgs {
 
 impl StorageArgs {
     pub fn options(&self) -> anyhow::Result<loader::StorageOptions> {
-        let bandwidth = match self.storage_mbps {
-            None => None,
-            Some(m) if m.is_finite() && m > 0.0 => Some((m * 1e6) as u64),
-            Some(m) => bail!("--storage-mbps {m}: expected a positive number of MB/s"),
-        };
+        let bandwidth = bandwidth(self.storage_mbps)?;
         let cache = match &self.cache_dir {
             None => None,
             Some(dir) => Some(loader::CacheOptions {
@@ -138,6 +134,15 @@ impl StorageArgs {
             }),
         };
         Ok(loader::StorageOptions { bandwidth, cache })
+    }
+}
+
+/// `--storage-mbps` in bytes per second.
+pub fn bandwidth(mbps: Option<f64>) -> anyhow::Result<Option<u64>> {
+    match mbps {
+        None => Ok(None),
+        Some(m) if m.is_finite() && m > 0.0 && m < 1e12 => Ok(Some((m * 1e6) as u64)),
+        Some(m) => bail!("--storage-mbps {m}: expected a positive number of MB/s"),
     }
 }
 

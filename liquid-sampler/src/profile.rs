@@ -78,6 +78,10 @@ pub struct ProfileConfig {
     pub min_time: Duration,
     /// Where the probe sample is written (removed afterwards); it must be on the dataset's file system.
     pub scratch: PathBuf,
+    /// The storage's read bandwidth in bytes per second, when the training job reads through a cap
+    /// (`stdx::Bandwidth`, the loader's model of network storage): the probes' loads go through the same
+    /// token bucket, so the ratio chosen follows the bandwidth the job will see. `None`: the disk as is.
+    pub bandwidth: Option<u64>,
 }
 
 /// One probe: throughput of both stages with `raw_share` of the items stored raw.
@@ -334,11 +338,16 @@ impl ProbeSet {
         let chosen = self.chosen(ratio);
         let items = &self.data.manifest.items;
         let bytes: u64 = chosen.iter().map(|&i| items[i].location.length).sum();
-        // Load: every pass reads the chosen items from disk, the I/O threads taking them in storage order.
+        // Load: every pass reads the chosen items from disk, the I/O threads taking them in storage order,
+        // through the bandwidth cap when there is one.
+        let cap = cfg.bandwidth.map(stdx::Bandwidth::new);
         let load = |_: usize, &i: &usize| -> Result<AlignedBuf> {
             let l = items[i].location;
             let mut buf = AlignedBuf::with_capacity(l.length as usize);
             self.files[l.file as usize].read_into(l.offset, l.length, &mut buf)?;
+            if let Some(cap) = &cap {
+                cap.take(l.length);
+            }
             Ok(buf)
         };
         let mut loaded = Vec::new();

@@ -373,6 +373,7 @@ fn profiler_searches_and_writes_the_dataset() {
         probe_items: 16,
         min_time: Duration::from_millis(5),
         scratch: src.clone(),
+        bandwidth: None,
     };
     let set = ProbeSet::build(&sources, &decoders, &cfg).unwrap();
     assert_eq!(set.len(), 16);
@@ -460,4 +461,47 @@ fn profiler_searches_and_writes_the_dataset() {
         }
         assert_eq!(pix, pixels(d.item.id, 96, 64));
     }
+}
+
+#[test]
+fn probes_load_through_the_bandwidth_cap() {
+    let src = scratch("capped-sources");
+    let sources: Vec<SourceItem> = (0..16u64)
+        .map(|id| {
+            let path = src.join(format!("{id:03}.rle"));
+            std::fs::write(&path, rle_file(id, 96, 64)).unwrap();
+            SourceItem {
+                id,
+                label: 0,
+                path,
+                tag: "rle".into(),
+            }
+        })
+        .collect();
+    let dec = rle_decode;
+    let decoders: [(&str, &dyn Decoder); 1] = [("rle", &dec)];
+    let mut cfg = ProfileConfig {
+        threads: 1,
+        io_threads: 2,
+        seed: 3,
+        probe_items: 16,
+        min_time: Duration::from_millis(300),
+        scratch: src.clone(),
+        bandwidth: None,
+    };
+    let set = ProbeSet::build(&sources, &decoders, &cfg).unwrap();
+    let all_raw = profile::tenths(0);
+    let free = set.measure(all_raw, &decoders, &cfg).unwrap();
+    cfg.bandwidth = Some(2_000_000);
+    let capped = set.measure(all_raw, &decoders, &cfg).unwrap();
+    // Over at least 0.3 s the bucket passes at most 2 MB/s plus its 0.1 s burst: under 2.7 MB/s.
+    assert!(
+        capped.load_mbps <= 2.7 && capped.load_mbps >= 1.0,
+        "{capped:?}"
+    );
+    assert!(free.load_mbps > capped.load_mbps, "{free:?} vs {capped:?}");
+    // Decoding does not read storage: the cap leaves it alone (same work, within noise).
+    assert!(capped.load_bound(), "{capped:?}");
+    drop(set);
+    let _ = std::fs::remove_dir_all(&src);
 }

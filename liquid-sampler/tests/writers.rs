@@ -55,6 +55,7 @@ fn config(scratch: &Path) -> ProfileConfig {
         probe_items: 16,
         min_time: Duration::from_millis(10),
         scratch: scratch.to_path_buf(),
+        bandwidth: None,
     }
 }
 

@@ -13,111 +13,8 @@ use loader::{
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-const KEY: &str = "l3test";
-const SECRET: &str = "l3test-secret";
-
-/// What the server served: object GETs (not listings or HEADs) and their body bytes.
-#[derive(Default)]
-struct Served {
-    gets: AtomicU64,
-    bytes: AtomicU64,
-}
-
-struct Server {
-    runtime: Option<tokio::runtime::Runtime>,
-    port: u16,
-    served: Arc<Served>,
-}
-
-impl Server {
-    /// Serves `root` (each top-level folder a bucket) on `port` (0: any free port).
-    fn start(root: &Path, port: u16) -> Server {
-        use hyper_util::rt::{TokioExecutor, TokioIo};
-        use hyper_util::server::conn::auto::Builder as ConnBuilder;
-        use s3s::service::S3ServiceBuilder;
-
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let served = Arc::new(Served::default());
-        let fs = s3s_fs::FileSystem::new(root).unwrap();
-        let mut b = S3ServiceBuilder::new(fs);
-        b.set_auth(s3s::auth::SimpleAuth::from_single(KEY, SECRET));
-        let service = b.build();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
-            .unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let counts = served.clone();
-        runtime.spawn(async move {
-            let http = ConnBuilder::new(TokioExecutor::new());
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (service, counts) = (service.clone(), counts.clone());
-                let counted =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (service, counts) = (service.clone(), counts.clone());
-                        let object_get = req.method() == http::Method::GET
-                            && !req.uri().query().unwrap_or("").contains("list-type");
-                        async move {
-                            let resp = hyper::service::Service::call(&service, req).await?;
-                            if object_get && resp.status().is_success() {
-                                let len = resp
-                                    .headers()
-                                    .get(http::header::CONTENT_LENGTH)
-                                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                                    .unwrap_or(0);
-                                counts.gets.fetch_add(1, Ordering::Relaxed);
-                                counts.bytes.fetch_add(len, Ordering::Relaxed);
-                            }
-                            Ok::<_, s3s::HttpError>(resp)
-                        }
-                    });
-                let conn = http.serve_connection(TokioIo::new(socket), counted);
-                let conn = conn.into_owned();
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-        });
-        Server {
-            runtime: Some(runtime),
-            port,
-            served,
-        }
-    }
-
-    /// Stops the server at once: open connections are dropped mid-response.
-    fn kill(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
-
-    fn served(&self) -> (u64, u64) {
-        (
-            self.served.gets.load(Ordering::Relaxed),
-            self.served.bytes.load(Ordering::Relaxed),
-        )
-    }
-
-    fn reset(&self) {
-        self.served.gets.store(0, Ordering::Relaxed);
-        self.served.bytes.store(0, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use s3_loopback::Server;
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -175,17 +72,21 @@ fn samples(batches: &[Batch]) -> HashMap<usize, Vec<u8>> {
     out
 }
 
-fn set_env(port: u16, secret: &str) {
+fn set_env(server: &Server, secret: &str) {
     // SAFETY: this binary's only test sets the environment before starting any thread that reads it
     // (loaders are created after, and joined before, each change).
     unsafe {
-        std::env::set_var("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"));
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY);
+        for (k, v) in server.client_env() {
+            std::env::set_var(k, v);
+        }
         std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
-        std::env::set_var("AWS_REGION", "us-east-1");
         std::env::remove_var("AWS_SESSION_TOKEN");
         std::env::remove_var("AWS_PROFILE");
     }
+}
+
+fn any_port() -> std::net::SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
 }
 
 #[test]
@@ -204,8 +105,8 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
     };
     loader::convert::to_pcr(&f.mixed.join("photo"), &pcr_local, &build).unwrap();
     copy_dir(&pcr_local, &bucket.join("pcr"));
-    let mut server = Server::start(&root, 0);
-    set_env(server.port, SECRET);
+    let mut server = Server::start(&root, any_port()).unwrap();
+    set_env(&server, s3_loopback::SECRET);
 
     // An image folder (PNG and JPEG) and an L3 folder: the same samples as from the local folders.
     for (sub, local) in [("mixed", &f.mixed), ("l3", &f.l3)] {
@@ -272,13 +173,13 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
         .expect("a missing bucket")
         .to_string();
     assert!(err.contains("s3://no-such-bucket"), "{err}");
-    set_env(server.port, "wrong-secret");
+    set_env(&server, "wrong-secret");
     let err = open("s3://data/mixed", None)
         .err()
         .expect("wrong credentials")
         .to_string();
     assert!(err.contains("s3://data/mixed"), "{err}");
-    set_env(server.port, SECRET);
+    set_env(&server, s3_loopback::SECRET);
     let record = bucket.join("pcr/record-00001.pcr");
     let good = std::fs::read(&record).unwrap();
     std::fs::write(&record, &good[..good.len() - 7]).unwrap();
@@ -319,7 +220,7 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
         .expect("a dead server is an error, not an early end")
         .to_string();
     assert!(err.contains("s3://data/mixed/"), "{err}");
-    let _server = Server::start(&root, server.port);
+    let _server = Server::start(&root, server.addr()).unwrap();
     let resumed = Loader::resume(ds, o, state).unwrap();
     delivered.extend(resumed.map(|b| b.unwrap()));
     let got = samples(&delivered);

@@ -29,6 +29,9 @@ pub struct LiquidBuild {
     pub fitted: bool,
     /// A complete Liquid dataset already in the output is kept (else refused).
     pub reuse: bool,
+    /// Profile as if reading through this bandwidth cap (bytes per second): the ratio then fits a job
+    /// that reads the dataset from network storage of that bandwidth.
+    pub bandwidth: Option<u64>,
 }
 
 impl Default for LiquidBuild {
@@ -42,6 +45,7 @@ impl Default for LiquidBuild {
             probe_time: Duration::from_millis(300),
             fitted: false,
             reuse: false,
+            bandwidth: None,
         }
     }
 }
@@ -182,6 +186,7 @@ pub fn to_liquid(
         probe_items,
         min_time: build.probe_time,
         scratch: output.to_path_buf(),
+        bandwidth: build.bandwidth,
     };
     let created = !output.exists();
     std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;

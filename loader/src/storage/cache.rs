@@ -17,6 +17,11 @@ pub struct CacheOptions {
     pub limit: u64,
 }
 
+impl CacheOptions {
+    /// The cache size when none is given: 10 GiB.
+    pub const DEFAULT_LIMIT: u64 = 10 << 30;
+}
+
 #[derive(Debug)]
 pub(super) struct DiskCache {
     dir: PathBuf,

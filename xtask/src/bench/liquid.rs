@@ -453,6 +453,7 @@ fn run_format(
         probe_items: if su.quick { 12 } else { 32 },
         min_time: Duration::from_millis(if su.quick { 100 } else { 400 }),
         scratch: work.to_path_buf(),
+        bandwidth: None,
     };
     let set = ProbeSet::build(&srcs, &decs, &cfg)?;
     let prof = profile::search(&set, &decs, &cfg, |_| {})?;

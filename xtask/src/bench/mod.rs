@@ -5,6 +5,10 @@ mod l3;
 mod liquid;
 mod loader;
 mod pcr;
+mod python;
+mod storage;
+
+pub use storage::serve as serve_s3;
 
 use crate::report::Report;
 use std::process::ExitCode;
@@ -41,6 +45,16 @@ const SECTIONS: &[Section] = &[
         name: "loader",
         about: "The loader pipeline across formats",
         run: loader::run,
+    },
+    Section {
+        name: "storage",
+        about: "Every format against storage bandwidth, Liquid profiled at each (pcr-iclr20, liquid-apsys23)",
+        run: storage::run,
+    },
+    Section {
+        name: "python",
+        about: "The loader from Python vs a Pillow process pool and SPDL",
+        run: python::run,
     },
 ];
 

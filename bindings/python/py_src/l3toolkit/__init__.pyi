@@ -1,0 +1,196 @@
+"""Type stubs of l3toolkit (the native module re-exported by ``l3toolkit/__init__.py``)."""
+
+import os
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Path = Union[str, "os.PathLike[str]"]
+_Data = Union[bytes, bytearray, memoryview, _Path]
+
+class Error(Exception):
+    """Base class of every error raised by l3toolkit."""
+
+class FormatError(Error, ValueError):
+    """Bytes that are not a valid image, dataset or model of the kind they claim to be."""
+
+class IOError(Error, OSError):  # noqa: A001
+    """A file or folder could not be read or written (``errno`` and ``filename`` are set)."""
+
+class OptionsError(Error, ValueError):
+    """Arguments that cannot work together, or a resume state of another configuration."""
+
+class GpuError(Error, RuntimeError):
+    """The GPU was asked for and cannot do the work."""
+
+def encode(
+    array: npt.NDArray[np.uint8], patch: Optional[int] = None, *, threads: Optional[int] = None
+) -> bytes:
+    """Encodes a uint8 (H, W) or (H, W, C) array (C = 1, 3, 4) into an L3 file (lossless)."""
+
+def decode(data: _Data, *, threads: Optional[int] = None) -> npt.NDArray[np.uint8]:
+    """Decodes L3 bytes (or a file) into (H, W) for gray, (H, W, C) otherwise."""
+
+def decode_region(data: _Data, x: int, y: int, w: int, h: int) -> npt.NDArray[np.uint8]:
+    """Decodes only the w×h rectangle at (x, y), touching only the patches under it."""
+
+def info(data: _Data) -> Dict[str, Any]:
+    """Header of an L3 file: width, height, channels, patch_size, patches_x, patches_y, version,
+    file_bytes, raw_bytes, ratio."""
+
+def read_image(path: _Path, *, to_8bit: bool = False) -> npt.NDArray[np.uint8]:
+    """Reads any image file the toolkit reads (PNG, JPEG, PPM, L3, ...) with its import rules."""
+
+def convert(
+    src: _Path,
+    dst: _Path,
+    to: Literal["l3", "raw", "png", "jpeg", "pcr", "liquid"] = "l3",
+    progress: bool = True,
+    *,
+    quality: Optional[int] = None,
+    threads: Optional[int] = None,
+    to_8bit: bool = False,
+) -> Dict[str, Any]:
+    """Converts every image under src into dst in format ``to``; returns a summary."""
+
+class StyleModel:
+    """A TransformerNet style-transfer network loaded from safetensors."""
+
+    def __init__(
+        self, path: _Path, *, padding: Literal["reflect", "circular", "zero", "replicate"] = "reflect"
+    ) -> None: ...
+
+def stylize(
+    image: npt.NDArray[np.uint8],
+    model: Union[StyleModel, _Path],
+    *,
+    tile: Optional[int] = None,
+    mode: str = "exact",
+    threads: Optional[int] = None,
+    padding: Optional[str] = None,
+    ram_budget_mib: int = 2048,
+    spill_dir: Optional[_Path] = None,
+    full: bool = False,
+    device: Any = "cpu",
+    precision: Literal["f32", "f16"] = "f32",
+    gpu_memory: Optional[int] = None,
+) -> npt.NDArray[np.uint8]:
+    """Style transfer on a uint8 (H, W, 3) image of any size with BSP tiling, on the CPU or a CUDA GPU
+    (``device="cuda"``; ``GpuError`` without a usable one)."""
+
+class Tensor:
+    """A batch tensor in loader memory, exported through DLPack without a copy."""
+
+    @property
+    def shape(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def dtype(self) -> Literal["uint8", "float16", "float32"]: ...
+    @property
+    def layout(self) -> Literal["NCHW", "NHWC"]: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def data_ptr(self) -> int:
+        """Address of the first element: the pointer every DLPack export carries."""
+    @property
+    def nbytes(self) -> int: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def numpy(self) -> np.ndarray:
+        """numpy.from_dlpack(self): a view, no copy."""
+    def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> np.ndarray: ...
+    def __len__(self) -> int: ...
+
+class Batch:
+    """One batch: images (Tensor), labels and indices (int64 arrays), epoch, index."""
+
+    @property
+    def images(self) -> Tensor: ...
+    @property
+    def labels(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def indices(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def index(self) -> int:
+        """Position of this batch within its epoch."""
+    @property
+    def skipped(self) -> List[Tuple[int, str]]: ...
+    @property
+    def wait(self) -> float:
+        """Seconds the consumer waited for this batch."""
+    def __len__(self) -> int: ...
+
+class Loader:
+    """Batches of fixed-size samples from a dataset, decoded by background threads."""
+
+    def __init__(
+        self,
+        source: _Path,
+        batch_size: int,
+        *,
+        crop: Union[int, Tuple[int, int], None] = (224, 224),
+        random_crop: bool = False,
+        flip: bool = False,
+        shuffle: bool = True,
+        seed: int = 0,
+        epochs: Optional[int] = None,
+        drop_last: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        threads: Optional[int] = None,
+        layout: Literal["NCHW", "NHWC"] = "NCHW",
+        dtype: Literal["uint8", "float16", "float32"] = "uint8",
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        device: Any = "cpu",
+        sampler: Literal["uniform", "liquid"] = "uniform",
+        budget: Optional[int] = None,
+        group: Optional[int] = None,
+        labels: Optional[_Path] = None,
+        io_threads: int = 2,
+        prefetch: int = 4,
+        skip_errors: bool = False,
+        storage_mbps: Optional[float] = None,
+        cache_dir: Optional[_Path] = None,
+        cache_limit: Optional[int] = None,
+        pcr_window: int = 4,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[Batch]: ...
+    def __next__(self) -> Batch: ...
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+    def set_epoch(self, epoch: int) -> None: ...
+    def state_dict(self) -> Dict[str, Any]: ...
+    def load_state_dict(self, state: Dict[str, Any]) -> None: ...
+    def stats(self) -> Dict[str, float]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Loader": ...
+    def __exit__(self, *args: Any) -> bool: ...
+    @property
+    def dataset_len(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def threads_alive(self) -> int: ...
+    @property
+    def warnings(self) -> List[str]: ...
+    def item_source(self, index: int) -> str:
+        """Where dataset item ``index`` lives: what error messages name."""

@@ -1,0 +1,816 @@
+//! `l3toolkit.Loader` and `l3toolkit.Batch`: the loader's pipeline as a Python iterator.
+//!
+//! The Rust loader runs its threads on its own; `__next__` waits for the next batch in short slices with
+//! the GIL released and checks for signals between them, so other Python threads keep running and
+//! Ctrl-C raises `KeyboardInterrupt` at once — after stopping and joining every pipeline thread. A
+//! stopped loader (interrupted, failed, `close()`d, moved by `set_epoch` / `load_state_dict`) restarts
+//! from its exact position the next time a batch is asked for.
+
+use crate::errors::{Failure, Kind, detached, raise};
+use crate::tensor::Tensor;
+use loader::{
+    CacheOptions, Crop, DType, Dataset, Device, Layout, LoaderOptions, LoaderState, Next,
+    Normalize, OpenOptions, Order, StorageOptions, ThreadMonitor, open_dataset,
+};
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long one wait for a batch lasts before signals are checked again.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// Version of the `state_dict()` layout.
+const STATE_VERSION: u32 = 1;
+
+/// One batch: ``images`` (a :class:`Tensor`, zero-copy through DLPack), ``labels`` and ``indices``
+/// (``int64`` NumPy arrays: class labels and dataset indices of the samples), ``epoch`` and ``index``
+/// (its position within the epoch).
+#[pyclass(frozen, module = "l3toolkit")]
+pub struct Batch {
+    /// The samples: ``(N, 3, H, W)`` or ``(N, H, W, 3)``.
+    #[pyo3(get)]
+    images: Py<Tensor>,
+    /// Class label of each sample (``int64``).
+    #[pyo3(get)]
+    labels: Py<PyArray1<i64>>,
+    /// Dataset index of each sample (``int64``).
+    #[pyo3(get)]
+    indices: Py<PyArray1<i64>>,
+    /// The epoch this batch belongs to.
+    #[pyo3(get)]
+    epoch: usize,
+    /// Position of this batch within its epoch (0-based).
+    #[pyo3(get)]
+    index: usize,
+    /// Items left out of this batch as ``(dataset index, reason)`` (only with ``skip_errors=True``).
+    #[pyo3(get)]
+    skipped: Vec<(usize, String)>,
+    /// Seconds the consumer waited for this batch.
+    #[pyo3(get)]
+    wait: f64,
+    len: usize,
+}
+
+impl Batch {
+    fn new(py: Python<'_>, b: loader::Batch) -> PyResult<Batch> {
+        let loader::Batch {
+            epoch,
+            index,
+            pixels,
+            labels,
+            ids,
+            skipped,
+            wait,
+            ..
+        } = b;
+        let len = ids.len();
+        let labels: Vec<i64> = labels.into_iter().map(i64::from).collect();
+        let ids: Vec<i64> = ids.into_iter().map(|i| i as i64).collect();
+        Ok(Batch {
+            images: Py::new(py, Tensor::new(pixels))?,
+            labels: PyArray1::from_vec(py, labels).unbind(),
+            indices: PyArray1::from_vec(py, ids).unbind(),
+            epoch,
+            index,
+            skipped,
+            wait: wait.as_secs_f64(),
+            len,
+        })
+    }
+}
+
+#[pymethods]
+impl Batch {
+    /// Samples in the batch.
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Batch(epoch={}, index={}, len={})",
+            self.epoch, self.index, self.len
+        )
+    }
+}
+
+/// The options recorded in `state_dict()` besides the position: what decides every batch's contents,
+/// so that a resume with other options is refused rather than silently different. Lists, not tuples,
+/// so that the state survives a JSON round trip.
+#[derive(Clone, Debug)]
+struct Recorded {
+    crop: (u32, u32),
+    random_crop: bool,
+    flip: bool,
+    shuffle: bool,
+    drop_last: bool,
+    layout: &'static str,
+    dtype: &'static str,
+    mean: Option<[f32; 3]>,
+    std: Option<[f32; 3]>,
+    sampler: &'static str,
+}
+
+impl Recorded {
+    fn of(o: &LoaderOptions) -> Recorded {
+        Recorded {
+            crop: (o.height, o.width),
+            random_crop: o.crop == Crop::Random,
+            flip: o.hflip,
+            shuffle: o.shuffle,
+            drop_last: o.drop_last,
+            layout: o.layout.name(),
+            dtype: o.dtype.name(),
+            mean: o.normalize.map(|n| n.mean),
+            std: o.normalize.map(|n| n.std),
+            sampler: match o.order {
+                Order::Seeded => "uniform",
+                Order::Liquid { .. } => "liquid",
+            },
+        }
+    }
+
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("crop", [self.crop.0, self.crop.1])?;
+        d.set_item("random_crop", self.random_crop)?;
+        d.set_item("flip", self.flip)?;
+        d.set_item("shuffle", self.shuffle)?;
+        d.set_item("drop_last", self.drop_last)?;
+        d.set_item("layout", self.layout)?;
+        d.set_item("dtype", self.dtype)?;
+        d.set_item("mean", self.mean)?;
+        d.set_item("std", self.std)?;
+        d.set_item("sampler", self.sampler)?;
+        Ok(d)
+    }
+}
+
+/// The running pipeline (if any) and where a restart begins.
+struct Run {
+    loader: Option<loader::Loader>,
+    /// The next batch to deliver when `loader` is `None`.
+    position: LoaderState,
+    /// One-epoch-per-iteration mode: the epoch just ended; `__next__` stops until `__iter__` is called.
+    epoch_done: bool,
+    /// Counts the threads of the latest pipeline, joined or not.
+    monitor: ThreadMonitor,
+}
+
+impl Run {
+    fn state(&self) -> LoaderState {
+        self.loader.as_ref().map_or(self.position, |l| l.state())
+    }
+
+    /// Stops the pipeline (joining its threads), remembering its position.
+    fn stop(&mut self) {
+        if let Some(l) = self.loader.take() {
+            self.position = l.state();
+        }
+    }
+
+    /// Moves to `state`, restarting the pipeline there.
+    fn restart(
+        &mut self,
+        ds: &Arc<dyn Dataset>,
+        o: &LoaderOptions,
+        state: LoaderState,
+    ) -> Result<(), Failure> {
+        self.stop();
+        self.position = state;
+        self.epoch_done = false;
+        let l = loader::Loader::resume(ds.clone(), o.clone(), state)?;
+        self.monitor = l.thread_monitor();
+        self.loader = Some(l);
+        Ok(())
+    }
+}
+
+#[allow(clippy::large_enum_variant)] // one per batch, by value: boxing would cost more than it saves
+enum Step {
+    Batch(loader::Batch),
+    Pending,
+    Stop,
+}
+
+/// Batches of fixed-size samples from a dataset, decoded by background threads.
+///
+/// ``source``: anything ``l3 stream`` opens — a folder of images (PNG, JPEG, PPM, L3; labels from
+/// sub-folder names), a Liquid dataset, or a PCR dataset (``group`` picks the scan group). Iterating
+/// yields :class:`Batch` objects. With ``epochs=None`` (the default) each ``for`` loop over the loader
+/// runs one epoch, like ``torch.utils.data.DataLoader``, and the next loop the next epoch; with
+/// ``epochs=E`` one loop runs every epoch up to ``E``. ``len(loader)`` is the batches per epoch for this
+/// rank. Batches are a pure function of the options, the dataset and (epoch, batch), so
+/// ``state_dict()`` / ``load_state_dict()`` resume exactly, mid-epoch included.
+///
+/// ``rank`` / ``world_size`` default to ``torch.distributed``'s when it is initialised, else to the
+/// ``RANK`` / ``WORLD_SIZE`` environment variables, else 0 / 1: each rank reads its own shard, like
+/// ``DistributedSampler``.
+///
+/// ``device="cuda"`` (or ``"cuda:N"``, or a ``torch.device``) decodes each batch of an L3 source on that
+/// GPU in one l3-cuda launch, and fails with ``GpuError`` naming the reason when there is no usable GPU
+/// (or the source is not L3) — it never decodes on the CPU instead. The decoded batch is then delivered
+/// in host memory like a CPU batch (``batch.images.device == "cpu"``), bit-identical to it.
+#[pyclass(frozen, module = "l3toolkit")]
+pub struct Loader {
+    dataset: Arc<dyn Dataset>,
+    options: LoaderOptions,
+    recorded: Recorded,
+    /// Each `for` loop is one epoch (`epochs=None`).
+    epoch_per_iter: bool,
+    batches_per_epoch: usize,
+    source: PathBuf,
+    run: Mutex<Run>,
+}
+
+/// `crop=`: an int (square) or `(h, w)`.
+fn crop_size(py: Python<'_>, crop: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+    let hw = if let Ok(n) = crop.extract::<u32>() {
+        (n, n)
+    } else {
+        crop.extract::<(u32, u32)>().map_err(|_| {
+            raise(
+                py,
+                Kind::Options,
+                format!("crop={crop}: expected an int or (height, width)"),
+            )
+        })?
+    };
+    if hw.0 == 0 || hw.1 == 0 {
+        return Err(raise(
+            py,
+            Kind::Options,
+            format!("crop={crop}: height and width must be at least 1"),
+        ));
+    }
+    Ok(hw)
+}
+
+/// `device=`: "cpu" (`None`), "cuda" or "cuda:N" (`Some(N)`), or anything whose `str()` is one of
+/// those (a `torch.device`). The one parser of the package's `device=` arguments (`Loader`, `stylize`).
+pub(crate) fn device_ordinal(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let s = device.str()?.to_string();
+    let parsed = match s.as_str() {
+        "cpu" => Some(None),
+        "cuda" => Some(Some(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Some),
+    };
+    parsed.ok_or_else(|| {
+        raise(
+            py,
+            Kind::Options,
+            format!("device={s:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""),
+        )
+    })
+}
+
+/// `mean=` / `std=`: both or neither, three numbers each, float dtypes only.
+fn normalize(
+    py: Python<'_>,
+    mean: Option<Vec<f32>>,
+    std: Option<Vec<f32>>,
+    dtype: DType,
+) -> PyResult<Option<Normalize>> {
+    let three = |name: &str, v: Vec<f32>| -> PyResult<[f32; 3]> {
+        <[f32; 3]>::try_from(v.as_slice()).map_err(|_| {
+            raise(
+                py,
+                Kind::Options,
+                format!("{name} has {} values: give one per channel (3)", v.len()),
+            )
+        })
+    };
+    match (mean, std) {
+        (None, None) => Ok(None),
+        (Some(m), Some(s)) => {
+            if !dtype.is_float() {
+                return Err(raise(
+                    py,
+                    Kind::Options,
+                    "mean/std normalise float batches: use dtype=\"float32\" or \"float16\", not uint8",
+                ));
+            }
+            Ok(Some(Normalize {
+                mean: three("mean", m)?,
+                std: three("std", s)?,
+            }))
+        }
+        _ => Err(raise(
+            py,
+            Kind::Options,
+            "give both mean and std, or neither",
+        )),
+    }
+}
+
+/// rank / world size: the arguments, else `torch.distributed`, the environment, 0 / 1.
+fn rank_world(
+    py: Python<'_>,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> PyResult<(usize, usize)> {
+    if let (Some(r), Some(w)) = (rank, world_size) {
+        return Ok((r, w));
+    }
+    let (r, w): (usize, usize) = py
+        .import("l3toolkit._distributed")?
+        .call_method0("rank_and_world_size")?
+        .extract()?;
+    Ok((rank.unwrap_or(r), world_size.unwrap_or(w)))
+}
+
+fn int_item<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(
+    py: Python<'py>,
+    d: &Bound<'py, PyDict>,
+    key: &str,
+) -> PyResult<T> {
+    let v = d.get_item(key)?.ok_or_else(|| {
+        raise(
+            py,
+            Kind::Options,
+            format!("state_dict has no {key:?}: not a state from Loader.state_dict()"),
+        )
+    })?;
+    v.extract().map_err(|_| {
+        raise(
+            py,
+            Kind::Options,
+            format!("state_dict[{key:?}] = {v}: expected a non-negative int"),
+        )
+    })
+}
+
+impl Loader {
+    fn lock(&self) -> MutexGuard<'_, Run> {
+        self.run.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One wait for the next batch, with the GIL released (the lock is taken without the GIL, so a
+    /// thread blocked on it never holds up the interpreter).
+    fn step(&self, py: Python<'_>) -> PyResult<Step> {
+        detached(py, || {
+            let mut run = self.lock();
+            if run.epoch_done {
+                return Ok(Step::Stop);
+            }
+            if run.loader.is_none() {
+                let at = run.position;
+                run.restart(&self.dataset, &self.options, at)?;
+            }
+            let l = run.loader.as_mut().expect("started above");
+            match l.next_timeout(SLICE) {
+                Next::Pending => Ok(Step::Pending),
+                Next::End => Ok(Step::Stop),
+                Next::Batch(Ok(b)) => {
+                    if self.epoch_per_iter && b.index + 1 == self.batches_per_epoch {
+                        run.epoch_done = true;
+                    }
+                    Ok(Step::Batch(b))
+                }
+                Next::Batch(Err(e)) => {
+                    // The pipeline stopped; the next request restarts at the failed batch.
+                    run.stop();
+                    Err(e.into())
+                }
+            }
+        })
+    }
+
+    /// Stops the pipeline threads (joined without the GIL), keeping the position.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        detached(py, || {
+            self.lock().stop();
+            Ok(())
+        })
+    }
+}
+
+impl Drop for Loader {
+    /// Stops and joins the pipeline threads with the GIL released, so that other Python threads keep
+    /// running while the threads finish the items in hand (with the GIL held when the interpreter is
+    /// shutting down).
+    fn drop(&mut self) {
+        let run = self.run.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = run.loader.take() {
+            let join = move || drop(l);
+            Python::try_attach(|py| py.detach(join));
+        }
+    }
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(
+        text_signature = "(source, batch_size, *, crop=(224, 224), random_crop=False, flip=False, \
+        shuffle=True, seed=0, epochs=None, drop_last=False, rank=None, world_size=None, threads=None, \
+        layout=\"NCHW\", dtype=\"uint8\", mean=None, std=None, device=\"cpu\", sampler=\"uniform\", \
+        budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
+        storage_mbps=None, cache_dir=None, cache_limit=None, pcr_window=4)"
+    )]
+    #[pyo3(signature = (
+        source, batch_size, *, crop=None, random_crop=false, flip=false, shuffle=true, seed=0,
+        epochs=None, drop_last=false, rank=None, world_size=None, threads=None, layout="NCHW",
+        dtype="uint8", mean=None, std=None, device=None, sampler="uniform", budget=None, group=None,
+        labels=None, io_threads=2, prefetch=4, skip_errors=false, storage_mbps=None,
+        cache_dir=None, cache_limit=None, pcr_window=4
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        source: PathBuf,
+        batch_size: usize,
+        crop: Option<Bound<'_, PyAny>>,
+        random_crop: bool,
+        flip: bool,
+        shuffle: bool,
+        seed: u64,
+        epochs: Option<usize>,
+        drop_last: bool,
+        rank: Option<usize>,
+        world_size: Option<usize>,
+        threads: Option<usize>,
+        layout: &str,
+        dtype: &str,
+        mean: Option<Vec<f32>>,
+        std: Option<Vec<f32>>,
+        device: Option<Bound<'_, PyAny>>,
+        sampler: &str,
+        budget: Option<u64>,
+        group: Option<usize>,
+        labels: Option<PathBuf>,
+        io_threads: usize,
+        prefetch: usize,
+        skip_errors: bool,
+        storage_mbps: Option<f64>,
+        cache_dir: Option<PathBuf>,
+        cache_limit: Option<u64>,
+        pcr_window: usize,
+    ) -> PyResult<Loader> {
+        let opt_err = |m: String| raise(py, Kind::Options, m);
+        let (height, width) = match &crop {
+            Some(c) => crop_size(py, c)?,
+            None => (224, 224),
+        };
+        let layout = Layout::parse(layout)
+            .ok_or_else(|| opt_err(format!("layout={layout:?}: expected \"NCHW\" or \"NHWC\"")))?;
+        let dtype = DType::parse(dtype).ok_or_else(|| {
+            opt_err(format!(
+                "dtype={dtype:?}: expected \"uint8\", \"float16\" or \"float32\""
+            ))
+        })?;
+        let normalize = normalize(py, mean, std, dtype)?;
+        let device = match &device {
+            Some(d) => device_ordinal(py, d)?.map_or(Device::Cpu, Device::Cuda),
+            None => Device::Cpu,
+        };
+        let order = match (sampler, budget) {
+            ("uniform", None) => Order::Seeded,
+            ("uniform", Some(_)) => {
+                return Err(opt_err(
+                    "budget sizes the Liquid sampler's buffers: use it with sampler=\"liquid\""
+                        .into(),
+                ));
+            }
+            ("liquid", Some(budget_bytes)) => Order::Liquid { budget_bytes },
+            ("liquid", None) => {
+                return Err(opt_err(
+                    "sampler=\"liquid\" needs budget= (bytes its shuffle buffers may hold)".into(),
+                ));
+            }
+            (s, _) => {
+                return Err(opt_err(format!(
+                    "sampler={s:?}: expected \"uniform\" or \"liquid\""
+                )));
+            }
+        };
+        if threads == Some(0) {
+            return Err(opt_err(
+                "threads=0: give at least 1, or None for every core".into(),
+            ));
+        }
+        let (rank, world_size) = rank_world(py, rank, world_size)?;
+        let options = LoaderOptions {
+            batch_size,
+            height,
+            width,
+            crop: if random_crop {
+                Crop::Random
+            } else {
+                Crop::Center
+            },
+            hflip: flip,
+            layout,
+            dtype,
+            normalize,
+            decode_threads: stdx::parallel::threads(threads.unwrap_or(0)),
+            io_threads,
+            prefetch,
+            seed,
+            shuffle,
+            epochs,
+            rank,
+            world_size,
+            drop_last,
+            skip_errors,
+            device,
+            order,
+            ..LoaderOptions::default()
+        };
+        let open = OpenOptions {
+            group,
+            labels,
+            storage: storage_options(py, storage_mbps, cache_dir, cache_limit)?,
+            pcr_window,
+        };
+        let (dataset, run) = detached(py, || {
+            let dataset = open_dataset(&source, &open)?;
+            let position = LoaderState {
+                epoch: 0,
+                batch: 0,
+                seed,
+                rank,
+                world_size,
+                batch_size,
+                dataset_len: dataset.len(),
+            };
+            let mut run = Run {
+                loader: None,
+                position,
+                epoch_done: false,
+                monitor: ThreadMonitor::default(),
+            };
+            run.restart(&dataset, &options, position)?;
+            Ok((dataset, run))
+        })?;
+        let batches_per_epoch = run.loader.as_ref().expect("started").batches_per_epoch();
+        Ok(Loader {
+            dataset,
+            recorded: Recorded::of(&options),
+            options,
+            epoch_per_iter: epochs.is_none(),
+            batches_per_epoch,
+            source,
+            run: Mutex::new(run),
+        })
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        let py = slf.py();
+        let this = slf.get();
+        detached(py, || {
+            this.lock().epoch_done = false;
+            Ok(())
+        })?;
+        Ok(slf)
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        loop {
+            match self.step(py)? {
+                Step::Batch(b) => return Batch::new(py, b).map(Some),
+                Step::Stop => return Ok(None),
+                Step::Pending => {
+                    if let Err(interrupt) = py.check_signals() {
+                        self.stop(py)?;
+                        return Err(interrupt);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Batches per epoch for this rank.
+    fn __len__(&self) -> usize {
+        self.batches_per_epoch
+    }
+
+    /// Moves to the start of epoch ``epoch`` (what ``DistributedSampler.set_epoch`` is called for). A
+    /// loader already there keeps its prefetched batches.
+    fn set_epoch(&self, py: Python<'_>, epoch: usize) -> PyResult<()> {
+        detached(py, || {
+            let mut run = self.lock();
+            let want = LoaderState {
+                epoch,
+                batch: 0,
+                ..run.state()
+            };
+            if run.loader.is_some() && run.state() == want {
+                run.epoch_done = false;
+                return Ok(());
+            }
+            run.restart(&self.dataset, &self.options, want)
+        })
+    }
+
+    /// The position of the next batch, and the options it is valid for: save it with a checkpoint and
+    /// hand it to :meth:`load_state_dict` to continue exactly there.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = detached(py, || Ok(self.lock().state()))?;
+        let d = PyDict::new(py);
+        d.set_item("version", STATE_VERSION)?;
+        d.set_item("epoch", s.epoch)?;
+        d.set_item("batch", s.batch)?;
+        d.set_item("seed", s.seed)?;
+        d.set_item("rank", s.rank)?;
+        d.set_item("world_size", s.world_size)?;
+        d.set_item("batch_size", s.batch_size)?;
+        d.set_item("dataset_len", s.dataset_len)?;
+        d.set_item("options", self.recorded.to_dict(py)?)?;
+        Ok(d)
+    }
+
+    /// Continues at a position saved by :meth:`state_dict`. Refused with ``OptionsError`` when the state
+    /// belongs to other options (seed, world size, batch size, dataset length, crop, ...). Every rank has
+    /// the same batches per epoch and moves in lockstep, so a state saved by any rank (rank 0, in a
+    /// checkpoint) resumes every rank at its own shard's position.
+    fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let version: u32 = int_item(py, state, "version")?;
+        if version != STATE_VERSION {
+            return Err(raise(
+                py,
+                Kind::Options,
+                format!(
+                    "state_dict version {version}: this l3toolkit reads version {STATE_VERSION}"
+                ),
+            ));
+        }
+        let saved = state
+            .get_item("options")?
+            .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
+        let ours = self.recorded.to_dict(py)?;
+        for (key, want) in ours.iter() {
+            let got = saved.get_item(&key).ok();
+            let same = match &got {
+                Some(g) => g.eq(&want)?,
+                None => false,
+            };
+            if !same {
+                return Err(raise(
+                    py,
+                    Kind::Options,
+                    format!(
+                        "cannot resume: the state has {key} = {}, this loader has {want}",
+                        got.map_or("nothing".into(), |g| g.to_string())
+                    ),
+                ));
+            }
+        }
+        let st = LoaderState {
+            epoch: int_item(py, state, "epoch")?,
+            batch: int_item(py, state, "batch")?,
+            seed: int_item(py, state, "seed")?,
+            rank: self.options.rank,
+            world_size: int_item(py, state, "world_size")?,
+            batch_size: int_item(py, state, "batch_size")?,
+            dataset_len: int_item(py, state, "dataset_len")?,
+        };
+        detached(py, || self.lock().restart(&self.dataset, &self.options, st))
+    }
+
+    /// The pipeline's counters since it (re)started, as a dict: items and bytes read, pixels decoded,
+    /// busy seconds of each stage, batches and items delivered, the consumer's wait, GPU batches.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = detached(py, || Ok(self.lock().loader.as_ref().map(|l| l.stats())))?
+            .unwrap_or_default();
+        let d = PyDict::new(py);
+        d.set_item("elapsed_s", s.elapsed.as_secs_f64())?;
+        d.set_item("io_threads", s.io_threads)?;
+        d.set_item("decode_threads", s.decode_threads)?;
+        d.set_item("items_read", s.items_read)?;
+        d.set_item("bytes_read", s.bytes_read)?;
+        d.set_item("read_busy_s", s.read_busy.as_secs_f64())?;
+        d.set_item("items_decoded", s.items_decoded)?;
+        d.set_item("pixels_decoded", s.pixels_decoded)?;
+        d.set_item("decode_busy_s", s.decode_busy.as_secs_f64())?;
+        d.set_item("assemble_busy_s", s.assemble_busy.as_secs_f64())?;
+        d.set_item("items_skipped", s.items_skipped)?;
+        d.set_item("batches_delivered", s.batches_delivered)?;
+        d.set_item("items_delivered", s.items_delivered)?;
+        d.set_item("consumer_wait_s", s.consumer_wait.as_secs_f64())?;
+        d.set_item("gpu_batches", s.gpu_batches)?;
+        d.set_item("gpu_fallback_batches", s.gpu_fallback_batches)?;
+        d.set_item("images_per_sec", s.images_per_sec())?;
+        Ok(d)
+    }
+
+    /// Stops and joins every pipeline thread now (dropping the loader does too). Iterating again
+    /// restarts where it stopped.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.stop(py)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.stop(py)?;
+        Ok(false)
+    }
+
+    /// Items in the dataset (all ranks).
+    #[getter]
+    fn dataset_len(&self) -> usize {
+        self.dataset.len()
+    }
+
+    /// Samples per batch.
+    #[getter]
+    fn batch_size(&self) -> usize {
+        self.options.batch_size
+    }
+
+    /// This process's rank: which shard of every epoch it reads.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.options.rank
+    }
+
+    /// Ranks the epochs are sharded across.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.options.world_size
+    }
+
+    /// The epoch of the next batch.
+    #[getter]
+    fn epoch(&self, py: Python<'_>) -> PyResult<usize> {
+        detached(py, || Ok(self.lock().state().epoch))
+    }
+
+    /// Threads of the pipeline still running (0 once it is stopped and joined).
+    #[getter]
+    fn threads_alive(&self, py: Python<'_>) -> PyResult<usize> {
+        detached(py, || Ok(self.lock().monitor.alive()))
+    }
+
+    /// Where dataset item ``index`` lives (its file, or a file and a position in it): what errors name.
+    fn item_source(&self, index: usize) -> PyResult<String> {
+        if index >= self.dataset.len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "item {index} of a dataset of {}",
+                self.dataset.len()
+            )));
+        }
+        Ok(self.dataset.source(index).display().to_string())
+    }
+
+    /// What opening the dataset left out (special files, folders reached twice), one line each.
+    #[getter]
+    fn warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.dataset.warnings())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Loader({:?}: {}, batch_size={}, rank={} of {}, {} batches per epoch)",
+            self.source.display().to_string(),
+            self.dataset.describe(),
+            self.options.batch_size,
+            self.options.rank,
+            self.options.world_size,
+            self.batches_per_epoch
+        )
+    }
+}
+
+/// The read layer's options from `storage_mbps=` (a bandwidth cap in MB/s, 10⁶ bytes), `cache_dir=` and
+/// `cache_limit=` (a local LRU cache of remote objects, in bytes).
+fn storage_options(
+    py: Python<'_>,
+    storage_mbps: Option<f64>,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+) -> PyResult<StorageOptions> {
+    let opt_err = |m: String| raise(py, Kind::Options, m);
+    let bandwidth = match storage_mbps {
+        None => None,
+        Some(m) if m.is_finite() && m > 0.0 && m * 1e6 < u64::MAX as f64 => Some((m * 1e6) as u64),
+        Some(m) => {
+            return Err(opt_err(format!(
+                "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
+            )));
+        }
+    };
+    let cache = match (cache_dir, cache_limit) {
+        (None, None) => None,
+        (Some(dir), limit) => Some(CacheOptions {
+            dir,
+            limit: limit.unwrap_or(CacheOptions::DEFAULT_LIMIT),
+        }),
+        (None, Some(_)) => {
+            return Err(opt_err(
+                "cache_limit sizes the cache in cache_dir=: give cache_dir too".into(),
+            ));
+        }
+    };
+    Ok(StorageOptions { bandwidth, cache })
+}
