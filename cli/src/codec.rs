@@ -6,17 +6,65 @@
 //! and renamed into place, so a failure never leaves a half-written file, and an output that is the input
 //! is refused.
 use anyhow::{Context, bail};
-use l3_format::{L3Index, PixelLayout, Rect, default_patch_size, encode_parallel};
+use l3_format::{EncodeOptions, Format, L3Index, PixelLayout, Profile, Rect};
 use loader::convert::Target;
 use loader::{Image, ImportOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// `--format v1|v2` and `--profile ans|bp`: which L3 format to write (`l3 encode`, `l3 convert --to l3`).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct L3FormatArgs {
+    /// L3 format version: v2 (the default: smaller than PNG, checksummed) or v1 (the paper's format,
+    /// larger, fastest to decode on the CPU).
+    #[arg(long, value_enum)]
+    pub format: Option<VersionArg>,
+    /// Version-2 profile (implies --format v2): ans (smallest files; the v2 default) or bp (bit-packed, no
+    /// tables, faster to encode and decode).
+    #[arg(long, value_enum)]
+    pub profile: Option<ProfileArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionArg {
+    V1,
+    V2,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileArg {
+    Ans,
+    Bp,
+}
+
+impl L3FormatArgs {
+    /// The format asked for; nothing asked is [`l3_format::DEFAULT_FORMAT`], a profile alone means v2.
+    pub fn resolve(self) -> anyhow::Result<Format> {
+        let profile = self.profile.map(|p| match p {
+            ProfileArg::Ans => Profile::Ans,
+            ProfileArg::Bp => Profile::Bp,
+        });
+        Ok(match (self.format, profile) {
+            (None, None) => l3_format::DEFAULT_FORMAT,
+            (Some(VersionArg::V1), Some(_)) => {
+                bail!("--profile applies to version 2 only (--format v2); version 1 has one coding")
+            }
+            (Some(VersionArg::V1), None) => Format::V1,
+            (_, Some(p)) => Format::V2(p),
+            // ANS: the smaller of the two profiles.
+            (Some(VersionArg::V2), None) => Format::V2(Profile::Ans),
+        })
+    }
+}
+
 #[derive(clap::Args)]
 pub struct EncodeArgs {
     pub input: PathBuf,
     pub output: PathBuf,
-    /// Patch size N (1..=255); default by resolution.
+    #[command(flatten)]
+    pub format: L3FormatArgs,
+    /// Patch size N. Version 1: 1..=255, default 32 or 64 by resolution; version 2: a multiple of 32 up to
+    /// 224, default 128.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=255))]
     pub patch: Option<u8>,
     /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
@@ -63,12 +111,18 @@ fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 pub fn encode(a: EncodeArgs) -> anyhow::Result<()> {
+    let format = a.format.resolve()?;
     refuse_overwriting_input(&a.input, &a.output)?;
     let img = loader::import(&a.input, &ImportOptions { to_8bit: a.to_8bit })?;
     let (w, h, c) = (img.width, img.height, img.channels);
-    let n = a.patch.unwrap_or_else(|| default_patch_size(w, h));
-    let file = encode_parallel(&img.pixels, w, h, c, n, a.threads)
-        .with_context(|| format!("encoding {}", a.input.display()))?;
+    let opts = EncodeOptions {
+        format,
+        patch_size: a.patch,
+        threads: a.threads,
+        ..EncodeOptions::default()
+    };
+    let file = l3_format::encode_with(&img.pixels, w, h, c, &opts)
+        .with_context(|| format!("encoding {} as L3 {format}", a.input.display()))?;
     write_output(&a.output, &file)
 }
 
@@ -126,16 +180,21 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         file.read_exact_at(buf, at)
             .with_context(|| format!("reading {}", path.display()))
     };
-    let mut prefix = vec![0u8; (l3_format::HEADER_LEN as u64).min(len) as usize];
-    read_at(&mut prefix, 0)?;
-    let need =
-        L3Index::prefix_len(&prefix).with_context(|| format!("parsing {}", path.display()))?;
-    if need > prefix.len() && need as u64 <= len {
+    let parsing = || format!("parsing {}", path.display());
+    let mut prefix = Vec::new();
+    while let Some(r) = L3Index::next_read(&prefix, len).with_context(parsing)? {
         let have = prefix.len();
-        prefix.resize(need, 0);
-        read_at(&mut prefix[have..], have as u64)?;
+        prefix.resize(r.end as usize, 0);
+        read_at(&mut prefix[have..], r.start)?;
     }
-    let f = L3Index::parse(&prefix, len).with_context(|| format!("parsing {}", path.display()))?;
+    let f = L3Index::parse(&prefix, len).with_context(parsing)?;
+    // Version 2 ends with a CRC-32C of everything before it: checked on every read, here by streaming the
+    // file through a small buffer (any size in bounded memory).
+    let crc = if f.version() >= 2 {
+        Some(check_crc(&file, len, path)?)
+    } else {
+        None
+    };
     if a.verify {
         verify(&f, &file, path)?;
     }
@@ -149,7 +208,14 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     let per = px * py;
     let raw = w as u64 * h as u64 * c as u64;
     println!("file: {}", path.display());
-    println!("format version: {}", l3_format::VERSION);
+    println!("format version: {}", f.version());
+    match f.profile() {
+        Some(p @ Profile::Ans) => {
+            println!("profile: {p} (static context rANS, 32 lanes per patch)")
+        }
+        Some(p @ Profile::Bp) => println!("profile: {p} (bit-packed groups, no tables)"),
+        None => println!("profile: none (version 1: row-wise base-delta)"),
+    }
     println!("dimensions: {w}x{h}");
     println!("channels: {c} ({kind})");
     println!("bit depth: 8");
@@ -159,16 +225,50 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         per * c as usize
     );
     println!("file bytes: {len}");
-    println!("patch data bytes: {}", len - f.data_offset());
+    println!("patch data bytes: {}", f.patch_data_len());
     println!("raw bytes: {raw}");
     println!(
         "compressed ratio: {:.4} (file bytes / raw bytes)",
         len as f64 / raw as f64
     );
+    match crc {
+        Some(c) => println!("crc32c: {c:08x} (verified)"),
+        None => println!("crc32c: none (version 1 has no checksum)"),
+    }
     if a.verify {
         println!("verified: every patch decodes");
     }
     Ok(())
+}
+
+/// Streams a version-2 file through a 1 MiB buffer and compares the CRC-32C of all but its last four bytes
+/// with them. Returns the checksum.
+fn check_crc(file: &std::fs::File, len: u64, path: &Path) -> anyhow::Result<u32> {
+    let body = len.checked_sub(4).with_context(|| {
+        format!(
+            "{}: too short for a version-2 file's checksum",
+            path.display()
+        )
+    })?;
+    let mut crc = l3_format::Crc32c::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < body {
+        let n = (body - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)
+            .with_context(|| format!("reading {}", path.display()))?;
+        crc.update(&buf[..n]);
+        at += n as u64;
+    }
+    let mut tail = [0u8; 4];
+    file.read_exact_at(&mut tail, body)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let (stored, computed) = (u32::from_le_bytes(tail), crc.finish());
+    if stored != computed {
+        return Err(l3_format::Error::CrcMismatch { stored, computed })
+            .with_context(|| format!("checking {}", path.display()));
+    }
+    Ok(computed)
 }
 
 /// Decodes the whole image one row of patches at a time: memory for one band, whatever the image size.

@@ -232,7 +232,7 @@ pub fn build_formats(
         };
         (dir, entry)
     };
-    let (l3_dir, l3) = converted("L3", "l3", Target::L3);
+    let (l3_dir, l3) = converted("L3", "l3", Target::L3_DEFAULT);
     // The same L3 files, reading and decoding only the patches under each crop (the loader's default).
     let l3_region = FormatEntry {
         name: "L3, crop patches only".into(),

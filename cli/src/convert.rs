@@ -20,12 +20,18 @@ pub struct ConvertArgs {
     /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
     #[arg(long)]
     pub to_8bit: bool,
+    /// With `--to l3`: the L3 format (as `l3 encode`: default v1).
+    #[command(flatten)]
+    pub l3: crate::codec::L3FormatArgs,
 }
 
 pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
     let threads = stdx::parallel::threads(a.threads.unwrap_or(0));
+    if a.to != "l3" && (a.l3.format.is_some() || a.l3.profile.is_some()) {
+        bail!("--format and --profile choose the L3 format; they need --to l3");
+    }
     let target = match a.to.as_str() {
-        "l3" => Target::L3,
+        "l3" => Target::L3(a.l3.resolve()?),
         "raw" => Target::Raw,
         "png" => Target::Png,
         "jpeg" | "jpg" => Target::Jpeg(a.quality.unwrap_or(90)),

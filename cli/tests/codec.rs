@@ -1,4 +1,5 @@
-//! `l3 encode`, `l3 decode`, `l3 info` run as the real binary on real files.
+//! `l3 encode`, `l3 decode`, `l3 info` (and `l3 convert --to l3`'s format options) run as the real binary on
+//! real files, for version 1 and both version-2 profiles.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -60,9 +61,20 @@ fn rgb_png_round_trip_and_info() {
         .save(&input)
         .unwrap();
     let l3f = dir.path().join("img.l3");
-    ok(&l3(&[&"encode", &input, &l3f, &"--patch", &"32"]));
+    ok(&l3(&[
+        &"encode",
+        &input,
+        &l3f,
+        &"--patch",
+        &"32",
+        &"--format",
+        &"v1",
+    ]));
 
     let info = ok(&l3(&[&"info", &l3f]));
+    assert_eq!(field(&info, "format version:"), "1");
+    assert!(field(&info, "profile:").starts_with("none"));
+    assert!(field(&info, "crc32c:").starts_with("none"));
     assert_eq!(field(&info, "dimensions:"), "150x97");
     assert!(field(&info, "channels:").starts_with('3'));
     assert_eq!(field(&info, "patch size:"), "32");
@@ -95,7 +107,15 @@ fn rgb_png_round_trip_and_info() {
 
     // A PPM input encodes to the same L3 bytes as the PNG it came from.
     let again = dir.path().join("again.l3");
-    ok(&l3(&[&"encode", &out_ppm, &again, &"--patch", &"32"]));
+    ok(&l3(&[
+        &"encode",
+        &out_ppm,
+        &again,
+        &"--patch",
+        &"32",
+        &"--format",
+        &"v1",
+    ]));
     assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&l3f).unwrap());
 }
 
@@ -115,7 +135,9 @@ fn gray_goes_to_p5_and_default_patch_size_applies() {
     assert!(field(&info, "channels:").starts_with('1'));
     assert_eq!(
         field(&info, "patch size:"),
-        l3_format::default_patch_size(w, h).to_string()
+        l3_format::DEFAULT_FORMAT
+            .default_patch_size(w, h)
+            .to_string()
     );
     let pgm = dir.path().join("out.pgm");
     ok(&l3(&[&"decode", &l3f, &pgm]));
@@ -196,7 +218,7 @@ fn bad_inputs_fail_with_one_line_and_leave_nothing() {
         .save(&input)
         .unwrap();
     let l3f = dir.path().join("good.l3");
-    ok(&l3(&[&"encode", &input, &l3f]));
+    ok(&l3(&[&"encode", &input, &l3f, &"--format", &"v1"]));
     let mut bytes = std::fs::read(&l3f).unwrap();
 
     let not_l3 = dir.path().join("notl3.l3");
@@ -222,4 +244,264 @@ fn bad_inputs_fail_with_one_line_and_leave_nothing() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
         .collect();
     assert!(leftovers.is_empty());
+}
+
+/// `patch data bytes` of a file, from its layout in SPEC.md: v1 and v2-BP have a fixed-size offset table
+/// (C·P entries); v2-ANS has P entries after its frequency tables, whose length the test does not
+/// recompute (it bounds it instead).
+fn expected_patch_data(
+    size: usize,
+    version: u16,
+    profile: &str,
+    c: usize,
+    p: usize,
+) -> Option<usize> {
+    match (version, profile) {
+        (1, _) => Some(size - 20 - 4 * c * p),
+        (2, "BP") => Some(size - 20 - 4 * c * p - 4),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_format_round_trips_and_info_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two patch columns at N = 128 (v2's default), partial edge patches, and RGBA and gray too.
+    for (c, kind) in [(3usize, "RGB"), (4, "RGBA"), (1, "gray")] {
+        let (w, h) = (200u32, 131u32);
+        let px = gradient(w, h, c);
+        let input = dir.path().join(format!("in{c}.png"));
+        match c {
+            1 => image::GrayImage::from_raw(w, h, px.clone())
+                .unwrap()
+                .save(&input),
+            3 => image::RgbImage::from_raw(w, h, px.clone())
+                .unwrap()
+                .save(&input),
+            _ => image::RgbaImage::from_raw(w, h, px.clone())
+                .unwrap()
+                .save(&input),
+        }
+        .unwrap();
+        let default_profile = match l3_format::DEFAULT_FORMAT.profile() {
+            Some(l3_format::Profile::Ans) => "ANS",
+            Some(l3_format::Profile::Bp) => "BP",
+            None => "none",
+        };
+        let cases: [(&[&str], u16, &str); 5] = [
+            (&[], l3_format::DEFAULT_FORMAT.version(), default_profile),
+            (&["--format", "v2"], 2, "ANS"),
+            (&["--profile", "bp"], 2, "BP"),
+            (
+                &["--format", "v2", "--profile", "ans", "--patch", "64"],
+                2,
+                "ANS",
+            ),
+            (&["--format", "v1"], 1, "none"),
+        ];
+        for (k, (args, version, profile)) in cases.iter().enumerate() {
+            let l3f = dir.path().join(format!("f{c}-{k}.l3"));
+            let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"encode", &input, &l3f];
+            for x in args.iter() {
+                a.push(x);
+            }
+            ok(&l3(&a));
+            let bytes = std::fs::read(&l3f).unwrap();
+            assert_eq!(
+                u16::from_le_bytes([bytes[4], bytes[5]]),
+                *version,
+                "{args:?}"
+            );
+            let info = ok(&l3(&[&"info", &l3f, &"--verify"]));
+            assert_eq!(field(&info, "format version:"), version.to_string());
+            assert!(
+                field(&info, "profile:").starts_with(profile),
+                "{args:?}: {info}"
+            );
+            assert!(field(&info, "channels:").contains(kind));
+            let crc = field(&info, "crc32c:");
+            if *version == 2 {
+                // The last four bytes, as the line prints them.
+                let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().unwrap());
+                assert_eq!(crc, format!("{stored:08x} (verified)"));
+            } else {
+                assert!(crc.starts_with("none"));
+            }
+            let n: usize = field(&info, "patch size:").parse().unwrap();
+            let p = (w as usize).div_ceil(n) * (h as usize).div_ceil(n);
+            let data: usize = field(&info, "patch data bytes:").parse().unwrap();
+            match expected_patch_data(bytes.len(), *version, profile, c, p) {
+                Some(want) => assert_eq!(data, want, "{args:?}"),
+                // ANS: header, tables (at least one bit per context), P offsets and the CRC come off.
+                None => assert!(data < bytes.len() - 20 - 4 * p - 4 - 12, "{args:?}"),
+            }
+            let out = dir.path().join(format!("out{c}-{k}.png"));
+            ok(&l3(&[&"decode", &l3f, &out]));
+            let back = image::open(&out).unwrap();
+            let back = match c {
+                1 => back.to_luma8().into_raw(),
+                3 => back.to_rgb8().into_raw(),
+                _ => back.to_rgba8().into_raw(),
+            };
+            assert!(back == px, "{args:?} {kind}: decoded pixels differ");
+        }
+    }
+    // What nothing asked for is the library's default format.
+    let def = std::fs::read(dir.path().join("f3-0.l3")).unwrap();
+    let f = l3_format::L3File::parse(&def).unwrap();
+    assert_eq!(f.format(), l3_format::DEFAULT_FORMAT);
+}
+
+#[test]
+fn format_options_that_cannot_be_honoured_fail_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.png");
+    image::RgbImage::from_raw(40, 30, gradient(40, 30, 3))
+        .unwrap()
+        .save(&input)
+        .unwrap();
+    let out = dir.path().join("x.l3");
+    let o = l3(&[
+        &"encode",
+        &input,
+        &out,
+        &"--format",
+        &"v1",
+        &"--profile",
+        &"ans",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--profile"));
+    // Version 2 patch sizes are multiples of 32.
+    let err = fails_naming(
+        &l3(&[
+            &"encode",
+            &input,
+            &out,
+            &"--format",
+            &"v2",
+            &"--patch",
+            &"48",
+        ]),
+        &input,
+    );
+    assert!(err.contains("multiple of 32"), "{err}");
+    let o = l3(&[&"encode", &input, &out, &"--format", &"v3"]);
+    assert!(!o.status.success());
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_damaged_v2_file_is_refused_by_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (90u32, 70u32);
+    let input = dir.path().join("in.png");
+    image::RgbImage::from_raw(w, h, gradient(w, h, 3))
+        .unwrap()
+        .save(&input)
+        .unwrap();
+    for profile in ["ans", "bp"] {
+        let good = dir.path().join(format!("good-{profile}.l3"));
+        ok(&l3(&[&"encode", &input, &good, &"--profile", &profile]));
+        let mut bytes = std::fs::read(&good).unwrap();
+        // One bit in the middle of the patch data: v1 would decode it into other pixels.
+        let at = bytes.len() / 2 + 3;
+        bytes[at] ^= 0x10;
+        let bad = dir.path().join(format!("bad-{profile}.l3"));
+        std::fs::write(&bad, &bytes).unwrap();
+        let out = dir.path().join(format!("bad-{profile}.png"));
+        let err = fails_naming(&l3(&[&"decode", &bad, &out]), &bad);
+        assert!(err.contains("CRC-32C mismatch"), "{err}");
+        assert!(!out.exists());
+        let err = fails_naming(&l3(&[&"info", &bad]), &bad);
+        assert!(err.contains("CRC-32C mismatch"), "{err}");
+        // A file cut short loses its checksum too.
+        let cut = dir.path().join(format!("cut-{profile}.l3"));
+        std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+        fails_naming(&l3(&[&"decode", &cut, &out]), &cut);
+    }
+}
+
+#[test]
+fn convert_writes_the_format_asked_for_and_rewrites_on_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..3u32 {
+        let (w, h) = (50 + 17 * i, 40 + 9 * i);
+        image::RgbImage::from_raw(w, h, gradient(w, h, 3))
+            .unwrap()
+            .save(src.join(format!("im{i}.png")))
+            .unwrap();
+    }
+    let formats_in = |d: &Path| -> Vec<l3_format::Format> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "l3"))
+            .map(|e| {
+                let b = std::fs::read(e.path()).unwrap();
+                l3_format::L3File::parse(&b).unwrap().format()
+            })
+            .collect();
+        v.dedup();
+        v
+    };
+    let out = dir.path().join("out");
+    ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"l3",
+        &src,
+        &out,
+        &"--threads",
+        &"2",
+    ]));
+    assert_eq!(formats_in(&out), vec![l3_format::DEFAULT_FORMAT]);
+    // Re-running with another format rewrites every file rather than keeping the old ones.
+    let text = ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"l3",
+        &src,
+        &out,
+        &"--format",
+        &"v1",
+    ]));
+    assert!(
+        text.contains("converted 3 files (0 already done)"),
+        "{text}"
+    );
+    assert_eq!(formats_in(&out), vec![l3_format::Format::V1]);
+    let text = ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"l3",
+        &src,
+        &out,
+        &"--format",
+        &"v1",
+    ]));
+    assert!(
+        text.contains("converted 0 files (3 already done)"),
+        "{text}"
+    );
+    ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"l3",
+        &src,
+        &out,
+        &"--profile",
+        &"bp",
+    ]));
+    assert_eq!(
+        formats_in(&out),
+        vec![l3_format::Format::V2(l3_format::Profile::Bp)]
+    );
+    // The format options belong to `--to l3`.
+    let raw = dir.path().join("raw");
+    let o = l3(&[&"convert", &"--to", &"raw", &src, &raw, &"--format", &"v1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--to l3"));
 }

@@ -4,7 +4,8 @@
 //   2 = f16), u32 grid, u32 block, u32 dyn_smem, u32 stage_cap, u32 n_descs, u32 n_fills, u32 width,
 //   u32 height, u32 nchw (the last four: sample launches only),
 //   u64 len + data bytes, u64 len + descriptor bytes, u64 len + padding-table bytes,
-//   u64 len + scale/bias f32 bytes, u64 output bytes.
+//   u64 len + scale/bias f32 bytes, u64 output bytes, then for version-2 patches: u32 n_v2,
+//   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes.
 // OUT_FILE: u32 err, then the output bytes. Output starts filled with FILL_BYTE (optional third argument,
 // default 0xA5) so unwritten elements show.
 #include "shim.h"
@@ -19,6 +20,7 @@
 static_assert(sizeof(PatchDesc) == 40, "PatchDesc: 40 bytes, as src/plan.rs writes it");
 static_assert(sizeof(SampleDesc) == 48, "SampleDesc: 48 bytes, as src/sample.rs writes it");
 static_assert(sizeof(FillDesc) == 32, "FillDesc: 32 bytes, as src/sample.rs writes it");
+static_assert(sizeof(V2Desc) == 104, "V2Desc: 104 bytes, as src/v2.rs writes it");
 
 thread_local dim3 threadIdx;
 thread_local dim3 blockIdx;
@@ -26,6 +28,8 @@ dim3 blockDim;
 dim3 gridDim;
 u8* l3_sim_dyn_smem = nullptr;
 SimBarrier l3_sim_barrier;
+SimWarp l3_sim_warps[L3_SIM_MAX_WARPS];
+thread_local unsigned l3_sim_ballots = 0;
 
 static std::vector<u8> read_file(const char* path) {
     FILE* f = fopen(path, "rb");
@@ -68,6 +72,9 @@ int main(int argc, char** argv) {
     // Exact-size heap copies so AddressSanitizer flags any read or write one byte outside.
     std::vector<u8> data_v = r.blob(), desc_v = r.blob(), fill_v = r.blob(), sb_v = r.blob();
     u64 out_bytes = r.get<u64>();
+    u32 n_v2 = r.get<u32>();
+    std::vector<u8> v2_v = r.blob(), tables_v = r.blob();
+    u64 scratch_bytes = r.get<u64>();
     // memcpy from an empty vector's data() (null) is undefined even for 0 bytes: copy only what there is.
     auto copy = [](const std::vector<u8>& v) {
         void* p = malloc(v.empty() ? 1 : v.size());
@@ -78,6 +85,9 @@ int main(int argc, char** argv) {
     void* descs = copy(desc_v);
     FillDesc* fills = (FillDesc*)copy(fill_v);
     float* sb = (float*)copy(sb_v);
+    const V2Desc* v2 = (const V2Desc*)copy(v2_v);
+    const u8* tables = (const u8*)copy(tables_v);
+    u8* scratch = (u8*)malloc(scratch_bytes ? scratch_bytes : 1);
     u8* out = (u8*)malloc(out_bytes ? out_bytes : 1);
     memset(out, fill_byte, out_bytes);
     l3_sim_dyn_smem = (u8*)malloc(smem ? smem : 1);
@@ -86,6 +96,8 @@ int main(int argc, char** argv) {
     gridDim.x = grid;
     blockDim.x = block;
     l3_sim_barrier.expected = block;
+    if (block % 32 != 0 || block / 32 > L3_SIM_MAX_WARPS) { fprintf(stderr, "block must be 32..256 whole warps\n"); return 2; }
+    for (auto& w : l3_sim_warps) w.bar.expected = 32;
     std::vector<std::thread> threads;
     for (u32 t = 0; t < block; t++) {
         threads.emplace_back([&, t] {
@@ -95,24 +107,30 @@ int main(int argc, char** argv) {
                 if (mode == 0) {
                     const PatchDesc* d = (const PatchDesc*)descs;
                     switch (kind) {
-                    case 0: l3_decode_u8(data, d, n_descs, out, sb, &err, stage_cap); break;
-                    case 1: l3_decode_f32(data, d, n_descs, (float*)out, sb, &err, stage_cap); break;
-                    default: l3_decode_f16(data, d, n_descs, (u16*)out, sb, &err, stage_cap); break;
+                    case 0: l3_decode_u8(data, d, n_descs, out, sb, &err, stage_cap, v2, n_v2, tables, scratch); break;
+                    case 1:
+                        l3_decode_f32(data, d, n_descs, (float*)out, sb, &err, stage_cap, v2, n_v2, tables,
+                                      scratch);
+                        break;
+                    default:
+                        l3_decode_f16(data, d, n_descs, (u16*)out, sb, &err, stage_cap, v2, n_v2, tables,
+                                      scratch);
+                        break;
                     }
                 } else {
                     const SampleDesc* d = (const SampleDesc*)descs;
                     switch (kind) {
                     case 0:
                         l3_samples_u8(data, d, n_descs, fills, n_fills, out, sb, &err, stage_cap, width,
-                                      height, nchw);
+                                      height, nchw, v2, n_v2, tables, scratch);
                         break;
                     case 1:
                         l3_samples_f32(data, d, n_descs, fills, n_fills, (float*)out, sb, &err, stage_cap,
-                                       width, height, nchw);
+                                       width, height, nchw, v2, n_v2, tables, scratch);
                         break;
                     default:
                         l3_samples_f16(data, d, n_descs, fills, n_fills, (u16*)out, sb, &err, stage_cap,
-                                       width, height, nchw);
+                                       width, height, nchw, v2, n_v2, tables, scratch);
                         break;
                     }
                 }
@@ -129,5 +147,6 @@ int main(int argc, char** argv) {
     fwrite(out, 1, out_bytes, f);
     fclose(f);
     free(data); free(descs); free(fills); free(sb); free(out); free(l3_sim_dyn_smem);
+    free((void*)v2); free((void*)tables); free(scratch);
     return 0;
 }

@@ -8,9 +8,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 using std::fmaf;
+using std::min;
 
 #define L3_CPU_SIM 1
 typedef uint8_t u8;
@@ -61,3 +63,30 @@ inline unsigned atomicMin(unsigned* p, unsigned v) {
     }
     return old;
 }
+
+// Warp-level primitives for the v2 kernels: each warp (32 consecutive threads; blocks are whole warps) has
+// its own barrier, which `__syncwarp` waits at and `__ballot_sync` builds on. A ballot takes one barrier:
+// votes go into one of three words in turn (every lane of a warp makes the same sequence of ballots, so a
+// per-thread count names the word); the word for the ballot after next is cleared now, by lane 0 — its
+// last reads were two ballots ago, before the barrier of the previous one.
+struct SimWarp {
+    SimBarrier bar;
+    std::atomic<unsigned> votes[3] = {0, 0, 0};
+};
+constexpr unsigned L3_SIM_MAX_WARPS = 8;
+extern SimWarp l3_sim_warps[L3_SIM_MAX_WARPS];
+extern thread_local unsigned l3_sim_ballots;
+
+inline void __syncwarp(unsigned = 0xffffffffu) { l3_sim_warps[threadIdx.x / 32].bar.arrive_and_wait(); }
+
+inline unsigned __ballot_sync(unsigned, int pred) {
+    SimWarp& w = l3_sim_warps[threadIdx.x / 32];
+    unsigned k = l3_sim_ballots++ % 3;
+    if (threadIdx.x % 32 == 0) w.votes[(k + 1) % 3].store(0);
+    if (pred) w.votes[k].fetch_or(1u << (threadIdx.x % 32));
+    w.bar.arrive_and_wait();
+    return w.votes[k].load();
+}
+
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }

@@ -85,11 +85,13 @@ fn read_for(path: &str, src: Rect) -> Result<Read, String> {
     let err = |e: &dyn std::fmt::Display| format!("{path}: {e}");
     let file = std::fs::File::open(path).map_err(|e| err(&e))?;
     let len = file.metadata().map_err(|e| err(&e))?.len();
-    let mut header = [0u8; l3_format::HEADER_LEN];
-    file.read_exact_at(&mut header, 0).map_err(|e| err(&e))?;
-    let prefix_len = L3Index::prefix_len(&header).map_err(|e| err(&e))?;
-    let mut prefix = vec![0u8; prefix_len];
-    file.read_exact_at(&mut prefix, 0).map_err(|e| err(&e))?;
+    let mut prefix = Vec::new();
+    while let Some(r) = L3Index::next_read(&prefix, len).map_err(|e| err(&e))? {
+        let at = prefix.len();
+        prefix.resize(r.end as usize, 0);
+        file.read_exact_at(&mut prefix[at..], r.start)
+            .map_err(|e| err(&e))?;
+    }
     let index = L3Index::parse(&prefix, len).map_err(|e| err(&e))?;
     if src == Rect::new(0, 0, index.width(), index.height()) {
         let mut all = vec![0u8; len as usize];

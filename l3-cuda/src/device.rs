@@ -197,6 +197,9 @@ pub struct DecodedBatch {
     err: CudaSlice<u32>,
     ready: CudaEvent,
     origin: Origin,
+    /// Where the launch's ANS blocks left their residual codes: kept until the batch is dropped (freed
+    /// in stream order after the launch).
+    _scratch: CudaSlice<u8>,
 }
 
 impl DecodedBatch {
@@ -362,35 +365,90 @@ impl ResidentBatch {
 struct InputOffsets {
     data_len: usize,
     descs: usize,
+    /// Version-2 descriptors.
+    v2: usize,
     fills: usize,
+    /// Version-2 ANS context tables (4-byte aligned).
+    tables: usize,
     scale_bias: usize,
     total: usize,
 }
 
 impl InputOffsets {
-    fn new(data_len: usize, desc_bytes: usize, fill_bytes: usize) -> Self {
+    fn new(
+        data_len: usize,
+        desc_bytes: usize,
+        v2_bytes: usize,
+        fill_bytes: usize,
+        table_bytes: usize,
+    ) -> Self {
+        // Every section is a whole number of 8-byte descriptors, so each starts 8-aligned.
         let descs = data_len.next_multiple_of(16);
-        let fills = descs + desc_bytes;
-        let scale_bias = fills + fill_bytes;
+        let v2 = descs + desc_bytes;
+        let fills = v2 + v2_bytes;
+        let tables = fills + fill_bytes;
+        let scale_bias = (tables + table_bytes).next_multiple_of(4);
         InputOffsets {
             data_len,
             descs,
+            v2,
             fills,
+            tables,
             scale_bias,
             total: scale_bias + 8 * 4,
         }
     }
 
     fn of(plan: &BatchPlan) -> Self {
-        Self::new(plan.data_len, plan.descs.len() * crate::plan::DESC_BYTES, 0)
+        Self::new(
+            plan.data_len,
+            plan.descs.len() * crate::plan::DESC_BYTES,
+            plan.v2.descs.len() * crate::v2::V2_DESC_BYTES,
+            0,
+            plan.v2.tables.len(),
+        )
     }
 
     fn of_samples(plan: &SamplePlan) -> Self {
         Self::new(
             plan.data_len,
             plan.descs.len() * crate::sample::SAMPLE_DESC_BYTES,
+            plan.v2.descs.len() * crate::v2::V2_DESC_BYTES,
             plan.fills.len() * crate::sample::FILL_DESC_BYTES,
+            plan.v2.tables.len(),
         )
+    }
+}
+
+/// Everything after the patch data, serialised: the descriptor tables, the ANS context tables and the
+/// scale/bias pairs.
+struct Tables<'a> {
+    descs: Vec<u8>,
+    v2: Vec<u8>,
+    fills: Vec<u8>,
+    ans: &'a [u8],
+    scale_bias: &'a [f32; 8],
+}
+
+impl<'a> Tables<'a> {
+    fn of(plan: &'a BatchPlan) -> Self {
+        Tables {
+            descs: plan.descriptor_bytes(),
+            v2: plan.v2.descriptor_bytes(),
+            fills: Vec::new(),
+            ans: &plan.v2.tables,
+            scale_bias: &plan.scale_bias,
+        }
+    }
+
+    fn of_samples(plan: &'a SamplePlan) -> Self {
+        Tables {
+            descs: plan.descriptor_bytes(),
+            v2: plan.v2.descriptor_bytes(),
+            fills: plan.fill_bytes(),
+            ans: &plan.v2.tables,
+            scale_bias: &plan.scale_bias,
+        }
     }
 }
 
@@ -398,13 +456,7 @@ impl InputOffsets {
 fn pack_input(plan: &BatchPlan, images: &[&[u8]], off: InputOffsets, dst: &mut [u8]) {
     plan.pack_into(images, &mut dst[..plan.data_len]);
     dst[plan.data_len..off.descs].fill(0);
-    pack_tables(
-        &plan.descriptor_bytes(),
-        &[],
-        &plan.scale_bias,
-        off,
-        &mut dst[off.descs..],
-    );
+    pack_tables(&Tables::of(plan), off, &mut dst[off.descs..]);
 }
 
 /// The whole device input of a sample batch.
@@ -416,22 +468,20 @@ fn pack_sample_input(
 ) -> Result<(), Error> {
     plan.pack_into(sources, &mut dst[..plan.data_len])?;
     dst[plan.data_len..off.descs].fill(0);
-    pack_tables(
-        &plan.descriptor_bytes(),
-        &plan.fill_bytes(),
-        &plan.scale_bias,
-        off,
-        &mut dst[off.descs..],
-    );
+    pack_tables(&Tables::of_samples(plan), off, &mut dst[off.descs..]);
     Ok(())
 }
 
 /// The tables alone, `[off.descs, off.total)`, into `dst` (which starts at off.descs).
-fn pack_tables(descs: &[u8], fills: &[u8], sb: &[f32; 8], off: InputOffsets, dst: &mut [u8]) {
-    let (f, s) = (off.fills - off.descs, off.scale_bias - off.descs);
-    dst[..f].copy_from_slice(descs);
-    dst[f..s].copy_from_slice(fills);
-    for (i, v) in sb.iter().enumerate() {
+fn pack_tables(t: &Tables<'_>, off: InputOffsets, dst: &mut [u8]) {
+    let at = |o: usize| o - off.descs;
+    dst[..at(off.v2)].copy_from_slice(&t.descs);
+    dst[at(off.v2)..at(off.fills)].copy_from_slice(&t.v2);
+    dst[at(off.fills)..at(off.tables)].copy_from_slice(&t.fills);
+    dst[at(off.tables)..at(off.tables) + t.ans.len()].copy_from_slice(t.ans);
+    dst[at(off.tables) + t.ans.len()..at(off.scale_bias)].fill(0);
+    let s = at(off.scale_bias);
+    for (i, v) in t.scale_bias.iter().enumerate() {
         dst[s + 4 * i..s + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
 }
@@ -791,7 +841,7 @@ impl BatchDecoder {
         let off = InputOffsets::of(&plan);
         let p = plan.clone();
         let fill = |dst: &mut [u8]| {
-            pack_tables(&p.descriptor_bytes(), &[], &p.scale_bias, off, dst);
+            pack_tables(&Tables::of(&p), off, dst);
             Ok(())
         };
         let host = &batch.host()?[..batch.len];
@@ -1056,6 +1106,16 @@ fn alloc_output<T: cudarc::driver::DeviceRepr>(
     unsafe { stream.alloc::<T>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
 }
 
+/// The launch's scratch memory for ANS chunks (at least one byte), allocated in `stream`'s order.
+fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Error> {
+    let len = usize::try_from(len).map_err(|_| Error::TooLarge {
+        what: "the ANS scratch memory exceeds the address space",
+    })?;
+    // SAFETY: the kernel reads a scratch byte only after its block wrote it (an ANS warp writes every code
+    // and selector of its chunk before anything reads them, and contexts read only rows already written).
+    unsafe { stream.alloc::<u8>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
+}
+
 /// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]).
 fn launch(
     kernels: &Kernels,
@@ -1065,14 +1125,18 @@ fn launch(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
+    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
     let n = plan.descs.len() as u32;
+    let n_v2 = plan.v2.descs.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (n, 1, 1),
+        grid_dim: (n + n_v2, 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
     let data = input.slice(0..off.data_len.max(1));
-    let descs = input.slice(off.descs..off.fills);
+    let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
+    let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
+    let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
     let sb = input.slice(off.scale_bias..off.total);
     let stage_cap = plan.stage_cap;
     let kernel = &kernels.for_dtype(plan.dtype).images;
@@ -1086,10 +1150,14 @@ fn launch(
                 .arg(&mut out)
                 .arg(&sb)
                 .arg(&mut err)
-                .arg(&stage_cap);
+                .arg(&stage_cap)
+                .arg(&v2)
+                .arg(&n_v2)
+                .arg(&tables)
+                .arg(&mut scratch);
             // SAFETY: argument order and types match kernel.cu's l3_decode_*; the descriptors were built
-            // by BatchPlan from validated files, so every read stays inside `data` and every write inside
-            // `out`.
+            // by BatchPlan from validated files, so every read stays inside `data` (and the tables and
+            // scratch) and every write inside `out` (`BatchPlan::descriptors_in_bounds`).
             unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
             out
         }};
@@ -1109,6 +1177,7 @@ fn launch(
         err,
         ready,
         origin: Origin::Images(plan),
+        _scratch: scratch,
     })
 }
 
@@ -1121,16 +1190,20 @@ fn launch_samples(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
+    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
     let n_descs = plan.descs.len() as u32;
+    let n_v2 = plan.v2.descs.len() as u32;
     let n_fills = plan.fills.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (n_descs + n_fills, 1, 1),
+        grid_dim: (n_descs + n_v2 + n_fills, 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
     let data = input.slice(0..off.data_len.max(1));
-    let descs = input.slice(off.descs..off.fills.max(off.descs + 1));
-    let fills = input.slice(off.fills..off.scale_bias.max(off.fills + 1));
+    let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
+    let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
+    let fills = input.slice(off.fills..off.tables.max(off.fills + 1));
+    let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
     let sb = input.slice(off.scale_bias..off.total);
     let stage_cap = plan.stage_cap;
     let (width, height) = plan.sample_size();
@@ -1152,7 +1225,11 @@ fn launch_samples(
                 .arg(&stage_cap)
                 .arg(&width)
                 .arg(&height)
-                .arg(&nchw);
+                .arg(&nchw)
+                .arg(&v2)
+                .arg(&n_v2)
+                .arg(&tables)
+                .arg(&mut scratch);
             // SAFETY: argument order and types match kernel.cu's l3_samples_*; SamplePlan built every
             // descriptor from validated sources and windows, so every read stays inside `data` and every
             // write inside its own sample of `out` (`SamplePlan::descriptors_in_bounds`).
@@ -1184,6 +1261,7 @@ fn launch_samples(
         err,
         ready,
         origin: Origin::Samples(plan),
+        _scratch: scratch,
     })
 }
 

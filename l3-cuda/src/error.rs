@@ -74,6 +74,12 @@ pub enum Error {
     /// by walking its rows differ from its offset table (corrupt patch data).
     #[error("image {index} of the batch: its patch rows do not end where its offset table says")]
     OffsetTableMismatch { index: usize },
+    /// The kernel found a version-2 patch of image `index` that does not decode (a BP row outside its
+    /// entry or with a bad width, an ANS chunk whose lanes do not end where they should; only possible
+    /// when host validation is off, or after the bytes changed since the CRC was checked). Nothing was
+    /// read out of bounds, and the patch wrote nothing.
+    #[error("image {index} of the batch: corrupt L3 v2 data in patch {patch}")]
+    CorruptPatch { index: usize, patch: usize },
     /// A layout and element type the kernel does not produce.
     #[error("unsupported output: {what}")]
     Unsupported { what: &'static str },

@@ -177,6 +177,370 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
     }
 }
 
+// ==== Version 2 (l3-format/SPEC.md, part 2): one thread block per patch, every plane of it. ====
+//
+// A block decodes all planes of one patch (the inverse colour transform needs G beside R - G and B - G):
+//   * BP: before anything is written, the block walks every decoded plane's row heads (one warp per plane,
+//     lanes = groups: escapes ranked by ballot + popcount, group bit offsets by a warp prefix sum) to
+//     validate the patch, as v1 walks its row headers; then row by row it parses the heads again, every
+//     thread reads its own residual code at its group's offset + j * nbit, and the row is reconstructed;
+//   * ANS: warp 0 decodes the whole chunk (32 rANS lanes; the lanes that need a word take consecutive
+//     words, found with ballot + popcount; contexts from the row above and from P0, which the warp wrote
+//     to the launch's scratch memory) and checks its final states, then the block reconstructs the rows.
+// Reconstruction (both): x_c = a_c * x_{c-1} + b_c, a block-wide Hillis-Steele scan over the columns of
+// every plane at once (log2 pw steps), then the pixel is written in every output channel.
+// A patch that fails validation sets *err to its block index and writes nothing.
+
+#define L3V2_ROW 256     // a padded row: sample c at index c + 1, its edge replicas at 0 and pw + 1
+#define L3V2_MAX_N 224
+#define L3V2_GROUPS 28   // 8-pixel groups in a row of 224
+#define L3V2_WARPS 8     // blocks have at most 256 threads
+#define L3V2_FULL 0xffffffffu
+
+// Must match `V2Desc` in src/v2.rs byte for byte (104 bytes, 8-aligned).
+struct V2Desc {
+    u64 off[4];          // BP: plane p's entry in `data`; ANS: off[0] = the patch's chunk
+    u64 out_offset;      // output element of patch pixel (col0, skip), output channel 0
+    u64 scratch_offset;  // ANS: this chunk's symbol store in `scratch`
+    u32 len[4];          // bytes of each entry (ANS: len[0])
+    u32 table_offset;    // ANS: the image's context table in `tables` (bytes, 4-aligned)
+    int row_stride;      // output elements between two written rows
+    int col_stride;      // output elements between two adjacent patch columns (negative when mirrored)
+    u32 chan_stride;     // output elements between two output channels
+    u16 pw, ph;          // patch width and height (1..=224)
+    u16 rows, skip;      // rows decoded from the top (1..=ph); leading rows decoded but not written
+    u16 col0, col1;      // patch columns written: [col0, col1)
+    u8 planes;           // planes in the file: 1, 3 or 4
+    u8 decoded;          // planes BP decodes: `planes`, or 3 when alpha is not written (ANS decodes all)
+    u8 profile;          // 0 = BP, 1 = ANS
+    u8 out_channels;     // output channels per pixel: 1, 3 or 4 (whole images: C; samples: 3)
+    u8 exact;            // BP: rows == ph, so every decoded entry's rows must use its bytes exactly
+    u8 reserved[3];
+};
+
+__device__ __forceinline__ u32 l3v2_bitlen(u32 v) { return v == 0u ? 0u : 32u - (u32)__clz(v); }
+
+// The u32 at p, little-endian, from bytes (p need not be aligned).
+__device__ __forceinline__ u32 l3v2_u32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// The symbol s with cum[s] <= slot < cum[s + 1] (cum has n + 1 entries, cum[n] = 4096).
+__device__ __forceinline__ u32 l3v2_find(const u16* cum, u32 n, u32 slot) {
+    u32 lo = 0u, hi = n;
+    while (hi - lo > 1u) {
+        u32 mid = (lo + hi) >> 1;
+        if ((u32)cum[mid] <= slot) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// One rANS symbol per lane of warp 0 (`active` lanes code one). Every lane of the warp must call it.
+// `tab`: the image's table, u32 per context ((index of its cum array in u16 units) << 9 | n, n = 0 when
+// the context is unused) followed by the cum arrays.
+__device__ __forceinline__ u32 l3v2_symbol(bool active, u32 ctx, const u8* __restrict__ tab, u32& x,
+                                           u32& pos, const u8* __restrict__ words, u32 nwords, u32 lane,
+                                           u32& bad) {
+    u32 s = 0u;
+    bool need = false;
+    if (active) {
+        u32 e = ((const u32*)tab)[ctx];
+        u32 n = e & 511u;
+        if (n == 0u) {
+            bad = 1u;  // a symbol in a context without a table
+        } else {
+            const u16* cum = (const u16*)tab + (e >> 9);
+            u32 slot = x & 4095u;
+            s = l3v2_find(cum, n, slot);
+            u32 lo = cum[s];
+            x = ((u32)cum[s + 1u] - lo) * (x >> 12) + slot - lo;
+            need = x < 65536u;
+        }
+    }
+    u32 m = __ballot_sync(L3V2_FULL, need);
+    if (need) {
+        u32 i = pos + (u32)__popc(m & ((1u << lane) - 1u));
+        u32 w = 0u;
+        if (i < nwords) w = (u32)words[2u * i] | ((u32)words[2u * i + 1u] << 8);
+        else bad = 1u;  // the lanes need more words than the chunk holds
+        x = (x << 16) | w;
+    }
+    pos += (u32)__popc(m);
+    return s;
+}
+
+// Warp 0 decodes every symbol of an ANS chunk into `zs`: plane p's row r of codes at (p*ph + r)*pw, its
+// selectors at planes*ph*pw + (p*ph + r)*8 (rows >= 1). Returns, on every lane, whether the chunk is valid
+// (every state in range at the start and back at 2^16 at the end, every context used, every word used).
+__device__ bool l3v2_ans_chunk(const u8* __restrict__ chunk, u32 len, const u8* __restrict__ tab,
+                               u32 planes, u32 pw, u32 ph, u8* __restrict__ zs, u32 lane) {
+    u32 bad = (len < 128u || ((len - 128u) & 1u)) ? 1u : 0u;
+    u32 x = bad ? 0u : l3v2_u32(chunk + 4u * lane);
+    if (x < 65536u) bad = 1u;
+    if (__ballot_sync(L3V2_FULL, bad != 0u)) return false;
+    const u8* words = chunk + 128;
+    u32 nwords = (len - 128u) >> 1;
+    u32 pos = 0u;
+    u32 runs = (pw + 31u) >> 5;
+    u8* sel = zs + planes * ph * pw;
+    for (u32 p = 0; p < planes; p++) {
+        u32 sctx = p < 3u ? 99u + p : 147u;
+        u32 n = (ph - 1u) * runs;
+        for (u32 j0 = 0; j0 < n; j0 += 32u) {
+            u32 j = j0 + lane;
+            bool active = j < n;
+            u32 s = l3v2_symbol(active, sctx, tab, x, pos, words, nwords, lane, bad);
+            if (active) sel[(p * ph + 1u + j / runs) * 8u + j % runs] = (u8)s;
+        }
+        for (u32 r = 0; r < ph; r++) {
+            u8* zr = zs + (p * ph + r) * pw;
+            const u8* zp = zr - pw;             // row r - 1 (read only when r >= 1)
+            const u8* z0 = zs + r * pw;         // plane 0, row r
+            for (u32 c0 = 0; c0 < pw; c0 += 32u) {
+                u32 c = c0 + lane;
+                bool active = c < pw;
+                u32 ctx = 0u;
+                if (active) {
+                    u32 bucket = 8u;
+                    if (r > 0u) {
+                        u32 t = zp[c];
+                        u32 tl = c > 0u ? (u32)zp[c - 1u] : t;
+                        u32 tr = c + 1u < pw ? (u32)zp[c + 1u] : t;
+                        bucket = min(l3v2_bitlen((tl + 2u * t + tr + 2u) >> 2), 7u);
+                    }
+                    if (p == 0u) {
+                        ctx = bucket;
+                    } else {
+                        u32 k = min(l3v2_bitlen(z0[c]), 4u);
+                        ctx = p < 3u ? 9u + 45u * (p - 1u) + 5u * bucket + k : 102u + 5u * bucket + k;
+                    }
+                }
+                u32 s = l3v2_symbol(active, ctx, tab, x, pos, words, nwords, lane, bad);
+                if (active) zr[c] = (u8)s;
+            }
+            __syncwarp();  // row r is complete before row r + 1 reads its neighbours
+        }
+    }
+    if (x != 65536u || pos != nwords) bad = 1u;
+    return __ballot_sync(L3V2_FULL, bad != 0u) == 0u;
+}
+
+// Shared state of the BP row heads, per plane.
+struct L3v2BpHeads {
+    u32 pos[4];                    // byte of the entry where the next row starts
+    u8 nb[4][L3V2_GROUPS];         // each group's width in the last row parsed
+    u32 goff[4][L3V2_GROUPS];      // each group's first bit in the entry
+    u8 sel[4][8];                  // the row's selectors
+};
+
+// One warp parses the head of row r of a BP entry (e, len), plane p; widths of row r - 1 in h.nb[p] on
+// entry. Updates h for plane p and returns (on every lane) whether the row is valid and inside the entry.
+__device__ bool l3v2_bp_head(const u8* __restrict__ e, u32 len, u32 p, u32 r, u32 pw, u32 lane,
+                             L3v2BpHeads& h, u32* scan) {
+    u32 ng = (pw + 7u) >> 3, nsel = (pw + 31u) >> 5;
+    u32 pos = h.pos[p];
+    u32 rest = len - pos;
+    u32 base = pos * 8u;
+    u32 bad = (r == 0u ? 4u * ng : 2u * nsel + 2u * ng) > 8u * rest ? 1u : 0u;
+    bool mine = lane < ng;
+    u32 nb = 0u, head;
+    if (r == 0u) {
+        if (mine) nb = l3_bits(e, len, base + 4u * lane, 4u);
+        head = 4u * ng;
+    } else {
+        if (lane < nsel) h.sel[p][lane] = (u8)l3_bits(e, len, base + 2u * lane, 2u);
+        u32 code = mine ? l3_bits(e, len, base + 2u * nsel + 2u * lane, 2u) : 0u;
+        bool esc = mine && code == 3u;
+        u32 em = __ballot_sync(L3V2_FULL, esc);
+        if (esc) {
+            u32 rank = (u32)__popc(em & ((1u << lane) - 1u));
+            nb = l3_bits(e, len, base + 2u * nsel + 2u * ng + 4u * rank, 4u);
+        } else if (mine) {
+            int v = (int)h.nb[p][lane] + (code == 1u ? 1 : 0) - (code == 2u ? 1 : 0);
+            if (v < 0) { bad = 1u; v = 0; }
+            nb = (u32)v;
+        }
+        head = 2u * nsel + 2u * ng + 4u * (u32)__popc(em);
+    }
+    if (nb > 8u) bad = 1u;
+    // Each group's bits, then an inclusive prefix sum over the lanes (in `scan`, this warp's 32 words).
+    u32 gbits = mine ? min(8u, pw - 8u * lane) * nb : 0u;
+    scan[lane] = gbits;
+    __syncwarp();
+    for (u32 d = 1u; d < 32u; d <<= 1) {
+        u32 t = lane >= d ? scan[lane - d] : 0u;
+        __syncwarp();
+        scan[lane] += t;
+        __syncwarp();
+    }
+    u32 end = head + scan[31];
+    if (end > 8u * rest) bad = 1u;
+    if (mine) {
+        h.nb[p][lane] = (u8)nb;
+        h.goff[p][lane] = base + head + scan[lane] - gbits;
+    }
+    __syncwarp();
+    if (lane == 0u) h.pos[p] = pos + ((end + 7u) >> 3);
+    __syncwarp();
+    return __ballot_sync(L3V2_FULL, bad != 0u) == 0u;
+}
+
+// Walks the heads of rows [0, rows) of every decoded plane (warp w takes planes w, w + warps, ...) and
+// leaves h ready for row 0. Returns (on every thread) whether every row is valid (and, with `exact`, every
+// entry used exactly). Must be reached by every thread of the block.
+__device__ bool l3v2_bp_validate(const u8* __restrict__ data, const V2Desc& d, L3v2BpHeads& h,
+                                 u32 (*scan)[32], u32* s_ok) {
+    u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u, warps = blockDim.x >> 5;
+    if (tid == 0u) *s_ok = 1u;
+    __syncthreads();
+    for (u32 p = warp; p < d.decoded; p += warps) {
+        if (lane == 0u) h.pos[p] = 0u;
+        if (lane < L3V2_GROUPS) h.nb[p][lane] = 0u;
+        __syncwarp();
+        bool ok = true;
+        for (u32 r = 0; r < d.rows && ok; r++) {
+            ok = l3v2_bp_head(data + d.off[p], d.len[p], p, r, d.pw, lane, h, scan[warp]);
+        }
+        if (ok && d.exact && h.pos[p] != d.len[p]) ok = false;
+        if (!ok && lane == 0u) *s_ok = 0u;
+        __syncwarp();
+        if (lane == 0u) h.pos[p] = 0u;
+        if (lane < L3V2_GROUPS) h.nb[p][lane] = 0u;
+        __syncwarp();
+    }
+    __syncthreads();
+    return *s_ok != 0u;
+}
+
+// Decodes one v2 patch (descriptor d, block index `blk`) and hands each written pixel's output channels to
+// the store. Must be reached by every thread of the block (it holds barriers).
+template <typename Out>
+__device__ void l3v2_patch(const u8* __restrict__ data, const V2Desc& d, Out* __restrict__ out,
+                           const float* __restrict__ sb, u32* __restrict__ err, u32 blk,
+                           const u8* __restrict__ tables, u8* __restrict__ scratch) {
+    __shared__ u8 s_row[4][2][L3V2_ROW];
+    __shared__ u8 s_a[2][4][L3V2_MAX_N];
+    __shared__ u8 s_b[2][4][L3V2_MAX_N];
+    __shared__ L3v2BpHeads s_h;
+    __shared__ u32 s_scan[L3V2_WARPS][32];
+    __shared__ u32 s_ok;
+
+    u32 tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31u;
+    u32 pw = d.pw, ph = d.ph, planes = d.planes;
+    bool ans = d.profile != 0u;
+    u32 decoded = ans ? planes : (u32)d.decoded;
+    if (pw == 0u || ph == 0u || pw > L3V2_MAX_N || ph > L3V2_MAX_N || d.rows == 0u || d.rows > ph ||
+        decoded == 0u || decoded > 4u || planes > 4u) {
+        if (tid == 0u) atomicMin(err, blk);
+        return;
+    }
+    u8* zs = scratch + d.scratch_offset;
+    bool ok;
+    if (ans) {
+        if (tid == 0u) s_ok = 1u;
+        __syncthreads();
+        if (warp == 0u) {
+            bool good = l3v2_ans_chunk(data + d.off[0], d.len[0], tables + d.table_offset, planes, pw, ph,
+                                       zs, lane);
+            if (!good && lane == 0u) s_ok = 0u;
+        }
+        __syncthreads();
+        ok = s_ok != 0u;
+    } else {
+        ok = l3v2_bp_validate(data, d, s_h, s_scan, &s_ok);
+    }
+    if (!ok) {
+        if (tid == 0u) atomicMin(err, blk);
+        return;
+    }
+    const u8* sels = zs + planes * ph * pw;
+    u32 items = decoded * pw;
+    for (u32 r = 0; r < d.rows; r++) {
+        u32 cur = r & 1u, prv = cur ^ 1u;
+        if (!ans) {
+            // Valid by the walk above, so the heads parse again exactly as they did there.
+            for (u32 p = warp; p < decoded; p += nthreads >> 5) {
+                l3v2_bp_head(data + d.off[p], d.len[p], p, r, pw, lane, s_h, s_scan[warp]);
+            }
+            __syncthreads();
+        }
+        // Each (plane, column): residual, then the pair (a, b) of x_c = a * x_{c-1} + b.
+        for (u32 i = tid; i < items; i += nthreads) {
+            u32 p = i / pw, c = i - p * pw;
+            u32 z, s;
+            if (ans) {
+                z = zs[(p * ph + r) * pw + c];
+                s = r > 0u ? (u32)sels[(p * ph + r) * 8u + (c >> 5)] : 1u;
+            } else {
+                u32 g = c >> 3, nb = s_h.nb[p][g];
+                z = l3_bits(data + d.off[p], d.len[p], s_h.goff[p][g] + (c & 7u) * nb, nb);
+                s = r > 0u ? (u32)s_h.sel[p][c >> 5] : 1u;
+            }
+            u32 res = (z >> 1) ^ (0u - (z & 1u));
+            u32 a, b;
+            if (r == 0u) {
+                a = c > 0u ? 1u : 0u;
+                b = res;
+            } else {
+                const u8* pr = s_row[p][prv];
+                u32 tl = pr[c], t = pr[c + 1u], tr = pr[c + 2u];
+                if (s <= 1u && c > 0u) {
+                    a = 1u;
+                    b = s == 0u ? t - tl + res : res;         // GRAD, LEFT
+                } else if (s == 3u) {
+                    a = 0u;
+                    b = ((tl + 2u * t + tr + 2u) >> 2) + res;  // AVG3
+                } else {
+                    a = 0u;
+                    b = t + res;                              // TOP; GRAD and LEFT at column 0
+                }
+            }
+            s_a[0][p][c] = (u8)a;
+            s_b[0][p][c] = (u8)b;
+        }
+        __syncthreads();
+        u32 k = 0u;
+        for (u32 dd = 1u; dd < pw; dd <<= 1) {
+            for (u32 i = tid; i < items; i += nthreads) {
+                u32 p = i / pw, c = i - p * pw;
+                u32 a = s_a[k][p][c], b = s_b[k][p][c];
+                if (a != 0u && c >= dd) {
+                    b += s_b[k][p][c - dd];
+                    a = s_a[k][p][c - dd];
+                }
+                s_a[k ^ 1u][p][c] = (u8)a;
+                s_b[k ^ 1u][p][c] = (u8)b;
+            }
+            __syncthreads();
+            k ^= 1u;
+        }
+        for (u32 i = tid; i < items; i += nthreads) {
+            u32 p = i / pw, c = i - p * pw;
+            u8 x = s_b[k][p][c];
+            s_row[p][cur][c + 1u] = x;
+            if (c == 0u) s_row[p][cur][0] = x;
+            if (c + 1u == pw) s_row[p][cur][pw + 1u] = x;
+        }
+        __syncthreads();
+        if (r >= d.skip) {
+            for (u32 c = d.col0 + tid; c < d.col1; c += nthreads) {
+                u32 v0 = s_row[0][cur][c + 1u];
+                u32 v[4] = {v0, v0, v0, v0};
+                if (planes > 1u) {
+                    v[0] = (s_row[1][cur][c + 1u] + v0) & 255u;   // R = P1 + G
+                    v[2] = (s_row[2][cur][c + 1u] + v0) & 255u;   // B = P2 + G
+                    if (decoded > 3u) v[3] = s_row[3][cur][c + 1u];
+                }
+                long long at = (long long)d.out_offset + (long long)(r - d.skip) * d.row_stride +
+                               (long long)(c - d.col0) * d.col_stride;
+                for (u32 ch = 0; ch < d.out_channels; ch++) {
+                    l3_store(out, (u64)at + (u64)ch * d.chan_stride, v[ch], sb + 2u * ch);
+                }
+            }
+        }
+    }
+}
+
 // ---- Whole images: every patch of every channel, each image in its own slot of the output. ----
 
 // Must match `PatchDesc` in src/plan.rs byte for byte (40 bytes, 8-aligned).
@@ -204,31 +568,35 @@ struct L3WholeEmit {
 };
 
 // scale_bias: 2 floats (scale, bias) per channel index, out = v * scale + bias (unused for u8).
+// Blocks [0, n_descs) decode v1 patches, the next n_v2 blocks v2 patches (all planes of one each).
 template <typename Out>
 __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* __restrict__ descs,
                                   u32 n_descs, Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, u32 stage_cap) {
+                                  u32* __restrict__ err, u32 stage_cap, const V2Desc* __restrict__ v2,
+                                  u32 n_v2, const u8* __restrict__ tables, u8* __restrict__ scratch) {
     u32 d = blockIdx.x;
-    if (d >= n_descs) return;
+    if (d >= n_descs) {
+        if (d - n_descs < n_v2) {
+            V2Desc vd = v2[d - n_descs];
+            l3v2_patch(data, vd, out, scale_bias, err, d, tables, scratch);
+        }
+        return;
+    }
     PatchDesc pd = descs[d];
     L3WholeEmit<Out> emit{out, pd.out_offset, pd.row_stride, pd.pixel_stride, scale_bias + 2u * pd.channel};
     l3_patch_rows(data, pd.data_offset, pd.data_len, pd.w, pd.h, true, d, err, stage_cap, emit);
 }
 
-extern "C" __global__ void l3_decode_u8(const u8* data, const PatchDesc* descs, u32 n_descs, u8* out,
-                                        const float* scale_bias, u32* err, u32 stage_cap) {
-    l3_decode_patches<u8>(data, descs, n_descs, out, scale_bias, err, stage_cap);
-}
-
-extern "C" __global__ void l3_decode_f32(const u8* data, const PatchDesc* descs, u32 n_descs, float* out,
-                                         const float* scale_bias, u32* err, u32 stage_cap) {
-    l3_decode_patches<float>(data, descs, n_descs, out, scale_bias, err, stage_cap);
-}
-
-extern "C" __global__ void l3_decode_f16(const u8* data, const PatchDesc* descs, u32 n_descs, u16* out,
-                                         const float* scale_bias, u32* err, u32 stage_cap) {
-    l3_decode_patches<u16>(data, descs, n_descs, out, scale_bias, err, stage_cap);
-}
+#define L3_DECODE_KERNEL(name, Out)                                                                      \
+    extern "C" __global__ void name(const u8* data, const PatchDesc* descs, u32 n_descs, Out* out,          \
+                                    const float* scale_bias, u32* err, u32 stage_cap, const V2Desc* v2,     \
+                                    u32 n_v2, const u8* tables, u8* scratch) {                              \
+        l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err, stage_cap, v2, n_v2, tables,     \
+                               scratch);                                                                     \
+    }
+L3_DECODE_KERNEL(l3_decode_u8, u8)
+L3_DECODE_KERNEL(l3_decode_f32, float)
+L3_DECODE_KERNEL(l3_decode_f16, u16)
 
 // ---- Samples: a window of each image, flipped or not, into a fixed-size 3-channel sample; the rest of
 // ---- the sample is padding. One launch: blocks [0, n_descs) decode patches, the next n_fills blocks
@@ -248,7 +616,8 @@ struct SampleDesc {
     u16 col0, col1;    // patch columns written: [col0, col1)
     u8 channel;        // output channel of the first copy: its scale/bias pair
     u8 copies;         // 1, or 3 for a gray image (replicated to R, G, B)
-    u32 exact;         // 1 when `rows` reaches the patch's last row: its bytes must then be used exactly
+    u8 exact;          // 1 when `rows` reaches the patch's last row: no bytes may be left over
+    u8 reserved[3];
 };
 
 // Must match `FillDesc` in src/sample.rs (32 bytes).
@@ -272,21 +641,30 @@ struct L3SampleEmit {
     }
 };
 
-// width/height: the sample's; nchw: 1 for planar output, 0 for interleaved.
+// width/height: the sample's; nchw: 1 for planar output, 0 for interleaved. Blocks [0, n_descs) decode
+// v1 patches, the next n_v2 blocks v2 patches, the next n_fills blocks padding.
 template <typename Out>
 __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc* __restrict__ descs,
                                   u32 n_descs, const FillDesc* __restrict__ fills, u32 n_fills,
                                   Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, u32 stage_cap, u32 width, u32 height, u32 nchw) {
+                                  u32* __restrict__ err, u32 stage_cap, u32 width, u32 height, u32 nchw,
+                                  const V2Desc* __restrict__ v2, u32 n_v2, const u8* __restrict__ tables,
+                                  u8* __restrict__ scratch) {
     u32 b = blockIdx.x;
+    if (b >= n_descs && b - n_descs < n_v2) {
+        V2Desc vd = v2[b - n_descs];
+        l3v2_patch(data, vd, out, scale_bias, err, b, tables, scratch);
+        return;
+    }
     if (b < n_descs) {
         SampleDesc sd = descs[b];
         L3SampleEmit<Out> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
                                sd.skip, sd.col0, sd.col1, sd.copies, scale_bias + 2u * sd.channel};
-        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0u, b, err, stage_cap, emit);
+        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, b, err, stage_cap,
+                      emit);
         return;
     }
-    b -= n_descs;
+    b -= n_descs + n_v2;
     if (b >= n_fills) return;
     FillDesc f = fills[b];
     u32 cpp = nchw ? 1u : 3u, planes = nchw ? 3u : 1u;
@@ -311,9 +689,10 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
 #define L3_SAMPLES_KERNEL(name, Out)                                                                       \
     extern "C" __global__ void name(const u8* data, const SampleDesc* descs, u32 n_descs,                   \
                                     const FillDesc* fills, u32 n_fills, Out* out, const float* scale_bias, \
-                                    u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw) {            \
+                                    u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw,              \
+                                    const V2Desc* v2, u32 n_v2, const u8* tables, u8* scratch) {           \
         l3_decode_samples<Out>(data, descs, n_descs, fills, n_fills, out, scale_bias, err, stage_cap,      \
-                               width, height, nchw);                                                       \
+                               width, height, nchw, v2, n_v2, tables, scratch);                            \
     }
 L3_SAMPLES_KERNEL(l3_samples_u8, u8)
 L3_SAMPLES_KERNEL(l3_samples_f32, float)

@@ -29,6 +29,7 @@ mod error;
 mod plan;
 mod sample;
 mod tensor;
+mod v2;
 #[cfg(test)]
 extern crate self as l3_cuda;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::sample::TensorInfo;
 use crate::tensor::{DType, Layout, Normalize};
+use crate::v2::{V2Batch, V2Desc};
 use l3_format::{L3File, PatchId};
 use std::ops::Range;
 
@@ -18,7 +19,8 @@ pub struct DecodeOptions {
     /// Walk every patch's row headers on the host before the launch, so corrupt row data is rejected with
     /// its batch index before any GPU work. Off by default: the walk costs host time in the hot path, and
     /// the kernel bounds every read by the patch's range anyway and reports a corrupt patch after the decode
-    /// ([`Error::CorruptRows`]).
+    /// ([`Error::CorruptRows`], [`Error::CorruptPatch`]). For a version-2 image the check is a whole decode
+    /// on the host (its CRC-32C, verified by the parse, already catches damaged bytes).
     pub check_rows_on_host: bool,
 }
 
@@ -91,6 +93,9 @@ pub struct BatchPlan {
     pub(crate) stage_cap: u32,
     /// (scale, bias) for channels 0..4.
     pub(crate) scale_bias: [f32; 8],
+    /// The version-2 images' patches (one descriptor per patch, every plane), decoded by the blocks after
+    /// the version-1 ones in the same launch.
+    pub(crate) v2: V2Batch,
 }
 
 impl BatchPlan {
@@ -135,6 +140,7 @@ impl BatchPlan {
             block_dim: 32,
             stage_cap: 0,
             scale_bias,
+            v2: V2Batch::default(),
         };
         let mut max_w = 1u32;
         let mut max_len = 0u32;
@@ -167,6 +173,9 @@ impl BatchPlan {
                 None => plan.data_len,
             };
             match template {
+                _ if file.version() == 2 => {
+                    push_v2_descs(&mut plan.v2, index, &file, &slot, data_start, opts.layout)?;
+                }
                 Some((k, t_first, t_data, t_out)) if k == key => {
                     let n = key.descs();
                     plan.descs.extend_from_within(t_first..t_first + n);
@@ -192,11 +201,15 @@ impl BatchPlan {
                     template = Some((key, first, data_start, slot.offset));
                 }
             }
-            max_w = max_w.max((file.patch_size() as u32).min(file.width()));
+            if file.version() == 1 {
+                max_w = max_w.max((file.patch_size() as u32).min(file.width()));
+            }
             plan.first_desc.push((first, file.patches_per_channel()));
+            // Everything after the prefix (a version-2 file's CRC too: four bytes, and the plan can check
+            // that a file is the one it was built from by its length).
             plan.sources
                 .push((file.data_offset()..bytes.len(), plan.data_len));
-            plan.data_len += data.len();
+            plan.data_len += bytes.len() - file.data_offset();
             plan.out_len = plan
                 .out_len
                 .checked_add(slot.len())
@@ -205,12 +218,12 @@ impl BatchPlan {
                 })?;
             plan.images.push(slot);
         }
-        if plan.descs.len() > i32::MAX as usize {
+        if plan.descs.len() + plan.v2.descs.len() > i32::MAX as usize {
             return Err(Error::TooLarge {
                 what: "more than 2^31 - 1 patches in one launch",
             });
         }
-        plan.block_dim = max_w.div_ceil(32).clamp(1, 8) * 32;
+        plan.block_dim = block_dim(max_w, !plan.v2.descs.is_empty());
         plan.stage_cap = max_len.min(STAGE_CAP);
         Ok(plan)
     }
@@ -230,9 +243,10 @@ impl BatchPlan {
         self.data_len
     }
 
-    /// Patch descriptors (= thread blocks) of the single launch.
+    /// Patch descriptors (= thread blocks) of the single launch: one per (channel, patch) of a version-1
+    /// image, one per patch of a version-2 image.
     pub fn patch_count(&self) -> usize {
-        self.descs.len()
+        self.descs.len() + self.v2.descs.len()
     }
 
     pub fn layout(&self) -> Layout {
@@ -273,17 +287,21 @@ impl BatchPlan {
     #[doc(hidden)]
     pub fn descriptors_in_bounds(&self) -> bool {
         let out_len = self.out_len as u64;
-        self.descs.iter().all(|d| {
-            let (w, h) = (d.w as u64, d.h as u64);
-            (1..=255).contains(&w)
-                && (1..=255).contains(&h)
-                && d.data_offset + d.data_len as u64 <= self.data_len as u64
-                && d.out_offset
-                    + (h - 1) * (d.row_stride as u64)
-                    + (w - 1) * (d.pixel_stride as u64)
-                    < out_len
-                && d.channel < 4
-        })
+        let v2_ok = self.v2.in_bounds(self.data_len, |_, (lo, hi)| {
+            lo >= 0 && hi < i128::from(out_len)
+        });
+        v2_ok
+            && self.descs.iter().all(|d| {
+                let (w, h) = (d.w as u64, d.h as u64);
+                (1..=255).contains(&w)
+                    && (1..=255).contains(&h)
+                    && d.data_offset + d.data_len as u64 <= self.data_len as u64
+                    && d.out_offset
+                        + (h - 1) * (d.row_stride as u64)
+                        + (w - 1) * (d.pixel_stride as u64)
+                        < out_len
+                    && d.channel < 4
+            })
     }
 
     /// Copies every image's patch data, back to back, into `dst` (at least [`input_len`](Self::input_len)
@@ -327,6 +345,15 @@ impl BatchPlan {
             return Ok(());
         }
         let d = err as usize;
+        if d >= self.descs.len() {
+            return Err(self
+                .v2
+                .kernel_error(d - self.descs.len())
+                .unwrap_or(Error::Driver {
+                    call: "l3_decode",
+                    message: format!("the kernel reported block {err} of {}", self.patch_count()),
+                }));
+        }
         let index = self.first_desc.partition_point(|&(first, _)| first <= d) - 1;
         let (first, ppc) = self.first_desc[index];
         Err(Error::CorruptRows {
@@ -407,6 +434,83 @@ fn push_descs(
     Ok(())
 }
 
+/// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
+/// row), and at least [`V2_BLOCK`] when there are version-2 patches.
+pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
+    let v1 = max_v1_width.div_ceil(32).clamp(1, 8) * 32;
+    if has_v2 { v1.max(V2_BLOCK) } else { v1 }
+}
+
+/// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp
+/// while the rest of its block waits, so small blocks let more chunks run at once on an SM; the
+/// reconstruction loops over (plane, column) pairs with any block size.
+pub(crate) const V2_BLOCK: u32 = 64;
+
+/// One descriptor per patch of a version-2 image (every plane: the block inverts the colour transform),
+/// writing every pixel of every channel into the image's slot.
+fn push_v2_descs(
+    v2: &mut V2Batch,
+    index: usize,
+    file: &L3File<'_>,
+    slot: &ImageSlot,
+    data_start: usize,
+    layout: Layout,
+) -> Result<(), Error> {
+    let (w, h, c) = (slot.width as u64, slot.height as u64, slot.channels);
+    let too_large = |_| Error::TooLarge {
+        what: "an output row or plane exceeds the kernel's strides",
+    };
+    let (row_stride, col_stride, chan_stride) = match layout {
+        Layout::Nhwc => (w * u64::from(c), u64::from(c), 1),
+        Layout::Nchw => (w, 1, w * h),
+    };
+    let row_stride = i32::try_from(row_stride).map_err(too_large)?;
+    let chan_stride = u32::try_from(chan_stride).map_err(too_large)?;
+    let profile = file.profile().unwrap_or(l3_format::Profile::Bp);
+    let table_offset = match file.ans_tables() {
+        Some(t) => v2.add_tables(&t)?,
+        None => 0,
+    };
+    for p in 0..file.patches_per_channel() {
+        let rect = file.patch_rect(p);
+        let (pw, ph) = (rect.w as u16, rect.h as u16);
+        let mut d = V2Desc {
+            out_offset: slot.offset as u64
+                + match layout {
+                    Layout::Nhwc => (u64::from(rect.y) * w + u64::from(rect.x)) * u64::from(c),
+                    Layout::Nchw => u64::from(rect.y) * w + u64::from(rect.x),
+                },
+            table_offset,
+            row_stride,
+            col_stride: col_stride as i32,
+            chan_stride,
+            pw,
+            ph,
+            rows: ph,
+            skip: 0,
+            col0: 0,
+            col1: pw,
+            planes: c,
+            decoded: c,
+            profile,
+            out_channels: c,
+            exact: true,
+            ..V2Desc::default()
+        };
+        for e in 0..d.entries() {
+            let r = file.patch_range(e, p);
+            d.off[e] = (data_start + r.start) as u64;
+            d.len[e] = r.len() as u32;
+        }
+        if profile == l3_format::Profile::Ans {
+            d.scratch_offset = v2.reserve_scratch(c, pw, ph);
+        }
+        v2.descs.push(d);
+        v2.ids.push((index as u32, p as u32));
+    }
+    Ok(())
+}
+
 /// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
 pub(crate) fn scale_bias_for(
     dtype: DType,
@@ -429,7 +533,13 @@ pub(crate) fn scale_bias_for(
 
 /// Walks every patch's row headers exactly as the kernel does (and as `l3-format`'s decoder accepts them):
 /// each row's nbit at most 8, each row inside the patch, no bytes left over. Touches 2 bytes per row.
+/// A version-2 file has no such cheap walk (ANS symbols depend on every symbol before them), so it is
+/// decoded on the host: the kernel accepts exactly what that decode accepts.
 pub(crate) fn check_rows(file: &L3File<'_>) -> Result<(), l3_format::Error> {
+    if file.version() == 2 {
+        let mut px = vec![0u8; file.decoded_len()];
+        return file.decode_chw(&mut px);
+    }
     let ppc = file.patches_per_channel();
     for ch in 0..file.channels() as usize {
         for p in 0..ppc {

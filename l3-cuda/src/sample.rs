@@ -13,7 +13,8 @@
 use crate::error::Error;
 use crate::plan::{STAGE_CAP, scale_bias_for};
 use crate::tensor::{DType, Layout, Normalize};
-use l3_format::{Fragments, L3File, L3Index, PatchId, Rect};
+use crate::v2::{V2Batch, V2Desc};
+use l3_format::{AnsTables, Fragments, L3File, L3Index, PatchId, PixelLayout, Profile, Rect};
 use std::ops::Range;
 
 /// Where one image's window lands in its sample.
@@ -178,8 +179,9 @@ pub(crate) struct SampleDesc {
     pub col1: u16,
     pub channel: u8,
     pub copies: u8,
-    /// The decoded rows reach the patch's last row, so trailing bytes are an error (as on the CPU).
-    pub exact: bool,
+    /// 1 when `rows` reaches the patch's last row: then the rows must use the patch's bytes exactly, as
+    /// `l3-format`'s region decoder checks for a window that reaches a patch's bottom.
+    pub exact: u8,
 }
 
 pub(crate) const SAMPLE_DESC_BYTES: usize = 48;
@@ -226,6 +228,9 @@ pub struct SamplePlan {
     pub(crate) stage_cap: u32,
     /// (scale, bias) for output channels 0..3 (and an unused fourth pair).
     pub(crate) scale_bias: [f32; 8],
+    /// Version-2 sources' patches (one descriptor per patch under a window), decoded by the blocks after
+    /// the version-1 ones.
+    pub(crate) v2: V2Batch,
 }
 
 /// An image's patch grid and where its patch bytes are, whichever kind of source holds them.
@@ -236,6 +241,8 @@ struct Grid<'a> {
     n: u32,
     patches_x: u32,
     ranges: PatchRanges<'a>,
+    /// Version 2: the profile, and the ANS tables.
+    v2: Option<(Profile, Option<AnsTables>)>,
 }
 
 enum PatchRanges<'a> {
@@ -270,20 +277,40 @@ impl From<l3_format::Error> for SourceError {
 
 impl<'a> Grid<'a> {
     fn open(src: &SampleSource<'a>) -> Result<Self, SourceError> {
-        let (width, height, channels, n, ranges) = match *src {
+        let (width, height, channels, n, ranges, v2) = match *src {
             SampleSource::File(bytes) => {
                 let f = L3File::parse(bytes)?;
                 let n = f.patch_size();
-                (f.width(), f.height(), f.channels(), n, PatchRanges::File(f))
+                let v2 = f.profile().map(|p| (p, f.ans_tables()));
+                (
+                    f.width(),
+                    f.height(),
+                    f.channels(),
+                    n,
+                    PatchRanges::File(f),
+                    v2,
+                )
             }
             SampleSource::Fragments { index, data } => {
                 let n = index.patch_size();
-                let ranges = if index.width() <= u32::from(n) && index.height() <= u32::from(n) {
+                let v2 = index.profile().map(|p| (p, index.ans_tables().cloned()));
+                // Version 2's index names every entry (a one-patch image's planes included).
+                let ranges = if v2.is_none()
+                    && index.width() <= u32::from(n)
+                    && index.height() <= u32::from(n)
+                {
                     PatchRanges::Single(split_single_patch(index, data)?)
                 } else {
                     PatchRanges::Index(index)
                 };
-                (index.width(), index.height(), index.channels(), n, ranges)
+                (
+                    index.width(),
+                    index.height(),
+                    index.channels(),
+                    n,
+                    ranges,
+                    v2,
+                )
             }
         };
         let n = u32::from(n);
@@ -294,6 +321,7 @@ impl<'a> Grid<'a> {
             n,
             patches_x: width.div_ceil(n),
             ranges,
+            v2,
         })
     }
 
@@ -323,6 +351,11 @@ impl<'a> Grid<'a> {
                 }
             }
             PatchRanges::Single(single) => out[..single.len()].clone_from_slice(single),
+            PatchRanges::Index(index) if self.v2.is_some() => {
+                for (ch, o) in out.iter_mut().enumerate().take(self.channels as usize) {
+                    *o = index.patch_range(ch, p).ok_or(SourceError::TableMismatch)?;
+                }
+            }
             PatchRanges::Index(index) => {
                 // With two or more patches per channel, a patch is never adjacent to the same patch of the
                 // next channel, so the ranges come back one per channel.
@@ -334,6 +367,274 @@ impl<'a> Grid<'a> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Output strides of a version-2 descriptor in a sample batch.
+struct V2Layout<'e> {
+    row_stride: i32,
+    col_step: i32,
+    chan_stride: u32,
+    /// First element of the sample.
+    base: u64,
+    /// Element of sample pixel (x, y), output channel c, within the sample.
+    elem: &'e dyn Fn(u32, u32, u32) -> u64,
+}
+
+impl SamplePlan {
+    /// Queues the copy of entry `ch` of every patch in `ranges` (one grid row's run, patches `first..`)
+    /// into the device input; returns where each patch's entry lands.
+    fn stage_runs(
+        &mut self,
+        src: &SampleSource<'_>,
+        index: usize,
+        ranges: &[[Range<u64>; 4]],
+        ch: usize,
+        first: usize,
+    ) -> Result<Vec<usize>, Error> {
+        let count = ranges.len();
+        // The run of this grid row's patches is contiguous in the file: one copy, unless
+        // the fragments hold it in pieces.
+        let run = ranges[0][ch].start..ranges[count - 1][ch].end;
+        let mut at_of = Vec::with_capacity(count);
+        if src.bytes(run.clone()).is_some() {
+            self.copies.push(CopyRun {
+                sample: index,
+                file: run.clone(),
+                at: self.data_len,
+            });
+            for pr in ranges {
+                at_of.push(self.data_len + (pr[ch].start - run.start) as usize);
+            }
+            self.data_len += (run.end - run.start) as usize;
+        } else {
+            for (k, pr) in ranges.iter().enumerate() {
+                let range = pr[ch].clone();
+                let id = Some(PatchId {
+                    channel: ch,
+                    patch: first + k,
+                });
+                if src.bytes(range.clone()).is_none() {
+                    return Err(missing(index, id, &range));
+                }
+                self.copies.push(CopyRun {
+                    sample: index,
+                    file: range.clone(),
+                    at: self.data_len,
+                });
+                at_of.push(self.data_len);
+                self.data_len += (range.end - range.start) as usize;
+            }
+        }
+        Ok(at_of)
+    }
+
+    /// The descriptors of a version-1 source's window: one per (decoded channel, patch under it).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_v1(
+        &mut self,
+        src: &SampleSource<'_>,
+        grid: &Grid<'_>,
+        index: usize,
+        win: &Window,
+        base: u64,
+        elem: &dyn Fn(u32, u32, u32) -> u64,
+        (row_stride, col_step, copy_stride): (i32, i32, u32),
+        opts: &SampleOptions,
+        max_w: &mut u32,
+        max_len: &mut u32,
+    ) -> Result<(), Error> {
+        let too_large = |what| Error::TooLarge { what };
+        let r = win.src;
+        // Gray is decoded once and copied to R, G, B; alpha is never decoded.
+        let (decoded, copies) = if grid.channels == 1 { (1, 3u8) } else { (3, 1) };
+        let nn = grid.n;
+        let (gx0, gx1) = (r.x / nn, (r.x + r.w - 1) / nn);
+        let (gy0, gy1) = (r.y / nn, (r.y + r.h - 1) / nn);
+        for gy in gy0..=gy1 {
+            let first = (gy * grid.patches_x + gx0) as usize;
+            let count = (gx1 - gx0 + 1) as usize;
+            let mut ranges = Vec::with_capacity(count);
+            for p in first..first + count {
+                ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
+            }
+            if opts.check_rows_on_host {
+                for (k, p) in (first..first + count).enumerate() {
+                    let pr = grid.patch_rect(p);
+                    let rows = ((r.y + r.h).min(pr.y + pr.h) - pr.y) as usize;
+                    for (ch, range) in ranges[k].iter().enumerate().take(grid.channels as usize) {
+                        let id = Some(PatchId {
+                            channel: ch,
+                            patch: p,
+                        });
+                        let bytes = src
+                            .bytes(range.clone())
+                            .ok_or_else(|| missing(index, id, range))?;
+                        let used = walk_rows(bytes, pr.w as usize, rows, id)
+                            .map_err(|source| Error::Image { index, source })?;
+                        // A window down to the patch's last row also checks for trailing bytes.
+                        if rows == pr.h as usize && used != bytes.len() {
+                            return Err(Error::Image {
+                                index,
+                                source: l3_format::Error::TrailingPatchBytes {
+                                    patch: id,
+                                    unused: bytes.len() - used,
+                                },
+                            });
+                        }
+                    }
+                }
+            }
+            for ch in 0..decoded {
+                let at_of = self.stage_runs(src, index, &ranges, ch, first)?;
+                for (k, p) in (first..first + count).enumerate() {
+                    let pr = grid.patch_rect(p);
+                    let len = (ranges[k][ch].end - ranges[k][ch].start) as usize;
+                    let data_len =
+                        u32::try_from(len).map_err(|_| too_large("a patch exceeds 4 GiB"))?;
+                    // The overlap of the patch with the window, in image coordinates.
+                    let (ox0, ox1) = (pr.x.max(r.x), (pr.x + pr.w).min(r.x + r.w));
+                    let (oy0, oy1) = (pr.y.max(r.y), (pr.y + pr.h).min(r.y + r.h));
+                    let col = ox0 - r.x;
+                    let dst_x = if win.flip {
+                        win.dx + r.w - 1 - col
+                    } else {
+                        win.dx + col
+                    };
+                    let dst_y = win.dy + (oy0 - r.y);
+                    self.descs.push(SampleDesc {
+                        data_offset: at_of[k] as u64,
+                        out_offset: base + elem(dst_x, dst_y, ch as u32),
+                        data_len,
+                        row_stride,
+                        col_stride: if win.flip { -col_step } else { col_step },
+                        copy_stride,
+                        w: pr.w as u16,
+                        rows: (oy1 - pr.y) as u16,
+                        skip: (oy0 - pr.y) as u16,
+                        col0: (ox0 - pr.x) as u16,
+                        col1: (ox1 - pr.x) as u16,
+                        channel: ch as u8,
+                        copies,
+                        exact: u8::from(oy1 == pr.y + pr.h),
+                    });
+                    self.ids.push((index as u32, ch as u8, p as u32));
+                    *max_len = (*max_len).max(data_len);
+                    *max_w = (*max_w).max(pr.w);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The descriptors of a version-2 source's window: one per patch under it, every plane (BP: without
+    /// alpha, which a sample never holds; ANS: the whole chunk, whose symbols come in one stream).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_v2(
+        &mut self,
+        src: &SampleSource<'_>,
+        grid: &Grid<'_>,
+        index: usize,
+        win: &Window,
+        profile: Profile,
+        tables: Option<&AnsTables>,
+        lay: &V2Layout<'_>,
+        opts: &SampleOptions,
+    ) -> Result<(), Error> {
+        let r = win.src;
+        let image = |source| Error::Image { index, source };
+        if opts.check_rows_on_host {
+            // An entropy-coded chunk has no cheap walk: decode the window on the host, exactly as the
+            // CPU's region decoder accepts it.
+            let layout = PixelLayout::packed(r.w, r.h, grid.channels, false);
+            let mut px = vec![0u8; r.w as usize * r.h as usize * grid.channels as usize];
+            match (&grid.ranges, src) {
+                (PatchRanges::File(f), _) => f.decode_region(r, &mut px, layout),
+                (_, SampleSource::Fragments { index: idx, data }) => {
+                    idx.decode_region(data, r, &mut px, layout)
+                }
+                (_, SampleSource::File(_)) => unreachable!("a file source has file ranges"),
+            }
+            .map_err(image)?;
+        }
+        let table_offset = match (profile, tables) {
+            (Profile::Ans, Some(t)) => self.v2.add_tables(t)?,
+            (Profile::Ans, None) => {
+                return Err(image(l3_format::Error::BadOptions {
+                    reason: "ANS tables missing",
+                }));
+            }
+            (Profile::Bp, _) => 0,
+        };
+        let (planes, decoded) = (grid.channels, grid.channels.min(3));
+        let entries = match profile {
+            Profile::Ans => 1,
+            Profile::Bp => decoded as usize,
+        };
+        let nn = grid.n;
+        let (gx0, gx1) = (r.x / nn, (r.x + r.w - 1) / nn);
+        let (gy0, gy1) = (r.y / nn, (r.y + r.h - 1) / nn);
+        for gy in gy0..=gy1 {
+            let first = (gy * grid.patches_x + gx0) as usize;
+            let count = (gx1 - gx0 + 1) as usize;
+            let mut ranges = Vec::with_capacity(count);
+            for p in first..first + count {
+                ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
+            }
+            let mut at_of = Vec::with_capacity(entries);
+            for e in 0..entries {
+                at_of.push(self.stage_runs(src, index, &ranges, e, first)?);
+            }
+            for (k, p) in (first..first + count).enumerate() {
+                let pr = grid.patch_rect(p);
+                let (ox0, ox1) = (pr.x.max(r.x), (pr.x + pr.w).min(r.x + r.w));
+                let (oy0, oy1) = (pr.y.max(r.y), (pr.y + pr.h).min(r.y + r.h));
+                let col = ox0 - r.x;
+                let dst_x = if win.flip {
+                    win.dx + r.w - 1 - col
+                } else {
+                    win.dx + col
+                };
+                let dst_y = win.dy + (oy0 - r.y);
+                let (pw, ph) = (pr.w as u16, pr.h as u16);
+                let mut d = V2Desc {
+                    out_offset: lay.base + (lay.elem)(dst_x, dst_y, 0),
+                    table_offset,
+                    row_stride: lay.row_stride,
+                    col_stride: if win.flip {
+                        -lay.col_step
+                    } else {
+                        lay.col_step
+                    },
+                    chan_stride: lay.chan_stride,
+                    pw,
+                    ph,
+                    rows: (oy1 - pr.y) as u16,
+                    skip: (oy0 - pr.y) as u16,
+                    col0: (ox0 - pr.x) as u16,
+                    col1: (ox1 - pr.x) as u16,
+                    planes,
+                    decoded,
+                    profile,
+                    out_channels: 3,
+                    exact: profile == Profile::Bp && oy1 == pr.y + pr.h,
+                    ..V2Desc::default()
+                };
+                for e in 0..entries {
+                    let len = ranges[k][e].end - ranges[k][e].start;
+                    d.off[e] = at_of[e][k] as u64;
+                    d.len[e] = u32::try_from(len).map_err(|_| Error::TooLarge {
+                        what: "a patch exceeds 4 GiB",
+                    })?;
+                }
+                if profile == Profile::Ans {
+                    d.scratch_offset = self.v2.reserve_scratch(planes, pw, ph);
+                }
+                self.v2.descs.push(d);
+                self.v2.ids.push((index as u32, p as u32));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -480,6 +781,7 @@ impl SamplePlan {
             block_dim: 32,
             stage_cap: 0,
             scale_bias,
+            v2: V2Batch::default(),
         };
         let rows_per_fill = (FILL_ELEMS_PER_BLOCK / (sw as usize * 3)).clamp(1, sh as usize) as u32;
         let (mut max_w, mut max_len) = (1u32, 0u32);
@@ -507,113 +809,37 @@ impl SamplePlan {
                 });
             }
             let base = index as u64 * sample_len;
-            // Gray is decoded once and copied to R, G, B; alpha is never decoded.
-            let (decoded, copies) = if grid.channels == 1 { (1, 3u8) } else { (3, 1) };
-            let nn = grid.n;
-            let (gx0, gx1) = (r.x / nn, (r.x + r.w - 1) / nn);
-            let (gy0, gy1) = (r.y / nn, (r.y + r.h - 1) / nn);
-            for gy in gy0..=gy1 {
-                let first = (gy * grid.patches_x + gx0) as usize;
-                let count = (gx1 - gx0 + 1) as usize;
-                let mut ranges = Vec::with_capacity(count);
-                for p in first..first + count {
-                    ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
-                }
-                if opts.check_rows_on_host {
-                    for (k, p) in (first..first + count).enumerate() {
-                        let pr = grid.patch_rect(p);
-                        let rows = ((r.y + r.h).min(pr.y + pr.h) - pr.y) as usize;
-                        for (ch, range) in ranges[k].iter().enumerate().take(grid.channels as usize)
-                        {
-                            let id = Some(PatchId {
-                                channel: ch,
-                                patch: p,
-                            });
-                            let bytes = src
-                                .bytes(range.clone())
-                                .ok_or_else(|| missing(index, id, range))?;
-                            let used = walk_rows(bytes, pr.w as usize, rows, id)
-                                .map_err(|source| Error::Image { index, source })?;
-                            if rows == pr.h as usize && used != bytes.len() {
-                                let source = l3_format::Error::TrailingPatchBytes {
-                                    patch: id,
-                                    unused: bytes.len() - used,
-                                };
-                                return Err(Error::Image { index, source });
-                            }
-                        }
-                    }
-                }
-                for ch in 0..decoded {
-                    // The run of this grid row's patches is contiguous in the file: one copy, unless
-                    // the fragments hold it in pieces.
-                    let run = ranges[0][ch].start..ranges[count - 1][ch].end;
-                    let mut at_of = Vec::with_capacity(count);
-                    if src.bytes(run.clone()).is_some() {
-                        plan.copies.push(CopyRun {
-                            sample: index,
-                            file: run.clone(),
-                            at: plan.data_len,
-                        });
-                        for pr in &ranges {
-                            at_of.push(plan.data_len + (pr[ch].start - run.start) as usize);
-                        }
-                        plan.data_len += (run.end - run.start) as usize;
-                    } else {
-                        for (k, pr) in ranges.iter().enumerate() {
-                            let range = pr[ch].clone();
-                            let id = Some(PatchId {
-                                channel: ch,
-                                patch: first + k,
-                            });
-                            if src.bytes(range.clone()).is_none() {
-                                return Err(missing(index, id, &range));
-                            }
-                            plan.copies.push(CopyRun {
-                                sample: index,
-                                file: range.clone(),
-                                at: plan.data_len,
-                            });
-                            at_of.push(plan.data_len);
-                            plan.data_len += (range.end - range.start) as usize;
-                        }
-                    }
-                    for (k, p) in (first..first + count).enumerate() {
-                        let pr = grid.patch_rect(p);
-                        let len = (ranges[k][ch].end - ranges[k][ch].start) as usize;
-                        let data_len =
-                            u32::try_from(len).map_err(|_| too_large("a patch exceeds 4 GiB"))?;
-                        // The overlap of the patch with the window, in image coordinates.
-                        let (ox0, ox1) = (pr.x.max(r.x), (pr.x + pr.w).min(r.x + r.w));
-                        let (oy0, oy1) = (pr.y.max(r.y), (pr.y + pr.h).min(r.y + r.h));
-                        let col = ox0 - r.x;
-                        let dst_x = if win.flip {
-                            win.dx + r.w - 1 - col
-                        } else {
-                            win.dx + col
-                        };
-                        let dst_y = win.dy + (oy0 - r.y);
-                        plan.descs.push(SampleDesc {
-                            data_offset: at_of[k] as u64,
-                            out_offset: base + elem(dst_x, dst_y, ch as u32),
-                            data_len,
-                            row_stride,
-                            col_stride: if win.flip { -col_step } else { col_step },
-                            copy_stride,
-                            w: pr.w as u16,
-                            rows: (oy1 - pr.y) as u16,
-                            skip: (oy0 - pr.y) as u16,
-                            col0: (ox0 - pr.x) as u16,
-                            col1: (ox1 - pr.x) as u16,
-                            channel: ch as u8,
-                            copies,
-                            exact: oy1 == pr.y + pr.h,
-                        });
-                        plan.ids.push((index as u32, ch as u8, p as u32));
-                        max_len = max_len.max(data_len);
-                        max_w = max_w.max(pr.w);
-                    }
-                }
+            if let Some((profile, tables)) = &grid.v2 {
+                let layout = V2Layout {
+                    row_stride,
+                    col_step,
+                    chan_stride: copy_stride,
+                    base,
+                    elem: &elem,
+                };
+                plan.plan_v2(
+                    src,
+                    &grid,
+                    index,
+                    win,
+                    *profile,
+                    tables.as_ref(),
+                    &layout,
+                    opts,
+                )?;
+            } else {
+                plan.plan_v1(
+                    src,
+                    &grid,
+                    index,
+                    win,
+                    base,
+                    &elem,
+                    (row_stride, col_step, copy_stride),
+                    opts,
+                    &mut max_w,
+                    &mut max_len,
+                )?;
             }
             if r.w != sw || r.h != sh {
                 let mut y = 0;
@@ -632,10 +858,10 @@ impl SamplePlan {
                 }
             }
         }
-        if plan.descs.len() + plan.fills.len() > i32::MAX as usize {
+        if plan.descs.len() + plan.v2.descs.len() + plan.fills.len() > i32::MAX as usize {
             return Err(too_large("more than 2^31 - 1 thread blocks in one launch"));
         }
-        plan.block_dim = max_w.div_ceil(32).clamp(1, 8) * 32;
+        plan.block_dim = crate::plan::block_dim(max_w, !plan.v2.descs.is_empty());
         plan.stage_cap = max_len.min(STAGE_CAP);
         Ok(plan)
     }
@@ -667,7 +893,7 @@ impl SamplePlan {
 
     /// Patch descriptors (decoding thread blocks) of the launch.
     pub fn patch_count(&self) -> usize {
-        self.descs.len()
+        self.descs.len() + self.v2.descs.len()
     }
 
     /// Padding thread blocks of the launch (none when every window fills its sample).
@@ -687,7 +913,12 @@ impl SamplePlan {
             Layout::Nhwc => (self.tensor.shape[1] as i128, self.tensor.shape[2] as i128),
             Layout::Nchw => (self.tensor.shape[2] as i128, self.tensor.shape[3] as i128),
         };
-        let descs_ok = self.descs.len() == self.ids.len()
+        let v2_ok = self.v2.in_bounds(self.data_len, |i, (lo, hi)| {
+            let start = i128::from(self.v2.ids[i].0) * sample_len;
+            (self.v2.ids[i].0 as usize) < n && lo >= start && hi < start + sample_len
+        });
+        let descs_ok = v2_ok
+            && self.descs.len() == self.ids.len()
             && self.descs.iter().zip(&self.ids).all(|(d, &(s, _, _))| {
                 let (w, rows, skip) = (i128::from(d.w), i128::from(d.rows), i128::from(d.skip));
                 let (c0, c1) = (i128::from(d.col0), i128::from(d.col1));
@@ -773,8 +1004,7 @@ impl SamplePlan {
             for v in [d.w, d.rows, d.skip, d.col0, d.col1] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
-            out.extend_from_slice(&[d.channel, d.copies]);
-            out.extend_from_slice(&u32::from(d.exact).to_le_bytes());
+            out.extend_from_slice(&[d.channel, d.copies, d.exact, 0, 0, 0]);
         }
         out
     }
@@ -796,13 +1026,17 @@ impl SamplePlan {
         if err == u32::MAX {
             return Ok(());
         }
-        match self.ids.get(err as usize) {
-            Some(&(index, channel, patch)) => Err(Error::CorruptRows {
+        let v2 = (err as usize)
+            .checked_sub(self.descs.len())
+            .and_then(|i| self.v2.kernel_error(i));
+        match (self.ids.get(err as usize), v2) {
+            (Some(&(index, channel, patch)), _) => Err(Error::CorruptRows {
                 index: index as usize,
                 channel: channel as usize,
                 patch: patch as usize,
             }),
-            None => Err(Error::Driver {
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(Error::Driver {
                 call: "l3_samples",
                 message: format!("the kernel reported descriptor {err} of {}", self.ids.len()),
             }),

@@ -112,6 +112,11 @@ struct Launch<'a> {
     fills: Vec<u8>,
     scale_bias: [f32; 8],
     out_bytes: usize,
+    /// Version-2 descriptors (count and bytes), ANS context tables, scratch bytes.
+    n_v2: u32,
+    v2: Vec<u8>,
+    tables: Vec<u8>,
+    scratch: u64,
 }
 
 /// Runs the launch `plan` describes over the device input bytes `data`.
@@ -124,7 +129,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
     let launch = Launch {
         samples: false,
         dtype: plan.dtype,
-        grid: plan.descs.len() as u32,
+        grid: (plan.descs.len() + plan.v2.descs.len()) as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,
@@ -136,6 +141,10 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         fills: Vec::new(),
         scale_bias: plan.scale_bias,
         out_bytes: plan.out_len * plan.dtype.size(),
+        n_v2: plan.v2.descs.len() as u32,
+        v2: plan.v2.descriptor_bytes(),
+        tables: plan.v2.tables.clone(),
+        scratch: plan.v2.scratch_len,
     };
     run_launch(exe, &launch, tag, 0xA5)
 }
@@ -159,7 +168,7 @@ fn run_sim_samples(
     let launch = Launch {
         samples: true,
         dtype: plan.tensor().dtype,
-        grid: (plan.descs.len() + plan.fills.len()) as u32,
+        grid: (plan.descs.len() + plan.v2.descs.len() + plan.fills.len()) as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,
@@ -171,6 +180,10 @@ fn run_sim_samples(
         fills: plan.fill_bytes(),
         scale_bias: plan.scale_bias,
         out_bytes: plan.output_len() * plan.tensor().dtype.size(),
+        n_v2: plan.v2.descs.len() as u32,
+        v2: plan.v2.descriptor_bytes(),
+        tables: plan.v2.tables.clone(),
+        scratch: plan.v2.scratch_len,
     };
     run_launch(exe, &launch, tag, fill_byte)
 }
@@ -203,6 +216,12 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
         f.extend_from_slice(blob);
     }
     f.extend_from_slice(&(l.out_bytes as u64).to_le_bytes());
+    f.extend_from_slice(&l.n_v2.to_le_bytes());
+    for blob in [&l.v2[..], &l.tables[..]] {
+        f.extend_from_slice(&(blob.len() as u64).to_le_bytes());
+        f.extend_from_slice(blob);
+    }
+    f.extend_from_slice(&l.scratch.to_le_bytes());
     let dir = exe.parent().unwrap();
     let tid =
         format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
@@ -832,6 +851,231 @@ fn sim_samples_corrupt_rows_flagged_like_region_decoder() {
                 Err(crate::Error::CorruptRows { index: 1, .. }) => {}
                 other => panic!("trial {trial}: expected CorruptRows for sample 1, got {other:?}"),
             }
+        }
+    }
+    assert!(
+        flagged > 0 && accepted > 0,
+        "flagged {flagged}, accepted {accepted}"
+    );
+}
+
+// ---- Version 2: the same kernel source, v2 blocks beside v1 blocks in the same launches. ----
+
+/// Version-2 images of both profiles (gray, RGB, RGBA; 1×1, single rows and columns, partial edge
+/// patches, N = 32 to 224) with a version-1 image in the same batch, every layout and element type:
+/// equal to `l3-format`'s CPU decoder byte for byte (floats: `Normalize::apply`, f16 by the `half` crate).
+#[test]
+fn sim_v2_whole_images_match_cpu_decoder() {
+    let exe = harness_or_skip!(Build::Plain);
+    let imgs = common::v2_mixed_batch();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        check_batch(&exe, &imgs, &u8_opts(layout), &format!("v2-{layout:?}"));
+    }
+    for (dtype, normalize) in [(DType::F32, None), (DType::F16, Some(Normalize::IMAGENET))] {
+        let opts = DecodeOptions {
+            layout: Layout::Nchw,
+            dtype,
+            normalize,
+            ..Default::default()
+        };
+        check_batch(&exe, &imgs, &opts, &format!("v2-{dtype:?}"));
+    }
+    // The same files as whole images in pinned memory (descriptors into the files as they lie).
+    let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
+    let mut starts = Vec::new();
+    let mut buf = Vec::new();
+    for f in &files {
+        starts.push(buf.len());
+        buf.extend_from_slice(f);
+        buf.resize(buf.len().next_multiple_of(7), 0);
+    }
+    let opts = u8_opts(Layout::Nhwc);
+    let plan = BatchPlan::new_in_place(&files, &starts, buf.len(), &opts).unwrap();
+    let run = run_sim_data(&exe, &plan, &buf, "v2-in-place");
+    assert_eq!(run.err, u32::MAX, "{:?}", plan.kernel_error(run.err));
+    common::check_output(&run.out, &plan.images, &imgs, &opts, "v2-in-place");
+}
+
+/// The design's conformance vectors (../shared/specs/l3v2-vectors): every one decodes on the simulated
+/// kernel to exactly the CPU decoder's pixels, which the l3-format conformance test checks against the
+/// vectors' SHA-256. One batch of all 40, NHWC.
+#[test]
+fn sim_v2_conformance_vectors_decode_exactly() {
+    let exe = harness_or_skip!(Build::Plain);
+    let dir = std::env::var_os("L3V2_VECTORS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate_dir().join("../../shared/specs/l3v2-vectors"));
+    let Ok(list) = std::fs::read_dir(&dir) else {
+        eprintln!(
+            "SKIPPED: no conformance vectors at {} (set L3V2_VECTORS)",
+            dir.display()
+        );
+        return;
+    };
+    let mut imgs: Vec<TestImage> = list
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "l3"))
+        .map(|p| TestImage {
+            file: std::fs::read(&p).unwrap(),
+            label: p.file_name().unwrap().to_string_lossy().into(),
+        })
+        .collect();
+    imgs.sort_by(|a, b| a.label.cmp(&b.label));
+    assert_eq!(imgs.len(), 40, "the manifest lists 40 vectors");
+    // One layout: the layouts are a matter of strides, checked on every other batch.
+    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "vectors-nhwc");
+}
+
+/// Sample batches with version-2 sources: the six layout × element type combinations, random windows,
+/// flips and padding, gray/RGB/RGBA, both profiles, whole files and fragments, a version-1 source among
+/// them: equal to the CPU reference bit for bit, every element written once (two fill bytes).
+#[test]
+fn sim_v2_samples_match_reference() {
+    let exe = harness_or_skip!(Build::Plain);
+    let mut k = 0u64;
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        for (dtype, normalize) in [
+            (DType::U8, None),
+            (DType::F32, Some(Normalize::IMAGENET)),
+            (DType::F16, None),
+        ] {
+            k += 1;
+            let case = common::random_v2_sample_case(0xA2 + k, 6, layout, dtype, normalize);
+            let plan = check_samples_case(&exe, &case, &format!("v2-samples-{k}"), 0xA5);
+            assert!(!plan.v2.descs.is_empty() && !plan.descs.is_empty());
+            check_samples_case(&exe, &case, &format!("v2-samples-{k}-fill0"), 0x00);
+        }
+    }
+}
+
+/// ASan + UBSan and TSan on version-2 launches (whole images and samples): no access outside any
+/// buffer, every shared-memory access ordered by the kernel's barriers (block and warp).
+#[test]
+fn sim_v2_asan_and_tsan_clean() {
+    let imgs = common::v2_mixed_batch();
+    let case = common::random_v2_sample_case(0x7A5, 4, Layout::Nhwc, DType::F16, None);
+    for build in [Build::Asan, Build::Tsan] {
+        match harness(build) {
+            Ok(exe) => {
+                check_batch(
+                    &exe,
+                    &imgs,
+                    &u8_opts(Layout::Nhwc),
+                    &format!("v2-{build:?}"),
+                );
+                check_samples_case(&exe, &case, &format!("v2-samples-{build:?}"), 0xA5);
+            }
+            Err(why) => eprintln!("skipping {build:?}: {why}"),
+        }
+    }
+}
+
+/// Damaged version-2 patch data whose CRC-32C was made right again (so the host's parse accepts it):
+/// under ASan the kernel rejects a patch exactly when the CPU decoder rejects the image, names its batch
+/// index, and otherwise produces the CPU's pixels; with `check_rows_on_host` the plan rejects exactly what
+/// the CPU rejects before any launch. Samples (gray and RGB, whose every plane a sample holds) likewise
+/// against the CPU's region decoder.
+#[test]
+fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
+    let exe = harness_or_skip!(Build::Asan);
+    let mut rng = Rng(0xC0FFEE);
+    let good = common::image_v2(
+        40,
+        30,
+        3,
+        32,
+        l3_format::Profile::Ans,
+        Content::Smooth,
+        &mut rng,
+    );
+    let (mut flagged, mut accepted) = (0, 0);
+    for trial in 0..40 {
+        let c = [1u8, 3, 4][trial % 3];
+        let profile = [l3_format::Profile::Bp, l3_format::Profile::Ans][trial / 3 % 2];
+        let content = [Content::Random, Content::Smooth][trial / 6 % 2];
+        let mut bad = common::image_v2(70, 45, c, 32, profile, content, &mut rng).file;
+        let f = l3_format::L3File::parse(&bad).unwrap();
+        let (start, end) = (f.data_offset(), bad.len() - 4);
+        for _ in 0..1 + trial % 3 {
+            let i = start + rng.below((end - start) as u64) as usize;
+            bad[i] ^= 1 << rng.below(8);
+        }
+        let crc = l3_format::crc32c(&bad[..end]);
+        bad[end..].copy_from_slice(&crc.to_le_bytes());
+        let Ok(f) = l3_format::L3File::parse(&bad) else {
+            continue; // an offset or table damaged: refused by the host, as the CPU refuses it
+        };
+        let mut px = vec![0u8; f.decoded_len()];
+        let cpu_ok = f.decode_chw(&mut px).is_ok();
+        let files: Vec<&[u8]> = vec![&good.file, &bad];
+        let strict = DecodeOptions {
+            check_rows_on_host: true,
+            ..Default::default()
+        };
+        match BatchPlan::new(&files, &strict) {
+            Ok(_) => assert!(
+                cpu_ok,
+                "trial {trial}: host check accepts what the CPU rejects"
+            ),
+            Err(crate::Error::Image { index: 1, .. }) => {
+                assert!(
+                    !cpu_ok,
+                    "trial {trial}: host check rejects what the CPU decodes"
+                )
+            }
+            Err(e) => panic!("trial {trial}: unexpected {e}"),
+        }
+        let plan = BatchPlan::new(&files, &DecodeOptions::default()).unwrap();
+        let run = run_sim(&exe, &plan, &files, &format!("v2-corrupt-{trial}"));
+        let kernel_ok = run.err == u32::MAX;
+        assert_eq!(
+            kernel_ok, cpu_ok,
+            "trial {trial} ({profile}, C={c}): kernel and CPU disagree"
+        );
+        if kernel_ok {
+            accepted += 1;
+            let imgs = [
+                TestImage {
+                    file: good.file.clone(),
+                    label: "good".into(),
+                },
+                TestImage {
+                    file: bad.clone(),
+                    label: format!("damaged {trial}"),
+                },
+            ];
+            common::check_output(
+                &run.out,
+                &plan.images,
+                &imgs,
+                &DecodeOptions::default(),
+                "v2-corrupt",
+            );
+        } else {
+            flagged += 1;
+            match plan.kernel_error(run.err) {
+                Err(crate::Error::CorruptPatch { index: 1, .. }) => {}
+                other => panic!("trial {trial}: expected CorruptPatch for image 1, got {other:?}"),
+            }
+        }
+        if c != 4 {
+            let windows = [
+                common::random_window(40, 30, 24, 20, &mut rng),
+                common::random_window(70, 45, 24, 20, &mut rng),
+            ];
+            let sources = [SampleSource::File(&good.file), SampleSource::File(&bad)];
+            let opts = crate::SampleOptions::new(24, 20);
+            let plan = SamplePlan::new(&sources, &windows, &opts).unwrap();
+            let run = run_sim_samples(&exe, &plan, &sources, "v2-corrupt-samples", 0xA5);
+            let r = windows[1].src;
+            let mut px = vec![0u8; (r.w * r.h) as usize * c as usize];
+            let layout = l3_format::PixelLayout::packed(r.w, r.h, c, false);
+            let cpu_ok = f.decode_region(r, &mut px, layout).is_ok();
+            assert_eq!(
+                run.err == u32::MAX,
+                cpu_ok,
+                "trial {trial}: samples disagree"
+            );
         }
     }
     assert!(

@@ -261,6 +261,76 @@ fn gpu_corrupt_rows_reported_by_batch_index() {
     }
 }
 
+// ---- version 2 on the GPU ----
+
+/// Version-2 images of both profiles beside a version-1 image in one launch, every layout and element
+/// type, whole-image batches and sample batches: equal to the CPU decoder and the CPU sample reference.
+#[test]
+fn gpu_v2_batches_match_cpu_decoder() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let imgs = common::v2_mixed_batch();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        decode_and_check(&mut dec, &imgs, &u8_opts(layout), &format!("v2 {layout:?}"));
+        let opts = DecodeOptions {
+            layout,
+            dtype: DType::F16,
+            normalize: Some(Normalize::IMAGENET),
+            ..Default::default()
+        };
+        decode_and_check(&mut dec, &imgs, &opts, &format!("v2 {layout:?} f16"));
+        for (k, dtype) in [DType::U8, DType::F32, DType::F16].into_iter().enumerate() {
+            let case = common::random_v2_sample_case(0x62 + k as u64, 12, layout, dtype, None);
+            samples_and_check(&mut dec, &case, &format!("v2 samples {layout:?} {dtype:?}"));
+        }
+    }
+}
+
+/// A damaged version-2 patch behind a valid CRC-32C is reported by batch index after the launch.
+#[test]
+fn gpu_v2_corrupt_patch_reported_by_batch_index() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let mut rng = Rng(77);
+    let good = common::image_v2(
+        90,
+        70,
+        3,
+        32,
+        l3_format::Profile::Ans,
+        Content::Smooth,
+        &mut rng,
+    );
+    let mut bad = good.file.clone();
+    let (at, decoded_len) = {
+        let f = l3_format::L3File::parse(&bad).unwrap();
+        (
+            f.data_offset() + f.patch_range(0, 1).start + 200,
+            f.decoded_len(),
+        )
+    };
+    bad[at] ^= 0x20;
+    let end = bad.len() - 4;
+    let crc = l3_format::crc32c(&bad[..end]);
+    bad[end..].copy_from_slice(&crc.to_le_bytes());
+    let mut px = vec![0u8; decoded_len];
+    assert!(
+        l3_format::L3File::parse(&bad)
+            .unwrap()
+            .decode_hwc(&mut px)
+            .is_err()
+    );
+    let batch = dec
+        .submit(&[&good.file, &bad], &DecodeOptions::default())
+        .unwrap();
+    match batch.wait() {
+        Err(Error::CorruptPatch { index: 1, patch: 1 }) => {}
+        other => panic!("expected CorruptPatch for image 1, patch 1, got {other:?}"),
+    }
+}
+
 // ---- sample batches on the GPU ----
 
 /// Decodes `case` as one sample batch and compares it with the CPU reference.

@@ -137,9 +137,9 @@ pub(crate) fn copy_row(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// Decodes ONE patch of ONE channel from its bytes alone into `out`: row `r` lands at
+/// Decodes ONE version-1 patch of ONE channel from its bytes alone into `out`: row `r` lands at
 /// `out[r*stride .. r*stride + w]`. Patches are independent, so this is all a GPU decoder's output needs
-/// to be compared with.
+/// to be compared with. (A version-2 patch decodes with [`L3File::decode_region`] over its rectangle.)
 pub fn decode_patch(
     data: &[u8],
     w: usize,
@@ -190,6 +190,9 @@ impl<'a> L3File<'a> {
     /// Decodes into `out` (exactly `decoded_len()` bytes) as interleaved rows: `out[(y*W + x)*C + c]`.
     pub fn decode_hwc(&self, out: &mut [u8]) -> Result<(), Error> {
         self.check_out(out)?;
+        if let Some(v) = self.v2() {
+            return v.whole(out, false, 1);
+        }
         let band = self.band_len_hwc();
         for (py, chunk) in out.chunks_mut(band).enumerate() {
             self.decode_band_hwc(py, chunk)?;
@@ -200,6 +203,9 @@ impl<'a> L3File<'a> {
     /// Decodes into `out` (exactly `decoded_len()` bytes) as planes: `out[(c*H + y)*W + x]`.
     pub fn decode_chw(&self, out: &mut [u8]) -> Result<(), Error> {
         self.check_out(out)?;
+        if let Some(v) = self.v2() {
+            return v.whole(out, true, 1);
+        }
         let plane = self.width() as usize * self.height() as usize;
         let band = self.band_len_plane();
         for (ch, p) in out.chunks_mut(plane).enumerate() {
@@ -213,6 +219,9 @@ impl<'a> L3File<'a> {
     /// [`decode_hwc`](Self::decode_hwc) with rows of patches spread over `threads` threads (0 = every core).
     pub fn decode_hwc_parallel(&self, out: &mut [u8], threads: usize) -> Result<(), Error> {
         self.check_out(out)?;
+        if let Some(v) = self.v2() {
+            return v.whole(out, false, threads);
+        }
         let band = self.band_len_hwc();
         let tasks = out.chunks_mut(band).enumerate();
         stdx::parallel::for_each(tasks, threads, |(py, chunk)| {
@@ -223,6 +232,9 @@ impl<'a> L3File<'a> {
     /// [`decode_chw`](Self::decode_chw) with (channel, row of patches) bands spread over `threads` threads.
     pub fn decode_chw_parallel(&self, out: &mut [u8], threads: usize) -> Result<(), Error> {
         self.check_out(out)?;
+        if let Some(v) = self.v2() {
+            return v.whole(out, true, threads);
+        }
         let plane = self.width() as usize * self.height() as usize;
         let band = self.band_len_plane();
         let tasks = out.chunks_mut(plane).enumerate().flat_map(|(ch, p)| {

@@ -3,7 +3,106 @@
 use crate::error::{Error, Limits};
 use crate::paeth::predict_row;
 use crate::row::{MAX_W, pack_row};
+use crate::v2::{self, Format};
 use crate::{HEADER_LEN, MAGIC, VERSION};
+
+pub use crate::v2::encode::Choices;
+
+/// What [`encode_with`] writes. `Default` is [`crate::DEFAULT_FORMAT`] at that format's default patch size,
+/// the reference encoder choices, one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EncodeOptions {
+    pub format: Format,
+    /// Patch size N; `None` = [`Format::default_patch_size`] (v1: 32 or 64 by image size; v2: 128).
+    /// Version 2 needs a multiple of 32.
+    pub patch_size: Option<u8>,
+    /// Threads for the patch-parallel stages: 1 = this thread only, 0 = every core. The output does not
+    /// depend on it.
+    pub threads: usize,
+    /// How a v2 encoder makes the choices the format leaves free (ignored by v1).
+    pub choices: Choices,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            format: crate::DEFAULT_FORMAT,
+            patch_size: None,
+            threads: 1,
+            choices: Choices::Reference,
+        }
+    }
+}
+
+/// Encodes interleaved HWC pixels (`channels` = 1, 3 or 4) as `opts` says.
+pub fn encode_with(
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    channels: u8,
+    opts: &EncodeOptions,
+) -> Result<Vec<u8>, Error> {
+    let n = opts
+        .patch_size
+        .unwrap_or_else(|| opts.format.default_patch_size(width, height));
+    match opts.format {
+        Format::V1 => encode_parallel(pixels, width, height, channels, n, opts.threads),
+        Format::V2(profile) => {
+            check_input(pixels, width, height, channels, n)?;
+            if !v2::valid_v2_patch_size(n) {
+                return Err(Error::BadPatchSize { found: n });
+            }
+            v2::encode::encode(
+                pixels,
+                width,
+                height,
+                channels,
+                n,
+                profile,
+                opts.choices,
+                opts.threads,
+            )
+        }
+    }
+}
+
+/// The argument checks every encoder makes.
+fn check_input(
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    channels: u8,
+    patch_size: u8,
+) -> Result<(), Error> {
+    if width == 0 || height == 0 {
+        return Err(Error::ZeroDimension { width, height });
+    }
+    if !matches!(channels, 1 | 3 | 4) {
+        return Err(Error::BadChannels { found: channels });
+    }
+    if patch_size == 0 {
+        return Err(Error::ZeroPatchSize);
+    }
+    let too_large = Error::TooLarge {
+        width,
+        height,
+        channels,
+        limit: Limits::default().max_pixels,
+    };
+    let samples = (width as u64)
+        .checked_mul(height as u64)
+        .and_then(|p| p.checked_mul(channels as u64))
+        .filter(|&s| s <= Limits::default().max_pixels)
+        .and_then(|s| usize::try_from(s).ok())
+        .ok_or(too_large)?;
+    if pixels.len() != samples {
+        return Err(Error::BufferSize {
+            expected: samples,
+            got: pixels.len(),
+        });
+    }
+    Ok(())
+}
 
 /// Encodes one patch of one channel: row `r` is `src[r*stride .. r*stride + w]`. Appends its bytes to `out`.
 pub fn encode_patch(
@@ -61,8 +160,8 @@ fn encode_patch_strided(
     }
 }
 
-/// Encodes interleaved HWC pixels (`channels` = 1, 3 or 4) into a complete L3 file with patch size
-/// `patch_size` (see [`crate::default_patch_size`]).
+/// Encodes interleaved HWC pixels (`channels` = 1, 3 or 4) into a complete **version 1** L3 file with patch
+/// size `patch_size` (see [`crate::default_patch_size`]); [`encode_with`] writes either version.
 pub fn encode(
     pixels: &[u8],
     width: u32,
@@ -73,7 +172,8 @@ pub fn encode(
     encode_parallel(pixels, width, height, channels, patch_size, 1)
 }
 
-/// [`encode`] with rows of patches spread over `threads` threads (0 = every core). Output is identical.
+/// [`encode`] (version 1) with rows of patches spread over `threads` threads (0 = every core). Output is
+/// identical.
 pub fn encode_parallel(
     pixels: &[u8],
     width: u32,
@@ -82,32 +182,7 @@ pub fn encode_parallel(
     patch_size: u8,
     threads: usize,
 ) -> Result<Vec<u8>, Error> {
-    if width == 0 || height == 0 {
-        return Err(Error::ZeroDimension { width, height });
-    }
-    if !matches!(channels, 1 | 3 | 4) {
-        return Err(Error::BadChannels { found: channels });
-    }
-    if patch_size == 0 {
-        return Err(Error::ZeroPatchSize);
-    }
-    let too_large = Error::TooLarge {
-        width,
-        height,
-        channels,
-        limit: Limits::default().max_pixels,
-    };
-    let samples = (width as u64)
-        .checked_mul(height as u64)
-        .and_then(|p| p.checked_mul(channels as u64))
-        .and_then(|s| usize::try_from(s).ok())
-        .ok_or(too_large)?;
-    if pixels.len() != samples {
-        return Err(Error::BufferSize {
-            expected: samples,
-            got: pixels.len(),
-        });
-    }
+    check_input(pixels, width, height, channels, patch_size)?;
     let (w_px, c_n, n) = (width as usize, channels as usize, patch_size as usize);
     let (px_n, py_n) = (w_px.div_ceil(n), (height as usize).div_ceil(n));
     let per = px_n * py_n;

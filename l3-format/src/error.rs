@@ -35,10 +35,7 @@ pub enum Error {
     },
     #[error("not an L3 file: magic {found:02x?}, expected \"L3IM\"")]
     BadMagic { found: [u8; 4] },
-    #[error(
-        "unsupported L3 version {found} (this build reads version {})",
-        crate::VERSION
-    )]
+    #[error("unsupported L3 version {found} (this build reads versions 1 and 2)")]
     UnsupportedVersion { found: u16 },
     #[error("zero image dimension {width}x{height}")]
     ZeroDimension { width: u32, height: u32 },
@@ -131,6 +128,83 @@ pub enum Error {
     /// The patch data would not be addressable by u32 offsets.
     #[error("encoded patch data of {bytes} bytes does not fit u32 offsets")]
     EncodedTooLarge { bytes: usize },
+
+    // ---- Version 2 (SPEC.md, part 2) ----
+    /// Header byte 17 of a version-2 file names no profile (0 = BP, 1 = ANS).
+    #[error("unknown L3 v2 profile {found} (0 = BP, 1 = ANS)")]
+    BadProfile { found: u8 },
+    /// Version 2 needs a patch size that is a non-zero multiple of 32 (32 ..= 224).
+    #[error("patch size {found} is not a multiple of 32 in 32..=224 (version 2)")]
+    BadPatchSize { found: u8 },
+    /// The file's last four bytes are not the CRC-32C of everything before them.
+    #[error("CRC-32C mismatch: the file says {stored:08x}, its bytes give {computed:08x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    /// The first offset of a v2 offset table must point right after the table.
+    #[error("the first patch offset is {offset}, must be {expected} (the end of the offset table)")]
+    FirstOffsetMisplaced { offset: u32, expected: u64 },
+    /// A v2-ANS frequency table whose frequencies do not sum to 4096.
+    #[error("frequency table of context {context} sums to {sum}, must be 4096")]
+    FrequencySum { context: usize, sum: u32 },
+    /// An Exp-Golomb frequency code longer than any frequency up to 4096 needs.
+    #[error("frequency table of context {context}: a code longer than 4096 needs")]
+    FrequencyCode { context: usize },
+    /// A selector context whose table has symbols past 3 (selectors are 0 ..= 3).
+    #[error("selector context {context} has {symbols} symbols, at most 4 (selectors 0..=3)")]
+    SelectorOutOfRange { context: usize, symbols: usize },
+    /// A v2-ANS chunk that cannot be 32 lane states followed by whole 16-bit words.
+    #[error(
+        "{patch}: chunk of {len} bytes, must be 128 bytes of lane states plus whole 16-bit words"
+    )]
+    ChunkLength { patch: PatchId, len: usize },
+    /// A v2-ANS lane state below 2^16 at the start of a chunk.
+    #[error("{patch}: rANS lane {lane} starts at state {state:#x}, below 2^16")]
+    RansStateOutOfRange {
+        patch: PatchId,
+        lane: usize,
+        state: u32,
+    },
+    /// A v2-ANS lane that does not end at 2^16, the encoder's initial state: the chunk is corrupt.
+    #[error("{patch}: rANS lane {lane} ends at state {state:#x}, must be 0x10000")]
+    RansFinalState {
+        patch: PatchId,
+        lane: usize,
+        state: u32,
+    },
+    /// A v2-ANS chunk whose lanes need more 16-bit words than it holds.
+    #[error("{patch}: the rANS lanes need more words than the chunk's {words}")]
+    RansPastChunkEnd { patch: PatchId, words: usize },
+    /// A v2-ANS symbol coded in a context the frequency tables mark unused.
+    #[error("{patch}: a symbol in context {context}, which has no frequency table")]
+    UnusedContext { patch: PatchId, context: usize },
+    /// A v2-BP nbit code that leaves 0 ..= 8 (an escape above 8, +1 from 8 or −1 from 0).
+    #[error("{patch}: row {row}, group {group}: nbit code gives {nbit}, must be 0..=8")]
+    BadNbit {
+        patch: PatchId,
+        row: usize,
+        group: usize,
+        nbit: i32,
+    },
+    /// Options that cannot be honoured (e.g. v2 with a patch size that is not a multiple of 32).
+    #[error("encode options: {reason}")]
+    BadOptions { reason: &'static str },
+}
+
+/// How [`crate::L3File::parse_with`] reads a file: bounds, and whether to verify the v2 checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseOptions {
+    pub limits: Limits,
+    /// Verify a version-2 file's CRC-32C before anything else (default `true`). Turn it off only when the
+    /// bytes were verified already (e.g. right after a verified read of the same buffer); v1 has no CRC.
+    pub verify_crc: bool,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        ParseOptions {
+            limits: Limits::default(),
+            verify_crc: true,
+        }
+    }
 }
 
 /// Bounds applied when parsing untrusted files.

@@ -6,38 +6,145 @@
 use crate::error::{Error, Limits, PatchId};
 use crate::file::{Geometry, Rect, u32_at};
 use crate::region::{self, PixelLayout};
+use crate::v2::{self, AnsTables, Layout, Profile};
 use crate::{HEADER_LEN, MAGIC};
 use std::ops::Range;
 
-/// The header and offset table of an L3 file, without its patch data: validated exactly as
-/// [`crate::L3File::parse`] validates them, given the file's length.
+/// The prefix of an L3 file — header, (v2-ANS) frequency tables and offset table — without its patch data:
+/// validated exactly as [`crate::L3File::parse`] validates them, given the file's length. What it cannot
+/// check is the v2 CRC-32C, which covers the whole file: a region read from an index trusts the bytes it
+/// reads, and corruption inside them shows up as a decode error (for ANS, every rANS lane must end at
+/// its initial state, which catches all but a vanishing fraction of damaged chunks; BP rows must parse
+/// and fill their patch exactly).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct L3Index {
     geometry: Geometry,
-    /// Start of each (channel, patch) entry relative to the patch data, then the data's length.
-    bounds: Box<[u32]>,
+    kind: IndexKind,
     file_len: u64,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum IndexKind {
+    /// Start of each (channel, patch) entry relative to the patch data, then the data's length.
+    V1 { bounds: Box<[u32]> },
+    /// Start of each entry from the start of the file, then where the data ends (the CRC).
+    V2 {
+        layout: Layout,
+        bounds: Box<[u32]>,
+        tables: Option<AnsTables>,
+    },
+}
+
 impl L3Index {
-    /// How many bytes at the start of a file hold its header and offset table, from its first
-    /// [`HEADER_LEN`] bytes (checked as a header with the default [`Limits`]).
-    pub fn prefix_len(header: &[u8]) -> Result<usize, Error> {
-        Self::prefix_len_with_limits(header, &Limits::default())
+    /// How many bytes at the start of a file its prefix (header, tables, offset table) takes, as far as
+    /// `bytes` — the first bytes of the file, as many as were read — tell. Read with a loop:
+    ///
+    /// ```text
+    /// have = read(0 .. min(HEADER_LEN, file_len))
+    /// loop { n = prefix_len(have)?; if n <= have.len() || have.len() == file_len { break }
+    ///        have = read(0 .. min(n, file_len)) }
+    /// index = L3Index::parse(have, file_len)?
+    /// ```
+    ///
+    /// Fewer than [`HEADER_LEN`] bytes give `HEADER_LEN` (after checking the magic on what there is). For
+    /// v1 and v2-BP the header alone gives the exact answer. A v2-ANS prefix holds variable-length
+    /// frequency tables before the offset table, so until `bytes` holds all of them the answer is a
+    /// read-ahead larger than `bytes.len()` (at least 4 KiB of tables, then doubling what was read, plus
+    /// the offset table); once they are in, it is exact. An answer no larger than `bytes.len()` means the
+    /// prefix is complete.
+    pub fn prefix_len(bytes: &[u8]) -> Result<usize, Error> {
+        Self::prefix_len_with_limits(bytes, &Limits::default())
     }
 
-    pub fn prefix_len_with_limits(header: &[u8], limits: &Limits) -> Result<usize, Error> {
-        Ok(parse_geometry(header, limits)?.data_offset())
+    pub fn prefix_len_with_limits(bytes: &[u8], limits: &Limits) -> Result<usize, Error> {
+        if bytes.len() < HEADER_LEN {
+            let n = bytes.len().min(4);
+            if bytes[..n] != MAGIC[..n] {
+                let mut found = [0u8; 4];
+                found[..n].copy_from_slice(&bytes[..n]);
+                return Err(Error::BadMagic { found });
+            }
+            return Ok(HEADER_LEN);
+        }
+        let g = Geometry::parse_header(bytes, limits)?;
+        let Some(profile) = g.profile else {
+            return Ok(g.data_offset());
+        };
+        let offsets = 4 * v2::entries(&g, profile);
+        match profile {
+            Profile::Bp => Ok(HEADER_LEN + offsets),
+            Profile::Ans => match v2::tables_end(&g, &bytes[HEADER_LEN..]) {
+                Ok((_, end)) => Ok(end + offsets),
+                Err(Error::Truncated { .. }) => {
+                    Ok(bytes.len().max(HEADER_LEN + 4096).max(2 * bytes.len()) + offsets)
+                }
+                Err(e) => Err(e),
+            },
+        }
     }
 
-    /// Parses the header and offset table from `prefix` (at least [`prefix_len`](Self::prefix_len)
-    /// bytes; more is fine) of a file that is `file_len` bytes long.
+    /// The next bytes to read to complete the prefix of a `file_len`-byte file, given the first `have`
+    /// bytes already read: `Some(have.len() .. end)`, or `None` once [`parse`](Self::parse) has what it
+    /// needs (or the whole file is in, and `parse` will say what is missing). Every caller that reads a
+    /// prefix runs the same loop, so a v2-ANS file, whose variable-length tables need more than one read,
+    /// is read the same way everywhere:
+    ///
+    /// ```
+    /// # let file = l3_format::encode_with(&[7u8; 48], 4, 4, 3, &Default::default())?;
+    /// let mut prefix = Vec::new();
+    /// while let Some(r) = l3_format::L3Index::next_read(&prefix, file.len() as u64)? {
+    ///     let at = prefix.len();
+    ///     prefix.resize(r.end as usize, 0);
+    ///     prefix[at..].copy_from_slice(&file[at..r.end as usize]); // a pread, or a ranged GET
+    /// }
+    /// let index = l3_format::L3Index::parse(&prefix, file.len() as u64)?;
+    /// assert_eq!(index.width(), 4);
+    /// # Ok::<(), l3_format::Error>(())
+    /// ```
+    pub fn next_read(have: &[u8], file_len: u64) -> Result<Option<Range<u64>>, Error> {
+        Self::next_read_with_limits(have, file_len, &Limits::default())
+    }
+
+    pub fn next_read_with_limits(
+        have: &[u8],
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<Option<Range<u64>>, Error> {
+        let need = (Self::prefix_len_with_limits(have, limits)? as u64).min(file_len);
+        let at = have.len() as u64;
+        Ok((need > at).then_some(at..need))
+    }
+
+    /// Parses the prefix from `prefix` (at least [`prefix_len`](Self::prefix_len) bytes; more is fine) of a
+    /// file that is `file_len` bytes long.
     pub fn parse(prefix: &[u8], file_len: u64) -> Result<Self, Error> {
         Self::parse_with_limits(prefix, file_len, &Limits::default())
     }
 
     pub fn parse_with_limits(prefix: &[u8], file_len: u64, limits: &Limits) -> Result<Self, Error> {
         let geometry = parse_geometry(prefix, limits)?;
+        if let Some(profile) = geometry.profile {
+            let layout = v2::layout(&geometry, prefix, file_len)?;
+            let bounds = (0..layout.entries)
+                .map(|i| u32_at(prefix, layout.offsets_at + 4 * i))
+                .chain(std::iter::once(layout.data_end as u32))
+                .collect();
+            let tables = match profile {
+                Profile::Bp => None,
+                Profile::Ans => {
+                    Some(v2::tables_end(&geometry, &prefix[HEADER_LEN..layout.offsets_at])?.0)
+                }
+            };
+            return Ok(L3Index {
+                geometry,
+                kind: IndexKind::V2 {
+                    layout,
+                    bounds,
+                    tables,
+                },
+                file_len,
+            });
+        }
         let data_offset = geometry.data_offset();
         if prefix.len() < data_offset || file_len < data_offset as u64 {
             return Err(Error::Truncated {
@@ -60,7 +167,7 @@ impl L3Index {
             .collect();
         Ok(L3Index {
             geometry,
-            bounds,
+            kind: IndexKind::V1 { bounds },
             file_len,
         })
     }
@@ -77,22 +184,74 @@ impl L3Index {
     pub fn patch_size(&self) -> u8 {
         self.geometry.patch_size
     }
+    /// The format version: 1 or 2.
+    pub fn version(&self) -> u16 {
+        self.geometry.version
+    }
+    /// The v2 profile, `None` for version 1.
+    pub fn profile(&self) -> Option<Profile> {
+        self.geometry.profile
+    }
     pub fn file_len(&self) -> u64 {
         self.file_len
     }
-    /// Bytes of header and offset table: where the patch data starts.
+    /// Bytes of header, tables and offset table: where the patch data starts.
     pub fn data_offset(&self) -> u64 {
-        self.geometry.data_offset() as u64
+        match &self.kind {
+            IndexKind::V1 { .. } => self.geometry.data_offset() as u64,
+            IndexKind::V2 { layout, .. } => layout.data_start as u64,
+        }
+    }
+    /// Bytes of patch data: from [`data_offset`](Self::data_offset) to the end of the file (v1) or to
+    /// the CRC-32C that ends a v2 file — what `l3 info` reports as "patch data bytes".
+    pub fn patch_data_len(&self) -> u64 {
+        match &self.kind {
+            IndexKind::V1 { .. } => self.file_len - self.data_offset(),
+            IndexKind::V2 { layout, .. } => (layout.data_end - layout.data_start) as u64,
+        }
+    }
+    /// The v2-ANS frequency tables (`None` for v1 and v2-BP).
+    pub fn ans_tables(&self) -> Option<&AnsTables> {
+        match &self.kind {
+            IndexKind::V2 { tables, .. } => tables.as_ref(),
+            IndexKind::V1 { .. } => None,
+        }
     }
     /// Memory this index holds, for cache accounting.
     pub fn heap_bytes(&self) -> usize {
-        self.bounds.len() * 4
+        match &self.kind {
+            IndexKind::V1 { bounds } => bounds.len() * 4,
+            IndexKind::V2 { bounds, tables, .. } => {
+                bounds.len() * 4 + tables.as_ref().map_or(0, AnsTables::heap_bytes)
+            }
+        }
     }
 
-    /// File byte range of one (channel, patch) entry.
+    /// File byte range of the bytes that hold `patch` of `channel`: v1 and v2-BP store each (channel or
+    /// plane, patch) apart; a v2-ANS chunk holds every channel of its patch (the same range for each).
+    /// `None` for an index out of range. (v2-BP planes are G, R−G, B−G, A.)
+    pub fn patch_range(&self, channel: usize, patch: usize) -> Option<Range<u64>> {
+        let g = &self.geometry;
+        let per = g.patches_per_channel();
+        if channel >= g.channels as usize || patch >= per {
+            return None;
+        }
+        Some(match g.profile {
+            Some(Profile::Ans) => self.entry(patch),
+            _ => self.entry(channel * per + patch),
+        })
+    }
+
+    /// File byte range of offset-table entry `i` (v1: (channel, patch); v2-BP: (plane, patch); v2-ANS:
+    /// the chunk of patch i).
     fn entry(&self, i: usize) -> Range<u64> {
-        let base = self.data_offset();
-        base + u64::from(self.bounds[i])..base + u64::from(self.bounds[i + 1])
+        match &self.kind {
+            IndexKind::V1 { bounds } => {
+                let base = self.data_offset();
+                base + u64::from(bounds[i])..base + u64::from(bounds[i + 1])
+            }
+            IndexKind::V2 { bounds, .. } => u64::from(bounds[i])..u64::from(bounds[i + 1]),
+        }
     }
 
     /// The byte ranges of the file that hold every patch under `region`, in file order; neighbours closer
@@ -107,10 +266,14 @@ impl L3Index {
             });
         }
         let per = g.patches_per_channel();
+        // Entries of one grid row are contiguous in the file; v2-ANS has one entry per patch for all planes.
+        let planes = match g.profile {
+            Some(Profile::Ans) => 1,
+            _ => g.channels as usize,
+        };
         let mut out: Vec<Range<u64>> = Vec::new();
-        for ch in 0..g.channels as usize {
+        for ch in 0..planes {
             for (first, count) in g.rows_under(region) {
-                // Patches of one grid row are contiguous in the file.
                 let (a, b) = (ch * per + first, ch * per + first + count - 1);
                 let r = self.entry(a).start..self.entry(b).end;
                 match out.last_mut() {
@@ -135,16 +298,43 @@ impl L3Index {
     ) -> Result<(), Error> {
         region::check_region(&self.geometry, region, out, layout)?;
         let per = self.geometry.patches_per_channel();
-        region::decode(&self.geometry, region, out, layout, |ch, p| {
-            let range = self.entry(ch * per + p);
-            data.get(range.clone()).ok_or(Error::MissingBytes {
-                patch: PatchId {
-                    channel: ch,
-                    patch: p,
+        let missing = |i: usize, range: Range<u64>| {
+            let patch = match &self.kind {
+                IndexKind::V2 { layout, .. } => v2::entry_id(&self.geometry, layout.profile, i),
+                IndexKind::V1 { .. } => PatchId {
+                    channel: i / per,
+                    patch: i % per,
                 },
+            };
+            Error::MissingBytes {
+                patch,
                 start: range.start,
                 end: range.end,
-            })
+            }
+        };
+        if let IndexKind::V2 {
+            layout: l, tables, ..
+        } = &self.kind
+        {
+            let mut o = v2::decode::out_for(out, layout, self.geometry.channels);
+            return v2::decode::with_prepared(tables.as_ref(), |prep| {
+                v2::decode::decode_region_dispatch(
+                    &self.geometry,
+                    l.profile,
+                    prep,
+                    region,
+                    &mut o,
+                    &|i| {
+                        let range = self.entry(i);
+                        data.get(range.clone()).ok_or_else(|| missing(i, range))
+                    },
+                )
+            });
+        }
+        region::decode(&self.geometry, region, out, layout, |ch, p| {
+            let range = self.entry(ch * per + p);
+            data.get(range.clone())
+                .ok_or_else(|| missing(ch * per + p, range))
         })
     }
 }

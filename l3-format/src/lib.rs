@@ -13,12 +13,17 @@
 //! - [`L3Index`] + [`Fragments`]: the same region decode when only the header, the offset table and the
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
-// `unsafe` lives only in `simd.rs` (AVX2 row kernel and interleavers: intrinsics, and unaligned loads/stores
-// through bounds-checked slices) and at its call sites in `decode.rs` and `region.rs`, after the run-time
-// AVX2 check;
+//! - Version 2 ([`v2`], SPEC.md part 2): [`encode_with`] and [`EncodeOptions`] write it (profile ANS or BP,
+//!   [`Format`]); every reader above reads it too, checking its CRC-32C ([`crc32c`], [`Crc32c`]) unless
+//!   [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a device decoder
+//!   what it needs. [`DEFAULT_FORMAT`] is what callers write when they do not choose.
+// `unsafe` lives only in `simd/` (AVX2 row kernels, interleavers, the v2 rANS and BP decoders, the SSE4.2
+// CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites in
+// `decode.rs`, `region.rs`, `v2/decode.rs` and `crc32c.rs`, after the run-time CPU feature checks;
 // everything else is safe Rust.
 #![deny(unsafe_code)]
 
+mod crc32c;
 mod decode;
 mod encode;
 mod error;
@@ -29,6 +34,7 @@ mod paeth;
 mod region;
 mod row;
 mod simd;
+pub mod v2;
 
 pub use decode::decode_patch;
 
@@ -36,16 +42,26 @@ pub use decode::decode_patch;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use encode::{encode, encode_parallel, encode_patch};
-pub use error::{Error, Limits, PatchId};
+pub use crc32c::{Crc32c, crc32c};
+pub use encode::{Choices, EncodeOptions, encode, encode_parallel, encode_patch, encode_with};
+pub use error::{Error, Limits, ParseOptions, PatchId};
 pub use file::{L3File, Rect};
 pub use index::{Fragments, L3Index};
 pub use region::PixelLayout;
+pub use v2::{AnsTables, Format, Profile, V2Plan};
 
 /// The four bytes every L3 file starts with.
 pub const MAGIC: [u8; 4] = *b"L3IM";
-/// The format version this crate writes and reads (see SPEC.md for the history).
+/// The format version [`encode`] and [`encode_parallel`] write (1). [`encode_with`] writes either version;
+/// [`L3File::version`] tells a file's.
 pub const VERSION: u16 = 1;
+/// The newest format version this crate reads and writes.
+pub const VERSION_2: u16 = 2;
+/// The format written when the caller does not choose one ([`EncodeOptions::default`], `l3 encode`,
+/// `l3 convert --to l3`): version 2, profile ANS, which stores the corpus at about 0.77× PNG's size (the
+/// size target is ≤ 0.80×; version 1 stores it at 1.95×). Version 1 decodes several times faster on the CPU
+/// and stays one option away (`Format::V1`, `l3 encode --format v1`); README.md has the measured figures.
+pub const DEFAULT_FORMAT: Format = Format::V2(Profile::Ans);
 /// Size in bytes of the fixed header that precedes the offset table.
 pub const HEADER_LEN: usize = 20;
 /// Largest patch side the format allows (the patch size is a `u8`).

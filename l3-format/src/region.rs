@@ -230,6 +230,9 @@ impl<'a> L3File<'a> {
         layout: PixelLayout,
     ) -> Result<(), Error> {
         check_region(&self.geometry, region, out, layout)?;
+        if let Some(v) = self.v2() {
+            return v.region(region, out, layout);
+        }
         decode(&self.geometry, region, out, layout, |ch, p| {
             Ok(self.patch_bytes(ch, p))
         })

@@ -68,8 +68,8 @@ fn bad_magic() {
 #[test]
 fn wrong_version() {
     let mut b = valid();
-    b[4] = 2;
-    assert_eq!(parse_err(&b), Error::UnsupportedVersion { found: 2 });
+    b[4] = 3;
+    assert_eq!(parse_err(&b), Error::UnsupportedVersion { found: 3 });
 }
 
 #[test]

@@ -311,7 +311,7 @@ mod tests {
         };
         use crate::convert::{Target, encode};
         let files = [
-            (Format::L3, encode(&img, Target::L3).unwrap()),
+            (Format::L3, encode(&img, Target::L3_DEFAULT).unwrap()),
             (Format::Raw, encode(&img, Target::Raw).unwrap()),
             (Format::Png, encode(&img, Target::Png).unwrap()),
             (Format::Jpeg, encode(&img, Target::Jpeg(80)).unwrap()),

@@ -199,11 +199,11 @@ pub fn decode_region<'py>(
 }
 
 /// The header of an L3 file as a dict: ``width``, ``height``, ``channels``, ``patch_size``,
-/// ``patches_x``, ``patches_y``, ``version``, ``file_bytes``, ``raw_bytes`` and ``ratio`` (file bytes /
+/// ``patches_x``, ``patches_y``, ``version`` (the file's: 1 or 2), ``file_bytes``, ``raw_bytes`` and ``ratio`` (file bytes /
 /// raw bytes). The whole file is validated.
 #[pyfunction]
 pub fn info<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    let (w, h, c, n, px, py_, len) = Data::extract(data)?.with(py, |bytes, what| {
+    let (w, h, c, n, px, py_, len, version) = Data::extract(data)?.with(py, |bytes, what| {
         let f = L3File::parse(bytes).map_err(|e| Failure::l3(what, e))?;
         Ok((
             f.width(),
@@ -213,6 +213,7 @@ pub fn info<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'p
             f.patches_x(),
             f.patches_y(),
             bytes.len(),
+            f.version(),
         ))
     })?;
     let raw = u64::from(w) * u64::from(h) * u64::from(c);
@@ -223,7 +224,7 @@ pub fn info<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'p
     d.set_item("patch_size", n)?;
     d.set_item("patches_x", px)?;
     d.set_item("patches_y", py_)?;
-    d.set_item("version", l3_format::VERSION)?;
+    d.set_item("version", version)?;
     d.set_item("file_bytes", len)?;
     d.set_item("raw_bytes", raw)?;
     d.set_item("ratio", len as f64 / raw as f64)?;

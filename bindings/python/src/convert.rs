@@ -65,7 +65,7 @@ pub fn convert<'py>(
     }
     let threads = stdx::parallel::threads(threads.unwrap_or(0));
     let target = match (to, quality) {
-        ("l3", None) => Some(Target::L3),
+        ("l3", None) => Some(Target::L3_DEFAULT),
         ("raw", None) => Some(Target::Raw),
         ("png", None) => Some(Target::Png),
         ("jpeg" | "jpg", q) => Some(Target::Jpeg(q.unwrap_or(90))),

@@ -3,7 +3,10 @@
 //! or a plan whose every descriptor lies inside the packed input and the output (for samples: inside its
 //! own sample), never panic.
 //! Input: first byte = number of files (1..=4), then 16 bytes of window parameters, then the files split at
-//! evenly spaced cut points; a valid seed file is mixed in so the fuzzer reaches the row walk quickly.
+//! evenly spaced cut points; valid seed files (version 1, version 2 BP and ANS) are mixed in so the fuzzer
+//! reaches the row walk and the version-2 planning quickly. A version-2 file's CRC-32C would refuse almost
+//! every mutation before planning, so when parameter bit 12.7 is set the target makes each one right
+//! again: the planners then see damaged bodies behind a valid checksum.
 #![no_main]
 use l3_cuda::{
     BatchPlan, DecodeOptions, Layout, Rect, SampleOptions, SamplePlan, SampleSource, Window,
@@ -14,8 +17,11 @@ use libfuzzer_sys::fuzz_target;
 /// What a loader would have read of `file` for `region`: its index and the patch ranges under it, if the
 /// prefix parses.
 fn fragments(file: &[u8], region: Rect) -> Option<(L3Index, Fragments)> {
-    let prefix = L3Index::prefix_len(file).ok()?;
-    let index = L3Index::parse(file.get(..prefix)?, file.len() as u64).ok()?;
+    let mut prefix = 0usize;
+    while let Some(r) = L3Index::next_read(&file[..prefix], file.len() as u64).ok()? {
+        prefix = r.end as usize;
+    }
+    let index = L3Index::parse(&file[..prefix], file.len() as u64).ok()?;
     let ranges = index.region_ranges(region, 16).ok()?;
     let mut data = Fragments::new();
     data.reset(&ranges);
@@ -38,17 +44,37 @@ fuzz_target!(|data: &[u8]| {
     let (params, rest) = rest.split_at(16);
     let n = (n as usize % 4) + 1;
     let chunk = rest.len() / n;
-    let mut files: Vec<&[u8]> = (0..n)
+    let fix_crc = params[12] & 0x80 != 0;
+    let mut owned: Vec<Vec<u8>> = (0..n)
         .map(|i| {
-            &rest[i * chunk..if i + 1 == n {
+            let mut f = rest[i * chunk..if i + 1 == n {
                 rest.len()
             } else {
                 (i + 1) * chunk
             }]
+                .to_vec();
+            if fix_crc && f.len() >= 24 && f[4..6] == [2, 0] {
+                let end = f.len() - 4;
+                let crc = l3_format::crc32c(&f[..end]);
+                f[end..].copy_from_slice(&crc.to_le_bytes());
+            }
+            f
         })
         .collect();
-    let seed = l3_format::encode(&[7u8; 5 * 3 * 3], 5, 3, 3, 2).unwrap();
-    files.push(&seed);
+    owned.push(l3_format::encode(&[7u8; 5 * 3 * 3], 5, 3, 3, 2).unwrap());
+    let px: Vec<u8> = (0..40 * 33 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let profile = if params[12] & 0x40 != 0 {
+        l3_format::Profile::Ans
+    } else {
+        l3_format::Profile::Bp
+    };
+    let v2 = l3_format::EncodeOptions {
+        format: l3_format::Format::V2(profile),
+        patch_size: Some(32),
+        ..l3_format::EncodeOptions::default()
+    };
+    owned.push(l3_format::encode_with(&px, 40, 33, 3, &v2).unwrap());
+    let files: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
     for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
         let opts = DecodeOptions {
             layout,

@@ -55,6 +55,87 @@ pub fn image(w: u32, h: u32, c: u8, n: u8, content: Content, rng: &mut Rng) -> T
     }
 }
 
+/// An image encoded as L3 version 2 in `profile` with patch size `n` (a multiple of 32).
+pub fn image_v2(
+    w: u32,
+    h: u32,
+    c: u8,
+    n: u8,
+    profile: l3_format::Profile,
+    content: Content,
+    rng: &mut Rng,
+) -> TestImage {
+    let px = pixels(w, h, c, content, rng);
+    let opts = l3_format::EncodeOptions {
+        format: l3_format::Format::V2(profile),
+        patch_size: Some(n),
+        ..l3_format::EncodeOptions::default()
+    };
+    TestImage {
+        file: l3_format::encode_with(&px, w, h, c, &opts).expect("encode v2"),
+        label: format!("{w}x{h}x{c} N={n} v2-{profile} {content:?}"),
+    }
+}
+
+/// Version-2 images of both profiles, every channel count, edge shapes (1×1, a single row or column,
+/// partial edge patches) and patch sizes 32 to 224, with a version-1 image between them: one batch.
+pub fn v2_mixed_batch() -> Vec<TestImage> {
+    use l3_format::Profile::{Ans, Bp};
+    let mut rng = Rng(0x5eed_0002);
+    let mut v = Vec::new();
+    let shapes: [(u32, u32, u8, u8); 8] = [
+        (1, 1, 3, 32),
+        (70, 1, 1, 32),
+        (1, 45, 4, 64),
+        (65, 40, 3, 32),
+        (100, 37, 4, 64),
+        (33, 70, 1, 32),
+        (130, 20, 3, 128),
+        (230, 9, 3, 224),
+    ];
+    for (i, &(w, h, c, n)) in shapes.iter().enumerate() {
+        for profile in [Bp, Ans] {
+            let content = [Content::Smooth, Content::Random, Content::Constant(77)][i % 3];
+            v.push(image_v2(w, h, c, n, profile, content, &mut rng));
+        }
+        if i == 3 {
+            v.push(image(31, 17, 3, 8, Content::Smooth, &mut rng));
+        }
+    }
+    v
+}
+
+/// A random sample batch of version-2 images (both profiles, patch sizes 32 and 64, gray, RGB and RGBA)
+/// with a version-1 image among them, random windows, about half given as fragments.
+pub fn random_v2_sample_case(
+    seed: u64,
+    n: usize,
+    layout: Layout,
+    dtype: DType,
+    normalize: Option<l3_cuda::Normalize>,
+) -> SampleCase {
+    let mut case = random_sample_case(seed, n, layout, dtype, normalize);
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let (sw, sh) = (case.opts.width, case.opts.height);
+    for i in 0..n {
+        if i == n / 2 {
+            continue; // the version-1 image random_sample_case made
+        }
+        let c = [1u8, 3, 4][i % 3];
+        let (iw, ih) = (1 + rng.below(90) as u32, 1 + rng.below(80) as u32);
+        let patch = [32u8, 64][rng.below(2) as usize];
+        let profile = [l3_format::Profile::Bp, l3_format::Profile::Ans][rng.below(2) as usize];
+        let content = match rng.below(3) {
+            0 => Content::Random,
+            1 => Content::Smooth,
+            _ => Content::Constant(rng.next() as u8),
+        };
+        case.imgs[i] = image_v2(iw, ih, c, patch, profile, content, &mut rng);
+        case.windows[i] = random_window(iw, ih, sw, sh, &mut rng);
+    }
+    case
+}
+
 /// The CPU decoder's bytes for `file` in `layout`.
 pub fn cpu_decode(file: &[u8], layout: Layout) -> Vec<u8> {
     let f = l3_format::L3File::parse(file).unwrap();
@@ -252,7 +333,10 @@ pub struct FragmentSource {
 /// Reads (from the in-memory `file`) exactly what a loader would for `region`: the header and offset
 /// table, parsed into an index, then the patch ranges under the region, merged across gaps of `gap`.
 pub fn read_fragments(file: &[u8], region: l3_format::Rect, gap: u64) -> FragmentSource {
-    let prefix = l3_format::L3Index::prefix_len(&file[..l3_format::HEADER_LEN]).unwrap();
+    let mut prefix = 0usize;
+    while let Some(r) = l3_format::L3Index::next_read(&file[..prefix], file.len() as u64).unwrap() {
+        prefix = r.end as usize;
+    }
     let index = l3_format::L3Index::parse(&file[..prefix], file.len() as u64).unwrap();
     let ranges = index.region_ranges(region, gap).unwrap();
     let mut data = l3_format::Fragments::new();

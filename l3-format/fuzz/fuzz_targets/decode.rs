@@ -1,4 +1,4 @@
-//! Arbitrary bytes through the whole decoding surface: parse, HWC/CHW decode (serial and parallel),
+//! Arbitrary bytes (either version) through the whole decoding surface: parse, HWC/CHW decode (serial and parallel),
 //! region decode (from the whole file and from the index plus the fragments it names) and per-patch
 //! decode. Any panic, out-of-bounds access or disagreement between the paths is a bug.
 #![no_main]

@@ -95,11 +95,10 @@ impl Decoder for ImageDecoder {
 
     fn dims(&self, bytes: &[u8]) -> std::result::Result<Dims, String> {
         if self.0 == Format::L3 {
-            let prefix = &bytes[..bytes.len().min(l3_format::HEADER_LEN)];
-            let need = l3_format::L3Index::prefix_len(prefix).map_err(|e| e.to_string())?;
+            // The whole file is at hand: the index takes the prefix it needs (a v2-ANS file's tables
+            // included) from it.
             let idx =
-                l3_format::L3Index::parse(&bytes[..need.min(bytes.len())], bytes.len() as u64)
-                    .map_err(|e| e.to_string())?;
+                l3_format::L3Index::parse(bytes, bytes.len() as u64).map_err(|e| e.to_string())?;
             return Ok(Dims {
                 width: idx.width(),
                 height: idx.height(),

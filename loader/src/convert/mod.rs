@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// A per-file output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    L3,
+    /// L3 in this format ([`Target::L3_DEFAULT`]: `l3_format::DEFAULT_FORMAT`).
+    L3(l3_format::Format),
     /// Binary PPM (RGB), PGM (gray) or PAM (with alpha).
     Raw,
     Png,
@@ -34,9 +35,12 @@ pub enum Target {
 }
 
 impl Target {
+    /// L3 in the format `l3-format` recommends.
+    pub const L3_DEFAULT: Target = Target::L3(l3_format::DEFAULT_FORMAT);
+
     fn extension(self, channels: u8) -> &'static str {
         match self {
-            Target::L3 => "l3",
+            Target::L3(_) => "l3",
             Target::Raw => match channels {
                 1 => "pgm",
                 3 => "ppm",
@@ -50,7 +54,7 @@ impl Target {
     /// The loader format of this target's files.
     pub fn format(self) -> Format {
         match self {
-            Target::L3 => Format::L3,
+            Target::L3(_) => Format::L3,
             Target::Raw => Format::Raw,
             Target::Png => Format::Png,
             Target::Jpeg(_) => Format::Jpeg,
@@ -86,8 +90,14 @@ pub struct ConvertOptions {
 pub fn encode(img: &Image, target: Target) -> std::result::Result<Vec<u8>, String> {
     let (w, h, c) = (img.width, img.height, img.channels);
     match target {
-        Target::L3 => l3_format::encode(&img.pixels, w, h, c, l3_format::default_patch_size(w, h))
-            .map_err(|e| e.to_string()),
+        Target::L3(format) => {
+            // One thread per file: folder conversions already run one file per worker.
+            let opts = l3_format::EncodeOptions {
+                format,
+                ..l3_format::EncodeOptions::default()
+            };
+            l3_format::encode_with(&img.pixels, w, h, c, &opts).map_err(|e| e.to_string())
+        }
         Target::Raw => raw::encode(&img.pixels, w, h, c).map_err(|e| e.to_string()),
         Target::Png => {
             use image::ImageEncoder;
@@ -154,6 +164,16 @@ pub(crate) fn is_complete(path: &Path, format: Format) -> bool {
                 && image::codecs::png::PngDecoder::new(std::io::Cursor::new(&bytes)).is_ok()
         }
         Format::Jpeg | Format::Pcr => crate::image::check_jpeg_end(&bytes).is_ok(),
+    }
+}
+
+/// [`is_complete`] for a conversion's target: an L3 output is kept only in the format asked for, so
+/// re-running a conversion with another `--format` rewrites the files instead of mixing versions.
+fn is_complete_target(path: &Path, target: Target) -> bool {
+    match target {
+        Target::L3(format) => stdx::fs::read_regular(path, crate::image::max_image_bytes())
+            .is_ok_and(|b| l3_format::L3File::parse(&b).is_ok_and(|f| f.format() == format)),
+        _ => is_complete(path, target.format()),
     }
 }
 
@@ -252,7 +272,7 @@ pub fn convert_folder(
         let dst = output.join(rel);
         let kept = target_paths(&dst, target)
             .into_iter()
-            .any(|p| is_complete(&p, target.format()));
+            .any(|p| is_complete_target(&p, target));
         let written = if kept {
             None
         } else {

@@ -79,15 +79,19 @@ pub(crate) fn read_region(
     let index = match cache.get(item) {
         Some(i) => i,
         None => {
-            // The header says how long the offset table is: read exactly header + table, nothing more.
-            let head = (l3_format::HEADER_LEN as u64).min(len);
-            let mut prefix = storage.read_range(key, base..base + head)?;
-            read += prefix.len() as u64;
-            let need = L3Index::prefix_len(&prefix).map_err(l3)?;
-            if need > prefix.len() && need as u64 <= len {
-                let rest = storage.read_range(key, base + head..base + need as u64)?;
-                read += rest.len() as u64;
-                prefix.extend_from_slice(&rest);
+            // The header says how long the offset table is (and a v2-ANS file's tables how long they
+            // are): read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads,
+            // v2-ANS with a read-ahead until its tables are in.
+            let mut prefix = Vec::new();
+            while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
+                let part = storage.read_range(key, base + r.start..base + r.end)?;
+                read += part.len() as u64;
+                let short = (part.len() as u64) < r.end - r.start;
+                prefix.truncate(r.start as usize);
+                prefix.extend_from_slice(&part);
+                if short {
+                    break;
+                }
             }
             let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
             cache.insert(item, index.clone());

@@ -66,7 +66,7 @@ pub fn fixture() -> &'static Fixture {
         }
         let l3 = root.join("l3");
         let raw = root.join("raw");
-        convert_folder(&mixed, &l3, Target::L3, &two_threads(), &|_, _| {}).expect("to l3");
+        convert_folder(&mixed, &l3, Target::L3_DEFAULT, &two_threads(), &|_, _| {}).expect("to l3");
         convert_folder(&mixed, &raw, Target::Raw, &two_threads(), &|_, _| {}).expect("to raw");
         Fixture {
             _tmp: tmp,

@@ -52,7 +52,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let jpeg = work.path().join("jpeg");
     convert_folder(&png, &jpeg, Target::Jpeg(90), &opts, &|_, _| {}).context("JPEG q90")?;
     let l3 = work.path().join("l3");
-    convert_folder(&png, &l3, Target::L3, &opts, &|_, _| {}).context("L3")?;
+    convert_folder(&png, &l3, Target::L3_DEFAULT, &opts, &|_, _| {}).context("L3")?;
 
     let mut table = Table::new(
         &format!("Images/s from Python: {CROP}×{CROP} centre crops, batch {BATCH}, {all} cores"),

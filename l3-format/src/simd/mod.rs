@@ -14,11 +14,32 @@
 #[cfg(target_arch = "x86_64")]
 use crate::kernel::{PAD, window};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod crc;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod v2;
+
 /// Whether this CPU can run the AVX2 copies (the answer is cached by `std`).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
+}
+
+/// Whether this CPU can run the v2 AVX2 copies, which also use BMI2 (`pdep`) and `popcnt`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_avx2_bmi2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("bmi2")
+        && std::arch::is_x86_feature_detected!("popcnt")
+}
+
+/// Whether this CPU has the SSE4.2 `crc32` instruction.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_sse42() -> bool {
+    std::arch::is_x86_feature_detected!("sse4.2")
 }
 
 /// `pshufb` masks for interleaving three 16-byte planes into 48 RGB bytes: `RGB_MASKS[plane][block][k]` is the

@@ -1,0 +1,331 @@
+//! Profile BP (SPEC.md §2.6): each (plane, patch) is a sequence of byte-aligned rows
+//! `[selectors][nbit codes][escapes][deltas]`, with no tables and no serial parse beyond a row.
+
+use super::bits::BitWriter;
+use super::front::{bitlen, runs};
+use crate::error::{Error, PatchId};
+
+/// Pixels per nbit group.
+pub(crate) const GROUP: usize = 8;
+/// Most groups in a row (224 / 8).
+pub(crate) const MAX_GROUPS: usize = 28;
+
+/// Groups in a row of `pw` pixels.
+#[inline(always)]
+pub(crate) fn groups(pw: usize) -> usize {
+    pw.div_ceil(GROUP)
+}
+
+/// Smallest byte length of row `r` of a `pw`-wide patch (every group coded "same", no deltas).
+pub(crate) fn min_row_len(pw: usize, r: usize) -> usize {
+    let bits = if r == 0 {
+        4 * groups(pw)
+    } else {
+        2 * runs(pw) + 2 * groups(pw)
+    };
+    bits.div_ceil(8)
+}
+
+/// Appends one packed row: `z` its residual codes, `sels` its selectors (rows ≥ 1), `nbit` the previous
+/// row's group widths on entry and this row's on return.
+pub(crate) fn pack_row(
+    z: &[u8],
+    sels: &[u8],
+    first: bool,
+    nbit: &mut [u8; MAX_GROUPS],
+    out: &mut Vec<u8>,
+) {
+    let pw = z.len();
+    let ng = groups(pw);
+    let mut w = BitWriter::new(out);
+    let mut cur = [0u8; MAX_GROUPS];
+    for (g, c) in cur[..ng].iter_mut().enumerate() {
+        let hi = z[g * GROUP..(g * GROUP + GROUP).min(pw)]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        *c = bitlen(hi);
+    }
+    if first {
+        for &nb in &cur[..ng] {
+            w.put(u32::from(nb), 4);
+        }
+    } else {
+        for &s in sels {
+            w.put(u32::from(s), 2);
+        }
+        let code = |now: u8, before: u8| match i32::from(now) - i32::from(before) {
+            0 => 0,
+            1 => 1,
+            -1 => 2,
+            _ => 3,
+        };
+        for (&now, &before) in cur[..ng].iter().zip(nbit.iter()) {
+            w.put(code(now, before), 2);
+        }
+        for (&now, &before) in cur[..ng].iter().zip(nbit.iter()) {
+            if code(now, before) == 3 {
+                w.put(u32::from(now), 4);
+            }
+        }
+    }
+    for (g, &nb) in cur[..ng].iter().enumerate() {
+        for &v in &z[g * GROUP..(g * GROUP + GROUP).min(pw)] {
+            w.put(u32::from(v), u32::from(nb));
+        }
+    }
+    w.align();
+    *nbit = cur;
+}
+
+/// 64 bits of `data` starting at bit `bit` (zeros past its end).
+#[inline(always)]
+pub(crate) fn window(data: &[u8], bit: usize) -> u64 {
+    let at = bit / 8;
+    let sh = (bit % 8) as u32;
+    let (lo, hi) = match data.get(at..at + 9) {
+        Some(b) => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[..8]);
+            (u64::from_le_bytes(w), b[8])
+        }
+        None => window_tail(data, at),
+    };
+    // Two shifts so that sh = 0 does not shift by 64.
+    (lo >> sh) | ((u64::from(hi) << 1) << (63 - sh))
+}
+
+/// The slow path of [`window`] within 9 bytes of the end.
+#[cold]
+#[inline(never)]
+fn window_tail(data: &[u8], at: usize) -> (u64, u8) {
+    let mut b = [0u8; 9];
+    let rest = data.get(at..).unwrap_or(&[]);
+    let n = rest.len().min(9);
+    b[..n].copy_from_slice(&rest[..n]);
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    (u64::from_le_bytes(w), b[8])
+}
+
+/// nbit change of each 2-bit code (3 = escape, handled apart).
+const CODE_DELTA: [i32; 4] = [0, 1, -1, 0];
+
+/// Decodes the rows of one (plane, patch) in order.
+pub(crate) struct BpRows<'a> {
+    data: &'a [u8],
+    /// Byte where the next row starts.
+    pos: usize,
+    pw: usize,
+    row: usize,
+    nbit: [u8; MAX_GROUPS],
+    id: PatchId,
+}
+
+/// The parsed head of a row: where its deltas start and each group's width.
+pub(crate) struct RowHead {
+    pub delta_bit: usize,
+    pub nbit: [u8; MAX_GROUPS],
+}
+
+impl<'a> BpRows<'a> {
+    pub(crate) fn new(data: &'a [u8], pw: usize, id: PatchId) -> Self {
+        BpRows {
+            data,
+            pos: 0,
+            pw,
+            row: 0,
+            nbit: [0; MAX_GROUPS],
+            id,
+        }
+    }
+
+    fn past_end(&self, needed_bits: usize) -> Error {
+        Error::RowPastPatchEnd {
+            patch: Some(self.id),
+            row: self.row,
+            offset: self.pos,
+            needed: needed_bits.div_ceil(8),
+            len: self.data.len(),
+        }
+    }
+
+    /// Parses the selectors (into `sels`) and the nbit codes of the next row, checks that the whole row lies
+    /// inside the patch, and advances past it. The deltas are then read with [`window`] from `delta_bit`.
+    #[inline(always)]
+    pub(crate) fn head(&mut self, sels: &mut [u8]) -> Result<RowHead, Error> {
+        let (pw, ng, nsel) = (self.pw, groups(self.pw), runs(self.pw));
+        let rest = &self.data[self.pos..];
+        let min = min_row_len(pw, self.row);
+        if rest.len() < min {
+            return Err(self.past_end(8 * min));
+        }
+        let mut bit = 0usize;
+        let mut nbit = [0u8; MAX_GROUPS];
+        if self.row == 0 {
+            // 4 bits per group, at most 28 groups: read them from 64-bit windows.
+            for (g, nb) in nbit[..ng].iter_mut().enumerate() {
+                let v = (window(rest, 4 * g) & 15) as u8;
+                if v > 8 {
+                    return Err(self.bad_nbit(g, i32::from(v)));
+                }
+                *nb = v;
+            }
+            bit = 4 * ng;
+        } else {
+            let s = window(rest, 0);
+            for (k, sel) in sels[..nsel].iter_mut().enumerate() {
+                *sel = ((s >> (2 * k)) & 3) as u8;
+            }
+            bit += 2 * nsel;
+            // At most 28 two-bit codes: one window holds them all. Branch-free: code → delta by table,
+            // escapes collected as a bit mask and read after.
+            let codes = window(rest, bit);
+            let mut escaped = 0u32;
+            let mut bad = false;
+            for (g, nb) in nbit[..ng].iter_mut().enumerate() {
+                let code = ((codes >> (2 * g)) & 3) as usize;
+                let esc = code == 3;
+                let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
+                escaped |= u32::from(esc) << g;
+                bad |= !esc && !(0..=8).contains(&v);
+                *nb = v as u8;
+            }
+            if bad {
+                let g = (0..ng)
+                    .find(|&g| {
+                        let code = ((codes >> (2 * g)) & 3) as usize;
+                        let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
+                        code != 3 && !(0..=8).contains(&v)
+                    })
+                    .unwrap_or(0);
+                let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
+                return Err(self.bad_nbit(g, v));
+            }
+            bit += 2 * ng;
+            while escaped != 0 {
+                let g = escaped.trailing_zeros() as usize;
+                let v = (window(rest, bit) & 15) as u8;
+                if v > 8 {
+                    return Err(self.bad_nbit(g, i32::from(v)));
+                }
+                nbit[g] = v;
+                bit += 4;
+                escaped &= escaped - 1;
+            }
+        }
+        // Every group but the last has 8 pixels.
+        let sum: usize = nbit[..ng].iter().map(|&nb| usize::from(nb)).sum();
+        let last = pw - (ng - 1) * GROUP;
+        let bits = bit + GROUP * sum - (GROUP - last) * usize::from(nbit[ng - 1]);
+        if 8 * rest.len() < bits {
+            return Err(self.past_end(bits));
+        }
+        let head = RowHead {
+            delta_bit: 8 * self.pos + bit,
+            nbit,
+        };
+        self.pos += bits.div_ceil(8);
+        self.row += 1;
+        self.nbit = nbit;
+        Ok(head)
+    }
+
+    /// Pixels per row.
+    #[inline(always)]
+    pub(crate) fn pw(&self) -> usize {
+        self.pw
+    }
+
+    /// The bytes of this (plane, patch).
+    #[inline(always)]
+    pub(crate) fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    fn bad_nbit(&self, group: usize, nbit: i32) -> Error {
+        Error::BadNbit {
+            patch: self.id,
+            row: self.row,
+            group,
+            nbit,
+        }
+    }
+
+    /// Decodes the next row's residual codes into `z[..pw]` and its selectors into `sels` (portable).
+    #[inline(always)]
+    pub(crate) fn next_row(&mut self, z: &mut [u8], sels: &mut [u8]) -> Result<(), Error> {
+        let h = self.head(sels)?;
+        let mut bit = h.delta_bit;
+        for (g, &nb) in h.nbit[..groups(self.pw)].iter().enumerate() {
+            let v = window(self.data, bit);
+            let len = GROUP.min(self.pw - g * GROUP);
+            let mask = (1u64 << nb) - 1;
+            for (j, o) in z[g * GROUP..g * GROUP + len].iter_mut().enumerate() {
+                *o = ((v >> (j * usize::from(nb))) & mask) as u8;
+            }
+            bit += len * usize::from(nb);
+        }
+        Ok(())
+    }
+
+    /// After the last row: every byte used.
+    pub(crate) fn finish(&self) -> Result<(), Error> {
+        if self.pos == self.data.len() {
+            Ok(())
+        } else {
+            Err(Error::TrailingPatchBytes {
+                patch: Some(self.id),
+                unused: self.data.len() - self.pos,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_with_escapes_and_steps() {
+        let pw = 45;
+        let rows: Vec<Vec<u8>> = vec![
+            (0..pw).map(|c| (c * 5) as u8).collect(),
+            (0..pw).map(|c| (c % 3) as u8).collect(),
+            (0..pw).map(|c| (c % 7) as u8 * 30).collect(),
+            vec![0; pw],
+            (0..pw).map(|c| 255 - c as u8).collect(),
+        ];
+        let sels = [[0u8, 3], [1, 2], [2, 2], [3, 0], [0, 0]];
+        let mut out = Vec::new();
+        let mut nb = [0u8; MAX_GROUPS];
+        for (r, z) in rows.iter().enumerate() {
+            pack_row(z, &sels[r], r == 0, &mut nb, &mut out);
+        }
+        let id = PatchId {
+            channel: 0,
+            patch: 0,
+        };
+        let mut d = BpRows::new(&out, pw, id);
+        for (r, z) in rows.iter().enumerate() {
+            let (mut got, mut s) = ([0u8; 256], [9u8; 8]);
+            d.next_row(&mut got, &mut s).unwrap();
+            assert_eq!(&got[..pw], &z[..], "row {r}");
+            if r > 0 {
+                assert_eq!(&s[..2], &sels[r]);
+            }
+        }
+        d.finish().unwrap();
+        // Cut anywhere: an error, never a panic.
+        for cut in 0..out.len() {
+            let mut d = BpRows::new(&out[..cut], pw, id);
+            let mut z = [0u8; 256];
+            let mut s = [0u8; 8];
+            let ok = (0..rows.len())
+                .try_for_each(|_| d.next_row(&mut z, &mut s))
+                .and_then(|_| d.finish());
+            assert!(ok.is_err());
+        }
+    }
+}
