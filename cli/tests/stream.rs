@@ -98,9 +98,7 @@ fn stream_writes_auditable_traces_for_a_folder() {
         .sum();
     assert_eq!(bytes, 2 * on_disk);
     // Decoding only the crops' patches (the default) reads a fraction of that: the header and offset table
-    // once per file (kept for the second epoch), then only the patches under each 64x64 crop (up to four of
-    // the default format's 128x128 patches per plane, out of 6 to 60 per quarter-size image: under a sixth
-    // of the bytes per epoch).
+    // once per file (kept for the second epoch), then only the patches under each 64x64 crop.
     let text = ok(&l3(&[
         "stream",
         f.l3.to_str().unwrap(),
@@ -114,7 +112,7 @@ fn stream_writes_auditable_traces_for_a_folder() {
     let (_, rows) = csv(&log);
     let region: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
     assert!(
-        region * 3 < on_disk,
+        region * 5 < on_disk,
         "region reads {region} of {on_disk} bytes"
     );
     assert!(
