@@ -458,6 +458,19 @@ fn convert_writes_the_format_asked_for_and_rewrites_on_a_change() {
         &"2",
     ]));
     assert_eq!(formats_in(&out), vec![l3_format::DEFAULT_FORMAT]);
+    ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"l3",
+        &src,
+        &out,
+        &"--format",
+        &"v2",
+    ]));
+    assert_eq!(
+        formats_in(&out),
+        vec![l3_format::Format::V2(l3_format::Profile::Ans)]
+    );
     // Re-running with another format rewrites every file rather than keeping the old ones.
     let text = ok(&l3(&[
         &"convert",
