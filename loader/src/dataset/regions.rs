@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex};
 /// row of patches is contiguous anyway); an object store coalesces its range requests itself.
 pub(crate) const LOCAL_GAP: u64 = 0;
 
-/// The offset tables of the items read so far, within a byte budget (oldest dropped first).
+/// The offset tables of the items read so far, within a byte budget (oldest dropped first). Readers of
+/// one item that miss together read its prefix once: the others wait on that item's read lock.
 #[derive(Debug)]
 pub(crate) struct IndexCache {
     inner: Mutex<CacheInner>,
+    reading: Mutex<HashMap<usize, Arc<Mutex<()>>>>,
     budget: usize,
 }
 
@@ -32,8 +34,35 @@ impl IndexCache {
     pub fn new(budget: usize) -> Self {
         IndexCache {
             inner: Mutex::new(CacheInner::default()),
+            reading: Mutex::new(HashMap::new()),
             budget,
         }
+    }
+
+    /// The cached index of `item`, else `read()`'s (with the bytes it read), cached. Concurrent misses of
+    /// one item run `read` once unless the index is too large to cache.
+    fn get_or_read(
+        &self,
+        item: usize,
+        read: impl FnOnce() -> Result<(Arc<L3Index>, u64)>,
+    ) -> Result<(Arc<L3Index>, u64)> {
+        if let Some(i) = self.get(item) {
+            return Ok((i, 0));
+        }
+        let lock = {
+            let mut r = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+            r.entry(item).or_default().clone()
+        };
+        let _reading = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let got = match self.get(item) {
+            Some(i) => Ok((i, 0)),
+            None => read().inspect(|(index, _)| self.insert(item, index.clone())),
+        };
+        self.reading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&item);
+        got
     }
 
     fn get(&self, item: usize) -> Option<Arc<L3Index>> {
@@ -75,29 +104,24 @@ pub(crate) fn read_region(
     req: &SampleRequest,
 ) -> Result<(Stored, u64)> {
     let l3 = |e: l3_format::Error| Error::decode(storage.name(key), "l3", e);
-    let mut read = 0u64;
-    let index = match cache.get(item) {
-        Some(i) => i,
-        None => {
-            // The header says how long the offset table is (and a v2-ANS file's tables how long they
-            // are): read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads,
-            // v2-ANS with a read-ahead until its tables are in.
-            let mut prefix = Vec::new();
-            while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
-                let part = storage.read_range(key, base + r.start..base + r.end)?;
-                read += part.len() as u64;
-                let short = (part.len() as u64) < r.end - r.start;
-                prefix.truncate(r.start as usize);
-                prefix.extend_from_slice(&part);
-                if short {
-                    break;
-                }
+    let (index, mut read) = cache.get_or_read(item, || {
+        // The header says how long the offset table is (and a v2-ANS file's tables how long they are):
+        // read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads, v2-ANS with a
+        // read-ahead until its tables are in.
+        let mut read = 0u64;
+        let mut prefix = Vec::new();
+        while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
+            let part = storage.read_range(key, base + r.start..base + r.end)?;
+            read += part.len() as u64;
+            let short = (part.len() as u64) < r.end - r.start;
+            prefix.truncate(r.start as usize);
+            prefix.extend_from_slice(&part);
+            if short {
+                break;
             }
-            let index = Arc::new(L3Index::parse(&prefix, len).map_err(l3)?);
-            cache.insert(item, index.clone());
-            index
         }
-    };
+        Ok((Arc::new(L3Index::parse(&prefix, len).map_err(l3)?), read))
+    })?;
     let win = req.window(index.width(), index.height());
     let ranges = index.region_ranges(win.src, LOCAL_GAP).map_err(l3)?;
     let mut fragments = Fragments::new();
