@@ -76,17 +76,19 @@ def test_ctrl_c_stops_every_loader_thread_promptly():
         + f"""
 import json, signal, threading, time
 import l3toolkit as l3
-loader = l3.Loader({str(corpus_dir())!r}, 8, threads=1, shuffle=False, epochs=50, rank=0, world_size=1)
-next(loader)
-running = len(l3_threads())
 fired = []
 def fire():
     fired.append(time.perf_counter())
     signal.raise_signal(signal.SIGINT)
-threading.Timer(0.5, fire).start()
+# As users write it: the interrupt may land inside next() (which stops the threads itself) or between
+# two calls in Python code, where leaving the `with` block closes the loader.
 try:
-    while True:
+    with l3.Loader({str(corpus_dir())!r}, 8, threads=1, shuffle=False, epochs=50, rank=0, world_size=1) as loader:
         next(loader)
+        running = len(l3_threads())
+        threading.Timer(0.5, fire).start()
+        while True:
+            next(loader)
     outcome = "ended"
 except KeyboardInterrupt:
     outcome = "interrupted"
