@@ -44,16 +44,12 @@ impl L3FormatArgs {
             ProfileArg::Ans => Profile::Ans,
             ProfileArg::Bp => Profile::Bp,
         });
-        Ok(match (self.format, profile) {
-            (None, None) => l3_format::DEFAULT_FORMAT,
-            (Some(VersionArg::V1), Some(_)) => {
-                bail!("--profile applies to version 2 only (--format v2); version 1 has one coding")
-            }
-            (Some(VersionArg::V1), None) => Format::V1,
-            (_, Some(p)) => Format::V2(p),
-            // ANS: the smaller of the two profiles.
-            (Some(VersionArg::V2), None) => Format::V2(Profile::Ans),
-        })
+        let version = self.format.map(|v| match v {
+            VersionArg::V1 => 1,
+            VersionArg::V2 => 2,
+        });
+        Format::resolve(version, profile)
+            .map_err(|reason| anyhow::anyhow!("--format/--profile: {reason}"))
     }
 }
 

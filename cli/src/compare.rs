@@ -113,10 +113,17 @@ pub struct FormatEntry {
 impl FormatEntry {
     /// The same dataset read through `storage` (a bandwidth cap, say).
     pub fn reopen(&self, storage: &loader::StorageOptions) -> Result<Arc<dyn Dataset>> {
-        let options = loader::OpenOptions {
-            group: self.group,
+        self.reopen_with(loader::OpenOptions {
             storage: storage.clone(),
             ..loader::OpenOptions::default()
+        })
+    }
+
+    /// The same dataset opened with `options` (its own scan group in place of theirs).
+    pub fn reopen_with(&self, options: loader::OpenOptions) -> Result<Arc<dyn Dataset>> {
+        let options = loader::OpenOptions {
+            group: self.group,
+            ..options
         };
         loader::open_dataset(&self.path, &options)
     }

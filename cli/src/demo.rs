@@ -101,16 +101,16 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     let t0 = Timer::start();
     println!("converting ...");
-    if !(a.storage_mbps.is_finite() && a.storage_mbps >= 0.0) {
-        anyhow::bail!(
-            "--storage-mbps {}: expected MB/s, 0 or more",
-            a.storage_mbps
-        );
-    }
-    let capped = (a.storage_mbps > 0.0).then_some(loader::StorageOptions {
-        bandwidth: Some((a.storage_mbps * 1e6) as u64),
-        cache: None,
-    });
+    let capped = match a.storage_mbps {
+        0.0 => None,
+        m => match loader::StorageOptions::bytes_per_sec(m) {
+            Some(b) => Some(loader::StorageOptions {
+                bandwidth: Some(b),
+                cache: None,
+            }),
+            None => anyhow::bail!("--storage-mbps {m}: expected MB/s, 0 or more"),
+        },
+    };
     let plan = BuildPlan {
         threads,
         seed: a.seed,

@@ -141,8 +141,10 @@ impl StorageArgs {
 pub fn bandwidth(mbps: Option<f64>) -> anyhow::Result<Option<u64>> {
     match mbps {
         None => Ok(None),
-        Some(m) if m.is_finite() && m > 0.0 && m < 1e12 => Ok(Some((m * 1e6) as u64)),
-        Some(m) => bail!("--storage-mbps {m}: expected a positive number of MB/s"),
+        Some(m) => match loader::StorageOptions::bytes_per_sec(m) {
+            Some(b) => Ok(Some(b)),
+            None => bail!("--storage-mbps {m}: expected a positive number of MB/s"),
+        },
     }
 }
 

@@ -2,7 +2,7 @@
 //! image file through the toolkit's one import path).
 
 use crate::errors::{Failure, Kind, detached, raise};
-use l3_format::{L3File, PixelLayout, Rect};
+use l3_format::{EncodeOptions, Format, L3File, PixelLayout, Profile, Rect};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
@@ -84,19 +84,64 @@ fn image_array(
     }
 }
 
+/// The L3 format a `format=` / `profile=` pair of keywords names (see [`Format::resolve`]).
+pub(crate) fn l3_format(
+    py: Python<'_>,
+    format: Option<&Bound<'_, PyAny>>,
+    profile: Option<&str>,
+) -> PyResult<Format> {
+    let options = |msg: String| raise(py, Kind::Options, msg);
+    let version = match format {
+        None => None,
+        Some(f) if f.is_none() => None,
+        Some(f) => {
+            let v = if let Ok(v) = f.extract::<i64>() {
+                Some(v)
+            } else if let Ok(s) = f.extract::<String>() {
+                match s.to_ascii_lowercase().trim_start_matches('v') {
+                    "1" => Some(1),
+                    "2" => Some(2),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            match v {
+                Some(v @ (1 | 2)) => Some(v as u16),
+                _ => {
+                    return Err(options(format!(
+                        "format={f}: expected \"v1\" or \"v2\" (or 1 or 2)"
+                    )));
+                }
+            }
+        }
+    };
+    let profile = profile
+        .map(|p| p.parse::<Profile>())
+        .transpose()
+        .map_err(|e| options(format!("profile: {e}")))?;
+    Format::resolve(version, profile).map_err(|reason| options(format!("format/profile: {reason}")))
+}
+
 /// Encodes an image into the bytes of an L3 file (lossless).
 ///
 /// ``array``: a ``uint8`` NumPy array of shape ``(H, W)`` (gray) or ``(H, W, C)`` with C = 1, 3 (RGB)
-/// or 4 (RGBA). ``patch``: the patch side N (1 to 255; default 32 below 1080×720 pixels, 64 above).
+/// or 4 (RGBA). ``patch``: the patch side N (version 1: 1 to 255, default 32 below 1080×720 pixels, 64
+/// above; version 2: a multiple of 32, default 128). ``format``: ``"v1"`` or ``"v2"`` (default: the
+/// toolkit's default format, ``DEFAULT_FORMAT``); ``profile``: version 2's coding, ``"ans"`` (smallest
+/// files; the v2 default) or ``"bp"`` (bit-packed, faster); a profile alone means version 2.
 /// ``threads``: encoder threads (default: every core). The output is the same for any thread count.
 #[pyfunction]
-#[pyo3(signature = (array, patch=None, *, threads=None))]
+#[pyo3(signature = (array, patch=None, *, format=None, profile=None, threads=None))]
 pub fn encode<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyAny>,
     patch: Option<i64>,
+    format: Option<&Bound<'py, PyAny>>,
+    profile: Option<&str>,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let format = l3_format(py, format, profile)?;
     let describe = || {
         let dtype = array.getattr("dtype").map_or("?".into(), |d| d.to_string());
         let shape = array.getattr("shape").map_or("?".into(), |s| s.to_string());
@@ -123,14 +168,14 @@ pub fn encode<'py>(
         return Err(bad());
     };
     let patch = match patch {
-        None => l3_format::default_patch_size(w32, h32),
-        Some(n) => u8::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+        None => None,
+        Some(n) => Some(u8::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
             raise(
                 py,
                 Kind::Options,
                 format!("patch size {n}: must be 1 to 255"),
             )
-        })?,
+        })?),
     };
     let ro = arr.readonly();
     // A private copy, so the encoder runs without the GIL while Python threads may touch the array.
@@ -140,7 +185,13 @@ pub fn encode<'py>(
     };
     let threads = self::threads(threads);
     let file = detached(py, move || {
-        l3_format::encode_parallel(&pixels, w32, h32, c as u8, patch, threads)
+        let opts = EncodeOptions {
+            format,
+            patch_size: patch,
+            threads,
+            ..EncodeOptions::default()
+        };
+        l3_format::encode_with(&pixels, w32, h32, c as u8, &opts)
             .map_err(|e| Failure::l3("encode", e))
     })?;
     Ok(PyBytes::new(py, &file))
@@ -199,23 +250,28 @@ pub fn decode_region<'py>(
 }
 
 /// The header of an L3 file as a dict: ``width``, ``height``, ``channels``, ``patch_size``,
-/// ``patches_x``, ``patches_y``, ``version`` (the file's: 1 or 2), ``file_bytes``, ``raw_bytes`` and ``ratio`` (file bytes /
-/// raw bytes). The whole file is validated.
+/// ``patches_x``, ``patches_y``, ``version`` (the file's: 1 or 2), ``profile`` (``"ans"`` or ``"bp"`` for
+/// version 2, ``None`` for version 1), ``file_bytes``, ``patch_data_bytes`` (the coded patches, without
+/// header, offsets and tables), ``raw_bytes`` and ``ratio`` (file bytes / raw bytes). The whole file is
+/// validated.
 #[pyfunction]
 pub fn info<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    let (w, h, c, n, px, py_, len, version) = Data::extract(data)?.with(py, |bytes, what| {
-        let f = L3File::parse(bytes).map_err(|e| Failure::l3(what, e))?;
-        Ok((
-            f.width(),
-            f.height(),
-            f.channels(),
-            f.patch_size(),
-            f.patches_x(),
-            f.patches_y(),
-            bytes.len(),
-            f.version(),
-        ))
-    })?;
+    let (w, h, c, n, px, py_, len, version, profile, data_len) =
+        Data::extract(data)?.with(py, |bytes, what| {
+            let f = L3File::parse(bytes).map_err(|e| Failure::l3(what, e))?;
+            Ok((
+                f.width(),
+                f.height(),
+                f.channels(),
+                f.patch_size(),
+                f.patches_x(),
+                f.patches_y(),
+                bytes.len(),
+                f.version(),
+                f.profile().map(|p| p.name()),
+                f.patch_data().len(),
+            ))
+        })?;
     let raw = u64::from(w) * u64::from(h) * u64::from(c);
     let d = PyDict::new(py);
     d.set_item("width", w)?;
@@ -225,7 +281,9 @@ pub fn info<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'p
     d.set_item("patches_x", px)?;
     d.set_item("patches_y", py_)?;
     d.set_item("version", version)?;
+    d.set_item("profile", profile)?;
     d.set_item("file_bytes", len)?;
+    d.set_item("patch_data_bytes", data_len)?;
     d.set_item("raw_bytes", raw)?;
     d.set_item("ratio", len as f64 / raw as f64)?;
     Ok(d)

@@ -39,10 +39,13 @@ impl Progress {
 ///   refused unless ``quality`` allows encoding them as JPEG first (lossy);
 /// - ``"liquid"``: a Liquid multi-format dataset at the ratio its profiler picks for this machine.
 ///
+/// For ``"l3"``, ``format`` (``"v1"`` or ``"v2"``) and ``profile`` (``"ans"`` or ``"bp"``) choose the L3
+/// format as in ``encode``; they apply to ``to="l3"`` only.
+///
 /// Re-running resumes: outputs already complete are kept. ``progress`` prints ``done/total`` to stderr.
 /// Returns a summary dict.
 #[pyfunction]
-#[pyo3(signature = (src, dst, to="l3", progress=true, *, quality=None, threads=None, to_8bit=false))]
+#[pyo3(signature = (src, dst, to="l3", progress=true, *, quality=None, threads=None, to_8bit=false, format=None, profile=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn convert<'py>(
     py: Python<'py>,
@@ -53,7 +56,18 @@ pub fn convert<'py>(
     quality: Option<u8>,
     threads: Option<usize>,
     to_8bit: bool,
+    format: Option<&Bound<'py, PyAny>>,
+    profile: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let asked_format = format.is_some_and(|f| !f.is_none()) || profile.is_some();
+    if asked_format && to != "l3" {
+        return Err(raise(
+            py,
+            Kind::Options,
+            format!("format and profile apply to to=\"l3\", not to={to:?}"),
+        ));
+    }
+    let l3 = crate::codec::l3_format(py, format, profile)?;
     if let Some(q) = quality
         && !(1..=100).contains(&q)
     {
@@ -65,7 +79,7 @@ pub fn convert<'py>(
     }
     let threads = stdx::parallel::threads(threads.unwrap_or(0));
     let target = match (to, quality) {
-        ("l3", None) => Some(Target::L3_DEFAULT),
+        ("l3", None) => Some(Target::L3(l3)),
         ("raw", None) => Some(Target::Raw),
         ("png", None) => Some(Target::Png),
         ("jpeg" | "jpg", q) => Some(Target::Jpeg(q.unwrap_or(90))),

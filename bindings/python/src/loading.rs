@@ -791,10 +791,10 @@ fn storage_options(
     cache_limit: Option<u64>,
 ) -> PyResult<StorageOptions> {
     let opt_err = |m: String| raise(py, Kind::Options, m);
-    let bandwidth = match storage_mbps {
+    let bandwidth = match storage_mbps.map(|m| (m, StorageOptions::bytes_per_sec(m))) {
         None => None,
-        Some(m) if m.is_finite() && m > 0.0 && m * 1e6 < u64::MAX as f64 => Some((m * 1e6) as u64),
-        Some(m) => {
+        Some((_, Some(b))) => Some(b),
+        Some((m, None)) => {
             return Err(opt_err(format!(
                 "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
             )));

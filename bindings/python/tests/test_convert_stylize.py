@@ -25,6 +25,19 @@ def test_lossless_conversions_keep_every_pixel(small, tmp_path, to):
     assert (again["converted"], again["skipped"]) == (0, len(small))
 
 
+@pytest.mark.parametrize("kw,version,profile", [({"format": "v1"}, 1, None), ({"profile": "bp"}, 2, "bp")])
+def test_convert_to_l3_writes_the_format_asked_for(small, tmp_path, kw, version, profile):
+    out = tmp_path / "l3"
+    l3.convert(small.png, out, to="l3", progress=False, **kw)
+    files = sorted(out.rglob("*.l3"))
+    assert len(files) == len(small)
+    for f in files:
+        meta = l3.info(f)
+        assert (meta["version"], meta["profile"]) == (version, profile), f
+        rel = f.relative_to(out).with_suffix(".png")
+        assert np.array_equal(l3.decode(f), pillow_array(small.png / rel)), f
+
+
 def test_progress_goes_to_stderr(small, tmp_path, capfd):
     l3.convert(small.jpeg, tmp_path / "out", to="jpeg", quality=80)
     err = capfd.readouterr().err
@@ -39,6 +52,10 @@ def test_conversion_errors(small, tmp_path):
         l3.convert(small.png, tmp_path / "x", to="l3", quality=90)
     with pytest.raises(l3.OptionsError, match="to="):
         l3.convert(small.png, tmp_path / "x", to="webp")
+    with pytest.raises(l3.OptionsError, match="to=\"l3\""):
+        l3.convert(small.png, tmp_path / "x", to="png", profile="ans")
+    with pytest.raises(l3.OptionsError, match="version 2 only"):
+        l3.convert(small.png, tmp_path / "x", to="l3", format="v1", profile="bp")
     with pytest.raises(l3.OptionsError, match="quality=0"):
         l3.convert(small.png, tmp_path / "x", to="jpeg", quality=0)
     with pytest.raises(l3.IOError):

@@ -86,6 +86,22 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format a user's request names: a version (1 or 2) and/or a v2 profile. Nothing asked is
+    /// [`crate::DEFAULT_FORMAT`]; a profile alone means version 2; version 2 alone means ANS (the smaller
+    /// profile). A profile with version 1, or another version, is refused with the reason.
+    pub fn resolve(version: Option<u16>, profile: Option<Profile>) -> Result<Format, String> {
+        match (version, profile) {
+            (None, None) => Ok(crate::DEFAULT_FORMAT),
+            (Some(1), Some(_)) => {
+                Err("a profile applies to version 2 only; version 1 has one coding".to_string())
+            }
+            (Some(1), None) => Ok(Format::V1),
+            (None | Some(2), Some(p)) => Ok(Format::V2(p)),
+            (Some(2), None) => Ok(Format::V2(Profile::Ans)),
+            (Some(v), _) => Err(format!("format version {v}: this crate writes 1 or 2")),
+        }
+    }
+
     /// The header's version field.
     pub fn version(self) -> u16 {
         match self {
@@ -387,5 +403,35 @@ impl V2Plan {
     pub fn ans_steps(pw: usize, ph: usize, channels: usize) -> usize {
         let runs = front::runs(pw);
         channels * (((ph - 1) * runs).div_ceil(ans::LANES) + ph * pw.div_ceil(ans::LANES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_resolve_to_formats_and_contradictions_are_refused() {
+        assert_eq!(Format::resolve(None, None), Ok(crate::DEFAULT_FORMAT));
+        assert_eq!(Format::resolve(Some(1), None), Ok(Format::V1));
+        assert_eq!(Format::resolve(Some(2), None), Ok(Format::V2(Profile::Ans)));
+        assert_eq!(
+            Format::resolve(None, Some(Profile::Bp)),
+            Ok(Format::V2(Profile::Bp))
+        );
+        assert_eq!(
+            Format::resolve(Some(2), Some(Profile::Bp)),
+            Ok(Format::V2(Profile::Bp))
+        );
+        assert!(
+            Format::resolve(Some(1), Some(Profile::Ans))
+                .unwrap_err()
+                .contains("version 2 only")
+        );
+        assert!(
+            Format::resolve(Some(3), None)
+                .unwrap_err()
+                .contains("version 3")
+        );
     }
 }

@@ -27,6 +27,15 @@ pub struct StorageOptions {
     pub cache: Option<CacheOptions>,
 }
 
+impl StorageOptions {
+    /// The bandwidth cap in bytes per second for `mbps` MB/s (10⁶ bytes, as `--storage-mbps` and
+    /// Python's `storage_mbps=` take it); `None` unless it is positive, finite and fits.
+    pub fn bytes_per_sec(mbps: f64) -> Option<u64> {
+        let b = mbps * 1e6;
+        (b.is_finite() && b >= 1.0 && b < u64::MAX as f64).then_some(b as u64)
+    }
+}
+
 /// A dataset's root: local or remote, with its read policy. Cheap to clone (shared).
 #[derive(Clone, Debug)]
 pub struct Storage {

@@ -49,13 +49,12 @@ const MIN_SECONDS: f64 = 2.0;
 /// one-image records, a cache of a few records holds a small fraction of the dataset, as it does of a
 /// real one, so every epoch reads from storage.
 fn open(f: &FormatEntry, storage: &StorageOptions) -> anyhow::Result<Arc<dyn Dataset>> {
-    let options = OpenOptions {
-        group: f.group,
+    f.reopen_with(OpenOptions {
         storage: storage.clone(),
         pcr_window: 1,
         ..OpenOptions::default()
-    };
-    loader::open_dataset(&f.path, &options).with_context(|| format!("opening {}", f.name))
+    })
+    .with_context(|| format!("opening {}", f.name))
 }
 
 /// How many epochs `f`'s measurements take: as many as last [`MIN_SECONDS`] at the slowest column (the

@@ -27,9 +27,17 @@ class GpuError(Error, RuntimeError):
     """The GPU was asked for and cannot do the work."""
 
 def encode(
-    array: npt.NDArray[np.uint8], patch: Optional[int] = None, *, threads: Optional[int] = None
+    array: npt.NDArray[np.uint8],
+    patch: Optional[int] = None,
+    *,
+    format: Union[Literal["v1", "v2", 1, 2], None] = None,
+    profile: Optional[Literal["ans", "bp"]] = None,
+    threads: Optional[int] = None,
 ) -> bytes:
-    """Encodes a uint8 (H, W) or (H, W, C) array (C = 1, 3, 4) into an L3 file (lossless)."""
+    """Encodes a uint8 (H, W) or (H, W, C) array (C = 1, 3, 4) into an L3 file (lossless).
+
+    format: "v1" or "v2" (default: the toolkit's default format); profile: version 2's coding,
+    "ans" (smallest) or "bp" (bit-packed, faster); a profile alone means version 2."""
 
 def decode(data: _Data, *, threads: Optional[int] = None) -> npt.NDArray[np.uint8]:
     """Decodes L3 bytes (or a file) into (H, W) for gray, (H, W, C) otherwise."""
@@ -39,7 +47,8 @@ def decode_region(data: _Data, x: int, y: int, w: int, h: int) -> npt.NDArray[np
 
 def info(data: _Data) -> Dict[str, Any]:
     """Header of an L3 file: width, height, channels, patch_size, patches_x, patches_y, version,
-    file_bytes, raw_bytes, ratio."""
+    profile ("ans"/"bp" for version 2, None for version 1), file_bytes, patch_data_bytes, raw_bytes,
+    ratio."""
 
 def read_image(path: _Path, *, to_8bit: bool = False) -> npt.NDArray[np.uint8]:
     """Reads any image file the toolkit reads (PNG, JPEG, PPM, L3, ...) with its import rules."""
@@ -53,8 +62,11 @@ def convert(
     quality: Optional[int] = None,
     threads: Optional[int] = None,
     to_8bit: bool = False,
+    format: Union[Literal["v1", "v2", 1, 2], None] = None,
+    profile: Optional[Literal["ans", "bp"]] = None,
 ) -> Dict[str, Any]:
-    """Converts every image under src into dst in format ``to``; returns a summary."""
+    """Converts every image under src into dst in format ``to``; returns a summary. ``format`` and
+    ``profile`` choose the L3 format for to="l3", as in ``encode``."""
 
 class StyleModel:
     """A TransformerNet style-transfer network loaded from safetensors."""
