@@ -196,56 +196,82 @@ unsafe fn check_used(ctx: __m256i, active: usize, k: &CtxConsts, id: PatchId) ->
 /// The lane states and word cursor of a chunk.
 struct Lanes<'a> {
     x: [__m256i; 4],
-    /// The chunk's words followed by 16 bytes of zeros, so that a lane refill can always load 8 words.
+    /// The chunk's words (after the lane states).
     words: &'a [u8],
     nwords: usize,
     pos: usize,
+    /// Refills load 8 words at once: from `tail_start` on they come from `tail`, the last words followed
+    /// by zeros, so that a load never leaves a buffer (and a damaged chunk reads zeros past its end).
+    tail_start: usize,
+    tail: [u8; 32],
 }
 
-const PROB_BITS_I: i32 = PROB_BITS as i32;
+impl<'a> Lanes<'a> {
+    fn new(words: &'a [u8]) -> Self {
+        let nwords = words.len() / 2;
+        let tail_start = nwords.saturating_sub(8);
+        let mut tail = [0u8; 32];
+        tail[..2 * (nwords - tail_start)].copy_from_slice(&words[2 * tail_start..2 * nwords]);
+        Lanes {
+            x: [unsafe_zero(); 4],
+            words,
+            nwords,
+            pos: 0,
+            tail_start,
+            tail,
+        }
+    }
 
-/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow):
-/// on the AMD EPYC (Zen 3) this was measured on, scalar loads decode a photo 10–25 % faster than
-/// hardware gathers for either table.
-const SIM_GATHER: bool = true;
-const SIM_GATHER_FC: bool = true;
-
-/// `sym[idx[i]..idx[i] + 4]` as a little-endian u32 for each lane (indices bounded by the caller).
-#[inline(always)]
-unsafe fn gather_sym(sym: &[u8], idx: __m256i) -> __m256i {
-    // SAFETY: see `step_vec`: every index + 4 is within `sym`.
-    unsafe {
-        if SIM_GATHER {
-            let mut i = [0u32; 8];
-            _mm256_storeu_si256(i.as_mut_ptr().cast(), idx);
-            let p = sym.as_ptr();
-            let r = |k: usize| p.add(i[k] as usize).cast::<i32>().read_unaligned();
-            _mm256_setr_epi32(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7))
-        } else {
-            _mm256_i32gather_epi32::<1>(sym.as_ptr().cast(), idx)
+    /// The next 8 words (zeros past the end).
+    #[inline(always)]
+    unsafe fn next8(&self) -> __m128i {
+        let pos = self.pos;
+        // SAFETY: below `tail_start`, pos + 8 ≤ nwords, so 16 bytes lie inside `words`; from it on, the
+        // offset into `tail` is at most 2·8 = 16 and `tail` has 32 bytes.
+        unsafe {
+            let p = if pos < self.tail_start {
+                self.words.as_ptr().add(2 * pos)
+            } else {
+                self.tail
+                    .as_ptr()
+                    .add(2 * (pos.min(self.nwords) - self.tail_start))
+            };
+            _mm_loadu_si128(p.cast())
         }
     }
 }
 
-/// `fc[idx[i]]` for each lane (indices bounded by the caller).
+/// An all-zero register (a plain function so that `Lanes::new` needs no target feature).
 #[inline(always)]
-unsafe fn gather_fc(fc: &[u32], idx: __m256i) -> __m256i {
-    // SAFETY: see `step_vec`: every index is within `fc`.
+fn unsafe_zero() -> __m256i {
+    // SAFETY: a zeroed `__m256i` is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+const PROB_BITS_I: i32 = PROB_BITS as i32;
+
+/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow).
+const SIM_GATHER: bool = false;
+
+/// `dec[idx[i]]` for each lane (indices bounded by the caller).
+#[inline(always)]
+unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
+    // SAFETY: see `step_vec`: every index is within `dec`.
     unsafe {
-        if SIM_GATHER_FC {
+        if SIM_GATHER {
             let mut i = [0u32; 8];
             _mm256_storeu_si256(i.as_mut_ptr().cast(), idx);
-            let p = fc.as_ptr();
+            let p = dec.as_ptr();
             let r = |k: usize| *p.add(i[k] as usize) as i32;
             _mm256_setr_epi32(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7))
         } else {
-            _mm256_i32gather_epi32::<4>(fc.as_ptr().cast(), idx)
+            _mm256_i32gather_epi32::<4>(dec.as_ptr().cast(), idx)
         }
     }
 }
 
 /// Decodes lanes 8v..8v+8 of a step (`c8`: their 8 context bytes in the low half; `active` lanes in the
-/// step) and returns their symbols, one per 32-bit lane.
+/// step) and returns their decode-table entries (the symbol in the low byte of each 32-bit lane).
 #[inline(always)]
 unsafe fn step_vec(
     l: &mut Lanes<'_>,
@@ -255,26 +281,20 @@ unsafe fn step_vec(
     t: &Tables<'_>,
 ) -> __m256i {
     // SAFETY (whole body): AVX2 intrinsics. Table reads: every context index is below the number of
-    // contexts the tables were built for (checked on entry to `decode_chunks_avx2` against the table
-    // lengths; contexts are at most 147 by construction), slots are < 4096 and symbols < 256, so each read
-    // lies inside `t.sym` (which has 32 bytes of padding for the 4-byte reads) or `t.fc`. Word loads go
-    // through slices.
+    // contexts the table was built for (checked on entry to `decode_chunks_avx2` against its length;
+    // contexts are at most 147 by construction) and slots are < 4096, so each read lies inside `t.dec`.
+    // Word loads: see `Lanes::next8`.
     unsafe {
         let c32 = _mm256_cvtepu8_epi32(c8);
         let x = l.x[v];
         let slot = _mm256_and_si256(x, _mm256_set1_epi32(0xfff));
-        let si = _mm256_or_si256(_mm256_slli_epi32::<12>(c32), slot);
-        let s = _mm256_and_si256(gather_sym(t.sym, si), _mm256_set1_epi32(0xff));
-        let fi = _mm256_or_si256(_mm256_slli_epi32::<8>(c32), s);
-        let e = gather_fc(t.fc, fi);
-        let f = _mm256_and_si256(e, _mm256_set1_epi32(0xffff));
-        let cum = _mm256_srli_epi32::<16>(e);
-        let mut nx = _mm256_sub_epi32(
-            _mm256_add_epi32(
-                _mm256_mullo_epi32(f, _mm256_srli_epi32::<PROB_BITS_I>(x)),
-                slot,
-            ),
-            cum,
+        let e = gather_dec(t.dec, _mm256_or_si256(_mm256_slli_epi32::<12>(c32), slot));
+        // e = (f − 1) << 20 | (slot − cum) << 8 | symbol.
+        let f = _mm256_add_epi32(_mm256_srli_epi32::<20>(e), _mm256_set1_epi32(1));
+        let bias = _mm256_and_si256(_mm256_srli_epi32::<8>(e), _mm256_set1_epi32(0xfff));
+        let mut nx = _mm256_add_epi32(
+            _mm256_mullo_epi32(f, _mm256_srli_epi32::<PROB_BITS_I>(x)),
+            bias,
         );
         let mut need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<16>(nx), _mm256_setzero_si256());
         let first = 8 * v;
@@ -285,17 +305,12 @@ unsafe fn step_vec(
             nx = _mm256_blendv_epi8(x, nx, on);
         }
         let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize;
-        // Past the words (a damaged chunk, caught at the end of the plane): zeros, no slow path.
-        let w16 = match l.words.get(2 * l.pos..2 * l.pos + 16) {
-            Some(b) => _mm_loadu_si128(b.as_ptr().cast()),
-            None => _mm_setzero_si128(),
-        };
         let perm = _mm256_load_si256(PERM.0[m].as_ptr().cast());
-        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
+        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(l.next8()), perm);
         let renorm = _mm256_or_si256(_mm256_slli_epi32::<16>(nx), w);
         l.x[v] = _mm256_blendv_epi8(nx, renorm, need);
         l.pos += m.count_ones() as usize;
-        s
+        e
     }
 }
 
@@ -342,9 +357,10 @@ unsafe fn step<const K: usize, const FULL: bool>(
         vector!(3);
         let mut out = [_mm256_setzero_si256(); K];
         for k in 0..K {
-            // 4 × 8 u32 symbols to 32 bytes in lane order.
-            let a = _mm256_packus_epi32(syms[k][0], syms[k][1]);
-            let b = _mm256_packus_epi32(syms[k][2], syms[k][3]);
+            // 4 × 8 u32 symbols (low bytes) to 32 bytes in lane order.
+            let lo = |v: __m256i| _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+            let a = _mm256_packus_epi32(lo(syms[k][0]), lo(syms[k][1]));
+            let b = _mm256_packus_epi32(lo(syms[k][2]), lo(syms[k][3]));
             let bytes = _mm256_packus_epi16(a, b);
             out[k] = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         }
@@ -370,12 +386,10 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     z: &mut [&mut [u8]; K],
     sel: &mut [&mut [u8]; K],
     ids: [PatchId; K],
-    pad: &mut [Vec<u8>; 2],
 ) -> Result<(), Error> {
     let k_all = ans::contexts(c as u8);
     // The table reads rely on these sizes (see `step_vec`); the stores on the row padding.
-    if t.sym.len() < (k_all << PROB_BITS) + 32 || t.fc.len() < k_all << 8 || store.zs < store.n + 32
-    {
+    if t.dec.len() < k_all << PROB_BITS || store.zs < store.n + 32 {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
         }
@@ -384,21 +398,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     let mut x0 = [[0u32; LANES]; K];
     for k in 0..K {
         x0[k] = ans::read_states(chunks[k], ids[k])?;
-        let words = &chunks[k][STATE_BYTES..];
-        pad[k].clear();
-        pad[k].extend_from_slice(words);
-        pad[k].extend_from_slice(&[0; 16]);
     }
-    let pad = &*pad;
     // SAFETY (whole body): AVX2 intrinsics on registers; memory through slices and `step_vec` (see there).
     // No closures here: a closure would be compiled without the caller's target features.
     unsafe {
-        let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes {
-            x: [_mm256_setzero_si256(); 4],
-            words: &pad[k],
-            nwords: (chunks[k].len() - STATE_BYTES) / 2,
-            pos: 0,
-        });
+        let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes::new(&chunks[k][STATE_BYTES..]));
         for k in 0..K {
             for v in 0..4 {
                 l[k].x[v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());

@@ -167,7 +167,8 @@ impl AnsTables {
     pub fn decode_table(&self, out: &mut Vec<u32>) {
         let len = self.freqs.len() << PROB_BITS;
         if out.len() < len {
-            out.resize(len, 0);
+            // A fresh zeroed allocation (calloc: untouched pages of unused contexts cost nothing).
+            *out = vec![0; len];
         }
         for (ctx, f) in self.freqs.iter().enumerate() {
             let Some(f) = f else { continue };
@@ -187,8 +188,8 @@ impl AnsTables {
         }
     }
 
-    /// The two small tables the CPU decoders use (a table of `u32` per slot is 16 KiB per context, more
-    /// than a core's L2 holds for a photo's ~100 contexts): `sym[(ctx << 12) | slot]` is the symbol of a
+    /// The decode table split in two smaller ones, for decoders whose table memory is scarce (a table of
+    /// `u32` per slot is 16 KiB per context): `sym[(ctx << 12) | slot]` is the symbol of a
     /// slot, and `fc[(ctx << 8) | sym]` is `f | cum << 16` for it. Both are resized to cover every context
     /// (`sym` with 32 bytes of padding for 32-bit gathers); entries of unused contexts are left as they were.
     pub fn symbol_tables(&self, sym: &mut Vec<u8>, fc: &mut Vec<u32>) {
@@ -511,11 +512,10 @@ pub(crate) struct ScalarDecoder<'a> {
     pub id: PatchId,
 }
 
-/// The decode tables of [`AnsTables::symbol_tables`] with the used-context mask.
+/// The decode table of [`AnsTables::decode_table`] with the used-context mask.
 #[derive(Clone, Copy)]
 pub(crate) struct Tables<'a> {
-    pub sym: &'a [u8],
-    pub fc: &'a [u32],
+    pub dec: &'a [u32],
     pub used: [u64; 4],
 }
 
@@ -543,10 +543,9 @@ impl ScalarDecoder<'_> {
             let lane = j % LANES;
             let s = self.x[lane];
             let slot = s & (PROB_SCALE - 1);
-            let sym = self.t.sym[(usize::from(c) << PROB_BITS) | slot as usize];
-            let e = self.t.fc[(usize::from(c) << 8) | usize::from(sym)];
-            *o = sym;
-            let s = (e & 0xffff) * (s >> PROB_BITS) + slot - (e >> 16);
+            let e = self.t.dec[(usize::from(c) << PROB_BITS) | slot as usize];
+            *o = e as u8;
+            let s = ((e >> 20) + 1) * (s >> PROB_BITS) + ((e >> 8) & (PROB_SCALE - 1));
             let w = match self.words.get(2 * pos..2 * pos + 2) {
                 Some(b) => u32::from(u16::from_le_bytes([b[0], b[1]])),
                 None => 0,
