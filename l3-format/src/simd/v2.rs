@@ -43,6 +43,94 @@ pub(crate) unsafe fn spread_bits(v: u64, nb: u8) -> u64 {
     unsafe { _pdep_u64(v, SPREAD[usize::from(nb.min(8))]) }
 }
 
+/// Shifts the bit string `src` right by `phase` (< 8) bits into `out`, `n32` blocks of 32 bytes:
+/// `out[i] = src[i] >> phase | src[i + 1] << (8 − phase)`. `src` must hold `32·n32 + 1` bytes and `out`
+/// `32·n32` (both are checked).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+pub(crate) unsafe fn realign(src: &[u8], phase: u32, n32: usize, out: &mut [u8]) {
+    assert!(src.len() > 32 * n32 && out.len() >= 32 * n32 && phase < 8);
+    // SAFETY: AVX2 intrinsics; every load reads src[32i..32i + 33] and every store out[32i..32i + 32],
+    // inside the lengths asserted above.
+    unsafe {
+        let (sh, up) = (
+            _mm_cvtsi32_si128(phase as i32),
+            _mm_cvtsi32_si128(8 - phase as i32),
+        );
+        let lo_mask = _mm256_set1_epi8((0xffu8 >> phase) as i8);
+        let hi_mask = _mm256_set1_epi8((0xffu16 << (8 - phase)) as u8 as i8);
+        for i in 0..n32 {
+            let a = _mm256_loadu_si256(src.as_ptr().add(32 * i).cast());
+            let b = _mm256_loadu_si256(src.as_ptr().add(32 * i + 1).cast());
+            // Per 16-bit lane the shifts carry bits across the byte boundary; the masks keep each byte's own.
+            let lo = _mm256_and_si256(_mm256_srl_epi16(a, sh), lo_mask);
+            let hi = _mm256_and_si256(_mm256_sll_epi16(b, up), hi_mask);
+            _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast(), _mm256_or_si256(lo, hi));
+        }
+    }
+}
+
+/// BP row widths from 2-bit codes, 32 groups at once (see `crate::v2::bp::widths_from_codes`).
+///
+/// # Safety
+/// The CPU must support AVX2 and BMI2.
+#[inline(always)]
+pub(crate) unsafe fn widths_from_codes(
+    codes: u64,
+    prev: &[u8; 32],
+    ng: usize,
+    out: &mut [u8; 32],
+) -> (u32, u32) {
+    // SAFETY: AVX2/BMI2 intrinsics; the load and store cover exactly the 32-byte arrays.
+    unsafe {
+        let m = 0x0303_0303_0303_0303u64;
+        let q = |sh: u32| _pdep_u64(codes >> sh, m) as i64;
+        let c = _mm256_setr_epi64x(q(0), q(16), q(32), q(48));
+        // code → width change: 0, +1, −1, 0 (escape, replaced later).
+        let delta = _mm256_shuffle_epi8(
+            bytes16(&[0, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            c,
+        );
+        let v = _mm256_add_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), delta);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), v);
+        let live = (u64::MAX >> (64 - ng.clamp(1, 32))) as u32;
+        let esc = _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(3))) as u32 & live;
+        let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(8)), v);
+        let bad = !(_mm256_movemask_epi8(ok) as u32) & !esc & live;
+        (esc, bad)
+    }
+}
+
+/// Σ `nbit[..ng]` (`ng` ≤ 32).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+pub(crate) unsafe fn sum_widths(nbit: &[u8; 32], ng: usize) -> usize {
+    static KEEP: [u8; 64] = {
+        let mut k = [0u8; 64];
+        let mut i = 0;
+        while i < 32 {
+            k[i] = 0xff;
+            i += 1;
+        }
+        k
+    };
+    let keep = &KEEP[32 - ng.min(32)..][..32];
+    // SAFETY: AVX2 intrinsics; both loads cover exactly 32-byte slices.
+    unsafe {
+        let v = _mm256_and_si256(
+            _mm256_loadu_si256(nbit.as_ptr().cast()),
+            _mm256_loadu_si256(keep.as_ptr().cast()),
+        );
+        let s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        (_mm_cvtsi128_si64(s) + _mm_extract_epi64::<1>(s)) as usize
+    }
+}
+
 /// `PERM[m]`: for each lane i whose bit is set in the 8-bit mask m, the index of the word it takes among
 /// the words loaded for the vector (the number of set bits below i).
 #[repr(C, align(32))]

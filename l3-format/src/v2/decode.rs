@@ -7,7 +7,7 @@
 //! region are not reconstructed; rows above it are (each row predicts from the one above) but not written.
 
 use super::ans::{self, AnsTables, Store};
-use super::bp::{BpRows, GROUP};
+use super::bp::{BpRows, GROUP, MAX_GROUPS};
 use super::front::ROW;
 use super::{Layout, Profile};
 use crate::error::{Error, PatchId};
@@ -231,8 +231,29 @@ fn bp_row<const AVX2: bool>(
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
         let ng = d.pw().div_ceil(GROUP);
-        let h = d.head(sels)?;
+        let h = d.head::<true>(sels)?;
         let data = d.data();
+        // Every group holds 8·nbit bits, so all groups start at the row's bit phase: shift the row's delta
+        // bytes into phase once, and each group is then 8 bytes at a byte offset (the prefix sum of nbit).
+        let total = h.sum;
+        let n32 = (total + 8).div_ceil(32);
+        let start = h.delta_bit / 8;
+        if let Some(src) = data.get(start..start + 32 * n32 + 1) {
+            let mut buf = [0u8; 8 * MAX_GROUPS + 40];
+            // SAFETY: AVX2 and BMI2 are the run-time-checked guarantee of the AVX2 copy.
+            unsafe { crate::simd::v2::realign(src, (h.delta_bit % 8) as u32, n32, &mut buf) };
+            let mut off = 0usize;
+            for (zg, &nb) in z.chunks_exact_mut(GROUP).zip(&h.nbit[..ng]) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&buf[off..off + 8]);
+                // SAFETY: as above.
+                let bytes = unsafe { crate::simd::v2::spread_bits(u64::from_le_bytes(w), nb) };
+                zg.copy_from_slice(&bytes.to_le_bytes());
+                off += usize::from(nb);
+            }
+            return Ok(());
+        }
+        // Near the end of the entry: 64-bit windows read with bounds checks.
         // Each group's first bit: a prefix sum of 8·nbit (only the last group may be shorter), computed
         // apart so that the loads below do not wait on each other.
         let mut offs = [0usize; super::bp::MAX_GROUPS];
