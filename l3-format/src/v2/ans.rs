@@ -42,6 +42,15 @@ pub fn residual_context(plane: usize, bucket: u8, z0: u8) -> u8 {
     }
 }
 
+/// The lowest and highest residual context of plane `plane` (every bucket and class).
+pub(crate) fn residual_context_range(plane: usize) -> (usize, usize) {
+    let lo = usize::from(residual_context(plane, 0, 0));
+    (
+        lo,
+        usize::from(residual_context(plane, FIRST_ROW_BUCKET, 255)),
+    )
+}
+
 /// The context of plane `plane`'s selectors.
 #[inline(always)]
 pub fn selector_context(plane: usize) -> u8 {
@@ -162,7 +171,8 @@ impl AnsTables {
 
     /// The decode table the CPU decoders (and a GPU kernel) index by `(ctx << 12) | slot`, slot = state & 4095:
     /// one `u32` per slot, `(f − 1) << 20 | (slot − cum) << 8 | symbol`. `out` is resized to
-    /// `contexts() · 4096` entries; entries of unused contexts are left as they were (callers check
+    /// `contexts() · 4096` entries (a fresh zeroed buffer when it grows); entries of unused contexts are left
+    /// as they were (callers check
     /// [`Self::used_mask`] before looking a context up).
     pub fn decode_table(&self, out: &mut Vec<u32>) {
         let len = self.freqs.len() << PROB_BITS;
