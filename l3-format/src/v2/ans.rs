@@ -172,8 +172,7 @@ impl AnsTables {
     /// The decode table the CPU decoders (and a GPU kernel) index by `(ctx << 12) | slot`, slot = state & 4095:
     /// one `u32` per slot, `(f − 1) << 20 | (slot − cum) << 8 | symbol`. `out` is resized to
     /// `contexts() · 4096` entries (a fresh zeroed buffer when it grows); entries of unused contexts are left
-    /// as they were (callers check
-    /// [`Self::used_mask`] before looking a context up).
+    /// as they were (callers check [`Self::used_mask`] before looking a context up).
     pub fn decode_table(&self, out: &mut Vec<u32>) {
         let len = self.freqs.len() << PROB_BITS;
         if out.len() < len {
