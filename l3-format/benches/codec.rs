@@ -1,10 +1,14 @@
-//! Criterion benches: L3 encode and decode (HWC, CHW, single patch) on a real corpus photo.
+//! Criterion benches: L3 encode and decode (HWC, CHW, single patch) on a real corpus photo, and the
+//! single-threaded whole-image decode of version 2 (ANS and BP, N = 128) beside the `png` crate's decode of
+//! the same pixels, so that their ratio comes from one run.
 //!
 //! Uses `$L3_CORPUS` or `../shared/corpus` (Storm.jpg, 1920×1280 RGB); falls back to a synthetic smooth image
 //! when the corpus is absent. `cargo xtask bench l3` has the full comparison against PNG and QOI.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use l3_format::{L3File, decode_patch, default_patch_size, encode};
+use l3_format::{
+    EncodeOptions, Format, L3File, Profile, decode_patch, default_patch_size, encode, encode_with,
+};
 use std::hint::black_box;
 use std::path::PathBuf;
 
@@ -52,6 +56,32 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
 
+    let mut g = c.benchmark_group(format!("v2/{name}"));
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(raw));
+    let mut out = vec![0u8; px.len()];
+    let png = png_encode(&px, w, h);
+    g.bench_function("png_crate_decode", |b| {
+        b.iter(|| png_decode(black_box(&png), black_box(&mut out)))
+    });
+    for profile in [Profile::Ans, Profile::Bp] {
+        let opts = EncodeOptions {
+            format: Format::V2(profile),
+            patch_size: Some(128),
+            ..EncodeOptions::default()
+        };
+        let file = encode_with(&px, w, h, 3, &opts).expect("encode");
+        g.bench_function(format!("decode_hwc/{profile}/N=128"), |b| {
+            b.iter(|| {
+                L3File::parse(black_box(&file))
+                    .and_then(|f| f.decode_hwc(black_box(&mut out)))
+                    .expect("decode")
+            })
+        });
+        assert!(out == px, "{profile} decodes back to the pixels");
+    }
+    g.finish();
+
     let n = default_patch_size(w, h);
     let file = encode(&px, w, h, 3, n).expect("encode");
     let f = L3File::parse(&file).expect("parse");
@@ -71,6 +101,25 @@ fn benches(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// The `png` crate's encoding of RGB pixels (default settings, as `cargo xtask bench l3` makes).
+fn png_encode(px: &[u8], w: u32, h: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut e = png::Encoder::new(&mut out, w, h);
+    e.set_color(png::ColorType::Rgb);
+    e.set_depth(png::BitDepth::Eight);
+    let mut wr = e.write_header().expect("png header");
+    wr.write_image_data(px).expect("png data");
+    wr.finish().expect("png end");
+    out
+}
+
+fn png_decode(bytes: &[u8], out: &mut [u8]) {
+    let mut d = png::Decoder::new(std::io::Cursor::new(bytes));
+    d.set_transformations(png::Transformations::EXPAND);
+    let mut r = d.read_info().expect("png header");
+    r.next_frame(out).expect("png decode");
 }
 
 criterion_group!(codec, benches);

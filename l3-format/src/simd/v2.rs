@@ -43,6 +43,94 @@ pub(crate) unsafe fn spread_bits(v: u64, nb: u8) -> u64 {
     unsafe { _pdep_u64(v, SPREAD[usize::from(nb.min(8))]) }
 }
 
+/// Shifts the bit string `src` right by `phase` (< 8) bits into `out`, `n32` blocks of 32 bytes:
+/// `out[i] = src[i] >> phase | src[i + 1] << (8 − phase)`. `src` must hold `32·n32 + 1` bytes and `out`
+/// `32·n32` (both are checked).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+pub(crate) unsafe fn realign(src: &[u8], phase: u32, n32: usize, out: &mut [u8]) {
+    assert!(src.len() > 32 * n32 && out.len() >= 32 * n32 && phase < 8);
+    // SAFETY: AVX2 intrinsics; every load reads src[32i..32i + 33] and every store out[32i..32i + 32],
+    // inside the lengths asserted above.
+    unsafe {
+        let (sh, up) = (
+            _mm_cvtsi32_si128(phase as i32),
+            _mm_cvtsi32_si128(8 - phase as i32),
+        );
+        let lo_mask = _mm256_set1_epi8((0xffu8 >> phase) as i8);
+        let hi_mask = _mm256_set1_epi8((0xffu16 << (8 - phase)) as u8 as i8);
+        for i in 0..n32 {
+            let a = _mm256_loadu_si256(src.as_ptr().add(32 * i).cast());
+            let b = _mm256_loadu_si256(src.as_ptr().add(32 * i + 1).cast());
+            // Per 16-bit lane the shifts carry bits across the byte boundary; the masks keep each byte's own.
+            let lo = _mm256_and_si256(_mm256_srl_epi16(a, sh), lo_mask);
+            let hi = _mm256_and_si256(_mm256_sll_epi16(b, up), hi_mask);
+            _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast(), _mm256_or_si256(lo, hi));
+        }
+    }
+}
+
+/// BP row widths from 2-bit codes, 32 groups at once (see `crate::v2::bp::widths_from_codes`).
+///
+/// # Safety
+/// The CPU must support AVX2 and BMI2.
+#[inline(always)]
+pub(crate) unsafe fn widths_from_codes(
+    codes: u64,
+    prev: &[u8; 32],
+    ng: usize,
+    out: &mut [u8; 32],
+) -> (u32, u32) {
+    // SAFETY: AVX2/BMI2 intrinsics; the load and store cover exactly the 32-byte arrays.
+    unsafe {
+        let m = 0x0303_0303_0303_0303u64;
+        let q = |sh: u32| _pdep_u64(codes >> sh, m) as i64;
+        let c = _mm256_setr_epi64x(q(0), q(16), q(32), q(48));
+        // code → width change: 0, +1, −1, 0 (escape, replaced later).
+        let delta = _mm256_shuffle_epi8(
+            bytes16(&[0, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            c,
+        );
+        let v = _mm256_add_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), delta);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), v);
+        let live = (u64::MAX >> (64 - ng.clamp(1, 32))) as u32;
+        let esc = _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(3))) as u32 & live;
+        let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(8)), v);
+        let bad = !(_mm256_movemask_epi8(ok) as u32) & !esc & live;
+        (esc, bad)
+    }
+}
+
+/// Σ `nbit[..ng]` (`ng` ≤ 32).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+pub(crate) unsafe fn sum_widths(nbit: &[u8; 32], ng: usize) -> usize {
+    static KEEP: [u8; 64] = {
+        let mut k = [0u8; 64];
+        let mut i = 0;
+        while i < 32 {
+            k[i] = 0xff;
+            i += 1;
+        }
+        k
+    };
+    let keep = &KEEP[32 - ng.min(32)..][..32];
+    // SAFETY: AVX2 intrinsics; both loads cover exactly 32-byte slices.
+    unsafe {
+        let v = _mm256_and_si256(
+            _mm256_loadu_si256(nbit.as_ptr().cast()),
+            _mm256_loadu_si256(keep.as_ptr().cast()),
+        );
+        let s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        (_mm_cvtsi128_si64(s) + _mm_extract_epi64::<1>(s)) as usize
+    }
+}
+
 /// `PERM[m]`: for each lane i whose bit is set in the 8-bit mask m, the index of the word it takes among
 /// the words loaded for the vector (the number of set bits below i).
 #[repr(C, align(32))]
@@ -196,56 +284,82 @@ unsafe fn check_used(ctx: __m256i, active: usize, k: &CtxConsts, id: PatchId) ->
 /// The lane states and word cursor of a chunk.
 struct Lanes<'a> {
     x: [__m256i; 4],
-    /// The chunk's words followed by 16 bytes of zeros, so that a lane refill can always load 8 words.
+    /// The chunk's words (after the lane states).
     words: &'a [u8],
     nwords: usize,
     pos: usize,
+    /// Refills load 8 words at once: from `tail_start` on they come from `tail`, the last words followed
+    /// by zeros, so that a load never leaves a buffer (and a damaged chunk reads zeros past its end).
+    tail_start: usize,
+    tail: [u8; 32],
 }
 
-const PROB_BITS_I: i32 = PROB_BITS as i32;
+impl<'a> Lanes<'a> {
+    fn new(words: &'a [u8]) -> Self {
+        let nwords = words.len() / 2;
+        let tail_start = nwords.saturating_sub(8);
+        let mut tail = [0u8; 32];
+        tail[..2 * (nwords - tail_start)].copy_from_slice(&words[2 * tail_start..2 * nwords]);
+        Lanes {
+            x: [unsafe_zero(); 4],
+            words,
+            nwords,
+            pos: 0,
+            tail_start,
+            tail,
+        }
+    }
 
-/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow):
-/// on the AMD EPYC (Zen 3) this was measured on, scalar loads decode a photo 10–25 % faster than
-/// hardware gathers for either table.
-const SIM_GATHER: bool = true;
-const SIM_GATHER_FC: bool = true;
-
-/// `sym[idx[i]..idx[i] + 4]` as a little-endian u32 for each lane (indices bounded by the caller).
-#[inline(always)]
-unsafe fn gather_sym(sym: &[u8], idx: __m256i) -> __m256i {
-    // SAFETY: see `step_vec`: every index + 4 is within `sym`.
-    unsafe {
-        if SIM_GATHER {
-            let mut i = [0u32; 8];
-            _mm256_storeu_si256(i.as_mut_ptr().cast(), idx);
-            let p = sym.as_ptr();
-            let r = |k: usize| p.add(i[k] as usize).cast::<i32>().read_unaligned();
-            _mm256_setr_epi32(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7))
-        } else {
-            _mm256_i32gather_epi32::<1>(sym.as_ptr().cast(), idx)
+    /// The next 8 words (zeros past the end).
+    #[inline(always)]
+    unsafe fn next8(&self) -> __m128i {
+        let pos = self.pos;
+        // SAFETY: below `tail_start`, pos + 8 ≤ nwords, so 16 bytes lie inside `words`; from it on, the
+        // offset into `tail` is at most 2·8 = 16 and `tail` has 32 bytes.
+        unsafe {
+            let p = if pos < self.tail_start {
+                self.words.as_ptr().add(2 * pos)
+            } else {
+                self.tail
+                    .as_ptr()
+                    .add(2 * (pos.min(self.nwords) - self.tail_start))
+            };
+            _mm_loadu_si128(p.cast())
         }
     }
 }
 
-/// `fc[idx[i]]` for each lane (indices bounded by the caller).
+/// An all-zero register (a plain function so that `Lanes::new` needs no target feature).
 #[inline(always)]
-unsafe fn gather_fc(fc: &[u32], idx: __m256i) -> __m256i {
-    // SAFETY: see `step_vec`: every index is within `fc`.
+fn unsafe_zero() -> __m256i {
+    // SAFETY: a zeroed `__m256i` is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+const PROB_BITS_I: i32 = PROB_BITS as i32;
+
+/// Whether to replace `vpgatherdd` by eight scalar loads (htscodecs does the same where gathers are slow).
+const SIM_GATHER: bool = false;
+
+/// `dec[idx[i]]` for each lane (indices bounded by the caller).
+#[inline(always)]
+unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
+    // SAFETY: see `step_vec`: every index is within `dec`.
     unsafe {
-        if SIM_GATHER_FC {
+        if SIM_GATHER {
             let mut i = [0u32; 8];
             _mm256_storeu_si256(i.as_mut_ptr().cast(), idx);
-            let p = fc.as_ptr();
+            let p = dec.as_ptr();
             let r = |k: usize| *p.add(i[k] as usize) as i32;
             _mm256_setr_epi32(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7))
         } else {
-            _mm256_i32gather_epi32::<4>(fc.as_ptr().cast(), idx)
+            _mm256_i32gather_epi32::<4>(dec.as_ptr().cast(), idx)
         }
     }
 }
 
 /// Decodes lanes 8v..8v+8 of a step (`c8`: their 8 context bytes in the low half; `active` lanes in the
-/// step) and returns their symbols, one per 32-bit lane.
+/// step) and returns their decode-table entries (the symbol in the low byte of each 32-bit lane).
 #[inline(always)]
 unsafe fn step_vec(
     l: &mut Lanes<'_>,
@@ -255,26 +369,20 @@ unsafe fn step_vec(
     t: &Tables<'_>,
 ) -> __m256i {
     // SAFETY (whole body): AVX2 intrinsics. Table reads: every context index is below the number of
-    // contexts the tables were built for (checked on entry to `decode_chunks_avx2` against the table
-    // lengths; contexts are at most 147 by construction), slots are < 4096 and symbols < 256, so each read
-    // lies inside `t.sym` (which has 32 bytes of padding for the 4-byte reads) or `t.fc`. Word loads go
-    // through slices.
+    // contexts the table was built for (checked on entry to `decode_chunks_avx2` against its length;
+    // contexts are at most 147 by construction) and slots are < 4096, so each read lies inside `t.dec`.
+    // Word loads: see `Lanes::next8`.
     unsafe {
         let c32 = _mm256_cvtepu8_epi32(c8);
         let x = l.x[v];
         let slot = _mm256_and_si256(x, _mm256_set1_epi32(0xfff));
-        let si = _mm256_or_si256(_mm256_slli_epi32::<12>(c32), slot);
-        let s = _mm256_and_si256(gather_sym(t.sym, si), _mm256_set1_epi32(0xff));
-        let fi = _mm256_or_si256(_mm256_slli_epi32::<8>(c32), s);
-        let e = gather_fc(t.fc, fi);
-        let f = _mm256_and_si256(e, _mm256_set1_epi32(0xffff));
-        let cum = _mm256_srli_epi32::<16>(e);
-        let mut nx = _mm256_sub_epi32(
-            _mm256_add_epi32(
-                _mm256_mullo_epi32(f, _mm256_srli_epi32::<PROB_BITS_I>(x)),
-                slot,
-            ),
-            cum,
+        let e = gather_dec(t.dec, _mm256_or_si256(_mm256_slli_epi32::<12>(c32), slot));
+        // e = (f − 1) << 20 | (slot − cum) << 8 | symbol.
+        let f = _mm256_add_epi32(_mm256_srli_epi32::<20>(e), _mm256_set1_epi32(1));
+        let bias = _mm256_and_si256(_mm256_srli_epi32::<8>(e), _mm256_set1_epi32(0xfff));
+        let mut nx = _mm256_add_epi32(
+            _mm256_mullo_epi32(f, _mm256_srli_epi32::<PROB_BITS_I>(x)),
+            bias,
         );
         let mut need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<16>(nx), _mm256_setzero_si256());
         let first = 8 * v;
@@ -285,17 +393,12 @@ unsafe fn step_vec(
             nx = _mm256_blendv_epi8(x, nx, on);
         }
         let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize;
-        // Past the words (a damaged chunk, caught at the end of the plane): zeros, no slow path.
-        let w16 = match l.words.get(2 * l.pos..2 * l.pos + 16) {
-            Some(b) => _mm_loadu_si128(b.as_ptr().cast()),
-            None => _mm_setzero_si128(),
-        };
         let perm = _mm256_load_si256(PERM.0[m].as_ptr().cast());
-        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16), perm);
+        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(l.next8()), perm);
         let renorm = _mm256_or_si256(_mm256_slli_epi32::<16>(nx), w);
         l.x[v] = _mm256_blendv_epi8(nx, renorm, need);
         l.pos += m.count_ones() as usize;
-        s
+        e
     }
 }
 
@@ -342,9 +445,10 @@ unsafe fn step<const K: usize, const FULL: bool>(
         vector!(3);
         let mut out = [_mm256_setzero_si256(); K];
         for k in 0..K {
-            // 4 × 8 u32 symbols to 32 bytes in lane order.
-            let a = _mm256_packus_epi32(syms[k][0], syms[k][1]);
-            let b = _mm256_packus_epi32(syms[k][2], syms[k][3]);
+            // 4 × 8 u32 symbols (low bytes) to 32 bytes in lane order.
+            let lo = |v: __m256i| _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+            let a = _mm256_packus_epi32(lo(syms[k][0]), lo(syms[k][1]));
+            let b = _mm256_packus_epi32(lo(syms[k][2]), lo(syms[k][3]));
             let bytes = _mm256_packus_epi16(a, b);
             out[k] = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         }
@@ -370,12 +474,10 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     z: &mut [&mut [u8]; K],
     sel: &mut [&mut [u8]; K],
     ids: [PatchId; K],
-    pad: &mut [Vec<u8>; 2],
 ) -> Result<(), Error> {
     let k_all = ans::contexts(c as u8);
     // The table reads rely on these sizes (see `step_vec`); the stores on the row padding.
-    if t.sym.len() < (k_all << PROB_BITS) + 32 || t.fc.len() < k_all << 8 || store.zs < store.n + 32
-    {
+    if t.dec.len() < k_all << PROB_BITS || store.zs < store.n + 32 {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
         }
@@ -384,21 +486,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     let mut x0 = [[0u32; LANES]; K];
     for k in 0..K {
         x0[k] = ans::read_states(chunks[k], ids[k])?;
-        let words = &chunks[k][STATE_BYTES..];
-        pad[k].clear();
-        pad[k].extend_from_slice(words);
-        pad[k].extend_from_slice(&[0; 16]);
     }
-    let pad = &*pad;
     // SAFETY (whole body): AVX2 intrinsics on registers; memory through slices and `step_vec` (see there).
     // No closures here: a closure would be compiled without the caller's target features.
     unsafe {
-        let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes {
-            x: [_mm256_setzero_si256(); 4],
-            words: &pad[k],
-            nwords: (chunks[k].len() - STATE_BYTES) / 2,
-            pos: 0,
-        });
+        let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes::new(&chunks[k][STATE_BYTES..]));
         for k in 0..K {
             for v in 0..4 {
                 l[k].x[v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
@@ -445,6 +537,10 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                     sel[k][at..at + nsel].copy_from_slice(&sbuf[k][(r - 1) * nsel..r * nsel]);
                 }
             }
+            // Residual contexts of plane p stay in its range by construction: when every one of them has a
+            // table, the per-step check can go.
+            let (lo, hi) = ans::residual_context_range(p);
+            let plane_used = (lo..=hi).all(|ctx| t.used[ctx / 64] >> (ctx % 64) & 1 == 1);
             for r in 0..ph {
                 let cur = store.zrow(p, r);
                 for c0 in (0..pw).step_by(RUN) {
@@ -463,7 +559,9 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                                 &kc,
                             )
                         };
-                        check_used(ctx[k], active, &kc, ids[k])?;
+                        if !plane_used {
+                            check_used(ctx[k], active, &kc, ids[k])?;
+                        }
                     }
                     let s = if active == LANES {
                         step::<K, true>(&mut l, &ctx, LANES, &t)

@@ -42,6 +42,15 @@ pub fn residual_context(plane: usize, bucket: u8, z0: u8) -> u8 {
     }
 }
 
+/// The lowest and highest residual context of plane `plane` (every bucket and class).
+pub(crate) fn residual_context_range(plane: usize) -> (usize, usize) {
+    let lo = usize::from(residual_context(plane, 0, 0));
+    (
+        lo,
+        usize::from(residual_context(plane, FIRST_ROW_BUCKET, 255)),
+    )
+}
+
 /// The context of plane `plane`'s selectors.
 #[inline(always)]
 pub fn selector_context(plane: usize) -> u8 {
@@ -162,12 +171,13 @@ impl AnsTables {
 
     /// The decode table the CPU decoders (and a GPU kernel) index by `(ctx << 12) | slot`, slot = state & 4095:
     /// one `u32` per slot, `(f − 1) << 20 | (slot − cum) << 8 | symbol`. `out` is resized to
-    /// `contexts() · 4096` entries; entries of unused contexts are left as they were (callers check
-    /// [`Self::used_mask`] before looking a context up).
+    /// `contexts() · 4096` entries (a fresh zeroed buffer when it grows); entries of unused contexts are left
+    /// as they were (callers check [`Self::used_mask`] before looking a context up).
     pub fn decode_table(&self, out: &mut Vec<u32>) {
         let len = self.freqs.len() << PROB_BITS;
         if out.len() < len {
-            out.resize(len, 0);
+            // A fresh zeroed allocation (calloc: untouched pages of unused contexts cost nothing).
+            *out = vec![0; len];
         }
         for (ctx, f) in self.freqs.iter().enumerate() {
             let Some(f) = f else { continue };
@@ -187,8 +197,8 @@ impl AnsTables {
         }
     }
 
-    /// The two small tables the CPU decoders use (a table of `u32` per slot is 16 KiB per context, more
-    /// than a core's L2 holds for a photo's ~100 contexts): `sym[(ctx << 12) | slot]` is the symbol of a
+    /// The decode table split in two smaller ones, for decoders whose table memory is scarce (a table of
+    /// `u32` per slot is 16 KiB per context): `sym[(ctx << 12) | slot]` is the symbol of a
     /// slot, and `fc[(ctx << 8) | sym]` is `f | cum << 16` for it. Both are resized to cover every context
     /// (`sym` with 32 bytes of padding for 32-bit gathers); entries of unused contexts are left as they were.
     pub fn symbol_tables(&self, sym: &mut Vec<u8>, fc: &mut Vec<u32>) {
@@ -511,11 +521,10 @@ pub(crate) struct ScalarDecoder<'a> {
     pub id: PatchId,
 }
 
-/// The decode tables of [`AnsTables::symbol_tables`] with the used-context mask.
+/// The decode table of [`AnsTables::decode_table`] with the used-context mask.
 #[derive(Clone, Copy)]
 pub(crate) struct Tables<'a> {
-    pub sym: &'a [u8],
-    pub fc: &'a [u32],
+    pub dec: &'a [u32],
     pub used: [u64; 4],
 }
 
@@ -543,10 +552,9 @@ impl ScalarDecoder<'_> {
             let lane = j % LANES;
             let s = self.x[lane];
             let slot = s & (PROB_SCALE - 1);
-            let sym = self.t.sym[(usize::from(c) << PROB_BITS) | slot as usize];
-            let e = self.t.fc[(usize::from(c) << 8) | usize::from(sym)];
-            *o = sym;
-            let s = (e & 0xffff) * (s >> PROB_BITS) + slot - (e >> 16);
+            let e = self.t.dec[(usize::from(c) << PROB_BITS) | slot as usize];
+            *o = e as u8;
+            let s = ((e >> 20) + 1) * (s >> PROB_BITS) + ((e >> 8) & (PROB_SCALE - 1));
             let w = match self.words.get(2 * pos..2 * pos + 2) {
                 Some(b) => u32::from(u16::from_le_bytes([b[0], b[1]])),
                 None => 0,

@@ -10,6 +10,10 @@ pub(crate) const GROUP: usize = 8;
 /// Most groups in a row (224 / 8).
 pub(crate) const MAX_GROUPS: usize = 28;
 
+/// A row's group widths as the decoder keeps them: room for 32 so that a vector register holds them all
+/// (entries from `groups(pw)` on are ignored).
+pub(crate) type Widths = [u8; 32];
+
 /// Groups in a row of `pw` pixels.
 #[inline(always)]
 pub(crate) fn groups(pw: usize) -> usize {
@@ -112,6 +116,45 @@ fn window_tail(data: &[u8], at: usize) -> (u64, u8) {
 /// nbit change of each 2-bit code (3 = escape, handled apart).
 const CODE_DELTA: [i32; 4] = [0, 1, -1, 0];
 
+/// The widths of the `ng` groups of a row r ≥ 1 from their 2-bit `codes` and the row above's widths
+/// `prev`, into `out`; returns the escaped groups and the groups whose width leaves 0..=8, as bit masks.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn widths_from_codes<const AVX2: bool>(
+    codes: u64,
+    prev: &Widths,
+    ng: usize,
+    out: &mut Widths,
+) -> (u32, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2 check.
+        return unsafe { crate::simd::v2::widths_from_codes(codes, prev, ng, out) };
+    }
+    let (mut escaped, mut bad) = (0u32, 0u32);
+    for (g, nb) in out[..ng].iter_mut().enumerate() {
+        let code = ((codes >> (2 * g)) & 3) as usize;
+        let esc = code == 3;
+        let v = i32::from(prev[g]) + CODE_DELTA[code];
+        escaped |= u32::from(esc) << g;
+        bad |= u32::from(!esc && !(0..=8).contains(&v)) << g;
+        *nb = v as u8;
+    }
+    (escaped, bad)
+}
+
+/// Σ `nbit[..ng]`.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn sum_widths<const AVX2: bool>(nbit: &Widths, ng: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is true only after the run-time AVX2 check.
+        return unsafe { crate::simd::v2::sum_widths(nbit, ng) };
+    }
+    nbit[..ng].iter().map(|&nb| usize::from(nb)).sum()
+}
+
 /// Decodes the rows of one (plane, patch) in order.
 pub(crate) struct BpRows<'a> {
     data: &'a [u8],
@@ -119,14 +162,16 @@ pub(crate) struct BpRows<'a> {
     pos: usize,
     pw: usize,
     row: usize,
-    nbit: [u8; MAX_GROUPS],
+    nbit: Widths,
     id: PatchId,
 }
 
 /// The parsed head of a row: where its deltas start and each group's width.
 pub(crate) struct RowHead {
     pub delta_bit: usize,
-    pub nbit: [u8; MAX_GROUPS],
+    pub nbit: Widths,
+    /// Σ nbit over the row's groups.
+    pub sum: usize,
 }
 
 impl<'a> BpRows<'a> {
@@ -136,7 +181,7 @@ impl<'a> BpRows<'a> {
             pos: 0,
             pw,
             row: 0,
-            nbit: [0; MAX_GROUPS],
+            nbit: [0; 32],
             id,
         }
     }
@@ -153,8 +198,9 @@ impl<'a> BpRows<'a> {
 
     /// Parses the selectors (into `sels`) and the nbit codes of the next row, checks that the whole row lies
     /// inside the patch, and advances past it. The deltas are then read with [`window`] from `delta_bit`.
+    /// `AVX2` may be true only after the run-time AVX2+BMI2 check (see `crate::simd::has_avx2_bmi2`).
     #[inline(always)]
-    pub(crate) fn head(&mut self, sels: &mut [u8]) -> Result<RowHead, Error> {
+    pub(crate) fn head<const AVX2: bool>(&mut self, sels: &mut [u8]) -> Result<RowHead, Error> {
         let (pw, ng, nsel) = (self.pw, groups(self.pw), runs(self.pw));
         let rest = &self.data[self.pos..];
         let min = min_row_len(pw, self.row);
@@ -162,7 +208,7 @@ impl<'a> BpRows<'a> {
             return Err(self.past_end(8 * min));
         }
         let mut bit = 0usize;
-        let mut nbit = [0u8; MAX_GROUPS];
+        let mut nbit: Widths = [0; 32];
         if self.row == 0 {
             // 4 bits per group, at most 28 groups: read them from 64-bit windows.
             for (g, nb) in nbit[..ng].iter_mut().enumerate() {
@@ -182,24 +228,9 @@ impl<'a> BpRows<'a> {
             // At most 28 two-bit codes: one window holds them all. Branch-free: code → delta by table,
             // escapes collected as a bit mask and read after.
             let codes = window(rest, bit);
-            let mut escaped = 0u32;
-            let mut bad = false;
-            for (g, nb) in nbit[..ng].iter_mut().enumerate() {
-                let code = ((codes >> (2 * g)) & 3) as usize;
-                let esc = code == 3;
-                let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
-                escaped |= u32::from(esc) << g;
-                bad |= !esc && !(0..=8).contains(&v);
-                *nb = v as u8;
-            }
-            if bad {
-                let g = (0..ng)
-                    .find(|&g| {
-                        let code = ((codes >> (2 * g)) & 3) as usize;
-                        let v = i32::from(self.nbit[g]) + CODE_DELTA[code];
-                        code != 3 && !(0..=8).contains(&v)
-                    })
-                    .unwrap_or(0);
+            let (mut escaped, bad) = widths_from_codes::<AVX2>(codes, &self.nbit, ng, &mut nbit);
+            if bad != 0 {
+                let g = bad.trailing_zeros() as usize;
                 let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
                 return Err(self.bad_nbit(g, v));
             }
@@ -216,7 +247,7 @@ impl<'a> BpRows<'a> {
             }
         }
         // Every group but the last has 8 pixels.
-        let sum: usize = nbit[..ng].iter().map(|&nb| usize::from(nb)).sum();
+        let sum = sum_widths::<AVX2>(&nbit, ng);
         let last = pw - (ng - 1) * GROUP;
         let bits = bit + GROUP * sum - (GROUP - last) * usize::from(nbit[ng - 1]);
         if 8 * rest.len() < bits {
@@ -225,6 +256,7 @@ impl<'a> BpRows<'a> {
         let head = RowHead {
             delta_bit: 8 * self.pos + bit,
             nbit,
+            sum,
         };
         self.pos += bits.div_ceil(8);
         self.row += 1;
@@ -256,7 +288,7 @@ impl<'a> BpRows<'a> {
     /// Decodes the next row's residual codes into `z[..pw]` and its selectors into `sels` (portable).
     #[inline(always)]
     pub(crate) fn next_row(&mut self, z: &mut [u8], sels: &mut [u8]) -> Result<(), Error> {
-        let h = self.head(sels)?;
+        let h = self.head::<false>(sels)?;
         let mut bit = h.delta_bit;
         for (g, &nb) in h.nbit[..groups(self.pw)].iter().enumerate() {
             let v = window(self.data, bit);
