@@ -339,19 +339,6 @@ impl<'a> Grid<'a> {
         )
     }
 
-    /// The patches under `r`, one grid row at a time: the row's first patch index and how many follow.
-    fn rows_under(&self, r: Rect) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let nn = self.n;
-        let (gx0, gx1) = (r.x / nn, (r.x + r.w - 1) / nn);
-        let (gy0, gy1) = (r.y / nn, (r.y + r.h - 1) / nn);
-        (gy0..=gy1).map(move |gy| {
-            (
-                (gy * self.patches_x + gx0) as usize,
-                (gx1 - gx0 + 1) as usize,
-            )
-        })
-    }
-
     /// File byte range of patch `p` of every channel (entries past `channels` are empty).
     fn patch_ranges(&self, p: usize) -> Result<[Range<u64>; 4], SourceError> {
         let mut out: [Range<u64>; 4] = Default::default();
@@ -461,7 +448,7 @@ impl SamplePlan {
         let r = win.src;
         // Gray is decoded once and copied to R, G, B; alpha is never decoded.
         let (decoded, copies) = if grid.channels == 1 { (1, 3u8) } else { (3, 1) };
-        for (first, count) in grid.rows_under(r) {
+        for (first, count) in r.patch_rows(grid.n, grid.patches_x) {
             let mut ranges = Vec::with_capacity(count);
             for p in first..first + count {
                 ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
@@ -579,7 +566,7 @@ impl SamplePlan {
             Profile::Ans => 1,
             Profile::Bp => decoded as usize,
         };
-        for (first, count) in grid.rows_under(r) {
+        for (first, count) in r.patch_rows(grid.n, grid.patches_x) {
             let mut ranges = Vec::with_capacity(count);
             for p in first..first + count {
                 ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);

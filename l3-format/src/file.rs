@@ -27,6 +27,20 @@ impl Rect {
             && u64::from(self.x) + u64::from(self.w) <= u64::from(width)
             && u64::from(self.y) + u64::from(self.h) <= u64::from(height)
     }
+
+    /// The patches of an N×N grid (`patches_x` patches per row, raster order) whose rectangles meet this
+    /// non-empty one, one row of the grid at a time: `(first patch of the row, patches in the row)`.
+    pub fn patch_rows(
+        &self,
+        patch_size: u32,
+        patches_x: u32,
+    ) -> impl Iterator<Item = (usize, usize)> + use<> {
+        let n = patch_size;
+        let (gx0, gx1) = (self.x / n, (self.x + self.w - 1) / n);
+        let (gy0, gy1) = (self.y / n, (self.y + self.h - 1) / n);
+        let px = patches_x as usize;
+        (gy0..=gy1).map(move |gy| (gy as usize * px + gx0 as usize, (gx1 - gx0 + 1) as usize))
+    }
 }
 
 impl std::fmt::Display for Rect {
@@ -77,11 +91,7 @@ impl Geometry {
     /// The patches whose rectangles meet `region` (which must fit the image), one row of the grid at a time:
     /// `(first patch of the row, patches in the row)`.
     pub fn rows_under(&self, region: Rect) -> impl Iterator<Item = (usize, usize)> + use<> {
-        let n = self.patch_size as u32;
-        let (gx0, gx1) = (region.x / n, (region.x + region.w - 1) / n);
-        let (gy0, gy1) = (region.y / n, (region.y + region.h - 1) / n);
-        let px = self.patches_x as usize;
-        (gy0..=gy1).map(move |gy| (gy as usize * px + gx0 as usize, (gx1 - gx0 + 1) as usize))
+        region.patch_rows(u32::from(self.patch_size), self.patches_x)
     }
 
     /// Parses the fixed header (the caller has checked that `bytes` holds it) against `limits`.

@@ -98,7 +98,8 @@ pub(crate) fn l3_format(
             let v = if let Ok(v) = f.extract::<i64>() {
                 Some(v)
             } else if let Ok(s) = f.extract::<String>() {
-                match s.to_ascii_lowercase().trim_start_matches('v') {
+                let s = s.to_ascii_lowercase();
+                match s.strip_prefix('v').unwrap_or(&s) {
                     "1" => Some(1),
                     "2" => Some(2),
                     _ => None,

@@ -791,15 +791,15 @@ fn storage_options(
     cache_limit: Option<u64>,
 ) -> PyResult<StorageOptions> {
     let opt_err = |m: String| raise(py, Kind::Options, m);
-    let bandwidth = match storage_mbps.map(|m| (m, StorageOptions::bytes_per_sec(m))) {
-        None => None,
-        Some((_, Some(b))) => Some(b),
-        Some((m, None)) => {
-            return Err(opt_err(format!(
-                "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
-            )));
-        }
-    };
+    let bandwidth = storage_mbps
+        .map(|m| {
+            StorageOptions::bytes_per_sec(m).ok_or_else(|| {
+                opt_err(format!(
+                    "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
+                ))
+            })
+        })
+        .transpose()?;
     let cache = match (cache_dir, cache_limit) {
         (None, None) => None,
         (Some(dir), limit) => Some(CacheOptions {

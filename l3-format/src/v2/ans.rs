@@ -197,32 +197,6 @@ impl AnsTables {
         }
     }
 
-    /// The decode table split in two smaller ones, for decoders whose table memory is scarce (a table of
-    /// `u32` per slot is 16 KiB per context): `sym[(ctx << 12) | slot]` is the symbol of a
-    /// slot, and `fc[(ctx << 8) | sym]` is `f | cum << 16` for it. Both are resized to cover every context
-    /// (`sym` with 32 bytes of padding for 32-bit gathers); entries of unused contexts are left as they were.
-    pub fn symbol_tables(&self, sym: &mut Vec<u8>, fc: &mut Vec<u32>) {
-        let k = self.freqs.len();
-        // Fresh zeroed allocations (calloc: untouched pages of unused contexts cost nothing).
-        if sym.len() < (k << PROB_BITS) + 32 {
-            *sym = vec![0; (k << PROB_BITS) + 32];
-        }
-        if fc.len() < k << 8 {
-            *fc = vec![0; k << 8];
-        }
-        for (ctx, f) in self.freqs.iter().enumerate() {
-            let Some(f) = f else { continue };
-            let t = &mut sym[ctx << PROB_BITS..(ctx + 1) << PROB_BITS];
-            let mut cum = 0usize;
-            for (s, &fs) in f.iter().enumerate() {
-                let fs = usize::from(fs);
-                t[cum..cum + fs].fill(s as u8);
-                fc[(ctx << 8) | s] = fs as u32 | (cum as u32) << 16;
-                cum += fs;
-            }
-        }
-    }
-
     /// Bit `ctx` set when context `ctx` has a table (contexts < 256).
     pub fn used_mask(&self) -> [u64; 4] {
         let mut m = [0u64; 4];
