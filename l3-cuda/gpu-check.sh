@@ -5,7 +5,10 @@
 # Run from the repository root:
 #     bash l3-cuda/gpu-check.sh [OUT_DIR] [STEP...]
 # Steps (default: tests memcheck racecheck synccheck):
-#   tests      every test binary: the GPU tests (tests/gpu.rs) and the CPU simulation (src/sim_tests.rs)
+#   tests      every test binary: the GPU tests (tests/gpu.rs), the CPU simulation (src/sim_tests.rs), and
+#              the loader's device-resident batches against its CPU batches (loader/tests/gpu.rs)
+#   python     the Python package's tests on the GPU (device batches into torch and JAX through DLPack),
+#              from the carried wheel, in a virtual environment that sees the machine's torch and JAX
 #   memcheck   the GPU tests under compute-sanitizer memcheck (out-of-bounds, misaligned, leaks)
 #   racecheck  ... racecheck (shared-memory races; the corpus-sized tests are left to memcheck)
 #   synccheck  ... synccheck (barrier misuse)
@@ -64,7 +67,22 @@ for s in $STEPS; do
     case "$s" in
     tests)
         step tests-gpu "$BIN/gpu" --test-threads=1 --nocapture
-        step tests-lib "$BIN/l3_cuda" --test-threads=4 --nocapture ;;
+        step tests-lib "$BIN/l3_cuda" --test-threads=4 --nocapture
+        step tests-loader "$BIN/loader_gpu" --test-threads=1 --nocapture ;;
+    python)
+        if ls "$BIN"/wheels/*.whl >/dev/null 2>&1; then
+            venv="$OUT_DIR/venv"
+            python3 -m venv --system-site-packages "$venv" &&
+                "$venv/bin/pip" install --no-deps --no-index "$BIN"/wheels/*.whl >"$OUT_DIR/pip.log" 2>&1
+            if "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
+                step python "$venv/bin/python" -m pytest -q -rs "$ROOT/bindings/python/tests/test_frameworks.py" \
+                    "$ROOT/bindings/python/tests/test_loader.py"
+            else
+                echo "python skipped: no pytest on this machine"
+            fi
+        else
+            echo "python skipped: no wheel in $BIN/wheels"
+        fi ;;
     memcheck) sanitizer memcheck "--leak-check full" "" ;;
     # racecheck and synccheck are slow: the corpus-sized tests are left to memcheck.
     racecheck) sanitizer racecheck "--racecheck-report all" "--skip corpus" ;;

@@ -33,7 +33,9 @@ pub struct StreamArgs {
     pub rank: usize,
     #[arg(long, default_value_t = 1)]
     pub world_size: usize,
-    /// Decode L3 on the GPU (CUDA device 0); fails with the reason when no GPU can do it.
+    /// Decode L3 on the GPU (CUDA device 0) into device-resident batches (only the patches under each
+    /// crop; crop, flip, layout, type and normalisation in the kernel); fails with the reason when no GPU
+    /// can do it.
     #[arg(long)]
     pub gpu: bool,
     /// With --gpu: decode a batch the GPU fails on with the CPU instead of stopping (counted, logged once).
@@ -360,7 +362,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     }
     if a.gpu {
         println!(
-            "  gpu: {} batches decoded on the GPU, {} on the CPU after a GPU failure",
+            "  gpu: {} batches decoded on the GPU into device memory, {} on the CPU after a GPU failure",
             s.gpu_batches, s.gpu_fallback_batches
         );
     }

@@ -188,15 +188,22 @@ impl Origin {
 ///
 /// For a DLPack export: [`device_ptr`](Self::device_ptr), [`tensor`](Self::tensor) (shape, strides,
 /// element type), [`device_ordinal`](Self::device_ordinal); the consumer's stream waits with
-/// [`wait_in`](Self::wait_in), and the deleter hands the memory back with [`free_after`](Self::free_after).
+/// [`wait_in`](Self::wait_in). Every stream passed to `wait_in` is remembered, and dropping the batch
+/// frees its output only after the work queued on those streams so far: a consumer's last kernels may
+/// still be reading it when the consumer lets go (what a DLPack deleter does).
 #[derive(Debug)]
 pub struct DecodedBatch {
-    output: DeviceOutput,
+    /// `Some` until the batch is dropped or freed with [`free_after`](Self::free_after).
+    output: Option<DeviceOutput>,
     images: Vec<ImageSlot>,
     tensor: Option<TensorInfo>,
     err: CudaSlice<u32>,
     ready: CudaEvent,
     origin: Origin,
+    /// Reads the error word back: not the decode stream, where later batches may already be queued.
+    readback: Arc<CudaStream>,
+    /// The streams made to wait with [`wait_in`](Self::wait_in) (as addresses: `CUstream` is a pointer).
+    consumers: Mutex<Vec<usize>>,
     /// Where the launch's ANS blocks left their residual codes: kept until the batch is dropped (freed
     /// in stream order after the launch).
     _scratch: CudaSlice<u8>,
@@ -208,12 +215,13 @@ impl DecodedBatch {
     pub fn images(&self) -> &[ImageSlot] {
         &self.images
     }
+
     pub fn output(&self) -> &DeviceOutput {
-        &self.output
-    }
-    pub fn into_output(self) -> DeviceOutput {
         self.output
+            .as_ref()
+            .expect("present until the batch is dropped")
     }
+
     /// Recorded on the decode stream right after the launch.
     pub fn ready(&self) -> &CudaEvent {
         &self.ready
@@ -229,28 +237,29 @@ impl DecodedBatch {
     /// [`free_after`](Self::free_after), until the stream passed there frees it) lives. Reading it before
     /// [`ready`](Self::ready) completed reads unfinished output.
     pub fn device_ptr(&self) -> u64 {
-        self.output.ptr()
+        self.output().ptr()
     }
 
     /// Bytes of output.
     pub fn byte_len(&self) -> usize {
-        self.output.num_bytes()
+        self.output().num_bytes()
     }
 
     /// The CUDA device the output lives on (DLPack's `device_id`).
     pub fn device_ordinal(&self) -> usize {
-        self.output.context().ordinal()
+        self.output().context().ordinal()
     }
 
     /// Makes `stream` (any stream of this device's primary context or of the decoder's context, e.g. a
     /// PyTorch stream's `cuda_stream` handle) wait for the decode, without blocking the host: what DLPack's
-    /// `__dlpack__(stream=...)` asks of a producer.
+    /// `__dlpack__(stream=...)` asks of a producer. The stream is remembered: dropping the batch frees the
+    /// output after the work queued on it by then.
     ///
     /// # Safety
-    /// `stream` must be a live stream handle (or null for the legacy default stream) of the context this
-    /// batch was decoded in.
+    /// `stream` must be a live stream handle (or `CU_STREAM_LEGACY` / `CU_STREAM_PER_THREAD`) of the
+    /// context this batch was decoded in, and must stay alive until the batch is dropped.
     pub unsafe fn wait_in(&self, stream: sys::CUstream) -> Result<(), Error> {
-        self.output
+        self.output()
             .context()
             .bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
@@ -262,29 +271,72 @@ impl DecodedBatch {
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
-        .map_err(|e| Error::driver("cuStreamWaitEvent", e))
+        .map_err(|e| Error::driver("cuStreamWaitEvent", e))?;
+        let mut consumers = self.consumers.lock().unwrap_or_else(|p| p.into_inner());
+        if !consumers.contains(&(stream as usize)) {
+            consumers.push(stream as usize);
+        }
+        Ok(())
     }
 
-    /// Frees the output in `stream`'s order, after the work queued there so far (and after the decode):
-    /// a DLPack deleter, called when the consumer drops the tensor while its last kernels may still be
-    /// queued on its stream. The rest of the batch (error word, event) is released at once.
+    /// Frees the output in `stream`'s order, after the work queued there so far (and after the decode,
+    /// and after the work queued so far on every stream passed to [`wait_in`](Self::wait_in)): an
+    /// explicit DLPack deleter. The rest of the batch (error word, event) is released at once.
     ///
     /// # Safety
     /// `stream` must be a live stream handle of the context this batch was decoded in, and nothing may
     /// use [`device_ptr`](Self::device_ptr) after work queued on `stream` from now on.
-    pub unsafe fn free_after(self, stream: sys::CUstream) -> Result<(), Error> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.wait_in(stream)? };
-        let ctx = self.output.context().clone();
-        let ptr = self.output.leak();
+    pub unsafe fn free_after(mut self, stream: sys::CUstream) -> Result<(), Error> {
+        // SAFETY: forwarded from the caller; earlier consumers were vouched for by `wait_in`'s callers.
+        unsafe {
+            self.wait_in(stream)?;
+            self.free_in_consumer_order()
+        }
+    }
+
+    /// Frees the output after the work queued so far on every consumer stream: the first consumer waits
+    /// for the others, and the memory is freed in its order.
+    ///
+    /// # Safety
+    /// Every remembered consumer stream is alive (the contract of [`wait_in`](Self::wait_in)).
+    unsafe fn free_in_consumer_order(&mut self) -> Result<(), Error> {
+        let consumers = std::mem::take(self.consumers.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let Some((&first, rest)) = consumers.split_first() else {
+            return Ok(());
+        };
+        let Some(output) = self.output.take() else {
+            return Ok(());
+        };
+        let ctx = output.context().clone();
+        ctx.bind_to_thread()
+            .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
+        let first = first as sys::CUstream;
+        for &other in rest {
+            let joined = ctx
+                .new_event(None)
+                .map_err(|e| Error::driver("cuEventCreate", e))?;
+            // SAFETY: live streams (the caller's contract), a live event.
+            unsafe {
+                result::event::record(joined.cu_event(), other as sys::CUstream)
+                    .map_err(|e| Error::driver("cuEventRecord", e))?;
+                result::stream::wait_event(
+                    first,
+                    joined.cu_event(),
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+                .map_err(|e| Error::driver("cuStreamWaitEvent", e))?;
+            }
+        }
+        let ptr = output.leak();
         if ctx.has_async_alloc() {
-            // SAFETY: `ptr` is a live allocation nobody else frees (leaked above); freed in stream order.
-            unsafe { result::free_async(ptr, stream) }
+            // SAFETY: `ptr` is a live allocation nobody else frees (leaked above); freed in stream order,
+            // after every consumer's queued work (joined above) and the decode (each consumer waited).
+            unsafe { result::free_async(ptr, first) }
                 .map_err(|e| Error::driver("cuMemFreeAsync", e))
         } else {
             // SAFETY: as above; the stream has finished every use when it is synchronised.
             unsafe {
-                result::stream::synchronize(stream)
+                result::stream::synchronize(first)
                     .map_err(|e| Error::driver("cuStreamSynchronize", e))?;
                 result::free_sync(ptr).map_err(|e| Error::driver("cuMemFree", e))
             }
@@ -292,39 +344,54 @@ impl DecodedBatch {
     }
 
     /// Blocks until the decode finished and reports a patch the kernel found corrupt
-    /// ([`Error::CorruptRows`], naming the image's batch index).
+    /// ([`Error::CorruptRows`], naming the image's batch index). Later batches queued on the decode
+    /// stream are not waited for.
     pub fn wait(&self) -> Result<(), Error> {
         self.ready
             .synchronize()
             .map_err(|e| Error::driver("cuEventSynchronize", e))?;
-        let stream = self.err.stream().clone();
-        let err = stream
+        let err = self
+            .readback
             .clone_dtoh(&self.err)
             .map_err(|e| Error::driver("cuMemcpyDtoH", e))?;
         self.origin.kernel_error(err[0])
     }
 
-    /// Waits, then copies the output to the host as raw bytes (native-endian elements): for tests and tools.
+    /// Waits, then copies the output to the host as raw bytes (native-endian elements): for tests, tools
+    /// and consumers that want host memory.
     pub fn to_host_bytes(&self) -> Result<Vec<u8>, Error> {
         self.wait()?;
         let copy = |e| Error::driver("cuMemcpyDtoH", e);
-        Ok(match &self.output {
-            DeviceOutput::U8(s) => s.stream().clone_dtoh(s).map_err(copy)?,
-            DeviceOutput::F32(s) => s
-                .stream()
+        let rb = &self.readback;
+        Ok(match self.output() {
+            DeviceOutput::U8(s) => rb.clone_dtoh(s).map_err(copy)?,
+            DeviceOutput::F32(s) => rb
                 .clone_dtoh(s)
                 .map_err(copy)?
                 .iter()
                 .flat_map(|v| v.to_ne_bytes())
                 .collect(),
-            DeviceOutput::F16(s) => s
-                .stream()
+            DeviceOutput::F16(s) => rb
                 .clone_dtoh(s)
                 .map_err(copy)?
                 .iter()
                 .flat_map(|v| v.to_ne_bytes())
                 .collect(),
         })
+    }
+}
+
+impl Drop for DecodedBatch {
+    fn drop(&mut self) {
+        // SAFETY: every remembered consumer stream was vouched alive until now by `wait_in`'s caller.
+        if let Err(e) = unsafe { self.free_in_consumer_order() } {
+            // The memory cannot be freed in the consumers' order: wait for the whole device instead, so
+            // that the plain free below cannot race a consumer's kernel.
+            eprintln!("l3-cuda: {e}; synchronising the device before freeing a batch");
+            if let Some(out) = &self.output {
+                let _ = out.context().synchronize();
+            }
+        }
     }
 }
 
@@ -785,7 +852,14 @@ impl BatchDecoder {
             None,
         )?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let batch = launch(&self.kernels, &self.decode_stream, plan, input, off)?;
+        let batch = launch(
+            &self.kernels,
+            &self.decode_stream,
+            &self.copy_stream,
+            plan,
+            input,
+            off,
+        )?;
         self.track(batch)
     }
 
@@ -819,7 +893,14 @@ impl BatchDecoder {
         let p = plan.clone();
         let slot = self.stage(off, 0, |dst| pack_sample_input(&p, sources, off, dst), None)?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let batch = launch_samples(&self.kernels, &self.decode_stream, plan, input, off)?;
+        let batch = launch_samples(
+            &self.kernels,
+            &self.decode_stream,
+            &self.copy_stream,
+            plan,
+            input,
+            off,
+        )?;
         self.track(batch)
     }
 
@@ -852,7 +933,14 @@ impl BatchDecoder {
             .map_err(|e| Error::driver("cuEventRecord", e))?;
         batch.copied = Some(ev);
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let decoded = launch(&self.kernels, &self.decode_stream, plan, input, off)?;
+        let decoded = launch(
+            &self.kernels,
+            &self.decode_stream,
+            &self.copy_stream,
+            plan,
+            input,
+            off,
+        )?;
         self.track(decoded)
     }
 
@@ -1012,6 +1100,7 @@ impl BatchDecoder {
             Origin::Images(plan) => launch(
                 &self.kernels,
                 &self.decode_stream,
+                &self.copy_stream,
                 plan.clone(),
                 &batch.input,
                 batch.offsets,
@@ -1019,6 +1108,7 @@ impl BatchDecoder {
             Origin::Samples(plan) => launch_samples(
                 &self.kernels,
                 &self.decode_stream,
+                &self.copy_stream,
                 plan.clone(),
                 &batch.input,
                 batch.offsets,
@@ -1120,6 +1210,7 @@ fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Er
 fn launch(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
+    readback: &Arc<CudaStream>,
     plan: Arc<BatchPlan>,
     input: &CudaSlice<u8>,
     off: InputOffsets,
@@ -1171,12 +1262,14 @@ fn launch(
         .record_event(None)
         .map_err(|e| Error::driver("cuEventRecord", e))?;
     Ok(DecodedBatch {
-        output,
+        output: Some(output),
         images: plan.images.clone(),
         tensor: plan.tensor(),
         err,
         ready,
         origin: Origin::Images(plan),
+        readback: readback.clone(),
+        consumers: Mutex::new(Vec::new()),
         _scratch: scratch,
     })
 }
@@ -1185,6 +1278,7 @@ fn launch(
 fn launch_samples(
     kernels: &Kernels,
     stream: &Arc<CudaStream>,
+    readback: &Arc<CudaStream>,
     plan: Arc<SamplePlan>,
     input: &CudaSlice<u8>,
     off: InputOffsets,
@@ -1255,12 +1349,14 @@ fn launch_samples(
         })
         .collect();
     Ok(DecodedBatch {
-        output,
+        output: Some(output),
         images,
         tensor: Some(plan.tensor()),
         err,
         ready,
         origin: Origin::Samples(plan),
+        readback: readback.clone(),
+        consumers: Mutex::new(Vec::new()),
         _scratch: scratch,
     })
 }

@@ -86,6 +86,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// The batch index of the image (or sample) this error is about, when it is about one image rather
+    /// than the device or the whole batch: a loader drops that item and decodes the rest.
+    pub fn image_index(&self) -> Option<usize> {
+        match *self {
+            Error::Image { index, .. }
+            | Error::CorruptRows { index, .. }
+            | Error::BadWindow { index, .. }
+            | Error::OffsetTableMismatch { index }
+            | Error::CorruptPatch { index, .. } => Some(index),
+            _ => None,
+        }
+    }
+
     /// The driver's own name and description of the code (`CUDA_ERROR_OUT_OF_MEMORY: out of memory`),
     /// not the binding's Debug text.
     pub(crate) fn driver(call: &'static str, e: cudarc::driver::DriverError) -> Self {

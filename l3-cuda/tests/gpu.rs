@@ -503,6 +503,41 @@ fn gpu_sample_batch_exports_pointer_and_events() {
     compute.synchronize().unwrap();
 }
 
+/// Dropping a batch that two consumer streams waited on frees it only after the work queued on both:
+/// each stream's copy of the output, queued before the drop, still reads the decoded bytes (and
+/// compute-sanitizer's memcheck sees no use after free).
+#[test]
+fn gpu_dropped_batch_outlives_its_consumers_queued_work() {
+    let Some(mut dec) = decoder_or_skip() else {
+        return;
+    };
+    let case = common::random_sample_case(9, 6, Layout::Nchw, DType::U8, None);
+    let parts = case.fragment_parts();
+    let sources = common::sample_sources(&case, &parts);
+    let (a, b) = (
+        dec.high_priority_stream().unwrap(),
+        dec.context().new_stream().unwrap(),
+    );
+    let batch = dec
+        .submit_samples(&sources, &case.windows, &case.opts)
+        .unwrap();
+    // SAFETY: both are live streams of the decoder's context, alive past the drop below.
+    unsafe {
+        batch.wait_in(a.cu_stream()).unwrap();
+        batch.wait_in(b.cu_stream()).unwrap();
+    }
+    let l3_cuda::DeviceOutput::U8(out) = batch.output() else {
+        panic!("u8 output")
+    };
+    let (copy_a, copy_b) = (a.clone_dtod(out).unwrap(), b.clone_dtod(out).unwrap());
+    drop(batch);
+    let want = common::reference_samples(&case.files(), &case.windows, &case.opts);
+    for (s, copy, tag) in [(&a, &copy_a, "stream a"), (&b, &copy_b, "stream b")] {
+        let host = s.clone_dtoh(copy).unwrap();
+        common::check_samples(&host, &want, &case.opts, &[], tag);
+    }
+}
+
 /// Resident sample input (the kernel-speed path) decodes to the same bytes, repeatedly.
 #[test]
 fn gpu_resident_samples_match_reference() {

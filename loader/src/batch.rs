@@ -1,20 +1,31 @@
 //! What the loader delivers: a [`Batch`] of samples in one [`Tensor`], with labels and provenance.
 
+use crate::error::{Error, Result};
 use crate::format::Format;
+use crate::loader::Device;
 use crate::pipeline::buffer::HostBuffer;
 use crate::sample::{DType, Layout};
 use std::time::Duration;
 
-/// A dense batch tensor `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW) of `u8`, `f16` or `f32` elements.
+/// A dense batch tensor `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW) of `u8`, `f16` or `f32` elements,
+/// in host memory or on a CUDA device ([`device`](Tensor::device)).
 ///
 /// Host tensors live in 64-byte-aligned memory that returns to the loader's pool when the tensor is
-/// dropped; export them without a copy through [`as_ptr`](Tensor::as_ptr) (DLPack, NumPy).
+/// dropped; export them without a copy through [`as_ptr`](Tensor::as_ptr) (DLPack, NumPy). Device tensors
+/// are the output of one `l3-cuda` launch ([`cuda`](Tensor::cuda): device pointer, ready event, consumer
+/// streams); [`to_host`](Tensor::to_host) copies either kind to host memory.
 #[derive(Debug)]
 pub struct Tensor {
-    buf: HostBuffer,
+    memory: Memory,
     shape: [usize; 4],
     layout: Layout,
     dtype: DType,
+}
+
+#[derive(Debug)]
+enum Memory {
+    Host(HostBuffer),
+    Cuda(Box<l3_cuda::DecodedBatch>),
 }
 
 impl Tensor {
@@ -25,11 +36,26 @@ impl Tensor {
             "tensor size"
         );
         Tensor {
-            buf,
+            memory: Memory::Host(buf),
             shape,
             layout,
             dtype,
         }
+    }
+
+    /// A sample batch decoded by `l3-cuda`, left in device memory.
+    pub(crate) fn on_device(
+        batch: Box<l3_cuda::DecodedBatch>,
+        layout: Layout,
+        dtype: DType,
+    ) -> Option<Self> {
+        let t = batch.tensor()?;
+        (t.layout == layout && t.dtype == dtype).then_some(Tensor {
+            shape: t.shape,
+            memory: Memory::Cuda(batch),
+            layout,
+            dtype,
+        })
     }
 
     pub fn shape(&self) -> [usize; 4] {
@@ -41,6 +67,13 @@ impl Tensor {
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Where the elements are: [`Device::Cpu`] (host memory) or [`Device::Cuda`] (that GPU's memory).
+    pub fn device(&self) -> Device {
+        match &self.memory {
+            Memory::Host(_) => Device::Cpu,
+            Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
+        }
+    }
     /// Elements in the tensor.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
@@ -48,34 +81,67 @@ impl Tensor {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The raw little-endian bytes.
-    pub fn bytes(&self) -> &[u8] {
-        self.buf.as_slice()
+    /// Bytes in the tensor.
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.dtype.size()
     }
-    /// The first byte (64-byte aligned): what a zero-copy export hands out.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.buf.as_ptr()
+    /// The raw little-endian bytes of a host tensor (`None` on a device: see [`to_host`](Self::to_host)).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.memory {
+            Memory::Host(b) => Some(b.as_slice()),
+            Memory::Cuda(_) => None,
+        }
     }
-    /// The elements, if this is a `u8` tensor.
+    /// The first byte of a host tensor (64-byte aligned): what a zero-copy export hands out.
+    pub fn as_ptr(&self) -> Option<*const u8> {
+        match &self.memory {
+            Memory::Host(b) => Some(b.as_ptr()),
+            Memory::Cuda(_) => None,
+        }
+    }
+    /// The device batch behind a CUDA tensor: its device pointer, its ready event, and
+    /// [`wait_in`](l3_cuda::DecodedBatch::wait_in) for a consumer's stream.
+    pub fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
+        match &self.memory {
+            Memory::Host(_) => None,
+            Memory::Cuda(b) => Some(b),
+        }
+    }
+    /// The raw little-endian bytes in host memory: a copy, and for a device tensor a wait for its decode
+    /// and a device-to-host copy.
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        match &self.memory {
+            Memory::Host(b) => Ok(b.as_slice().to_vec()),
+            Memory::Cuda(b) => b
+                .to_host_bytes()
+                .map_err(|e| Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
+        }
+    }
+    /// The elements, if this is a host `u8` tensor.
     pub fn as_u8(&self) -> Option<&[u8]> {
-        (self.dtype == DType::U8).then(|| self.bytes())
+        self.bytes().filter(|_| self.dtype == DType::U8)
     }
-    /// The elements, if this is an `f32` tensor.
+    /// The elements, if this is a host `f32` tensor.
     pub fn as_f32(&self) -> Option<&[f32]> {
-        (self.dtype == DType::F32).then(|| bytemuck::cast_slice(self.bytes()))
+        self.bytes()
+            .filter(|_| self.dtype == DType::F32)
+            .map(bytemuck::cast_slice)
     }
-    /// The elements' IEEE binary16 bit patterns, if this is an `f16` tensor.
+    /// The elements' IEEE binary16 bit patterns, if this is a host `f16` tensor.
     pub fn as_f16_bits(&self) -> Option<&[u16]> {
-        (self.dtype == DType::F16).then(|| bytemuck::cast_slice(self.bytes()))
+        self.bytes()
+            .filter(|_| self.dtype == DType::F16)
+            .map(bytemuck::cast_slice)
     }
 }
 
+/// Host tensors compare by contents; a device tensor equals nothing (compare [`Tensor::to_host`] copies).
 impl PartialEq for Tensor {
     fn eq(&self, other: &Self) -> bool {
         self.shape == other.shape
             && self.layout == other.layout
             && self.dtype == other.dtype
-            && self.bytes() == other.bytes()
+            && self.bytes().is_some_and(|a| other.bytes() == Some(a))
     }
 }
 
@@ -118,9 +184,9 @@ impl Batch {
         let s = self.shape();
         s[1] * s[2] * s[3]
     }
-    /// The bytes of sample `i`.
-    pub fn sample_bytes(&self, i: usize) -> &[u8] {
+    /// The bytes of sample `i` of a host batch (`None` for a device batch or past the end).
+    pub fn sample_bytes(&self, i: usize) -> Option<&[u8]> {
         let n = self.sample_len() * self.pixels.dtype().size();
-        &self.pixels.bytes()[i * n..(i + 1) * n]
+        self.pixels.bytes()?.get(i * n..(i + 1) * n)
     }
 }

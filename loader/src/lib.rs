@@ -6,8 +6,8 @@
 //!   chosen scan group) — opened by [`open_dataset`].
 //! - [`Loader`]: the pipeline (`pipeline`: order → read → decode → assemble → prefetch) delivering
 //!   [`Batch`]es of one [`Tensor`] each, with seeded shuffling or Liquid's shuffle buffers ([`Order`]),
-//!   rank sharding, exact [`LoaderState`] resume, live [`Stats`]; decoding on CPU threads or a CUDA
-//!   [`Device`].
+//!   rank sharding, exact [`LoaderState`] resume, live [`Stats`]; decoding on CPU threads into host
+//!   memory, or on a CUDA [`Device`] into device memory (one windowed `l3-cuda` launch per batch).
 //! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Layout`], [`DType`], [`Normalize`]);
 //!   [`decode_sample`] is the one decode path from stored bytes to a sample.
 //! - [`convert`]: writing datasets (per-file formats, PCR records, Liquid mixes); [`import`] reads any

@@ -273,13 +273,9 @@ impl Loader {
         let ctx = Ctx {
             ds: dataset.clone(),
             spec: o.sample_spec(),
-            // The GPU stage decodes whole files.
-            scope: if run.gpu.is_some() {
-                DecodeScope::Whole
-            } else {
-                o.decode
-            },
+            scope: o.decode,
             seed: o.seed,
+            host_slots: run.gpu.is_none() || o.gpu_fallback,
             counters: counters.clone(),
             stop: stop.clone(),
         };
@@ -544,12 +540,15 @@ impl Run {
         let credits = (2 * workers).div_ceil(o.batch_size) + 1;
         // Buffers alive at once: those being assembled, the prefetched ones, the consumer's. Sizes are
         // checked against the memory limit before anything is allocated (saturating: an absurd size is
-        // simply too large).
+        // simply too large). Batches the GPU writes into device memory need no host buffer (unless a
+        // CPU fallback may have to fill one).
         let buffers = credits + o.prefetch + 1;
+        let host_batches = o.device == Device::Cpu || o.gpu_fallback;
         let batch_bytes = u64::from(o.height)
             .saturating_mul(u64::from(o.width))
             .saturating_mul(3 * o.dtype.size() as u64)
-            .saturating_mul(o.batch_size as u64);
+            .saturating_mul(o.batch_size as u64)
+            * u64::from(host_batches);
         stdx::mem::check(
             batch_bytes.saturating_mul(buffers as u64),
             format!(
@@ -706,7 +705,11 @@ struct Dispatch {
 
 impl Dispatch {
     fn run(mut self) {
-        let sample_bytes = self.ctx.spec.sample_bytes();
+        let sample_bytes = if self.ctx.host_slots {
+            self.ctx.spec.sample_bytes()
+        } else {
+            0
+        };
         let mut seq = 0u64;
         loop {
             if self.credits.send(()).is_err() || self.ctx.stopped() {

@@ -2,10 +2,10 @@
 //! falls (crop or pad, flip), and writing it into the sample's slot of the batch buffer in the batch's
 //! layout and element type.
 //!
-//! The arithmetic is shared with the GPU decoder through `l3_cuda`'s tensor vocabulary
-//! ([`Layout`], [`DType`], [`Normalize::apply`]), so CPU and GPU batches are bit-identical.
+//! The vocabulary and the arithmetic are shared with the GPU decoder through `l3_cuda` ([`Window`],
+//! [`Layout`], [`DType`], [`Normalize::apply`]), so CPU and GPU batches are bit-identical.
 
-pub use l3_cuda::{DType, Layout, Normalize};
+pub use l3_cuda::{DType, Layout, Normalize, Window};
 use l3_format::{PixelLayout, Rect};
 use stdx::SplitMix64;
 
@@ -58,16 +58,6 @@ impl ItemKey {
     pub fn rng(&self) -> SplitMix64 {
         SplitMix64::keyed(self.seed, self.epoch as u64, self.index as u64)
     }
-}
-
-/// Where one sample's window lies: `src` in the image, its top-left corner at (`dx`, `dy`) in the sample,
-/// mirrored when `flip`. The rest of the sample is padding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Window {
-    pub src: Rect,
-    pub dx: u32,
-    pub dy: u32,
-    pub flip: bool,
 }
 
 impl SampleSpec {

@@ -63,9 +63,8 @@ fn batches(ds: Arc<dyn Dataset>, o: LoaderOptions) -> Vec<Batch> {
 fn samples(batches: &[Batch]) -> HashMap<usize, Vec<u8>> {
     let mut out = HashMap::new();
     for b in batches {
-        let per = b.pixels.bytes().len() / b.ids.len();
         for (i, &id) in b.ids.iter().enumerate() {
-            let old = out.insert(id, b.pixels.bytes()[i * per..(i + 1) * per].to_vec());
+            let old = out.insert(id, b.sample_bytes(i).unwrap().to_vec());
             assert!(old.is_none(), "item {id} delivered twice");
         }
     }

@@ -212,8 +212,11 @@ enum Step {
 ///
 /// ``device="cuda"`` (or ``"cuda:N"``, or a ``torch.device``) decodes each batch of an L3 source on that
 /// GPU in one l3-cuda launch, and fails with ``GpuError`` naming the reason when there is no usable GPU
-/// (or the source is not L3) — it never decodes on the CPU instead. The decoded batch is then delivered
-/// in host memory like a CPU batch (``batch.images.device == "cpu"``), bit-identical to it.
+/// (or the source is not L3) — it never decodes on the CPU instead. Only the patches under each crop are
+/// read, copied and decoded; crop, padding, flip, layout, dtype and normalisation happen in the kernel,
+/// and the batch stays in device memory (``batch.images.device == "cuda:N"``): ``torch.from_dlpack``
+/// (or JAX's) takes it without a copy, its stream ordered after the decode. Its bytes equal the CPU
+/// loader's batch (``images.tobytes()``).
 #[pyclass(frozen, module = "l3toolkit")]
 pub struct Loader {
     dataset: Arc<dyn Dataset>,

@@ -1,29 +1,35 @@
 //! `l3toolkit.Tensor`: a batch tensor exported through DLPack without a copy.
 //!
-//! Every `__dlpack__` call hands out a fresh managed tensor whose data pointer is the batch buffer itself
-//! (`loader::Tensor::as_ptr`) and whose manager context is one more reference to that buffer: the
-//! memory stays valid while the Python `Tensor` or any consumer (NumPy, PyTorch, JAX) holds it, and
-//! returns to the loader's pool once the last of them lets go.
+//! Every `__dlpack__` call hands out a fresh managed tensor whose data pointer is the batch memory itself
+//! (the host buffer, or the device output of the GPU's launch) and whose manager context is one more
+//! reference to it: the memory stays valid while the Python `Tensor` or any consumer (NumPy, PyTorch,
+//! JAX) holds it, and returns to the loader's pool (host) or is freed (device) once the last of them lets
+//! go. A device batch makes the consumer's stream wait for its decode (DLPack's `stream` argument), and
+//! is freed only after the work queued on every such stream.
 
 use dlpark::ffi::{
-    DLDataType, DLDataTypeCode, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
 };
 use dlpark::metadata::Fixed;
-use dlpark::python::{DlpackExporter, ExportRequest, export_dlpack};
+use dlpark::python::{CudaStreamRequest, DlpackExporter, ExportRequest, export_dlpack};
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
-use loader::DType;
-use pyo3::exceptions::PyBufferError;
+use l3_cuda::cudarc::driver::sys::CUstream;
+use loader::{DType, Device};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use std::ffi::c_void;
 use std::sync::Arc;
 
 /// A dense batch of images: ``(N, 3, H, W)`` (NCHW) or ``(N, H, W, 3)`` (NHWC), ``uint8``, ``float16``
-/// or ``float32``, in 64-byte-aligned memory owned by the loader.
+/// or ``float32``, in 64-byte-aligned host memory owned by the loader (``device == "cpu"``) or in the
+/// memory of the GPU that decoded it (``device == "cuda:N"``, from a ``Loader(device="cuda")``).
 ///
 /// It exports ``__dlpack__`` / ``__dlpack_device__``, so ``torch.from_dlpack(t)``,
-/// ``numpy.from_dlpack(t)`` and ``jax.dlpack.from_dlpack(t)`` view the same memory without a copy
-/// (``np.asarray(t)`` too). The memory is recycled by the loader once this object and every array made
-/// from it are gone; writing into such an array writes into the batch.
+/// ``numpy.from_dlpack(t)`` (host tensors) and ``jax.dlpack.from_dlpack(t)`` view the same memory
+/// without a copy (``np.asarray(t)`` too, on the host). A device tensor makes the consumer's stream wait
+/// for its decode, as the DLPack protocol asks, so ``torch.from_dlpack(t)`` is ready to use on the
+/// current stream without a host synchronisation. The memory is recycled (host) or freed (device) once
+/// this object and every array made from it are gone; writing into such an array writes into the batch.
 #[pyclass(frozen, module = "l3toolkit")]
 pub struct Tensor {
     inner: Arc<loader::Tensor>,
@@ -32,6 +38,32 @@ pub struct Tensor {
 impl Tensor {
     pub fn new(t: loader::Tensor) -> Tensor {
         Tensor { inner: Arc::new(t) }
+    }
+
+    /// Address of the first element: in host memory, or on the device.
+    fn address(&self) -> usize {
+        match (self.inner.as_ptr(), self.inner.cuda()) {
+            (Some(p), _) => p as usize,
+            (None, Some(b)) => b.device_ptr() as usize,
+            (None, None) => 0,
+        }
+    }
+
+    /// ``"cpu"`` or ``"cuda:N"``.
+    fn device_name(&self) -> String {
+        match self.inner.device() {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(n) => format!("cuda:{n}"),
+        }
+    }
+
+    /// The error for asking a device tensor for host memory.
+    fn not_on_host(&self, what: &str) -> PyErr {
+        PyTypeError::new_err(format!(
+            "{what} needs host memory, and this batch is on {}: use torch.from_dlpack(t) (or \
+             jax.dlpack.from_dlpack), or a Loader on the CPU",
+            self.device_name()
+        ))
     }
 
     /// Strides in elements of the dense row-major tensor.
@@ -53,11 +85,12 @@ impl Tensor {
         let mut t = Fixed::new(self.inner.shape(), self.strides())
             .initialize_as::<M>(self.inner.clone())
             .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
-        t.set_data(self.inner.as_ptr() as *mut c_void)
+        t.set_data(self.address() as *mut c_void)
             .set_dtype(self.dl_dtype())
             .set_device(DlpackExporter::device(self));
-        // SAFETY: the data pointer is the start of the buffer of `shape` × `dtype` bytes held by the
-        // context installed above (an `Arc` of the tensor that owns it), so it stays valid until the
+        // SAFETY: the data pointer is the start of the host buffer or device allocation of `shape` ×
+        // `dtype` bytes held by the context installed above (an `Arc` of the tensor that owns it, which
+        // frees device memory only after the consumers' queued work), so it stays valid until the
         // consumer calls the deleter; shape and strides were copied into the managed allocation by
         // `Fixed::new` (explicit, dense row-major strides); no flag is set: the memory is writable and
         // this is not a copy.
@@ -67,16 +100,41 @@ impl Tensor {
 
 impl DlpackExporter for Tensor {
     fn device(&self) -> DLDevice {
-        DLDevice::CPU
+        match self.inner.device() {
+            Device::Cpu => DLDevice::CPU,
+            Device::Cuda(n) => DLDevice {
+                device_type: DLDeviceType::CUDA,
+                device_id: n as i32,
+            },
+        }
     }
 
     fn flags(&self) -> DlpackFlags {
         DlpackFlags::empty()
     }
 
-    /// Host batches are complete when delivered: there is nothing for a consumer stream to wait for.
-    fn prepare_export(&self, _py: Python<'_>, _request: &ExportRequest<'_>) -> PyResult<()> {
-        Ok(())
+    /// Host batches are complete when delivered: there is nothing for a consumer stream to wait for. A
+    /// device batch makes the consumer's stream wait for its decode: the stream passed (a handle, or 1
+    /// and 2 for the legacy and per-thread default streams), the legacy default stream when none was
+    /// passed, nothing for -1 (the consumer synchronises itself).
+    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        let Some(batch) = self.inner.cuda() else {
+            return Ok(());
+        };
+        let stream: usize = match request.cuda_stream()? {
+            CudaStreamRequest::NoSync => return Ok(()),
+            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => 1,
+            CudaStreamRequest::PerThreadDefault => 2,
+            CudaStreamRequest::Pointer(p) => p,
+        };
+        // SAFETY: DLPack's contract: the consumer passes a live stream of the device the tensor is on
+        // (or one of CUDA's default-stream sentinels, which are the driver's own CU_STREAM_LEGACY = 1
+        // and CU_STREAM_PER_THREAD = 2), and uses the tensor on it.
+        unsafe { batch.wait_in(stream as CUstream) }.map_err(|e| {
+            PyBufferError::new_err(format!(
+                "DLPack export: cannot order the consumer's stream after the decode: {e}"
+            ))
+        })
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
@@ -105,14 +163,19 @@ impl Tensor {
         export_dlpack(self, py, request)
     }
 
-    /// ``(device_type, device_id)`` as DLPack numbers them: ``(1, 0)`` for host memory.
+    /// ``(device_type, device_id)`` as DLPack numbers them: ``(1, 0)`` for host memory, ``(2, N)`` for
+    /// CUDA device N.
     fn __dlpack_device__(&self) -> (u32, i32) {
         let d = DlpackExporter::device(self);
         (d.device_type.0, d.device_id)
     }
 
-    /// ``numpy.from_dlpack(self)``: a NumPy view of the batch (no copy).
+    /// ``numpy.from_dlpack(self)``: a NumPy view of a host batch (no copy); ``TypeError`` for a batch
+    /// on a GPU.
     fn numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        if slf.get().inner.cuda().is_some() {
+            return Err(slf.get().not_on_host("numpy()"));
+        }
         let np = slf.py().import("numpy")?;
         np.call_method1("from_dlpack", (slf,))
     }
@@ -162,22 +225,31 @@ impl Tensor {
         self.inner.layout().name()
     }
 
-    /// Where the elements are: ``"cpu"``.
+    /// Where the elements are: ``"cpu"`` or ``"cuda:N"``.
     #[getter]
-    fn device(&self) -> &'static str {
-        "cpu"
+    fn device(&self) -> String {
+        self.device_name()
     }
 
-    /// Address of the first element: the pointer every DLPack export of this tensor carries.
+    /// Address of the first element (host or device): the pointer every DLPack export of this tensor
+    /// carries.
     #[getter]
     fn data_ptr(&self) -> usize {
-        self.inner.as_ptr() as usize
+        self.address()
     }
 
     /// Bytes of the tensor.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.inner.len() * self.inner.dtype().size()
+        self.inner.byte_len()
+    }
+
+    /// The elements' raw little-endian bytes in host memory: a copy (for a device batch, after waiting
+    /// for its decode).
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let inner = self.inner.clone();
+        let bytes = crate::errors::detached(py, move || Ok(inner.to_host()?))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 
     fn __len__(&self) -> usize {
@@ -187,13 +259,14 @@ impl Tensor {
     fn __repr__(&self) -> String {
         let s = self.inner.shape();
         format!(
-            "Tensor(shape=({}, {}, {}, {}), dtype={}, layout={}, device=cpu)",
+            "Tensor(shape=({}, {}, {}, {}), dtype={}, layout={}, device={})",
             s[0],
             s[1],
             s[2],
             s[3],
             self.inner.dtype().name(),
-            self.inner.layout().name()
+            self.inner.layout().name(),
+            self.device_name()
         )
     }
 }

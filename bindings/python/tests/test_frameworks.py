@@ -41,3 +41,43 @@ def test_jax_from_dlpack_views_the_batch(small):
     assert np.array_equal(np.asarray(x), np.from_dlpack(b.images))
     if next(iter(x.devices())).platform == "cpu":
         assert x.unsafe_buffer_pointer() == b.images.data_ptr
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16"])
+def test_torch_takes_a_device_batch_without_a_copy(small, dtype):
+    """A GPU loader's batch stays on the device: torch views it on its current stream (ordered after the
+    decode by __dlpack__(stream=...)), it equals the CPU loader's batch, and it outlives the loader."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    opts = dict(crop=(40, 56), flip=True, seed=3, dtype=dtype, rank=0, world_size=1)
+    if dtype != "uint8":
+        opts.update(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    gpu = l3.Loader(small.l3, 4, device="cuda", **opts)
+    cpu = l3.Loader(small.l3, 4, **opts)
+    side = torch.cuda.Stream()
+    for g, c in zip(gpu, cpu):
+        assert g.images.device == "cuda:0" and g.images.__dlpack_device__() == (2, 0)
+        with torch.cuda.stream(side):
+            t = torch.from_dlpack(g.images)
+            assert t.device.type == "cuda" and t.data_ptr() == g.images.data_ptr
+            doubled = t.to(torch.float32) * 2
+        want = torch.from_numpy(np.from_dlpack(c.images)).to(torch.float32)
+        side.synchronize()
+        assert torch.equal(doubled.cpu(), want * 2)
+    last = t
+    del g, gpu
+    torch.cuda.synchronize()
+    assert torch.equal(last.to(torch.float32).cpu(), want)
+
+
+def test_jax_takes_a_device_batch(small):
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("no JAX GPU device")
+    opts = dict(crop=32, layout="NHWC", dtype="float32", rank=0, world_size=1)
+    g = next(l3.Loader(small.l3, 4, device="cuda", **opts))
+    c = next(l3.Loader(small.l3, 4, **opts))
+    x = jax.dlpack.from_dlpack(g.images)
+    assert next(iter(x.devices())).platform == "gpu"
+    assert np.array_equal(np.asarray(x), np.from_dlpack(c.images))

@@ -275,8 +275,25 @@ def test_gpu_is_never_a_silent_fallback(small):
         assert "device 0" in str(e)
         return
     cpu = l3.Loader(small.l3, 4, crop=32, shuffle=False, rank=0, world_size=1)
-    assert batches(gpu) == batches(cpu)
+    on_gpu = list(gpu)
+    assert all(b.images.device == "cuda:0" for b in on_gpu)
+    with pytest.raises(TypeError, match="cuda:0"):
+        on_gpu[0].images.numpy()
+    assert [with_bytes(b) for b in on_gpu] == [with_bytes(b) for b in cpu]
     assert gpu.stats()["gpu_batches"] == len(gpu)
+
+
+def with_bytes(b):
+    """(epoch, index, indices, labels, pixel bytes) of a batch on any device."""
+    return (b.epoch, b.index, b.indices.tolist(), b.labels.tolist(), b.images.tobytes())
+
+
+def test_tobytes_copies_what_the_view_shows(small):
+    b = next(l3.Loader(small.l3, 4, crop=(24, 40), dtype="float16", rank=0, world_size=1))
+    assert b.images.device == "cpu" and "device=cpu" in repr(b.images)
+    data = b.images.tobytes()
+    assert len(data) == b.images.nbytes == 4 * 3 * 24 * 40 * 2
+    assert data == np.from_dlpack(b.images).tobytes()
 
 
 def test_missing_source_is_an_io_error(tmp_path):

@@ -26,6 +26,8 @@ struct Partial {
     skipped: Vec<(usize, String)>,
     /// The batch's first failure, reported in its turn (never before earlier batches).
     error: Option<Error>,
+    /// The samples the GPU decoded into device memory, one per filled slot.
+    device: Option<Box<l3_cuda::DecodedBatch>>,
 }
 
 /// The assembler's state: testable without threads (feed it starts and items, take batches).
@@ -69,11 +71,17 @@ impl Assembler {
                     disk_bytes,
                     skipped: Vec::new(),
                     error,
+                    device: None,
                     start: s,
                 };
                 self.pending.insert(seq, p);
             }
             ToAssembler::Item(d) => self.item(d),
+            ToAssembler::Device { seq, batch } => {
+                if let Some(p) = self.pending.get_mut(&seq) {
+                    p.device = Some(batch);
+                }
+            }
         }
     }
 
@@ -137,26 +145,46 @@ impl Assembler {
             .take()
             .map_or_else(|| vec![false; n], |l| l.0);
         if p.filled.iter().any(|f| !f) {
-            // Compact: keep the samples that decoded, in order.
+            // Compact: keep the samples that decoded, in order (a device batch holds only those).
             let keep: Vec<usize> = (0..n).filter(|&i| p.filled[i]).collect();
-            let bytes = buf.as_mut_slice();
-            for (to, &from) in keep.iter().enumerate() {
-                bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
+            if p.device.is_none() && buf.len() >= n * sample {
+                let bytes = buf.as_mut_slice();
+                for (to, &from) in keep.iter().enumerate() {
+                    bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
+                }
             }
             ids = keep.iter().map(|&i| ids[i]).collect();
             cached = keep.iter().map(|&i| cached[i]).collect();
         }
         let k = ids.len();
-        buf.truncate(k * sample);
-        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
-        let shape = match self.spec.layout {
-            Layout::Nhwc => [k, h, w, 3],
-            Layout::Nchw => [k, 3, h, w],
+        let pixels = match p.device.take() {
+            Some(dev) => {
+                drop(buf);
+                Tensor::on_device(dev, self.spec.layout, self.spec.dtype)
+                    .filter(|t| t.shape()[0] == k)
+                    .ok_or_else(|| {
+                        Error::Pipeline("the GPU's batch does not match its items".into())
+                    })?
+            }
+            None if buf.len() < k * sample => {
+                return Err(Error::Pipeline(
+                    "a batch of the GPU without its device tensor".into(),
+                ));
+            }
+            None => {
+                buf.truncate(k * sample);
+                let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+                let shape = match self.spec.layout {
+                    Layout::Nhwc => [k, h, w, 3],
+                    Layout::Nchw => [k, 3, h, w],
+                };
+                Tensor::new(buf, shape, self.spec.layout, self.spec.dtype)
+            }
         };
         let batch = Batch {
             epoch: p.start.epoch,
             index: p.start.batch,
-            pixels: Tensor::new(buf, shape, self.spec.layout, self.spec.dtype),
+            pixels,
             labels: ids.iter().map(|&i| self.ds.label(i)).collect(),
             formats: ids.iter().map(|&i| self.ds.format(i)).collect(),
             ids,
@@ -302,7 +330,7 @@ mod tests {
             (0, vec![3, 4, 5], vec![103, 104, 105])
         );
         assert_eq!(b0.shape(), [3, 1, 2, 3]);
-        assert_eq!(b0.sample_bytes(2), &[5; 6]);
+        assert_eq!(b0.sample_bytes(2), Some(&[5; 6][..]));
         assert_eq!((b1.index, b1.disk_items, b1.disk_bytes), (1, 2, 20));
     }
 
@@ -317,7 +345,10 @@ mod tests {
         asm.accept(item(0, 2, Ok(Decoded::default())));
         let b = asm.pop_ready().unwrap().unwrap();
         assert_eq!(b.ids, vec![1, 3]);
-        assert_eq!(b.pixels.bytes(), &[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3]);
+        assert_eq!(
+            b.pixels.bytes(),
+            Some(&[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3][..])
+        );
         assert_eq!(b.skipped.len(), 1);
         assert!(b.skipped[0].1.contains("item2"));
         assert_eq!(counters.items_skipped.load(Ordering::Relaxed), 1);

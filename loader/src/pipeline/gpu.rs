@@ -1,20 +1,32 @@
 //! The GPU decode stage: one thread in place of the CPU decode pool. It gathers every item of a batch
-//! from the read stage and decodes the batch in ONE `l3-cuda` launch, then writes each sample into its
-//! slot.
+//! from the read stage, gives each item its window (the CPU path's windows: same crop, padding and flip
+//! for the same (seed, epoch, item)), and decodes the batch in ONE `l3-cuda` launch straight into a
+//! device tensor: only the patches under each window are copied and decoded, and padding, mirroring,
+//! layout, element type and normalisation happen in the kernel. The batch stays on the device; the
+//! assembler delivers it as a CUDA [`Tensor`](crate::Tensor) with its ready event.
 //!
-//! Nothing falls back silently. A corrupt file is reported as that item's error (and the rest of the batch
-//! decoded again without it); any other GPU failure fails the run naming the batch and the cause — unless
-//! the caller asked for `gpu_fallback`, in which case that batch is decoded on the CPU, counted in
+//! While one batch decodes, the stage gathers, plans and queues the next (the decoder's pinned staging
+//! alternates and bounds the batches in flight); the batch in flight is checked — the kernel's error
+//! word — and delivered as soon as nothing else is ready to queue.
+//!
+//! Nothing falls back silently. A corrupt item is reported as that item's error (and the rest of the
+//! batch decoded again without it); any other GPU failure fails the run naming the batch and the cause —
+//! unless the caller asked for `gpu_fallback`, in which case that batch is decoded on the CPU into host
+//! memory (its tensor's [`device`](crate::Tensor::device) says so), counted in
 //! [`Stats::gpu_fallback_batches`](crate::Stats::gpu_fallback_batches), and the first fallback is logged.
 
 use super::{Ctx, ItemDone, Job, ToAssembler};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::item::{Scratch, Stored, write_pixels};
+use crate::item::{Decoded, Scratch, Stored};
+use crate::sample::{SampleSpec, Window};
 use crate::stats::Counters;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use l3_cuda::{DecodedBatch, SampleOptions, SamplePlan, SampleSource};
+use l3_format::L3Index;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Proves that the GPU can decode `dataset` (every item L3; driver, device, context and NVRTC-compiled
@@ -33,6 +45,34 @@ pub(crate) fn open(dataset: &dyn Dataset, ordinal: usize) -> Result<l3_cuda::Bat
         .map_err(|e| Error::gpu(Some(format!("device {ordinal}")), e))
 }
 
+/// One item of a batch on its way to the device: what was read, and its window.
+struct Entry {
+    job: Job,
+    stored: Stored,
+    read: u64,
+    window: Window,
+}
+
+impl Entry {
+    fn source(&self) -> SampleSource<'_> {
+        source(&self.stored)
+    }
+
+    /// The item's result, and the job dropped first: a batch is finished only once every slot of its
+    /// buffer is gone.
+    fn done(self, result: Result<Decoded>) -> ItemDone {
+        let d = ItemDone::of(&self.job, Some(self.read), result);
+        drop(self.job);
+        d
+    }
+}
+
+/// A batch whose copy and launch are queued.
+struct InFlight {
+    entries: Vec<Entry>,
+    batch: DecodedBatch,
+}
+
 pub(crate) struct GpuStage {
     pub ctx: Ctx,
     pub decoder: l3_cuda::BatchDecoder,
@@ -43,12 +83,34 @@ pub(crate) struct GpuStage {
 impl GpuStage {
     pub fn run(mut self, jobs: Receiver<Job>, out: Sender<ToAssembler>) {
         let mut gathering: BTreeMap<u64, Vec<Job>> = BTreeMap::new();
-        let mut scratch = Scratch::default();
+        let mut in_flight: Option<InFlight> = None;
         let mut warned = false;
-        while let Ok(job) = jobs.recv() {
+        let send = |msgs: Vec<ToAssembler>| msgs.into_iter().all(|m| out.send(m).is_ok());
+        loop {
+            let next = if in_flight.is_some() {
+                match jobs.try_recv() {
+                    Ok(j) => Some(j),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match jobs.recv() {
+                    Ok(j) => Some(j),
+                    Err(_) => break,
+                }
+            };
             if self.ctx.stopped() {
                 return;
             }
+            let Some(job) = next else {
+                // Nothing more to queue right now: deliver the batch in flight.
+                if let Some(f) = in_flight.take()
+                    && !send(self.finish(f, &mut warned))
+                {
+                    return;
+                }
+                continue;
+            };
             let (seq, want) = (job.seq, job.batch_len);
             let batch = gathering.entry(seq).or_default();
             batch.push(job);
@@ -56,121 +118,386 @@ impl GpuStage {
                 continue;
             }
             let batch = gathering.remove(&seq).expect("present");
-            let t0 = Instant::now();
-            let (mut done, failed) = self.decode_batch(batch);
-            match failed {
-                None => {}
-                Some((failure, jobs)) if self.fallback => {
-                    Counters::add(&self.ctx.counters.gpu_fallback_batches, 1);
-                    if !warned {
-                        warned = true;
-                        eprintln!(
-                            "l3 loader: warning: {failure}; decoding such batches on the CPU (gpu_fallback is on)"
-                        );
-                    }
-                    done.extend(
-                        jobs.into_iter()
-                            .map(|j| super::decode::decode(&self.ctx, &mut scratch, j)),
-                    );
-                }
-                Some((failure, jobs)) => {
-                    let reason = failure.to_string();
-                    done.extend(jobs.iter().map(|j| ItemDone {
-                        fatal: true,
-                        ..ItemDone::of(j, None, Err(Error::gpu(None, reason.clone())))
-                    }));
-                }
+            let (msgs, queued) = self.start(batch, &mut warned);
+            if !send(msgs) {
+                return;
             }
-            Counters::add_time(&self.ctx.counters.decode_ns, t0);
-            for d in done {
-                if out.send(ToAssembler::Item(d)).is_err() {
-                    return;
-                }
+            if let Some(f) = in_flight.take()
+                && !send(self.finish(f, &mut warned))
+            {
+                return;
             }
+            in_flight = queued;
+        }
+        if let Some(f) = in_flight.take() {
+            send(self.finish(f, &mut warned));
         }
     }
 
-    /// Decodes one batch. Returns what is done and, if the device failed, the failure and the jobs it did
-    /// not decode (their bytes intact, for a CPU fallback).
-    fn decode_batch(&mut self, mut batch: Vec<Job>) -> (Vec<ItemDone>, Option<(Error, Vec<Job>)>) {
+    /// Plans and queues one gathered batch. Returns what is already known (items whose read failed or
+    /// that the host plan rejects; a whole batch the device failed on) and the queued launch, if any.
+    fn start(
+        &mut self,
+        mut batch: Vec<Job>,
+        warned: &mut bool,
+    ) -> (Vec<ToAssembler>, Option<InFlight>) {
+        let t0 = Instant::now();
         batch.sort_by_key(|j| j.slot_index);
-        let mut done = Vec::with_capacity(batch.len());
-        // Items whose read failed, or which the host plan rejects, are reported alone; the rest decode.
-        let mut ok: Vec<(Job, Vec<u8>, u64)> = Vec::new();
+        let mut msgs = Vec::new();
+        let mut entries = Vec::with_capacity(batch.len());
         for mut job in batch {
-            match job.stored.take() {
-                Some(Ok((Stored::Whole(bytes), n))) => ok.push((job, bytes, n)),
-                Some(Ok((Stored::L3Region { .. }, _))) => done.push(ItemDone::of(
-                    &job,
-                    None,
-                    Err(Error::Pipeline("the GPU stage needs whole files".into())),
-                )),
-                Some(Err(e)) => done.push(ItemDone::of(&job, None, Err(e))),
-                None => done.push(ItemDone::of(
-                    &job,
-                    None,
-                    Err(Error::Pipeline("an item reached decoding unread".into())),
-                )),
-            }
-        }
-        let opts = l3_cuda::DecodeOptions {
-            layout: l3_cuda::Layout::Nhwc,
-            ..Default::default()
-        };
-        while !ok.is_empty() {
-            let files: Vec<&[u8]> = ok.iter().map(|(_, b, _)| b.as_slice()).collect();
-            let decoded = self
-                .decoder
-                .submit(&files, &opts)
-                .and_then(|b| Ok((b.to_host_bytes()?, b.images().to_vec())));
-            let (host, images) = match decoded {
-                Ok(d) => d,
-                Err(l3_cuda::Error::Image { index, source }) => {
-                    let (job, _, _) = ok.remove(index);
-                    let path = self.ctx.ds.source(job.index);
-                    done.push(ItemDone::of(
-                        &job,
-                        None,
-                        Err(Error::decode(path, "l3", source)),
-                    ));
+            let (stored, read) = match job.stored.take() {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => {
+                    msgs.push(item(job, None, Err(e)));
                     continue;
                 }
-                Err(e) => {
-                    let at = ok.first().map(|(j, _, _)| {
-                        format!(
-                            "a batch of epoch {} with item {}, {}",
-                            j.key.epoch,
-                            j.index,
-                            self.ctx.ds.source(j.index).display()
-                        )
-                    });
-                    return (done, Some((Error::gpu(at, e), unread(ok))));
+                None => {
+                    let e = Error::Pipeline("an item reached decoding unread".into());
+                    msgs.push(item(job, None, Err(e)));
+                    continue;
                 }
             };
-            Counters::add(&self.ctx.counters.gpu_batches, 1);
-            for ((mut job, _, n), slot) in ok.drain(..).zip(images) {
-                let px = &host[slot.offset..slot.offset + slot.len()];
-                let req = self.ctx.request(job.key);
-                let path = self.ctx.ds.source(job.index);
-                let dims = (slot.width, slot.height, slot.channels);
-                let r = write_pixels(px, dims, &path, Format::L3, &req, job.slot.bytes());
-                if let Ok(d) = &r {
-                    Counters::add(&self.ctx.counters.items_decoded, 1);
-                    Counters::add(&self.ctx.counters.pixels_decoded, d.pixels);
+            match dims(&stored) {
+                Ok((w, h)) => {
+                    let window = self.ctx.request(job.key).window(w, h);
+                    entries.push(Entry {
+                        job,
+                        stored,
+                        read,
+                        window,
+                    });
                 }
-                done.push(ItemDone::of(&job, Some(n), r));
+                Err(e) => {
+                    let e = Error::decode(self.ctx.ds.source(job.index), "l3", e);
+                    msgs.push(item(job, Some(read), Err(e)));
+                }
             }
         }
-        (done, None)
+        let queued = match self.launch(&mut entries, &mut msgs) {
+            Ok(None) => None,
+            Ok(Some(batch)) => Some(InFlight { entries, batch }),
+            Err(failure) => {
+                msgs.extend(self.device_failed(failure, entries, warned));
+                None
+            }
+        };
+        Counters::add_time(&self.ctx.counters.decode_ns, t0);
+        (msgs, queued)
+    }
+
+    /// Plans `entries` and queues their launch; an item the plan rejects is reported into `msgs` and
+    /// left out. `Ok(None)` when no item is left; `Err` is a failure of the device, not of an item.
+    fn launch(
+        &mut self,
+        entries: &mut Vec<Entry>,
+        msgs: &mut Vec<ToAssembler>,
+    ) -> std::result::Result<Option<DecodedBatch>, l3_cuda::Error> {
+        let opts = sample_options(&self.ctx.spec);
+        while !entries.is_empty() {
+            let sources: Vec<SampleSource> = entries.iter().map(Entry::source).collect();
+            let windows: Vec<Window> = entries.iter().map(|e| e.window).collect();
+            let submitted = SamplePlan::new(&sources, &windows, &opts)
+                .and_then(|plan| self.decoder.submit_sample_plan(Arc::new(plan), &sources));
+            drop(sources);
+            match submitted {
+                Ok(batch) => {
+                    Counters::add(&self.ctx.counters.gpu_batches, 1);
+                    return Ok(Some(batch));
+                }
+                Err(e) => match e.image_index() {
+                    Some(i) if i < entries.len() => {
+                        msgs.push(self.item_failed(entries.remove(i), e))
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits for a queued batch and reports it: the device tensor, then every item. An item the kernel
+    /// found corrupt is reported alone and the rest decoded again.
+    fn finish(&mut self, f: InFlight, warned: &mut bool) -> Vec<ToAssembler> {
+        let t0 = Instant::now();
+        let InFlight {
+            mut entries,
+            mut batch,
+        } = f;
+        let mut msgs = Vec::new();
+        loop {
+            match batch.wait() {
+                Ok(()) => break,
+                Err(e) => {
+                    let failure = match e.image_index() {
+                        Some(i) if i < entries.len() => {
+                            msgs.push(self.item_failed(entries.remove(i), e));
+                            drop(batch);
+                            self.launch(&mut entries, &mut msgs)
+                        }
+                        _ => Err(e),
+                    };
+                    match failure {
+                        Ok(Some(again)) => batch = again,
+                        Ok(None) => {
+                            Counters::add_time(&self.ctx.counters.decode_ns, t0);
+                            return msgs;
+                        }
+                        Err(e) => {
+                            msgs.extend(self.device_failed(e, entries, warned));
+                            Counters::add_time(&self.ctx.counters.decode_ns, t0);
+                            return msgs;
+                        }
+                    }
+                }
+            }
+        }
+        let seq = entries.first().map_or(0, |e| e.job.seq);
+        msgs.push(ToAssembler::Device {
+            seq,
+            batch: Box::new(batch),
+        });
+        for e in entries {
+            let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
+            Counters::add(&self.ctx.counters.items_decoded, 1);
+            Counters::add(&self.ctx.counters.pixels_decoded, pixels);
+            msgs.push(ToAssembler::Item(e.done(Ok(Decoded { pixels }))));
+        }
+        Counters::add_time(&self.ctx.counters.decode_ns, t0);
+        msgs
+    }
+
+    /// An item the GPU decoder rejected (corrupt file, rows or patch), as that item's decode error.
+    fn item_failed(&self, e: Entry, why: l3_cuda::Error) -> ToAssembler {
+        let path = self.ctx.ds.source(e.job.index);
+        ToAssembler::Item(e.done(Err(Error::decode(path, "l3", why))))
+    }
+
+    /// The device failed on a batch: decode it on the CPU when the caller allowed it, else fail the run
+    /// naming the batch.
+    fn device_failed(
+        &self,
+        failure: l3_cuda::Error,
+        entries: Vec<Entry>,
+        warned: &mut bool,
+    ) -> Vec<ToAssembler> {
+        let at = entries.first().map(|e| {
+            format!(
+                "a batch of epoch {} with item {}, {}",
+                e.job.key.epoch,
+                e.job.index,
+                self.ctx.ds.source(e.job.index).display()
+            )
+        });
+        let failure = Error::gpu(at, failure);
+        if !self.fallback {
+            let reason = failure.to_string();
+            return entries
+                .into_iter()
+                .map(|e| {
+                    let mut d = e.done(Err(Error::gpu(None, reason.clone())));
+                    d.fatal = true;
+                    ToAssembler::Item(d)
+                })
+                .collect();
+        }
+        Counters::add(&self.ctx.counters.gpu_fallback_batches, 1);
+        if !*warned {
+            *warned = true;
+            eprintln!(
+                "l3 loader: warning: {failure}; decoding such batches on the CPU (gpu_fallback is on)"
+            );
+        }
+        let mut scratch = Scratch::default();
+        entries
+            .into_iter()
+            .map(|mut e| {
+                e.job.stored = Some(Ok((e.stored, e.read)));
+                ToAssembler::Item(super::decode::decode(&self.ctx, &mut scratch, e.job))
+            })
+            .collect()
     }
 }
 
-/// The jobs of a batch the device failed on, their bytes put back so a CPU decode can use them.
-fn unread(ok: Vec<(Job, Vec<u8>, u64)>) -> Vec<Job> {
-    ok.into_iter()
-        .map(|(mut j, bytes, n)| {
-            j.stored = Some(Ok((Stored::Whole(bytes), n)));
-            j
-        })
-        .collect()
+/// An item's result, its job (and slot) dropped first.
+fn item(job: Job, read: Option<u64>, result: Result<Decoded>) -> ToAssembler {
+    let d = ItemDone::of(&job, read, result);
+    drop(job);
+    ToAssembler::Item(d)
+}
+
+/// The kernel's view of what was read: a whole file, or the header and the patches under the window.
+fn source(stored: &Stored) -> SampleSource<'_> {
+    match stored {
+        Stored::Whole(bytes) => SampleSource::File(bytes),
+        Stored::L3Region { index, fragments } => SampleSource::Fragments {
+            index,
+            data: fragments,
+        },
+    }
+}
+
+/// The batch shape of `spec` for `l3-cuda`.
+fn sample_options(spec: &SampleSpec) -> SampleOptions {
+    SampleOptions {
+        width: spec.width,
+        height: spec.height,
+        layout: spec.layout,
+        dtype: spec.dtype,
+        normalize: spec.normalize,
+        // Corrupt rows are the item's error before anything is launched, exactly as the CPU path's
+        // region decode reports them.
+        check_rows_on_host: true,
+    }
+}
+
+/// Width and height of a stored L3 item, from its header alone.
+fn dims(stored: &Stored) -> std::result::Result<(u32, u32), l3_format::Error> {
+    match stored {
+        Stored::L3Region { index, .. } => Ok((index.width(), index.height())),
+        Stored::Whole(bytes) => {
+            let n = L3Index::prefix_len(bytes)?;
+            let index = L3Index::parse(&bytes[..n.min(bytes.len())], bytes.len() as u64)?;
+            Ok((index.width(), index.height()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::ImageFolder;
+    use crate::item::SampleRequest;
+    use crate::sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize};
+    use l3_format::{EncodeOptions, Profile};
+
+    fn pixels(w: u32, h: u32, seed: u32) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..w * h * 3)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                ((i % (w * 3)) / 5 + i / (w * 3)) as u8 ^ (s as u8 & 15)
+            })
+            .collect()
+    }
+
+    fn encode(w: u32, h: u32, seed: u32, format: l3_format::Format, patch: u8) -> Vec<u8> {
+        let opts = EncodeOptions {
+            format,
+            patch_size: Some(patch),
+            threads: 1,
+            ..EncodeOptions::default()
+        };
+        l3_format::encode_with(&pixels(w, h, seed), w, h, 3, &opts).unwrap()
+    }
+
+    const SPEC: SampleSpec = SampleSpec {
+        height: 96,
+        width: 128,
+        crop: Crop::Random,
+        hflip: true,
+        layout: Layout::Nchw,
+        dtype: DType::F16,
+        normalize: Some(Normalize::IMAGENET),
+    };
+
+    /// What the stage hands `l3-cuda` for a batch is a valid plan, from region reads as from whole
+    /// files: every patch under every window was read (the read stage and the kernel's plan agree on
+    /// the patches), each image gets the CPU path's window, and every kernel block stays inside its own
+    /// sample. Versions 1 and 2 (both profiles), images smaller and larger than the sample.
+    #[test]
+    fn the_read_stages_items_plan_a_device_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let formats = [
+            l3_format::Format::V1,
+            l3_format::Format::V2(Profile::Bp),
+            l3_format::Format::V2(Profile::Ans),
+        ];
+        let sizes = [(1u32, 1u32), (7, 3), (300, 200), (1031, 517), (64, 64)];
+        let mut k = 0;
+        for (f, format) in formats.into_iter().enumerate() {
+            for (s, &(w, h)) in sizes.iter().enumerate() {
+                let patch = [32, 64][(f + s) % 2];
+                let bytes = encode(w, h, k, format, patch);
+                std::fs::write(tmp.path().join(format!("{k:02}.l3")), bytes).unwrap();
+                k += 1;
+            }
+        }
+        let ds = ImageFolder::open(tmp.path()).unwrap();
+        assert_eq!(ds.len(), 15);
+        for scope in [DecodeScope::Region, DecodeScope::Whole] {
+            let (mut stored, mut windows, mut read) = (Vec::new(), Vec::new(), 0u64);
+            for i in 0..ds.len() {
+                let key = ItemKey {
+                    seed: 9,
+                    epoch: 1,
+                    index: i,
+                };
+                let req = SampleRequest {
+                    spec: &SPEC,
+                    key,
+                    scope,
+                };
+                let (s, n) = ds.read(i, &req).unwrap();
+                assert_eq!(
+                    matches!(s, Stored::L3Region { .. }),
+                    scope == DecodeScope::Region
+                );
+                let (w, h) = dims(&s).unwrap();
+                windows.push(req.window(w, h));
+                stored.push(s);
+                read += n;
+            }
+            let sources: Vec<_> = stored.iter().map(source).collect();
+            let plan = SamplePlan::new(&sources, &windows, &sample_options(&SPEC))
+                .unwrap_or_else(|e| panic!("{scope:?}: {e}"));
+            assert_eq!(plan.sample_count(), 15);
+            assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
+            assert!(plan.descriptors_in_bounds(), "{scope:?}");
+            assert!(plan.input_len() as u64 <= read, "{scope:?}");
+            // Images smaller than the sample are padded around, larger ones cropped.
+            assert_eq!((windows[0].src.w, windows[0].dx), (1, 63));
+            assert_eq!((windows[3].src.w, windows[3].src.h), (128, 96));
+        }
+    }
+
+    /// A corrupt item is named by its place in the batch (the stage drops it and decodes the rest), and
+    /// a truncated one is refused from its header before any plan.
+    #[test]
+    fn corrupt_items_are_named_by_their_batch_index() {
+        let good = encode(40, 30, 1, l3_format::Format::V1, 32);
+        let mut bad = good.clone();
+        let start = l3_format::L3File::parse(&bad).unwrap().data_offset();
+        bad[start] |= 0x0f;
+        let key = |index| ItemKey {
+            seed: 0,
+            epoch: 0,
+            index,
+        };
+        let stored = [Stored::Whole(good.clone()), Stored::Whole(bad)];
+        let windows: Vec<_> = stored
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (w, h) = dims(s).unwrap();
+                SPEC.window(w, h, &key(i))
+            })
+            .collect();
+        let sources: Vec<_> = stored.iter().map(source).collect();
+        let e = SamplePlan::new(&sources, &windows, &sample_options(&SPEC)).unwrap_err();
+        assert_eq!(e.image_index(), Some(1), "{e}");
+        assert!(dims(&Stored::Whole(b"not an L3 file".to_vec())).is_err());
+        // A file cut short keeps a readable header; the plan refuses it, naming it.
+        let cut = Stored::Whole(good[..good.len() - 1].to_vec());
+        let (w, h) = dims(&cut).unwrap();
+        let e = SamplePlan::new(
+            &[source(&stored[0]), source(&cut)],
+            &[windows[0], SPEC.window(w, h, &key(1))],
+            &sample_options(&SPEC),
+        )
+        .unwrap_err();
+        assert_eq!(e.image_index(), Some(1), "{e}");
+    }
 }

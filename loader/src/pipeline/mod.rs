@@ -6,7 +6,8 @@
 //! ```
 //!
 //! The order stage plans each batch, takes a buffer from the pool and splits it into one slot per sample;
-//! each item's job carries its slot through read and decode, so a sample is written once, in place. The
+//! each item's job carries its slot through read and decode, so a sample is written once, in place — or,
+//! on the GPU, the whole batch is written by one launch into device memory (`ToAssembler::Device`). The
 //! assembler delivers batches strictly in sequence and hands back a credit per batch, which bounds the
 //! batches in flight (and so the memory) however slow one item is.
 
@@ -34,6 +35,9 @@ pub(crate) struct Ctx {
     pub scope: DecodeScope,
     /// The run's seed: with (epoch, item) it keys each item's randomness.
     pub seed: u64,
+    /// Samples are written into host slots of a batch buffer. False when the GPU stage writes every
+    /// batch straight into device memory: then the order stage hands out empty slots.
+    pub host_slots: bool,
     pub counters: Arc<Counters>,
     pub stop: Arc<AtomicBool>,
 }
@@ -72,6 +76,12 @@ pub(crate) struct Job {
 pub(crate) enum ToAssembler {
     Start(BatchStart),
     Item(ItemDone),
+    /// Batch `seq`'s samples, decoded by the GPU into device memory, one per item that decoded, in slot
+    /// order; sent before those items.
+    Device {
+        seq: u64,
+        batch: Box<l3_cuda::DecodedBatch>,
+    },
 }
 
 /// A batch announced by the order stage before its items.

@@ -94,7 +94,8 @@ def stylize(
     (``device="cuda"``; ``GpuError`` without a usable one)."""
 
 class Tensor:
-    """A batch tensor in loader memory, exported through DLPack without a copy."""
+    """A batch tensor in loader memory (host, or the GPU of a ``Loader(device="cuda")``), exported through
+    DLPack without a copy."""
 
     @property
     def shape(self) -> Tuple[int, int, int, int]: ...
@@ -103,12 +104,15 @@ class Tensor:
     @property
     def layout(self) -> Literal["NCHW", "NHWC"]: ...
     @property
-    def device(self) -> str: ...
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``."""
     @property
     def data_ptr(self) -> int:
-        """Address of the first element: the pointer every DLPack export carries."""
+        """Address of the first element (host or device): the pointer every DLPack export carries."""
     @property
     def nbytes(self) -> int: ...
+    def tobytes(self) -> bytes:
+        """The raw little-endian elements copied to host memory (for a device batch, after its decode)."""
     def __dlpack__(
         self,
         *,
@@ -119,7 +123,7 @@ class Tensor:
     ) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
     def numpy(self) -> np.ndarray:
-        """numpy.from_dlpack(self): a view, no copy."""
+        """numpy.from_dlpack(self): a view, no copy (host batches; ``TypeError`` on a GPU)."""
     def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> np.ndarray: ...
     def __len__(self) -> int: ...
 

@@ -1,0 +1,114 @@
+//! The loader on a CUDA device: batches stay in device memory and equal the CPU loader's byte for byte
+//! (region reads, random crops, flips, every layout and element type, normalisation, a skipped corrupt
+//! item). Without a usable GPU each test checks that the loader refuses with the reason — it never
+//! decodes on the CPU instead — and says it skipped the rest.
+
+mod common;
+
+use loader::{
+    Batch, Crop, DType, Dataset, Device, Error, ImageFolder, Layout, Loader, LoaderOptions,
+    Normalize,
+};
+use std::sync::Arc;
+
+fn options(device: Device, layout: Layout, dtype: DType) -> LoaderOptions {
+    LoaderOptions {
+        batch_size: 5,
+        height: 160,
+        width: 224,
+        crop: Crop::Random,
+        hflip: true,
+        layout,
+        dtype,
+        normalize: dtype.is_float().then_some(Normalize::IMAGENET),
+        decode_threads: 2,
+        seed: 4,
+        epochs: Some(2),
+        device,
+        ..LoaderOptions::default()
+    }
+}
+
+/// The batches of a run on `device`, or `None` (after checking the refusal names the device and a
+/// reason) when this machine has no usable GPU.
+fn run(ds: Arc<dyn Dataset>, o: LoaderOptions) -> Option<Vec<Batch>> {
+    let device = o.device;
+    match Loader::new(ds, o) {
+        Ok(l) => Some(l.map(|b| b.unwrap()).collect()),
+        Err(Error::Gpu { at, reason }) if device != Device::Cpu => {
+            assert_eq!(at.as_deref(), Some("device 0"), "{reason}");
+            assert!(!reason.is_empty());
+            eprintln!("skipping the GPU comparison: {reason}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn same_batches(gpu: &[Batch], cpu: &[Batch], tag: &str) {
+    assert_eq!(gpu.len(), cpu.len(), "{tag}");
+    for (g, c) in gpu.iter().zip(cpu) {
+        assert_eq!(
+            (g.epoch, g.index, &g.ids),
+            (c.epoch, c.index, &c.ids),
+            "{tag}"
+        );
+        assert_eq!((&g.labels, &g.skipped), (&c.labels, &c.skipped), "{tag}");
+        assert_eq!(g.pixels.device(), Device::Cuda(0), "{tag}");
+        assert!(g.pixels.bytes().is_none() && g.pixels.cuda().is_some());
+        assert_eq!(g.shape(), c.shape(), "{tag}");
+        let host = g.pixels.to_host().unwrap();
+        assert!(
+            c.pixels.bytes() == Some(&host[..]),
+            "{tag}: epoch {} batch {}",
+            g.epoch,
+            g.index
+        );
+    }
+}
+
+#[test]
+fn device_batches_equal_cpu_batches() {
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&common::fixture().l3).unwrap());
+    for (layout, dtype) in [
+        (Layout::Nhwc, DType::U8),
+        (Layout::Nchw, DType::F16),
+        (Layout::Nchw, DType::F32),
+    ] {
+        let Some(gpu) = run(ds.clone(), options(Device::Cuda(0), layout, dtype)) else {
+            return;
+        };
+        let cpu = run(ds.clone(), options(Device::Cpu, layout, dtype)).unwrap();
+        same_batches(&gpu, &cpu, &format!("{layout:?} {dtype:?}"));
+    }
+}
+
+#[test]
+fn a_corrupt_item_is_skipped_on_the_device_as_on_the_cpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = &common::fixture().l3;
+    let files = loader::image_files(src).unwrap().files;
+    for (i, (rel, _)) in files.iter().take(7).enumerate() {
+        let mut bytes = std::fs::read(src.join(rel)).unwrap();
+        if i == 3 {
+            // Rows of the first patches broken: every window reads them on the CPU and the device.
+            let start = l3_format::L3File::parse(&bytes).unwrap().data_offset();
+            for b in &mut bytes[start..] {
+                *b = 0xff;
+            }
+        }
+        std::fs::write(tmp.path().join(format!("{i}.l3")), bytes).unwrap();
+    }
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(tmp.path()).unwrap());
+    let o = |device| LoaderOptions {
+        skip_errors: true,
+        epochs: Some(1),
+        ..options(device, Layout::Nchw, DType::U8)
+    };
+    let Some(gpu) = run(ds.clone(), o(Device::Cuda(0))) else {
+        return;
+    };
+    let cpu = run(ds, o(Device::Cpu)).unwrap();
+    assert_eq!(cpu.iter().map(|b| b.skipped.len()).sum::<usize>(), 1);
+    same_batches(&gpu, &cpu, "skip");
+}
