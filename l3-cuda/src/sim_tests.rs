@@ -402,6 +402,15 @@ fn sim_asan_clean() {
         },
         "asan-f16",
     );
+    // The simulated threads are fibers on stacks of the harness's own: a probe kernel that reads past a
+    // local array after a barrier shows that AddressSanitizer still sees such frames' bounds.
+    let probe = run_probe(&exe, "overflow");
+    let log = String::from_utf8_lossy(&probe.stderr);
+    assert!(
+        !probe.status.success() && log.contains("stack-buffer-overflow"),
+        "AddressSanitizer missed the probe's overflow ({}):\n{log}",
+        probe.status
+    );
 }
 
 /// ThreadSanitizer: the kernel's barriers order every shared-memory write before the reads of it.
@@ -414,6 +423,37 @@ fn sim_tsan_race_free() {
         image(9, 9, 1, 4, Content::Smooth, &mut rng),
     ];
     check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tsan");
+    // The simulated threads are fibers whose switches order nothing; only barriers do. A probe kernel
+    // that reads shared memory another warp wrote, with only warp barriers between, shows that a race
+    // the kernel's barriers do not order is still reported.
+    let probe = run_probe(&exe, "race");
+    assert_eq!(
+        probe.status.code(),
+        Some(66),
+        "ThreadSanitizer missed the probe's race:\n{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    assert!(String::from_utf8_lossy(&probe.stderr).contains("data race"));
+}
+
+/// The simulator reports a `__syncthreads` that not every thread of the block reaches (on a GPU: a hang
+/// or undefined behaviour) instead of waiting forever.
+#[test]
+fn sim_divergent_barrier_is_reported() {
+    let exe = harness_or_skip!(Build::Plain);
+    let probe = run_probe(&exe, "divergent");
+    let log = String::from_utf8_lossy(&probe.stderr);
+    assert_eq!(probe.status.code(), Some(3), "{log}");
+    assert!(log.contains("threads 0..=31 at __syncthreads"), "{log}");
+}
+
+/// Runs one of the harness's self-checks (kernels that are wrong on purpose).
+fn run_probe(exe: &Path, name: &str) -> std::process::Output {
+    Command::new(exe)
+        .args(["--probe", name])
+        .env("TSAN_OPTIONS", "halt_on_error=1 exitcode=66")
+        .output()
+        .unwrap()
 }
 
 /// Corrupted patch bytes (offsets intact): the kernel accepts a patch exactly when the CPU decoder does,
