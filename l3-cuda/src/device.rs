@@ -852,14 +852,7 @@ impl BatchDecoder {
             None,
         )?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let batch = launch(
-            &self.kernels,
-            &self.decode_stream,
-            &self.copy_stream,
-            plan,
-            input,
-            off,
-        )?;
+        let batch = self.launch(Origin::Images(plan), input, off)?;
         self.track(batch)
     }
 
@@ -893,14 +886,7 @@ impl BatchDecoder {
         let p = plan.clone();
         let slot = self.stage(off, 0, |dst| pack_sample_input(&p, sources, off, dst), None)?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let batch = launch_samples(
-            &self.kernels,
-            &self.decode_stream,
-            &self.copy_stream,
-            plan,
-            input,
-            off,
-        )?;
+        let batch = self.launch(Origin::Samples(plan), input, off)?;
         self.track(batch)
     }
 
@@ -933,15 +919,22 @@ impl BatchDecoder {
             .map_err(|e| Error::driver("cuEventRecord", e))?;
         batch.copied = Some(ev);
         let input = self.slots[slot].input.as_ref().expect("staged above");
-        let decoded = launch(
-            &self.kernels,
-            &self.decode_stream,
-            &self.copy_stream,
-            plan,
-            input,
-            off,
-        )?;
+        let decoded = self.launch(Origin::Images(plan), input, off)?;
         self.track(decoded)
+    }
+
+    /// Queues the one launch of `origin`'s plan on the decode stream, reading `input`.
+    fn launch(
+        &self,
+        origin: Origin,
+        input: &CudaSlice<u8>,
+        off: InputOffsets,
+    ) -> Result<DecodedBatch, Error> {
+        let streams = (&self.decode_stream, &self.copy_stream);
+        match origin {
+            Origin::Images(plan) => launch(&self.kernels, streams, plan, input, off),
+            Origin::Samples(plan) => launch_samples(&self.kernels, streams, plan, input, off),
+        }
     }
 
     /// Records the batch's completion for the in-flight bound.
@@ -1096,24 +1089,7 @@ impl BatchDecoder {
     /// Decodes a batch already in device memory: one launch, nothing copied from the host. Not counted
     /// against [`max_in_flight`](Self::max_in_flight): a benchmark queues as many as it times.
     pub fn decode_resident(&self, batch: &ResidentBatch) -> Result<DecodedBatch, Error> {
-        match &batch.origin {
-            Origin::Images(plan) => launch(
-                &self.kernels,
-                &self.decode_stream,
-                &self.copy_stream,
-                plan.clone(),
-                &batch.input,
-                batch.offsets,
-            ),
-            Origin::Samples(plan) => launch_samples(
-                &self.kernels,
-                &self.decode_stream,
-                &self.copy_stream,
-                plan.clone(),
-                &batch.input,
-                batch.offsets,
-            ),
-        }
+        self.launch(batch.origin.clone(), &batch.input, batch.offsets)
     }
 
     /// Device-to-device memcpy bandwidth in bytes/s (read + written bytes per second, as a roofline for the
@@ -1206,11 +1182,11 @@ fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Er
     unsafe { stream.alloc::<u8>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
 }
 
-/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]).
+/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]) on
+/// `stream`; the batch reads its error word back on `readback`.
 fn launch(
     kernels: &Kernels,
-    stream: &Arc<CudaStream>,
-    readback: &Arc<CudaStream>,
+    (stream, readback): (&Arc<CudaStream>, &Arc<CudaStream>),
     plan: Arc<BatchPlan>,
     input: &CudaSlice<u8>,
     off: InputOffsets,
@@ -1277,8 +1253,7 @@ fn launch(
 /// Queues the one launch decoding every window of a sample batch and padding around them.
 fn launch_samples(
     kernels: &Kernels,
-    stream: &Arc<CudaStream>,
-    readback: &Arc<CudaStream>,
+    (stream, readback): (&Arc<CudaStream>, &Arc<CudaStream>),
     plan: Arc<SamplePlan>,
     input: &CudaSlice<u8>,
     off: InputOffsets,

@@ -371,15 +371,12 @@ mod tests {
     use crate::sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize};
     use l3_format::{EncodeOptions, Profile};
 
+    /// A gradient with a little noise: compressible, but not trivially.
     fn pixels(w: u32, h: u32, seed: u32) -> Vec<u8> {
-        let mut s = seed | 1;
-        (0..w * h * 3)
-            .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                ((i % (w * 3)) / 5 + i / (w * 3)) as u8 ^ (s as u8 & 15)
-            })
+        let mut rng = stdx::SplitMix64::new(u64::from(seed));
+        let row = w as usize * 3;
+        (0..row * h as usize)
+            .map(|i| ((i % row) / 5 + i / row) as u8 ^ (rng.next_u64() as u8 & 15))
             .collect()
     }
 
