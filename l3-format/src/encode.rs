@@ -9,7 +9,7 @@ use crate::{HEADER_LEN, MAGIC, VERSION};
 pub use crate::v2::encode::Choices;
 
 /// What [`encode_with`] writes. `Default` is [`crate::DEFAULT_FORMAT`] at that format's default patch size,
-/// the reference encoder choices, one thread.
+/// the default encoder choices ([`Choices::FastDecode`]), one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EncodeOptions {
     pub format: Format,
@@ -29,7 +29,7 @@ impl Default for EncodeOptions {
             format: crate::DEFAULT_FORMAT,
             patch_size: None,
             threads: 1,
-            choices: Choices::Reference,
+            choices: Choices::FastDecode,
         }
     }
 }

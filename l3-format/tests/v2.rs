@@ -196,6 +196,67 @@ fn smallest_choices_round_trip_and_are_not_larger() {
     }
 }
 
+/// Contexts of plane p (SPEC.md §2.7.3): its residual contexts and its selector context.
+fn plane_contexts(p: usize) -> Vec<usize> {
+    let (res, sel) = match p {
+        0 => (0..9, 99),
+        1 => (9..54, 100),
+        2 => (54..99, 101),
+        _ => (102..147, 147),
+    };
+    res.chain([sel]).collect()
+}
+
+#[test]
+fn fast_decode_choices_round_trip_with_each_planes_tables_in_budget() {
+    for (w, h, c) in [(260u32, 190u32, 3u8), (130, 70, 4), (90, 91, 1)] {
+        for kind in 0..3 {
+            let px = image(w as usize, h as usize, c as usize, 41, kind);
+            let region = Rect::new(w / 4, h / 3, w / 2, h / 2);
+            check(&px, w, h, c, 64, Profile::Ans, Choices::FastDecode, region);
+            let encode = |choices| {
+                let o = EncodeOptions {
+                    format: Format::V2(Profile::Ans),
+                    patch_size: Some(64),
+                    threads: 1,
+                    choices,
+                };
+                encode_with(&px, w, h, c, &o).unwrap()
+            };
+            let file = encode(Choices::FastDecode);
+            let t = L3File::parse(&file).unwrap().ans_tables().unwrap();
+            for p in 0..c as usize {
+                let ctxs: Vec<&[u16]> = plane_contexts(p)
+                    .into_iter()
+                    .filter_map(|x| t.freqs(x))
+                    .collect();
+                // The plane's common power-of-two unit, and its tables at that resolution.
+                let k = ctxs
+                    .iter()
+                    .flat_map(|f| f.iter())
+                    .filter(|&&f| f > 0)
+                    .map(|f| f.trailing_zeros())
+                    .min();
+                let bytes = ctxs.len() * ((4 * 4096) >> k.unwrap_or(0).min(3));
+                assert!(
+                    bytes <= 192 << 10,
+                    "{w}x{h}x{c} kind {kind} plane {p}: {bytes} bytes of tables"
+                );
+                if kind == 0 && p > 0 {
+                    // Noise uses every context of the colour planes: they must be coarse to fit.
+                    assert!(k >= Some(1), "{w}x{h}x{c} plane {p}: unit 2^{k:?}");
+                }
+            }
+            let reference = encode(Choices::Reference).len();
+            assert!(
+                file.len() <= reference + reference / 33 + 64,
+                "{w}x{h}x{c} kind {kind}: {} vs {reference}",
+                file.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn default_options_write_the_default_format_at_its_patch_size() {
     let px = image(300, 200, 3, 5, 1);

@@ -45,7 +45,7 @@ pub(crate) fn has_sse42() -> bool {
 /// `pshufb` masks for interleaving three 16-byte planes into 48 RGB bytes: `RGB_MASKS[plane][block][k]` is the
 /// source lane of output byte `16·block + k` when it comes from `plane`, else 0x80 (writes zero).
 #[cfg(target_arch = "x86_64")]
-const RGB_MASKS: [[[u8; 16]; 3]; 3] = {
+pub(crate) const RGB_MASKS: [[[u8; 16]; 3]; 3] = {
     let mut m = [[[0x80u8; 16]; 3]; 3];
     let mut q = 0;
     while q < 48 {

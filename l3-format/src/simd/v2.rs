@@ -103,6 +103,69 @@ pub(crate) unsafe fn widths_from_codes(
     }
 }
 
+/// The widths of a BP row r ≥ 1 from its 2-bit codes and the escaped widths that follow them in `rest`
+/// (from bit `bit` on, 4 bits each), like `widths_from_codes` plus the escape loop of `BpRows::head`, but
+/// kept in a register until one 32-byte store into `out`: escapes written byte by byte and then loaded as
+/// a vector would wait for the stores to leave the store buffer. Returns Σ widths over the `ng` groups and
+/// the bit after the escapes, or the first group whose width is out of range, with that width.
+///
+/// # Safety
+/// The CPU must support AVX2 and BMI2.
+#[inline(always)]
+pub(crate) unsafe fn widths_avx2(
+    codes: u64,
+    prev: &[u8; 32],
+    ng: usize,
+    rest: &[u8],
+    mut bit: usize,
+    out: &mut [u8; 32],
+) -> Result<(usize, usize), (usize, i32)> {
+    // SAFETY: AVX2/BMI2 intrinsics; the loads and stores cover exactly the 32-byte arrays.
+    unsafe {
+        let m = 0x0303_0303_0303_0303u64;
+        let q = |sh: u32| _pdep_u64(codes >> sh, m) as i64;
+        let c = _mm256_setr_epi64x(q(0), q(16), q(32), q(48));
+        // code → width change: 0, +1, −1, 0 (escape, replaced below).
+        let delta = _mm256_shuffle_epi8(
+            bytes16(&[0, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            c,
+        );
+        let mut v = _mm256_add_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), delta);
+        let live = (u64::MAX >> (64 - ng.clamp(1, 32))) as u32;
+        let mut esc = _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(3))) as u32 & live;
+        let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(8)), v);
+        let bad = !(_mm256_movemask_epi8(ok) as u32) & !esc & live;
+        if bad != 0 {
+            let g = bad.trailing_zeros() as usize;
+            let d = [0, 1, -1, 0][((codes >> (2 * g)) & 3) as usize];
+            return Err((g, i32::from(prev[g]) + d));
+        }
+        let lanes = _mm256_setr_epi8(
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25, 26, 27, 28, 29, 30, 31,
+        );
+        while esc != 0 {
+            let g = esc.trailing_zeros() as usize;
+            let w = (crate::v2::bp::window(rest, bit) & 15) as u8;
+            if w > 8 {
+                return Err((g, i32::from(w)));
+            }
+            let at = _mm256_cmpeq_epi8(lanes, _mm256_set1_epi8(g as i8));
+            v = _mm256_blendv_epi8(v, _mm256_set1_epi8(w as i8), at);
+            bit += 4;
+            esc &= esc - 1;
+        }
+        let keep = _mm256_cmpgt_epi8(_mm256_set1_epi8(ng.min(32) as i8), lanes);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), v);
+        let s = _mm256_sad_epu8(_mm256_and_si256(v, keep), _mm256_setzero_si256());
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        Ok((
+            (_mm_cvtsi128_si64(s) + _mm_extract_epi64::<1>(s)) as usize,
+            bit,
+        ))
+    }
+}
+
 /// Σ `nbit[..ng]` (`ng` ≤ 32).
 ///
 /// # Safety
@@ -281,97 +344,137 @@ unsafe fn check_used(ctx: __m256i, active: usize, k: &CtxConsts, id: PatchId) ->
     Ok(())
 }
 
-/// The lane states and word cursor of a chunk.
+/// Where a chunk's refill words come from: a copy of the chunk's words followed by 16 zero bytes, so that
+/// a load of 8 words at `min(pos, nwords)` never leaves the buffer and a damaged chunk reads zeros past its
+/// end (the decoder reports it once the plane is done). The lane states and the word cursor are locals of
+/// the decode loop, so that they stay in registers.
 struct Lanes<'a> {
-    x: [__m256i; 4],
-    /// The chunk's words (after the lane states).
-    words: &'a [u8],
+    padded: &'a [u8],
     nwords: usize,
-    pos: usize,
-    /// Refills load 8 words at once: from `tail_start` on they come from `tail`, the last words followed
-    /// by zeros, so that a load never leaves a buffer (and a damaged chunk reads zeros past its end).
-    tail_start: usize,
-    tail: [u8; 32],
 }
 
 impl<'a> Lanes<'a> {
-    fn new(words: &'a [u8]) -> Self {
-        let nwords = words.len() / 2;
-        let tail_start = nwords.saturating_sub(8);
-        let mut tail = [0u8; 32];
-        tail[..2 * (nwords - tail_start)].copy_from_slice(&words[2 * tail_start..2 * nwords]);
+    /// Copies a chunk's `words` into `buf` (reused across calls) and pads it.
+    fn fill(buf: &mut Vec<u8>, words: &[u8]) {
+        buf.clear();
+        buf.extend_from_slice(&words[..words.len() / 2 * 2]);
+        buf.extend_from_slice(&[0; 16]);
+    }
+
+    /// The words of a buffer [`Lanes::fill`] filled.
+    fn new(padded: &'a [u8]) -> Self {
         Lanes {
-            x: [unsafe_zero(); 4],
-            words,
-            nwords,
-            pos: 0,
-            tail_start,
-            tail,
+            padded,
+            nwords: padded.len().saturating_sub(16) / 2,
         }
     }
 
-    /// The next 8 words (zeros past the end).
+    /// The 8 words from word `pos` on (zeros past the end).
     #[inline(always)]
-    unsafe fn next8(&self) -> __m128i {
-        let pos = self.pos;
-        // SAFETY: below `tail_start`, pos + 8 ≤ nwords, so 16 bytes lie inside `words`; from it on, the
-        // offset into `tail` is at most 2·8 = 16 and `tail` has 32 bytes.
-        unsafe {
-            let p = if pos < self.tail_start {
-                self.words.as_ptr().add(2 * pos)
-            } else {
-                self.tail
-                    .as_ptr()
-                    .add(2 * (pos.min(self.nwords) - self.tail_start))
-            };
-            _mm_loadu_si128(p.cast())
-        }
+    unsafe fn next8(&self, pos: usize) -> __m128i {
+        // SAFETY: 2·min(pos, nwords) + 16 ≤ 2·nwords + 16 = the buffer's length.
+        unsafe { _mm_loadu_si128(self.padded.as_ptr().add(2 * pos.min(self.nwords)).cast()) }
     }
-}
-
-/// An all-zero register (a plain function so that `Lanes::new` needs no target feature).
-#[inline(always)]
-fn unsafe_zero() -> __m256i {
-    // SAFETY: a zeroed `__m256i` is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 const PROB_BITS_I: i32 = PROB_BITS as i32;
 
-/// `dec[idx[i]]` for each lane (indices bounded by the caller). A hardware gather: eight scalar loads in
-/// its place (as htscodecs does where gathers are slow) measured no faster on a Zen 3 EPYC.
+/// `dec[idx[i]]` for each lane (indices bounded by the caller): eight scalar loads from indices taken out
+/// of the register 64 bits at a time. On Zen 3 a hardware gather of eight lanes has about the same latency
+/// (~25 cycles) but costs more issue slots (one per ~10–14 cycles against ~9 for this form, measured),
+/// and the decoder has many lookups in flight.
 #[inline(always)]
 unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
     // SAFETY: see `step_vec`: every index is within `dec`.
-    unsafe { _mm256_i32gather_epi32::<4>(dec.as_ptr().cast(), idx) }
+    unsafe {
+        let t = dec.as_ptr();
+        let lo = _mm256_castsi256_si128(idx);
+        let hi = _mm256_extracti128_si256::<1>(idx);
+        let q = [
+            _mm_cvtsi128_si64(lo) as u64,
+            _mm_extract_epi64::<1>(lo) as u64,
+            _mm_cvtsi128_si64(hi) as u64,
+            _mm_extract_epi64::<1>(hi) as u64,
+        ];
+        let ld = |q: u64| {
+            (
+                *t.add((q & 0xffff_ffff) as usize) as i32,
+                *t.add((q >> 32) as usize) as i32,
+            )
+        };
+        let (e0, e1) = ld(q[0]);
+        let (e2, e3) = ld(q[1]);
+        let (e4, e5) = ld(q[2]);
+        let (e6, e7) = ld(q[3]);
+        _mm256_setr_epi32(e0, e1, e2, e3, e4, e5, e6, e7)
+    }
 }
 
-/// Decodes lanes 8v..8v+8 of a step (`c8`: their 8 context bytes in the low half; `active` lanes in the
-/// step) and returns their decode-table entries (the symbol in the low byte of each 32-bit lane).
+/// How the lanes of a step find their decode-table entries: `base + (rel << (12 − k)) + (slot >> k)`, rel
+/// being a lane's context less its plane's first (0 for selectors), and the offset within the symbol
+/// adds `slot & low` (see `AnsTables::decode_table`).
+#[derive(Clone, Copy)]
+struct Lookup<'t> {
+    dec: &'t [u32],
+    base: __m256i,
+    up: __m128i,
+    down: __m128i,
+    low: __m256i,
+}
+
+impl<'t> Lookup<'t> {
+    /// The lookup of plane table `pt`'s residual (`selector` false) or selector contexts in `dec`.
+    #[inline(always)]
+    unsafe fn new(dec: &'t [u32], pt: &ans::PlaneTable, selector: bool) -> Self {
+        let base = if selector {
+            pt.selector_base
+        } else {
+            pt.residual_base
+        };
+        // SAFETY: AVX2 intrinsics on registers (the caller's guarantee).
+        unsafe {
+            Lookup {
+                dec,
+                base: _mm256_set1_epi32(base as i32),
+                up: _mm_cvtsi32_si128((PROB_BITS - pt.shift) as i32),
+                down: _mm_cvtsi32_si128(pt.shift as i32),
+                low: _mm256_set1_epi32((1i32 << pt.shift) - 1),
+            }
+        }
+    }
+}
+
+/// Decodes lanes 8v..8v+8 of a step (`c8`: their 8 relative context bytes in the low half; `active` lanes
+/// in the step) and returns their decode-table entries (the symbol in the high byte of each 32-bit lane).
 #[inline(always)]
 unsafe fn step_vec(
-    l: &mut Lanes<'_>,
+    l: &Lanes<'_>,
+    state: &mut __m256i,
+    pos: &mut usize,
     v: usize,
     c8: __m128i,
     active: usize,
-    t: &Tables<'_>,
+    look: &Lookup<'_>,
 ) -> __m256i {
-    // SAFETY (whole body): AVX2 intrinsics. Table reads: every context index is below the number of
-    // contexts the table was built for (checked on entry to `decode_chunks_avx2` against its length;
-    // contexts are at most 147 by construction) and slots are < 4096, so each read lies inside `t.dec`.
-    // Word loads: see `Lanes::next8`.
+    // SAFETY (whole body): AVX2 intrinsics. Table reads: relative contexts stay below the plane's context
+    // count by construction and slots are < 4096, and `decode_chunks_avx2` checked on entry that every
+    // plane's tables lie inside `dec`, so each read does. Word loads: see `Lanes::next8`.
     unsafe {
-        let c32 = _mm256_cvtepu8_epi32(c8);
-        let x = l.x[v];
+        let rel = _mm256_cvtepu8_epi32(c8);
+        let x = *state;
         let slot = _mm256_and_si256(x, _mm256_set1_epi32(0xfff));
-        let e = gather_dec(t.dec, _mm256_or_si256(_mm256_slli_epi32::<12>(c32), slot));
-        // e = (f − 1) << 20 | (slot − cum) << 8 | symbol.
-        let f = _mm256_add_epi32(_mm256_srli_epi32::<20>(e), _mm256_set1_epi32(1));
-        let bias = _mm256_and_si256(_mm256_srli_epi32::<8>(e), _mm256_set1_epi32(0xfff));
-        let mut nx = _mm256_add_epi32(
-            _mm256_mullo_epi32(f, _mm256_srli_epi32::<PROB_BITS_I>(x)),
-            bias,
+        let idx = _mm256_add_epi32(
+            _mm256_add_epi32(look.base, _mm256_sll_epi32(rel, look.up)),
+            _mm256_srl_epi32(slot, look.down),
         );
+        let e = gather_dec(look.dec, idx);
+        // e = symbol << 24 | (f − 1) << 12 | (first slot − cum); the offset adds slot's low k bits.
+        // x' = f·(x >> 12) + offset = (f − 1)·q + q + offset.
+        let mask = _mm256_set1_epi32(0xfff);
+        let q = _mm256_srli_epi32::<PROB_BITS_I>(x);
+        let fm1 = _mm256_and_si256(_mm256_srli_epi32::<12>(e), mask);
+        let off = _mm256_add_epi32(_mm256_and_si256(e, mask), _mm256_and_si256(slot, look.low));
+        let mut nx = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(fm1, q), q), off);
         let mut need = _mm256_cmpeq_epi32(_mm256_srli_epi32::<16>(nx), _mm256_setzero_si256());
         let first = 8 * v;
         if active < first + 8 {
@@ -382,10 +485,10 @@ unsafe fn step_vec(
         }
         let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize;
         let perm = _mm256_load_si256(PERM.0[m].as_ptr().cast());
-        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(l.next8()), perm);
+        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(l.next8(*pos)), perm);
         let renorm = _mm256_or_si256(_mm256_slli_epi32::<16>(nx), w);
-        l.x[v] = _mm256_blendv_epi8(nx, renorm, need);
-        l.pos += m.count_ones() as usize;
+        *state = _mm256_blendv_epi8(nx, renorm, need);
+        *pos += m.count_ones() as usize;
         e
     }
 }
@@ -394,10 +497,12 @@ unsafe fn step_vec(
 /// interleaved so that one chunk's table reads overlap another's arithmetic. Returns each chunk's 32 symbols.
 #[inline(always)]
 unsafe fn step<const K: usize, const FULL: bool>(
-    l: &mut [Lanes<'_>; K],
+    l: &[Lanes<'_>; K],
+    x: &mut [[__m256i; 4]; K],
+    pos: &mut [usize; K],
     ctx: &[__m256i; K],
     active: usize,
-    t: &Tables<'_>,
+    look: &Lookup<'_>,
 ) -> [__m256i; K] {
     // A full step has all 32 lanes: the partial-lane masks fold away.
     let active = if FULL { LANES } else { active };
@@ -422,7 +527,8 @@ unsafe fn step<const K: usize, const FULL: bool>(
                         } else {
                             _mm_srli_si128::<8>(h)
                         };
-                        syms[k][$v] = step_vec(&mut l[k], $v, c8, active, t);
+                        syms[k][$v] =
+                            step_vec(&l[k], &mut x[k][$v], &mut pos[k], $v, c8, active, look);
                     }
                 }
             };
@@ -434,7 +540,7 @@ unsafe fn step<const K: usize, const FULL: bool>(
         let mut out = [_mm256_setzero_si256(); K];
         for k in 0..K {
             // 4 × 8 u32 symbols (low bytes) to 32 bytes in lane order.
-            let lo = |v: __m256i| _mm256_and_si256(v, _mm256_set1_epi32(0xff));
+            let lo = |v: __m256i| _mm256_srli_epi32::<24>(v);
             let a = _mm256_packus_epi32(lo(syms[k][0]), lo(syms[k][1]));
             let b = _mm256_packus_epi32(lo(syms[k][2]), lo(syms[k][3]));
             let bytes = _mm256_packus_epi16(a, b);
@@ -461,11 +567,20 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     store: Store,
     z: &mut [&mut [u8]; K],
     sel: &mut [&mut [u8]; K],
+    words: &mut [Vec<u8>],
     ids: [PatchId; K],
 ) -> Result<(), Error> {
-    let k_all = ans::contexts(c as u8);
     // The table reads rely on these sizes (see `step_vec`); the stores on the row padding.
-    if t.dec.len() < k_all << PROB_BITS || store.zs < store.n + 32 {
+    let fits = |p: usize| {
+        let pt = &t.planes[p];
+        let (lo, hi) = ans::residual_context_range(p);
+        let per = (1usize << PROB_BITS) >> pt.shift.min(PROB_BITS);
+        pt.shift <= ans::MAX_TABLE_SHIFT
+            && pt.first_context as usize == lo
+            && pt.residual_base as usize + (hi + 1 - lo) * per <= t.dec.len()
+            && pt.selector_base as usize + per <= t.dec.len()
+    };
+    if words.len() < K || !(0..c).all(fits) || store.zs < store.n + 32 {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
         }
@@ -478,10 +593,15 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     // SAFETY (whole body): AVX2 intrinsics on registers; memory through slices and `step_vec` (see there).
     // No closures here: a closure would be compiled without the caller's target features.
     unsafe {
-        let mut l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes::new(&chunks[k][STATE_BYTES..]));
+        for (buf, chunk) in words.iter_mut().zip(chunks) {
+            Lanes::fill(buf, &chunk[STATE_BYTES..]);
+        }
+        let l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes::new(&words[k]));
+        let mut x = [[_mm256_setzero_si256(); 4]; K];
+        let mut pos = [0usize; K];
         for k in 0..K {
             for v in 0..4 {
-                l[k].x[v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
+                x[k][v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
             }
         }
         let mut used = [0u8; 32];
@@ -505,15 +625,21 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
         for p in 0..c {
             // The selector segment: one context.
             let n = (ph - 1) * nsel;
-            let sctx = [_mm256_set1_epi8(ans::selector_context(p) as i8); K];
             if n > 0 {
-                check_used(sctx[0], 1, &kc, ids[0])?;
+                let sctx = _mm256_set1_epi8(ans::selector_context(p) as i8);
+                check_used(sctx, 1, &kc, ids[0])?;
             }
+            let (sel_look, res_look) = (
+                Lookup::new(t.dec, &t.planes[p], true),
+                Lookup::new(t.dec, &t.planes[p], false),
+            );
+            let first = _mm256_set1_epi8(t.planes[p].first_context as i8);
+            let zero = [_mm256_setzero_si256(); K];
             for j in (0..n).step_by(LANES) {
                 let s = if n - j >= LANES {
-                    step::<K, true>(&mut l, &sctx, LANES, &t)
+                    step::<K, true>(&l, &mut x, &mut pos, &zero, LANES, &sel_look)
                 } else {
-                    step::<K, false>(&mut l, &sctx, n - j, &t)
+                    step::<K, false>(&l, &mut x, &mut pos, &zero, n - j, &sel_look)
                 };
                 for k in 0..K {
                     store32(&mut sbuf[k], j, s[k]);
@@ -550,11 +676,12 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                         if !plane_used {
                             check_used(ctx[k], active, &kc, ids[k])?;
                         }
+                        ctx[k] = _mm256_sub_epi8(ctx[k], first);
                     }
                     let s = if active == LANES {
-                        step::<K, true>(&mut l, &ctx, LANES, &t)
+                        step::<K, true>(&l, &mut x, &mut pos, &ctx, LANES, &res_look)
                     } else {
-                        step::<K, false>(&mut l, &ctx, active, &t)
+                        step::<K, false>(&l, &mut x, &mut pos, &ctx, active, &res_look)
                     };
                     for (zk, sk) in z.iter_mut().zip(s) {
                         store32(zk, cur + 1 + c0, sk);
@@ -568,7 +695,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             }
             for k in 0..K {
                 let nwords = l[k].nwords;
-                if l[k].pos > nwords {
+                if pos[k] > nwords {
                     return Err(Error::RansPastChunkEnd {
                         patch: ids[k],
                         words: nwords,
@@ -577,17 +704,91 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             }
         }
         for k in 0..K {
-            let mut x = [0u32; LANES];
+            let mut xs = [0u32; LANES];
             for v in 0..4 {
-                _mm256_storeu_si256(x[8 * v..8 * v + 8].as_mut_ptr().cast(), l[k].x[v]);
+                _mm256_storeu_si256(xs[8 * v..8 * v + 8].as_mut_ptr().cast(), x[k][v]);
             }
-            ans::finish(&x, l[k].pos, l[k].nwords, ids[k])?;
+            ans::finish(&xs, pos[k], l[k].nwords, ids[k])?;
         }
         Ok(())
     }
 }
 
-/// Reconstructs one row like [`crate::v2::front::reconstruct_row`], 32 pixels per step and branch-free.
+/// Writes `n` RGB pixels from a row of v2's colour planes: R = P1 + G, B = P2 + G, interleaved as
+/// `dst[3i..3i + 3] = (R, G, B)`, 32 pixels per step (two adds, nine `vpshufb` and six `vpor`). The
+/// planes are read 32 bytes at a time, so each must hold `32·⌈n / 32⌉` bytes (the decoders' rolling rows
+/// do); `dst` must hold `3n`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+pub(crate) unsafe fn emit_rgb_avx2(dst: &mut [u8], g: &[u8], p1: &[u8], p2: &[u8], n: usize) {
+    // SAFETY (whole body): AVX2 intrinsics; loads through `load32` (bounds-checked), stores into
+    // bounds-checked 16-byte slices of `dst` or of the local `tail`.
+    unsafe {
+        let m = crate::simd::RGB_MASKS.map(|plane| plane.map(|b| bytes16(&b)));
+        let dst = &mut dst[..3 * n];
+        let mut tail = [0u8; 96];
+        for k in 0..n.div_ceil(32) {
+            let c0 = 32 * k;
+            let gv = load32(g, c0);
+            let r = _mm256_add_epi8(load32(p1, c0), gv);
+            let b = _mm256_add_epi8(load32(p2, c0), gv);
+            let full = c0 + 32 <= n;
+            let out: &mut [u8] = if full {
+                &mut dst[3 * c0..3 * c0 + 96]
+            } else {
+                &mut tail
+            };
+            for j in 0..3 {
+                let v = _mm256_or_si256(
+                    _mm256_or_si256(
+                        _mm256_shuffle_epi8(r, m[0][j]),
+                        _mm256_shuffle_epi8(gv, m[1][j]),
+                    ),
+                    _mm256_shuffle_epi8(b, m[2][j]),
+                );
+                let lo = &mut out[16 * j..16 * j + 16];
+                _mm_storeu_si128(lo.as_mut_ptr().cast(), _mm256_castsi256_si128(v));
+                let hi = &mut out[48 + 16 * j..48 + 16 * j + 16];
+                _mm_storeu_si128(hi.as_mut_ptr().cast(), _mm256_extracti128_si256::<1>(v));
+            }
+            if !full {
+                let rest = 3 * (n - c0);
+                dst[3 * c0..].copy_from_slice(&tail[..rest]);
+            }
+        }
+    }
+}
+
+/// Per selector s: the masks (scan, grad, top) of [`reconstruct_row_avx2`], all-ones bytes where true:
+/// scan for GRAD and LEFT, grad for GRAD, top for TOP.
+#[repr(C, align(32))]
+struct SelectorMasks([[[u8; 32]; 3]; 4]);
+
+static SELECTOR_MASKS: SelectorMasks = {
+    let mut m = [[[0u8; 32]; 3]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let f = [s <= 1, s == 0, s == 2];
+        let mut k = 0;
+        while k < 3 {
+            if f[k] {
+                m[s][k] = [0xff; 32];
+            }
+            k += 1;
+        }
+        s += 1;
+    }
+    SelectorMasks(m)
+};
+
+/// Reconstructs one row like [`crate::v2::front::reconstruct_row`], 32 pixels per step and branch-free,
+/// except that the edge replicas (`cur[0]`, `cur[pw + 1]`) are neither read from `prev` nor written.
+///
+/// The row above is read only as T (`prev[c0 + 1..]`, the bytes one 32-byte store of the previous row
+/// wrote) and TL/TR are shifted out of neighbouring T vectors in registers: loads at other offsets would
+/// straddle the previous row's stores, which the CPU cannot forward while they are in flight.
 ///
 /// # Safety
 /// The CPU must support AVX2. `z` must hold at least `runs(pw)·32` bytes (the decoders' row buffers do).
@@ -601,31 +802,48 @@ pub(crate) unsafe fn reconstruct_row_avx2(
     cur: &mut [u8; ROW],
 ) {
     // SAFETY (whole body): AVX2 intrinsics on registers; loads and stores through `load32`/`store32`
-    // (bounds-checked: prev and cur are ROW = 288 bytes, runs start at most at 192).
+    // (bounds-checked: prev and cur are ROW = 288 bytes, runs start at most at 192, so the next run's T
+    // ends at 192 + 65 < 288), and aligned loads of the 32-byte rows of `SELECTOR_MASKS`.
     unsafe {
         let one = _mm256_set1_epi8(1);
         let low7 = _mm256_set1_epi8(0x7f);
         let b15 = _mm256_set1_epi8(15);
-        let mut left = _mm256_set1_epi8(prev[0] as i8);
-        for k in 0..runs(pw).min(7) {
+        let lanes = _mm256_setr_epi8(
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25, 26, 27, 28, 29, 30, 31,
+        );
+        let nr = runs(pw).min(7);
+        let mut t = load32(prev, 1);
+        // Column 0's TL, and its left neighbour for GRAD/LEFT, are T.
+        let mut t_prev = _mm256_broadcastb_epi8(_mm256_castsi256_si128(t));
+        let mut left = t_prev;
+        for k in 0..nr {
             let c0 = k * RUN;
+            let last = k + 1 == nr;
+            let t_next = if last { t } else { load32(prev, c0 + RUN + 1) };
             let zz = load32(z, c0);
             // unzigzag: (z >> 1) ^ −(z & 1)
             let res = _mm256_xor_si256(
                 _mm256_and_si256(_mm256_srli_epi16::<1>(zz), low7),
                 _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_and_si256(zz, one)),
             );
-            let tl = load32(prev, c0);
-            let t = load32(prev, c0 + 1);
-            let tr = load32(prev, c0 + 2);
+            // TL = T one column right (the previous vector's last byte first), TR one column left.
+            let tl = _mm256_alignr_epi8::<15>(t, _mm256_permute2x128_si256::<0x21>(t_prev, t));
+            let mut tr = _mm256_alignr_epi8::<1>(_mm256_permute2x128_si256::<0x21>(t, t_next), t);
+            if last {
+                // The last column's TR is its T.
+                let at = _mm256_set1_epi8((pw - 1 - c0) as i8);
+                tr = _mm256_blendv_epi8(tr, t, _mm256_cmpeq_epi8(lanes, at));
+            }
             let s = if first {
                 1
             } else {
-                sels.get(k).copied().unwrap_or(1)
+                usize::from(sels.get(k).copied().unwrap_or(1) & 3)
             };
-            let scan = _mm256_set1_epi8(-i8::from(s <= 1));
-            let grad = _mm256_set1_epi8(-i8::from(s == 0));
-            let top = _mm256_set1_epi8(-i8::from(s == 2));
+            let masks = &SELECTOR_MASKS.0[s];
+            let scan = _mm256_load_si256(masks[0].as_ptr().cast());
+            let grad = _mm256_load_si256(masks[1].as_ptr().cast());
+            let top = _mm256_load_si256(masks[2].as_ptr().cast());
             // GRAD / LEFT: x_c = x_{c−1} + b_c, b = (T − TL if GRAD) + res: a byte prefix sum.
             let mut b = _mm256_add_epi8(res, _mm256_and_si256(_mm256_sub_epi8(t, tl), grad));
             b = _mm256_add_epi8(b, _mm256_slli_si256::<1>(b));
@@ -646,10 +864,10 @@ pub(crate) unsafe fn reconstruct_row_avx2(
             store32(cur, c0 + 1, x);
             let hi = _mm256_shuffle_epi8(x, b15);
             left = _mm256_permute2x128_si256::<0x11>(hi, hi);
+            t_prev = t;
+            t = t_next;
         }
     }
-    cur[0] = cur[1];
-    cur[pw + 1] = cur[pw];
 }
 
 #[cfg(test)]
@@ -696,11 +914,17 @@ mod tests {
                 let p = if first { [0u8; ROW] } else { prev };
                 let (mut want, mut got) = ([0u8; ROW], [0u8; ROW]);
                 reconstruct_row(&p, &z, &sels, pw, first, &mut want);
+                // The AVX2 copy reads neither the edge replicas nor anything past the row.
+                let mut q = p;
+                q[0] ^= 0x5a;
+                for v in q[pw + 1..].iter_mut() {
+                    *v = rnd() as u8;
+                }
                 // SAFETY: AVX2 checked above.
-                unsafe { reconstruct_row_avx2(&p, &z, &sels, pw, first, &mut got) };
+                unsafe { reconstruct_row_avx2(&q, &z, &sels, pw, first, &mut got) };
                 assert_eq!(
-                    &got[..pw + 2],
-                    &want[..pw + 2],
+                    &got[1..pw + 1],
+                    &want[1..pw + 1],
                     "pw {pw} trial {trial} sels {sels:?}"
                 );
             }

@@ -10,6 +10,8 @@ pub const PROB_BITS: u32 = 12;
 pub(crate) const PROB_SCALE: u32 = 1 << PROB_BITS;
 /// The lower bound of a normalised rANS state (L = 2^16; states live in [2^16, 2^32)).
 pub const RANS_L: u32 = 1 << 16;
+/// The coarsest decode-table resolution used: 4096 >> 4 = 256 entries per context.
+pub const MAX_TABLE_SHIFT: u32 = 4;
 /// Lanes (interleaved rANS states) per patch chunk.
 pub const LANES: usize = 32;
 /// Bytes of lane states at the start of every chunk.
@@ -55,6 +57,43 @@ pub(crate) fn residual_context_range(plane: usize) -> (usize, usize) {
 #[inline(always)]
 pub fn selector_context(plane: usize) -> u8 {
     if plane < 3 { 99 + plane as u8 } else { 147 }
+}
+
+/// The plane whose residuals or selectors context `ctx` codes.
+pub(crate) fn plane_of_context(ctx: usize) -> usize {
+    match ctx {
+        0..=8 => 0,
+        9..=53 => 1,
+        54..=98 => 2,
+        99..=101 => ctx - 99,
+        _ => 3,
+    }
+}
+
+/// Where one plane's contexts live in the decode table (see [`AnsTables::decode_table`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PlaneTable {
+    /// k: the plane's tables have `4096 >> k` entries, looked up by `slot >> k`.
+    pub shift: u32,
+    /// The plane's lowest residual context.
+    pub first_context: u32,
+    /// Table of residual context `first_context + i` at `residual_base + (i << (12 − k))`.
+    pub residual_base: u32,
+    /// Table of the plane's selector context.
+    pub selector_base: u32,
+}
+
+impl PlaneTable {
+    /// Start of context `ctx`'s table (a context of this plane).
+    #[inline(always)]
+    pub(crate) fn base(&self, ctx: usize) -> usize {
+        if is_selector_context(ctx) {
+            self.selector_base as usize
+        } else {
+            self.residual_base as usize
+                + ((ctx - self.first_context as usize) << (PROB_BITS - self.shift))
+        }
+    }
 }
 
 /// Whether context `ctx` codes selectors (alphabet 4).
@@ -169,32 +208,68 @@ impl AnsTables {
         self.freqs.get(ctx)?.as_deref()
     }
 
-    /// The decode table the CPU decoders (and a GPU kernel) index by `(ctx << 12) | slot`, slot = state & 4095:
-    /// one `u32` per slot, `(f − 1) << 20 | (slot − cum) << 8 | symbol`. `out` is resized to
-    /// `contexts() · 4096` entries (a fresh zeroed buffer when it grows); entries of unused contexts are left
-    /// as they were (callers check [`Self::used_mask`] before looking a context up).
-    pub fn decode_table(&self, out: &mut Vec<u32>) {
-        let len = self.freqs.len() << PROB_BITS;
-        if out.len() < len {
+    /// The decode tables the CPU decoders index by context and slot (slot = state & 4095), built into `dec`
+    /// (grown as needed; entries of unused contexts are never written nor read: callers check
+    /// [`Self::used_mask`] first).
+    ///
+    /// The contexts of plane p (its residual contexts and its selector context) share a resolution k_p ≤
+    /// [`MAX_TABLE_SHIFT`], the largest with every frequency of every such context a multiple of 2^k_p, and
+    /// get `4096 >> k_p` entries each: entry `slot >> k_p` of a context is
+    /// `symbol << 24 | (f − 1) << 12 | (first slot of the entry − cum)`, and the state's offset within its
+    /// symbol is that low field plus `slot & (2^k_p − 1)`. An encoder that keeps frequencies coarse where
+    /// it costs little thus shrinks the tables into a faster cache; one resolution per plane keeps it
+    /// uniform across the 32 lanes of a decode step (a step never mixes planes).
+    pub(crate) fn decode_table(&self, dec: &mut Vec<u32>) -> [PlaneTable; 4] {
+        let mut planes = [PlaneTable::default(); 4];
+        let mut len = 0usize;
+        for (p, pt) in planes.iter_mut().enumerate() {
+            let (lo, hi) = residual_context_range(p);
+            if lo >= self.freqs.len() {
+                break;
+            }
+            let sc = usize::from(selector_context(p));
+            let k = (lo..=hi)
+                .chain([sc])
+                .filter_map(|ctx| self.freqs(ctx))
+                .flatten()
+                .filter(|&&v| v > 0)
+                .map(|&v| v.trailing_zeros())
+                .min()
+                .unwrap_or(0)
+                .min(MAX_TABLE_SHIFT);
+            let per = (1usize << PROB_BITS) >> k;
+            *pt = PlaneTable {
+                shift: k,
+                first_context: lo as u32,
+                residual_base: len as u32,
+                selector_base: (len + (hi + 1 - lo) * per) as u32,
+            };
+            len += (hi + 2 - lo) * per;
+        }
+        if dec.len() < len {
             // A fresh zeroed allocation (calloc: untouched pages of unused contexts cost nothing).
-            *out = vec![0; len];
+            *dec = vec![0; len];
         }
         for (ctx, f) in self.freqs.iter().enumerate() {
             let Some(f) = f else { continue };
-            let t = &mut out[ctx << PROB_BITS..(ctx + 1) << PROB_BITS];
+            let pt = planes[plane_of_context(ctx)];
+            let k = pt.shift as usize;
+            let base = pt.base(ctx);
+            let t = &mut dec[base..base + ((1 << PROB_BITS) >> k)];
             let mut cum = 0usize;
             for (sym, &fs) in f.iter().enumerate() {
                 let fs = usize::from(fs);
                 if fs == 0 {
                     continue;
                 }
-                let hi = ((fs as u32 - 1) << 20) | sym as u32;
-                for (k, e) in t[cum..cum + fs].iter_mut().enumerate() {
-                    *e = hi | ((k as u32) << 8);
+                let hi = ((sym as u32) << 24) | ((fs as u32 - 1) << 12);
+                for (j, e) in t[cum >> k..(cum + fs) >> k].iter_mut().enumerate() {
+                    *e = hi | ((j as u32) << k);
                 }
                 cum += fs;
             }
         }
+        planes
     }
 
     /// Bit `ctx` set when context `ctx` has a table (contexts < 256).
@@ -210,18 +285,51 @@ impl AnsTables {
 
     /// Tables from per-context symbol counts (`counts[ctx][sym]`), normalised by `norm`.
     pub(crate) fn from_counts(counts: &[[u32; 256]], norm: Normalize) -> AnsTables {
+        let units = match norm {
+            Normalize::Coarse => plane_units(counts),
+            _ => [1; 4],
+        };
         let freqs = counts
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(ctx, c)| {
                 let n = c.iter().rposition(|&v| v > 0)? + 1;
                 Some(match norm {
                     Normalize::Reference => normalize_reference(&c[..n]),
-                    Normalize::Optimal => normalize_optimal(&c[..n]),
+                    Normalize::Optimal | Normalize::Coarse => {
+                        normalize_optimal(&c[..n], units[plane_of_context(ctx)])
+                    }
                 })
             })
             .collect();
         AnsTables { freqs }
     }
+}
+
+/// Bytes of decode tables a plane may take at the resolution [`Normalize::Coarse`] picks. A step of the CPU
+/// decoder looks up 32 symbols of one plane, so with the plane's tables in a core's L2 cache (512 KiB on the
+/// Zen 3 this was tuned on) its lookups rarely miss. On the corpus, colour planes in units of 4 (184 KiB for
+/// 46 contexts) decoded about as fast as in units of 8 and faster than in units of 2, at a smaller size;
+/// SPEC.md §2.9 has the measured sizes and speeds.
+pub(crate) const PLANE_TABLE_BUDGET: usize = 192 << 10;
+
+/// Per plane, the frequency unit of [`Normalize::Coarse`]: the smallest power of two ≤ 8 at which the
+/// plane's used contexts (residual and selector) take at most [`PLANE_TABLE_BUDGET`] of decode tables
+/// (4 bytes per entry, 4096 / unit entries per context).
+fn plane_units(counts: &[[u32; 256]]) -> [u32; 4] {
+    let mut units = [1u32; 4];
+    for (p, u) in units.iter_mut().enumerate() {
+        let (lo, hi) = residual_context_range(p);
+        let sc = usize::from(selector_context(p));
+        let used = (lo..=hi)
+            .chain([sc])
+            .filter(|&ctx| counts.get(ctx).is_some_and(|c| c.iter().any(|&v| v > 0)))
+            .count();
+        while *u < 8 && used * (4 << PROB_BITS) / *u as usize > PLANE_TABLE_BUDGET {
+            *u *= 2;
+        }
+    }
+    units
 }
 
 /// How symbol counts become 12-bit frequencies (the encoder's free choice).
@@ -232,6 +340,9 @@ pub(crate) enum Normalize {
     Reference,
     /// The allocation that minimises the coded size Σ count·log2(4096/f).
     Optimal,
+    /// As `Optimal`, with every frequency of plane p a multiple of the unit [`plane_units`] gives it, so
+    /// that decoders can look its symbols up in tables of 4096 / unit entries.
+    Coarse,
 }
 
 /// The vectors' rule (see [`Normalize::Reference`]), with a fallback when the largest f cannot absorb the
@@ -274,10 +385,11 @@ fn first_max(f: &[i64]) -> usize {
     best
 }
 
-/// Frequencies minimising Σ c·log2(4096/f) over integer f ≥ 1 (for c > 0) summing to 4096: start from the
-/// floor of the exact shares (at least 1), then hand out or take back one unit at a time where it gains the
-/// most or costs the least.
-pub(crate) fn normalize_optimal(counts: &[u32]) -> Box<[u16]> {
+/// Frequencies minimising Σ c·log2(4096/f) over the multiples f of `unit` (a power of two ≤ 16), f ≥ unit
+/// for c > 0, summing to 4096: start from the floor of the exact shares (at least one unit), then hand
+/// out or take back one unit at a time where it gains the most or costs the least.
+pub(crate) fn normalize_optimal(counts: &[u32], unit: u32) -> Box<[u16]> {
+    let scale = PROB_SCALE / unit;
     let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
     let mut f: Vec<u32> = counts
         .iter()
@@ -285,7 +397,7 @@ pub(crate) fn normalize_optimal(counts: &[u32]) -> Box<[u16]> {
             if c == 0 {
                 0
             } else {
-                ((u64::from(c) * u64::from(PROB_SCALE) / total) as u32).max(1)
+                ((u64::from(c) * u64::from(scale) / total) as u32).max(1)
             }
         })
         .collect();
@@ -293,7 +405,7 @@ pub(crate) fn normalize_optimal(counts: &[u32]) -> Box<[u16]> {
     // Gain of f → f+1 is c·log2((f+1)/f); loss of f → f−1 is c·log2(f/(f−1)).
     let gain = |c: u32, f: u32| f64::from(c) * (f64::from(f + 1) / f64::from(f)).log2();
     let loss = |c: u32, f: u32| f64::from(c) * (f64::from(f) / f64::from(f - 1)).log2();
-    while sum < PROB_SCALE {
+    while sum < scale {
         let mut best = (f64::MIN, 0);
         for (i, (&c, &fi)) in counts.iter().zip(&f).enumerate() {
             if c > 0 && gain(c, fi) > best.0 {
@@ -303,7 +415,7 @@ pub(crate) fn normalize_optimal(counts: &[u32]) -> Box<[u16]> {
         f[best.1] += 1;
         sum += 1;
     }
-    while sum > PROB_SCALE {
+    while sum > scale {
         let mut best = (f64::MAX, 0);
         for (i, (&c, &fi)) in counts.iter().zip(&f).enumerate() {
             if fi > 1 && loss(c, fi) < best.0 {
@@ -344,7 +456,7 @@ pub(crate) fn normalize_optimal(counts: &[u32]) -> Box<[u16]> {
             break;
         }
     }
-    f.into_iter().map(|v| v as u16).collect()
+    f.into_iter().map(|v| (v * unit) as u16).collect()
 }
 
 /// The symbols of one patch in chunk order (SPEC.md §2.7.2), produced by the front end: for each plane the
@@ -499,6 +611,8 @@ pub(crate) struct ScalarDecoder<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct Tables<'a> {
     pub dec: &'a [u32],
+    /// Each plane's place in `dec` (see [`AnsTables::decode_table`]).
+    pub planes: [PlaneTable; 4],
     pub used: [u64; 4],
 }
 
@@ -526,9 +640,13 @@ impl ScalarDecoder<'_> {
             let lane = j % LANES;
             let s = self.x[lane];
             let slot = s & (PROB_SCALE - 1);
-            let e = self.t.dec[(usize::from(c) << PROB_BITS) | slot as usize];
-            *o = e as u8;
-            let s = ((e >> 20) + 1) * (s >> PROB_BITS) + ((e >> 8) & (PROB_SCALE - 1));
+            let pt = &self.t.planes[plane_of_context(usize::from(c))];
+            let k = pt.shift;
+            let e = self.t.dec[pt.base(usize::from(c)) + (slot >> k) as usize];
+            *o = (e >> 24) as u8;
+            let s = (((e >> 12) & (PROB_SCALE - 1)) + 1) * (s >> PROB_BITS)
+                + (e & (PROB_SCALE - 1))
+                + (slot & ((1 << k) - 1));
             let w = match self.words.get(2 * pos..2 * pos + 2) {
                 Some(b) => u32::from(u16::from_le_bytes([b[0], b[1]])),
                 None => 0,
@@ -622,7 +740,11 @@ mod tests {
             v.push(300);
             v
         }] {
-            for f in [normalize_reference(&counts), normalize_optimal(&counts)] {
+            for f in [
+                normalize_reference(&counts),
+                normalize_optimal(&counts, 1),
+                normalize_optimal(&counts, 8),
+            ] {
                 assert_eq!(f.iter().map(|&v| u32::from(v)).sum::<u32>(), 4096);
                 for (&fi, &ci) in f.iter().zip(&counts) {
                     assert_eq!(fi > 0, ci > 0);
@@ -655,7 +777,7 @@ mod tests {
                 .chain(std::iter::once(3))
                 .collect();
             let a = cost(&counts, &normalize_reference(&counts));
-            let b = cost(&counts, &normalize_optimal(&counts));
+            let b = cost(&counts, &normalize_optimal(&counts, 1));
             assert!(b <= a + 1e-6, "{b} > {a}");
         }
     }
@@ -680,6 +802,86 @@ mod tests {
                 AnsTables::parse(&bytes[..cut], 102),
                 Err(Error::Truncated { .. })
             ));
+        }
+    }
+
+    /// Frequencies of `n` symbols, multiples of `unit`, summing to 4096 (uneven: one or two units each,
+    /// the rest to symbol 0).
+    fn freqs_in_units(n: usize, unit: u16) -> Box<[u16]> {
+        let mut f: Vec<u16> = (0..n).map(|i| unit * (1 + u16::from(i % 3 == 0))).collect();
+        let sum: u16 = f.iter().sum();
+        f[0] += 4096 - sum;
+        f.into_boxed_slice()
+    }
+
+    #[test]
+    fn decode_table_finds_every_slot_at_each_planes_resolution() {
+        // Plane 0 at full resolution, plane 1 in units of 16 (the table caps at MAX_TABLE_SHIFT), plane 2 in
+        // units of 4 but one context only in units of 2 (so the plane uses 2), alpha in units of 8.
+        let mut freqs: Vec<Option<Box<[u16]>>> = vec![None; 148];
+        for ctx in [0usize, 3, 8, 99] {
+            freqs[ctx] = Some(if ctx == 99 {
+                [1000, 3000, 96].into()
+            } else {
+                freqs_in_units(37, 1)
+            });
+        }
+        for ctx in [9usize, 30, 53, 100] {
+            freqs[ctx] = Some(freqs_in_units(if ctx == 100 { 4 } else { 60 }, 32));
+        }
+        for ctx in [54usize, 60, 98, 101] {
+            freqs[ctx] = Some(freqs_in_units(90, if ctx == 60 { 2 } else { 4 }));
+        }
+        for ctx in [102usize, 146, 147] {
+            freqs[ctx] = Some(freqs_in_units(if ctx == 147 { 3 } else { 256 }, 8));
+        }
+        let t = AnsTables { freqs };
+        let mut dec = Vec::new();
+        let planes = t.decode_table(&mut dec);
+        assert_eq!(planes.map(|p| p.shift), [0, MAX_TABLE_SHIFT, 1, 3]);
+        for ctx in 0..t.contexts() {
+            let Some(cum) = t.cum(ctx) else { continue };
+            let pt = planes[plane_of_context(ctx)];
+            for slot in 0..PROB_SCALE {
+                let e = dec[pt.base(ctx) + (slot >> pt.shift) as usize];
+                let sym = (e >> 24) as usize;
+                assert!(
+                    cum[sym] as u32 <= slot && slot < cum[sym + 1] as u32,
+                    "context {ctx} slot {slot}: symbol {sym}"
+                );
+                assert_eq!(((e >> 12) & 0xfff) + 1, u32::from(cum[sym + 1] - cum[sym]));
+                let offset = (e & 0xfff) + (slot & ((1 << pt.shift) - 1));
+                assert_eq!(
+                    offset,
+                    slot - u32::from(cum[sym]),
+                    "context {ctx} slot {slot}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn coarse_units_keep_each_planes_tables_within_the_budget() {
+        let used = |ctxs: std::ops::Range<usize>| {
+            let mut counts = vec![[0u32; 256]; 148];
+            for ctx in ctxs {
+                counts[ctx][ctx % 5] = 3;
+            }
+            counts
+        };
+        // Every context used: plane 0 (10 tables of 16 KiB) fits at full resolution, planes 1–3 (46
+        // tables) need units of 4.
+        assert_eq!(plane_units(&used(0..148)), [1, 4, 4, 4]);
+        // Twelve tables of plane 1 fit exactly; thirteen do not.
+        assert_eq!(plane_units(&used(9..21))[1], 1);
+        assert_eq!(plane_units(&used(9..22))[1], 2);
+        let t = AnsTables::from_counts(&used(0..148), Normalize::Coarse);
+        for ctx in 0..148 {
+            let unit = [1, 4, 4, 4][plane_of_context(ctx)];
+            assert!(
+                t.freqs(ctx).unwrap().iter().all(|&f| f % unit == 0),
+                "context {ctx}"
+            );
         }
     }
 }

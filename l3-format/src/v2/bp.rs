@@ -209,6 +209,7 @@ impl<'a> BpRows<'a> {
         }
         let mut bit = 0usize;
         let mut nbit: Widths = [0; 32];
+        let sum;
         if self.row == 0 {
             // 4 bits per group, at most 28 groups: read them from 64-bit windows.
             for (g, nb) in nbit[..ng].iter_mut().enumerate() {
@@ -219,6 +220,7 @@ impl<'a> BpRows<'a> {
                 *nb = v;
             }
             bit = 4 * ng;
+            sum = sum_widths::<AVX2>(&nbit, ng);
         } else {
             let s = window(rest, 0);
             for (k, sel) in sels[..nsel].iter_mut().enumerate() {
@@ -228,26 +230,10 @@ impl<'a> BpRows<'a> {
             // At most 28 two-bit codes: one window holds them all. Branch-free: code → delta by table,
             // escapes collected as a bit mask and read after.
             let codes = window(rest, bit);
-            let (mut escaped, bad) = widths_from_codes::<AVX2>(codes, &self.nbit, ng, &mut nbit);
-            if bad != 0 {
-                let g = bad.trailing_zeros() as usize;
-                let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
-                return Err(self.bad_nbit(g, v));
-            }
             bit += 2 * ng;
-            while escaped != 0 {
-                let g = escaped.trailing_zeros() as usize;
-                let v = (window(rest, bit) & 15) as u8;
-                if v > 8 {
-                    return Err(self.bad_nbit(g, i32::from(v)));
-                }
-                nbit[g] = v;
-                bit += 4;
-                escaped &= escaped - 1;
-            }
+            (sum, bit) = self.widths::<AVX2>(codes, ng, rest, bit, &mut nbit)?;
         }
         // Every group but the last has 8 pixels.
-        let sum = sum_widths::<AVX2>(&nbit, ng);
         let last = pw - (ng - 1) * GROUP;
         let bits = bit + GROUP * sum - (GROUP - last) * usize::from(nbit[ng - 1]);
         if 8 * rest.len() < bits {
@@ -262,6 +248,43 @@ impl<'a> BpRows<'a> {
         self.row += 1;
         self.nbit = nbit;
         Ok(head)
+    }
+
+    /// Row r ≥ 1's widths (into `nbit`) from its codes and the escapes at `bit` in `rest`: Σ widths and
+    /// the bit after the escapes.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn widths<const AVX2: bool>(
+        &self,
+        codes: u64,
+        ng: usize,
+        rest: &[u8],
+        mut bit: usize,
+        nbit: &mut Widths,
+    ) -> Result<(usize, usize), Error> {
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2 check.
+            return unsafe { crate::simd::v2::widths_avx2(codes, &self.nbit, ng, rest, bit, nbit) }
+                .map_err(|(g, v)| self.bad_nbit(g, v));
+        }
+        let (mut escaped, bad) = widths_from_codes::<AVX2>(codes, &self.nbit, ng, nbit);
+        if bad != 0 {
+            let g = bad.trailing_zeros() as usize;
+            let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
+            return Err(self.bad_nbit(g, v));
+        }
+        while escaped != 0 {
+            let g = escaped.trailing_zeros() as usize;
+            let v = (window(rest, bit) & 15) as u8;
+            if v > 8 {
+                return Err(self.bad_nbit(g, i32::from(v)));
+            }
+            nbit[g] = v;
+            bit += 4;
+            escaped &= escaped - 1;
+        }
+        Ok((sum_widths::<AVX2>(nbit, ng), bit))
     }
 
     /// Pixels per row.

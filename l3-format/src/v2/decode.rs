@@ -14,20 +14,24 @@ use crate::error::{Error, PatchId};
 use crate::file::{Geometry, Rect};
 
 /// The ANS decode table built once per decode call (see [`AnsTables::decode_table`]): one `u32` per
-/// (context, slot) giving symbol, frequency and the slot's offset in one load. At 16 KiB per context it
-/// outgrows the L2 cache where a symbol table plus a frequency table would not, but a second dependent
-/// lookup per symbol costs more than the misses (measured on a Zen 3 EPYC: 20–30 % slower).
+/// (context, slot >> k) giving symbol, frequency and the slot's offset in one load. At full resolution
+/// (16 KiB per context) a colour plane's tables outgrow the L2 cache; a symbol table plus a frequency
+/// table would not, but a second dependent lookup per symbol costs more than the misses (measured on a
+/// Zen 3 EPYC: 20–30 % slower). Files whose frequencies are coarse (the default encoder's) get tables of
+/// 4096 >> k entries instead, and stay in L2.
 pub(crate) struct Prepared {
     pub dec: Vec<u32>,
+    pub planes: [ans::PlaneTable; 4],
     pub used: [u64; 4],
 }
 
 impl Prepared {
     pub(crate) fn new(t: &AnsTables) -> Self {
         let mut dec = Vec::new();
-        t.decode_table(&mut dec);
+        let planes = t.decode_table(&mut dec);
         Prepared {
             dec,
+            planes,
             used: t.used_mask(),
         }
     }
@@ -35,6 +39,7 @@ impl Prepared {
     pub(crate) fn tables(&self) -> ans::Tables<'_> {
         ans::Tables {
             dec: &self.dec,
+            planes: self.planes,
             used: self.used,
         }
     }
@@ -53,9 +58,10 @@ pub(crate) fn with_prepared<R>(t: Option<&AnsTables>, f: impl FnOnce(Option<&Pre
         Ok(mut slot) => {
             let p = slot.get_or_insert_with(|| Prepared {
                 dec: Vec::new(),
+                planes: Default::default(),
                 used: [0; 4],
             });
-            t.decode_table(&mut p.dec);
+            p.planes = t.decode_table(&mut p.dec);
             p.used = t.used_mask();
             f(Some(p))
         }
@@ -88,6 +94,8 @@ pub(crate) struct Work {
     /// Two symbol stores: ANS decodes two patches of the same shape at once.
     z: [Vec<u8>; 2],
     sel: [Vec<u8>; 2],
+    /// The ANS decoder's padded copies of the two chunks' words.
+    words: [Vec<u8>; 2],
     rows: [[[u8; ROW]; 2]; 4],
 }
 
@@ -99,6 +107,7 @@ impl Work {
             store,
             z: [0, 1].map(|_| vec![0; store.z_len(g.channels as usize)]),
             sel: [0, 1].map(|_| vec![0; store.sel_len(g.channels as usize)]),
+            words: [Vec::new(), Vec::new()],
             rows: [[[0; ROW]; 2]; 4],
         }
     }
@@ -318,6 +327,7 @@ fn ans_entropy<const AVX2: bool, const K: usize>(
                 store,
                 z,
                 sel,
+                &mut work.words,
                 ids,
             )
         };
@@ -405,30 +415,19 @@ fn emit<const AVX2: bool>(
     let n = c1 - c0;
     let y = at.oy + row - at.skip;
     let p = |k: usize| &rows[k][cur][c0..c1];
-    // R = P1 + G and B = P2 + G, 32 bytes at a time (the rows have room past the end).
-    let mut rr = [0u8; ROW];
-    let mut bb = [0u8; ROW];
-    if c >= 3 {
-        let (g, p1, p2) = (&rows[0][cur], &rows[1][cur], &rows[2][cur]);
-        let chunks = n.div_ceil(32);
-        for k in 0..chunks.min(8) {
-            let i = c0 + 32 * k;
-            let (gs, as_, bs) = (&g[i..i + 32], &p1[i..i + 32], &p2[i..i + 32]);
-            let (ro, bo) = (&mut rr[32 * k..32 * k + 32], &mut bb[32 * k..32 * k + 32]);
-            for j in 0..32 {
-                ro[j] = as_[j].wrapping_add(gs[j]);
-                bo[j] = bs[j].wrapping_add(gs[j]);
-            }
-        }
-    }
+    // The rows hold ROW bytes with column c at c + 1, so 32-byte blocks from c0 stay inside them.
+    let wide = |k: usize| &rows[k][cur][c0..];
     match out {
         Out::Interleaved { buf, row_stride } => {
             let at_ = y * *row_stride + at.ox * c;
             let dst = &mut buf[at_..at_ + n * c];
             match c {
                 1 => dst.copy_from_slice(p(0)),
-                3 => crate::decode::interleave3::<AVX2>(dst, &rr[..n], p(0), &bb[..n]),
-                _ => crate::decode::interleave4::<AVX2>(dst, &rr[..n], p(0), &bb[..n], p(3)),
+                3 => rgb::<AVX2>(dst, wide(0), wide(1), wide(2), n),
+                _ => {
+                    let (rr, bb) = colour(wide(0), wide(1), wide(2), n);
+                    crate::decode::interleave4::<AVX2>(dst, &rr[..n], p(0), &bb[..n], p(3))
+                }
             }
         }
         Out::Planar { planes, row_stride } => {
@@ -436,6 +435,7 @@ fn emit<const AVX2: bool>(
             if c == 1 {
                 planes[0][at_..at_ + n].copy_from_slice(p(0));
             } else {
+                let (rr, bb) = colour(wide(0), wide(1), wide(2), n);
                 planes[0][at_..at_ + n].copy_from_slice(&rr[..n]);
                 planes[1][at_..at_ + n].copy_from_slice(p(0));
                 planes[2][at_..at_ + n].copy_from_slice(&bb[..n]);
@@ -445,6 +445,38 @@ fn emit<const AVX2: bool>(
             }
         }
     }
+}
+
+/// R = P1 + G and B = P2 + G for the first `n` columns (`n` ≤ 256), 32 bytes at a time.
+#[inline(always)]
+fn colour(g: &[u8], p1: &[u8], p2: &[u8], n: usize) -> ([u8; 256], [u8; 256]) {
+    let mut rr = [0u8; 256];
+    let mut bb = [0u8; 256];
+    for k in 0..n.div_ceil(32) {
+        let i = 32 * k;
+        let (gs, a, b) = (&g[i..i + 32], &p1[i..i + 32], &p2[i..i + 32]);
+        let (ro, bo) = (&mut rr[i..i + 32], &mut bb[i..i + 32]);
+        for j in 0..32 {
+            ro[j] = a[j].wrapping_add(gs[j]);
+            bo[j] = b[j].wrapping_add(gs[j]);
+        }
+    }
+    (rr, bb)
+}
+
+/// `n` RGB pixels from a row of G, P1, P2 (each readable 32·⌈n / 32⌉ bytes): the fused AVX2 kernel, or
+/// the colour transform then the interleaver.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn rgb<const AVX2: bool>(dst: &mut [u8], g: &[u8], p1: &[u8], p2: &[u8], n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: AVX2 is the run-time-checked guarantee of the AVX2 copy.
+        unsafe { crate::simd::v2::emit_rgb_avx2(dst, g, p1, p2, n) };
+        return;
+    }
+    let (rr, bb) = colour(g, p1, p2, n);
+    crate::decode::interleave3::<AVX2>(dst, &rr[..n], &g[..n], &bb[..n]);
 }
 
 /// Splits a planar buffer into its `c` planes (`plane_stride` apart; the last one runs to the end).
@@ -493,8 +525,13 @@ pub(crate) fn decode_region_dispatch<'d>(
     with_work(g, |work| {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::has_avx2_bmi2() {
-            // SAFETY: the AVX2 copy needs AVX2, BMI2 and POPCNT, checked just above.
-            return unsafe { decode_region_avx2(g, profile, prep, region, out, work, entry) };
+            // SAFETY: the AVX2 copies need AVX2, BMI2 and POPCNT, checked just above.
+            return unsafe {
+                match profile {
+                    Profile::Bp => decode_region_avx2_bp(g, prep, region, out, work, entry),
+                    Profile::Ans => decode_region_avx2_ans(g, prep, region, out, work, entry),
+                }
+            };
         }
         decode_region::<false>(g, profile, prep, region, out, work, entry)
     })
@@ -523,18 +560,33 @@ fn with_work<R>(g: &Geometry, f: impl FnOnce(&mut Work) -> R) -> R {
     })
 }
 
+/// The AVX2 copy of [`decode_region`] for BP files (one copy per profile keeps each profile's hot loops
+/// together).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi2,popcnt")]
-fn decode_region_avx2<'d>(
+fn decode_region_avx2_bp<'d>(
     g: &Geometry,
-    profile: Profile,
     prep: Option<&Prepared>,
     region: Rect,
     out: &mut Out<'_>,
     work: &mut Work,
     entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
 ) -> Result<(), Error> {
-    decode_region::<true>(g, profile, prep, region, out, work, entry)
+    decode_region::<true>(g, Profile::Bp, prep, region, out, work, entry)
+}
+
+/// The AVX2 copy of [`decode_region`] for ANS files.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi2,popcnt")]
+fn decode_region_avx2_ans<'d>(
+    g: &Geometry,
+    prep: Option<&Prepared>,
+    region: Rect,
+    out: &mut Out<'_>,
+    work: &mut Work,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    decode_region::<true>(g, Profile::Ans, prep, region, out, work, entry)
 }
 
 /// A validated v2 file: geometry, layout and bytes.
@@ -646,7 +698,7 @@ impl<'a> V2<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EncodeOptions, Format, L3File, PixelLayout, encode_with};
+    use crate::{Choices, EncodeOptions, Format, L3File, PixelLayout, encode_with};
 
     fn image(w: usize, h: usize, c: usize, seed: u32) -> Vec<u8> {
         let mut s = seed | 1;
@@ -676,10 +728,16 @@ mod tests {
             (1, 5, 3, 32),
         ] {
             let px = image(w as usize, h as usize, c as usize, w * h);
-            for profile in [Profile::Bp, Profile::Ans] {
+            // ANS with full-resolution tables and with each plane's own coarser ones.
+            for (profile, choices) in [
+                (Profile::Bp, Choices::Reference),
+                (Profile::Ans, Choices::Reference),
+                (Profile::Ans, Choices::FastDecode),
+            ] {
                 let opts = EncodeOptions {
                     format: Format::V2(profile),
                     patch_size: Some(n),
+                    choices,
                     ..EncodeOptions::default()
                 };
                 let mut file = encode_with(&px, w, h, c, &opts).unwrap();

@@ -320,8 +320,8 @@ pub(crate) fn entry_range(l: &Layout, bytes: &[u8], i: usize) -> std::ops::Range
 }
 
 /// What a device (GPU) decoder needs from a version-2 file, validated on the host: the grid, each
-/// offset-table entry's bytes, and for ANS the frequency tables (with [`AnsTables::decode_table`] or
-/// [`AnsTables::cum`] to upload). See SPEC.md §2.8 for the schedule a kernel follows.
+/// offset-table entry's bytes, and for ANS the frequency tables (with [`AnsTables::cum`] to upload). See
+/// SPEC.md §2.8 for the schedule a kernel follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Plan {
     pub profile: Profile,
