@@ -76,6 +76,9 @@ def test_ctrl_c_stops_every_loader_thread_promptly():
         + f"""
 import json, signal, threading, time
 import l3toolkit as l3
+# Python turns SIGINT into KeyboardInterrupt only if SIGINT was not ignored when it started (a shell's
+# background job, as CI may run it, starts with SIGINT ignored): install the handler users have.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 fired = []
 def fire():
     fired.append(time.perf_counter())
