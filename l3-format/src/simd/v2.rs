@@ -72,39 +72,8 @@ pub(crate) unsafe fn realign(src: &[u8], phase: u32, n32: usize, out: &mut [u8])
     }
 }
 
-/// BP row widths from 2-bit codes, 32 groups at once (see `crate::v2::bp::widths_from_codes`).
-///
-/// # Safety
-/// The CPU must support AVX2 and BMI2.
-#[inline(always)]
-pub(crate) unsafe fn widths_from_codes(
-    codes: u64,
-    prev: &[u8; 32],
-    ng: usize,
-    out: &mut [u8; 32],
-) -> (u32, u32) {
-    // SAFETY: AVX2/BMI2 intrinsics; the load and store cover exactly the 32-byte arrays.
-    unsafe {
-        let m = 0x0303_0303_0303_0303u64;
-        let q = |sh: u32| _pdep_u64(codes >> sh, m) as i64;
-        let c = _mm256_setr_epi64x(q(0), q(16), q(32), q(48));
-        // code → width change: 0, +1, −1, 0 (escape, replaced later).
-        let delta = _mm256_shuffle_epi8(
-            bytes16(&[0, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-            c,
-        );
-        let v = _mm256_add_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), delta);
-        _mm256_storeu_si256(out.as_mut_ptr().cast(), v);
-        let live = (u64::MAX >> (64 - ng.clamp(1, 32))) as u32;
-        let esc = _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(3))) as u32 & live;
-        let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(8)), v);
-        let bad = !(_mm256_movemask_epi8(ok) as u32) & !esc & live;
-        (esc, bad)
-    }
-}
-
 /// The widths of a BP row r ≥ 1 from its 2-bit codes and the escaped widths that follow them in `rest`
-/// (from bit `bit` on, 4 bits each), like `widths_from_codes` plus the escape loop of `BpRows::head`, but
+/// (from bit `bit` on, 4 bits each), like `crate::v2::bp::widths_from_codes` plus its escape loop, but
 /// kept in a register until one 32-byte store into `out`: escapes written byte by byte and then loaded as
 /// a vector would wait for the stores to leave the store buffer. Returns Σ widths over the `ng` groups and
 /// the bit after the escapes, or the first group whose width is out of range, with that width.
@@ -927,6 +896,66 @@ mod tests {
                     &want[1..pw + 1],
                     "pw {pw} trial {trial} sels {sels:?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_widths_match_portable_with_escapes_and_errors() {
+        if !crate::simd::has_avx2_bmi2() {
+            return;
+        }
+        let mut rnd = rng(0xF00D);
+        for ng in [1usize, 4, 13, 16, 28] {
+            for trial in 0..300 {
+                let mut prev = [0u8; 32];
+                for p in prev[..ng].iter_mut() {
+                    *p = (rnd() % 9) as u8;
+                }
+                let codes = (u64::from(rnd()) << 32) | u64::from(rnd());
+                let rest: Vec<u8> = (0..16)
+                    .map(|_| {
+                        if trial % 7 == 0 {
+                            rnd() as u8
+                        } else {
+                            (rnd() % 9) as u8 * 0x11
+                        }
+                    })
+                    .collect();
+                // Portable: widths, then each escape's 4 bits in group order.
+                let mut want = [0u8; 32];
+                let (mut esc, bad) = crate::v2::bp::widths_from_codes(codes, &prev, ng, &mut want);
+                let expect = if bad != 0 {
+                    let g = bad.trailing_zeros() as usize;
+                    Err((
+                        g,
+                        i32::from(prev[g]) + [0, 1, -1, 0][((codes >> (2 * g)) & 3) as usize],
+                    ))
+                } else {
+                    let mut bit = 0;
+                    let mut err = None;
+                    while esc != 0 && err.is_none() {
+                        let g = esc.trailing_zeros() as usize;
+                        let w = (crate::v2::bp::window(&rest, bit) & 15) as u8;
+                        if w > 8 {
+                            err = Some((g, i32::from(w)));
+                        }
+                        want[g] = w;
+                        bit += 4;
+                        esc &= esc - 1;
+                    }
+                    match err {
+                        Some(e) => Err(e),
+                        None => Ok((want[..ng].iter().map(|&w| usize::from(w)).sum(), bit)),
+                    }
+                };
+                let mut got = [0u8; 32];
+                // SAFETY: AVX2 and BMI2 checked above.
+                let r = unsafe { widths_avx2(codes, &prev, ng, &rest, 0, &mut got) };
+                assert_eq!(r, expect, "ng {ng} trial {trial}");
+                if r.is_ok() {
+                    assert_eq!(&got[..ng], &want[..ng], "ng {ng} trial {trial}");
+                }
             }
         }
     }

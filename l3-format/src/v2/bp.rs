@@ -118,19 +118,13 @@ const CODE_DELTA: [i32; 4] = [0, 1, -1, 0];
 
 /// The widths of the `ng` groups of a row r ≥ 1 from their 2-bit `codes` and the row above's widths
 /// `prev`, into `out`; returns the escaped groups and the groups whose width leaves 0..=8, as bit masks.
-#[inline(always)]
-#[allow(unsafe_code)]
-fn widths_from_codes<const AVX2: bool>(
+/// (The AVX2 copy of the decoder uses `crate::simd::v2::widths_avx2`, escapes included.)
+pub(crate) fn widths_from_codes(
     codes: u64,
     prev: &Widths,
     ng: usize,
     out: &mut Widths,
 ) -> (u32, u32) {
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2 check.
-        return unsafe { crate::simd::v2::widths_from_codes(codes, prev, ng, out) };
-    }
     let (mut escaped, mut bad) = (0u32, 0u32);
     for (g, nb) in out[..ng].iter_mut().enumerate() {
         let code = ((codes >> (2 * g)) & 3) as usize;
@@ -268,7 +262,7 @@ impl<'a> BpRows<'a> {
             return unsafe { crate::simd::v2::widths_avx2(codes, &self.nbit, ng, rest, bit, nbit) }
                 .map_err(|(g, v)| self.bad_nbit(g, v));
         }
-        let (mut escaped, bad) = widths_from_codes::<AVX2>(codes, &self.nbit, ng, nbit);
+        let (mut escaped, bad) = widths_from_codes(codes, &self.nbit, ng, nbit);
         if bad != 0 {
             let g = bad.trailing_zeros() as usize;
             let v = i32::from(self.nbit[g]) + CODE_DELTA[((codes >> (2 * g)) & 3) as usize];
