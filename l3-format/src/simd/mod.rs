@@ -26,7 +26,8 @@ pub(crate) fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
 
-/// Whether this CPU can run the v2 AVX2 copies, which also use BMI2 (`pdep`) and `popcnt`.
+/// Whether this CPU can run the v2 AVX2 copies, which are also compiled for BMI2 (`shlx`, `tzcnt`) and
+/// `popcnt`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn has_avx2_bmi2() -> bool {

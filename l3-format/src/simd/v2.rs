@@ -10,7 +10,7 @@
 //!   consecutive 16-bit words with a permutation chosen by the lanes' mask (the words are in lane order).
 //! - [`reconstruct_row_avx2`]: one row from its residual codes, 32 pixels per step: TOP and AVG3 directly,
 //!   GRAD and LEFT as a byte prefix sum plus the pixel to the left of the run.
-//! - [`spread_bits`]: eight n-bit fields to eight bytes with BMI2 `pdep` (BP's deltas).
+//! - [`spread_bits`]: eight n-bit fields to eight bytes with SSSE3 shuffles and a multiply (BP's deltas).
 //!
 //! Like the v1 kernels they are `#[inline(always)] unsafe fn`s, inlined into the `#[target_feature]` copies
 //! of the decoder in `crate::v2::decode`; their contract is that the CPU has AVX2, BMI2 and POPCNT. Memory
@@ -22,25 +22,61 @@ use crate::v2::ans::{self, LANES, PROB_BITS, STATE_BYTES, Store, Tables};
 use crate::v2::front::{ROW, RUN, runs};
 use std::arch::x86_64::*;
 
-/// `pdep` masks: the low `nb` bits of every byte.
-const SPREAD: [u64; 9] = {
-    let mut m = [0u64; 9];
-    let mut nb = 1;
+/// Per field width `nb` ≤ 8, the tables of [`spread_bits`]: field i starts at bit `i·nb`, in byte
+/// `i·nb / 8` at bit offset `i·nb % 8`.
+#[repr(C, align(16))]
+struct SpreadTables {
+    /// `pshufb` indices putting field i's byte and the next one into 16-bit lane i.
+    pairs: [[u8; 16]; 9],
+    /// Lane i's multiplier `2^(8 − bit offset)`: the field moves to the lane's high byte.
+    up: [[u16; 8]; 9],
+    /// The low `nb` bits of every byte.
+    mask: [u64; 9],
+}
+
+static SPREAD: SpreadTables = {
+    let mut t = SpreadTables {
+        pairs: [[0; 16]; 9],
+        up: [[0; 8]; 9],
+        mask: [0; 9],
+    };
+    let mut nb = 0;
     while nb <= 8 {
-        m[nb] = (((1u16 << nb) - 1) as u64) * 0x0101_0101_0101_0101;
+        let mut i = 0;
+        while i < 8 {
+            let bit = i * nb;
+            t.pairs[nb][2 * i] = (bit / 8) as u8;
+            t.pairs[nb][2 * i + 1] = (bit / 8 + 1) as u8;
+            t.up[nb][i] = 1 << (8 - bit % 8);
+            i += 1;
+        }
+        t.mask[nb] = (((1u16 << nb) - 1) as u64) * 0x0101_0101_0101_0101;
         nb += 1;
     }
-    m
+    t
 };
 
-/// Eight `nb`-bit fields from the low bits of `v`, one per byte (`nb` ≤ 8).
+/// Eight `nb`-bit fields from the low bits of `v`, one per byte (`nb` ≤ 8; larger is taken as 8): a byte
+/// shuffle, a 16-bit multiply as a per-lane shift, and a shuffle of the high bytes. `pdep` does this in
+/// one instruction, but AMD before Zen 3 runs it as microcode (15–100 ns per call, measured on a Zen 1
+/// EPYC), which made BP decode slower than PNG there.
 ///
 /// # Safety
-/// The CPU must support BMI2.
+/// The CPU must support SSSE3 (every AVX2 CPU does).
 #[inline(always)]
 pub(crate) unsafe fn spread_bits(v: u64, nb: u8) -> u64 {
-    // SAFETY: BMI2 is the caller's guarantee.
-    unsafe { _pdep_u64(v, SPREAD[usize::from(nb.min(8))]) }
+    let nb = usize::from(nb.min(8));
+    // SAFETY: SSE2/SSSE3 intrinsics on registers; aligned loads of 16-byte rows of `SPREAD`.
+    unsafe {
+        let src = _mm_cvtsi64_si128(v as i64);
+        let pairs = _mm_shuffle_epi8(src, _mm_load_si128(SPREAD.pairs[nb].as_ptr().cast()));
+        let up = _mm_mullo_epi16(pairs, _mm_load_si128(SPREAD.up[nb].as_ptr().cast()));
+        let high = _mm_shuffle_epi8(
+            up,
+            _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1),
+        );
+        _mm_cvtsi128_si64(high) as u64 & SPREAD.mask[nb]
+    }
 }
 
 /// Shifts the bit string `src` right by `phase` (< 8) bits into `out`, `n32` blocks of 32 bytes:
@@ -72,6 +108,21 @@ pub(crate) unsafe fn realign(src: &[u8], phase: u32, n32: usize, out: &mut [u8])
     }
 }
 
+/// `CODE_AT[b]`: 2-bit code b at each of a byte's four code positions, for 16 bytes.
+const CODE_AT: [[u8; 16]; 4] = {
+    let mut t = [[0u8; 16]; 4];
+    let mut b = 0;
+    while b < 4 {
+        let mut i = 0;
+        while i < 16 {
+            t[b][i] = (b << (2 * (i % 4))) as u8;
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// The widths of a BP row r ≥ 1 from its 2-bit codes and the escaped widths that follow them in `rest`
 /// (from bit `bit` on, 4 bits each), like `crate::v2::bp::widths_from_codes` plus its escape loop, but
 /// kept in a register until one 32-byte store into `out`: escapes written byte by byte and then loaded as
@@ -91,17 +142,27 @@ pub(crate) unsafe fn widths_avx2(
 ) -> Result<(usize, usize), (usize, i32)> {
     // SAFETY: AVX2/BMI2 intrinsics; the loads and stores cover exactly the 32-byte arrays.
     unsafe {
-        let m = 0x0303_0303_0303_0303u64;
-        let q = |sh: u32| _pdep_u64(codes >> sh, m) as i64;
-        let c = _mm256_setr_epi64x(q(0), q(16), q(32), q(48));
-        // code → width change: 0, +1, −1, 0 (escape, replaced below).
-        let delta = _mm256_shuffle_epi8(
-            bytes16(&[0, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-            c,
+        // Code byte i/4 into byte i, then each byte's own two bits compared in place (no shifts).
+        let c = _mm256_shuffle_epi8(
+            _mm256_set1_epi64x(codes as i64),
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6,
+                7, 7, 7, 7,
+            ),
         );
-        let mut v = _mm256_add_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), delta);
+        let c = _mm256_and_si256(c, bytes16(&CODE_AT[3]));
+        // code 1: +1, 2: −1, 3: escape (replaced below); compares give −1 where true.
+        let (plus, minus) = (
+            _mm256_cmpeq_epi8(c, bytes16(&CODE_AT[1])),
+            _mm256_cmpeq_epi8(c, bytes16(&CODE_AT[2])),
+        );
+        let mut v = _mm256_add_epi8(
+            _mm256_sub_epi8(_mm256_loadu_si256(prev.as_ptr().cast()), plus),
+            minus,
+        );
         let live = (u64::MAX >> (64 - ng.clamp(1, 32))) as u32;
-        let mut esc = _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(3))) as u32 & live;
+        let mut esc =
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(c, bytes16(&CODE_AT[3]))) as u32 & live;
         let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(8)), v);
         let bad = !(_mm256_movemask_epi8(ok) as u32) & !esc & live;
         if bad != 0 {
@@ -961,7 +1022,7 @@ mod tests {
     }
 
     #[test]
-    fn pdep_spread_matches_shifts() {
+    fn spread_bits_matches_shifts() {
         if !crate::simd::has_avx2_bmi2() {
             return;
         }

@@ -229,7 +229,7 @@ fn patch_bp<'d, const AVX2: bool>(
     Ok(())
 }
 
-/// One BP row: the portable unpacker, or `pdep` in the AVX2+BMI2 copy.
+/// One BP row: the portable unpacker, or the AVX2 copy's realigned row and shuffle-spread groups.
 #[inline(always)]
 #[allow(unsafe_code)]
 fn bp_row<const AVX2: bool>(
