@@ -10,7 +10,8 @@
 //!   consecutive 16-bit words with a permutation chosen by the lanes' mask (the words are in lane order).
 //! - [`reconstruct_row_avx2`]: one row from its residual codes, 32 pixels per step: TOP and AVG3 directly,
 //!   GRAD and LEFT as a byte prefix sum plus the pixel to the left of the run.
-//! - [`spread_bits`]: eight n-bit fields to eight bytes with SSSE3 shuffles and a multiply (BP's deltas).
+//! - [`spread_bits`]: eight n-bit fields to eight bytes with a byte shuffle and 16-bit multiplies
+//!   (BP's deltas).
 //!
 //! Like the v1 kernels they are `#[inline(always)] unsafe fn`s, inlined into the `#[target_feature]` copies
 //! of the decoder in `crate::v2::decode`; their contract is that the CPU has AVX2, BMI2 and POPCNT. Memory
@@ -22,60 +23,57 @@ use crate::v2::ans::{self, LANES, PROB_BITS, STATE_BYTES, Store, Tables};
 use crate::v2::front::{ROW, RUN, runs};
 use std::arch::x86_64::*;
 
-/// Per field width `nb` ≤ 8, the tables of [`spread_bits`]: field i starts at bit `i·nb`, in byte
-/// `i·nb / 8` at bit offset `i·nb % 8`.
+/// The tables of [`spread_bits`] for each field width n ≤ 8: field i starts at bit `i·n`, in byte
+/// `i·n / 8` at bit offset `s = i·n % 8`.
 #[repr(C, align(16))]
 struct SpreadTables {
     /// `pshufb` indices putting field i's byte and the next one into 16-bit lane i.
     pairs: [[u8; 16]; 9],
-    /// Lane i's multiplier `2^(8 − bit offset)`: the field moves to the lane's high byte.
+    /// Lane i's multiplier `2^(16 − s − n)` (0 when n = 0): the field moves to the lane's top bits.
     up: [[u16; 8]; 9],
-    /// The low `nb` bits of every byte.
-    mask: [u64; 9],
+    /// `2^n`: `pmulhuw` by it shifts the field down to bit 0, dropping the bits below it.
+    down: [[u16; 8]; 9],
 }
 
 static SPREAD: SpreadTables = {
     let mut t = SpreadTables {
         pairs: [[0; 16]; 9],
         up: [[0; 8]; 9],
-        mask: [0; 9],
+        down: [[0; 8]; 9],
     };
-    let mut nb = 0;
-    while nb <= 8 {
+    let mut n = 0;
+    while n <= 8 {
         let mut i = 0;
         while i < 8 {
-            let bit = i * nb;
-            t.pairs[nb][2 * i] = (bit / 8) as u8;
-            t.pairs[nb][2 * i + 1] = (bit / 8 + 1) as u8;
-            t.up[nb][i] = 1 << (8 - bit % 8);
+            let bit = i * n;
+            t.pairs[n][2 * i] = (bit / 8) as u8;
+            t.pairs[n][2 * i + 1] = (bit / 8 + 1) as u8;
+            t.up[n][i] = if n == 0 { 0 } else { 1 << (16 - bit % 8 - n) };
+            t.down[n][i] = 1 << n;
             i += 1;
         }
-        t.mask[nb] = (((1u16 << nb) - 1) as u64) * 0x0101_0101_0101_0101;
-        nb += 1;
+        n += 1;
     }
     t
 };
 
 /// Eight `nb`-bit fields from the low bits of `v`, one per byte (`nb` ≤ 8; larger is taken as 8): a byte
-/// shuffle, a 16-bit multiply as a per-lane shift, and a shuffle of the high bytes. `pdep` does this in
-/// one instruction, but AMD before Zen 3 runs it as microcode (15–100 ns per call, measured on a Zen 1
-/// EPYC), which made BP decode slower than PNG there.
+/// shuffle and two 16-bit multiplies as per-lane shifts. `pdep` does this in one instruction, but AMD
+/// before Zen 3 runs it as microcode (15–100 ns per call, measured on a Zen 1 EPYC), which made BP decode
+/// slower than PNG there.
 ///
 /// # Safety
 /// The CPU must support SSSE3 (every AVX2 CPU does).
 #[inline(always)]
 pub(crate) unsafe fn spread_bits(v: u64, nb: u8) -> u64 {
-    let nb = usize::from(nb.min(8));
+    let n = usize::from(nb.min(8));
     // SAFETY: SSE2/SSSE3 intrinsics on registers; aligned loads of 16-byte rows of `SPREAD`.
     unsafe {
         let src = _mm_cvtsi64_si128(v as i64);
-        let pairs = _mm_shuffle_epi8(src, _mm_load_si128(SPREAD.pairs[nb].as_ptr().cast()));
-        let up = _mm_mullo_epi16(pairs, _mm_load_si128(SPREAD.up[nb].as_ptr().cast()));
-        let high = _mm_shuffle_epi8(
-            up,
-            _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1),
-        );
-        _mm_cvtsi128_si64(high) as u64 & SPREAD.mask[nb]
+        let pairs = _mm_shuffle_epi8(src, _mm_load_si128(SPREAD.pairs[n].as_ptr().cast()));
+        let up = _mm_mullo_epi16(pairs, _mm_load_si128(SPREAD.up[n].as_ptr().cast()));
+        let fields = _mm_mulhi_epu16(up, _mm_load_si128(SPREAD.down[n].as_ptr().cast()));
+        _mm_cvtsi128_si64(_mm_packus_epi16(fields, fields)) as u64
     }
 }
 

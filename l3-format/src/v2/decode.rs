@@ -204,11 +204,12 @@ fn patch_bp<'d, const AVX2: bool>(
     }
     let mut z = [0u8; 256 + 16];
     let mut sels = [0u8; 8];
+    let mut aligned = [0u8; ALIGNED_LEN];
     for row in 0..at.rows {
         let cur = row & 1;
         for (p, d) in decs.iter_mut().enumerate().take(c) {
             let Some(d) = d else { continue };
-            bp_row::<AVX2>(d, &mut z, &mut sels)?;
+            bp_row::<AVX2>(d, &mut z, &mut sels, &mut aligned)?;
             let [a, b] = &mut work.rows[p];
             let (prev, next) = match (row, cur) {
                 (0, _) => (&ZERO_ROW, a),
@@ -229,6 +230,10 @@ fn patch_bp<'d, const AVX2: bool>(
     Ok(())
 }
 
+/// Bytes of a BP row's deltas shifted into bit phase 0 (the AVX2 copy's scratch, reused from row to row:
+/// bytes past a row's deltas are read but never used).
+const ALIGNED_LEN: usize = 8 * MAX_GROUPS + 40;
+
 /// One BP row: the portable unpacker, or the AVX2 copy's realigned row and shuffle-spread groups.
 #[inline(always)]
 #[allow(unsafe_code)]
@@ -236,6 +241,7 @@ fn bp_row<const AVX2: bool>(
     d: &mut BpRows<'_>,
     z: &mut [u8; 272],
     sels: &mut [u8; 8],
+    buf: &mut [u8; ALIGNED_LEN],
 ) -> Result<(), Error> {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
@@ -248,9 +254,8 @@ fn bp_row<const AVX2: bool>(
         let n32 = (total + 8).div_ceil(32);
         let start = h.delta_bit / 8;
         if let Some(src) = data.get(start..start + 32 * n32 + 1) {
-            let mut buf = [0u8; 8 * MAX_GROUPS + 40];
             // SAFETY: AVX2 and BMI2 are the run-time-checked guarantee of the AVX2 copy.
-            unsafe { crate::simd::v2::realign(src, (h.delta_bit % 8) as u32, n32, &mut buf) };
+            unsafe { crate::simd::v2::realign(src, (h.delta_bit % 8) as u32, n32, buf) };
             let mut off = 0usize;
             for (zg, &nb) in z.chunks_exact_mut(GROUP).zip(&h.nbit[..ng]) {
                 let mut w = [0u8; 8];
