@@ -17,18 +17,25 @@
 //!   `floor(s * (n_0 + .. + n_f) / N)` instead is exact for two formats but not monotone for three: a
 //!   format's count can drop by one between batches, which wrapped the subtraction.)
 //! - samples uniformly from the format's current-epoch region;
-//! - moves `floor(s_f * R_f / n_f)` (cumulative) of them, at random positions of the batch, to the
-//!   next-epoch region and evicts the rest, freeing their slots;
+//! - moves as many of them as the keep plan says, at random positions of the batch, to the next-epoch
+//!   region and evicts the rest, freeing their slots;
 //! - refills free slots at once with the next items of the format, in storage order, that are neither in
 //!   memory nor already drawn this epoch.
 //!
-//! One guard keeps the buffer from jamming: the next-epoch region may take the last slot only with the
-//! format's last draw of the epoch (otherwise no slot is left to stage disk items), so a retention is
-//! deferred by a draw or two where needed. At the end of an epoch the next region becomes the current one.
+//! A batch reads from disk what it evicts, so level disk traffic is level eviction: the keep plan
+//! (`plan/keeps.rs`) spreads the epoch's `R = sum of R_f` keeps so that full batches keep, and so read, the same
+//! number of items within one. Each format still ends the epoch with exactly its `R_f`. One constraint
+//! is fixed: when a format's buffer is all retention (`R_f = C_f < n_f`), the next-epoch region may take
+//! its last slot only with the format's last draw (otherwise no slot is left to stage disk items), so a
+//! batch holding formats' last draws may read fewer items than the others, never more than one over the
+//! fewest. At the end of an epoch the next region becomes the current one.
+
+mod keeps;
 
 use crate::error::{Error, Result};
 use crate::stream;
 use bitvec::prelude::*;
+use keeps::KeepPlan;
 use stdx::SplitMix64;
 
 /// How the memory budget is split into per-format buffers.
@@ -219,9 +226,22 @@ struct FormatState {
     free: usize,
 }
 
+impl FormatState {
+    /// The buffer is all retention but not the whole format, so its last slot goes to the next epoch
+    /// only with the format's last draw: taken earlier, no slot would be left to stage the items still
+    /// to draw.
+    fn pinned(&self) -> bool {
+        self.retain > 0 && self.retain == self.capacity && self.retain < self.order.len()
+    }
+}
+
 /// The deterministic two-region shuffle-buffer schedule over one shard.
 pub struct Planner {
     formats: Vec<FormatState>,
+    /// Items of each format in the shard.
+    counts: Vec<usize>,
+    /// Each batch's keeps per format, the same every epoch.
+    keep_plan: KeepPlan,
     n: usize,
     batch: usize,
     rng: SplitMix64,
@@ -306,8 +326,14 @@ impl Planner {
                 order,
             });
         }
+        let counts: Vec<usize> = formats.iter().map(|st| st.order.len()).collect();
+        let retain: Vec<usize> = formats.iter().map(|st| st.retain).collect();
+        let pinned: Vec<bool> = formats.iter().map(FormatState::pinned).collect();
+        let keep_plan = KeepPlan::new(&counts, &retain, &pinned, batch);
         Ok(Planner {
             formats,
+            counts,
+            keep_plan,
             n,
             batch,
             rng: SplitMix64::keyed(seed, stream::SAMPLE, 0),
@@ -354,39 +380,24 @@ impl Planner {
         }
     }
 
-    /// How many of the epoch's draws `s0 + 1 ..= s1` each format gets: earliest deadline first within
-    /// quota (see the module documentation), continuing from the draws each format has had so far.
-    fn mix(&self, s0: usize, s1: usize) -> Vec<usize> {
-        let n = self.n as u128;
-        let mut drawn: Vec<usize> = self.formats.iter().map(|st| st.sampled).collect();
-        let mut want = vec![0; self.formats.len()];
-        for s in s0 + 1..=s1 {
-            // (deadline, format) of the most urgent format within its upper quota, and of any format
-            // with items left (the second is never needed: a quota sequence always exists).
-            let mut within: Option<(u128, usize)> = None;
-            let mut any: Option<(u128, usize)> = None;
-            for (f, st) in self.formats.iter().enumerate() {
-                let n_f = st.order.len() as u128;
-                let j = drawn[f] as u128 + 1;
-                if j > n_f {
-                    continue;
-                }
-                let key = ((j * n).div_ceil(n_f), f);
-                if any.is_none_or(|a| key < a) {
-                    any = Some(key);
-                }
-                // The j-th item may come at draw s once ceil(s * n_f / N) >= j.
-                if (j - 1) * n / n_f < s as u128 && within.is_none_or(|w| key < w) {
-                    within = Some(key);
-                }
-            }
-            let Some((_, f)) = within.or(any) else {
-                break;
-            };
-            drawn[f] += 1;
-            want[f] += 1;
-        }
-        want
+    /// This batch's draws of each format, `want`, that move to the next-epoch region: the keep plan's,
+    /// held to what each format must and may keep (never needed while the plan is followed).
+    fn keeps(&self, want: &[usize]) -> Vec<usize> {
+        self.formats
+            .iter()
+            .zip(want)
+            .enumerate()
+            .map(|(f, (st, &m))| {
+                let after = st.sampled + m;
+                let left = st.retain - st.retained;
+                let must = left.saturating_sub(st.order.len() - after);
+                let last_slot = usize::from(st.pinned() && after < st.order.len());
+                let may = m.min(left.saturating_sub(last_slot));
+                self.keep_plan
+                    .get(self.batch_in_epoch, f)
+                    .clamp(must, may.max(must))
+            })
+            .collect()
     }
 
     /// Plans the next mini-batch (epochs follow one another without end).
@@ -401,17 +412,9 @@ impl Planner {
         let n = self.n;
         let s0 = self.sampled;
         let s1 = (s0 + self.batch).min(n);
-        let mut want = self.mix(s0, s1);
-        let mut quota = Vec::with_capacity(self.formats.len());
-        for (st, &m) in self.formats.iter().zip(&want) {
-            let after = st.sampled + m;
-            let target = if st.order.is_empty() {
-                0
-            } else {
-                after * st.retain / st.order.len()
-            };
-            quota.push(target - st.retained.min(target));
-        }
+        let sampled: Vec<usize> = self.formats.iter().map(|st| st.sampled).collect();
+        let mut want = mix(&self.counts, &sampled, s0, s1);
+        let mut quota = self.keeps(&want);
         let mut seq: Vec<u16> = want
             .iter()
             .enumerate()
@@ -487,4 +490,39 @@ impl Planner {
         self.batch_in_epoch = 0;
         self.sampled = 0;
     }
+}
+
+/// How many of the epoch's draws `s0 + 1 ..= s1` each format gets: earliest deadline first within
+/// quota (see the module documentation), continuing from the `drawn` each format has had so far.
+fn mix(counts: &[usize], drawn: &[usize], s0: usize, s1: usize) -> Vec<usize> {
+    let n = counts.iter().sum::<usize>() as u128;
+    let mut drawn = drawn.to_vec();
+    let mut want = vec![0; counts.len()];
+    for s in s0 + 1..=s1 {
+        // (deadline, format) of the most urgent format within its upper quota, and of any format
+        // with items left (the second is never needed: a quota sequence always exists).
+        let mut within: Option<(u128, usize)> = None;
+        let mut any: Option<(u128, usize)> = None;
+        for (f, &n_f) in counts.iter().enumerate() {
+            let n_f = n_f as u128;
+            let j = drawn[f] as u128 + 1;
+            if j > n_f {
+                continue;
+            }
+            let key = ((j * n).div_ceil(n_f), f);
+            if any.is_none_or(|a| key < a) {
+                any = Some(key);
+            }
+            // The j-th item may come at draw s once ceil(s * n_f / N) >= j.
+            if (j - 1) * n / n_f < s as u128 && within.is_none_or(|w| key < w) {
+                within = Some(key);
+            }
+        }
+        let Some((_, f)) = within.or(any) else {
+            break;
+        };
+        drawn[f] += 1;
+        want[f] += 1;
+    }
+    want
 }

@@ -53,10 +53,13 @@ fn check_shape(counts: &[usize], batch: usize, budget_pick: u64, seed: u64, epoc
     for e in 0..epochs {
         let mut seen = vec![0u32; n];
         let mut drawn = vec![0usize; counts.len()];
+        // Disk items of each full batch, and whether it holds some format's last draw of the epoch.
+        let mut full_batch_loads = Vec::new();
         for b in 0..per_epoch {
             let bp = p.next_batch();
             assert_eq!((bp.epoch, bp.batch), (e, b), "{what}");
             let len = bp.draws.len();
+            let before = drawn.clone();
             assert_eq!(len, batch.min(n - b * batch), "{what}: batch {b} size");
             let mut m = vec![0usize; counts.len()];
             for d in &bp.draws {
@@ -86,6 +89,11 @@ fn check_shape(counts: &[usize], batch: usize, budget_pick: u64, seed: u64, epoc
                     m[f]
                 );
             }
+            if len == batch {
+                let ends =
+                    (0..counts.len()).any(|f| drawn[f] == counts[f] && before[f] < counts[f]);
+                full_batch_loads.push((bp.loads().count(), ends));
+            }
             // The resident set never needs more than the budget (nor its format's slots).
             let resident: u64 = p.resident().iter_ones().map(|i| item_size[i]).sum();
             assert!(
@@ -105,7 +113,24 @@ fn check_shape(counts: &[usize], batch: usize, budget_pick: u64, seed: u64, epoc
             seen.iter().all(|&c| c == 1),
             "{what}: epoch {e} is not a permutation"
         );
+        if e > 0 {
+            level_disk_traffic(&full_batch_loads, &format!("{what}: epoch {e}"));
+        }
     }
+}
+
+/// Disk traffic is level after the first epoch: full batches read within one item of each other. A
+/// batch that holds a format's last draw of the epoch may read fewer (that draw can be the one that
+/// fills the format's buffer for the next epoch), never more than one over the fewest of the others.
+fn level_disk_traffic(full_batches: &[(usize, bool)], what: &str) {
+    let others: Vec<usize> = full_batches.iter().filter(|b| !b.1).map(|b| b.0).collect();
+    let (Some(&lo), Some(&hi)) = (others.iter().min(), others.iter().max()) else {
+        return;
+    };
+    assert!(
+        hi - lo <= 1 && full_batches.iter().all(|b| b.0 <= lo + 1),
+        "{what}: disk items per full batch (and whether it ends a format) {full_batches:?}"
+    );
 }
 
 proptest! {
@@ -132,6 +157,22 @@ fn small_three_format_shapes_exhaustively() {
                     check_shape(&[a, b, c], batch, 0, 1, 2);
                     check_shape(&[a, b, c], batch, u64::MAX, 2, 2);
                 }
+            }
+        }
+    }
+}
+
+/// Every two-format split of 36 items (what `l3 liquid profile` writes for the CLI tests, at whatever ratio
+/// the probes choose), every batch size, budgets from one slot per format to beyond the dataset.
+#[test]
+fn every_split_of_thirty_six_items() {
+    for a in 0..=36 {
+        for batch in 1..=37 {
+            for (seed, pick) in [0u64, 40_000, 80_000, 150_000, u64::MAX]
+                .into_iter()
+                .enumerate()
+            {
+                check_shape(&[a, 36 - a], batch, pick, seed as u64, 3);
             }
         }
     }
