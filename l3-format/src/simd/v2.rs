@@ -245,31 +245,36 @@ static PERM: Perm = {
     Perm(t)
 };
 
-/// Nibble lookup tables for bitlen of a byte: low nibble, and high nibble (4 + bitlen, 0 for 0).
-const BITLEN_LO: [u8; 16] = [0, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4];
-const BITLEN_HI: [u8; 16] = [0, 5, 6, 6, 7, 7, 7, 7, 8, 8, 8, 8, 8, 8, 8, 8];
+/// Nibble lookup tables of a byte's bitlen capped at 7 (the residual bucket): low nibble, and high nibble
+/// (4 + bitlen, 0 for 0); the larger of the two is the answer.
+const BUCKET_LO: [u8; 16] = [0, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4];
+const BUCKET_HI: [u8; 16] = [0, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7];
+/// The same for bitlen capped at 4 (the class of plane 0's code).
+const CLASS_LO: [u8; 16] = [0, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4];
+const CLASS_HI: [u8; 16] = [0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4];
+/// 5·b for a bucket b ≤ 8.
+const TIMES_FIVE: [u8; 16] = [0, 5, 10, 15, 20, 25, 30, 35, 40, 0, 0, 0, 0, 0, 0, 0];
 
 /// Constants of the context computation.
 struct CtxConsts {
-    lo: __m256i,
-    hi: __m256i,
+    bucket: [__m256i; 2],
+    class: [__m256i; 2],
+    five: __m256i,
     nib: __m256i,
     one: __m256i,
-    seven: __m256i,
-    four: __m256i,
     used_lo: __m256i,
     used_hi: __m256i,
     bit: __m256i,
     fifteen: __m256i,
 }
 
-/// bitlen of every byte.
+/// Every byte's bitlen, capped by the nibble tables `lut` (low, high).
 #[inline(always)]
-unsafe fn bitlen8(v: __m256i, k: &CtxConsts) -> __m256i {
+unsafe fn bitlen8(v: __m256i, lut: &[__m256i; 2], nib: __m256i) -> __m256i {
     // SAFETY: AVX2 intrinsics on registers (the caller's guarantee).
     unsafe {
-        let lo = _mm256_shuffle_epi8(k.lo, _mm256_and_si256(v, k.nib));
-        let hi = _mm256_shuffle_epi8(k.hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), k.nib));
+        let lo = _mm256_shuffle_epi8(lut[0], _mm256_and_si256(v, nib));
+        let hi = _mm256_shuffle_epi8(lut[1], _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
         _mm256_max_epu8(lo, hi)
     }
 }
@@ -290,8 +295,9 @@ unsafe fn store32(s: &mut [u8], at: usize, v: __m256i) {
     unsafe { _mm256_storeu_si256(b.as_mut_ptr().cast(), v) }
 }
 
-/// The 32 residual contexts of row r ≥ 1 of plane `p` at columns c0..c0+32: from the previous row's codes
-/// `zp` (padded: column c at c + 1) and plane 0's codes of this row `z0` (same padding).
+/// The 32 residual contexts of row r ≥ 1 of plane `p` at columns c0..c0+32, relative to the plane's first
+/// context: from the previous row's codes `zp` (padded: column c at c + 1) and plane 0's codes of this row
+/// `z0` (same padding).
 #[inline(always)]
 unsafe fn contexts32(zp: &[u8], z0: &[u8], c0: usize, p: usize, k: &CtxConsts) -> __m256i {
     // SAFETY: AVX2 intrinsics; loads through `load32`.
@@ -305,12 +311,12 @@ unsafe fn contexts32(zp: &[u8], z0: &[u8], c0: usize, p: usize, k: &CtxConsts) -
             _mm256_and_si256(_mm256_xor_si256(tl, tr), k.one),
         );
         let avg = _mm256_avg_epu8(half, t);
-        let b = _mm256_min_epu8(bitlen8(avg, k), k.seven);
-        row_context(b, z0, c0, p, k)
+        row_context(bitlen8(avg, &k.bucket, k.nib), z0, c0, p, k)
     }
 }
 
-/// Context bytes from bucket bytes `b` (plane 0: b itself; else base + 5b + min(bitlen(z0), 4)).
+/// Contexts relative to plane p's first from bucket bytes `b`: plane 0's contexts are b, plane p's
+/// first + 5b + min(bitlen(z0), 4) (`ans::residual_context`).
 #[inline(always)]
 unsafe fn row_context(b: __m256i, z0: &[u8], c0: usize, p: usize, k: &CtxConsts) -> __m256i {
     // SAFETY: AVX2 intrinsics; loads through `load32`.
@@ -318,17 +324,8 @@ unsafe fn row_context(b: __m256i, z0: &[u8], c0: usize, p: usize, k: &CtxConsts)
         if p == 0 {
             return b;
         }
-        let cls = _mm256_min_epu8(bitlen8(load32(z0, c0 + 1), k), k.four);
-        let base = match p {
-            1 => 9,
-            2 => 54,
-            _ => 102,
-        };
-        let five_b = _mm256_add_epi8(
-            _mm256_add_epi8(b, b),
-            _mm256_add_epi8(_mm256_add_epi8(b, b), b),
-        );
-        _mm256_add_epi8(_mm256_add_epi8(five_b, cls), _mm256_set1_epi8(base))
+        let class = bitlen8(load32(z0, c0 + 1), &k.class, k.nib);
+        _mm256_add_epi8(_mm256_shuffle_epi8(k.five, b), class)
     }
 }
 
@@ -637,12 +634,11 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             *u = (t.used[i / 8] >> (8 * (i % 8))) as u8;
         }
         let kc = CtxConsts {
-            lo: bytes16(&BITLEN_LO),
-            hi: bytes16(&BITLEN_HI),
+            bucket: [bytes16(&BUCKET_LO), bytes16(&BUCKET_HI)],
+            class: [bytes16(&CLASS_LO), bytes16(&CLASS_HI)],
+            five: bytes16(&TIMES_FIVE),
             nib: _mm256_set1_epi8(15),
             one: _mm256_set1_epi8(1),
-            seven: _mm256_set1_epi8(7),
-            four: _mm256_set1_epi8(4),
             used_lo: bytes16(&used[..16]),
             used_hi: bytes16(&used[16..]),
             bit: bytes16(&[1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]),
@@ -702,9 +698,8 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                             )
                         };
                         if !plane_used {
-                            check_used(ctx[k], active, &kc, ids[k])?;
+                            check_used(_mm256_add_epi8(ctx[k], first), active, &kc, ids[k])?;
                         }
-                        ctx[k] = _mm256_sub_epi8(ctx[k], first);
                     }
                     let s = if active == LANES {
                         step::<K, true>(&l, &mut x, &mut pos, &ctx, LANES, &res_look)
