@@ -407,7 +407,8 @@ const PROB_BITS_I: i32 = PROB_BITS as i32;
 /// `dec[idx[i]]` for each lane (indices bounded by the caller): eight scalar loads from indices taken out
 /// of the register 64 bits at a time. On Zen 3 a hardware gather of eight lanes has about the same latency
 /// (~25 cycles) but costs more issue slots (one per ~10–14 cycles against ~9 for this form, measured),
-/// and the decoder has many lookups in flight.
+/// and the decoder has many lookups in flight; where the hardware gather is fast, [`Lookup`] says so
+/// (see [`crate::simd::fast_gather`]).
 #[inline(always)]
 unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
     // SAFETY: see `step_vec`: every index is within `dec`.
@@ -437,7 +438,7 @@ unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
 
 /// How the lanes of a step find their decode-table entries: `base + (rel << (12 − k)) + (slot >> k)`, rel
 /// being a lane's context less its plane's first (0 for selectors), and the offset within the symbol
-/// adds `slot & low` (see `AnsTables::decode_table`).
+/// adds `slot & low` (see `AnsTables::decode_table`); `hardware`: read them with `vpgatherdd`.
 #[derive(Clone, Copy)]
 struct Lookup<'t> {
     dec: &'t [u32],
@@ -445,12 +446,13 @@ struct Lookup<'t> {
     up: __m128i,
     down: __m128i,
     low: __m256i,
+    hardware: bool,
 }
 
 impl<'t> Lookup<'t> {
     /// The lookup of plane table `pt`'s residual (`selector` false) or selector contexts in `dec`.
     #[inline(always)]
-    unsafe fn new(dec: &'t [u32], pt: &ans::PlaneTable, selector: bool) -> Self {
+    unsafe fn new(dec: &'t [u32], pt: &ans::PlaneTable, selector: bool, hardware: bool) -> Self {
         let base = if selector {
             pt.selector_base
         } else {
@@ -464,6 +466,7 @@ impl<'t> Lookup<'t> {
                 up: _mm_cvtsi32_si128((PROB_BITS - pt.shift) as i32),
                 down: _mm_cvtsi32_si128(pt.shift as i32),
                 low: _mm256_set1_epi32((1i32 << pt.shift) - 1),
+                hardware,
             }
         }
     }
@@ -492,7 +495,11 @@ unsafe fn step_vec(
             _mm256_add_epi32(look.base, _mm256_sll_epi32(rel, look.up)),
             _mm256_srl_epi32(slot, look.down),
         );
-        let e = gather_dec(look.dec, idx);
+        let e = if look.hardware {
+            _mm256_i32gather_epi32::<4>(look.dec.as_ptr().cast(), idx)
+        } else {
+            gather_dec(look.dec, idx)
+        };
         // e = symbol << 24 | (f − 1) << 12 | (first slot − cum); the offset adds slot's low k bits.
         // x' = f·(x >> 12) + offset = (f − 1)·q + q + offset.
         let mask = _mm256_set1_epi32(0xfff);
@@ -645,6 +652,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             fifteen: _mm256_set1_epi8(15),
         };
         let nsel = runs(pw);
+        let hardware = crate::simd::fast_gather();
         let mut sbuf = [[0u8; 8 * 256 + 32]; K];
         for p in 0..c {
             // The selector segment: one context.
@@ -654,8 +662,8 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                 check_used(sctx, 1, &kc, ids[0])?;
             }
             let (sel_look, res_look) = (
-                Lookup::new(t.dec, &t.planes[p], true),
-                Lookup::new(t.dec, &t.planes[p], false),
+                Lookup::new(t.dec, &t.planes[p], true, hardware),
+                Lookup::new(t.dec, &t.planes[p], false, hardware),
             );
             let first = _mm256_set1_epi8(t.planes[p].first_context as i8);
             let zero = [_mm256_setzero_si256(); K];
@@ -1011,6 +1019,42 @@ mod tests {
                     assert_eq!(&got[..ng], &want[..ng], "ng {ng} trial {trial}");
                 }
             }
+        }
+    }
+
+    /// Both ways of reading the decode table (the CPU decides which the decoder uses, so each machine's
+    /// integration tests run only one): the same entries for random in-bounds indices.
+    #[test]
+    fn scalar_and_hardware_gathers_agree() {
+        if !crate::simd::has_avx2_bmi2() {
+            return;
+        }
+        #[target_feature(enable = "avx2")]
+        fn both(dec: &[u32], idx: [i32; 8]) -> ([u32; 8], [u32; 8]) {
+            // SAFETY: AVX2 is enabled here and checked by the caller; every index is within `dec`.
+            unsafe {
+                let v = _mm256_loadu_si256(idx.as_ptr().cast());
+                let (mut a, mut b) = ([0u32; 8], [0u32; 8]);
+                _mm256_storeu_si256(a.as_mut_ptr().cast(), gather_dec(dec, v));
+                let hw = _mm256_i32gather_epi32::<4>(dec.as_ptr().cast(), v);
+                _mm256_storeu_si256(b.as_mut_ptr().cast(), hw);
+                (a, b)
+            }
+        }
+        let mut s = 0x2545_f491_u32;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let dec: Vec<u32> = (0..70_000).map(|_| rnd()).collect();
+        for _ in 0..2000 {
+            let idx = [0; 8].map(|_: i32| (rnd() as usize % dec.len()) as i32);
+            // SAFETY: AVX2 checked above.
+            let (a, b) = unsafe { both(&dec, idx) };
+            assert_eq!(a, b, "indices {idx:?}");
+            assert_eq!(a, idx.map(|i| dec[i as usize]));
         }
     }
 
