@@ -55,6 +55,27 @@ pub(crate) fn fast_gather() -> bool {
     })
 }
 
+/// Whether BMI2's `pdep` is a fast instruction here (Intel; AMD from Zen 3, family 19h) rather than
+/// microcode (AMD before Zen 3: 15–100 ns a call on a Zen 1 EPYC). BP's group spread uses it where fast
+/// (+3–6 % BP decode on a Sapphire Rapids-class Xeon over the shuffle-and-multiply form).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fast_pdep() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        let eax = std::arch::x86_64::__cpuid(1).eax;
+        let base = (eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        has_avx2_bmi2()
+            && (vendor == b"GenuineIntel" || (vendor == b"AuthenticAMD" && family >= 0x19))
+    })
+}
+
 /// Whether this CPU has the SSE4.2 `crc32` instruction.
 #[cfg(target_arch = "x86_64")]
 #[inline]

@@ -57,16 +57,21 @@ static SPREAD: SpreadTables = {
     t
 };
 
-/// Eight `nb`-bit fields from the low bits of `v`, one per byte (`nb` ≤ 8; larger is taken as 8): a byte
-/// shuffle and two 16-bit multiplies as per-lane shifts. `pdep` does this in one instruction, but AMD
-/// before Zen 3 runs it as microcode (15–100 ns per call, measured on a Zen 1 EPYC), which made BP decode
-/// slower than PNG there.
+/// Eight `nb`-bit fields from the low bits of `v`, one per byte (`nb` ≤ 8; larger is taken as 8). `pdep`
+/// does this in one instruction where it is fast (`pdep`, see [`crate::simd::fast_pdep`]); elsewhere a
+/// byte shuffle and two 16-bit multiplies as per-lane shifts, since AMD before Zen 3 runs `pdep` as
+/// microcode (15–100 ns per call, measured on a Zen 1 EPYC), which made BP decode slower than PNG there.
 ///
 /// # Safety
-/// The CPU must support SSSE3 (every AVX2 CPU does).
+/// The CPU must support SSSE3 (every AVX2 CPU does), and BMI2 when `pdep` is true.
 #[inline(always)]
-pub(crate) unsafe fn spread_bits(v: u64, nb: u8) -> u64 {
+pub(crate) unsafe fn spread_bits(v: u64, nb: u8, pdep: bool) -> u64 {
     let n = usize::from(nb.min(8));
+    if pdep {
+        let mask = 0x0101_0101_0101_0101u64 * ((1u64 << n) - 1);
+        // SAFETY: BMI2 is the caller's guarantee when `pdep` is true.
+        return unsafe { _pdep_u64(v, mask) };
+    }
     // SAFETY: SSE2/SSSE3 intrinsics on registers; aligned loads of 16-byte rows of `SPREAD`.
     unsafe {
         let src = _mm_cvtsi64_si128(v as i64);
@@ -1071,8 +1076,14 @@ mod tests {
                 for j in 0..8 {
                     want |= ((v >> (j * u32::from(nb))) & ((1u64 << nb) - 1)) << (8 * j);
                 }
-                // SAFETY: BMI2 checked above.
-                assert_eq!(unsafe { spread_bits(v, nb) }, want, "nb {nb}");
+                for pdep in [false, true] {
+                    // SAFETY: BMI2 checked above.
+                    assert_eq!(
+                        unsafe { spread_bits(v, nb, pdep) },
+                        want,
+                        "nb {nb} pdep {pdep}"
+                    );
+                }
             }
         }
     }

@@ -246,6 +246,7 @@ fn bp_row<const AVX2: bool>(
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
         let ng = d.pw().div_ceil(GROUP);
+        let pdep = crate::simd::fast_pdep();
         let h = d.head::<true>(sels)?;
         let data = d.data();
         // Every group holds 8·nbit bits, so all groups start at the row's bit phase: shift the row's delta
@@ -261,7 +262,8 @@ fn bp_row<const AVX2: bool>(
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&buf[off..off + 8]);
                 // SAFETY: as above.
-                let bytes = unsafe { crate::simd::v2::spread_bits(u64::from_le_bytes(w), nb) };
+                let bytes =
+                    unsafe { crate::simd::v2::spread_bits(u64::from_le_bytes(w), nb, pdep) };
                 zg.copy_from_slice(&bytes.to_le_bytes());
                 off += usize::from(nb);
             }
@@ -283,7 +285,7 @@ fn bp_row<const AVX2: bool>(
         {
             let v = super::bp::window(data, o);
             // SAFETY: BMI2 is part of the run-time check that makes `AVX2` true.
-            let bytes = unsafe { crate::simd::v2::spread_bits(v, nb) };
+            let bytes = unsafe { crate::simd::v2::spread_bits(v, nb, pdep) };
             zg.copy_from_slice(&bytes.to_le_bytes());
         }
         return Ok(());
