@@ -60,9 +60,11 @@ pub const VERSION_2: u16 = 2;
 /// The format written when the caller does not choose one ([`EncodeOptions::default`], `l3 encode`,
 /// `l3 convert --to l3`). Still version 1: version 2 becomes the default once its profile ANS meets the
 /// targets it was designed for — at most 0.80× PNG's size *and* at least twice the `png` crate's
-/// single-threaded decode speed on the corpus. It is smaller than PNG but, measured on the development
-/// machines, decodes at 1.15–1.44× PNG's speed on one core (README.md has the figures), so asking for it
-/// stays an explicit choice (`Format::V2(Profile::Ans)`, `l3 encode --format v2`).
+/// single-threaded decode speed on the corpus — on the machines users train on, and its GPU decoder has run
+/// on a GPU. It is smaller than PNG everywhere, but decodes at 2.4× PNG's speed on one core of a Sapphire
+/// Rapids-class Xeon and at 1.15–1.44× on AMD Zen 1 and Zen 3 (README.md has the figures), and encodes
+/// 14× slower than version 1; so asking for it stays an explicit choice (`Format::V2(Profile::Ans)`,
+/// `l3 encode --format v2`).
 pub const DEFAULT_FORMAT: Format = Format::V1;
 /// Size in bytes of the fixed header that precedes the offset table.
 pub const HEADER_LEN: usize = 20;

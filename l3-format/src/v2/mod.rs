@@ -3,7 +3,7 @@
 //! BP (bit-packed groups, no tables) and ANS (static context rANS, 32 lanes per patch) — in a container
 //! that ends with a CRC-32C.
 //!
-//! - [`layout`](self::Layout): the container, validated from a whole file or from a prefix and a length.
+//! - `layout` (`Layout`): the container, validated from a whole file or from a prefix and a length.
 //! - `front`: colour, prediction, zigzag, the row scan (shared by both profiles and both directions).
 //! - `bp`, `ans`: the two bitstreams; `encode`, `decode`: whole images, regions, threads.
 
