@@ -238,9 +238,7 @@ impl FormatState {
 /// The deterministic two-region shuffle-buffer schedule over one shard.
 pub struct Planner {
     formats: Vec<FormatState>,
-    /// Items of each format in the shard.
-    counts: Vec<usize>,
-    /// Each batch's keeps per format, the same every epoch.
+    /// Each batch's draws and keeps per format, the same every epoch.
     keep_plan: KeepPlan,
     n: usize,
     batch: usize,
@@ -332,7 +330,6 @@ impl Planner {
         let keep_plan = KeepPlan::new(&counts, &retain, &pinned, batch);
         Ok(Planner {
             formats,
-            counts,
             keep_plan,
             n,
             batch,
@@ -412,8 +409,7 @@ impl Planner {
         let n = self.n;
         let s0 = self.sampled;
         let s1 = (s0 + self.batch).min(n);
-        let sampled: Vec<usize> = self.formats.iter().map(|st| st.sampled).collect();
-        let mut want = mix(&self.counts, &sampled, s0, s1);
+        let mut want = self.keep_plan.draws(self.batch_in_epoch);
         let mut quota = self.keeps(&want);
         let mut seq: Vec<u16> = want
             .iter()

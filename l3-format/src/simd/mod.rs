@@ -46,13 +46,22 @@ pub(crate) fn has_avx2_bmi2() -> bool {
 pub(crate) fn fast_gather() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(|| {
-        let id = std::arch::x86_64::__cpuid(0);
-        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
         let status =
             std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling");
-        vendor == b"GenuineIntel"
+        cpu_vendor() == *b"GenuineIntel"
             && status.is_ok_and(|s| s.starts_with("Not affected") || s.starts_with("Vulnerable"))
     })
+}
+
+/// The CPU's vendor string (CPUID leaf 0: "GenuineIntel", "AuthenticAMD", ...).
+#[cfg(target_arch = "x86_64")]
+fn cpu_vendor() -> [u8; 12] {
+    let id = std::arch::x86_64::__cpuid(0);
+    let mut v = [0u8; 12];
+    for (chunk, reg) in v.chunks_exact_mut(4).zip([id.ebx, id.edx, id.ecx]) {
+        chunk.copy_from_slice(&reg.to_le_bytes());
+    }
+    v
 }
 
 /// Whether BMI2's `pdep` is a fast instruction here (Intel; AMD from Zen 3, family 19h) rather than
@@ -62,8 +71,7 @@ pub(crate) fn fast_gather() -> bool {
 pub(crate) fn fast_pdep() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(|| {
-        let id = std::arch::x86_64::__cpuid(0);
-        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        let vendor = cpu_vendor();
         let eax = std::arch::x86_64::__cpuid(1).eax;
         let base = (eax >> 8) & 0xf;
         let family = if base == 0xf {
@@ -72,7 +80,7 @@ pub(crate) fn fast_pdep() -> bool {
             base
         };
         has_avx2_bmi2()
-            && (vendor == b"GenuineIntel" || (vendor == b"AuthenticAMD" && family >= 0x19))
+            && (vendor == *b"GenuineIntel" || (vendor == *b"AuthenticAMD" && family >= 0x19))
     })
 }
 

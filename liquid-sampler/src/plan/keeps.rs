@@ -23,6 +23,8 @@ const EXACT_SPLIT_FORMATS: usize = 10;
 
 pub(super) struct KeepPlan {
     formats: usize,
+    /// Batch-major: `draws[b * formats + f]`, the format mix the plan was made for.
+    draws: Vec<u32>,
     /// Batch-major: `keeps[b * formats + f]`.
     keeps: Vec<u32>,
 }
@@ -53,9 +55,11 @@ impl KeepPlan {
         let mut fixed = vec![0usize; batches * nf];
         let mut room = vec![0usize; batches * nf];
         let mut drawn = vec![0; nf];
+        let mut draws = Vec::with_capacity(batches * nf);
         for b in 0..batches {
             let s0 = b * batch;
             let m = mix(counts, &drawn, s0, (s0 + batch).min(n));
+            draws.extend(m.iter().map(|&x| x as u32));
             for f in 0..nf {
                 let i = b * nf + f;
                 if retain[f] == counts[f] {
@@ -186,7 +190,17 @@ impl KeepPlan {
                 keeps[b * nf + f] = (fixed[b * nf + f] + k[f]) as u32;
             }
         }
-        KeepPlan { formats: nf, keeps }
+        KeepPlan {
+            formats: nf,
+            draws,
+            keeps,
+        }
+    }
+
+    /// Draws of each format in batch `b` of an epoch.
+    pub(super) fn draws(&self, b: usize) -> Vec<usize> {
+        let row = &self.draws[b * self.formats..(b + 1) * self.formats];
+        row.iter().map(|&x| x as usize).collect()
     }
 
     /// Keeps planned for format `f` in batch `b` of an epoch.
