@@ -8,7 +8,9 @@
 //! sampled:N, recompute, naive or whole; DEVICE is cpu (default), cuda or cuda:N.
 
 use bsp_tiling::metrics::{compare, seams};
-use bsp_tiling::{Device, DeviceOptions, Mode, Net, Options, PaddingMode, Rgb8, stylize_on};
+use bsp_tiling::{
+    Device, DeviceOptions, Image, Mode, Net, Options, PaddingMode, image_from_tensor, stylize_on,
+};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,16 +38,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = DeviceOptions {
         device: args
             .get(5)
-            .map_or(Some(Device::Cpu), |d| Device::parse(d))
+            .map_or(Some(Device::Cpu), |d| d.parse().ok())
             .ok_or("unknown device (cpu, cuda or cuda:N)")?,
         ..DeviceOptions::default()
     };
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let input = Rgb8 {
-        width: w,
-        height: h,
-        pixels: img.into_raw(),
-    };
+    let input = Image::rgb8(w as u32, h as u32, img.into_raw());
     let opts = Options {
         mode,
         tile: 128,
@@ -82,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         e.psnr_db,
         s.ratio()
     );
-    let o = Rgb8::from_tensor(&out);
+    let o = image_from_tensor(&out);
     image::RgbImage::from_raw(o.width as u32, o.height as u32, o.pixels)
         .ok_or("buffer")?
         .save(&args[2])?;

@@ -1,6 +1,6 @@
 //! Which device runs the network, and what a device backend allocates.
 //!
-//! [`Device`] and [`DeviceOptions`] are what a command line maps `--device cpu|cuda[:N]`,
+//! [`Device`] (the toolkit's one, from `vocab`) and [`DeviceOptions`] are what a command line maps `--device cpu|cuda[:N]`,
 //! `--gpu-memory BYTES` and `--precision f32|f16` to; [`crate::stylize_on`] opens the backend they name
 //! and fails with the reason (no driver, no device, no NVRTC/cuBLAS) rather than fall back to the CPU.
 //!
@@ -11,47 +11,14 @@
 use crate::backend::Conv2d;
 use crate::error::{Error, Result};
 
-/// Where the network runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Device {
-    /// The CPU backend (the reference).
-    #[default]
-    Cpu,
-    /// The CUDA backend on GPU `ordinal`.
-    Cuda(usize),
-}
+pub use vocab::Device;
 
-impl Device {
-    /// `cpu`, `cuda` (device 0) or `cuda:N`.
-    pub fn parse(s: &str) -> Option<Device> {
-        match s {
-            "cpu" => Some(Device::Cpu),
-            "cuda" | "gpu" => Some(Device::Cuda(0)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(Device::Cuda),
-        }
-    }
-}
-
-impl Device {
-    /// A tile side that suits the device: 512 on the CPU (tiles of a few MiB per worker), 2048 on a GPU
-    /// (few, large launches; the placement planner keeps the device within its budget either way).
-    pub fn default_tile(self) -> usize {
-        match self {
-            Device::Cpu => 512,
-            Device::Cuda(_) => 2048,
-        }
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => write!(f, "cpu"),
-            Device::Cuda(n) => write!(f, "cuda:{n}"),
-        }
+/// A tile side that suits the device: 512 on the CPU (tiles of a few MiB per worker), 2048 on a GPU (few,
+/// large launches; the placement planner keeps the device within its budget either way).
+pub fn default_tile(device: Device) -> usize {
+    match device {
+        Device::Cpu => 512,
+        Device::Cuda(_) => 2048,
     }
 }
 
@@ -171,14 +138,8 @@ mod tests {
 
     #[test]
     fn parse_and_validate() {
-        assert_eq!(Device::parse("cpu"), Some(Device::Cpu));
-        assert_eq!(Device::parse("cuda"), Some(Device::Cuda(0)));
-        assert_eq!(Device::parse("cuda:3"), Some(Device::Cuda(3)));
-        assert_eq!(Device::parse("cuda:x"), None);
-        assert_eq!(Device::parse("tpu"), None);
-        assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
-        assert_eq!(Device::Cpu.default_tile(), 512);
-        assert!(Device::Cuda(0).default_tile() > 512);
+        assert_eq!(default_tile(Device::Cpu), 512);
+        assert!(default_tile(Device::Cuda(0)) > 512);
         assert_eq!(Precision::parse("f16"), Some(Precision::F16));
         assert_eq!(Precision::parse("f64"), None);
         let cpu_f16 = DeviceOptions {

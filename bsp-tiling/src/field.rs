@@ -7,6 +7,7 @@
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::sync::Mutex;
+use vocab::Image;
 
 /// An activation (or image) read by global coordinates.
 pub trait Field: Sync {
@@ -69,34 +70,29 @@ impl Field for Tensor {
     }
 }
 
-/// An 8-bit interleaved RGB image: 3 bytes a pixel instead of 12, the network reads it as 0..255 floats.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rgb8 {
-    pub width: usize,
-    pub height: usize,
-    pub pixels: Vec<u8>,
-}
-
-impl Field for Rgb8 {
+/// An 8-bit image (the toolkit's one image type) is read as 0..255 floats, one plane per channel: a
+/// byte a value instead of four.
+impl Field for Image {
     fn channels(&self) -> usize {
-        3
+        self.channels as usize
     }
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let n = ys.len() * xs.len();
+        let (c_n, w) = (self.channels as usize, self.width as usize);
         for (iy, y) in ys.iter().enumerate() {
             for (ix, x) in xs.iter().enumerate() {
                 let i = iy * xs.len() + ix;
                 match (y, x) {
                     (Some(y), Some(x)) => {
-                        let p = &self.pixels[(y * self.width + x) * 3..][..3];
-                        out[i] = p[0] as f32;
-                        out[n + i] = p[1] as f32;
-                        out[2 * n + i] = p[2] as f32;
+                        let p = &self.pixels[(y * w + x) * c_n..][..c_n];
+                        for (c, &v) in p.iter().enumerate() {
+                            out[c * n + i] = f32::from(v);
+                        }
                     }
                     _ => {
-                        out[i] = 0.0;
-                        out[n + i] = 0.0;
-                        out[2 * n + i] = 0.0;
+                        for c in 0..c_n {
+                            out[c * n + i] = 0.0;
+                        }
                     }
                 }
             }
@@ -111,12 +107,12 @@ pub trait Input: Field {
     fn width(&self) -> usize;
 }
 
-impl Input for Rgb8 {
+impl Input for Image {
     fn height(&self) -> usize {
-        self.height
+        self.height as usize
     }
     fn width(&self) -> usize {
-        self.width
+        self.width as usize
     }
 }
 
@@ -129,24 +125,22 @@ impl Input for Tensor {
     }
 }
 
-impl Rgb8 {
-    /// The image as a `3×H×W` tensor of 0..255 floats.
-    pub fn to_tensor(&self) -> Tensor {
-        let ys: Vec<Option<usize>> = (0..self.height).map(Some).collect();
-        let xs: Vec<Option<usize>> = (0..self.width).map(Some).collect();
-        let mut t = Tensor::zeros(3, self.height, self.width);
-        let _ = Field::gather(self, &ys, &xs, &mut t.data); // in-memory: cannot fail
-        t
-    }
+/// An image as a `C×H×W` tensor of 0..255 floats.
+pub fn image_to_tensor(img: &Image) -> Tensor {
+    let ys: Vec<Option<usize>> = (0..img.height as usize).map(Some).collect();
+    let xs: Vec<Option<usize>> = (0..img.width as usize).map(Some).collect();
+    let mut t = Tensor::zeros(img.channels as usize, ys.len(), xs.len());
+    let _ = Field::gather(img, &ys, &xs, &mut t.data); // in-memory: cannot fail
+    t
+}
 
-    /// Clamps a network output (0..255 floats) to bytes, as the PyTorch example saves images.
-    pub fn from_tensor(t: &Tensor) -> Rgb8 {
-        let sink = OutputSink::rgb8(t.h, t.w);
-        sink.put(0, 0, t);
-        match sink.finish() {
-            Output::Rgb8(i) => i,
-            Output::F32(_) => unreachable!(),
-        }
+/// A network output (0..255 floats) clamped to an RGB image, as the PyTorch example saves images.
+pub fn image_from_tensor(t: &Tensor) -> Image {
+    let sink = OutputSink::rgb8(t.h, t.w);
+    sink.put(0, 0, t);
+    match sink.finish() {
+        Output::Rgb8(i) => i,
+        Output::F32(_) => unreachable!(),
     }
 }
 
@@ -154,27 +148,28 @@ impl Rgb8 {
 #[derive(Clone, Debug)]
 pub enum Output {
     F32(Tensor),
-    Rgb8(Rgb8),
+    /// Clamped and rounded to bytes, RGB.
+    Rgb8(Image),
 }
 
 impl Output {
     pub fn height(&self) -> usize {
         match self {
             Output::F32(t) => t.h,
-            Output::Rgb8(i) => i.height,
+            Output::Rgb8(i) => i.height as usize,
         }
     }
     pub fn width(&self) -> usize {
         match self {
             Output::F32(t) => t.w,
-            Output::Rgb8(i) => i.width,
+            Output::Rgb8(i) => i.width as usize,
         }
     }
     /// The output as floats (bytes widen exactly).
     pub fn into_tensor(self) -> Tensor {
         match self {
             Output::F32(t) => t,
-            Output::Rgb8(i) => i.to_tensor(),
+            Output::Rgb8(i) => image_to_tensor(&i),
         }
     }
 }
@@ -192,11 +187,11 @@ impl OutputSink {
     }
     pub fn rgb8(h: usize, w: usize) -> OutputSink {
         OutputSink {
-            out: Mutex::new(Output::Rgb8(Rgb8 {
-                width: w,
-                height: h,
-                pixels: vec![0; h * w * 3],
-            })),
+            out: Mutex::new(Output::Rgb8(Image::rgb8(
+                w as u32,
+                h as u32,
+                vec![0; h * w * 3],
+            ))),
         }
     }
 
@@ -206,11 +201,12 @@ impl OutputSink {
         match &mut *g {
             Output::F32(o) => o.paste(y0, x0, t),
             Output::Rgb8(img) => {
-                let h = t.h.min(img.height.saturating_sub(y0));
-                let w = t.w.min(img.width.saturating_sub(x0));
+                let (ih, iw) = (img.height as usize, img.width as usize);
+                let h = t.h.min(ih.saturating_sub(y0));
+                let w = t.w.min(iw.saturating_sub(x0));
                 for y in 0..h {
                     for x in 0..w {
-                        let p = ((y0 + y) * img.width + x0 + x) * 3;
+                        let p = ((y0 + y) * iw + x0 + x) * 3;
                         for c in 0..3.min(t.c) {
                             img.pixels[p + c] = t.at(c, y, x).clamp(0.0, 255.0).round() as u8;
                         }

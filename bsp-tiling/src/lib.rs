@@ -45,14 +45,15 @@ struct ReadmeDoctest;
 pub use backend::{Backend, CpuBackend};
 pub use bsp::RunInfo;
 pub use cuda::CudaBackend;
-pub use device::{Device, DeviceOptions, Precision};
+pub use device::{Device, DeviceOptions, Precision, default_tile};
 pub use error::{Error, Result};
-pub use field::{Input, Output, OutputSink, Rgb8};
+pub use field::{Input, Output, OutputSink, image_from_tensor, image_to_tensor};
 pub use grid::Grid;
 pub use model::{Net, Widths};
 pub use padding::PaddingMode;
 pub use store::Budget;
 pub use tensor::Tensor;
+pub use vocab::Image;
 
 /// How an image is run through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

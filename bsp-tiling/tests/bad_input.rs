@@ -4,7 +4,7 @@ mod common;
 
 use bsp_tiling::bsp::run_exact;
 use bsp_tiling::{
-    Budget, CpuBackend, Error, Grid, Mode, Net, Options, OutputSink, PaddingMode, Rgb8, Tensor,
+    Budget, CpuBackend, Error, Grid, Image, Mode, Net, Options, OutputSink, PaddingMode, Tensor,
     Widths, grid_for, stylize,
 };
 use common::*;
@@ -195,11 +195,7 @@ fn tiles_images_and_budgets() {
     assert!(clean(&e).contains("borders 0, 6, 30 must rise"), "{e}");
     assert!(matches!(grid_for(&net, 30, 30, 10), Err(Error::Grid(_))));
     // zero-sized and too small images
-    let empty = Rgb8 {
-        width: 0,
-        height: 7,
-        pixels: vec![],
-    };
+    let empty = Image::rgb8(0 as u32, 7 as u32, vec![]);
     for mode in [
         Mode::Whole,
         Mode::Exact,

@@ -127,7 +127,7 @@ fn residual_and_output_paths_with_mixed_residency() {
     // A budget that keeps the early layers resident but not the residual blocks (or the reverse) takes
     // the per-tile phase-2 path with residuals read from the other kind of store.
     let net = model("candy_nc8.safetensors");
-    let img = corpus_crop("Storm.jpg", 6, 10, 10, 64, 48).to_tensor();
+    let img = bsp_tiling::image_to_tensor(&corpus_crop("Storm.jpg", 6, 10, 10, 64, 48));
     let want = net.forward_whole(&CpuBackend, &img, 2, None).unwrap().0;
     let g = Grid::with_count(48, 64, 2, 3, 4).unwrap();
     let plan = net.plan(48, 64).unwrap();
@@ -176,7 +176,7 @@ fn residual_and_output_paths_with_mixed_residency() {
 fn f16_operands_error_measured() {
     let net = model("mosaic_nc16.safetensors");
     let img = corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47);
-    let x = img.to_tensor();
+    let x = bsp_tiling::image_to_tensor(&img);
     let want = net.forward_whole(&CpuBackend, &x, 2, None).unwrap().0;
     let g = Grid::with_count(47, 61, 2, 2, 4).unwrap();
     let sim16 = DeviceSim::new(u64::MAX, Precision::F16);

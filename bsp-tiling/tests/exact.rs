@@ -71,7 +71,7 @@ fn every_padding_mode_is_exact() {
 #[test]
 fn real_models_on_a_corpus_crop() {
     let img = corpus_crop("Dune.jpg", 8, 40, 30, 70, 53);
-    let x = img.to_tensor();
+    let x = bsp_tiling::image_to_tensor(&img);
     for m in ["mosaic_nc16.safetensors", "candy_nc8.safetensors"] {
         let net = model(m);
         let want = whole(&net, &x);
@@ -90,7 +90,7 @@ fn real_models_on_a_corpus_crop() {
 fn spilled_to_memory_mapped_files_is_still_exact() {
     let net = model("candy_nc8.safetensors");
     let img = corpus_crop("Storm.jpg", 6, 10, 10, 64, 48);
-    let want = whole(&net, &img.to_tensor());
+    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
     let dir = tempfile::tempdir().unwrap();
     let budget = Budget {
         ram: 0,
@@ -122,7 +122,7 @@ fn spilled_to_memory_mapped_files_is_still_exact() {
 #[test]
 fn statistics_merge_to_the_whole_image_ones() {
     let net = model("mosaic_nc16.safetensors");
-    let x = corpus_crop("Wood.jpg", 10, 0, 0, 60, 44).to_tensor();
+    let x = bsp_tiling::image_to_tensor(&corpus_crop("Wood.jpg", 10, 0, 0, 60, 44));
     let (_, whole_stats) = net.forward_whole(&CpuBackend, &x, 1, None).unwrap();
     let g = Grid::with_count(44, 60, 3, 3, 4).unwrap();
     let (_, info) = exact(&net, &x, &g, &Budget::default());
@@ -145,7 +145,7 @@ fn statistics_merge_to_the_whole_image_ones() {
 fn recompute_and_full_resolution_sampling_are_exact() {
     let net = model("candy_nc8.safetensors");
     let img = corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47);
-    let want = whole(&net, &img.to_tensor());
+    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
     let g = Grid::with_count(47, 61, 3, 4, 4).unwrap();
     let (c, h, w) = (want.c, want.h, want.w);
     let sink = OutputSink::f32(c, h, w);
@@ -163,7 +163,7 @@ fn recompute_and_full_resolution_sampling_are_exact() {
 fn sampling_at_half_resolution_is_approximate() {
     let net = model("mosaic_nc16.safetensors");
     let img = corpus_crop("EveningGlow.jpg", 4, 100, 100, 160, 120);
-    let want = whole(&net, &img.to_tensor());
+    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
     let g = Grid::with_tile(120, 160, 64, 4, 4).unwrap();
     let sink = OutputSink::f32(want.c, want.h, want.w);
     run_sampled(&net, &CpuBackend, &img, &g, 2, 2, &Budget::default(), &sink).unwrap();

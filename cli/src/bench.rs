@@ -242,7 +242,7 @@ fn gpu_rates(
     let files: Vec<&[u8]> = set.iter().map(|i| i.l3.as_slice()).collect();
     let raw: usize = set.iter().map(|i| i.raw_len).sum();
     let opts = l3_cuda::DecodeOptions {
-        layout: l3_cuda::Layout::Nhwc,
+        layout: vocab::Layout::Nhwc,
         ..Default::default()
     };
     // Check once that the GPU agrees with the CPU before timing anything.

@@ -4,7 +4,7 @@ use anyhow::Context;
 use l3_cli::compare::{
     BuildPlan, FormatEntry, Timer, build_formats, build_liquid, generate_default, stream_epoch,
 };
-use loader::{Crop, LoaderOptions};
+use loader::{Crop, LoaderOptions, SampleSpec};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -148,11 +148,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
 
     let opts = LoaderOptions {
         batch_size: a.batch,
-        height: 224,
-        width: 224,
-        crop: Crop::Center,
         decode_threads: threads,
         seed: a.seed,
+        sample: SampleSpec {
+            height: 224,
+            width: 224,
+            crop: Crop::Center,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     };
     struct Row {

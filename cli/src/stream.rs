@@ -2,94 +2,34 @@
 //! runs the same loader with [`Order::Liquid`]: liquid-sampler's two-region shuffle buffers pick each batch
 //! and supply its bytes.
 use anyhow::{Context, bail};
-use loader::{
-    Crop, DType, DecodeScope, Device, Layout, Loader, LoaderOptions, LoaderState, Normalize,
-    OpenOptions, Order, open_dataset,
-};
+use loader::clap_values::Choice;
+use loader::{Crop, DType, Device, Loader, LoaderState, Normalize, PerChannel, Settings, open_dataset};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct StreamArgs {
-    /// Dataset: a folder of images, a Liquid multi-format dataset or a PCR dataset.
+    /// Dataset: a folder of images, a Liquid multi-format dataset or a PCR dataset (local or s3://).
     pub dataset: PathBuf,
-    /// Sampling order: `shuffle` (seeded) or `liquid` (two-region shuffle buffers).
-    #[arg(long, default_value = "shuffle")]
-    pub sampler: String,
-    /// Memory budget in bytes for the Liquid shuffle buffers.
+    /// The loader's options: the same names, values and defaults as Python's `l3toolkit.Loader`.
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Older spelling of --random-crop: `center` or `random`.
+    #[arg(long = "crop", value_parser = Choice::<Crop>::default())]
+    pub crop_mode: Option<Crop>,
+    /// Shorthand for --mean/--std with the ImageNet statistics (and float32 unless --dtype says float16).
     #[arg(long)]
-    pub budget: Option<u64>,
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
-    #[arg(long, default_value_t = 1)]
-    pub epochs: usize,
-    /// Decode threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    #[arg(long, default_value_t = 0)]
-    pub rank: usize,
-    #[arg(long, default_value_t = 1)]
-    pub world_size: usize,
-    /// Decode L3 on the GPU (CUDA device 0) into device-resident batches (only the patches under each
-    /// crop; crop, flip, layout, type and normalisation in the kernel); fails with the reason when no GPU
-    /// can do it.
+    pub normalize: bool,
+    /// Shorthand for --device cuda:0.
     #[arg(long)]
     pub gpu: bool,
-    /// With --gpu: decode a batch the GPU fails on with the CPU instead of stopping (counted, logged once).
-    #[arg(long)]
-    pub gpu_fallback: bool,
-    /// `region`: read and decode only what each crop covers where the format allows it (L3's patches under
-    /// the crop); `whole`: whole images.
-    #[arg(long, default_value = "region")]
-    pub decode: String,
     /// CSV, one line per delivered item: epoch,batch,item,format,cached
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// CSV, one line per batch: epoch,batch,disk_items,disk_bytes,wait_ms
     #[arg(long)]
     pub batch_log: Option<PathBuf>,
-    /// PCR datasets: the scan group to read (1-based; default: all groups, full fidelity).
-    #[arg(long)]
-    pub group: Option<usize>,
-    /// Image folders: labels from a `path,label` CSV instead of sub-folder names.
-    #[arg(long)]
-    pub labels: Option<PathBuf>,
-    /// Sample size, `N` (square) or `HxW`.
-    #[arg(long, default_value = "224")]
-    pub size: String,
-    /// `center` or `random` crop (images smaller than the size are padded).
-    #[arg(long, default_value = "center")]
-    pub crop: String,
-    /// Random horizontal flips.
-    #[arg(long)]
-    pub flip: bool,
-    /// Batch memory layout: `nhwc` or `nchw`.
-    #[arg(long, default_value = "nhwc")]
-    pub layout: String,
-    /// Deliver floats normalised with the ImageNet mean and std (float32 unless --dtype says float16).
-    #[arg(long)]
-    pub normalize: bool,
-    /// Element type: uint8, float16 or float32 (floats hold pixel/255 unless --normalize).
-    #[arg(long)]
-    pub dtype: Option<String>,
-    /// I/O threads.
-    #[arg(long, default_value_t = 2)]
-    pub io_threads: usize,
-    /// Batches prepared ahead of the consumer.
-    #[arg(long, default_value_t = 4)]
-    pub prefetch: usize,
-    /// Visit items in dataset order instead of shuffling.
-    #[arg(long)]
-    pub no_shuffle: bool,
-    /// Drop each epoch's last incomplete batch.
-    #[arg(long)]
-    pub drop_last: bool,
-    /// Skip (and count) corrupt or missing items instead of stopping.
-    #[arg(long)]
-    pub skip_errors: bool,
     /// Simulated training step: sleep this long per batch.
     #[arg(long, default_value_t = 0)]
     pub step_ms: u64,
@@ -99,43 +39,37 @@ pub struct StreamArgs {
     /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`).
     #[arg(long)]
     pub resume: Option<String>,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// PCR datasets: records whose items are shuffled together (default 4).
-    #[arg(long, default_value_t = 0)]
-    pub pcr_window: usize,
 }
 
-/// How a dataset's bytes are read: shared by every command that opens one.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct StorageArgs {
-    /// Cap on read bandwidth in MB/s (10^6 bytes), shared by every reader: a model of network storage.
-    #[arg(long)]
-    pub storage_mbps: Option<f64>,
-    /// A local cache of objects read from object storage (`s3://` datasets), for repeated epochs.
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
-    /// Bytes the cache may hold (e.g. 20G); least recently used entries go first.
-    #[arg(long, default_value = "10G")]
-    pub cache_limit: String,
-}
-
-impl StorageArgs {
-    pub fn options(&self) -> anyhow::Result<loader::StorageOptions> {
-        let bandwidth = bandwidth(self.storage_mbps)?;
-        let cache = match &self.cache_dir {
-            None => None,
-            Some(dir) => Some(loader::CacheOptions {
-                dir: dir.clone(),
-                limit: stdx::mem::parse_size(&self.cache_limit).with_context(|| {
-                    format!(
-                        "--cache-limit {:?}: expected bytes such as 20G",
-                        self.cache_limit
-                    )
-                })?,
-            }),
-        };
-        Ok(loader::StorageOptions { bandwidth, cache })
+impl StreamArgs {
+    /// The settings with the older spellings applied; a contradiction between an old and a new spelling
+    /// is refused rather than one silently winning.
+    fn settings(&self) -> anyhow::Result<Settings> {
+        let mut s = self.settings.clone();
+        if let Some(crop) = self.crop_mode {
+            let random = crop == Crop::Random;
+            if s.random_crop && !random {
+                bail!("--crop center contradicts --random-crop");
+            }
+            s.random_crop = random;
+        }
+        if self.normalize {
+            if s.mean.is_some() || s.std.is_some() {
+                bail!("--normalize (the ImageNet statistics) contradicts --mean/--std: give one");
+            }
+            s.mean = Some(PerChannel(Normalize::IMAGENET.mean));
+            s.std = Some(PerChannel(Normalize::IMAGENET.std));
+            if s.dtype == DType::U8 {
+                s.dtype = DType::F32;
+            }
+        }
+        if self.gpu {
+            match s.device {
+                Device::Cpu => s.device = Device::Cuda(0),
+                Device::Cuda(_) => {}
+            }
+        }
+        Ok(s)
     }
 }
 
@@ -151,26 +85,10 @@ pub fn bandwidth(mbps: Option<f64>) -> anyhow::Result<Option<u64>> {
 }
 
 pub fn run(a: StreamArgs) -> anyhow::Result<()> {
-    let order = match a.sampler.as_str() {
-        "shuffle" => Order::Seeded,
-        "liquid" => Order::Liquid {
-            budget_bytes: a
-                .budget
-                .context("--sampler liquid needs --budget BYTES (the shuffle buffers' memory)")?,
-        },
-        s => bail!("--sampler {s:?}: expected shuffle or liquid"),
-    };
-    let decode = match a.decode.as_str() {
-        "region" => DecodeScope::Region,
-        "whole" => DecodeScope::Whole,
-        d => bail!("--decode {d:?}: expected region or whole"),
-    };
-    let dtype = match (a.dtype.as_deref(), a.normalize) {
-        (None, false) => DType::U8,
-        (None, true) => DType::F32,
-        (Some(d), _) => DType::parse(d)
-            .with_context(|| format!("--dtype {d:?}: expected uint8, float16 or float32"))?,
-    };
+    let settings = a.settings()?;
+    let (mut opts, open) = settings.resolve()?;
+    // One run of `l3 stream` is one iteration: one epoch unless --epochs says more.
+    opts.epochs.get_or_insert(1);
     // Outputs are checked before any work: a run must not fail only after a whole epoch.
     let mut trace = a
         .trace
@@ -182,64 +100,28 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| Csv::create(p, "epoch,batch,disk_items,disk_bytes,wait_ms"))
         .transpose()?;
-    let ds = open_dataset(
-        &a.dataset,
-        &OpenOptions {
-            group: a.group,
-            labels: a.labels.clone(),
-            storage: a.storage.options()?,
-            pcr_window: a.pcr_window,
-        },
-    )
-    .with_context(|| format!("opening {}", a.dataset.display()))?;
+    let ds = open_dataset(&a.dataset, &open)
+        .with_context(|| format!("opening {}", a.dataset.display()))?;
     for w in ds.warnings() {
         eprintln!("l3: warning: {w}");
     }
-    let (height, width) = parse_size(&a.size)?;
-    let threads = a.threads.unwrap_or_else(all_cores);
-    let opts = LoaderOptions {
-        batch_size: a.batch,
-        height,
-        width,
-        crop: match a.crop.as_str() {
-            "center" => Crop::Center,
-            "random" => Crop::Random,
-            c => bail!("--crop {c:?}: expected center or random"),
-        },
-        hflip: a.flip,
-        layout: Layout::parse(&a.layout)
-            .with_context(|| format!("--layout {:?}: expected nhwc or nchw", a.layout))?,
-        dtype,
-        normalize: a.normalize.then_some(Normalize::IMAGENET),
-        decode,
-        decode_threads: threads,
-        io_threads: a.io_threads,
-        prefetch: a.prefetch,
-        seed: a.seed,
-        shuffle: !a.no_shuffle,
-        epochs: Some(a.epochs),
-        rank: a.rank,
-        world_size: a.world_size,
-        drop_last: a.drop_last,
-        skip_errors: a.skip_errors,
-        device: if a.gpu { Device::Cuda(0) } else { Device::Cpu },
-        gpu_fallback: a.gpu_fallback,
-        order,
-        ..LoaderOptions::default()
-    };
+    let (height, width) = (opts.sample.height, opts.sample.width);
+    let threads = opts.decode_threads;
     println!("stream: {}", ds.describe());
     println!(
         "  {} stored bytes; batch {} of {}x{}; {} decode + {} I/O threads; rank {} of {}; seed {}",
         ds.stored_bytes(),
-        a.batch,
+        opts.batch_size,
         height,
         width,
         threads,
-        a.io_threads,
-        a.rank,
-        a.world_size,
-        a.seed
+        opts.io_threads,
+        opts.rank,
+        opts.world_size,
+        opts.seed
     );
+    let device = opts.device;
+    let (rank, world_size) = (opts.rank, opts.world_size);
     let mut loader = match &a.resume {
         Some(s) => {
             let state: LoaderState = s.parse().context("--resume")?;
@@ -262,8 +144,8 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
              {} items kept across epochs, hit ratio {:.4} (min(1, budget/dataset) = {:.4})",
             bp.items.iter().sum::<usize>(),
             l.manifest.items.len(),
-            a.rank,
-            a.world_size,
+            rank,
+            world_size,
             l.manifest.ratio,
             bp.budget,
             bp.retained.iter().sum::<usize>(),
@@ -360,7 +242,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
-    if a.gpu {
+    if device.is_cuda() {
         println!(
             "  gpu: {} batches decoded on the GPU into device memory, {} on the CPU after a GPU failure",
             s.gpu_batches, s.gpu_fallback_batches
@@ -398,25 +280,6 @@ fn report_epoch((epoch, started, images, bytes): (usize, Instant, u64, u64)) {
         t.as_secs_f64(),
         images as f64 / t.as_secs_f64().max(1e-9)
     );
-}
-
-fn all_cores() -> usize {
-    stdx::parallel::threads(0)
-}
-
-fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
-    let bad = || anyhow::anyhow!("--size {s:?}: expected N or HxW");
-    let (h, w) = match s.split_once(['x', 'X']) {
-        Some((h, w)) => (h.parse().map_err(|_| bad())?, w.parse().map_err(|_| bad())?),
-        None => {
-            let n = s.parse().map_err(|_| bad())?;
-            (n, n)
-        }
-    };
-    if h == 0 || w == 0 {
-        return Err(bad());
-    }
-    Ok((h, w))
 }
 
 /// A CSV file written under a temporary name and renamed when complete; created (and so checked) before

@@ -1,7 +1,7 @@
 //! `l3 stylize`: fast style transfer on an image of any size with BSP tiling.
 use anyhow::{Context, bail};
 use bsp_tiling::{
-    Budget, Device, DeviceOptions, Mode, Net, Options, Output, PaddingMode, Precision, Rgb8,
+    Budget, Device, DeviceOptions, Image, Mode, Net, Options, Output, PaddingMode, Precision,
     stylize_on,
 };
 use std::path::PathBuf;
@@ -16,8 +16,8 @@ pub struct StylizeArgs {
     #[arg(long)]
     pub tile: Option<usize>,
     /// Where the network runs: cpu, cuda (GPU 0) or cuda:N. A GPU that cannot be used is an error.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[arg(long, default_value = "cpu", value_parser = loader::clap_values::Text::<Device>::new("device"))]
+    pub device: Device,
     /// Bytes of GPU memory the run may use (default: what is free, less headroom).
     #[arg(long)]
     pub gpu_memory: Option<u64>,
@@ -59,9 +59,7 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
             a.padding
         );
     };
-    let Some(device) = Device::parse(&a.device) else {
-        bail!("unknown --device {:?}: use cpu, cuda or cuda:N", a.device);
-    };
+    let device = a.device;
     let Some(precision) = Precision::parse(&a.precision) else {
         bail!("unknown --precision {:?}: use f32 or f16", a.precision);
     };
@@ -75,15 +73,11 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
     let img = loader::import(&a.input, &loader::ImportOptions::default())?.to_rgb();
     let (w, h) = (img.width as usize, img.height as usize);
-    let input = Rgb8 {
-        width: w,
-        height: h,
-        pixels: img.pixels,
-    };
+    let input = img;
     let defaults = Options::default();
     let opts = Options {
         mode,
-        tile: a.tile.unwrap_or(device.default_tile()),
+        tile: a.tile.unwrap_or(bsp_tiling::default_tile(device)),
         threads: a.threads.unwrap_or(defaults.threads).max(1),
         budget: Budget {
             ram: a.ram_budget_mib << 20,
@@ -99,7 +93,7 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     let Output::Rgb8(mut o) = out else {
         bail!("internal: expected an 8-bit output")
     };
-    if !a.full && (o.width, o.height) != (w, h) {
+    if !a.full && (o.width as usize, o.height as usize) != (w, h) {
         o = crop(&o, w, h);
     }
     write_png(&o, &a.output)?;
@@ -113,27 +107,18 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn crop(o: &Rgb8, w: usize, h: usize) -> Rgb8 {
+fn crop(o: &Image, w: usize, h: usize) -> Image {
     let mut pixels = Vec::with_capacity(w * h * 3);
+    let ow = o.width as usize;
     for y in 0..h {
-        pixels.extend_from_slice(&o.pixels[y * o.width * 3..(y * o.width + w) * 3]);
+        pixels.extend_from_slice(&o.pixels[y * ow * 3..(y * ow + w) * 3]);
     }
-    Rgb8 {
-        width: w,
-        height: h,
-        pixels,
-    }
+    Image::rgb8(w as u32, h as u32, pixels)
 }
 
 /// PNG, written under a temporary name beside OUT and renamed: no half-written output on failure.
-fn write_png(o: &Rgb8, path: &std::path::Path) -> anyhow::Result<()> {
-    let img = loader::Image {
-        width: o.width as u32,
-        height: o.height as u32,
-        channels: 3,
-        pixels: o.pixels.clone(),
-    };
-    let bytes = loader::convert::encode(&img, loader::convert::Target::Png)
+fn write_png(o: &Image, path: &std::path::Path) -> anyhow::Result<()> {
+    let bytes = loader::convert::encode(o, loader::convert::Target::Png)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     stdx::fs::write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }

@@ -195,15 +195,30 @@ fn symlink_loops_and_fifos_are_skipped_with_a_warning_not_followed_or_read() {
 fn absurd_sizes_are_refused_before_allocating() {
     let tmp = tempfile::tempdir().unwrap();
     png(&tmp.path().join("a.png"), 40, 30, 1);
-    for args in [
-        vec!["--size", "100000"],
-        vec!["--batch", "1000000000"],
-        vec!["--size", "4000000000x4000000000"],
+    // Beyond the options' own limits: refused naming the option and its range.
+    for (args, needles) in [
+        (
+            vec!["--size", "100000"],
+            ["crop \"100000x100000\"", "1 to 65536"],
+        ),
+        (
+            vec!["--batch", "1000000000"],
+            ["batch_size \"1000000000\"", "1 to 1048576"],
+        ),
+        (
+            vec!["--size", "4000000000x4000000000"],
+            ["crop \"4000000000x4000000000\"", "1 to 65536"],
+        ),
     ] {
         let mut all = vec!["stream", s(tmp.path())];
         all.extend(args);
-        let out = run(&all);
-        fails_with(&out, &["memory limit", "L3_MEMORY_LIMIT"]);
+        fails_with(&run(&all), &needles);
+    }
+    // Within them, but more than the machine can hold: refused by the memory limit before allocating.
+    for args in [vec!["--size", "60000"], vec!["--batch", "1000000"]] {
+        let mut all = vec!["stream", s(tmp.path())];
+        all.extend(args);
+        fails_with(&run(&all), &["memory limit", "L3_MEMORY_LIMIT"]);
     }
 }
 
@@ -339,8 +354,12 @@ fn exif_orientation_is_applied_wherever_a_file_becomes_pixels() {
     let l3 = loader::ImageFolder::open(&l3_dir).unwrap();
     let opts = loader::LoaderOptions {
         batch_size: 1,
-        height: 48,
-        width: 48,
+        sample: loader::SampleSpec {
+            height: 48,
+            width: 48,
+            layout: loader::Layout::Nhwc,
+            ..loader::SampleSpec::default()
+        },
         ..Default::default()
     };
     let mut a = loader::Loader::new(std::sync::Arc::new(ds), opts.clone()).unwrap();

@@ -342,7 +342,7 @@ fn bad_input_is_one_clear_line() {
     let se = fail(&mut stream("100"));
     assert!(se.contains("budget"), "{se}");
     let se = fail(l3().arg("stream").arg(&out).args(["--sampler", "liquid"]));
-    assert!(se.contains("--budget"), "{se}");
+    assert!(se.contains("budget \"none\": expected bytes"), "{se}");
     let pack = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())

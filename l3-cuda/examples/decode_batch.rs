@@ -3,10 +3,8 @@
 //! sample) that stays on the device.
 //! Run: `cargo run -p l3-cuda --example decode_batch`. Without a GPU it plans both batches on the host,
 //! says why the GPU is unavailable and exits cleanly.
-use l3_cuda::{
-    BatchDecoder, DType, DecodeOptions, Layout, Normalize, Rect, SampleOptions, SamplePlan,
-    SampleSource, Window,
-};
+use l3_cuda::{BatchDecoder, DecodeOptions, Rect, SampleOptions, SamplePlan, SampleSource};
+use vocab::{DType, Layout, Normalize, Window};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Two 64×48 RGB images of a gradient and one 20×10 gray image, encoded on the CPU.

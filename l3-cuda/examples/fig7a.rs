@@ -20,13 +20,12 @@
 //! is appended to FILE (default `DATA/l3.jsonl`), and a table is printed.
 
 use l3_cuda::cudarc::driver::{CudaSlice, PinnedHostSlice};
-use l3_cuda::{
-    BatchDecoder, DType, Layout, Normalize, SampleOptions, SamplePlan, SampleSource, Window,
-};
+use l3_cuda::{BatchDecoder, SampleOptions, SamplePlan, SampleSource};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use vocab::{DType, Layout, Normalize, Window};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 

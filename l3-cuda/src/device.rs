@@ -3,8 +3,7 @@
 
 use crate::error::Error;
 use crate::plan::{BatchPlan, DecodeOptions, ImageSlot};
-use crate::sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo, Window};
-use crate::tensor::DType;
+use crate::sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
     LaunchConfig, PinnedHostSlice, PushKernelArg, result, sys,
@@ -12,6 +11,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
+use vocab::{DType, Window};
 
 /// The CUDA C source of the decoder, embedded in the crate.
 pub(crate) const KERNEL_SRC: &str = include_str!("kernel.cu");

@@ -59,7 +59,7 @@ pub enum Error {
     )]
     BadWindow {
         index: usize,
-        window: crate::Window,
+        window: vocab::Window,
         what: &'static str,
         width: u32,
         height: u32,

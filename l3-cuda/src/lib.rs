@@ -28,7 +28,6 @@ mod device;
 mod error;
 mod plan;
 mod sample;
-mod tensor;
 mod v2;
 #[cfg(test)]
 extern crate self as l3_cuda;
@@ -43,8 +42,7 @@ pub use device::{
 pub use error::Error;
 pub use l3_format::{Fragments, L3Index, Rect};
 pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
-pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo, Window};
-pub use tensor::{DType, Layout, Normalize};
+pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo};
 
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
 pub const KERNEL_SOURCE: &str = device::KERNEL_SRC;

@@ -4,10 +4,10 @@
 
 use crate::error::Error;
 use crate::sample::TensorInfo;
-use crate::tensor::{DType, Layout, Normalize};
 use crate::v2::{V2Batch, V2Desc};
 use l3_format::{L3File, PatchId};
 use std::ops::Range;
+use vocab::{DType, Layout, Normalize};
 
 /// How a batch is decoded.
 #[derive(Debug, Clone, Copy, PartialEq)]

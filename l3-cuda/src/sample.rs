@@ -12,44 +12,10 @@
 
 use crate::error::Error;
 use crate::plan::{STAGE_CAP, scale_bias_for};
-use crate::tensor::{DType, Layout, Normalize};
 use crate::v2::{V2Batch, V2Desc};
 use l3_format::{AnsTables, Fragments, L3File, L3Index, PatchId, PixelLayout, Profile, Rect};
 use std::ops::Range;
-
-/// Where one image's window lands in its sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Window {
-    /// The rectangle of the image that is copied: not empty, inside the image.
-    pub src: Rect,
-    /// Where `src`'s top-left corner lands in the sample: `dx + src.w <= width`, `dy + src.h <= height`.
-    pub dx: u32,
-    pub dy: u32,
-    /// Mirror horizontally within the window: source column `src.x + col` goes to sample column
-    /// `dx + src.w - 1 - col`.
-    pub flip: bool,
-}
-
-impl Window {
-    pub fn new(src: Rect, dx: u32, dy: u32, flip: bool) -> Window {
-        Window { src, dx, dy, flip }
-    }
-
-    /// All of a `width`×`height` image at the sample's top-left corner, not mirrored.
-    pub fn whole(width: u32, height: u32) -> Window {
-        Window::new(Rect::new(0, 0, width, height), 0, 0, false)
-    }
-}
-
-impl std::fmt::Display for Window {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} to ({}, {})", self.src, self.dx, self.dy)?;
-        if self.flip {
-            write!(f, " mirrored")?;
-        }
-        Ok(())
-    }
-}
+use vocab::{DType, Layout, Normalize, Window};
 
 /// The compressed bytes of one image of a sample batch.
 #[derive(Debug, Clone, Copy)]

@@ -9,11 +9,11 @@ mod common;
 
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
-use crate::tensor::{DType, Layout, Normalize};
 use common::{Content, Rng, SampleCase, TestImage, image};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use vocab::{DType, Layout, Normalize};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Build {
@@ -600,8 +600,8 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
 /// 1-pixel-wide edge patches.
 #[test]
 fn sim_samples_edge_windows_match_reference() {
-    use l3_cuda::Window;
     use l3_format::Rect;
+    use vocab::Window;
     let exe = harness_or_skip!(Build::Plain);
     let mut rng = Rng(31);
     let add = |case: &mut SampleCase, img: TestImage, w: Window, frag: Option<u64>| {
@@ -756,7 +756,7 @@ fn sim_samples_copy_only_the_patches_under_windows() {
     let exe = harness_or_skip!(Build::Plain);
     let mut rng = Rng(5150);
     let img = image(300, 200, 3, 32, Content::Random, &mut rng);
-    let window = crate::Window::new(l3_format::Rect::new(100, 90, 40, 30), 0, 0, false);
+    let window = vocab::Window::new(l3_format::Rect::new(100, 90, 40, 30), 0, 0, false);
     for frag in [None, Some(0)] {
         let case = SampleCase {
             imgs: vec![TestImage {

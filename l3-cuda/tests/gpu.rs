@@ -5,9 +5,9 @@ mod common;
 
 use common::{Content, Rng, SampleCase, TestImage, check_output, image};
 use l3_cuda::{
-    BatchDecoder, BatchPlan, DType, DecodeOptions, Error, Layout, Normalize, Rect, SampleOptions,
-    SamplePlan, SampleSource, Window,
+    BatchDecoder, BatchPlan, DecodeOptions, Error, Rect, SampleOptions, SamplePlan, SampleSource,
 };
+use vocab::{DType, Layout, Normalize, Window};
 
 /// A decoder on device 0, or None (after printing why) when this machine cannot run one.
 fn decoder_or_skip() -> Option<BatchDecoder> {

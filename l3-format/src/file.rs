@@ -4,50 +4,7 @@ use crate::error::{Error, Limits, ParseOptions, PatchId};
 use crate::v2::{self, Format, Layout, Profile};
 use crate::{HEADER_LEN, MAGIC};
 use std::ops::Range;
-
-/// A rectangle of pixels, `(x, y)` its top-left corner: a patch's place in the image (edge patches are
-/// partial, `w`, `h` < N) or a region to decode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Rect {
-    pub x: u32,
-    pub y: u32,
-    pub w: u32,
-    pub h: u32,
-}
-
-impl Rect {
-    pub const fn new(x: u32, y: u32, w: u32, h: u32) -> Rect {
-        Rect { x, y, w, h }
-    }
-
-    /// Whether the rectangle is non-empty and lies inside a `width`×`height` image.
-    pub fn fits(&self, width: u32, height: u32) -> bool {
-        self.w > 0
-            && self.h > 0
-            && u64::from(self.x) + u64::from(self.w) <= u64::from(width)
-            && u64::from(self.y) + u64::from(self.h) <= u64::from(height)
-    }
-
-    /// The patches of an N×N grid (`patches_x` patches per row, raster order) whose rectangles meet this
-    /// non-empty one, one row of the grid at a time: `(first patch of the row, patches in the row)`.
-    pub fn patch_rows(
-        &self,
-        patch_size: u32,
-        patches_x: u32,
-    ) -> impl Iterator<Item = (usize, usize)> + use<> {
-        let n = patch_size;
-        let (gx0, gx1) = (self.x / n, (self.x + self.w - 1) / n);
-        let (gy0, gy1) = (self.y / n, (self.y + self.h - 1) / n);
-        let px = patches_x as usize;
-        (gy0..=gy1).map(move |gy| (gy as usize * px + gx0 as usize, (gx1 - gx0 + 1) as usize))
-    }
-}
-
-impl std::fmt::Display for Rect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}x{} at ({}, {})", self.w, self.h, self.x, self.y)
-    }
-}
+pub use vocab::Rect;
 
 /// The shape of an image's patch grid: everything the header says, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

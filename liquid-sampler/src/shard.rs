@@ -11,16 +11,7 @@
 use crate::error::{Error, Result};
 use crate::stream;
 use stdx::SplitMix64;
-
-/// What to do when the dataset does not divide evenly among the ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ShardPolicy {
-    /// Repeat items from the start of the permutation (PyTorch `drop_last=False`).
-    #[default]
-    Pad,
-    /// Drop the tail of the permutation (PyTorch `drop_last=True`).
-    DropTail,
-}
+pub use vocab::ShardPolicy;
 
 /// The item indices (into the manifest) rank `rank` of `world_size` owns, sorted ascending.
 pub fn shard(

@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p loader --example stream_folder -- ../shared/corpus`
 
-use loader::{Crop, DType, ImageFolder, Layout, Loader, LoaderOptions, Normalize};
+use loader::{Crop, DType, ImageFolder, Layout, Loader, LoaderOptions, Normalize, SampleSpec};
 use std::sync::Arc;
 
 fn main() -> Result<(), loader::Error> {
@@ -13,14 +13,17 @@ fn main() -> Result<(), loader::Error> {
     let dataset = Arc::new(ImageFolder::open(&dir)?);
     let options = LoaderOptions {
         batch_size: 32,
-        height: 224,
-        width: 224,
-        crop: Crop::Random,
-        hflip: true,
-        layout: Layout::Nchw,
-        dtype: DType::F32,
-        normalize: Some(Normalize::IMAGENET),
         epochs: Some(2),
+        sample: SampleSpec {
+            height: 224,
+            width: 224,
+            crop: Crop::Random,
+            hflip: true,
+            layout: Layout::Nchw,
+            dtype: DType::F32,
+            normalize: Some(Normalize::IMAGENET),
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     };
     let mut loader = Loader::new(dataset, options)?;

@@ -2,10 +2,10 @@
 
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::loader::Device;
 use crate::pipeline::buffer::HostBuffer;
 use crate::sample::{DType, Layout};
 use std::time::Duration;
+use vocab::Device;
 
 /// A dense batch tensor `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW) of `u8`, `f16` or `f32` elements,
 /// in host memory or on a CUDA device ([`device`](Tensor::device)).

@@ -31,10 +31,13 @@ pub enum Error {
     /// A dataset description (folder, labels CSV, manifest, index) is malformed, empty or ambiguous.
     #[error("{}: {reason}", path.display())]
     Dataset { path: PathBuf, reason: String },
-    /// Loader options that cannot work together (batch size 0, rank >= world size, ...).
     /// A PCR dataset or record failed its checks (the message names the file).
     #[error("{0}")]
     Pcr(#[from] pcr::Error),
+    /// An option value the loader does not accept, named as the surfaces spell it.
+    #[error("{0}")]
+    Invalid(#[from] vocab::Invalid),
+    /// Loader options that cannot work with this dataset (an empty dataset, no batch per epoch, ...).
     #[error("invalid loader options: {0}")]
     Options(String),
     /// Buffers the options ask for would not fit in memory.

@@ -12,49 +12,7 @@ use crate::raw;
 use image::{ImageDecoder, ImageReader};
 use std::io::Cursor;
 use std::path::Path;
-
-/// An 8-bit image with interleaved channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA), rows top to bottom.
-///
-/// Decoders write into an existing `Image` so that a worker thread reuses one allocation for every item.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Image {
-    pub width: u32,
-    pub height: u32,
-    pub channels: u8,
-    pub pixels: Vec<u8>,
-}
-
-impl Image {
-    /// The pixel at (x, y) as RGB (gray replicated, alpha dropped).
-    pub fn rgb(&self, x: u32, y: u32) -> [u8; 3] {
-        let c = self.channels as usize;
-        let i = (y as usize * self.width as usize + x as usize) * c;
-        let p = &self.pixels[i..i + c];
-        match c {
-            1 | 2 => [p[0]; 3],
-            _ => [p[0], p[1], p[2]],
-        }
-    }
-
-    /// This image as interleaved RGB (what every batch holds).
-    pub fn to_rgb(&self) -> Image {
-        if self.channels == 3 {
-            return self.clone();
-        }
-        let mut pixels = Vec::with_capacity(self.width as usize * self.height as usize * 3);
-        for y in 0..self.height {
-            for x in 0..self.width {
-                pixels.extend_from_slice(&self.rgb(x, y));
-            }
-        }
-        Image {
-            width: self.width,
-            height: self.height,
-            channels: 3,
-            pixels,
-        }
-    }
-}
+pub use vocab::Image;
 
 /// The environment variable that sets [`max_image_bytes`].
 pub const MAX_IMAGE_BYTES_VAR: &str = "L3_MAX_IMAGE_BYTES";

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::image::{self, Image};
-use crate::sample::{DecodeScope, ItemKey, SampleSpec, Window};
+use crate::sample::{DecodeScope, ItemKey, SampleSpec, SampleWrite, Window};
 use l3_format::{Fragments, L3Index, PixelLayout, Rect};
 use std::path::Path;
 use std::sync::Arc;

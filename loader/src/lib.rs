@@ -36,6 +36,7 @@ mod format;
 mod image;
 mod item;
 mod loader;
+mod options;
 mod pipeline;
 mod raw;
 mod sample;
@@ -49,15 +50,23 @@ pub use dataset::{
 };
 pub use error::{Error, Result};
 pub use format::Format;
-pub use image::{Image, ImportOptions, MAX_IMAGE_BYTES_VAR, decode, import, max_image_bytes};
+pub use image::{ImportOptions, MAX_IMAGE_BYTES_VAR, decode, import, max_image_bytes};
 pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
-pub use loader::{
-    Device, Loader, LoaderOptions, LoaderState, Next, Order, ShardPolicy, ThreadMonitor,
+pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
+#[cfg(feature = "clap")]
+pub use options::clap_values;
+pub use options::{
+    Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, PerChannel,
+    SETTING_NAMES, Sampler, Settings, Size, parse_setting,
 };
 pub use pipeline::order::ShardedOrder;
-pub use sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize, SampleSpec, Window};
+pub use sample::DecodeScope;
 pub use stats::Stats;
 pub use storage::{CacheOptions, Listing, Storage, StorageOptions};
+pub use vocab::{
+    Crop, DType, Device, Image, Invalid, ItemKey, Layout, Normalize, SampleSpec, ShardPolicy,
+    Window,
+};
 
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]

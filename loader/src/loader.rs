@@ -10,143 +10,18 @@ use crate::batch::Batch;
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::item::Stored;
+use crate::options::{LoaderOptions, Order};
 use crate::pipeline::buffer::{Filling, Pool};
 use crate::pipeline::order::{Planned, Schedule, ShardedOrder};
 use crate::pipeline::{BatchStart, Ctx, Job, ToAssembler, assemble, decode, gpu, read};
-use crate::sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize, SampleSpec};
+use crate::sample::ItemKey;
 use crate::stats::{Counters, Stats};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
-pub use liquid_sampler::ShardPolicy;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Where items are decoded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Device {
-    /// The CPU decode threads.
-    #[default]
-    Cpu,
-    /// CUDA device `ordinal`, through `l3-cuda` (L3 datasets only), one launch per batch.
-    Cuda(usize),
-}
-
-/// Everything a [`Loader`] can be asked to do. `LoaderOptions { batch_size: 64, ..Default::default() }`.
-#[derive(Clone, Debug)]
-pub struct LoaderOptions {
-    /// Items per batch (the last batch of an epoch may be smaller unless `drop_last`).
-    pub batch_size: usize,
-    /// Sample height and width: every item is cropped (or padded) to this size.
-    pub height: u32,
-    pub width: u32,
-    pub crop: Crop,
-    /// Mirror each sample left-right with probability 1/2.
-    pub hflip: bool,
-    pub layout: Layout,
-    pub dtype: DType,
-    /// Per-channel normalisation, for float `dtype`s only; float batches without it hold `pixel / 255`.
-    pub normalize: Option<Normalize>,
-    /// Decode only what each sample's window covers where the format allows it (L3: read and decode only
-    /// the patches under the crop), or whole images. Samples are identical either way.
-    pub decode: DecodeScope,
-    /// Threads that decode and shape samples (default: every core).
-    pub decode_threads: usize,
-    /// Threads that read stored bytes.
-    pub io_threads: usize,
-    /// Finished batches kept ready ahead of the consumer.
-    pub prefetch: usize,
-    pub seed: u64,
-    /// Seeded shuffling per epoch; `false` visits items in dataset order.
-    pub shuffle: bool,
-    /// Epochs to run; `None` runs until dropped.
-    pub epochs: Option<usize>,
-    pub rank: usize,
-    pub world_size: usize,
-    pub shard_tail: ShardPolicy,
-    /// Drop each epoch's last, incomplete batch.
-    pub drop_last: bool,
-    /// Skip (and count) corrupt or missing items instead of failing the run.
-    pub skip_errors: bool,
-    pub device: Device,
-    /// With [`Device::Cuda`]: decode a batch the GPU fails on with the CPU instead of failing the run
-    /// (counted in [`Stats::gpu_fallback_batches`], the first one logged). Off by default: a user who
-    /// asked for the GPU learns when it is not used.
-    pub gpu_fallback: bool,
-    /// Where the visiting order (and, for [`Order::Liquid`], the stored bytes) comes from.
-    pub order: Order,
-}
-
-/// The sampling order of a [`Loader`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Order {
-    /// A seeded permutation per epoch (or dataset order without `shuffle`), sharded across ranks, read
-    /// item by item by the loader's I/O threads.
-    #[default]
-    Seeded,
-    /// Liquid's two-region shuffle buffers (`liquid-sampler`'s runtime sampler), for a Liquid multi-format
-    /// dataset ([`LiquidShards`](crate::LiquidShards)) only. Each batch is exactly the sampler's
-    /// mini-batch — its items, their formats and whether they stayed resident from the previous epoch
-    /// ([`Batch::cached`]) — and the item bytes come from the sampler's buffers, read with the page cache
-    /// bypassed by its own I/O threads (`io_threads` of them); the decode threads and the assembler are the
-    /// loader's. The disk traffic of a batch ([`Batch::disk_items`], [`Batch::disk_bytes`]) is the
-    /// sampler's refill reads.
-    ///
-    /// Differences from [`Order::Seeded`]: the order is always shuffled (`shuffle: false` and `drop_last`
-    /// are rejected), each rank's shard is fixed for the whole run (so the buffers can keep it), and
-    /// [`Loader::resume`] accepts only the start of the run: the shuffle buffers' contents are not part of
-    /// [`LoaderState`], so a mid-run state is refused with [`Error::LiquidResume`].
-    Liquid {
-        /// Bytes the shuffle buffers of all formats may hold together: at least one slot (the largest
-        /// item) per format, or the loader refuses to start; the more, the more items stay resident.
-        budget_bytes: u64,
-    },
-}
-
-impl Default for LoaderOptions {
-    fn default() -> Self {
-        LoaderOptions {
-            batch_size: 32,
-            height: 224,
-            width: 224,
-            crop: Crop::Center,
-            hflip: false,
-            layout: Layout::Nhwc,
-            dtype: DType::U8,
-            normalize: None,
-            decode: DecodeScope::Region,
-            decode_threads: stdx::parallel::threads(0),
-            io_threads: 2,
-            prefetch: 4,
-            seed: 0,
-            shuffle: true,
-            epochs: Some(1),
-            rank: 0,
-            world_size: 1,
-            shard_tail: ShardPolicy::Pad,
-            drop_last: false,
-            skip_errors: false,
-            device: Device::Cpu,
-            gpu_fallback: false,
-            order: Order::Seeded,
-        }
-    }
-}
-
-impl LoaderOptions {
-    /// The shape every sample gets.
-    pub fn sample_spec(&self) -> SampleSpec {
-        SampleSpec {
-            height: self.height,
-            width: self.width,
-            crop: self.crop,
-            hflip: self.hflip,
-            layout: self.layout,
-            dtype: self.dtype,
-            normalize: self.normalize,
-        }
-    }
-}
+use vocab::Device;
 
 /// Where a loader stands: the next batch it will deliver. Save it with a checkpoint and hand it to
 /// [`Loader::resume`] to continue exactly there. Its `Display` form parses back with `FromStr`.
@@ -272,7 +147,7 @@ impl Loader {
         let counters = Arc::new(Counters::default());
         let ctx = Ctx {
             ds: dataset.clone(),
-            spec: o.sample_spec(),
+            spec: o.sample,
             scope: o.decode,
             seed: o.seed,
             host_slots: run.gpu.is_none() || o.gpu_fallback,
@@ -544,19 +419,16 @@ impl Run {
         // CPU fallback may have to fill one).
         let buffers = credits + o.prefetch + 1;
         let host_batches = o.device == Device::Cpu || o.gpu_fallback;
-        let batch_bytes = u64::from(o.height)
-            .saturating_mul(u64::from(o.width))
-            .saturating_mul(3 * o.dtype.size() as u64)
-            .saturating_mul(o.batch_size as u64)
+        let batch_bytes = (o.sample.sample_bytes() as u64).saturating_mul(o.batch_size as u64)
             * u64::from(host_batches);
         stdx::mem::check(
             batch_bytes.saturating_mul(buffers as u64),
             format!(
                 "batch buffers ({buffers} batches of {} x {}x{}x3 {})",
                 o.batch_size,
-                o.height,
-                o.width,
-                o.dtype.name()
+                o.sample.height,
+                o.sample.width,
+                o.sample.dtype.name()
             ),
         )?;
         let gpu = match o.device {
@@ -591,37 +463,7 @@ impl Run {
 }
 
 fn check_options(ds: &dyn Dataset, o: &LoaderOptions) -> Result<()> {
-    if o.batch_size == 0 || o.height == 0 || o.width == 0 {
-        return Err(Error::Options(
-            "batch size, height and width must be at least 1".into(),
-        ));
-    }
-    if o.world_size == 0 || o.rank >= o.world_size {
-        return Err(Error::Options(format!(
-            "rank {} of world size {}",
-            o.rank, o.world_size
-        )));
-    }
-    if o.decode_threads == 0 || o.io_threads == 0 || o.prefetch == 0 {
-        return Err(Error::Options(
-            "decode threads, I/O threads and prefetch must be at least 1".into(),
-        ));
-    }
-    match (o.normalize, o.dtype.is_float()) {
-        (Some(_), false) => {
-            return Err(Error::Options(
-                "normalisation needs a float dtype (float16 or float32), not uint8".into(),
-            ));
-        }
-        (Some(n), true) => {
-            if let Some((c, mean, std)) = n.invalid_channel() {
-                return Err(Error::Options(format!(
-                    "normalisation of channel {c}: mean {mean}, std {std} (finite, non-zero std needed)"
-                )));
-            }
-        }
-        _ => {}
-    }
+    o.validate()?;
     if ds.is_empty() {
         return Err(Error::Options(format!("empty dataset: {}", ds.describe())));
     }
@@ -660,13 +502,6 @@ fn liquid_sampler(
             dataset.describe()
         )));
     };
-    if !o.shuffle || o.drop_last {
-        return Err(Error::Options(
-            "the Liquid order always shuffles and keeps every epoch's last batch \
-             (shuffle: false and drop_last are not supported)"
-                .into(),
-        ));
-    }
     if (state.epoch, state.batch) != (0, 0) {
         return Err(Error::LiquidResume {
             epoch: state.epoch,

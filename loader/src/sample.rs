@@ -2,25 +2,15 @@
 //! falls (crop or pad, flip), and writing it into the sample's slot of the batch buffer in the batch's
 //! layout and element type.
 //!
-//! The vocabulary and the arithmetic are shared with the GPU decoder through `l3_cuda` ([`Window`],
+//! The vocabulary and the arithmetic are the toolkit's own (`vocab`: [`Window`],
 //! [`Layout`], [`DType`], [`Normalize::apply`]), so CPU and GPU batches are bit-identical.
 
-pub use l3_cuda::{DType, Layout, Normalize, Window};
-use l3_format::{PixelLayout, Rect};
-use stdx::SplitMix64;
-
-/// Where the fixed-size window is cut from an image larger than the sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Crop {
-    /// The centre of the image (evaluation).
-    #[default]
-    Center,
-    /// A uniformly random window, seeded per (seed, epoch, item) so that runs and resumes repeat exactly.
-    Random,
-}
+use l3_format::PixelLayout;
+pub use vocab::{DType, ItemKey, Layout, Normalize, SampleSpec, Window};
 
 /// How much of an item the decode stage decodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DecodeScope {
     /// Only what the sample's window covers, where the format allows it: L3 decodes (and, from files,
     /// reads) only the patches under the window. Samples are identical to whole-image decoding.
@@ -30,73 +20,25 @@ pub enum DecodeScope {
     Whole,
 }
 
-/// How every sample of a batch is shaped. Samples always have 3 channels: gray is replicated, alpha
-/// dropped.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SampleSpec {
-    pub height: u32,
-    pub width: u32,
-    pub crop: Crop,
-    /// Mirror each sample left-right with probability 1/2.
-    pub hflip: bool,
-    pub layout: Layout,
-    pub dtype: DType,
-    /// For float types only; float samples without it hold `pixel / 255`.
-    pub normalize: Option<Normalize>,
+/// Writing samples into their slots: the loader's half of [`SampleSpec`] (the spec itself, and where a
+/// window falls, are the toolkit's vocabulary).
+pub(crate) trait SampleWrite {
+    fn at(&self, x: usize, y: usize, c: usize) -> usize;
+    fn fill_padding(&self, win: &Window, slot: &mut [u8]);
+    fn encode(&self, v: u8, c: usize) -> [u8; 4];
+    fn write_window(
+        &self,
+        win: &Window,
+        px: &[u8],
+        channels: u8,
+        row_stride: usize,
+        slot: &mut [u8],
+    );
+    fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)>;
+    fn mirror_window(&self, win: &Window, slot: &mut [u8]);
 }
 
-/// The randomness of one item in one epoch: a function of (seed, epoch, item) alone, so a sample never
-/// depends on thread timing and a resumed run repeats it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ItemKey {
-    pub seed: u64,
-    pub epoch: usize,
-    pub index: usize,
-}
-
-impl ItemKey {
-    pub fn rng(&self) -> SplitMix64 {
-        SplitMix64::keyed(self.seed, self.epoch as u64, self.index as u64)
-    }
-}
-
-impl SampleSpec {
-    /// Values per sample: height × width × 3.
-    pub fn sample_len(&self) -> usize {
-        self.height as usize * self.width as usize * 3
-    }
-
-    /// Bytes per sample.
-    pub fn sample_bytes(&self) -> usize {
-        self.sample_len() * self.dtype.size()
-    }
-
-    /// The window of a `img_w`×`img_h` image for item `key`.
-    pub fn window(&self, img_w: u32, img_h: u32, key: &ItemKey) -> Window {
-        let mut rng = key.rng();
-        let mut axis = |src: u32, dst: u32| -> (u32, u32, u32) {
-            if src >= dst {
-                let off = match self.crop {
-                    Crop::Center => (src - dst) / 2,
-                    Crop::Random => rng.below(u64::from(src - dst) + 1) as u32,
-                };
-                (off, 0, dst)
-            } else {
-                // Smaller than the sample: centred, padded around.
-                (0, (dst - src) / 2, src)
-            }
-        };
-        let (sx, dx, w) = axis(img_w, self.width);
-        let (sy, dy, h) = axis(img_h, self.height);
-        let flip = self.hflip && rng.next_u64() & 1 == 1;
-        Window {
-            src: Rect::new(sx, sy, w, h),
-            dx,
-            dy,
-            flip,
-        }
-    }
-
+impl SampleWrite for SampleSpec {
     /// Index (in elements) of (x, y, channel c) within a sample.
     #[inline(always)]
     fn at(&self, x: usize, y: usize, c: usize) -> usize {
@@ -108,7 +50,7 @@ impl SampleSpec {
     }
 
     /// Writes the padding of a sample: everything outside `win` (the window itself is left alone).
-    pub(crate) fn fill_padding(&self, win: &Window, slot: &mut [u8]) {
+    fn fill_padding(&self, win: &Window, slot: &mut [u8]) {
         let (w, h) = (self.width as usize, self.height as usize);
         let (x0, y0) = (win.dx as usize, win.dy as usize);
         let (x1, y1) = (x0 + win.src.w as usize, y0 + win.src.h as usize);
@@ -152,7 +94,7 @@ impl SampleSpec {
     /// Writes the window's pixels from `px` — the window's region, interleaved with `channels` channels,
     /// rows `row_stride` bytes apart — into `slot`, converting channels, type and layout, mirroring when
     /// `win.flip`. The general path: any layout, type and channel count.
-    pub(crate) fn write_window(
+    fn write_window(
         &self,
         win: &Window,
         px: &[u8],
@@ -195,7 +137,7 @@ impl SampleSpec {
 
     /// Where a region decoder can write the window straight into the slot: u8 samples of a 3-channel
     /// image (the layouts match element for element). `None` means decode into scratch and convert.
-    pub(crate) fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)> {
+    fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)> {
         if self.dtype != DType::U8 || channels != 3 {
             return None;
         }
@@ -217,7 +159,7 @@ impl SampleSpec {
     }
 
     /// Mirrors the window's rows in place (after a direct write of an unflipped window).
-    pub(crate) fn mirror_window(&self, win: &Window, slot: &mut [u8]) {
+    fn mirror_window(&self, win: &Window, slot: &mut [u8]) {
         debug_assert_eq!(self.dtype, DType::U8);
         let (ww, wh) = (win.src.w as usize, win.src.h as usize);
         for row in 0..wh {
@@ -237,8 +179,13 @@ mod tests {
     use super::*;
 
     use crate::image::Image;
+    use vocab::{Crop, Rect};
 
-    impl SampleSpec {
+    trait WriteImage {
+        fn write_image(&self, img: &Image, win: &Window, slot: &mut [u8]);
+    }
+
+    impl WriteImage for SampleSpec {
         fn write_image(&self, img: &Image, win: &Window, slot: &mut [u8]) {
             self.fill_padding(win, slot);
             let c = img.channels as usize;

@@ -6,7 +6,7 @@ mod common;
 use common::{center_crop, corpus, fixture, reference_rgb};
 use loader::{
     Batch, Crop, DType, Dataset, DecodeScope, ImageFolder, Layout, LiquidShards, Loader,
-    LoaderOptions, LoaderState, Normalize, PcrRecords, ShardPolicy,
+    LoaderOptions, LoaderState, Normalize, PcrRecords, SampleSpec, ShardPolicy,
 };
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -15,12 +15,16 @@ use std::sync::Arc;
 fn opts(batch: usize, size: u32) -> LoaderOptions {
     LoaderOptions {
         batch_size: batch,
-        height: size,
-        width: size,
         decode_threads: 2,
         io_threads: 2,
         prefetch: 2,
         seed: 7,
+        sample: SampleSpec {
+            height: size,
+            width: size,
+            layout: Layout::Nhwc,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     }
 }
@@ -123,9 +127,12 @@ fn l3_window_decode_gives_the_same_random_crops_as_whole_image_decode() {
     let ds = folder(&f.l3);
     for size in [37, 200, 400] {
         let o = LoaderOptions {
-            crop: Crop::Random,
-            hflip: true,
             epochs: Some(2),
+            sample: SampleSpec {
+                crop: Crop::Random,
+                hflip: true,
+                ..opts(5, size).sample
+            },
             ..opts(5, size)
         };
         let window = collect(Loader::new(ds.clone(), o.clone()).unwrap());
@@ -156,7 +163,10 @@ fn nchw_and_normalised_batches_hold_the_same_pixels() {
         Loader::new(
             ds.clone(),
             LoaderOptions {
-                layout: Layout::Nchw,
+                sample: SampleSpec {
+                    layout: Layout::Nchw,
+                    ..base.sample
+                },
                 ..base.clone()
             },
         )
@@ -166,9 +176,12 @@ fn nchw_and_normalised_batches_hold_the_same_pixels() {
         Loader::new(
             ds,
             LoaderOptions {
-                layout: Layout::Nchw,
-                dtype: DType::F32,
-                normalize: Some(Normalize::IMAGENET),
+                sample: SampleSpec {
+                    layout: Layout::Nchw,
+                    dtype: DType::F32,
+                    normalize: Some(Normalize::IMAGENET),
+                    ..base.sample
+                },
                 ..base
             },
         )
@@ -203,9 +216,12 @@ fn resume_after_n_batches_equals_an_uninterrupted_run() {
     let f = fixture();
     let ds = folder(&f.mixed);
     let o = LoaderOptions {
-        crop: Crop::Random,
-        hflip: true,
         epochs: Some(3),
+        sample: SampleSpec {
+            crop: Crop::Random,
+            hflip: true,
+            ..opts(4, 96).sample
+        },
         ..opts(4, 96)
     };
     let full = collect(Loader::new(ds.clone(), o.clone()).unwrap());

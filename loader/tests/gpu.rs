@@ -7,24 +7,27 @@ mod common;
 
 use loader::{
     Batch, Crop, DType, Dataset, Device, Error, ImageFolder, Layout, Loader, LoaderOptions,
-    Normalize,
+    Normalize, SampleSpec,
 };
 use std::sync::Arc;
 
 fn options(device: Device, layout: Layout, dtype: DType) -> LoaderOptions {
     LoaderOptions {
         batch_size: 5,
-        height: 160,
-        width: 224,
-        crop: Crop::Random,
-        hflip: true,
-        layout,
-        dtype,
-        normalize: dtype.is_float().then_some(Normalize::IMAGENET),
         decode_threads: 2,
         seed: 4,
         epochs: Some(2),
         device,
+        sample: SampleSpec {
+            height: 160,
+            width: 224,
+            crop: Crop::Random,
+            hflip: true,
+            layout,
+            dtype,
+            normalize: dtype.is_float().then_some(Normalize::IMAGENET),
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     }
 }

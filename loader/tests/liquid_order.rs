@@ -7,8 +7,8 @@ mod common;
 use common::{center_crop, fixture, reference_rgb};
 use liquid_sampler::{LiquidSampler, SamplerConfig, ShardPolicy};
 use loader::{
-    Batch, Dataset, Error, Format, ImageFolder, LiquidShards, Loader, LoaderOptions, LoaderState,
-    Order,
+    Batch, Dataset, Error, Format, ImageFolder, Layout, LiquidShards, Loader, LoaderOptions,
+    LoaderState, Order, SampleSpec,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -49,8 +49,6 @@ fn liquid() -> &'static Liquid {
 fn opts(seed: u64, budget: u64) -> LoaderOptions {
     LoaderOptions {
         batch_size: BATCH,
-        height: SIZE,
-        width: SIZE,
         decode_threads: 2,
         io_threads: 2,
         prefetch: 2,
@@ -58,6 +56,12 @@ fn opts(seed: u64, budget: u64) -> LoaderOptions {
         epochs: Some(EPOCHS),
         order: Order::Liquid {
             budget_bytes: budget,
+        },
+        sample: SampleSpec {
+            height: SIZE,
+            width: SIZE,
+            layout: Layout::Nhwc,
+            ..SampleSpec::default()
         },
         ..LoaderOptions::default()
     }
@@ -264,6 +268,7 @@ fn liquid_order_refuses_what_it_cannot_do() {
 
     let options_error = |o: LoaderOptions, ds: Arc<dyn Dataset>| match Loader::new(ds, o) {
         Err(Error::Options(msg)) => msg,
+        Err(Error::Invalid(e)) => e.to_string(),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("accepted"),
     };

@@ -8,7 +8,8 @@ mod common;
 
 use common::fixture;
 use loader::{
-    Batch, Dataset, Loader, LoaderOptions, LoaderState, OpenOptions, PcrRecords, open_dataset,
+    Batch, Dataset, Loader, LoaderOptions, LoaderState, OpenOptions, PcrRecords, SampleSpec,
+    open_dataset,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,12 +33,15 @@ fn copy_dir(from: &Path, to: &Path) {
 fn options(batch: usize) -> LoaderOptions {
     LoaderOptions {
         batch_size: batch,
-        height: 64,
-        width: 64,
         decode_threads: 2,
         io_threads: 2,
         epochs: Some(1),
         seed: 5,
+        sample: SampleSpec {
+            height: 64,
+            width: 64,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     }
 }

@@ -63,14 +63,17 @@ fn crop_reads(format: Format) {
     let ds = Arc::new(ImageFolder::open(tmp.path()).unwrap());
     let opts = |decode| LoaderOptions {
         batch_size: 1,
-        height: 224,
-        width: 224,
-        crop: Crop::Random,
-        hflip: true,
         decode,
         decode_threads: 2,
         seed: 5,
         epochs: Some(2),
+        sample: SampleSpec {
+            height: 224,
+            width: 224,
+            crop: Crop::Random,
+            hflip: true,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     };
     let run = |decode| {

@@ -5,6 +5,7 @@
 //! the original's pixels (each bit-exactly against itself decoding the source file).
 
 use crate::libjpeg;
+pub use vocab::Image;
 use zune_jpeg::JpegDecoder;
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
@@ -34,11 +35,9 @@ impl Decoder {
     /// Decodes one JPEG stream to 8-bit RGB (grayscale is replicated to three channels).
     pub fn decode(self, jpeg: &[u8]) -> Result<Image, String> {
         match self {
-            Decoder::Libjpeg => libjpeg::decode_rgb(jpeg).map(|r| Image {
-                width: r.width,
-                height: r.height,
-                pixels: r.pixels,
-            }),
+            Decoder::Libjpeg => {
+                libjpeg::decode_rgb(jpeg).map(|r| Image::rgb8(r.width, r.height, r.pixels))
+            }
             Decoder::Zune => decode_zune(jpeg),
         }
     }
@@ -83,11 +82,7 @@ fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
             ));
         }
     };
-    Ok(Image {
-        width: w,
-        height: h,
-        pixels,
-    })
+    Ok(Image::rgb8(w, h, pixels))
 }
 
 /// zune-jpeg's `Display` prints its `Debug` form, which quotes free text (`Format("...")`); this keeps the
@@ -100,80 +95,5 @@ fn zune_message(e: zune_jpeg::errors::DecodeErrors) -> String {
         E::ExhaustedData | E::IoErrors(_) => "the data ends too early".into(),
         // The other variants' `Debug` text is a plain sentence.
         other => format!("{other:?}").trim().replace('\n', " "),
-    }
-}
-
-/// A decoded image: 8-bit RGB, row-major, `width * height * 3` bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
-    pub width: u32,
-    pub height: u32,
-    pub pixels: Vec<u8>,
-}
-
-impl Image {
-    /// Applies an EXIF orientation (1..=8) so the image shows upright; other values leave it as is.
-    pub fn oriented(self, orientation: u8) -> Image {
-        if !(2..=8).contains(&orientation) {
-            return self;
-        }
-        let (w, h) = (self.width as usize, self.height as usize);
-        // Orientations 5..=8 swap the axes.
-        let (ow, oh) = if orientation >= 5 { (h, w) } else { (w, h) };
-        let mut out = vec![0u8; w * h * 3];
-        for y in 0..oh {
-            for x in 0..ow {
-                // Source coordinates of output pixel (x, y), per the EXIF definitions.
-                let (sx, sy) = match orientation {
-                    2 => (w - 1 - x, y),
-                    3 => (w - 1 - x, h - 1 - y),
-                    4 => (x, h - 1 - y),
-                    5 => (y, x),
-                    6 => (y, h - 1 - x),
-                    7 => (w - 1 - y, h - 1 - x),
-                    _ => (w - 1 - y, x),
-                };
-                let s = (sy * w + sx) * 3;
-                let d = (y * ow + x) * 3;
-                out[d..d + 3].copy_from_slice(&self.pixels[s..s + 3]);
-            }
-        }
-        Image {
-            width: ow as u32,
-            height: oh as u32,
-            pixels: out,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn img() -> Image {
-        // 3 wide, 2 high; pixel value = index.
-        Image {
-            width: 3,
-            height: 2,
-            pixels: (0..6u8).flat_map(|v| [v, v, v]).collect(),
-        }
-    }
-    fn vals(i: &Image) -> Vec<u8> {
-        i.pixels.iter().step_by(3).copied().collect()
-    }
-
-    #[test]
-    fn orientations() {
-        // 0 1 2 / 3 4 5
-        assert_eq!(vals(&img().oriented(1)), [0, 1, 2, 3, 4, 5]);
-        assert_eq!(vals(&img().oriented(2)), [2, 1, 0, 5, 4, 3]);
-        assert_eq!(vals(&img().oriented(3)), [5, 4, 3, 2, 1, 0]);
-        assert_eq!(vals(&img().oriented(4)), [3, 4, 5, 0, 1, 2]);
-        let r = img().oriented(6); // rotate 90° clockwise
-        assert_eq!((r.width, r.height), (2, 3));
-        assert_eq!(vals(&r), [3, 0, 4, 1, 5, 2]);
-        assert_eq!(vals(&img().oriented(8)), [2, 5, 1, 4, 0, 3]);
-        assert_eq!(vals(&img().oriented(5)), [0, 3, 1, 4, 2, 5]);
-        assert_eq!(vals(&img().oriented(7)), [5, 2, 4, 1, 3, 0]);
     }
 }

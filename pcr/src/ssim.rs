@@ -111,11 +111,7 @@ mod tests {
                 pixels.extend([v, v, v]);
             }
         }
-        Image {
-            width: w,
-            height: h,
-            pixels,
-        }
+        Image::rgb8(w, h, pixels)
     }
 
     /// Direct definition: SSIM at each window position, no ring buffers.

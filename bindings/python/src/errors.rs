@@ -125,7 +125,9 @@ fn loader_kind(e: &loader::Error) -> Kind {
         E::Io { .. } => Kind::Io,
         E::Decode { .. } | E::Dataset { .. } => Kind::Format,
         E::Item { source, .. } => loader_kind(source),
-        E::Options(_) | E::Memory(_) | E::Resume(_) | E::LiquidResume { .. } => Kind::Options,
+        E::Options(_) | E::Invalid(_) | E::Memory(_) | E::Resume(_) | E::LiquidResume { .. } => {
+            Kind::Options
+        }
         E::Gpu { .. } => Kind::Gpu,
         _ => Kind::Base,
     }
@@ -137,6 +139,12 @@ fn loader_io(e: &loader::Error) -> Option<(&std::path::Path, &std::io::Error)> {
         loader::Error::Io { path, source } => Some((path, source)),
         loader::Error::Item { source, .. } => loader_io(source),
         _ => None,
+    }
+}
+
+impl From<vocab::Invalid> for Failure {
+    fn from(e: vocab::Invalid) -> Failure {
+        Failure::options(e.to_string())
     }
 }
 

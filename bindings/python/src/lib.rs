@@ -16,6 +16,7 @@ mod codec;
 mod convert;
 mod errors;
 mod loading;
+mod options;
 mod stylize;
 #[allow(unsafe_code)]
 mod tensor;
@@ -32,6 +33,7 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::read_image, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
+    m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_class::<loading::Loader>()?;
     m.add_class::<loading::Batch>()?;
     m.add_class::<tensor::Tensor>()?;

@@ -8,10 +8,7 @@
 
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::tensor::Tensor;
-use loader::{
-    CacheOptions, Crop, DType, Dataset, Device, Layout, LoaderOptions, LoaderState, Next,
-    Normalize, OpenOptions, Order, StorageOptions, ThreadMonitor, open_dataset,
-};
+use loader::{Crop, Dataset, LoaderOptions, LoaderState, Next, Order, ThreadMonitor, open_dataset};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -117,15 +114,15 @@ struct Recorded {
 impl Recorded {
     fn of(o: &LoaderOptions) -> Recorded {
         Recorded {
-            crop: (o.height, o.width),
-            random_crop: o.crop == Crop::Random,
-            flip: o.hflip,
+            crop: (o.sample.height, o.sample.width),
+            random_crop: o.sample.crop == Crop::Random,
+            flip: o.sample.hflip,
             shuffle: o.shuffle,
             drop_last: o.drop_last,
-            layout: o.layout.name(),
-            dtype: o.dtype.name(),
-            mean: o.normalize.map(|n| n.mean),
-            std: o.normalize.map(|n| n.std),
+            layout: o.sample.layout.name(),
+            dtype: o.sample.dtype.name(),
+            mean: o.sample.normalize.map(|n| n.mean),
+            std: o.sample.normalize.map(|n| n.std),
             sampler: match o.order {
                 Order::Seeded => "uniform",
                 Order::Liquid { .. } => "liquid",
@@ -227,89 +224,6 @@ pub struct Loader {
     batches_per_epoch: usize,
     source: PathBuf,
     run: Mutex<Run>,
-}
-
-/// `crop=`: an int (square) or `(h, w)`.
-fn crop_size(py: Python<'_>, crop: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
-    let hw = if let Ok(n) = crop.extract::<u32>() {
-        (n, n)
-    } else {
-        crop.extract::<(u32, u32)>().map_err(|_| {
-            raise(
-                py,
-                Kind::Options,
-                format!("crop={crop}: expected an int or (height, width)"),
-            )
-        })?
-    };
-    if hw.0 == 0 || hw.1 == 0 {
-        return Err(raise(
-            py,
-            Kind::Options,
-            format!("crop={crop}: height and width must be at least 1"),
-        ));
-    }
-    Ok(hw)
-}
-
-/// `device=`: "cpu" (`None`), "cuda" or "cuda:N" (`Some(N)`), or anything whose `str()` is one of
-/// those (a `torch.device`). The one parser of the package's `device=` arguments (`Loader`, `stylize`).
-pub(crate) fn device_ordinal(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
-    let s = device.str()?.to_string();
-    let parsed = match s.as_str() {
-        "cpu" => Some(None),
-        "cuda" => Some(Some(0)),
-        _ => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(Some),
-    };
-    parsed.ok_or_else(|| {
-        raise(
-            py,
-            Kind::Options,
-            format!("device={s:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""),
-        )
-    })
-}
-
-/// `mean=` / `std=`: both or neither, three numbers each, float dtypes only.
-fn normalize(
-    py: Python<'_>,
-    mean: Option<Vec<f32>>,
-    std: Option<Vec<f32>>,
-    dtype: DType,
-) -> PyResult<Option<Normalize>> {
-    let three = |name: &str, v: Vec<f32>| -> PyResult<[f32; 3]> {
-        <[f32; 3]>::try_from(v.as_slice()).map_err(|_| {
-            raise(
-                py,
-                Kind::Options,
-                format!("{name} has {} values: give one per channel (3)", v.len()),
-            )
-        })
-    };
-    match (mean, std) {
-        (None, None) => Ok(None),
-        (Some(m), Some(s)) => {
-            if !dtype.is_float() {
-                return Err(raise(
-                    py,
-                    Kind::Options,
-                    "mean/std normalise float batches: use dtype=\"float32\" or \"float16\", not uint8",
-                ));
-            }
-            Ok(Some(Normalize {
-                mean: three("mean", m)?,
-                std: three("std", s)?,
-            }))
-        }
-        _ => Err(raise(
-            py,
-            Kind::Options,
-            "give both mean and std, or neither",
-        )),
-    }
 }
 
 /// rank / world size: the arguments, else `torch.distributed`, the environment, 0 / 1.
@@ -415,123 +329,31 @@ impl Loader {
         shuffle=True, seed=0, epochs=None, drop_last=False, rank=None, world_size=None, threads=None, \
         layout=\"NCHW\", dtype=\"uint8\", mean=None, std=None, device=\"cpu\", sampler=\"uniform\", \
         budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
-        storage_mbps=None, cache_dir=None, cache_limit=None, pcr_window=4)"
+        storage_mbps=None, cache_dir=None, cache_limit=None, pcr_window=4, decode=\"region\", \
+        gpu_fallback=False, pin_memory=False, shard_tail=\"pad\")"
     )]
-    #[pyo3(signature = (
-        source, batch_size, *, crop=None, random_crop=false, flip=false, shuffle=true, seed=0,
-        epochs=None, drop_last=false, rank=None, world_size=None, threads=None, layout="NCHW",
-        dtype="uint8", mean=None, std=None, device=None, sampler="uniform", budget=None, group=None,
-        labels=None, io_threads=2, prefetch=4, skip_errors=false, storage_mbps=None,
-        cache_dir=None, cache_limit=None, pcr_window=4
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (source, batch_size, **kwargs))]
     fn new(
         py: Python<'_>,
         source: PathBuf,
         batch_size: usize,
-        crop: Option<Bound<'_, PyAny>>,
-        random_crop: bool,
-        flip: bool,
-        shuffle: bool,
-        seed: u64,
-        epochs: Option<usize>,
-        drop_last: bool,
-        rank: Option<usize>,
-        world_size: Option<usize>,
-        threads: Option<usize>,
-        layout: &str,
-        dtype: &str,
-        mean: Option<Vec<f32>>,
-        std: Option<Vec<f32>>,
-        device: Option<Bound<'_, PyAny>>,
-        sampler: &str,
-        budget: Option<u64>,
-        group: Option<usize>,
-        labels: Option<PathBuf>,
-        io_threads: usize,
-        prefetch: usize,
-        skip_errors: bool,
-        storage_mbps: Option<f64>,
-        cache_dir: Option<PathBuf>,
-        cache_limit: Option<u64>,
-        pcr_window: usize,
+        kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Loader> {
-        let opt_err = |m: String| raise(py, Kind::Options, m);
-        let (height, width) = match &crop {
-            Some(c) => crop_size(py, c)?,
-            None => (224, 224),
-        };
-        let layout = Layout::parse(layout)
-            .ok_or_else(|| opt_err(format!("layout={layout:?}: expected \"NCHW\" or \"NHWC\"")))?;
-        let dtype = DType::parse(dtype).ok_or_else(|| {
-            opt_err(format!(
-                "dtype={dtype:?}: expected \"uint8\", \"float16\" or \"float32\""
-            ))
-        })?;
-        let normalize = normalize(py, mean, std, dtype)?;
-        let device = match &device {
-            Some(d) => device_ordinal(py, d)?.map_or(Device::Cpu, Device::Cuda),
-            None => Device::Cpu,
-        };
-        let order = match (sampler, budget) {
-            ("uniform", None) => Order::Seeded,
-            ("uniform", Some(_)) => {
-                return Err(opt_err(
-                    "budget sizes the Liquid sampler's buffers: use it with sampler=\"liquid\""
-                        .into(),
-                ));
-            }
-            ("liquid", Some(budget_bytes)) => Order::Liquid { budget_bytes },
-            ("liquid", None) => {
-                return Err(opt_err(
-                    "sampler=\"liquid\" needs budget= (bytes its shuffle buffers may hold)".into(),
-                ));
-            }
-            (s, _) => {
-                return Err(opt_err(format!(
-                    "sampler={s:?}: expected \"uniform\" or \"liquid\""
-                )));
-            }
-        };
-        if threads == Some(0) {
-            return Err(opt_err(
-                "threads=0: give at least 1, or None for every core".into(),
-            ));
+        let mut settings = crate::options::settings(py, Some(batch_size), kwargs)?;
+        if settings.rank.is_none() || settings.world_size.is_none() {
+            let (rank, world_size) = rank_world(py, settings.rank, settings.world_size)?;
+            settings.rank = Some(rank);
+            settings.world_size = Some(world_size);
         }
-        let (rank, world_size) = rank_world(py, rank, world_size)?;
-        let options = LoaderOptions {
-            batch_size,
-            height,
-            width,
-            crop: if random_crop {
-                Crop::Random
-            } else {
-                Crop::Center
-            },
-            hflip: flip,
-            layout,
-            dtype,
-            normalize,
-            decode_threads: stdx::parallel::threads(threads.unwrap_or(0)),
-            io_threads,
-            prefetch,
-            seed,
-            shuffle,
-            epochs,
-            rank,
-            world_size,
-            drop_last,
-            skip_errors,
-            device,
-            order,
-            ..LoaderOptions::default()
-        };
-        let open = OpenOptions {
-            group,
-            labels,
-            storage: storage_options(py, storage_mbps, cache_dir, cache_limit)?,
-            pcr_window,
-        };
+        let (options, open) = settings
+            .resolve()
+            .map_err(|e| raise(py, Kind::Options, e.to_string()))?;
+        let (seed, rank, world_size, batch_size) = (
+            options.seed,
+            options.rank,
+            options.world_size,
+            options.batch_size,
+        );
         let (dataset, run) = detached(py, || {
             let dataset = open_dataset(&source, &open)?;
             let position = LoaderState {
@@ -556,8 +378,8 @@ impl Loader {
         Ok(Loader {
             dataset,
             recorded: Recorded::of(&options),
+            epoch_per_iter: options.epochs.is_none(),
             options,
-            epoch_per_iter: epochs.is_none(),
             batches_per_epoch,
             source,
             run: Mutex::new(run),
@@ -783,37 +605,4 @@ impl Loader {
             self.batches_per_epoch
         )
     }
-}
-
-/// The read layer's options from `storage_mbps=` (a bandwidth cap in MB/s, 10⁶ bytes), `cache_dir=` and
-/// `cache_limit=` (a local LRU cache of remote objects, in bytes).
-fn storage_options(
-    py: Python<'_>,
-    storage_mbps: Option<f64>,
-    cache_dir: Option<PathBuf>,
-    cache_limit: Option<u64>,
-) -> PyResult<StorageOptions> {
-    let opt_err = |m: String| raise(py, Kind::Options, m);
-    let bandwidth = storage_mbps
-        .map(|m| {
-            StorageOptions::bytes_per_sec(m).ok_or_else(|| {
-                opt_err(format!(
-                    "storage_mbps={m}: give a positive number of MB/s, or None for no cap"
-                ))
-            })
-        })
-        .transpose()?;
-    let cache = match (cache_dir, cache_limit) {
-        (None, None) => None,
-        (Some(dir), limit) => Some(CacheOptions {
-            dir,
-            limit: limit.unwrap_or(CacheOptions::DEFAULT_LIMIT),
-        }),
-        (None, Some(_)) => {
-            return Err(opt_err(
-                "cache_limit sizes the cache in cache_dir=: give cache_dir too".into(),
-            ));
-        }
-    };
-    Ok(StorageOptions { bandwidth, cache })
 }

@@ -3,9 +3,8 @@
 //! reusable across calls).
 
 use crate::errors::{Failure, Kind, detached, raise};
-use crate::loading::device_ordinal;
 use bsp_tiling::{
-    Budget, Device, DeviceOptions, Mode, Net, Options, Output, PaddingMode, Precision, Rgb8,
+    Budget, Device, DeviceOptions, Image, Mode, Net, Options, Output, PaddingMode, Precision,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -144,7 +143,7 @@ pub fn stylize<'py>(
     let defaults = Options::default();
     let opts = Options {
         mode,
-        tile: tile.unwrap_or(dev.device.default_tile()),
+        tile: tile.unwrap_or(bsp_tiling::default_tile(dev.device)),
         threads: threads.unwrap_or(defaults.threads).max(1),
         budget: Budget {
             ram: ram_budget_mib << 20,
@@ -153,11 +152,7 @@ pub fn stylize<'py>(
         },
     };
     let out = detached(py, move || {
-        let input = Rgb8 {
-            width: w,
-            height: h,
-            pixels,
-        };
+        let input = Image::rgb8(w as u32, h as u32, pixels);
         let (out, _info) = bsp_tiling::stylize_on(&dev, &net, &input, &opts, true)
             .map_err(|e| gpu_words(&dev, e))?;
         let Output::Rgb8(o) = out else {
@@ -166,12 +161,13 @@ pub fn stylize<'py>(
                 "internal: bsp_tiling returned a float output for an 8-bit request",
             ));
         };
-        if full || (o.width, o.height) == (w, h) {
-            return Ok((o.pixels, o.height, o.width));
+        let (oh, ow) = (o.height as usize, o.width as usize);
+        if full || (ow, oh) == (w, h) {
+            return Ok((o.pixels, oh, ow));
         }
         let mut px = Vec::with_capacity(w * h * 3);
         for y in 0..h {
-            px.extend_from_slice(&o.pixels[y * o.width * 3..(y * o.width + w) * 3]);
+            px.extend_from_slice(&o.pixels[y * ow * 3..(y * ow + w) * 3]);
         }
         Ok((px, h, w))
     })?;
@@ -188,7 +184,7 @@ fn device_options(
     gpu_memory: Option<u64>,
 ) -> PyResult<DeviceOptions> {
     let device = match device {
-        Some(d) => device_ordinal(py, d)?.map_or(Device::Cpu, Device::Cuda),
+        Some(d) => crate::options::device(d)?,
         None => Device::Cpu,
     };
     let opt_err = |m: String| raise(py, Kind::Options, m);

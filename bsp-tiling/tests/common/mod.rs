@@ -1,7 +1,7 @@
 //! Shared helpers for the integration tests: real models and corpus crops, seeded images.
 #![allow(dead_code)]
 
-use bsp_tiling::{Net, PaddingMode, Rgb8, Tensor};
+use bsp_tiling::{Image, Net, PaddingMode, Tensor};
 use std::path::PathBuf;
 
 /// The shared models and corpus: `$BSP_SHARED_DIR` where the test binary was carried elsewhere, else
@@ -18,7 +18,7 @@ pub fn model(name: &str) -> Net {
 }
 
 /// A `w×h` crop of a corpus image, downscaled by `step` first (nearest) to keep detail in a small crop.
-pub fn corpus_crop(file: &str, step: usize, x0: usize, y0: usize, w: usize, h: usize) -> Rgb8 {
+pub fn corpus_crop(file: &str, step: usize, x0: usize, y0: usize, w: usize, h: usize) -> Image {
     let img = image::open(shared().join("corpus").join(file))
         .unwrap_or_else(|e| panic!("{file}: {e}"))
         .to_rgb8();
@@ -29,11 +29,7 @@ pub fn corpus_crop(file: &str, step: usize, x0: usize, y0: usize, w: usize, h: u
             pixels.extend_from_slice(&p.0);
         }
     }
-    Rgb8 {
-        width: w,
-        height: h,
-        pixels,
-    }
+    Image::rgb8(w as u32, h as u32, pixels)
 }
 
 /// Seeded noise over a smooth gradient, 0..255.

@@ -8,9 +8,8 @@
 //! every mutation before planning, so when parameter bit 12.7 is set the target makes each one right
 //! again: the planners then see damaged bodies behind a valid checksum.
 #![no_main]
-use l3_cuda::{
-    BatchPlan, DecodeOptions, Layout, Rect, SampleOptions, SamplePlan, SampleSource, Window,
-};
+use l3_cuda::{BatchPlan, DecodeOptions, Rect, SampleOptions, SamplePlan, SampleSource};
+use vocab::{Layout, Window};
 use l3_format::{Fragments, L3Index};
 use libfuzzer_sys::fuzz_target;
 
@@ -78,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
     for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
         let opts = DecodeOptions {
             layout,
-            dtype: l3_cuda::DType::U8,
+            dtype: vocab::DType::U8,
             normalize: None,
             check_rows_on_host,
         };

@@ -2,7 +2,7 @@
 //! (src/sim_tests.rs, which includes this file by path): the same batches are checked on both.
 #![allow(dead_code)]
 
-use l3_cuda::{DType, Layout};
+use vocab::{DType, Layout};
 
 /// Deterministic xorshift, so failures reproduce.
 pub struct Rng(pub u64);
@@ -112,7 +112,7 @@ pub fn random_v2_sample_case(
     n: usize,
     layout: Layout,
     dtype: DType,
-    normalize: Option<l3_cuda::Normalize>,
+    normalize: Option<vocab::Normalize>,
 ) -> SampleCase {
     let mut case = random_sample_case(seed, n, layout, dtype, normalize);
     let mut rng = Rng(seed.rotate_left(17) | 1);
@@ -228,7 +228,7 @@ pub fn check_output(
     tag: &str,
 ) {
     let (layout, dtype) = (opts.layout, opts.dtype);
-    let norm = opts.normalize.unwrap_or(l3_cuda::Normalize::UNIT);
+    let norm = opts.normalize.unwrap_or(vocab::Normalize::UNIT);
     let eb = dtype.size();
     for (slot, img) in slots.iter().zip(imgs) {
         let got = &out[slot.offset * eb..(slot.offset + slot.len()) * eb];
@@ -318,7 +318,7 @@ pub fn corpus_dirs() -> Vec<std::path::PathBuf> {
 /// offset table and the window's patch ranges, read with `gap`), and the options.
 pub struct SampleCase {
     pub imgs: Vec<TestImage>,
-    pub windows: Vec<l3_cuda::Window>,
+    pub windows: Vec<vocab::Window>,
     /// `Some(gap)`: the source is `SampleSource::Fragments` with ranges merged across gaps of `gap` bytes.
     pub fragments: Vec<Option<u64>>,
     pub opts: l3_cuda::SampleOptions,
@@ -383,7 +383,7 @@ pub fn sample_sources<'a>(
 
 /// A random window of a `iw`×`ih` image into a `sw`×`sh` sample: crops, pads on one or both axes, 1×1,
 /// whole image, at any position, flipped or not.
-pub fn random_window(iw: u32, ih: u32, sw: u32, sh: u32, rng: &mut Rng) -> l3_cuda::Window {
+pub fn random_window(iw: u32, ih: u32, sw: u32, sh: u32, rng: &mut Rng) -> vocab::Window {
     let axis = |i: u32, s: u32, rng: &mut Rng| -> (u32, u32, u32) {
         let max = i.min(s);
         let len = match rng.below(5) {
@@ -397,7 +397,7 @@ pub fn random_window(iw: u32, ih: u32, sw: u32, sh: u32, rng: &mut Rng) -> l3_cu
     };
     let (x, dx, w) = axis(iw, sw, rng);
     let (y, dy, h) = axis(ih, sh, rng);
-    l3_cuda::Window::new(l3_format::Rect::new(x, y, w, h), dx, dy, rng.below(2) == 1)
+    vocab::Window::new(l3_format::Rect::new(x, y, w, h), dx, dy, rng.below(2) == 1)
 }
 
 /// A random sample batch: gray, RGB and RGBA images of mixed sizes and patch sizes 2 to 255 (edge
@@ -407,7 +407,7 @@ pub fn random_sample_case(
     n: usize,
     layout: Layout,
     dtype: DType,
-    normalize: Option<l3_cuda::Normalize>,
+    normalize: Option<vocab::Normalize>,
 ) -> SampleCase {
     let mut rng = Rng(seed | 1);
     let (sw, sh) = (24 + rng.below(24) as u32, 16 + rng.below(24) as u32);
@@ -444,11 +444,11 @@ pub fn random_sample_case(
 /// the value of a zero pixel, floats `Normalize::apply`, f16 through the `half` crate.
 pub fn reference_samples(
     files: &[&[u8]],
-    windows: &[l3_cuda::Window],
+    windows: &[vocab::Window],
     opts: &l3_cuda::SampleOptions,
 ) -> Vec<u8> {
     let (sw, sh) = (opts.width as usize, opts.height as usize);
-    let norm = opts.normalize.unwrap_or(l3_cuda::Normalize::UNIT);
+    let norm = opts.normalize.unwrap_or(vocab::Normalize::UNIT);
     let value = |v: u8, c: usize| -> Vec<u8> {
         match opts.dtype {
             DType::U8 => vec![v],

@@ -241,8 +241,9 @@ mod tests {
     use crate::format::Format;
     use crate::item::{Decoded, SampleRequest, Stored};
     use crate::pipeline::buffer::Pool;
-    use crate::sample::{Crop, DType};
+    use crate::sample::DType;
     use std::path::PathBuf;
+    use vocab::Crop;
 
     struct Labels;
     impl Dataset for Labels {

@@ -368,8 +368,9 @@ mod tests {
     use super::*;
     use crate::dataset::ImageFolder;
     use crate::item::SampleRequest;
-    use crate::sample::{Crop, DType, DecodeScope, ItemKey, Layout, Normalize};
+    use crate::sample::{DType, DecodeScope, ItemKey, Layout, Normalize};
     use l3_format::{EncodeOptions, Profile};
+    use vocab::Crop;
 
     /// A gradient with a little noise: compressible, but not trivially.
     fn pixels(w: u32, h: u32, seed: u32) -> Vec<u8> {

@@ -20,7 +20,7 @@ use crate::report::{Report, Series, Table, corpus_dir, line_plot, workspace_root
 use anyhow::{Context, bail};
 use bsp_tiling::metrics::{compare, seams};
 use bsp_tiling::{
-    Backend, Budget, CpuBackend, CudaBackend, Mode, Net, Options, PaddingMode, Precision, Rgb8,
+    Backend, Budget, CpuBackend, CudaBackend, Image, Mode, Net, Options, PaddingMode, Precision,
     Tensor, stylize,
 };
 use std::collections::HashMap;
@@ -47,7 +47,7 @@ fn model_path() -> PathBuf {
 }
 
 /// A `side × side` image from a corpus photo: a centre crop, or mirrored copies where the photo is smaller.
-fn make_input(side: usize) -> anyhow::Result<Rgb8> {
+fn make_input(side: usize) -> anyhow::Result<Image> {
     let path = corpus_dir().join(SOURCE);
     let img = image::open(&path)
         .with_context(|| format!("reading {}", path.display()))?
@@ -68,11 +68,7 @@ fn make_input(side: usize) -> anyhow::Result<Rgb8> {
             pixels.extend_from_slice(&raw[(sy * w + sx) * 3..][..3]);
         }
     }
-    Ok(Rgb8 {
-        width: side,
-        height: side,
-        pixels,
-    })
+    Ok(Image::rgb8(side as u32, side as u32, pixels))
 }
 
 /// What a child measured.
@@ -88,7 +84,7 @@ struct Measured {
 fn measure<B: Backend>(
     net: &Net,
     backend: &B,
-    input: &Rgb8,
+    input: &Image,
     opts: &Options,
     rgb8: bool,
     sync: impl Fn() -> anyhow::Result<()>,

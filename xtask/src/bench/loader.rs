@@ -12,7 +12,7 @@ use crate::report::{Report, Table, bar_plot, corpus_dir};
 use anyhow::Context;
 use l3_cli::compare::{BuildPlan, Measured, build_formats, stream_epoch, stream_epochs};
 use loader::convert::{ConvertOptions, Target, convert_folder};
-use loader::{Crop, LoaderOptions, Order};
+use loader::{Crop, LoaderOptions, Order, SampleSpec};
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
@@ -129,13 +129,16 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         for &t in &threads {
             let opts = LoaderOptions {
                 batch_size: 8,
-                height: 224,
-                width: 224,
-                crop: Crop::Center,
                 decode_threads: t,
                 io_threads: 2,
                 decode: window,
                 order,
+                sample: SampleSpec {
+                    height: 224,
+                    width: 224,
+                    crop: Crop::Center,
+                    ..SampleSpec::default()
+                },
                 ..LoaderOptions::default()
             };
             // Enough epochs per measurement to run for about a second: an 18-image epoch of a fast
@@ -220,12 +223,15 @@ fn bytes_read(
         let Ok(ds) = &f.dataset else { continue };
         let opts = LoaderOptions {
             batch_size: 8,
-            height: 224,
-            width: 224,
-            crop: Crop::Center,
             decode_threads: threads,
             io_threads: 2,
             decode: f.decode,
+            sample: SampleSpec {
+                height: 224,
+                width: 224,
+                crop: Crop::Center,
+                ..SampleSpec::default()
+            },
             ..LoaderOptions::default()
         };
         let epochs = if quick { 1 } else { 3 };

@@ -13,7 +13,7 @@ use crate::report::{Report, Table, corpus_dir};
 use anyhow::Context;
 use l3_cli::compare::{stream_epoch, stream_epochs};
 use loader::convert::{ConvertOptions, Target, convert_folder};
-use loader::{Crop, Layout, LoaderOptions, OpenOptions, open_dataset};
+use loader::{Crop, Layout, LoaderOptions, OpenOptions, SampleSpec, open_dataset};
 use std::path::Path;
 use std::process::Command;
 
@@ -200,12 +200,15 @@ fn rust_images_per_sec(
     let ds = open_dataset(dir, &OpenOptions::default())?;
     let opts = LoaderOptions {
         batch_size: BATCH,
-        height: CROP,
-        width: CROP,
-        crop: Crop::Center,
-        layout: Layout::Nhwc,
         decode_threads: threads,
         io_threads: 2,
+        sample: SampleSpec {
+            height: CROP,
+            width: CROP,
+            crop: Crop::Center,
+            layout: Layout::Nhwc,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     };
     let probe = stream_epoch(ds.clone(), opts.clone())?;

@@ -11,7 +11,7 @@ use l3_cli::compare::{
     BuildPlan, FormatEntry, Measured, build_formats, build_liquid, stream_epochs,
 };
 use loader::convert::{ConvertOptions, Target, convert_folder};
-use loader::{Crop, Dataset, LoaderOptions, OpenOptions, StorageOptions};
+use loader::{Crop, Dataset, LoaderOptions, OpenOptions, SampleSpec, StorageOptions};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,12 +21,15 @@ const BANDWIDTHS: [u64; 5] = [25, 100, 200, 400, 1000];
 fn options(threads: usize, f: &FormatEntry) -> LoaderOptions {
     LoaderOptions {
         batch_size: 8,
-        height: 224,
-        width: 224,
-        crop: Crop::Center,
         decode_threads: threads,
         io_threads: 4,
         decode: f.decode,
+        sample: SampleSpec {
+            height: 224,
+            width: 224,
+            crop: Crop::Center,
+            ..SampleSpec::default()
+        },
         ..LoaderOptions::default()
     }
 }

@@ -24,6 +24,7 @@ from ._l3toolkit import (
     decode_region,
     encode,
     info,
+    loader_options,
     read_image,
     stylize,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "decode_region",
     "encode",
     "info",
+    "loader_options",
     "read_image",
     "stylize",
 ]

@@ -148,6 +148,9 @@ class Batch:
         """Seconds the consumer waited for this batch."""
     def __len__(self) -> int: ...
 
+def loader_options() -> List[Tuple[str, str]]:
+    """Every option ``Loader`` takes besides ``source``, with its default as ``l3 stream --help`` shows it."""
+
 class Loader:
     """Batches of fixed-size samples from a dataset, decoded by background threads."""
 
@@ -172,7 +175,7 @@ class Loader:
         std: Optional[Sequence[float]] = None,
         device: Any = "cpu",
         sampler: Literal["uniform", "liquid"] = "uniform",
-        budget: Optional[int] = None,
+        budget: Union[int, str, None] = None,
         group: Optional[int] = None,
         labels: Optional[_Path] = None,
         io_threads: int = 2,
@@ -180,8 +183,12 @@ class Loader:
         skip_errors: bool = False,
         storage_mbps: Optional[float] = None,
         cache_dir: Optional[_Path] = None,
-        cache_limit: Optional[int] = None,
+        cache_limit: Union[int, str, None] = None,
         pcr_window: int = 4,
+        decode: Literal["region", "whole"] = "region",
+        gpu_fallback: bool = False,
+        pin_memory: bool = False,
+        shard_tail: Literal["pad", "drop"] = "pad",
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...

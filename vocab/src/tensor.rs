@@ -1,43 +1,67 @@
-//! The batch-tensor vocabulary of the whole toolkit: memory layout, element type and per-channel
-//! normalisation. The GPU decoder and the CPU loader (which re-exports these) fill tensors described the
-//! same way, with the same arithmetic, so a batch is bit-identical whichever produced it.
+//! The batch-tensor vocabulary: memory layout, element type and per-channel normalisation. The GPU decoder
+//! and the CPU loader fill tensors described the same way, with the same arithmetic, so a batch is
+//! bit-identical whichever produced it.
+
+use crate::Invalid;
 
 /// Memory order of a batch of images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Layout {
-    /// `[batch][height][width][channel]` (TensorFlow, JAX, DALI's default).
+    /// `[batch][channel][height][width]`: what PyTorch models take, and the toolkit's default on every
+    /// surface (Rust, the command line, Python).
     #[default]
-    Nhwc,
-    /// `[batch][channel][height][width]` (PyTorch).
     Nchw,
+    /// `[batch][height][width][channel]` (TensorFlow, JAX).
+    Nhwc,
 }
 
 impl Layout {
+    /// `NCHW` or `NHWC`.
     pub fn name(self) -> &'static str {
         match self {
             Layout::Nhwc => "NHWC",
             Layout::Nchw => "NCHW",
         }
     }
+}
 
-    /// `nhwc` or `nchw`, any case.
-    pub fn parse(s: &str) -> Option<Layout> {
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = Invalid;
+    /// `nchw` or `nhwc`, any case.
+    fn from_str(s: &str) -> Result<Layout, Invalid> {
         match s.to_ascii_lowercase().as_str() {
-            "nhwc" => Some(Layout::Nhwc),
-            "nchw" => Some(Layout::Nchw),
-            _ => None,
+            "nhwc" => Ok(Layout::Nhwc),
+            "nchw" => Ok(Layout::Nchw),
+            _ => Err(Invalid::new("layout", s, "nchw or nhwc")),
         }
     }
 }
 
 /// Element type of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DType {
     /// Pixels as stored, 0..=255.
     #[default]
+    #[cfg_attr(feature = "clap", value(name = "uint8", alias = "u8"))]
     U8,
     /// IEEE binary16 (stored as its bit pattern), rounded to nearest even from the f32 value.
+    #[cfg_attr(
+        feature = "clap",
+        value(name = "float16", alias = "f16", alias = "half")
+    )]
     F16,
+    #[cfg_attr(
+        feature = "clap",
+        value(name = "float32", alias = "f32", alias = "float")
+    )]
     F32,
 }
 
@@ -63,14 +87,23 @@ impl DType {
             DType::F32 => "float32",
         }
     }
+}
 
-    /// NumPy's names and the short ones (`u8`, `f16`, `half`, `f32`, `float`).
-    pub fn parse(s: &str) -> Option<DType> {
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = Invalid;
+    /// NumPy's names and the short ones (`u8`, `f16`, `half`, `f32`, `float`), any case.
+    fn from_str(s: &str) -> Result<DType, Invalid> {
         match s.to_ascii_lowercase().as_str() {
-            "uint8" | "u8" => Some(DType::U8),
-            "float16" | "f16" | "half" => Some(DType::F16),
-            "float32" | "f32" | "float" => Some(DType::F32),
-            _ => None,
+            "uint8" | "u8" => Ok(DType::U8),
+            "float16" | "f16" | "half" => Ok(DType::F16),
+            "float32" | "f32" | "float" => Ok(DType::F32),
+            _ => Err(Invalid::new("dtype", s, "uint8, float16 or float32")),
         }
     }
 }
@@ -128,12 +161,21 @@ mod tests {
     #[test]
     fn names_parse_back_and_arithmetic_is_torchvisions() {
         for l in [Layout::Nhwc, Layout::Nchw] {
-            assert_eq!(Layout::parse(l.name()), Some(l));
+            assert_eq!(l.name().parse::<Layout>(), Ok(l));
+            assert_eq!(l.to_string().to_lowercase().parse::<Layout>(), Ok(l));
         }
         for d in [DType::U8, DType::F16, DType::F32] {
-            assert_eq!(DType::parse(d.name()), Some(d));
+            assert_eq!(d.name().parse::<DType>(), Ok(d));
         }
-        assert_eq!(DType::parse("int8"), None);
+        assert_eq!(
+            "int8".parse::<DType>().unwrap_err().to_string(),
+            "dtype \"int8\": expected uint8, float16 or float32"
+        );
+        assert_eq!(
+            "hwc".parse::<Layout>().unwrap_err().to_string(),
+            "layout \"hwc\": expected nchw or nhwc"
+        );
+        assert_eq!(Layout::default(), Layout::Nchw);
         let n = Normalize::IMAGENET;
         let want = (200.0 / 255.0 - 0.456) / 0.224;
         assert!((n.apply(200, 1) - want).abs() < 1e-6);
