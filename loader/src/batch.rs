@@ -1,8 +1,8 @@
 //! What the loader delivers: a [`Batch`] of samples in one [`Tensor`], with labels and provenance.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::Format;
-use crate::pipeline::buffer::HostBuffer;
+use crate::memory::HostBuffer;
 use crate::sample::{DType, Layout};
 use std::time::Duration;
 use vocab::Device;
@@ -25,6 +25,7 @@ pub struct Tensor {
 #[derive(Debug)]
 enum Memory {
     Host(HostBuffer),
+    #[cfg(feature = "gpu")]
     Cuda(Box<l3_cuda::DecodedBatch>),
 }
 
@@ -44,6 +45,7 @@ impl Tensor {
     }
 
     /// A sample batch decoded by `l3-cuda`, left in device memory.
+    #[cfg(feature = "gpu")]
     pub(crate) fn on_device(
         batch: Box<l3_cuda::DecodedBatch>,
         layout: Layout,
@@ -71,6 +73,7 @@ impl Tensor {
     pub fn device(&self) -> Device {
         match &self.memory {
             Memory::Host(_) => Device::Cpu,
+            #[cfg(feature = "gpu")]
             Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
         }
     }
@@ -89,6 +92,7 @@ impl Tensor {
     pub fn bytes(&self) -> Option<&[u8]> {
         match &self.memory {
             Memory::Host(b) => Some(b.as_slice()),
+            #[cfg(feature = "gpu")]
             Memory::Cuda(_) => None,
         }
     }
@@ -96,11 +100,13 @@ impl Tensor {
     pub fn as_ptr(&self) -> Option<*const u8> {
         match &self.memory {
             Memory::Host(b) => Some(b.as_ptr()),
+            #[cfg(feature = "gpu")]
             Memory::Cuda(_) => None,
         }
     }
     /// The device batch behind a CUDA tensor: its device pointer, its ready event, and
     /// [`wait_in`](l3_cuda::DecodedBatch::wait_in) for a consumer's stream.
+    #[cfg(feature = "gpu")]
     pub fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
         match &self.memory {
             Memory::Host(_) => None,
@@ -112,9 +118,10 @@ impl Tensor {
     pub fn to_host(&self) -> Result<Vec<u8>> {
         match &self.memory {
             Memory::Host(b) => Ok(b.as_slice().to_vec()),
+            #[cfg(feature = "gpu")]
             Memory::Cuda(b) => b
                 .to_host_bytes()
-                .map_err(|e| Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
+                .map_err(|e| crate::Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
         }
     }
     /// The elements, if this is a host `u8` tensor.

@@ -36,6 +36,8 @@ mod format;
 mod image;
 mod item;
 mod loader;
+#[allow(unsafe_code)]
+mod memory;
 mod options;
 mod pipeline;
 mod raw;
@@ -59,7 +61,7 @@ pub use options::{
     Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, PerChannel,
     SETTING_NAMES, Sampler, Settings, Size, parse_setting,
 };
-pub use pipeline::order::ShardedOrder;
+pub use pipeline::schedule::ShardedOrder;
 pub use sample::DecodeScope;
 pub use stats::Stats;
 pub use storage::{CacheOptions, Listing, Storage, StorageOptions};

@@ -1,4 +1,4 @@
-//! The [`Loader`]: options, the resume state, and the composition of the pipeline's stages
+//! The [`Loader`]: the resume state and the composition of the pipeline's stages
 //! (see [`crate::pipeline`]): order → read → decode (CPU threads or the GPU) → assemble → prefetch.
 //!
 //! Batches are numbered (epoch, batch) and their contents are a pure function of the options and the
@@ -9,14 +9,12 @@
 use crate::batch::Batch;
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
-use crate::item::Stored;
+use crate::memory::Pool;
 use crate::options::{LoaderOptions, Order};
-use crate::pipeline::buffer::{Filling, Pool};
-use crate::pipeline::order::{Planned, Schedule, ShardedOrder};
-use crate::pipeline::{BatchStart, Ctx, Job, ToAssembler, assemble, decode, gpu, read};
-use crate::sample::ItemKey;
+use crate::pipeline::schedule::{Schedule, ShardedOrder};
+use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
 use crate::stats::{Counters, Stats};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -162,7 +160,7 @@ impl Loader {
         let (out_tx, out_rx) = bounded::<Result<Batch>>(o.prefetch);
 
         let mut threads = Threads::default();
-        let order = Dispatch {
+        let order = order::Dispatch {
             schedule: run.schedule,
             pool: run.pool,
             ctx: ctx.clone(),
@@ -183,8 +181,9 @@ impl Loader {
         }
         drop((read_rx, decode_tx));
         match run.gpu {
+            #[cfg(feature = "gpu")]
             Some(decoder) => {
-                let stage = gpu::GpuStage {
+                let stage = crate::pipeline::gpu::GpuStage {
                     ctx: ctx.clone(),
                     decoder,
                     fallback: o.gpu_fallback,
@@ -192,6 +191,8 @@ impl Loader {
                 let (rx, tx) = (decode_rx.clone(), asm_tx.clone());
                 threads.spawn("l3-gpu", move || stage.run(rx, tx))?;
             }
+            #[cfg(not(feature = "gpu"))]
+            Some(decoder) => match decoder {},
             None => {
                 for t in 0..o.decode_threads {
                     let (ctx, rx, tx) = (ctx.clone(), decode_rx.clone(), asm_tx.clone());
@@ -361,7 +362,7 @@ struct Run {
     /// Batches being assembled at once.
     credits: usize,
     pool: Arc<Pool>,
-    gpu: Option<l3_cuda::BatchDecoder>,
+    gpu: Option<GpuDecoder>,
     liquid_buffers: Option<liquid_sampler::BufferPlan>,
 }
 
@@ -433,7 +434,7 @@ impl Run {
         )?;
         let gpu = match o.device {
             Device::Cpu => None,
-            Device::Cuda(ordinal) => Some(gpu::open(ds, ordinal)?),
+            Device::Cuda(ordinal) => Some(open_gpu(ds, ordinal)?),
         };
         let liquid_buffers = sampler.as_ref().map(|s| s.buffers().clone());
         let schedule = match sampler {
@@ -523,120 +524,4 @@ fn liquid_sampler(
         }
         e => Error::dataset(&ds.dir, e),
     })
-}
-
-/// The order stage's thread: plans each batch (after taking a credit), takes its buffer from the pool,
-/// announces it to the assembler with one slot per item, and sends the items to the read stage — or
-/// straight to decoding when the Liquid sampler already holds their bytes.
-struct Dispatch {
-    schedule: Schedule,
-    pool: Arc<Pool>,
-    ctx: Ctx,
-    credits: Sender<()>,
-    to_asm: Sender<ToAssembler>,
-    to_read: Sender<Job>,
-    to_decode: Sender<Job>,
-}
-
-impl Dispatch {
-    fn run(mut self) {
-        let sample_bytes = if self.ctx.host_slots {
-            self.ctx.spec.sample_bytes()
-        } else {
-            0
-        };
-        let mut seq = 0u64;
-        loop {
-            if self.credits.send(()).is_err() || self.ctx.stopped() {
-                return;
-            }
-            let t0 = Instant::now();
-            let planned = self.schedule.next_batch();
-            let planned = match planned {
-                None => return,
-                Some(Ok(p)) => p,
-                Some(Err(e)) => return self.fail(seq, e),
-            };
-            let Planned {
-                epoch,
-                batch,
-                items,
-                liquid,
-            } = planned;
-            let n = items.len();
-            let Some(buf) = self.pool.take(n * sample_bytes) else {
-                let e = Error::Pipeline(format!(
-                    "cannot allocate a batch buffer of {} bytes",
-                    n * sample_bytes
-                ));
-                return self.fail(seq, e);
-            };
-            let (filling, slots) = Filling::split(buf, n, sample_bytes);
-            let (info, mut bytes) = match liquid {
-                Some(l) => {
-                    Counters::add_time(&self.ctx.counters.read_ns, t0);
-                    Counters::add(&self.ctx.counters.items_read, l.disk_items as u64);
-                    Counters::add(&self.ctx.counters.bytes_read, l.disk_bytes);
-                    (
-                        Some((l.cached, l.disk_items, l.disk_bytes)),
-                        Some(l.bytes.into_iter()),
-                    )
-                }
-                None => (None, None),
-            };
-            let start = BatchStart {
-                seq,
-                epoch,
-                batch,
-                ids: items.clone(),
-                filling: Some(filling),
-                liquid: info,
-                failure: None,
-            };
-            if self.to_asm.send(ToAssembler::Start(start)).is_err() {
-                return;
-            }
-            for (slot_index, (index, slot)) in items.into_iter().zip(slots).enumerate() {
-                let stored = bytes
-                    .as_mut()
-                    .and_then(Iterator::next)
-                    .map(|b| Ok((Stored::Whole(b), 0)));
-                let job = Job {
-                    seq,
-                    slot_index,
-                    batch_len: n,
-                    index,
-                    key: ItemKey {
-                        seed: self.ctx.seed,
-                        epoch,
-                        index,
-                    },
-                    slot,
-                    stored,
-                };
-                let to = if job.stored.is_some() {
-                    &self.to_decode
-                } else {
-                    &self.to_read
-                };
-                if to.send(job).is_err() {
-                    return;
-                }
-            }
-            seq += 1;
-        }
-    }
-
-    /// Reports a failure to produce batch `seq`, delivered in its turn.
-    fn fail(&self, seq: u64, e: Error) {
-        let _ = self.to_asm.send(ToAssembler::Start(BatchStart {
-            seq,
-            epoch: 0,
-            batch: 0,
-            ids: Vec::new(),
-            filling: None,
-            liquid: None,
-            failure: Some(e),
-        }));
-    }
 }

@@ -485,3 +485,18 @@ fn the_full_size_corpus_streams_once_with_reference_pixels() {
         }
     }
 }
+
+/// Without the `gpu` feature the loader has no GPU stage: asking for a device is refused with the reason,
+/// never served by the CPU threads.
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn a_device_without_the_gpu_feature_is_refused_with_the_reason() {
+    let f = fixture();
+    let ds = folder(&f.l3);
+    let o = LoaderOptions {
+        device: loader::Device::Cuda(0),
+        ..opts(2, 16)
+    };
+    let e = Loader::new(ds, o).err().expect("refused").to_string();
+    assert!(e.contains("without its `gpu` feature"), "{e}");
+}

@@ -1,7 +1,9 @@
 //! The loader on a CUDA device: batches stay in device memory and equal the CPU loader's byte for byte
 //! (region reads, random crops, flips, every layout and element type, normalisation, a skipped corrupt
 //! item). Without a usable GPU each test checks that the loader refuses with the reason — it never
-//! decodes on the CPU instead — and says it skipped the rest.
+//! decodes on the CPU instead — and says it skipped the rest. Built with the `gpu` feature only (a build
+//! without it has no device batches; `end_to_end.rs` checks its refusal).
+#![cfg(feature = "gpu")]
 
 mod common;
 

@@ -3,11 +3,11 @@
 //! interleave. Items that failed are left out when skipping is on (the batch is compacted), otherwise the
 //! batch's first failure is delivered in its turn and ends the run.
 
-use super::buffer::Filling;
-use super::{BatchStart, ItemDone, ToAssembler};
+use super::{BatchStart, DeviceBatch, ItemDone, ToAssembler, device_tensor};
 use crate::batch::{Batch, Tensor};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
+use crate::memory::Filling;
 use crate::sample::{Layout, SampleSpec};
 use crate::stats::Counters;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -27,7 +27,7 @@ struct Partial {
     /// The batch's first failure, reported in its turn (never before earlier batches).
     error: Option<Error>,
     /// The samples the GPU decoded into device memory, one per filled slot.
-    device: Option<Box<l3_cuda::DecodedBatch>>,
+    device: Option<DeviceBatch>,
 }
 
 /// The assembler's state: testable without threads (feed it starts and items, take batches).
@@ -160,7 +160,7 @@ impl Assembler {
         let pixels = match p.device.take() {
             Some(dev) => {
                 drop(buf);
-                Tensor::on_device(dev, self.spec.layout, self.spec.dtype)
+                device_tensor(dev, self.spec.layout, self.spec.dtype)
                     .filter(|t| t.shape()[0] == k)
                     .ok_or_else(|| {
                         Error::Pipeline("the GPU's batch does not match its items".into())
@@ -240,7 +240,7 @@ mod tests {
     use super::*;
     use crate::format::Format;
     use crate::item::{Decoded, SampleRequest, Stored};
-    use crate::pipeline::buffer::Pool;
+    use crate::memory::Pool;
     use crate::sample::DType;
     use std::path::PathBuf;
     use vocab::Crop;

@@ -12,18 +12,19 @@
 //! batches in flight (and so the memory) however slow one item is.
 
 pub(crate) mod assemble;
-pub(crate) mod buffer;
 pub(crate) mod decode;
+#[cfg(feature = "gpu")]
 pub(crate) mod gpu;
 pub(crate) mod order;
 pub(crate) mod read;
+pub(crate) mod schedule;
 
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::item::{Decoded, SampleRequest, Stored};
+use crate::memory::{Filling, Slot};
 use crate::sample::{DecodeScope, ItemKey, SampleSpec};
 use crate::stats::Counters;
-use buffer::{Filling, Slot};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -62,6 +63,7 @@ pub(crate) struct Job {
     /// Position in its batch.
     pub slot_index: usize,
     /// Items in its batch (the GPU stage gathers them all).
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub batch_len: usize,
     pub index: usize,
     pub key: ItemKey,
@@ -78,10 +80,57 @@ pub(crate) enum ToAssembler {
     Item(ItemDone),
     /// Batch `seq`'s samples, decoded by the GPU into device memory, one per item that decoded, in slot
     /// order; sent before those items.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     Device {
         seq: u64,
-        batch: Box<l3_cuda::DecodedBatch>,
+        batch: DeviceBatch,
     },
+}
+
+/// A batch the GPU stage decoded into device memory. Without the `gpu` feature no such batch can exist:
+/// the type has no values, and the code that handles one compiles to nothing.
+#[cfg(feature = "gpu")]
+pub(crate) type DeviceBatch = Box<l3_cuda::DecodedBatch>;
+#[cfg(not(feature = "gpu"))]
+pub(crate) enum DeviceBatch {}
+
+/// The GPU stage's decoder (none can exist without the `gpu` feature).
+#[cfg(feature = "gpu")]
+pub(crate) type GpuDecoder = l3_cuda::BatchDecoder;
+#[cfg(not(feature = "gpu"))]
+pub(crate) enum GpuDecoder {}
+
+/// Opens the GPU stage's decoder for `dataset` on CUDA device `ordinal`, or says why it cannot.
+#[cfg(feature = "gpu")]
+pub(crate) fn open_gpu(dataset: &dyn Dataset, ordinal: usize) -> Result<GpuDecoder> {
+    gpu::open(dataset, ordinal)
+}
+
+#[cfg(not(feature = "gpu"))]
+pub(crate) fn open_gpu(_: &dyn Dataset, ordinal: usize) -> Result<GpuDecoder> {
+    Err(Error::gpu(
+        Some(format!("device {ordinal}")),
+        "this build of the loader has no GPU support (it was built without its `gpu` feature)",
+    ))
+}
+
+/// The batch tensor of a device batch, if its shape and type are what the batch asked for.
+#[cfg(feature = "gpu")]
+pub(crate) fn device_tensor(
+    batch: DeviceBatch,
+    layout: vocab::Layout,
+    dtype: vocab::DType,
+) -> Option<crate::batch::Tensor> {
+    crate::batch::Tensor::on_device(batch, layout, dtype)
+}
+
+#[cfg(not(feature = "gpu"))]
+pub(crate) fn device_tensor(
+    batch: DeviceBatch,
+    _: vocab::Layout,
+    _: vocab::DType,
+) -> Option<crate::batch::Tensor> {
+    match batch {}
 }
 
 /// A batch announced by the order stage before its items.
