@@ -94,6 +94,12 @@ pub fn decode_sample(
                 pixels: win.src.w as u64 * win.src.h as u64,
             })
         }
+        Stored::Whole(bytes) if format == Format::Raw => {
+            // Raw pixels are already what a window is cut from: no copy of the whole frame first.
+            let view = crate::raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
+            let dims = (view.width, view.height, view.channels);
+            write_pixels(view.pixels, dims, path, format, req, slot)
+        }
         Stored::Whole(bytes) => {
             image::decode(format, bytes, path, &mut scratch.image)?;
             let img = &scratch.image;

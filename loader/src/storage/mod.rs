@@ -45,6 +45,8 @@ pub struct Storage {
 #[derive(Debug)]
 struct Inner {
     backend: Backend,
+    /// Local files kept open between reads of one item (size, header, patches: up to four reads).
+    open: OpenFiles,
     cap: Option<Arc<Bandwidth>>,
     cache: Option<cache::DiskCache>,
     requests: AtomicU64,
@@ -88,6 +90,7 @@ impl Storage {
         Ok(Storage {
             inner: Arc::new(Inner {
                 backend,
+                open: OpenFiles::default(),
                 cap: options.bandwidth.map(|b| Arc::new(Bandwidth::new(b))),
                 cache,
                 requests: AtomicU64::new(0),
@@ -101,6 +104,7 @@ impl Storage {
         Storage {
             inner: Arc::new(Inner {
                 backend: Backend::Local(root.into()),
+                open: OpenFiles::default(),
                 cap: None,
                 cache: None,
                 requests: AtomicU64::new(0),
@@ -199,7 +203,7 @@ impl Storage {
         match &self.inner.backend {
             Backend::Local(root) => {
                 let p = root.join(key);
-                let f = stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?;
+                let f = self.inner.open.get(root, key)?;
                 Ok(f.metadata().map_err(|e| Error::io(&p, e))?.len())
             }
             Backend::Object(r) => r.size(key),
@@ -211,7 +215,21 @@ impl Storage {
         let bytes = match &self.inner.backend {
             Backend::Local(root) => {
                 let p = root.join(key);
-                stdx::fs::read_regular(&p, limit).map_err(|e| Error::io(&p, e))?
+                let f = self.inner.open.get(root, key)?;
+                let len = f.metadata().map_err(|e| Error::io(&p, e))?.len();
+                if len > limit {
+                    return Err(Error::io(
+                        &p,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{len} bytes, over the limit of {limit} bytes"),
+                        ),
+                    ));
+                }
+                let mut bytes = vec![0u8; len as usize];
+                f.read_exact_at(&mut bytes, 0)
+                    .map_err(|e| Error::io(&p, e))?;
+                bytes
             }
             Backend::Object(r) => {
                 if let Some(hit) = self.cached(key, None) {
@@ -244,7 +262,7 @@ impl Storage {
         match &self.inner.backend {
             Backend::Local(root) => {
                 let p = root.join(key);
-                let f = stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?;
+                let f = self.inner.open.get(root, key)?;
                 let mut n = 0;
                 for (r, buf) in parts.iter_mut() {
                     f.read_exact_at(buf, r.start)
@@ -305,10 +323,84 @@ impl Storage {
     }
 }
 
+/// The most local files a dataset keeps open: enough for every reader thread's item in flight, few enough
+/// for any descriptor limit.
+const OPEN_FILES: usize = 64;
+
+/// Local files kept open, most recently used last, at most [`OPEN_FILES`]: the reads of one item (its size,
+/// an L3 header and offset table, the patches under a crop) share one `open`. A file replaced on disk is
+/// seen once its handle has aged out.
+#[derive(Debug, Default)]
+struct OpenFiles(std::sync::Mutex<std::collections::VecDeque<(String, Arc<std::fs::File>)>>);
+
+impl OpenFiles {
+    fn get(&self, root: &Path, key: &str) -> Result<Arc<std::fs::File>> {
+        {
+            let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = open.iter().position(|(k, _)| k == key) {
+                let entry = open.remove(i).expect("found");
+                let f = entry.1.clone();
+                open.push_back(entry);
+                return Ok(f);
+            }
+        }
+        let p = root.join(key);
+        let f = Arc::new(stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?);
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if open.len() >= OPEN_FILES {
+            open.pop_front();
+        }
+        open.push_back((key.to_string(), f.clone()));
+        Ok(f)
+    }
+}
+
 /// A relative path as a `/`-separated key.
 pub fn key_of(rel: &Path) -> String {
     rel.components()
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
         .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_descriptors() -> usize {
+        std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+    }
+
+    #[test]
+    fn local_files_stay_open_between_reads_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..3 * OPEN_FILES {
+            std::fs::write(dir.path().join(format!("{i}.bin")), [i as u8; 100]).unwrap();
+        }
+        let s = Storage::local(dir.path());
+        let before = open_descriptors();
+        for i in 0..3 * OPEN_FILES {
+            let key = format!("{i}.bin");
+            assert_eq!(s.size(&key).unwrap(), 100);
+            let mut buf = [0u8; 10];
+            s.read_ranges_into(&key, &mut [(20..30, &mut buf[..])])
+                .unwrap();
+            assert_eq!(buf, [i as u8; 10]);
+            assert_eq!(s.read(&key, 100).unwrap(), vec![i as u8; 100]);
+        }
+        // One handle per file, reused by its three reads; never more than the bound (other tests of this
+        // process may hold a few descriptors of their own meanwhile).
+        let held = s.inner.open.0.lock().unwrap().len();
+        assert_eq!(held, OPEN_FILES);
+        assert!(open_descriptors() <= before + OPEN_FILES + 8);
+        // A file over the limit is refused before it is read, naming it.
+        let e = s.read("0.bin", 99).unwrap_err().to_string();
+        assert!(
+            e.contains("0.bin") && e.contains("over the limit of 99 bytes"),
+            "{e}"
+        );
+        // A missing file is an error naming it, and not cached.
+        let e = s.read("missing.bin", 99).unwrap_err().to_string();
+        assert!(e.contains("missing.bin"), "{e}");
+    }
 }
