@@ -11,7 +11,6 @@ use image::ImageEncoder;
 use pcr::{BuildOptions, Dataset, Decoder, Input, Labels};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(clap::Subcommand)]
 pub enum PcrCommand {
@@ -146,35 +145,16 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
             .read_record(r, a.group)
             .with_context(|| format!("reading {}", a.dir.display()))?;
         let images = rec.decode_all(a.decoder)?;
-        let next = AtomicUsize::new(0);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| -> anyhow::Result<()> {
-                        loop {
-                            let j = next.fetch_add(1, Ordering::Relaxed);
-                            let (Some(img), Some(item)) = (images.get(j), rec.items().get(j))
-                            else {
-                                return Ok(());
-                            };
-                            let img = if a.no_orient {
-                                img.clone()
-                            } else {
-                                img.clone().oriented(item.orientation)
-                            };
-                            write_png(&a.out.join(format!("{}.png", item.stem())), &img)?;
-                            bar.inc(1);
-                        }
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|_| bail!("a PNG writer panicked")))
-                .collect()
-        });
-        results.into_iter().collect::<anyhow::Result<()>>()?;
+        stdx::parallel::for_each(images.into_iter().zip(rec.items()), 0, |(img, item)| {
+            let img = if a.no_orient {
+                img
+            } else {
+                img.oriented(item.orientation)
+            };
+            write_png(&a.out.join(format!("{}.png", item.stem())), &img)?;
+            bar.inc(1);
+            anyhow::Ok(())
+        })?;
     }
     bar.finish_and_clear();
     println!(

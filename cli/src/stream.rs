@@ -6,7 +6,6 @@ use loader::clap_values::Choice;
 use loader::{
     Crop, DType, Device, Loader, LoaderState, Normalize, PerChannel, Settings, open_dataset,
 };
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -175,13 +174,13 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
                     Some(tags) => tags[i],
                     None => f.name(),
                 };
-                t.line(format_args!(
-                    "{},{},{},{name},{}",
-                    b.epoch,
-                    b.index,
-                    ds.id(i),
-                    u8::from(cached)
-                ))?;
+                t.record([
+                    b.epoch.to_string(),
+                    b.index.to_string(),
+                    ds.id(i).to_string(),
+                    name.to_string(),
+                    u8::from(cached).to_string(),
+                ])?;
             }
         }
         if b.epoch > 0 {
@@ -189,14 +188,13 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
             later_cached += b.cached.iter().filter(|&&c| c).count() as u64;
         }
         if let Some(l) = batch_log.as_mut() {
-            l.line(format_args!(
-                "{},{},{},{},{:.3}",
-                b.epoch,
-                b.index,
-                b.disk_items,
-                b.disk_bytes,
-                b.wait.as_secs_f64() * 1e3
-            ))?;
+            l.record([
+                b.epoch.to_string(),
+                b.index.to_string(),
+                b.disk_items.to_string(),
+                b.disk_bytes.to_string(),
+                format!("{:.3}", b.wait.as_secs_f64() * 1e3),
+            ])?;
         }
         for (i, why) in &b.skipped {
             eprintln!("skipped item {i}: {why}");
@@ -284,11 +282,11 @@ fn report_epoch((epoch, started, images, bytes): (usize, Instant, u64, u64)) {
     );
 }
 
-/// A CSV file written under a temporary name and renamed when complete; created (and so checked) before
-/// the run starts.
+/// A CSV file (the `csv` crate: names with commas or quotes are quoted) written under a temporary name and
+/// renamed when complete; created (and so checked) before the run starts.
 struct Csv {
     path: PathBuf,
-    out: std::io::BufWriter<stdx::fs::AtomicFile>,
+    out: csv::Writer<stdx::fs::AtomicFile>,
 }
 
 impl Csv {
@@ -300,14 +298,22 @@ impl Csv {
             .with_context(|| format!("creating {}", path.display()))?;
         let mut c = Csv {
             path: path.to_path_buf(),
-            out: std::io::BufWriter::new(f),
+            out: csv::Writer::from_writer(f),
         };
-        c.line(format_args!("{header}"))?;
+        c.record(header.split(','))?;
         Ok(c)
     }
-    fn line(&mut self, args: std::fmt::Arguments) -> anyhow::Result<()> {
-        writeln!(self.out, "{args}").with_context(|| format!("writing {}", self.path.display()))
+
+    fn record<I>(&mut self, fields: I) -> anyhow::Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.out
+            .write_record(fields)
+            .with_context(|| format!("writing {}", self.path.display()))
     }
+
     fn finish(self) -> anyhow::Result<()> {
         let path = self.path;
         let f = self

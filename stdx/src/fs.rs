@@ -1,8 +1,10 @@
 //! Files that must not lie: outputs appear complete or not at all, folders two processes could write are
 //! locked, folder walks terminate, and opening a file never blocks.
 
+#[allow(unsafe_code)]
 mod atomic;
 mod lock;
+#[allow(unsafe_code)]
 mod regular;
 mod walk;
 

@@ -12,7 +12,12 @@
 //! Everything returns `std::io::Error` (or a small typed error) whose message says what went wrong; callers
 //! add the file name in their own typed errors.
 
+// `unsafe` lives only where std has no call for it: `kill(pid, 0)` (fs/atomic.rs), clearing `O_NONBLOCK`
+// after a FIFO-safe open (fs/regular.rs) and `getrlimit` (mem.rs); tests make FIFOs with `mkfifo`.
+#![deny(unsafe_code)]
+
 pub mod fs;
+#[allow(unsafe_code)]
 pub mod mem;
 pub mod parallel;
 mod rng;

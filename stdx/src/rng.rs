@@ -1,6 +1,16 @@
-//! SplitMix64 (Steele, Lea and Flood, 2014): tiny, fast, statistically sound for shuffles and crops, and —
-//! unlike a versioned dependency — guaranteed to give the same stream on every machine and every release,
-//! which exact resume and cross-rank agreement rely on.
+//! SplitMix64 (Steele, Lea and Flood, 2014): tiny, fast, statistically sound for shuffles and crops, and
+//! the same stream on every machine, which exact resume and cross-rank agreement rely on.
+//!
+//! It implements `rand`'s [`TryRng`](rand::TryRng) (so [`rand::Rng`] and [`rand::RngExt`]) and
+//! [`SeedableRng`](rand::SeedableRng), so that everything drawn from it — shuffles, ranges, floats — uses
+//! `rand`'s maintained algorithms instead of copies of them. `rand` changes the values its algorithms give
+//! only in a new minor (pre-1.0: breaking) release, so the workspace pins `rand` to one; a test pins the
+//! values the streams give, so that an update that changed them (and so the samples a resumed run would
+//! see) cannot land unnoticed.
+
+use rand::RngExt;
+use rand::seq::SliceRandom;
+use std::convert::Infallible;
 
 /// A seeded 64-bit generator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,18 +41,12 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `0..n` without bias (Lemire's multiply-shift with rejection). `n == 0` returns 0.
+    /// Uniform in `0..n` without bias (`rand`'s `random_range`). `n == 0` returns 0.
     pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             return 0;
         }
-        let threshold = n.wrapping_neg() % n;
-        loop {
-            let m = u128::from(self.next_u64()) * u128::from(n);
-            if (m as u64) >= threshold {
-                return (m >> 64) as u64;
-            }
-        }
+        self.random_range(0..n)
     }
 
     /// [`below`](Self::below) for indices.
@@ -50,17 +54,42 @@ impl SplitMix64 {
         self.below(n as u64) as usize
     }
 
-    /// A uniform float in `[0, 1)` with 53 random bits.
+    /// A uniform float in `[0, 1)` with 53 random bits (`rand`'s `StandardUniform`).
     pub fn unit_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.random::<f64>()
     }
 
-    /// Fisher–Yates.
+    /// A uniform permutation (`rand`'s Fisher–Yates).
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.index(i + 1);
-            v.swap(i, j);
-        }
+        v.shuffle(self);
+    }
+}
+
+impl rand::TryRng for SplitMix64 {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok((SplitMix64::next_u64(self) >> 32) as u32)
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(SplitMix64::next_u64(self))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        rand::rand_core::utils::fill_bytes_via_next_word(dst, || self.try_next_u64())
+    }
+}
+
+impl rand::SeedableRng for SplitMix64 {
+    type Seed = [u8; 8];
+
+    fn from_seed(seed: [u8; 8]) -> Self {
+        SplitMix64::new(u64::from_le_bytes(seed))
+    }
+
+    fn seed_from_u64(seed: u64) -> Self {
+        SplitMix64::new(seed)
     }
 }
 
@@ -117,5 +146,34 @@ mod tests {
         assert_eq!(v, (0..1000).collect::<Vec<_>>());
         let u = SplitMix64::new(9).unit_f64();
         assert!((0.0..1.0).contains(&u));
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    use super::*;
+    use rand::RngExt;
+
+    /// What one keyed stream gives through every helper: a shuffle, ranges, a float, `rand`'s own range
+    /// and float sampling. Resumed runs and other ranks must see exactly these, on every release.
+    fn draws() -> (Vec<u32>, Vec<u64>, f64, u32, f32) {
+        let mut g = SplitMix64::keyed(42, 3, 7);
+        let mut v: Vec<u32> = (0..12).collect();
+        g.shuffle(&mut v);
+        let below: Vec<u64> = [1000, 7, 1 << 40].iter().map(|&n| g.below(n)).collect();
+        let unit = g.unit_f64();
+        let range = g.random_range(10..=20u32);
+        let float = g.random_range(0.75f32..1.333);
+        (v, below, unit, range, float)
+    }
+
+    #[test]
+    fn streams_give_the_pinned_values() {
+        let (v, below, unit, range, float) = draws();
+        assert_eq!(v, [3, 1, 4, 6, 5, 8, 2, 9, 0, 11, 10, 7]);
+        assert_eq!(below, [250, 3, 1047206189049]);
+        assert_eq!(unit.to_bits(), 0.7385459391956869f64.to_bits());
+        assert_eq!(range, 10);
+        assert_eq!(float.to_bits(), 0.77752006f32.to_bits());
     }
 }

@@ -136,21 +136,30 @@ impl ImageFolder {
     /// [`with_labels`](Self::with_labels) on any storage (the CSV is a local file).
     pub fn with_labels_in(storage: Storage, csv: impl AsRef<Path>) -> Result<Self> {
         let csv = csv.as_ref();
-        let text = stdx::fs::read_regular(csv, 1 << 30)
-            .map_err(|e| Error::io(csv, e))
-            .and_then(|b| {
-                String::from_utf8(b).map_err(|_| Error::dataset(csv, "not UTF-8 text"))
-            })?;
+        let bytes = stdx::fs::read_regular(csv, 1 << 30).map_err(|e| Error::io(csv, e))?;
+        let mut reader = ::csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(::csv::Trim::All)
+            .comment(Some(b'#'))
+            .from_reader(&bytes[..]);
         let mut rows = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
+        for record in reader.records() {
+            let record = record.map_err(|e| Error::dataset(csv, e))?;
+            let n = record.position().map_or(0, |p| p.line() as usize - 1);
+            if record.iter().all(str::is_empty) {
                 continue;
             }
-            let (path, label) = line.rsplit_once(',').ok_or_else(|| {
-                Error::dataset(csv, format!("line {}: expected `path,label`", n + 1))
-            })?;
-            let (path, label) = (path.trim(), label.trim());
+            // The label is the last field; an unquoted path may hold commas of its own.
+            let fields: Vec<&str> = record.iter().collect();
+            let Some((label, path)) = fields.split_last().filter(|(_, p)| !p.is_empty()) else {
+                return Err(Error::dataset(
+                    csv,
+                    format!("line {}: expected `path,label`", n + 1),
+                ));
+            };
+            let (path, label) = (path.join(","), *label);
+            let path = path.as_str();
             if rows.is_empty() && label.eq_ignore_ascii_case("label") {
                 continue;
             }
@@ -303,5 +312,40 @@ fn class_of(rel: &Path) -> String {
     match (first, comps.next()) {
         (Some(c), Some(_)) => c.as_os_str().to_string_lossy().into_owned(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_csv_quotes_comments_and_commas_in_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("labels.csv");
+        std::fs::write(
+            &csv,
+            "path,label\n# a comment\n\"a,b.png\",3\nplain, name.png ,4\nx/with,comma.jpg,5\n\n",
+        )
+        .unwrap();
+        let ds = ImageFolder::with_labels(dir.path(), &csv).unwrap();
+        let mut got: Vec<(String, u32)> = (0..ds.len())
+            .map(|i| (ds.source(i).display().to_string(), ds.label(i)))
+            .collect();
+        got.sort();
+        let root = dir.path().display();
+        // Quoted names keep their commas; unquoted fields before the label are one name (trimmed fields
+        // joined by commas); the header, the comment and the blank line are skipped.
+        let want = [
+            (format!("{root}/a,b.png"), 3),
+            (format!("{root}/plain,name.png"), 4),
+            (format!("{root}/x/with,comma.jpg"), 5),
+        ];
+        assert_eq!(got, want);
+        std::fs::write(&csv, "only-a-path.png\n").unwrap();
+        let e = ImageFolder::with_labels(dir.path(), &csv)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("labels.csv") && e.contains("line 1"), "{e}");
     }
 }

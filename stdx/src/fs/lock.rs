@@ -1,12 +1,11 @@
 //! An exclusive lock on a folder that one writer at a time may fill (a dataset being built or converted).
-//! `flock` on a lock file inside it: released by the kernel when the holder exits, however it exits, so a
+//! An advisory lock (`File::try_lock`, `flock` on Unix) on a lock file inside it: released by the kernel when the holder exits, however it exits, so a
 //! kill -9 never leaves a folder locked forever. The holder removes the lock file when it is done; a
 //! process that opened the file just before that removal finds, after locking, that the name now points
 //! elsewhere, and starts again — so removal is safe and a finished folder holds no lock file.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -56,11 +55,9 @@ impl DirLock {
     }
 
     fn lock(file: &mut File) -> io::Result<()> {
-        // SAFETY: flock on a descriptor we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        match file.try_lock() {
+            Ok(()) => Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
@@ -69,14 +66,13 @@ impl DirLock {
                 } else {
                     format!("another process (pid {holder})")
                 };
-                return Err(io::Error::new(
+                Err(io::Error::new(
                     io::ErrorKind::WouldBlock,
                     format!("{who} is writing this folder; wait for it to finish"),
-                ));
+                ))
             }
-            return Err(e);
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
-        Ok(())
     }
 
     /// The lock file.
