@@ -1,6 +1,6 @@
 //! `l3 convert --to l3|raw|pcr|png|jpeg IN_DIR OUT_DIR`: a thin shell over `loader::convert`.
 use anyhow::{Context, bail};
-use loader::convert::{ConvertOptions, PcrBuild, Target, convert_folder, to_pcr};
+use loader::convert::{Conversion, ConvertOptions, PcrBuild, convert_folder, to_pcr};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -15,8 +15,8 @@ pub struct ConvertArgs {
     pub threads: Option<usize>,
     /// JPEG quality: for `--to jpeg` (default 90), and for `--to pcr` the quality at which non-JPEG inputs
     /// are encoded first — lossy, so they are refused unless it is given.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100))]
-    pub quality: Option<u8>,
+    #[arg(long)]
+    pub quality: Option<u32>,
     /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
     #[arg(long)]
     pub to_8bit: bool,
@@ -27,16 +27,18 @@ pub struct ConvertArgs {
 
 pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
     let threads = stdx::parallel::threads(a.threads.unwrap_or(0));
-    if a.to != "l3" && (a.l3.format.is_some() || a.l3.profile.is_some()) {
-        bail!("--format and --profile choose the L3 format; they need --to l3");
-    }
-    let target = match a.to.as_str() {
-        "l3" => Target::L3(a.l3.resolve()?),
-        "raw" => Target::Raw,
-        "png" => Target::Png,
-        "jpeg" | "jpg" => Target::Jpeg(a.quality.unwrap_or(90)),
-        "pcr" => return pcr(&a, threads),
-        t => bail!("--to {t:?}: expected l3, raw, pcr, png or jpeg"),
+    let chose = a.l3.format.is_some() || a.l3.profile.is_some();
+    let l3 = if a.to == "l3" {
+        a.l3.resolve()?
+    } else {
+        l3_format::DEFAULT_FORMAT
+    };
+    let target = match Conversion::resolve(&a.to, a.quality, l3, chose)? {
+        Conversion::Files(t) => t,
+        Conversion::Pcr { lossy_quality } => return pcr(&a, lossy_quality, threads),
+        Conversion::Liquid => {
+            bail!("a Liquid dataset is built with its profiler: l3 liquid profile IN_DIR OUT_DIR")
+        }
     };
     let total = loader::image_files(&a.input)?.files.len();
     let bar = progress_bar(total as u64, &format!("-> {}", a.to));
@@ -72,11 +74,11 @@ pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
 }
 
 /// PCRs are built from JPEGs: JPEG inputs are transcoded losslessly; other inputs only with `--quality`.
-fn pcr(a: &ConvertArgs, threads: usize) -> anyhow::Result<()> {
+fn pcr(a: &ConvertArgs, lossy_quality: Option<u8>, threads: usize) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let build = PcrBuild {
         threads,
-        lossy_quality: a.quality,
+        lossy_quality,
         ..PcrBuild::default()
     };
     println!(
@@ -91,7 +93,7 @@ fn pcr(a: &ConvertArgs, threads: usize) -> anyhow::Result<()> {
         println!(
             "{} non-JPEG inputs encoded as JPEG (quality {}, lossy) in {}",
             s.reencoded,
-            a.quality.unwrap_or(0),
+            lossy_quality.unwrap_or(0),
             a.output.join(".jpeg-src").display()
         );
     }

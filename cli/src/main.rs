@@ -51,7 +51,18 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A value the options model refuses: its words, in the tool's one error format (what Python
+        // raises for the same value).
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("l3: error: {}", first.trim_start_matches("error: "));
+            std::process::exit(1);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Encode(a) => codec::encode(a),
         Command::Decode(a) => codec::decode(a),

@@ -308,14 +308,15 @@ impl std::str::FromStr for PerChannel {
 }
 
 /// Value parsers that print an option's error exactly as [`Invalid`] words it (the text Python raises),
-/// instead of clap's own wording, while still listing an enum's values in `--help`.
+/// instead of clap's own wording, while still listing an enum's values in `--help`. Their errors are
+/// clap's `ValueValidation` kind, so that a binary can print them in its own error format.
 #[cfg(feature = "clap")]
 pub mod clap_values {
     use super::Invalid;
     use std::marker::PhantomData;
 
     fn error(e: Invalid) -> clap::Error {
-        clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n"))
+        clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"))
     }
 
     fn text(value: &std::ffi::OsStr) -> String {

@@ -2,7 +2,7 @@
 
 use crate::errors::{Kind, detached, raise};
 use loader::convert::{
-    ConvertOptions, LiquidBuild, PcrBuild, Target, convert_folder, to_liquid, to_pcr,
+    Conversion, ConvertOptions, LiquidBuild, PcrBuild, convert_folder, to_liquid, to_pcr,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -53,54 +53,25 @@ pub fn convert<'py>(
     dst: PathBuf,
     to: &str,
     progress: bool,
-    quality: Option<u8>,
+    quality: Option<u32>,
     threads: Option<usize>,
     to_8bit: bool,
     format: Option<&Bound<'py, PyAny>>,
     profile: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let asked_format = format.is_some_and(|f| !f.is_none()) || profile.is_some();
-    if asked_format && to != "l3" {
-        return Err(raise(
-            py,
-            Kind::Options,
-            format!("format and profile apply to to=\"l3\", not to={to:?}"),
-        ));
-    }
-    let l3 = crate::codec::l3_format(py, format, profile)?;
-    if let Some(q) = quality
-        && !(1..=100).contains(&q)
-    {
-        return Err(raise(
-            py,
-            Kind::Options,
-            format!("quality={q}: must be 1 to 100"),
-        ));
-    }
+    let chose = format.is_some_and(|f| !f.is_none()) || profile.is_some();
+    let l3 = if to == "l3" {
+        crate::codec::l3_format(py, format, profile)?
+    } else {
+        l3_format::DEFAULT_FORMAT
+    };
+    let conversion = Conversion::resolve(to, quality, l3, chose)
+        .map_err(|e| raise(py, Kind::Options, e.to_string()))?;
     let threads = stdx::parallel::threads(threads.unwrap_or(0));
-    let target = match (to, quality) {
-        ("l3", None) => Some(Target::L3(l3)),
-        ("raw", None) => Some(Target::Raw),
-        ("png", None) => Some(Target::Png),
-        ("jpeg" | "jpg", q) => Some(Target::Jpeg(q.unwrap_or(90))),
-        ("pcr", _) => None,
-        ("liquid", None) => None,
-        ("l3" | "raw" | "png" | "liquid", Some(_)) => {
-            return Err(raise(
-                py,
-                Kind::Options,
-                format!("quality applies to to=\"jpeg\" and to=\"pcr\", not to={to:?}"),
-            ));
-        }
-        _ => {
-            return Err(raise(
-                py,
-                Kind::Options,
-                format!(
-                    "to={to:?}: expected \"l3\", \"raw\", \"png\", \"jpeg\", \"pcr\" or \"liquid\""
-                ),
-            ));
-        }
+    let (target, quality) = match conversion {
+        Conversion::Files(t) => (Some(t), None),
+        Conversion::Pcr { lossy_quality } => (None, lossy_quality),
+        Conversion::Liquid => (None, None),
     };
     let d = PyDict::new(py);
     d.set_item("to", to)?;

@@ -179,3 +179,24 @@ def test_the_cli_keeps_its_older_spellings(folder):
     ):
         out = subprocess.run([b, "stream", folder, "--threads", "1", *args], capture_output=True, text=True)
         assert out.returncode == 0, (args, out.stderr)
+
+
+CONVERT_BAD = [
+    ({"to": "l3", "quality": 90}, ["--to", "l3", "--quality", "90"]),
+    ({"to": "webp"}, ["--to", "webp"]),
+    ({"to": "jpeg", "quality": 0}, ["--to", "jpeg", "--quality", "0"]),
+    ({"to": "png", "profile": "ans"}, ["--to", "png", "--profile", "ans"]),
+]
+
+
+@pytest.mark.parametrize("kwargs, args", CONVERT_BAD, ids=["l3-quality", "webp", "quality-0", "png-profile"])
+def test_convert_refuses_alike(folder, tmp_path, kwargs, args):
+    with pytest.raises(l3.OptionsError) as e:
+        l3.convert(folder, tmp_path / "py", progress=False, **kwargs)
+    b = l3_bin()
+    if b is None:
+        pytest.skip("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
+    out = subprocess.run([b, "convert", *args, folder, tmp_path / "cli"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == f"l3: error: {e.value}", out.stderr
+    assert not (tmp_path / "py").exists() and not (tmp_path / "cli").exists()

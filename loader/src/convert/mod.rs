@@ -22,6 +22,69 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// What a conversion produces, as `l3 convert --to` and Python's `convert(to=...)` ask for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    /// One output file per input file.
+    Files(Target),
+    /// PCR records; non-JPEG inputs are encoded as JPEG at this quality first (lossy), or refused.
+    Pcr { lossy_quality: Option<u8> },
+    /// A Liquid multi-format dataset at its profiled ratio.
+    Liquid,
+}
+
+impl Conversion {
+    /// The one place the surfaces' conversion words are checked: `to` (`l3`, `raw`, `png`, `jpeg`,
+    /// `pcr`, `liquid`), `quality` (1 to 100, for `jpeg` and `pcr` only: anything else is lossless or
+    /// has no quality) and an L3 format choice (`l3_format`; `chose_l3_format` says whether the caller
+    /// named one, which only `to l3` takes). Errors name the option as both surfaces spell it.
+    pub fn resolve(
+        to: &str,
+        quality: Option<u32>,
+        l3_format: l3_format::Format,
+        chose_l3_format: bool,
+    ) -> std::result::Result<Conversion, vocab::Invalid> {
+        use vocab::Invalid;
+        let quality = match quality {
+            None => None,
+            Some(q @ 1..=100) => Some(q as u8),
+            Some(q) => return Err(Invalid::new("quality", q, "1 to 100")),
+        };
+        let conversion = match to {
+            "l3" => Conversion::Files(Target::L3(l3_format)),
+            "raw" => Conversion::Files(Target::Raw),
+            "png" => Conversion::Files(Target::Png),
+            "jpeg" | "jpg" => Conversion::Files(Target::Jpeg(quality.unwrap_or(90))),
+            "pcr" => Conversion::Pcr {
+                lossy_quality: quality,
+            },
+            "liquid" => Conversion::Liquid,
+            _ => {
+                return Err(Invalid::new("to", to, "l3, raw, png, jpeg, pcr or liquid"));
+            }
+        };
+        let lossy = matches!(
+            conversion,
+            Conversion::Files(Target::Jpeg(_)) | Conversion::Pcr { .. }
+        );
+        if let (Some(q), false) = (quality, lossy) {
+            return Err(Invalid::new(
+                "quality",
+                q,
+                format!("no quality with to {to} (it applies to jpeg and pcr)"),
+            ));
+        }
+        if chose_l3_format && to != "l3" {
+            return Err(Invalid::new(
+                "to",
+                to,
+                "l3 when format or profile is given (they choose the L3 format)",
+            ));
+        }
+        Ok(conversion)
+    }
+}
+
 /// A per-file output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
