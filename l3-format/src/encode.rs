@@ -1,12 +1,11 @@
-//! Encoding: pixels to patches to a complete file.
+//! Encoding, the entry points: each checks its arguments, then hands the pixels to version 1's encoder
+//! (`v1/encode.rs`) or version 2's (`v2/encode.rs`), which write a complete file.
 
 use crate::error::{Error, Limits};
-use crate::paeth::predict_row;
-use crate::row::{MAX_W, pack_row};
-use crate::v2::{self, Format};
-use crate::{HEADER_LEN, MAGIC, VERSION};
-
-pub use crate::v2::encode::Choices;
+use crate::format::{DEFAULT_FORMAT, Format, valid_v2_patch_size};
+use crate::v1;
+use crate::v2;
+use crate::v2::encode::Choices;
 
 /// What [`encode_with`] writes. `Default` is [`crate::DEFAULT_FORMAT`] at that format's default patch size,
 /// the default encoder choices ([`Choices::FastDecode`]), one thread.
@@ -26,7 +25,7 @@ pub struct EncodeOptions {
 impl Default for EncodeOptions {
     fn default() -> Self {
         EncodeOptions {
-            format: crate::DEFAULT_FORMAT,
+            format: DEFAULT_FORMAT,
             patch_size: None,
             threads: 1,
             choices: Choices::FastDecode,
@@ -49,7 +48,7 @@ pub fn encode_with(
         Format::V1 => encode_parallel(pixels, width, height, channels, n, opts.threads),
         Format::V2(profile) => {
             check_input(pixels, width, height, channels, n)?;
-            if !v2::valid_v2_patch_size(n) {
+            if !valid_v2_patch_size(n) {
                 return Err(Error::BadPatchSize { found: n });
             }
             v2::encode::encode(
@@ -104,62 +103,6 @@ fn check_input(
     Ok(())
 }
 
-/// Encodes one patch of one channel: row `r` is `src[r*stride .. r*stride + w]`. Appends its bytes to `out`.
-pub fn encode_patch(
-    src: &[u8],
-    w: usize,
-    h: usize,
-    stride: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    if !(1..=MAX_W).contains(&w) || !(1..=MAX_W).contains(&h) || stride < w {
-        return Err(Error::BadPatchGeometry { w, h, stride });
-    }
-    let needed = (h - 1) * stride + w;
-    if src.len() < needed {
-        return Err(Error::BufferSize {
-            expected: needed,
-            got: src.len(),
-        });
-    }
-    encode_patch_strided(src, w, h, stride, 1, out);
-    Ok(())
-}
-
-/// Pixel (r, c) of the patch is `src[r*stride + c*step]`.
-fn encode_patch_strided(
-    src: &[u8],
-    w: usize,
-    h: usize,
-    stride: usize,
-    step: usize,
-    out: &mut Vec<u8>,
-) {
-    let mut prev = [0u8; 256];
-    let mut cur = [0u8; 256];
-    let mut pred = [0u8; 256];
-    for r in 0..h {
-        let row = &src[r * stride..];
-        if step == 1 {
-            cur[..w].copy_from_slice(&row[..w]);
-        } else {
-            for (d, s) in cur[..w].iter_mut().zip(row.iter().step_by(step)) {
-                *d = *s;
-            }
-        }
-        if r == 0 {
-            pack_row(&cur[..w], out);
-        } else {
-            predict_row(&prev[..w], &mut pred[..w]);
-            for (p, &c) in pred[..w].iter_mut().zip(&cur[..w]) {
-                *p = c.wrapping_sub(*p);
-            }
-            pack_row(&pred[..w], out);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-}
-
 /// Encodes interleaved HWC pixels (`channels` = 1, 3 or 4) into a complete **version 1** L3 file with patch
 /// size `patch_size` (see [`crate::default_patch_size`]); [`encode_with`] writes either version.
 pub fn encode(
@@ -183,68 +126,5 @@ pub fn encode_parallel(
     threads: usize,
 ) -> Result<Vec<u8>, Error> {
     check_input(pixels, width, height, channels, patch_size)?;
-    let (w_px, c_n, n) = (width as usize, channels as usize, patch_size as usize);
-    let (px_n, py_n) = (w_px.div_ceil(n), (height as usize).div_ceil(n));
-    let per = px_n * py_n;
-
-    // Each task encodes one row of patches of every channel into its own buffer, with per-patch lengths.
-    let mut bands: Vec<(Vec<u8>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); py_n];
-    let band_px = n * w_px * c_n;
-    let tasks = bands.iter_mut().zip(pixels.chunks(band_px));
-    stdx::parallel::for_each(tasks, threads, |((buf, lens), src)| {
-        let rows = src.len() / (w_px * c_n);
-        buf.reserve(src.len() / 2);
-        for ch in 0..c_n {
-            for px in 0..px_n {
-                let x = px * n;
-                let w = n.min(w_px - x);
-                let before = buf.len();
-                encode_patch_strided(&src[x * c_n + ch..], w, rows, w_px * c_n, c_n, buf);
-                lens.push(buf.len() - before);
-            }
-        }
-        Ok(())
-    })?;
-
-    let data_len: usize = bands.iter().map(|b| b.0.len()).sum();
-    if u32::try_from(data_len).is_err() {
-        return Err(Error::EncodedTooLarge { bytes: data_len });
-    }
-    let table_len = 4 * per * c_n;
-    let mut out = Vec::with_capacity(HEADER_LEN + table_len + data_len);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&width.to_le_bytes());
-    out.extend_from_slice(&height.to_le_bytes());
-    out.extend_from_slice(&[channels, 8, patch_size, 0, 0, 0]);
-    debug_assert_eq!(out.len(), HEADER_LEN);
-    // Offset table: channel-major, patches row-major. Band py holds channel ch's patch px at index
-    // ch*px_n + px of its lengths, so the file order is (ch, py, px) and the data is gathered the same way.
-    let mut starts: Vec<Vec<usize>> = Vec::with_capacity(py_n);
-    for (_, lens) in &bands {
-        let mut s = Vec::with_capacity(lens.len() + 1);
-        let mut acc = 0;
-        s.push(0);
-        for l in lens {
-            acc += l;
-            s.push(acc);
-        }
-        starts.push(s);
-    }
-    let mut offset = 0usize;
-    for ch in 0..c_n {
-        for (_, lens) in &bands {
-            for px in 0..px_n {
-                out.extend_from_slice(&(offset as u32).to_le_bytes());
-                offset += lens[ch * px_n + px];
-            }
-        }
-    }
-    for ch in 0..c_n {
-        for (py, (buf, _)) in bands.iter().enumerate() {
-            let s = &starts[py];
-            out.extend_from_slice(&buf[s[ch * px_n]..s[(ch + 1) * px_n]]);
-        }
-    }
-    Ok(out)
+    v1::encode::encode(pixels, width, height, channels, patch_size, threads)
 }

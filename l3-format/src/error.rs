@@ -1,6 +1,8 @@
 //! Typed errors and decoding limits.
 
+use crate::pixel_layout::PixelLayout;
 use std::fmt;
+use vocab::Rect;
 
 /// Which patch of which channel an error is about (absent when [`crate::decode_patch`] is called on bare bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,16 +110,13 @@ pub enum Error {
     /// A region to decode that is empty or reaches outside the image.
     #[error("region {region} is empty or outside the {width}x{height} image")]
     BadRegion {
-        region: crate::Rect,
+        region: Rect,
         width: u32,
         height: u32,
     },
     /// Output strides that cannot hold the region (a row stride shorter than a row, planes overlapping).
     #[error("output strides ({layout}) cannot hold a region {region}")]
-    BadLayout {
-        layout: crate::PixelLayout,
-        region: crate::Rect,
-    },
+    BadLayout { layout: PixelLayout, region: Rect },
     /// A region decode from partly read data found a patch whose bytes were not read.
     #[error("{patch}: bytes {start}..{end} of the file were not read")]
     MissingBytes {

@@ -4,11 +4,14 @@
 //! difference between moving a whole 4K image and moving the 2 to 4 % of it a 224×224 crop covers.
 
 use crate::error::{Error, Limits, PatchId};
-use crate::file::{Geometry, Rect, u32_at};
-use crate::region::{self, PixelLayout};
-use crate::v2::{self, AnsTables, Layout, Profile};
-use crate::{HEADER_LEN, MAGIC};
+use crate::format::{HEADER_LEN, Profile};
+use crate::geometry::{Geometry, check_magic, u32_at};
+use crate::pixel_layout::PixelLayout;
+use crate::region;
+use crate::v1;
+use crate::v2::{self, AnsTables, container::Layout};
 use std::ops::Range;
+use vocab::Rect;
 
 /// The prefix of an L3 file — header, (v2-ANS) frequency tables and offset table — without its patch data:
 /// validated exactly as [`crate::L3File::parse`] validates them, given the file's length. What it cannot
@@ -58,22 +61,17 @@ impl L3Index {
 
     pub fn prefix_len_with_limits(bytes: &[u8], limits: &Limits) -> Result<usize, Error> {
         if bytes.len() < HEADER_LEN {
-            let n = bytes.len().min(4);
-            if bytes[..n] != MAGIC[..n] {
-                let mut found = [0u8; 4];
-                found[..n].copy_from_slice(&bytes[..n]);
-                return Err(Error::BadMagic { found });
-            }
+            check_magic(bytes)?;
             return Ok(HEADER_LEN);
         }
-        let g = Geometry::parse_header(bytes, limits)?;
+        let g = Geometry::parse(bytes, limits)?;
         let Some(profile) = g.profile else {
-            return Ok(g.data_offset());
+            return Ok(v1::container::data_offset(&g));
         };
-        let offsets = 4 * v2::entries(&g, profile);
+        let offsets = 4 * v2::container::entries(&g, profile);
         match profile {
             Profile::Bp => Ok(HEADER_LEN + offsets),
-            Profile::Ans => match v2::tables_end(&g, &bytes[HEADER_LEN..]) {
+            Profile::Ans => match v2::container::tables_end(&g, &bytes[HEADER_LEN..]) {
                 Ok((_, end)) => Ok(end + offsets),
                 Err(Error::Truncated { .. }) => {
                     Ok(bytes.len().max(HEADER_LEN + 4096).max(2 * bytes.len()) + offsets)
@@ -122,18 +120,18 @@ impl L3Index {
     }
 
     pub fn parse_with_limits(prefix: &[u8], file_len: u64, limits: &Limits) -> Result<Self, Error> {
-        let geometry = parse_geometry(prefix, limits)?;
+        let geometry = Geometry::parse(prefix, limits)?;
         if let Some(profile) = geometry.profile {
-            let layout = v2::layout(&geometry, prefix, file_len)?;
+            let layout = v2::container::layout(&geometry, prefix, file_len)?;
             let bounds = (0..layout.entries)
                 .map(|i| u32_at(prefix, layout.offsets_at + 4 * i))
                 .chain(std::iter::once(layout.data_end as u32))
                 .collect();
             let tables = match profile {
                 Profile::Bp => None,
-                Profile::Ans => {
-                    Some(v2::tables_end(&geometry, &prefix[HEADER_LEN..layout.offsets_at])?.0)
-                }
+                Profile::Ans => Some(
+                    v2::container::tables_end(&geometry, &prefix[HEADER_LEN..layout.offsets_at])?.0,
+                ),
             };
             return Ok(L3Index {
                 geometry,
@@ -145,7 +143,7 @@ impl L3Index {
                 file_len,
             });
         }
-        let data_offset = geometry.data_offset();
+        let data_offset = v1::container::data_offset(&geometry);
         if prefix.len() < data_offset || file_len < data_offset as u64 {
             return Err(Error::Truncated {
                 what: "offset table",
@@ -160,7 +158,7 @@ impl L3Index {
             });
         }
         let table = &prefix[HEADER_LEN..data_offset];
-        geometry.validate_offsets(|i| u32_at(table, 4 * i), data_len)?;
+        v1::container::validate_offsets(&geometry, |i| u32_at(table, 4 * i), data_len)?;
         let bounds = (0..geometry.entries())
             .map(|i| u32_at(table, 4 * i))
             .chain(std::iter::once(data_len as u32))
@@ -198,7 +196,7 @@ impl L3Index {
     /// Bytes of header, tables and offset table: where the patch data starts.
     pub fn data_offset(&self) -> u64 {
         match &self.kind {
-            IndexKind::V1 { .. } => self.geometry.data_offset() as u64,
+            IndexKind::V1 { .. } => v1::container::data_offset(&self.geometry) as u64,
             IndexKind::V2 { layout, .. } => layout.data_start as u64,
         }
     }
@@ -296,11 +294,12 @@ impl L3Index {
         out: &mut [u8],
         layout: PixelLayout,
     ) -> Result<(), Error> {
-        region::check_region(&self.geometry, region, out, layout)?;
         let per = self.geometry.patches_per_channel();
         let missing = |i: usize, range: Range<u64>| {
             let patch = match &self.kind {
-                IndexKind::V2 { layout, .. } => v2::entry_id(&self.geometry, layout.profile, i),
+                IndexKind::V2 { layout, .. } => {
+                    v2::container::entry_id(&self.geometry, layout.profile, i)
+                }
                 IndexKind::V1 { .. } => PatchId {
                     channel: i / per,
                     patch: i % per,
@@ -312,49 +311,18 @@ impl L3Index {
                 end: range.end,
             }
         };
-        if let IndexKind::V2 {
-            layout: l, tables, ..
-        } = &self.kind
-        {
-            let mut o = v2::decode::out_for(out, layout, self.geometry.channels);
-            return v2::decode::with_prepared(tables.as_ref(), |prep| {
-                v2::decode::decode_region_dispatch(
-                    &self.geometry,
-                    l.profile,
-                    prep,
-                    region,
-                    &mut o,
-                    &|i| {
-                        let range = self.entry(i);
-                        data.get(range.clone()).ok_or_else(|| missing(i, range))
-                    },
-                )
-            });
-        }
-        region::decode(&self.geometry, region, out, layout, |ch, p| {
-            let range = self.entry(ch * per + p);
-            data.get(range.clone())
-                .ok_or_else(|| missing(ch * per + p, range))
-        })
+        region::decode(
+            &self.geometry,
+            self.ans_tables(),
+            region,
+            out,
+            layout,
+            |i| {
+                let range = self.entry(i);
+                data.get(range.clone()).ok_or_else(|| missing(i, range))
+            },
+        )
     }
-}
-
-/// The header checks of [`crate::L3File::parse`] on the first bytes of a file.
-fn parse_geometry(bytes: &[u8], limits: &Limits) -> Result<Geometry, Error> {
-    if bytes.len() < HEADER_LEN {
-        let n = bytes.len().min(4);
-        if bytes[..n] != MAGIC[..n] {
-            let mut found = [0u8; 4];
-            found[..n].copy_from_slice(&bytes[..n]);
-            return Err(Error::BadMagic { found });
-        }
-        return Err(Error::Truncated {
-            what: "header",
-            needed: HEADER_LEN,
-            len: bytes.len(),
-        });
-    }
-    Geometry::parse_header(bytes, limits)
 }
 
 /// Byte ranges of one file, read into one reusable buffer.

@@ -5,7 +5,7 @@
 //! whole row decodes at once) and each row is packed with base-delta bit packing. The exact rules are in
 //! `SPEC.md` beside this crate.
 //!
-//! - [`encode`] / [`encode_parallel`]: interleaved HWC pixels to a complete file.
+//! - [`encode`](fn@encode) / [`encode_parallel`]: interleaved HWC pixels to a complete file.
 //! - [`L3File`]: zero-copy, fully validated view of a file; decodes into caller buffers (HWC or CHW),
 //!   on one thread or patch-parallel.
 //! - [`L3File::decode_region`]: only the patches under a rectangle, straight into the caller's buffer at
@@ -14,68 +14,82 @@
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
 //! - Version 2 ([`v2`], SPEC.md part 2): [`encode_with`] and [`EncodeOptions`] write it (profile ANS or BP,
-//!   [`Format`]); every reader above reads it too, checking its CRC-32C ([`crc32c`], [`Crc32c`]) unless
-//!   [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a device decoder
-//!   what it needs. [`DEFAULT_FORMAT`] is what callers write when they do not choose.
-// `unsafe` lives only in `simd/` (AVX2 row kernels, interleavers, the v2 rANS and BP decoders, the SSE4.2
-// CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites in
-// `decode.rs`, `region.rs`, `v2/decode.rs` and `crc32c.rs`, after the run-time CPU feature checks;
-// everything else is safe Rust.
+//!   [`Format`]); every reader above reads it too, checking its CRC-32C ([`crc32c`](fn@crc32c),
+//!   [`Crc32c`]) unless [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a
+//!   device decoder what it needs. [`DEFAULT_FORMAT`] is what callers write when they do not choose.
+//!
+//! # Layout
+//!
+//! Down this list each module uses only those above it. The one exception is `simd/` at folder level:
+//! each of its kernels uses the stage it speeds up (`simd/v1.rs` the constants of `v1/kernel.rs`,
+//! `simd/v2.rs` the tables and row scan of `v2/`) and is called by that version's decoder, so between
+//! files, too, every dependency points one way.
+//!
+//! - `format`: the names and numbers: [`MAGIC`], [`VERSION`], [`HEADER_LEN`], [`Format`], [`Profile`],
+//!   [`default_patch_size`], [`DEFAULT_FORMAT`].
+//! - `pixel_layout`: [`PixelLayout`], where decoded pixels go in the caller's buffer.
+//! - `error`: [`Error`], [`Limits`], [`ParseOptions`], [`PatchId`].
+//! - `geometry`: the one header validation every reader runs, and the patch grid it defines.
+//! - `simd/`: run-time CPU feature checks and the hand-written kernels, one file per stage (`v1`,
+//!   `interleave`, `v2`, `crc`); the only `unsafe` code besides its call sites.
+//! - `crc32c`: [`crc32c`](fn@crc32c) and [`Crc32c`], version 2's checksum.
+//! - `interleave`: writing decoded rows out (one plane, RGB, RGBA), shared by both versions.
+//! - `v1/`: version 1, one stage a file: `paeth` (the filter), `row` (base-delta packing), `kernel` (the
+//!   row decoder), `container` (the offset table), `decode` ([`decode_patch`], whole images), `region`,
+//!   `encode` ([`encode_patch`], whole files).
+//! - [`v2`]: version 2, one stage a file: `bits`, `front` (colour, predictors, row scan), `ans`, `bp`,
+//!   `container`, `plan` ([`V2Plan`]), `decode`, `encode`.
+//! - `encode`: [`encode`](fn@encode), [`encode_parallel`], [`encode_with`] ([`EncodeOptions`]): check the
+//!   input, then run version 1's or version 2's encoder.
+//! - `region`: region decoding for both readers: check the region and the buffer, then run version 1's or
+//!   version 2's region decoder.
+//! - `file`: [`L3File`], a whole file validated, and its decoders.
+//! - `index`: [`L3Index`] and [`Fragments`], the same from a file's prefix and the byte ranges a region
+//!   needs.
+//
+// `unsafe` lives only in `simd/` (AVX2 row kernel, interleavers, the v2 rANS and BP decoders, the SSE4.2
+// CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites, after
+// the run-time CPU feature checks: `interleave.rs`, `v1/decode.rs`, `v1/region.rs`, `v2/bp.rs`,
+// `v2/decode.rs` and `crc32c.rs`. Everything else is safe Rust.
 #![deny(unsafe_code)]
 
-mod crc32c;
-mod decode;
-mod encode;
+// The vocabulary: names and numbers, types, the header and the grid.
 mod error;
-mod file;
-mod index;
-mod kernel;
-mod paeth;
-mod region;
-mod row;
+mod format;
+mod geometry;
+mod pixel_layout;
+
+// What both versions' decoders share: the fast paths and the output stage.
+mod crc32c;
+mod interleave;
 mod simd;
+
+// The two versions.
+mod v1;
 pub mod v2;
 
-pub use decode::decode_patch;
+// The front ends, each handing the work to `v1/` or `v2/`.
+mod encode;
+mod file;
+mod index;
+mod region;
+
+pub use crc32c::{Crc32c, crc32c};
+pub use encode::{EncodeOptions, encode, encode_parallel, encode_with};
+pub use error::{Error, Limits, ParseOptions, PatchId};
+pub use file::L3File;
+pub use format::{
+    DEFAULT_FORMAT, Format, HEADER_LEN, MAGIC, MAX_PATCH_SIZE, Profile, VERSION, VERSION_2,
+    default_patch_size,
+};
+pub use index::{Fragments, L3Index};
+pub use pixel_layout::PixelLayout;
+pub use v1::{decode_patch, encode_patch};
+pub use v2::encode::Choices;
+pub use v2::{AnsTables, V2Plan};
+pub use vocab::Rect;
 
 /// The README's example runs as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use crc32c::{Crc32c, crc32c};
-pub use encode::{Choices, EncodeOptions, encode, encode_parallel, encode_patch, encode_with};
-pub use error::{Error, Limits, ParseOptions, PatchId};
-pub use file::{L3File, Rect};
-pub use index::{Fragments, L3Index};
-pub use region::PixelLayout;
-pub use v2::{AnsTables, Format, Profile, V2Plan};
-
-/// The four bytes every L3 file starts with.
-pub const MAGIC: [u8; 4] = *b"L3IM";
-/// The format version [`encode`] and [`encode_parallel`] write (1). [`encode_with`] writes either version;
-/// [`L3File::version`] tells a file's.
-pub const VERSION: u16 = 1;
-/// The newest format version this crate reads and writes.
-pub const VERSION_2: u16 = 2;
-/// The format written when the caller does not choose one ([`EncodeOptions::default`], `l3 encode`,
-/// `l3 convert --to l3`). Still version 1: version 2 becomes the default once its profile ANS meets the
-/// targets it was designed for — at most 0.80× PNG's size *and* at least twice the `png` crate's
-/// single-threaded decode speed on the corpus — on the machines users train on, and its GPU decoder has run
-/// on a GPU. It is smaller than PNG everywhere, but decodes at 2.4× PNG's speed on one core of a Sapphire
-/// Rapids-class Xeon and at 1.15–1.44× on AMD Zen 1 and Zen 3 (README.md has the figures), and encodes
-/// 14× slower than version 1; so asking for it stays an explicit choice (`Format::V2(Profile::Ans)`,
-/// `l3 encode --format v2`).
-pub const DEFAULT_FORMAT: Format = Format::V1;
-/// Size in bytes of the fixed header that precedes the offset table.
-pub const HEADER_LEN: usize = 20;
-/// Largest patch side the format allows (the patch size is a `u8`).
-pub const MAX_PATCH_SIZE: u8 = 255;
-
-/// Default patch size N for an image of `width`×`height` pixels: 32 below 1080×720 pixels (the paper's
-/// rule), 64 above. The paper uses 128 above 1920×1080; on the corpus 64 stores 5.4 % less than 128 for
-/// about a fifth less decode speed, while 32 would save only 2.4 % more at another third less speed
-/// (measurements in SPEC.md, "Default patch size").
-pub fn default_patch_size(width: u32, height: u32) -> u8 {
-    let pixels = width as u64 * height as u64;
-    if pixels < 1080 * 720 { 32 } else { 64 }
-}

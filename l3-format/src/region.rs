@@ -1,89 +1,42 @@
 //! Decoding a region: only the patches under a rectangle, straight into the caller's buffer at the caller's
 //! strides. L3 patches are independent, so a 224×224 crop of a 3840×2160 image touches 12 to 20 of its 2040
-//! patches per channel; rows above the region inside a patch are decoded (each row predicts from the one
-//! above) but not written, rows below it are not decoded at all. A patch decoded to its last row is also
-//! checked for trailing bytes, so a region covering the whole image validates exactly what a whole decode
-//! does.
+//! patches per channel.
 //!
-//! The same core serves a whole file in memory ([`L3File::decode_region`]) and a file of which only the
-//! needed byte ranges were read ([`crate::L3Index::decode_region`]): it asks for each patch's bytes through
-//! a closure.
+//! One path serves a whole file in memory ([`crate::L3File::decode_region`]) and a file of which only the
+//! needed byte ranges were read ([`crate::L3Index::decode_region`]): the region and the buffer are checked
+//! here, then version 1's or version 2's region decoder asks for each offset-table entry's bytes through a
+//! closure.
 
-use crate::decode::{RowDecoder, copy_row, interleave3, interleave4};
-use crate::error::{Error, PatchId};
-use crate::file::{Geometry, L3File, Rect};
+use crate::error::Error;
+use crate::geometry::Geometry;
+use crate::pixel_layout::PixelLayout;
+use crate::v1;
+use crate::v2::{self, AnsTables};
+use vocab::Rect;
 
-/// Where decoded pixels go in the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PixelLayout {
-    /// Interleaved channels (HWC): pixel (x, y), channel c at `y * row_stride + x * channels + c`.
-    Interleaved { row_stride: usize },
-    /// One plane per channel (CHW): at `c * plane_stride + y * row_stride + x`.
-    Planar {
-        row_stride: usize,
-        plane_stride: usize,
-    },
-}
-
-impl PixelLayout {
-    /// The packed layout of a `w`-wide, `h`-high region: interleaved (`planar = false`) or planar.
-    pub fn packed(w: u32, h: u32, channels: u8, planar: bool) -> PixelLayout {
-        let (w, h, c) = (w as usize, h as usize, channels as usize);
-        if planar {
-            PixelLayout::Planar {
-                row_stride: w,
-                plane_stride: w * h,
-            }
-        } else {
-            PixelLayout::Interleaved { row_stride: w * c }
+/// Decodes `region` of a file of geometry `g` into `out` at `layout`'s strides, after checking both:
+/// `tables` are the file's v2-ANS tables (`None` otherwise), `entry(i)` gives the bytes of offset-table
+/// entry i. The pixels equal the same rectangle of a whole-image decode.
+pub(crate) fn decode<'d>(
+    g: &Geometry,
+    tables: Option<&AnsTables>,
+    region: Rect,
+    out: &mut [u8],
+    layout: PixelLayout,
+    entry: impl Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    check(g, region, out, layout)?;
+    match g.profile {
+        None => {
+            let per = g.patches_per_channel();
+            v1::region::decode(g, region, out, layout, |ch, p| entry(ch * per + p))
         }
-    }
-
-    /// Bytes a buffer needs to hold a `w`×`h` region with `channels` channels in this layout; `None` when
-    /// the strides cannot hold it.
-    pub fn required_len(&self, w: u32, h: u32, channels: u8) -> Option<usize> {
-        let (w, h, c) = (w as usize, h as usize, channels as usize);
-        match *self {
-            PixelLayout::Interleaved { row_stride } => (row_stride >= w * c)
-                .then(|| (h - 1).checked_mul(row_stride)?.checked_add(w * c))
-                .flatten(),
-            PixelLayout::Planar {
-                row_stride,
-                plane_stride,
-            } => {
-                let plane = (h - 1).checked_mul(row_stride)?.checked_add(w)?;
-                (row_stride >= w && plane_stride >= plane)
-                    .then(|| (c - 1).checked_mul(plane_stride)?.checked_add(plane))
-                    .flatten()
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for PixelLayout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PixelLayout::Interleaved { row_stride } => {
-                write!(f, "interleaved, row stride {row_stride}")
-            }
-            PixelLayout::Planar {
-                row_stride,
-                plane_stride,
-            } => write!(
-                f,
-                "planar, row stride {row_stride}, plane stride {plane_stride}"
-            ),
-        }
+        Some(profile) => v2::decode::region(g, profile, tables, region, out, layout, &entry),
     }
 }
 
 /// Checks the region and the buffer before any decoding.
-pub(crate) fn check_region(
-    g: &Geometry,
-    region: Rect,
-    out: &[u8],
-    layout: PixelLayout,
-) -> Result<(), Error> {
+fn check(g: &Geometry, region: Rect, out: &[u8], layout: PixelLayout) -> Result<(), Error> {
     if !region.fits(g.width, g.height) {
         return Err(Error::BadRegion {
             region,
@@ -103,226 +56,10 @@ pub(crate) fn check_region(
     Ok(())
 }
 
-/// Decodes `region` (already checked) with the widest vector unit the CPU has.
-#[allow(unsafe_code)]
-pub(crate) fn decode<'d>(
-    g: &Geometry,
-    region: Rect,
-    out: &mut [u8],
-    layout: PixelLayout,
-    patch: impl Fn(usize, usize) -> Result<&'d [u8], Error>,
-) -> Result<(), Error> {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        // SAFETY: the AVX2 copy needs nothing but a CPU with AVX2, checked just above.
-        return unsafe { decode_avx2(g, region, out, layout, patch) };
-    }
-    decode_with::<false, _>(g, region, out, layout, patch)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn decode_avx2<'d>(
-    g: &Geometry,
-    region: Rect,
-    out: &mut [u8],
-    layout: PixelLayout,
-    patch: impl Fn(usize, usize) -> Result<&'d [u8], Error>,
-) -> Result<(), Error> {
-    decode_with::<true, _>(g, region, out, layout, patch)
-}
-
-/// `AVX2` is true only in the copy compiled inside [`decode_avx2`] (after the run-time check).
-#[inline(always)]
-fn decode_with<'d, const AVX2: bool, F>(
-    g: &Geometry,
-    region: Rect,
-    out: &mut [u8],
-    layout: PixelLayout,
-    patch: F,
-) -> Result<(), Error>
-where
-    F: Fn(usize, usize) -> Result<&'d [u8], Error>,
-{
-    let c_n = g.channels as usize;
-    for (first, count) in g.rows_under(region) {
-        for p in first..first + count {
-            let r = g.patch_rect(p);
-            // The overlap of this patch with the region, in image coordinates.
-            let (x0, x1) = (r.x.max(region.x), (r.x + r.w).min(region.x + region.w));
-            let (y0, y1) = (r.y.max(region.y), (r.y + r.h).min(region.y + region.h));
-            let cols = (x0 - r.x) as usize..(x1 - r.x) as usize;
-            let (skip, rows) = ((y0 - r.y) as usize, (y1 - r.y) as usize);
-            let (ox, oy) = ((x0 - region.x) as usize, (y0 - region.y) as usize);
-            let id = |channel| Some(PatchId { channel, patch: p });
-            match layout {
-                PixelLayout::Planar {
-                    row_stride,
-                    plane_stride,
-                } => {
-                    for ch in 0..c_n {
-                        let mut d = RowDecoder::new(patch(ch, p)?, r.w as usize, id(ch));
-                        for row in 0..rows {
-                            let px = d.next_row_with::<AVX2>()?;
-                            if row >= skip {
-                                let at = ch * plane_stride + (oy + row - skip) * row_stride + ox;
-                                copy_row(&mut out[at..at + cols.len()], &px[cols.clone()]);
-                            }
-                        }
-                        if rows == r.h as usize {
-                            d.finish()?;
-                        }
-                    }
-                }
-                PixelLayout::Interleaved { row_stride } => {
-                    let mut decs: [Option<RowDecoder<'d>>; 4] = [None, None, None, None];
-                    for (ch, d) in decs.iter_mut().enumerate().take(c_n) {
-                        *d = Some(RowDecoder::new(patch(ch, p)?, r.w as usize, id(ch)));
-                    }
-                    let [d0, d1, d2, d3] = &mut decs;
-                    for row in 0..rows {
-                        let (r0, r1) = (next_row::<AVX2>(d0)?, next_row::<AVX2>(d1)?);
-                        let (r2, r3) = (next_row::<AVX2>(d2)?, next_row::<AVX2>(d3)?);
-                        if row < skip {
-                            continue;
-                        }
-                        let at = (oy + row - skip) * row_stride + ox * c_n;
-                        let dst = &mut out[at..at + cols.len() * c_n];
-                        let c = cols.clone();
-                        match c_n {
-                            1 => copy_row(dst, &r0[c]),
-                            3 => interleave3::<AVX2>(dst, &r0[c.clone()], &r1[c.clone()], &r2[c]),
-                            _ => interleave4::<AVX2>(
-                                dst,
-                                &r0[c.clone()],
-                                &r1[c.clone()],
-                                &r2[c.clone()],
-                                &r3[c],
-                            ),
-                        }
-                    }
-                    if rows == r.h as usize {
-                        decs.iter().flatten().try_for_each(RowDecoder::finish)?;
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The next row of a channel's decoder, or nothing for a channel the image does not have.
-#[inline(always)]
-fn next_row<'s, const AVX2: bool>(d: &'s mut Option<RowDecoder<'_>>) -> Result<&'s [u8], Error> {
-    match d {
-        Some(d) => d.next_row_with::<AVX2>(),
-        None => Ok(&[]),
-    }
-}
-
-impl<'a> L3File<'a> {
-    /// Decodes only `region` into `out` at `layout`'s strides, touching only the patches under it. The
-    /// pixels equal the same rectangle of a whole-image decode.
-    pub fn decode_region(
-        &self,
-        region: Rect,
-        out: &mut [u8],
-        layout: PixelLayout,
-    ) -> Result<(), Error> {
-        check_region(&self.geometry, region, out, layout)?;
-        if let Some(v) = self.v2() {
-            return v.region(region, out, layout);
-        }
-        decode(&self.geometry, region, out, layout, |ch, p| {
-            Ok(self.patch_bytes(ch, p))
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode;
-
-    /// Random regions of random images, written at padded strides into the middle of a larger buffer: the
-    /// region decoder (dispatched, and the portable copy) must write exactly the whole decode's pixels there
-    /// and nothing anywhere else.
-    #[test]
-    fn regions_match_whole_decode_at_any_strides() {
-        let mut s = 0x2545_f491u64;
-        let mut rnd = |n: u32| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % u64::from(n.max(1))) as u32
-        };
-        for case in 0..60 {
-            let (w, h) = (1 + rnd(300), 1 + rnd(200));
-            let c = [1u8, 3, 4][case % 3];
-            let n = [1u8, 7, 32, 64, 255][case % 5];
-            let px: Vec<u8> = (0..w * h * c as u32)
-                .map(|i| ((i % (w * c as u32)) / 3 + i / (w * c as u32)) as u8 ^ rnd(8) as u8)
-                .collect();
-            let file = encode(&px, w, h, c, n).unwrap();
-            let f = L3File::parse(&file).unwrap();
-            let rx = rnd(w);
-            let ry = rnd(h);
-            let region = Rect::new(rx, ry, 1 + rnd(w - rx), 1 + rnd(h - ry));
-            for planar in [false, true] {
-                let (pad_row, pad_plane, lead) =
-                    (rnd(9) as usize, rnd(50) as usize, rnd(20) as usize);
-                let (rw, rh, cn) = (region.w as usize, region.h as usize, c as usize);
-                let layout = if planar {
-                    PixelLayout::Planar {
-                        row_stride: rw + pad_row,
-                        plane_stride: (rh - 1) * (rw + pad_row) + rw + pad_plane,
-                    }
-                } else {
-                    PixelLayout::Interleaved {
-                        row_stride: rw * cn + pad_row,
-                    }
-                };
-                let len = lead + layout.required_len(region.w, region.h, c).unwrap() + 7;
-                let mut got = vec![0xA5u8; len];
-                f.decode_region(region, &mut got[lead..], layout).unwrap();
-                let mut portable = vec![0xA5u8; len];
-                decode_with::<false, _>(
-                    &f.geometry,
-                    region,
-                    &mut portable[lead..],
-                    layout,
-                    |ch, p| Ok(f.patch_bytes(ch, p)),
-                )
-                .unwrap();
-                assert_eq!(got, portable, "case {case}");
-                let mut want = vec![0xA5u8; len];
-                for y in 0..rh {
-                    for x in 0..rw {
-                        for ch in 0..cn {
-                            let v =
-                                px[((region.y as usize + y) * w as usize + region.x as usize + x)
-                                    * cn
-                                    + ch];
-                            let at = match layout {
-                                PixelLayout::Interleaved { row_stride } => {
-                                    y * row_stride + x * cn + ch
-                                }
-                                PixelLayout::Planar {
-                                    row_stride,
-                                    plane_stride,
-                                } => ch * plane_stride + y * row_stride + x,
-                            };
-                            want[lead + at] = v;
-                        }
-                    }
-                }
-                assert_eq!(
-                    got, want,
-                    "case {case}: {w}x{h}x{c} N={n} {region} planar={planar}"
-                );
-            }
-        }
-    }
+    use crate::{L3File, encode};
 
     #[test]
     fn bad_regions_and_buffers_are_errors() {

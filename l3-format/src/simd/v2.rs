@@ -3,7 +3,7 @@
 
 //! AVX2 kernels of the v2 decoder, each tested against the portable code in `crate::v2`:
 //!
-//! - [`decode_chunk_avx2`]: the 32-lane rANS decoder of a patch chunk in the manner of htscodecs'
+//! - [`decode_chunks_avx2`]: the 32-lane rANS decoder of a patch chunk in the manner of htscodecs'
 //!   `rANS_static32x16pr_avx2`: the 32 lane states live in four 8-lane registers; a step computes the 32
 //!   contexts at once from the previous row's codes (and plane 0's), gathers each lane's symbol and
 //!   (frequency, cumulative frequency), updates the states, and refills the lanes that fell below 2^16 from
@@ -19,7 +19,9 @@
 //! index is bounded by the table sizes checked on entry.
 
 use crate::error::{Error, PatchId};
+use crate::simd::interleave::RGB_MASKS;
 use crate::v2::ans::{self, LANES, PROB_BITS, STATE_BYTES, Store, Tables};
+use crate::v2::bits::window;
 use crate::v2::front::{ROW, RUN, runs};
 use std::arch::x86_64::*;
 
@@ -179,7 +181,7 @@ pub(crate) unsafe fn widths_avx2(
         );
         while esc != 0 {
             let g = esc.trailing_zeros() as usize;
-            let w = (crate::v2::bp::window(rest, bit) & 15) as u8;
+            let w = (window(rest, bit) & 15) as u8;
             if w > 8 {
                 return Err((g, i32::from(w)));
             }
@@ -762,7 +764,7 @@ pub(crate) unsafe fn emit_rgb_avx2(dst: &mut [u8], g: &[u8], p1: &[u8], p2: &[u8
     // SAFETY (whole body): AVX2 intrinsics; loads through `load32` (bounds-checked), stores into
     // bounds-checked 16-byte slices of `dst` or of the local `tail`.
     unsafe {
-        let m = crate::simd::RGB_MASKS.map(|plane| plane.map(|b| bytes16(&b)));
+        let m = RGB_MASKS.map(|plane| plane.map(|b| bytes16(&b)));
         let dst = &mut dst[..3 * n];
         let mut tail = [0u8; 96];
         for k in 0..n.div_ceil(32) {
@@ -1003,7 +1005,7 @@ mod tests {
                     let mut err = None;
                     while esc != 0 && err.is_none() {
                         let g = esc.trailing_zeros() as usize;
-                        let w = (crate::v2::bp::window(&rest, bit) & 15) as u8;
+                        let w = (window(&rest, bit) & 15) as u8;
                         if w > 8 {
                             err = Some((g, i32::from(w)));
                         }

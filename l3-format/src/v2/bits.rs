@@ -128,6 +128,36 @@ impl<'a> BitReader<'a> {
     }
 }
 
+/// 64 bits of `data` starting at bit `bit` (zeros past its end).
+#[inline(always)]
+pub(crate) fn window(data: &[u8], bit: usize) -> u64 {
+    let at = bit / 8;
+    let sh = (bit % 8) as u32;
+    let (lo, hi) = match data.get(at..at + 9) {
+        Some(b) => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[..8]);
+            (u64::from_le_bytes(w), b[8])
+        }
+        None => window_tail(data, at),
+    };
+    // Two shifts so that sh = 0 does not shift by 64.
+    (lo >> sh) | ((u64::from(hi) << 1) << (63 - sh))
+}
+
+/// The slow path of [`window`] within 9 bytes of the end.
+#[cold]
+#[inline(never)]
+fn window_tail(data: &[u8], at: usize) -> (u64, u8) {
+    let mut b = [0u8; 9];
+    let rest = data.get(at..).unwrap_or(&[]);
+    let n = rest.len().min(9);
+    b[..n].copy_from_slice(&rest[..n]);
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    (u64::from_le_bytes(w), b[8])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

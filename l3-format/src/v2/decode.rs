@@ -7,11 +7,16 @@
 //! region are not reconstructed; rows above it are (each row predicts from the one above) but not written.
 
 use super::ans::{self, AnsTables, Store};
+use super::bits::window;
 use super::bp::{BpRows, GROUP, MAX_GROUPS};
-use super::front::ROW;
-use super::{Layout, Profile};
+use super::container::{Layout, entry_range, tables_end};
+use super::front::{ROW, reconstruct_row};
 use crate::error::{Error, PatchId};
-use crate::file::{Geometry, Rect};
+use crate::format::{HEADER_LEN, Profile};
+use crate::geometry::Geometry;
+use crate::interleave::{interleave3, interleave4};
+use crate::pixel_layout::PixelLayout;
+use vocab::Rect;
 
 /// The ANS decode table built once per decode call (see [`AnsTables::decode_table`]): one `u32` per
 /// (context, slot >> k) giving symbol, frequency and the slot's offset in one load. At full resolution
@@ -52,7 +57,7 @@ thread_local! {
 }
 
 /// Runs `f` with decode tables for `t` (none for BP), built in this thread's reusable buffers.
-pub(crate) fn with_prepared<R>(t: Option<&AnsTables>, f: impl FnOnce(Option<&Prepared>) -> R) -> R {
+fn with_prepared<R>(t: Option<&AnsTables>, f: impl FnOnce(Option<&Prepared>) -> R) -> R {
     let Some(t) = t else { return f(None) };
     PREPARED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut slot) => {
@@ -272,7 +277,7 @@ fn bp_row<const AVX2: bool>(
         // Near the end of the entry: 64-bit windows read with bounds checks.
         // Each group's first bit: a prefix sum of 8·nbit (only the last group may be shorter), computed
         // apart so that the loads below do not wait on each other.
-        let mut offs = [0usize; super::bp::MAX_GROUPS];
+        let mut offs = [0usize; MAX_GROUPS];
         let mut bit = h.delta_bit;
         for (o, &nb) in offs[..ng].iter_mut().zip(&h.nbit[..ng]) {
             *o = bit;
@@ -283,7 +288,7 @@ fn bp_row<const AVX2: bool>(
             .zip(&offs[..ng])
             .zip(&h.nbit[..ng])
         {
-            let v = super::bp::window(data, o);
+            let v = window(data, o);
             // SAFETY: BMI2 is part of the run-time check that makes `AVX2` true.
             let bytes = unsafe { crate::simd::v2::spread_bits(v, nb, pdep) };
             zg.copy_from_slice(&bytes.to_le_bytes());
@@ -404,7 +409,7 @@ fn reconstruct<const AVX2: bool>(
         unsafe { crate::simd::v2::reconstruct_row_avx2(prev, z, sels, pw, first, cur) };
         return;
     }
-    super::front::reconstruct_row(prev, z, sels, pw, first, cur)
+    reconstruct_row(prev, z, sels, pw, first, cur)
 }
 
 /// Writes row `row` of the patch (the `cur` rolling rows of every plane) at its place: inverse colour
@@ -433,7 +438,7 @@ fn emit<const AVX2: bool>(
                 3 => rgb::<AVX2>(dst, wide(0), wide(1), wide(2), n),
                 _ => {
                     let (rr, bb) = colour(wide(0), wide(1), wide(2), n);
-                    crate::decode::interleave4::<AVX2>(dst, &rr[..n], p(0), &bb[..n], p(3))
+                    interleave4::<AVX2>(dst, &rr[..n], p(0), &bb[..n], p(3))
                 }
             }
         }
@@ -483,7 +488,7 @@ fn rgb<const AVX2: bool>(dst: &mut [u8], g: &[u8], p1: &[u8], p2: &[u8], n: usiz
         return;
     }
     let (rr, bb) = colour(g, p1, p2, n);
-    crate::decode::interleave3::<AVX2>(dst, &rr[..n], &g[..n], &bb[..n]);
+    interleave3::<AVX2>(dst, &rr[..n], &g[..n], &bb[..n]);
 }
 
 /// Splits a planar buffer into its `c` planes (`plane_stride` apart; the last one runs to the end).
@@ -503,13 +508,13 @@ pub(crate) fn split_planes(buf: &mut [u8], c: usize, plane_stride: usize) -> Vec
 }
 
 /// The [`Out`] of a caller's buffer at `layout`'s strides.
-pub(crate) fn out_for(out: &mut [u8], layout: crate::PixelLayout, channels: u8) -> Out<'_> {
+fn out_for(out: &mut [u8], layout: PixelLayout, channels: u8) -> Out<'_> {
     match layout {
-        crate::PixelLayout::Interleaved { row_stride } => Out::Interleaved {
+        PixelLayout::Interleaved { row_stride } => Out::Interleaved {
             buf: out,
             row_stride,
         },
-        crate::PixelLayout::Planar {
+        PixelLayout::Planar {
             row_stride,
             plane_stride,
         } => Out::Planar {
@@ -519,9 +524,27 @@ pub(crate) fn out_for(out: &mut [u8], layout: crate::PixelLayout, channels: u8) 
     }
 }
 
+/// Decodes `region` (checked by the caller) of a `profile` file of geometry `g` into `out` at `layout`'s
+/// strides: `tables` are the file's ANS tables (`None` for BP), `entry(i)` gives the bytes of offset-table
+/// entry i (from the file in memory, or from the ranges read for an index).
+pub(crate) fn region<'d>(
+    g: &Geometry,
+    profile: Profile,
+    tables: Option<&AnsTables>,
+    region: Rect,
+    out: &mut [u8],
+    layout: PixelLayout,
+    entry: &dyn Fn(usize) -> Result<&'d [u8], Error>,
+) -> Result<(), Error> {
+    let mut o = out_for(out, layout, g.channels);
+    with_prepared(tables, |prep| {
+        decode_region_dispatch(g, profile, prep, region, &mut o, entry)
+    })
+}
+
 /// Decodes `region` with the widest vector unit the CPU has.
 #[allow(unsafe_code)]
-pub(crate) fn decode_region_dispatch<'d>(
+fn decode_region_dispatch<'d>(
     g: &Geometry,
     profile: Profile,
     prep: Option<&Prepared>,
@@ -609,7 +632,7 @@ impl<'a> V2<'a> {
         match self.l.profile {
             Profile::Bp => None,
             Profile::Ans => Some(
-                super::tables_end(&self.g, &self.bytes[crate::HEADER_LEN..self.l.offsets_at])
+                tables_end(&self.g, &self.bytes[HEADER_LEN..self.l.offsets_at])
                     .ok()?
                     .0,
             ),
@@ -621,23 +644,9 @@ impl<'a> V2<'a> {
         self.tables().map(|t| Prepared::new(&t))
     }
 
-    fn entry(&self, i: usize) -> Result<&'a [u8], Error> {
-        Ok(&self.bytes[super::entry_range(&self.l, self.bytes, i)])
-    }
-
-    /// Decodes `region` (checked by the caller) into `out` at `layout`.
-    pub(crate) fn region(
-        &self,
-        region: Rect,
-        out: &mut [u8],
-        layout: crate::PixelLayout,
-    ) -> Result<(), Error> {
-        let mut o = out_for(out, layout, self.g.channels);
-        with_prepared(self.tables().as_ref(), |prep| {
-            decode_region_dispatch(&self.g, self.l.profile, prep, region, &mut o, &|i| {
-                self.entry(i)
-            })
-        })
+    /// The bytes of offset-table entry `i`.
+    pub(crate) fn entry(&self, i: usize) -> &'a [u8] {
+        &self.bytes[entry_range(&self.l, self.bytes, i)]
     }
 
     /// Decodes the whole image, HWC (`planar = false`) or CHW, with bands of patch rows spread over
@@ -665,7 +674,7 @@ impl<'a> V2<'a> {
         let band = |py: usize| Rect::new(0, (py * n) as u32, w as u32, n.min(h - py * n) as u32);
         let run = |py: usize, mut o: Out<'_>| {
             decode_region_dispatch(g, self.l.profile, prep, band(py), &mut o, &|i| {
-                self.entry(i)
+                Ok(self.entry(i))
             })
         };
         if !planar {
@@ -762,7 +771,7 @@ mod tests {
                     region,
                     &mut out_for(&mut out, layout, c),
                     &mut work,
-                    &|i| Ok(&v.bytes[super::super::entry_range(&v.l, v.bytes, i)]),
+                    &|i| Ok(v.entry(i)),
                 )
                 .unwrap();
                 assert!(out == px, "portable {profile} {w}x{h}x{c}");
@@ -785,7 +794,7 @@ mod tests {
                     region,
                     &mut out_for(&mut b, layout, c),
                     &mut work,
-                    &|i| Ok(&v.bytes[super::super::entry_range(&v.l, v.bytes, i)]),
+                    &|i| Ok(v.entry(i)),
                 );
                 assert_eq!(ra, rb, "{profile} {w}x{h}x{c}");
                 if ra.is_ok() {

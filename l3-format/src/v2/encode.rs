@@ -6,10 +6,11 @@ use super::ans::{
     residual_context, selector_context,
 };
 use super::bp::{self, MAX_GROUPS};
+use super::container::CRC_LEN;
 use super::front::{Cost, RUN, candidates, choose, runs, zigzag};
-use super::{CRC_LEN, Profile};
+use crate::crc32c::crc32c;
 use crate::error::Error;
-use crate::{HEADER_LEN, MAGIC};
+use crate::format::{HEADER_LEN, MAGIC, Profile};
 
 /// How the v2 encoder makes the choices the format leaves free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -374,7 +375,7 @@ pub(crate) fn encode(
         }
     }
     debug_assert_eq!(out.len(), total - CRC_LEN);
-    let crc = crate::crc32c::crc32c(&out);
+    let crc = crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)
 }

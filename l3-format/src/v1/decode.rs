@@ -1,10 +1,12 @@
-//! Decoding: one patch row by row ([`RowDecoder`]), one patch into a strided buffer ([`decode_patch`]),
-//! and whole images into HWC or CHW buffers on one or many threads.
+//! Version-1 decoding: one patch row by row ([`RowDecoder`]), one patch into a strided buffer
+//! ([`decode_patch`]), and whole images ([`V1::whole`]) into HWC or CHW buffers, a band of patch rows at a
+//! time, on one or many threads.
 
+use super::container::V1;
+use super::kernel::{PAD, SCRATCH, decode_row, window};
+use super::row::{MAX_W, read_header, row_len};
 use crate::error::{Error, PatchId};
-use crate::file::L3File;
-use crate::kernel::{PAD, SCRATCH, decode_row, window};
-use crate::row::{MAX_W, read_header, row_len};
+use crate::interleave::{copy_row, interleave3, interleave4};
 
 /// Decodes the rows of one patch in order, keeping only the previous row (on the stack: no allocation).
 pub(crate) struct RowDecoder<'a> {
@@ -81,7 +83,7 @@ impl<'a> RowDecoder<'a> {
         if AVX2 {
             // SAFETY: `AVX2` is true only after the run-time AVX2 check (see above). Row 0 needs no
             // special case there: `prev` is still the all-zero buffer, which predicts 0 everywhere.
-            unsafe { crate::simd::decode_row_avx2(src, nbit, base, w, prev, cur) };
+            unsafe { crate::simd::v1::decode_row_avx2(src, nbit, base, w, prev, cur) };
         } else {
             decode_row(src, nbit, base, w, self.row == 0, prev, cur);
         }
@@ -116,30 +118,10 @@ impl<'a> RowDecoder<'a> {
     }
 }
 
-/// Copies a short row with inline 16-byte moves (the last one overlapping) rather than a `memcpy` call,
-/// whose fixed cost dominates at patch widths of 32 to 128.
-#[inline(always)]
-pub(crate) fn copy_row(dst: &mut [u8], src: &[u8]) {
-    let n = dst.len().min(src.len());
-    if n < 16 {
-        for (d, s) in dst[..n].iter_mut().zip(&src[..n]) {
-            *d = *s;
-        }
-        return;
-    }
-    let mut i = 0;
-    while i + 16 <= n {
-        dst[i..i + 16].copy_from_slice(&src[i..i + 16]);
-        i += 16;
-    }
-    if i < n {
-        dst[n - 16..n].copy_from_slice(&src[n - 16..n]);
-    }
-}
-
 /// Decodes ONE version-1 patch of ONE channel from its bytes alone into `out`: row `r` lands at
 /// `out[r*stride .. r*stride + w]`. Patches are independent, so this is all a GPU decoder's output needs
-/// to be compared with. (A version-2 patch decodes with [`L3File::decode_region`] over its rectangle.)
+/// to be compared with. (A version-2 patch decodes with
+/// [`L3File::decode_region`](crate::L3File::decode_region) over its rectangle.)
 pub fn decode_patch(
     data: &[u8],
     w: usize,
@@ -176,67 +158,35 @@ fn decode_patch_into(
     dec.finish()
 }
 
-impl<'a> L3File<'a> {
-    fn check_out(&self, out: &[u8]) -> Result<(), Error> {
-        if out.len() != self.decoded_len() {
-            return Err(Error::BufferSize {
-                expected: self.decoded_len(),
-                got: out.len(),
+impl<'a> V1<'a> {
+    /// Decodes the whole image into `out` (exactly width × height × channels bytes), HWC (`planar = false`)
+    /// or CHW, with bands of patch rows spread over `threads` threads (1 = this thread only, 0 = every
+    /// core).
+    pub(crate) fn whole(&self, out: &mut [u8], planar: bool, threads: usize) -> Result<(), Error> {
+        let g = &self.g;
+        if !planar {
+            let band = self.band_len_hwc();
+            if threads == 1 {
+                for (py, chunk) in out.chunks_mut(band).enumerate() {
+                    self.decode_band_hwc(py, chunk)?;
+                }
+                return Ok(());
+            }
+            let tasks = out.chunks_mut(band).enumerate();
+            return stdx::parallel::for_each(tasks, threads, |(py, chunk)| {
+                self.decode_band_hwc(py, chunk)
             });
         }
-        Ok(())
-    }
-
-    /// Decodes into `out` (exactly `decoded_len()` bytes) as interleaved rows: `out[(y*W + x)*C + c]`.
-    pub fn decode_hwc(&self, out: &mut [u8]) -> Result<(), Error> {
-        self.check_out(out)?;
-        if let Some(v) = self.v2() {
-            return v.whole(out, false, 1);
-        }
-        let band = self.band_len_hwc();
-        for (py, chunk) in out.chunks_mut(band).enumerate() {
-            self.decode_band_hwc(py, chunk)?;
-        }
-        Ok(())
-    }
-
-    /// Decodes into `out` (exactly `decoded_len()` bytes) as planes: `out[(c*H + y)*W + x]`.
-    pub fn decode_chw(&self, out: &mut [u8]) -> Result<(), Error> {
-        self.check_out(out)?;
-        if let Some(v) = self.v2() {
-            return v.whole(out, true, 1);
-        }
-        let plane = self.width() as usize * self.height() as usize;
+        let plane = g.width as usize * g.height as usize;
         let band = self.band_len_plane();
-        for (ch, p) in out.chunks_mut(plane).enumerate() {
-            for (py, chunk) in p.chunks_mut(band).enumerate() {
-                self.decode_band_plane(ch, py, chunk)?;
+        if threads == 1 {
+            for (ch, p) in out.chunks_mut(plane).enumerate() {
+                for (py, chunk) in p.chunks_mut(band).enumerate() {
+                    self.decode_band_plane(ch, py, chunk)?;
+                }
             }
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// [`decode_hwc`](Self::decode_hwc) with rows of patches spread over `threads` threads (0 = every core).
-    pub fn decode_hwc_parallel(&self, out: &mut [u8], threads: usize) -> Result<(), Error> {
-        self.check_out(out)?;
-        if let Some(v) = self.v2() {
-            return v.whole(out, false, threads);
-        }
-        let band = self.band_len_hwc();
-        let tasks = out.chunks_mut(band).enumerate();
-        stdx::parallel::for_each(tasks, threads, |(py, chunk)| {
-            self.decode_band_hwc(py, chunk)
-        })
-    }
-
-    /// [`decode_chw`](Self::decode_chw) with (channel, row of patches) bands spread over `threads` threads.
-    pub fn decode_chw_parallel(&self, out: &mut [u8], threads: usize) -> Result<(), Error> {
-        self.check_out(out)?;
-        if let Some(v) = self.v2() {
-            return v.whole(out, true, threads);
-        }
-        let plane = self.width() as usize * self.height() as usize;
-        let band = self.band_len_plane();
         let tasks = out.chunks_mut(plane).enumerate().flat_map(|(ch, p)| {
             p.chunks_mut(band)
                 .enumerate()
@@ -248,22 +198,22 @@ impl<'a> L3File<'a> {
     }
 
     fn band_len_hwc(&self) -> usize {
-        self.patch_size() as usize * self.width() as usize * self.channels() as usize
+        self.g.patch_size as usize * self.g.width as usize * self.g.channels as usize
     }
 
     fn band_len_plane(&self) -> usize {
-        self.patch_size() as usize * self.width() as usize
+        self.g.patch_size as usize * self.g.width as usize
     }
 
     /// Decoders for patches `gx .. gx + g` of row `py` (slots past `g` hold inert placeholders).
     fn group_decoders(&self, ch: usize, py: usize, gx: usize, g: usize) -> [RowDecoder<'a>; GROUP] {
-        let px_n = self.patches_x() as usize;
+        let px_n = self.g.patches_x as usize;
         std::array::from_fn(|i| {
-            if i < g && ch < self.channels() as usize {
+            if i < g && ch < self.g.channels as usize {
                 let patch = py * px_n + gx + i;
-                let w = self.patch_rect(patch).w as usize;
+                let w = self.g.patch_rect(patch).w as usize;
                 RowDecoder::new(
-                    self.patch_bytes(ch, patch),
+                    self.patch(ch, patch),
                     w,
                     Some(PatchId { channel: ch, patch }),
                 )
@@ -274,7 +224,7 @@ impl<'a> L3File<'a> {
     }
 
     /// One row of patches of one channel into its band of a plane (stride = width).
-    /// Decodes one band with the widest vector unit the CPU has (see [`crate::simd`]).
+    /// Decodes one band with the widest vector unit the CPU has (see `crate::simd`).
     #[allow(unsafe_code)]
     fn decode_band_plane(&self, ch: usize, py: usize, band: &mut [u8]) -> Result<(), Error> {
         #[cfg(target_arch = "x86_64")]
@@ -315,9 +265,9 @@ impl<'a> L3File<'a> {
         py: usize,
         band: &mut [u8],
     ) -> Result<(), Error> {
-        let width = self.width() as usize;
-        let px_n = self.patches_x() as usize;
-        let n = self.patch_size() as usize;
+        let width = self.g.width as usize;
+        let px_n = self.g.patches_x as usize;
+        let n = self.g.patch_size as usize;
         let rows = band.len() / width;
         let mut gx = 0;
         while gx < px_n {
@@ -338,16 +288,16 @@ impl<'a> L3File<'a> {
 
     /// One row of patches, all channels in lockstep, interleaved into its band of the HWC image. `AVX2` is
     /// true only in the copy compiled inside [`Self::band_hwc_avx2`], which may then use the shuffle
-    /// interleavers of [`crate::simd`].
+    /// interleavers of `crate::simd`.
     #[inline(always)]
     fn band_hwc<const AVX2: bool>(&self, py: usize, band: &mut [u8]) -> Result<(), Error> {
-        let c_n = self.channels() as usize;
+        let c_n = self.g.channels as usize;
         if c_n == 1 {
             return self.band_plane::<AVX2>(0, py, band);
         }
-        let stride = self.width() as usize * c_n;
-        let px_n = self.patches_x() as usize;
-        let n = self.patch_size() as usize;
+        let stride = self.g.width as usize * c_n;
+        let px_n = self.g.patches_x as usize;
+        let n = self.g.patch_size as usize;
         let rows = band.len() / stride;
         let mut gx = 0;
         while gx < px_n {
@@ -383,67 +333,6 @@ impl<'a> L3File<'a> {
     }
 }
 
-/// Interleaves three planes' rows into RGB triples: the `pshufb` kernel of [`crate::simd`] in the AVX2
-/// copies (`AVX2` is true only after the run-time check), the portable loop otherwise.
-#[inline(always)]
-#[allow(unsafe_code)]
-pub(crate) fn interleave3<const AVX2: bool>(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: AVX2 is true only in code compiled with AVX2 enabled, reached after the run-time check.
-        unsafe { crate::simd::interleave3_avx2(dst, r0, r1, r2) };
-        return;
-    }
-    interleave3_portable(dst, r0, r1, r2);
-}
-
-/// Interleaves four planes' rows into RGBA quadruples (see [`interleave3`]).
-#[inline(always)]
-#[allow(unsafe_code)]
-pub(crate) fn interleave4<const AVX2: bool>(
-    dst: &mut [u8],
-    r0: &[u8],
-    r1: &[u8],
-    r2: &[u8],
-    r3: &[u8],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 {
-        // SAFETY: as in `interleave3`.
-        unsafe { crate::simd::interleave4_avx2(dst, r0, r1, r2, r3) };
-        return;
-    }
-    for ((((p, &a), &b), &c), &e) in dst.chunks_exact_mut(4).zip(r0).zip(r1).zip(r2).zip(r3) {
-        p[0] = a;
-        p[1] = b;
-        p[2] = c;
-        p[3] = e;
-    }
-}
-
-/// Interleaves three planes' rows into RGB triples, 16 pixels at a time through a fixed-size block that
-/// LLVM turns into byte shuffles.
-#[inline(always)]
-fn interleave3_portable(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: &[u8]) {
-    let w = r0.len().min(r1.len()).min(r2.len()).min(dst.len() / 3);
-    let full = w / 16 * 16;
-    for k in (0..full).step_by(16) {
-        let (a, b, c) = (&r0[k..k + 16], &r1[k..k + 16], &r2[k..k + 16]);
-        let mut block = [0u8; 48];
-        for i in 0..16 {
-            block[3 * i] = a[i];
-            block[3 * i + 1] = b[i];
-            block[3 * i + 2] = c[i];
-        }
-        dst[3 * k..3 * k + 48].copy_from_slice(&block);
-    }
-    for i in full..w {
-        dst[3 * i] = r0[i];
-        dst[3 * i + 1] = r1[i];
-        dst[3 * i + 2] = r2[i];
-    }
-}
-
 /// Patches decoded side by side in one band: their rows are produced in lockstep so the output is written
 /// line after line, GROUP patches wide, instead of one narrow column at a time (a cache miss per row).
 const GROUP: usize = 8;
@@ -475,22 +364,23 @@ mod tests {
                 .collect();
             let file = encode(&px, w, h, c, n).expect("encode");
             let f = L3File::parse(&file).expect("parse");
+            let v = f.v1().expect("version 1");
             let mut hwc = vec![0u8; f.decoded_len()];
             f.decode_hwc(&mut hwc).expect("decode");
             assert_eq!(hwc, px, "{w}x{h}x{c} N={n}");
             let mut portable = vec![0u8; f.decoded_len()];
-            let band = f.band_len_hwc();
+            let band = v.band_len_hwc();
             for (py, chunk) in portable.chunks_mut(band).enumerate() {
-                f.band_hwc::<false>(py, chunk).expect("portable hwc");
+                v.band_hwc::<false>(py, chunk).expect("portable hwc");
             }
             assert_eq!(portable, px, "portable hwc {w}x{h}x{c} N={n}");
             let mut chw = vec![0u8; f.decoded_len()];
             f.decode_chw(&mut chw).expect("decode chw");
             let plane = (w * h) as usize;
-            let band = f.band_len_plane();
+            let band = v.band_len_plane();
             for (ch, p) in portable.chunks_mut(plane).enumerate() {
                 for (py, chunk) in p.chunks_mut(band).enumerate() {
-                    f.band_plane::<false>(ch, py, chunk).expect("portable chw");
+                    v.band_plane::<false>(ch, py, chunk).expect("portable chw");
                 }
             }
             assert_eq!(portable, chw, "portable chw {w}x{h}x{c} N={n}");

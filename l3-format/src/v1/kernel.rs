@@ -1,5 +1,5 @@
 //! The portable fused row decoder: unpack deltas, predict, add, in one pass over 16-pixel chunks (CPUs
-//! with AVX2 use `crate::simd::decode_row_avx2`, tested against this one).
+//! with AVX2 use `crate::simd::v1::decode_row_avx2`, tested against this one).
 //!
 //! Unpacking, prediction and the final add run in one loop so that nothing is written to memory and read
 //! back with a different width (which would stall store forwarding). Rows live in padded buffers with pixel
@@ -7,14 +7,14 @@
 //! columns, whose rules differ (SPEC §3.2), are then recomputed on their own. Lanes past the row width compute
 //! junk that is never read as a pixel.
 
-use crate::paeth::{interior, left_edge, right_edge};
-use crate::row::spread;
+use super::paeth::{interior, left_edge, right_edge};
+use super::row::spread;
 
 /// Length of a padded row buffer: guard byte, up to 255 pixels, and room for the last 16-lane chunk.
 pub(crate) const PAD: usize = 272;
 
 /// Bytes of a row's data the kernels may load (row header included): every 16-pixel chunk loads two groups
-/// of eight deltas, with a 9-byte window each here and a 16-byte one in the AVX2 kernel (`crate::simd`).
+/// of eight deltas, with a 9-byte window each here and a 16-byte one in the AVX2 kernel (`crate::simd::v1`).
 #[inline(always)]
 pub(crate) const fn window(w: usize, nbit: usize) -> usize {
     1 + 2 * w.div_ceil(16) * nbit + 16

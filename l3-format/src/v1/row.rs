@@ -137,7 +137,7 @@ pub(crate) fn read_header(data: &[u8]) -> (u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{PAD, SCRATCH, decode_row};
+    use crate::v1::kernel::{PAD, SCRATCH, decode_row};
 
     #[test]
     fn header_and_bit_order_are_lsb_first() {

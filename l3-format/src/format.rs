@@ -1,0 +1,186 @@
+//! What a file is, in names and numbers: the magic, the versions, the header's size, the formats this
+//! crate writes ([`Format`]: version 1, or version 2 with a [`Profile`]) and their default patch sizes.
+//! Everything else in the crate builds on these.
+
+/// The four bytes every L3 file starts with.
+pub const MAGIC: [u8; 4] = *b"L3IM";
+/// The format version [`encode`](fn@crate::encode) and [`encode_parallel`](crate::encode_parallel) write (1).
+/// [`encode_with`](crate::encode_with) writes either version; [`L3File::version`](crate::L3File::version)
+/// tells a file's.
+pub const VERSION: u16 = 1;
+/// The newest format version this crate reads and writes.
+pub const VERSION_2: u16 = 2;
+/// The format written when the caller does not choose one
+/// ([`EncodeOptions::default`](crate::EncodeOptions::default), `l3 encode`, `l3 convert --to l3`). Still
+/// version 1: version 2 becomes the default once its profile ANS meets the targets it was designed for — at
+/// most 0.80× PNG's size *and* at least twice the `png` crate's single-threaded decode speed on the corpus —
+/// on the machines users train on, and its GPU decoder has run on a GPU. It is smaller than PNG everywhere,
+/// but decodes at 2.4× PNG's speed on one core of a Sapphire Rapids-class Xeon and at 1.15–1.44× on AMD
+/// Zen 1 and Zen 3 (README.md has the figures), and encodes 14× slower than version 1; so asking for it
+/// stays an explicit choice (`Format::V2(Profile::Ans)`, `l3 encode --format v2`).
+pub const DEFAULT_FORMAT: Format = Format::V1;
+/// Size in bytes of the fixed header that precedes the offset table.
+pub const HEADER_LEN: usize = 20;
+/// Largest patch side the format allows (the patch size is a `u8`).
+pub const MAX_PATCH_SIZE: u8 = 255;
+
+/// Default patch size N for an image of `width`×`height` pixels: 32 below 1080×720 pixels (the paper's
+/// rule), 64 above. The paper uses 128 above 1920×1080; on the corpus 64 stores 5.4 % less than 128 for
+/// about a fifth less decode speed, while 32 would save only 2.4 % more at another third less speed
+/// (measurements in SPEC.md, "Default patch size").
+pub fn default_patch_size(width: u32, height: u32) -> u8 {
+    let pixels = width as u64 * height as u64;
+    if pixels < 1080 * 720 { 32 } else { 64 }
+}
+
+/// The entropy back end of a version-2 file (header byte 17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// 0: bit-packed groups of eight residuals, no tables (the table-free fallback).
+    Bp,
+    /// 1: static context rANS with 32 interleaved lanes per patch (the smaller files).
+    Ans,
+}
+
+impl Profile {
+    /// The header byte.
+    pub fn byte(self) -> u8 {
+        match self {
+            Profile::Bp => 0,
+            Profile::Ans => 1,
+        }
+    }
+
+    pub fn from_byte(b: u8) -> Option<Profile> {
+        match b {
+            0 => Some(Profile::Bp),
+            1 => Some(Profile::Ans),
+            _ => None,
+        }
+    }
+
+    /// `"bp"` or `"ans"`, as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Bp => "bp",
+            Profile::Ans => "ans",
+        }
+    }
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Profile::Bp => "BP",
+            Profile::Ans => "ANS",
+        })
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "bp" => Ok(Profile::Bp),
+            "ans" => Ok(Profile::Ans),
+            _ => Err(format!("unknown profile {s:?} (bp or ans)")),
+        }
+    }
+}
+
+/// A file format this crate writes: version 1, or version 2 with a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    V1,
+    V2(Profile),
+}
+
+impl Format {
+    /// The format a user's request names: a version (1 or 2) and/or a v2 profile. Nothing asked is
+    /// [`DEFAULT_FORMAT`]; a profile alone means version 2; version 2 alone means ANS (the smaller
+    /// profile). A profile with version 1, or another version, is refused with the reason.
+    pub fn resolve(version: Option<u16>, profile: Option<Profile>) -> Result<Format, String> {
+        match (version, profile) {
+            (None, None) => Ok(DEFAULT_FORMAT),
+            (Some(1), Some(_)) => {
+                Err("a profile applies to version 2 only; version 1 has one coding".to_string())
+            }
+            (Some(1), None) => Ok(Format::V1),
+            (None | Some(2), Some(p)) => Ok(Format::V2(p)),
+            (Some(2), None) => Ok(Format::V2(Profile::Ans)),
+            (Some(v), _) => Err(format!("format version {v}: this crate writes 1 or 2")),
+        }
+    }
+
+    /// The header's version field.
+    pub fn version(self) -> u16 {
+        match self {
+            Format::V1 => 1,
+            Format::V2(_) => 2,
+        }
+    }
+
+    /// The v2 profile, `None` for v1.
+    pub fn profile(self) -> Option<Profile> {
+        match self {
+            Format::V1 => None,
+            Format::V2(p) => Some(p),
+        }
+    }
+
+    /// The patch size used when none is given: [`default_patch_size`] for v1, 128 for v2 (the
+    /// design's recommendation; SPEC.md §2.9 has the measurements).
+    pub fn default_patch_size(self, width: u32, height: u32) -> u8 {
+        match self {
+            Format::V1 => default_patch_size(width, height),
+            Format::V2(_) => V2_DEFAULT_PATCH_SIZE,
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Format::V1 => f.write_str("v1"),
+            Format::V2(p) => write!(f, "v2-{p}"),
+        }
+    }
+}
+
+/// Default v2 patch size.
+pub const V2_DEFAULT_PATCH_SIZE: u8 = 128;
+
+/// Whether `n` is a valid v2 patch size: a non-zero multiple of 32 (so 32 ..= 224).
+pub fn valid_v2_patch_size(n: u8) -> bool {
+    n != 0 && n.is_multiple_of(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_resolve_to_formats_and_contradictions_are_refused() {
+        assert_eq!(Format::resolve(None, None), Ok(DEFAULT_FORMAT));
+        assert_eq!(Format::resolve(Some(1), None), Ok(Format::V1));
+        assert_eq!(Format::resolve(Some(2), None), Ok(Format::V2(Profile::Ans)));
+        assert_eq!(
+            Format::resolve(None, Some(Profile::Bp)),
+            Ok(Format::V2(Profile::Bp))
+        );
+        assert_eq!(
+            Format::resolve(Some(2), Some(Profile::Bp)),
+            Ok(Format::V2(Profile::Bp))
+        );
+        assert!(
+            Format::resolve(Some(1), Some(Profile::Ans))
+                .unwrap_err()
+                .contains("version 2 only")
+        );
+        assert!(
+            Format::resolve(Some(3), None)
+                .unwrap_err()
+                .contains("version 3")
+        );
+    }
+}
