@@ -203,6 +203,12 @@ enum Step {
 /// rank. Batches are a pure function of the options, the dataset and (epoch, batch), so
 /// ``state_dict()`` / ``load_state_dict()`` resume exactly, mid-epoch included.
 ///
+/// The keywords are the loader's one options model, shared with ``l3 stream`` (same names with ``-`` for
+/// ``_``, same defaults and values, the same words for a refused value); :func:`loader_options` lists them
+/// with their defaults. ``decode="whole"`` decodes whole images instead of only what each crop covers;
+/// ``shard_tail="drop"`` drops an epoch's uneven tail across ranks; ``pin_memory=True`` allocates host
+/// batches page-locked so that a copy to the GPU is asynchronous (it needs a CUDA driver).
+///
 /// ``rank`` / ``world_size`` default to ``torch.distributed``'s when it is initialised, else to the
 /// ``RANK`` / ``WORLD_SIZE`` environment variables, else 0 / 1: each rank reads its own shard, like
 /// ``DistributedSampler``.
