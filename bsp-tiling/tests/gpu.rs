@@ -6,7 +6,6 @@
 mod common;
 
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad};
-use bsp_tiling::bsp::run_exact;
 use bsp_tiling::metrics::compare;
 use bsp_tiling::{
     Budget, CudaBackend, Device, DeviceOptions, Error, Grid, Mode, Net, Options, OutputSink,
@@ -57,10 +56,10 @@ fn gpu_ops_match_cpu_backend() {
     };
     eprintln!("{}", gpu.name());
     let x = rnd_tensor(1, 3, 37, 41);
-    fn up_on(g: &CudaBackend, t: &Tensor) -> bsp_tiling::cuda::CudaTensor {
+    fn up_on(g: &CudaBackend, t: &Tensor) -> bsp_tiling::CudaTensor {
         g.upload(t.clone()).unwrap()
     }
-    fn down_on(g: &CudaBackend, b: bsp_tiling::cuda::CudaTensor) -> Tensor {
+    fn down_on(g: &CudaBackend, b: bsp_tiling::CudaTensor) -> Tensor {
         g.download(b).unwrap()
     }
     let up = |t: &Tensor| up_on(&gpu, t);

@@ -9,10 +9,10 @@
 //! Needs a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip. Where the test
 //! binary runs away from its sources, `BSP_TILING_DIR` points at the crate.
 
+use bsp_tiling::ChannelStats;
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad, host};
-use bsp_tiling::cuda::band_gemm;
-use bsp_tiling::device::stats_blocks;
-use bsp_tiling::stats::ChannelStats;
+use bsp_tiling::band_gemm;
+use bsp_tiling::stats_blocks;
 use bsp_tiling::{PaddingMode, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::Command;
