@@ -54,7 +54,7 @@ impl PinnedHost {
             len,
             ctx: ctx.clone(),
         };
-        if ptr.as_ptr() as usize % ALIGN != 0 {
+        if !(ptr.as_ptr() as usize).is_multiple_of(ALIGN) {
             // Dropping `buf` frees it.
             return Err(Error::Driver {
                 call: "cuMemHostAlloc",

@@ -58,5 +58,10 @@ pub use pinned::PinnedBatch;
 pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
 pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo};
 
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
 pub const KERNEL_SOURCE: &str = kernels::KERNEL_SRC;
