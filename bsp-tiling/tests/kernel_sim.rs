@@ -12,7 +12,7 @@
 
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad, host};
 use bsp_tiling::{ChannelStats, PaddingMode, Tensor, band_gemm, stats_blocks};
-use cuda_sim::{Flavour, Harness};
+use cuda_sim::{Flavour, Harness, harness_or_skip};
 use std::path::Path;
 
 /// The harness: the launch-file reader and the kernels, built once per flavour. No contraction of
@@ -23,19 +23,6 @@ static HARNESS: Harness = Harness::new(
     &[("kernels.cu", bsp_tiling::KERNEL_SOURCE)],
     &["-ffp-contract=off"],
 );
-
-macro_rules! harness_or_skip {
-    ($flavour:expr) => {
-        match HARNESS.get($flavour) {
-            Ok(p) => p,
-            Err(cuda_sim::Error::Unavailable(why)) => {
-                eprintln!("skipping: {why}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    };
-}
 
 /// A kernel argument.
 #[derive(Clone, Copy)]
@@ -560,18 +547,18 @@ fn check_all(exe: &Path) {
 
 #[test]
 fn sim_kernels_match_the_cpu_backend() {
-    let exe = harness_or_skip!(Flavour::Plain);
-    check_all(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    check_all(exe);
 }
 
 #[test]
 fn sim_kernels_under_address_and_ub_sanitizers() {
-    let exe = harness_or_skip!(Flavour::Asan);
-    check_all(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
+    check_all(exe);
 }
 
 #[test]
 fn sim_reduction_under_thread_sanitizer() {
-    let exe = harness_or_skip!(Flavour::Tsan);
-    check_stats_and_elementwise(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Tsan);
+    check_stats_and_elementwise(exe);
 }

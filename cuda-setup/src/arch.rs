@@ -13,6 +13,18 @@ pub struct Arch {
     pub minor: u32,
 }
 
+/// The architectures from Turing to Blackwell, which CUDA 13's NVRTC compiles for: where the toolkit's
+/// kernels must compile (each crate's NVRTC test checks them all).
+pub const EVERY_ARCH: [Arch; 7] = [
+    Arch::new(7, 5),
+    Arch::new(8, 0),
+    Arch::new(8, 6),
+    Arch::new(8, 9),
+    Arch::new(9, 0),
+    Arch::new(10, 0),
+    Arch::new(12, 0),
+];
+
 impl Arch {
     pub const fn new(major: u32, minor: u32) -> Arch {
         Arch { major, minor }

@@ -27,6 +27,12 @@ pub enum Error {
         arch: String,
         log: String,
     },
+    /// Writing compiled PTX out for inspection failed.
+    #[error("writing {}: {message}", .path.display())]
+    WritePtx {
+        path: std::path::PathBuf,
+        message: String,
+    },
 }
 
 impl Error {

@@ -7,7 +7,8 @@
 //!   initialisation failed, no such device, no NVRTC); [`Gpu`] describes it when it is.
 //! - [`device_count`], [`open`]: the devices, and a device's primary context (the one PyTorch, JAX and
 //!   CuPy use).
-//! - [`Arch`]: a device's compute capability, and the virtual architecture NVRTC compiles for.
+//! - [`Arch`]: a device's compute capability, and the virtual architecture NVRTC compiles for;
+//!   [`EVERY_ARCH`], Turing to Blackwell.
 //! - [`Program`]: CUDA C source compiled by NVRTC at most once per process and architecture, and loaded
 //!   into a context.
 //! - [`PinnedHost`]: page-locked host memory, for buffers the GPU copies by DMA.
@@ -22,7 +23,7 @@ mod library;
 mod pinned;
 mod program;
 
-pub use arch::Arch;
+pub use arch::{Arch, EVERY_ARCH};
 pub use cudarc;
 pub use device::{Gpu, device_count, open, probe};
 pub use error::{Error, describe};

@@ -6,6 +6,7 @@
 use crate::{Arch, Error, Library};
 use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// A CUDA C source embedded in a crate, its name in NVRTC's messages, its options, and the PTX compiled
@@ -76,6 +77,43 @@ impl Program {
         let ptx = self.compile(arch)?;
         cache.push((arch, ptx.clone()));
         Ok(ptx)
+    }
+
+    /// Compiles for each of `archs` (e.g. [`EVERY_ARCH`](crate::EVERY_ARCH)) and checks that every one of
+    /// `entries` is in each PTX ([`Error::Compile`] naming the first missing one): the check that the
+    /// kernels compile for every GPU they may run on, which needs libnvrtc but no GPU. With `ptx_dir`, each
+    /// PTX is also written there as `<name>_compute_XY.ptx`, for `ptxas -v`. Returns the PTX texts.
+    pub fn compile_every(
+        &self,
+        archs: &[Arch],
+        entries: &[&str],
+        ptx_dir: Option<&Path>,
+    ) -> Result<Vec<(Arch, String)>, Error> {
+        let stem = self.name.split('.').next().unwrap_or(self.name);
+        archs
+            .iter()
+            .map(|&arch| {
+                let src = self.compile(arch)?.to_src();
+                if let Some(entry) = entries
+                    .iter()
+                    .find(|e| !src.contains(&format!(".entry {e}(")))
+                {
+                    return Err(Error::Compile {
+                        program: self.name,
+                        arch: arch.virtual_arch(),
+                        log: format!("the PTX has no entry point {entry}"),
+                    });
+                }
+                if let Some(dir) = ptx_dir {
+                    let path = dir.join(format!("{stem}_{}.ptx", arch.virtual_arch()));
+                    std::fs::write(&path, &src).map_err(|e| Error::WritePtx {
+                        path,
+                        message: e.to_string(),
+                    })?;
+                }
+                Ok((arch, src))
+            })
+            .collect()
     }
 
     /// The program compiled for the context's device ([`Arch::of`], cached) and loaded into the context.
@@ -149,6 +187,14 @@ mod tests {
         assert_eq!(EMPTY.cache.lock().unwrap().len(), 1);
         EMPTY.ptx(Arch::new(8, 0)).unwrap();
         assert_eq!(EMPTY.cache.lock().unwrap().len(), 1);
+        let every = EMPTY
+            .compile_every(&crate::EVERY_ARCH, &["k"], None)
+            .unwrap();
+        assert_eq!(every.len(), crate::EVERY_ARCH.len());
+        match EMPTY.compile_every(&[Arch::new(9, 0)], &["k", "absent"], None) {
+            Err(Error::Compile { log, .. }) => assert!(log.contains("absent"), "{log}"),
+            other => panic!("{other:?}"),
+        }
         match BROKEN.compile(Arch::new(8, 0)) {
             Err(Error::Compile { program, arch, log }) => {
                 assert_eq!((program, arch.as_str()), ("broken.cu", "compute_80"));

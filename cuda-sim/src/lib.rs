@@ -23,6 +23,23 @@ mod run;
 pub use build::{Error, Flavour, Harness};
 pub use run::run;
 
+/// The harness `$harness` ([`Harness`]) built for `$flavour`, or — after printing why — `return` from the
+/// calling test when this machine cannot build it ([`Error::Unavailable`]); a compile error in the sources
+/// ([`Error::Source`]) fails the test.
+#[macro_export]
+macro_rules! harness_or_skip {
+    ($harness:expr, $flavour:expr) => {
+        match $harness.get($flavour) {
+            Ok(exe) => exe,
+            Err($crate::Error::Unavailable(why)) => {
+                eprintln!("skipping: {why}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+}
+
 /// `cpp/cuda_sim.h`: include it before the kernels.
 pub const SHIM: &str = include_str!("../cpp/cuda_sim.h");
 /// `cpp/cuda_sim_run.h`: include it after the kernels.

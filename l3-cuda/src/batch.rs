@@ -297,7 +297,8 @@ pub struct ResidentBatch {
 }
 
 impl ResidentBatch {
-    /// The plan of a whole-image batch ([`BatchDecoder::upload`]); `None` for a sample batch.
+    /// The plan of a whole-image batch ([`BatchDecoder::upload`](crate::BatchDecoder::upload)); `None`
+    /// for a sample batch.
     pub fn plan(&self) -> Option<&BatchPlan> {
         match &self.origin {
             Origin::Images(p) => Some(p),
@@ -305,7 +306,9 @@ impl ResidentBatch {
         }
     }
 
-    /// The plan of a sample batch ([`BatchDecoder::upload_samples`]); `None` for a whole-image batch.
+    /// The plan of a sample batch
+    /// ([`BatchDecoder::upload_samples`](crate::BatchDecoder::upload_samples)); `None` for a whole-image
+    /// batch.
     pub fn sample_plan(&self) -> Option<&SamplePlan> {
         match &self.origin {
             Origin::Samples(p) => Some(p),

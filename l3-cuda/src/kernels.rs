@@ -82,33 +82,20 @@ mod tests {
         Ok(PROGRAM.compile(Arch::new(major, minor))?)
     }
 
-    /// The real NVRTC compiles kernel.cu for every architecture CUDA 13 supports (runs wherever libnvrtc
-    /// loads, GPU or not; e.g. with the `nvidia-cuda-nvrtc` wheel's lib folder on LD_LIBRARY_PATH).
+    /// The real NVRTC compiles kernel.cu for every architecture CUDA 13 supports, with all six entry
+    /// points (runs wherever libnvrtc loads, GPU or not; e.g. with the `nvidia-cuda-nvrtc` wheel's lib
+    /// folder on LD_LIBRARY_PATH). `L3_PTX_DIR=dir` writes the PTX there, for `ptxas -v` (registers,
+    /// spills, shared memory) where a CUDA toolkit is at hand.
     #[test]
     fn nvrtc_compiles_kernels_for_every_arch() {
         if let Err(e) = cuda_setup::Library::Nvrtc.require() {
             eprintln!("skipping: {}", Error::from(e));
             return;
         }
-        for (major, minor) in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)] {
-            let arch = Arch::new(major, minor).virtual_arch();
-            let ptx = compile(major, minor).unwrap_or_else(|e| panic!("{e}"));
-            let src = ptx.to_src();
-            for entry in KERNEL_NAMES {
-                assert!(
-                    src.contains(&format!(".entry {entry}(")),
-                    "{arch}: no entry {entry}"
-                );
-            }
-            eprintln!("{arch}: {} bytes of PTX", src.len());
-            // For `ptxas -v` (registers, spills, shared memory) where a CUDA toolkit is at hand.
-            if let Some(dir) = std::env::var_os("L3_PTX_DIR") {
-                std::fs::write(
-                    std::path::Path::new(&dir).join(format!("l3_{arch}.ptx")),
-                    &src,
-                )
-                .unwrap();
-            }
+        let dir = std::env::var_os("L3_PTX_DIR").map(std::path::PathBuf::from);
+        let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
+        for (arch, src) in every.unwrap_or_else(|e| panic!("{e}")) {
+            eprintln!("{}: {} bytes of PTX", arch.virtual_arch(), src.len());
         }
     }
 

@@ -7,7 +7,8 @@ use cudarc::driver::{CudaContext, CudaEvent, PinnedHostSlice};
 use std::sync::Arc;
 
 /// Whole L3 files back to back in pinned host memory: what a loader reads files into so that they reach
-/// the GPU by DMA with no host copy ([`BatchDecoder::submit_pinned`]). Section 4.4's pinned staging.
+/// the GPU by DMA with no host copy
+/// ([`BatchDecoder::submit_pinned`](crate::BatchDecoder::submit_pinned)). Section 4.4's pinned staging.
 pub struct PinnedBatch {
     ctx: Arc<CudaContext>,
     buf: PinnedHostSlice<u8>,

@@ -833,35 +833,21 @@ mod tests {
         Ok(PROGRAM.compile(Arch::new(major, minor))?)
     }
 
-    /// The real NVRTC compiles kernels.cu for every architecture from Turing to Blackwell (runs wherever
-    /// libnvrtc loads, GPU or not: e.g. with the nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH).
-    /// `BSP_PTX_DIR=dir` writes the PTX there, for `ptxas -arch=sm_90 -v`.
+    /// The real NVRTC compiles kernels.cu for every architecture from Turing to Blackwell, with every
+    /// entry point and no fused multiply-add (runs wherever libnvrtc loads, GPU or not: e.g. with the
+    /// nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH). `BSP_PTX_DIR=dir` writes the PTX there,
+    /// for `ptxas -arch=sm_90 -v`.
     #[test]
     fn nvrtc_compiles_kernels_for_every_arch() {
         if let Err(e) = Library::Nvrtc.require() {
             eprintln!("skipping: {}", Error::from(e));
             return;
         }
-        for (major, minor) in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)] {
-            let arch = Arch::new(major, minor).virtual_arch();
-            let ptx = compile(major, minor).unwrap_or_else(|e| panic!("{e}"));
-            let src = ptx.to_src();
-            for entry in KERNEL_NAMES {
-                assert!(
-                    src.contains(&format!(".entry {entry}(")),
-                    "{arch}: no entry {entry}"
-                );
-            }
+        let dir = std::env::var_os("BSP_PTX_DIR").map(std::path::PathBuf::from);
+        let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
+        for (arch, src) in every.unwrap_or_else(|e| panic!("{e}")) {
             // --fmad=false: no fused multiply-add anywhere (the CPU backend rounds x·a and + b apart).
             assert!(!src.contains("fma.rn.f32"), "{arch}: fused multiply-add");
-            eprintln!("{arch}: {} bytes of PTX", src.len());
-            if let Some(dir) = std::env::var_os("BSP_PTX_DIR") {
-                std::fs::write(
-                    std::path::Path::new(&dir).join(format!("bsp_{arch}.ptx")),
-                    &src,
-                )
-                .unwrap();
-            }
         }
     }
 
