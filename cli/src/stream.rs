@@ -3,7 +3,9 @@
 //! and supply its bytes.
 use anyhow::{Context, bail};
 use loader::clap_values::Choice;
-use loader::{Crop, DType, Device, Loader, LoaderState, Normalize, PerChannel, Settings, open_dataset};
+use loader::{
+    Crop, DType, Device, Loader, LoaderState, Normalize, PerChannel, Settings, open_dataset,
+};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
