@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::field::{Input, OutputSink, gather};
-use crate::grid::Grid;
+use crate::grid::{Grid, stage_grids};
 use crate::model::{Net, NetStats, Plan};
 use crate::place::{self, Placement};
 use crate::stats::merge_all;
@@ -57,47 +57,6 @@ pub fn superstep<R: Send>(
 ) -> Result<Vec<R>> {
     let tiles: Vec<usize> = (0..n).collect();
     stdx::parallel::map(&tiles, workers.clamp(1, n.max(1)), |_, &t| f(t))
-}
-
-/// Checks that every tile, at every resolution, is at least as wide as the halo the next convolution
-/// reads, so that halos come from the immediate neighbours (and the reflection of a tile never needs
-/// more than the image has). Returns the per-stage grids.
-pub fn stage_grids(net: &Net, plan: &Plan, grid: &Grid) -> Result<Vec<Grid>> {
-    let mut grids = vec![];
-    let mut in_grid = grid.clone();
-    let mut in_div = 1;
-    for (i, s) in net.stages.iter().enumerate() {
-        let (ay, ax) = plan.axes[i];
-        let halo = ay.halo().max(ax.halo());
-        let min_tile = in_grid
-            .rows
-            .windows(2)
-            .chain(in_grid.cols.windows(2))
-            .map(|p| p[1] - p[0])
-            .min()
-            .unwrap_or(0);
-        if min_tile < halo {
-            let min = (0..net.stages.len())
-                .map(|j| {
-                    plan.axes[j].0.halo().max(plan.axes[j].1.halo())
-                        * if j == 0 { 1 } else { plan.div[j - 1] }
-                })
-                .max()
-                .unwrap_or(1);
-            return Err(Error::TileSmallerThanHalo {
-                tile: min_tile * in_div,
-                layer: s.name.clone(),
-                halo: halo * in_div,
-                min,
-            });
-        }
-        let (_, h, w) = plan.out[i];
-        let g = grid.at_level(plan.div[i], h, w)?;
-        in_grid = g.clone();
-        in_div = plan.div[i];
-        grids.push(g);
-    }
-    Ok(grids)
 }
 
 /// The most activation bytes alive at once in host memory: a stage's input, its output and pending
@@ -162,14 +121,6 @@ pub fn check_host_budget(
         });
     }
     Ok(needed)
-}
-
-/// Every stage's weights, prepared by the backend.
-pub fn load_weights<B: Backend>(backend: &B, net: &Net) -> Result<Vec<B::Weights>> {
-    net.stages
-        .iter()
-        .map(|s| backend.weights(&s.conv))
-        .collect()
 }
 
 /// Where one stage's output lives during the run.
@@ -259,7 +210,7 @@ pub fn run_exact<B: Backend>(
     let workers = backend.concurrency(threads).min(n);
     let placement = place::plan_exact(backend, net, &plan, &grids, workers)?;
     let host_peak = check_host_budget(net, &plan, &grids, &placement, budget)?;
-    let weights = load_weights(backend, net)?;
+    let weights = net.load_weights(backend)?;
     let ram_used = Arc::new(AtomicU64::new(0));
     let inner = inner_threads(threads, workers);
     let mut layers: Vec<Option<Store<B>>> = (0..net.stages.len()).map(|_| None).collect();

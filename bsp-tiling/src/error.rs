@@ -113,3 +113,28 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The CUDA setup's reasons in this crate's words (the `--device cuda: ...` texts above).
+impl From<cuda_setup::Error> for Error {
+    fn from(e: cuda_setup::Error) -> Error {
+        use cuda_setup::{Error as E, Library};
+        match e {
+            E::Missing(Library::Driver) => Error::NoDriver,
+            E::Missing(lib) => Error::NoCudaLibrary {
+                lib: lib.file(),
+                hint: lib.hint(),
+            },
+            E::NoDevice { ordinal, count } => Error::NoDevice { ordinal, count },
+            E::Driver { call, message } => Error::Cuda { call, message },
+            E::Init { message } => Error::Cuda {
+                call: "cuInit",
+                message,
+            },
+            E::Compile { arch, log, .. } => Error::Compile { arch, log },
+            other => Error::Cuda {
+                call: "CUDA setup",
+                message: other.to_string(),
+            },
+        }
+    }
+}

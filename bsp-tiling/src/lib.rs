@@ -1,41 +1,53 @@
 //! CNN inference on images of any size: BSP tiling with dictionary padding and synchronised
 //! normalisation statistics (after "Processing Extremely Large Images with CNNs", CIKM'17).
 //!
-//! * [`tensor`], [`padding`], [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait
+//! * `tensor`, `padding`, [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait
 //!   whose activations are the backend's own type, so that a device keeps them in its memory.
-//! * [`cuda`] — the CUDA backend (cudarc: NVRTC kernels from `kernels.cu`, cuBLAS GEMM), loaded at run
-//!   time; [`device`] selects it ([`Device`], [`DeviceOptions`]) and [`stylize_on`] runs on it.
-//! * [`meter`], [`place`], [`sim`] — device memory: leases against a budget, the placement of layers
-//!   (resident on the device or through host memory), and a CPU stand-in for a device that tests both.
-//! * [`model`] — networks as stages; Johnson et al.'s TransformerNet from PyTorch safetensors.
-//! * [`grid`] — tile borders aligned to the network's total stride.
-//! * [`bsp`] — the exact engine: a superstep per convolution, halos from neighbouring tiles,
-//!   normalisation with merged (count, mean, M2) statistics ([`stats`]), activations in RAM or spilled
-//!   to memory-mapped files ([`store`]).
-//! * [`onepass`] — one pass per tile with fixed statistics: sampled (approximate) or recomputed (exact).
-//! * [`naive`] — the no-halo, per-tile-statistics baseline.
+//! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM), on the
+//!   toolkit's one CUDA setup (`cuda-setup`: libraries loaded at run time, the device probe, kernels
+//!   compiled once per architecture); `device` selects it ([`Device`], [`DeviceOptions`]) and
+//!   [`stylize_on`] runs on it.
+//! * `meter`, `place`, `sim` — device memory: leases against a budget ([`Meter`]), the placement of
+//!   layers ([`plan_exact`]: resident on the device or through host memory), and a CPU stand-in for a
+//!   device that tests both ([`DeviceSim`]).
+//! * `model` — networks as stages ([`Net`]); Johnson et al.'s TransformerNet from PyTorch safetensors.
+//! * `whole` — the whole-image pass ([`Net::forward_whole`]), the reference, and its device peak
+//!   ([`whole_peak`]).
+//! * `grid` — tile borders aligned to the network's total stride ([`Grid`], [`stage_grids`]).
+//! * `bsp` — the exact engine ([`run_exact`]): a superstep per convolution, halos from neighbouring
+//!   tiles, normalisation with merged (count, mean, M2) statistics (`stats`, [`ChannelStats`]),
+//!   activations in RAM or spilled to memory-mapped files (`store`, [`Budget`]).
+//! * `onepass` — one pass per tile with fixed statistics: sampled (approximate, [`run_sampled`]) or
+//!   recomputed (exact, [`run_recompute`]).
+//! * `naive` — the no-halo, per-tile-statistics baseline ([`run_naive`]).
+//! * `field` — inputs and outputs of any size ([`Input`], [`OutputSink`], [`Output`]).
 //! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
 //!
-//! [`stylize`] picks one of these by [`Mode`].
+//! [`stylize`] picks one of these by [`Mode`]. Only [`backend`] (the trait and what implementing or
+//! driving it takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
+#![deny(unsafe_code)]
 
 pub mod backend;
-pub mod bsp;
-pub mod cuda;
-pub mod device;
-pub mod error;
-pub mod field;
-pub mod grid;
-pub mod meter;
+mod bsp;
+#[allow(unsafe_code)]
+mod cuda;
+mod device;
+mod error;
+mod field;
+mod grid;
+mod meter;
 pub mod metrics;
-pub mod model;
-pub mod naive;
-pub mod onepass;
-pub mod padding;
-pub mod place;
-pub mod sim;
-pub mod stats;
-pub mod store;
-pub mod tensor;
+mod model;
+mod naive;
+mod onepass;
+mod padding;
+mod place;
+mod sim;
+mod stats;
+#[allow(unsafe_code)]
+mod store;
+mod tensor;
+mod whole;
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]
@@ -43,17 +55,26 @@ pub mod tensor;
 struct ReadmeDoctest;
 
 pub use backend::{Backend, CpuBackend};
-pub use bsp::RunInfo;
-pub use cuda::CudaBackend;
-pub use device::{Device, DeviceOptions, Precision, default_tile};
+pub use bsp::{RunInfo, run_exact};
+pub use cuda::{
+    BandGemm, CudaBackend, CudaTensor, CudaWeights, KERNEL_NAMES, KERNEL_SOURCE, band_gemm,
+};
+pub use device::{Device, DeviceOptions, Precision, default_tile, stats_blocks};
 pub use error::{Error, Result};
-pub use field::{Input, Output, OutputSink, image_from_tensor, image_to_tensor};
-pub use grid::Grid;
-pub use model::{Net, Widths};
+pub use field::{Field, Input, Output, OutputSink, image_from_tensor, image_to_tensor};
+pub use grid::{Grid, stage_grids};
+pub use meter::{Lease, Meter};
+pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
+pub use naive::run_naive;
+pub use onepass::{run_recompute, run_sampled};
 pub use padding::PaddingMode;
+pub use place::{Placement, plan_exact};
+pub use sim::{DeviceSim, SimBuf, SimWeights};
+pub use stats::ChannelStats;
 pub use store::Budget;
 pub use tensor::Tensor;
 pub use vocab::Image;
+pub use whole::whole_peak;
 
 /// How an image is run through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

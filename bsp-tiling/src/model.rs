@@ -5,11 +5,10 @@
 //! BSP supersteps: the only points where a tile needs its neighbours (the halo of the convolution) or the
 //! whole image (the statistics of the normalisation).
 
-use crate::backend::{Backend, Conv2d, Norm, Pad};
+use crate::backend::{Backend, Conv2d, Norm};
 use crate::error::{Error, Result};
 use crate::padding::PaddingMode;
 use crate::stats::ChannelStats;
-use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -192,102 +191,12 @@ impl Net {
         Ok(plan)
     }
 
-    /// Runs the whole image at once: the reference every tiled mode is checked against.
-    ///
-    /// With `fixed`, normalising stages use those statistics instead of their own (the sampled mode's
-    /// statistics source). Returns the output and the statistics each normalising stage used. On a device
-    /// backend the whole pass must fit its memory budget ([`crate::place::whole_peak`]), checked first.
-    pub fn forward_whole<B: Backend>(
-        &self,
-        backend: &B,
-        x: &Tensor,
-        threads: usize,
-        fixed: Option<&NetStats>,
-    ) -> Result<(Tensor, NetStats)> {
-        self.forward_tensor(backend, x.clone(), threads, fixed)
-    }
-
-    /// [`Net::forward_whole`] taking the input by value (no copy on the CPU).
-    pub fn forward_tensor<B: Backend>(
-        &self,
-        backend: &B,
-        x: Tensor,
-        threads: usize,
-        fixed: Option<&NetStats>,
-    ) -> Result<(Tensor, NetStats)> {
-        if x.c != self.channels {
-            return Err(Error::Channels {
-                expected: self.channels,
-                found: x.c,
-            });
-        }
-        let plan = self.plan(x.h, x.w)?;
-        if let Some(m) = backend.meter() {
-            let needed = m.used() + crate::place::whole_peak(backend, self, &plan, x.h, x.w);
-            if needed > m.budget() {
-                return Err(Error::DeviceBudget {
-                    what: format!("the whole-image pass over {}x{}", x.w, x.h),
-                    needed,
-                    budget: m.budget(),
-                });
-            }
-        }
-        let weights = crate::bsp::load_weights(backend, self)?;
-        let xb = backend.upload(x)?;
-        let (y, used) = self.forward_buf(backend, &weights, &plan, xb, threads, fixed)?;
-        Ok((backend.download(y)?, used))
-    }
-
-    /// The whole-image pass on the backend's own activations.
-    pub(crate) fn forward_buf<B: Backend>(
-        &self,
-        backend: &B,
-        weights: &[B::Weights],
-        plan: &Plan,
-        x: B::Buf,
-        threads: usize,
-        fixed: Option<&NetStats>,
-    ) -> Result<(B::Buf, NetStats)> {
-        let mut image = Some(x);
-        let mut outs: Vec<Option<B::Buf>> = (0..self.stages.len()).map(|_| None).collect();
-        let mut used: NetStats = vec![None; self.stages.len()];
-        for (i, s) in self.stages.iter().enumerate() {
-            let input = if i == 0 {
-                image.as_ref().expect("the image feeds stage 0")
-            } else {
-                outs[i - 1].as_ref().expect("live")
-            };
-            let padded = if s.upsample {
-                let up = backend.upsample_nearest2x(input)?;
-                backend.pad(&up, Pad::all(s.pad), self.padding)?
-            } else {
-                backend.pad(input, Pad::all(s.pad), self.padding)?
-            };
-            let mut y = backend.conv2d_valid(&padded, &s.conv, &weights[i], threads)?;
-            drop(padded);
-            image = None;
-            if let Some(norm) = &s.norm {
-                let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
-                    Some(st) => st,
-                    None => backend.channel_stats(&y)?,
-                };
-                backend.normalize(&mut y, &st, norm, s.relu)?;
-                used[i] = Some(st);
-            } else if s.relu {
-                backend.relu(&mut y)?;
-            }
-            if let Some(r) = s.residual {
-                backend.add(&mut y, outs[r].as_ref().expect("live"))?;
-            }
-            outs[i] = Some(y);
-            for (j, o) in outs.iter_mut().enumerate().take(i) {
-                if plan.last_use[j] <= i {
-                    *o = None;
-                }
-            }
-        }
-        let out = outs.pop().flatten().expect("at least one stage");
-        Ok((out, used))
+    /// Every stage's weights, prepared by `backend` (in its memory, for a device).
+    pub fn load_weights<B: Backend>(&self, backend: &B) -> Result<Vec<B::Weights>> {
+        self.stages
+            .iter()
+            .map(|s| backend.weights(&s.conv))
+            .collect()
     }
 }
 

@@ -2,7 +2,7 @@
 //! no halo (the model's padding at every tile border) and each tile's own statistics.
 
 use crate::backend::Backend;
-use crate::bsp::{inner_threads, load_weights, superstep};
+use crate::bsp::{inner_threads, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Input, OutputSink, gather};
 use crate::grid::Grid;
@@ -20,14 +20,14 @@ pub fn run_naive<B: Backend>(
     let last = net.stages.len() - 1;
     let div = plan.div[last];
     let workers = backend.concurrency(threads).min(grid.len());
-    let weights = load_weights(backend, net)?;
+    let weights = net.load_weights(backend)?;
     if let Some(m) = backend.meter() {
         // Every tile is a whole-image pass of its own size; the largest decides.
         let mut needed = 0;
         for t in 0..grid.len() {
             let (y0, y1, x0, x1) = grid.tile(t);
             let p = net.plan(y1 - y0, x1 - x0)?;
-            needed = needed.max(crate::place::whole_peak(backend, net, &p, y1 - y0, x1 - x0));
+            needed = needed.max(crate::whole::whole_peak(backend, net, &p, y1 - y0, x1 - x0));
         }
         let weights_bytes: u64 = net
             .stages

@@ -11,7 +11,7 @@
 //!   statistics. Costs about `stages/2` times the compute of one pass, stores nothing but the output.
 
 use crate::backend::Backend;
-use crate::bsp::{RunInfo, inner_threads, load_weights, prepare, run_exact, superstep};
+use crate::bsp::{RunInfo, inner_threads, prepare, run_exact, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, OutputSink, gather};
 use crate::grid::Grid;
@@ -160,7 +160,7 @@ pub fn run_fixed<B: Backend>(
     let (_, h, w) = plan.out[last];
     let g = grid.at_level(plan.div[last], h, w)?;
     let workers = backend.concurrency(threads).min(g.len());
-    let weights = load_weights(backend, net)?;
+    let weights = net.load_weights(backend)?;
     let pass = Pass {
         net,
         plan: &plan,
@@ -250,7 +250,7 @@ pub fn run_recompute_stats<B: Backend>(
     threads: usize,
 ) -> Result<NetStats> {
     let (plan, grids) = prepare(net, input, grid)?;
-    let weights = load_weights(backend, net)?;
+    let weights = net.load_weights(backend)?;
     let mut stats: NetStats = vec![None; net.stages.len()];
     for (i, s) in net.stages.iter().enumerate() {
         if s.norm.is_none() {

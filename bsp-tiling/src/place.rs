@@ -174,58 +174,6 @@ pub fn plan_exact<B: Backend>(
     })
 }
 
-/// Device memory the whole-image forward pass ([`Net::forward_whole`]) takes at its peak on `backend`
-/// for an `h × w` input: the weights, the outputs still to be read, and each stage's input, upsampled and
-/// padded copies, output and scratch.
-pub fn whole_peak<B: Backend>(backend: &B, net: &Net, plan: &Plan, h: usize, w: usize) -> u64 {
-    let weights: u64 = net
-        .stages
-        .iter()
-        .map(|s| backend.weight_bytes(&s.conv))
-        .sum();
-    let out_bytes = |j: usize| {
-        let (c, hh, ww) = plan.out[j];
-        Tensor::bytes(c, hh, ww)
-    };
-    (0..net.stages.len())
-        .map(|i| {
-            let s = &net.stages[i];
-            let (ay, ax) = plan.axes[i];
-            // Outputs alive during stage i (the stage's input among them; the image itself at stage 0).
-            let alive: u64 = (0..i)
-                .filter(|&j| plan.last_use[j] >= i)
-                .map(out_bytes)
-                .sum::<u64>()
-                + if i == 0 {
-                    Tensor::bytes(net.channels, h, w)
-                } else {
-                    0
-                };
-            let c = s.conv.cin;
-            let (uh, uw) = (
-                ay.n_in * if s.upsample { 2 } else { 1 },
-                ax.n_in * if s.upsample { 2 } else { 1 },
-            );
-            let up = if s.upsample {
-                Tensor::bytes(c, uh, uw)
-            } else {
-                0
-            };
-            let padded = Tensor::bytes(c, uh + 2 * s.pad, uw + 2 * s.pad);
-            let (_, ho, wo) = plan.out[i];
-            let out = out_bytes(i);
-            let work = (up + padded)
-                .max(padded + out + backend.conv_scratch_bytes(&s.conv, ho, wo))
-                .max(
-                    out + backend.stats_scratch_bytes(s.conv.cout, ho * wo)
-                        + backend.norm_scratch_bytes(s.conv.cout),
-                );
-            weights + alive + work
-        })
-        .max()
-        .unwrap_or(weights)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +185,7 @@ mod tests {
         let net = Net::random_transformer(Widths(4, 8, 8), 1, PaddingMode::Reflect);
         let plan = net.plan(side, side).unwrap();
         let g = Grid::with_tile(side, side, tile, 4, 4).unwrap();
-        let grids = crate::bsp::stage_grids(&net, &plan, &g).unwrap();
+        let grids = crate::grid::stage_grids(&net, &plan, &g).unwrap();
         (net, plan, grids)
     }
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use bsp_tiling::bsp::run_exact;
+use bsp_tiling::run_exact;
 use bsp_tiling::{
     Budget, CpuBackend, Error, Grid, Image, Mode, Net, Options, OutputSink, PaddingMode, Tensor,
     Widths, grid_for, stylize,
@@ -195,7 +195,7 @@ fn tiles_images_and_budgets() {
     assert!(clean(&e).contains("borders 0, 6, 30 must rise"), "{e}");
     assert!(matches!(grid_for(&net, 30, 30, 10), Err(Error::Grid(_))));
     // zero-sized and too small images
-    let empty = Image::rgb8(0 as u32, 7 as u32, vec![]);
+    let empty = Image::rgb8(0_u32, 7_u32, vec![]);
     for mode in [
         Mode::Whole,
         Mode::Exact,

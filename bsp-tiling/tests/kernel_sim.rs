@@ -1,103 +1,28 @@
-//! The CUDA backend's kernels (src/cuda/kernels.cu), compiled with the host C++ compiler through
-//! tests/cpu-sim/shim.h and run on the CPU, against the CPU backend op by op: gather (windows and crops),
+//! The CUDA backend's kernels (src/cuda/kernels.cu), compiled with the host C++ compiler and run on the
+//! CPU, against the CPU backend op by op: gather (windows and crops),
 //! paste, the four paddings, nearest upsampling, im2col (f32 and f16) with the bias fill and the cuBLAS
 //! band GEMM's parameters, the f64 statistics reduction, normalisation + ReLU, ReLU, residual add, and
 //! the f32 → binary16 rounding. Element-wise results must be equal bit for bit; sums (GEMM, statistics)
 //! to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
 //! the reduction under ThreadSanitizer (its shared-memory tree is ordered by its barriers).
 //!
-//! Needs a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip. Where the test
-//! binary runs away from its sources, `BSP_TILING_DIR` points at the crate.
+//! The kernels run through the toolkit's CUDA simulator (`cuda-sim`: every CUDA thread a fiber, barriers
+//! real); the harness (tests/cpu-sim/harness.cpp) and the kernels are embedded in the test binary. Needs
+//! a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip.
 
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad, host};
-use bsp_tiling::cuda::band_gemm;
-use bsp_tiling::device::stats_blocks;
-use bsp_tiling::stats::ChannelStats;
-use bsp_tiling::{PaddingMode, Tensor};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use bsp_tiling::{ChannelStats, PaddingMode, Tensor, band_gemm, stats_blocks};
+use cuda_sim::{Flavour, Harness, harness_or_skip};
+use std::path::Path;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Build {
-    Plain,
-    Asan,
-    Tsan,
-}
-
-fn crate_dir() -> PathBuf {
-    std::env::var_os("BSP_TILING_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-/// Builds the harness once per flavour; `Err` says why it cannot run here.
-fn harness(build: Build) -> Result<PathBuf, String> {
-    static CELLS: [OnceLock<Result<PathBuf, String>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    CELLS[build as usize]
-        .get_or_init(|| {
-            let src = crate_dir().join("tests/cpu-sim/harness.cpp");
-            if !src.exists() {
-                return Err(format!(
-                    "{} not found (set BSP_TILING_DIR to the bsp-tiling sources)",
-                    src.display()
-                ));
-            }
-            let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-            let dir = std::env::temp_dir().join(format!("bsp-kernel-sim-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let exe = dir.join(format!("harness-{build:?}"));
-            let mut cmd = Command::new(&cxx);
-            // No contraction of x·a + b into an fma: the kernels are compiled with --fmad=false too.
-            cmd.args([
-                "-std=c++20",
-                "-pthread",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-ffp-contract=off",
-                "-o",
-            ])
-            .arg(&exe)
-            .arg(&src);
-            match build {
-                Build::Plain => cmd.arg("-O2"),
-                Build::Asan => cmd.args([
-                    "-O1",
-                    "-g",
-                    "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover=all",
-                ]),
-                Build::Tsan => cmd.args(["-O1", "-g", "-fsanitize=thread"]),
-            };
-            let out = cmd
-                .output()
-                .map_err(|e| format!("cannot run C++ compiler `{cxx}`: {e}"))?;
-            if !out.status.success() {
-                let log = String::from_utf8_lossy(&out.stderr);
-                // A compile error in OUR sources is a failure, a missing sanitizer runtime a skip.
-                if log.contains("kernels.cu") || log.contains("harness.cpp") {
-                    panic!("kernels.cu / harness.cpp failed to compile:\n{log}");
-                }
-                return Err(format!("`{cxx}` cannot build the {build:?} harness: {log}"));
-            }
-            Ok(exe)
-        })
-        .clone()
-}
-
-macro_rules! harness_or_skip {
-    ($b:expr) => {
-        match harness($b) {
-            Ok(p) => p,
-            Err(why) => {
-                eprintln!("skipping: {why}");
-                return;
-            }
-        }
-    };
-}
+/// The harness: the launch-file reader and the kernels, built once per flavour. No contraction of
+/// `x·a + b` into an fma: NVRTC compiles the kernels with `--fmad=false` too.
+static HARNESS: Harness = Harness::new(
+    "bsp-tiling",
+    include_str!("cpu-sim/harness.cpp"),
+    &[("kernels.cu", bsp_tiling::KERNEL_SOURCE)],
+    &["-ffp-contract=off"],
+);
 
 /// A kernel argument.
 #[derive(Clone, Copy)]
@@ -160,27 +85,7 @@ impl Sim {
         }
         f.extend(self.n.to_le_bytes());
         f.extend(&self.launches);
-        let dir = exe.parent().unwrap();
-        let tid = format!("{:?}", std::thread::current().id())
-            .replace(|c: char| !c.is_alphanumeric(), "");
-        let input = dir.join(format!("{tag}-{tid}.in"));
-        let output = dir.join(format!("{tag}-{tid}.out"));
-        std::fs::write(&input, &f).unwrap();
-        let res = Command::new(exe)
-            .arg(&input)
-            .arg(&output)
-            .env("TSAN_OPTIONS", "halt_on_error=1 exitcode=66")
-            .output()
-            .unwrap();
-        assert!(
-            res.status.success(),
-            "{tag}: simulated kernels failed ({}):\n{}",
-            res.status,
-            String::from_utf8_lossy(&res.stderr)
-        );
-        let bytes = std::fs::read(&output).unwrap();
-        let _ = std::fs::remove_file(&input);
-        let _ = std::fs::remove_file(&output);
+        let bytes = cuda_sim::run(exe, tag, &f, &[]).unwrap_or_else(|e| panic!("{e}"));
         let mut out = vec![];
         let mut pos = 0;
         while pos < bytes.len() {
@@ -642,18 +547,18 @@ fn check_all(exe: &Path) {
 
 #[test]
 fn sim_kernels_match_the_cpu_backend() {
-    let exe = harness_or_skip!(Build::Plain);
-    check_all(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    check_all(exe);
 }
 
 #[test]
 fn sim_kernels_under_address_and_ub_sanitizers() {
-    let exe = harness_or_skip!(Build::Asan);
-    check_all(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
+    check_all(exe);
 }
 
 #[test]
 fn sim_reduction_under_thread_sanitizer() {
-    let exe = harness_or_skip!(Build::Tsan);
-    check_stats_and_elementwise(&exe);
+    let exe = harness_or_skip!(HARNESS, Flavour::Tsan);
+    check_stats_and_elementwise(exe);
 }

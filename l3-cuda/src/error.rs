@@ -99,16 +99,34 @@ impl Error {
         }
     }
 
-    /// The driver's own name and description of the code (`CUDA_ERROR_OUT_OF_MEMORY: out of memory`),
+    /// [`Error::Driver`] for `call`, in the driver's own words (`CUDA_ERROR_OUT_OF_MEMORY: out of memory`),
     /// not the binding's Debug text.
     pub(crate) fn driver(call: &'static str, e: cudarc::driver::DriverError) -> Self {
-        let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
-        let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
-        let message = match (name, text) {
-            (Ok(name), Ok(text)) => format!("{name}: {text}"),
-            (Ok(name), Err(_)) => name,
-            _ => format!("CUDA error code {}", e.0 as u32),
-        };
-        Error::Driver { call, message }
+        Error::Driver {
+            call,
+            message: cuda_setup::describe(&e),
+        }
+    }
+}
+
+/// The setup's reasons in this crate's words (the texts above, which callers and tests match).
+impl From<cuda_setup::Error> for Error {
+    fn from(e: cuda_setup::Error) -> Self {
+        use cuda_setup::{Error as E, Library};
+        match e {
+            E::Missing(Library::Driver) => Error::NoDriver,
+            E::Missing(Library::Nvrtc) => Error::NoNvrtc,
+            E::NoDevice { ordinal, count } => Error::NoDevice { ordinal, count },
+            E::Driver { call, message } => Error::Driver { call, message },
+            E::Init { message } => Error::Driver {
+                call: "cuInit",
+                message,
+            },
+            E::Compile { arch, log, .. } => Error::Compile { arch, log },
+            other => Error::Driver {
+                call: "CUDA setup",
+                message: other.to_string(),
+            },
+        }
     }
 }

@@ -1,5 +1,6 @@
-// L3 batch decoder: CUDA C, compiled at run time by NVRTC (see src/device.rs), and on the CPU by
-// cpu-sim/harness.cpp through a small shim header so the very same source can be checked without a GPU.
+// L3 batch decoder: CUDA C, compiled at run time by NVRTC (see src/kernels.rs), and on the CPU by
+// cpu-sim/harness.cpp through the toolkit's CUDA simulator (cuda-sim) so the very same source can be
+// checked without a GPU.
 //
 // Parallelism (l3-eccv22, section 4.4):
 //   * one thread block per patch descriptor = (image, channel, patch) of the whole batch;
@@ -29,7 +30,7 @@
 // to a whole byte; a patch's rows use its bytes exactly (no trailing bytes). Row 0 holds the pixel values,
 // later rows the residual (x - pred) mod 256; value = (base + delta) mod 256 in both cases.
 
-#ifndef L3_CPU_SIM
+#ifndef CUDA_CPU_SIM
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

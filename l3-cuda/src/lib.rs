@@ -20,12 +20,26 @@
 //! type), device ordinal and ready event for a DLPack export or a consumer stream. [`Error`]: no driver,
 //! no device, no NVRTC, compile and launch failures, corrupt images and bad windows by batch index.
 //!
-//! libcuda and libnvrtc are loaded at run time: the crate builds anywhere, and without a GPU every entry
-//! point returns [`Error::NoDriver`] (or [`Error::NoNvrtc`]) instead of panicking. The host-side plans
-//! need no GPU at all.
+//! libcuda and libnvrtc are loaded at run time (through `cuda-setup`, the toolkit's one CUDA setup): the
+//! crate builds anywhere, and without a GPU every entry point returns [`Error::NoDriver`] (or
+//! [`Error::NoNvrtc`]) instead of panicking. The host-side plans need no GPU at all.
+//!
+//! Modules, host side: `plan` (whole-image batches), `sample` (sample batches), `v2` (version-2
+//! descriptors and ANS tables), `input` (the packed device input of a launch). Device side: `kernels`
+//! (`kernel.cu`, compiled once per architecture), `decoder` ([`BatchDecoder`]: streams, pinned staging, the
+//! in-flight bound), `launch` (the one launch per batch), `batch` ([`DecodedBatch`], [`DeviceOutput`],
+//! [`ResidentBatch`]), `pinned` ([`PinnedBatch`]), `measure` (the bandwidth and timing helpers the
+//! benchmarks use). `error`: [`Error`].
+#![deny(unsafe_code)]
 
-mod device;
+mod batch;
+mod decoder;
 mod error;
+mod input;
+mod kernels;
+mod launch;
+mod measure;
+mod pinned;
 mod plan;
 mod sample;
 mod v2;
@@ -34,15 +48,20 @@ extern crate self as l3_cuda;
 #[cfg(test)]
 mod sim_tests;
 
+pub use batch::{DecodedBatch, DeviceOutput, ResidentBatch};
 pub use cudarc;
-pub use device::{
-    BatchDecoder, DEFAULT_MAX_IN_FLIGHT, DecodedBatch, DeviceOutput, PinnedBatch, ResidentBatch,
-    device_count,
-};
+pub use decoder::{BatchDecoder, DEFAULT_MAX_IN_FLIGHT};
 pub use error::Error;
+pub use kernels::device_count;
 pub use l3_format::{Fragments, L3Index, Rect};
+pub use pinned::PinnedBatch;
 pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
 pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo};
 
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The CUDA C source of the kernels (compiled at run time by NVRTC).
-pub const KERNEL_SOURCE: &str = device::KERNEL_SRC;
+pub const KERNEL_SOURCE: &str = kernels::KERNEL_SRC;

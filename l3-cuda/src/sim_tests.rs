@@ -1,8 +1,11 @@
-//! Runs the real kernel source (kernel.cu) on the CPU through cpu-sim/harness.cpp, with launch parameters
+//! Runs the real kernel source (kernel.cu) on the CPU through cpu-sim/harness.cpp and the toolkit's CUDA
+//! simulator (`cuda-sim`: every CUDA thread a fiber, barriers and warp votes real), with launch parameters
 //! and descriptor tables from the real host plan, and compares every output byte with `l3-format`'s CPU
 //! decoder. The same launches run under AddressSanitizer (no read or write outside any buffer, including on
-//! corrupt input) and ThreadSanitizer (every shared-memory access ordered by the kernel's barriers).
-//! Needs a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip.
+//! corrupt input) and ThreadSanitizer (every shared-memory access ordered by the kernel's barriers); the
+//! simulator's own self-checks (a race, an overflow, a divergent barrier caught) are cuda-sim's tests.
+//! The harness and the kernel are embedded in the test binary. Needs a C++20 compiler (`c++`, or `$CXX`);
+//! without one the tests print why and skip.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -10,78 +13,17 @@ mod common;
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
 use common::{Content, Rng, SampleCase, TestImage, image};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use cuda_sim::{Flavour, Harness, harness_or_skip};
+use std::path::Path;
 use vocab::{DType, Layout, Normalize};
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Build {
-    Plain,
-    Asan,
-    Tsan,
-}
-
-/// The crate's sources: `$L3_CUDA_DIR` where the test binary was carried elsewhere, else where it was built.
-fn crate_dir() -> PathBuf {
-    std::env::var_os("L3_CUDA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-/// Builds the harness once per flavour; `Err` says why it cannot run here.
-fn harness(build: Build) -> Result<PathBuf, String> {
-    static CELLS: [OnceLock<Result<PathBuf, String>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    CELLS[build as usize]
-        .get_or_init(|| {
-            let src = crate_dir().join("cpu-sim/harness.cpp");
-            if !src.exists() {
-                return Err(format!(
-                    "{} not found (set L3_CUDA_DIR to the l3-cuda sources)",
-                    src.display()
-                ));
-            }
-            let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-            let dir = std::env::temp_dir().join(format!("l3-cuda-sim-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let exe = dir.join(format!("harness-{build:?}"));
-            let mut cmd = Command::new(&cxx);
-            cmd.args([
-                "-std=c++20",
-                "-pthread",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-o",
-            ])
-            .arg(&exe)
-            .arg(&src);
-            match build {
-                Build::Plain => cmd.arg("-O2"),
-                Build::Asan => cmd.args([
-                    "-O1",
-                    "-g",
-                    "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover=all",
-                ]),
-                Build::Tsan => cmd.args(["-O1", "-g", "-fsanitize=thread"]),
-            };
-            let out = cmd
-                .output()
-                .map_err(|e| format!("cannot run C++ compiler `{cxx}`: {e}"))?;
-            if !out.status.success() {
-                let log = String::from_utf8_lossy(&out.stderr);
-                // A compile error in OUR sources is a failure, a missing sanitizer runtime a skip.
-                if log.contains("kernel.cu") || log.contains("harness.cpp") {
-                    panic!("kernel.cu / harness.cpp failed to compile:\n{log}");
-                }
-                return Err(format!("`{cxx}` cannot build the {build:?} harness: {log}"));
-            }
-            Ok(exe)
-        })
-        .clone()
-}
+/// The harness: the launch-file reader and the kernel, built once per flavour.
+static HARNESS: Harness = Harness::new(
+    "l3-cuda",
+    include_str!("../cpu-sim/harness.cpp"),
+    &[("kernel.cu", crate::KERNEL_SOURCE)],
+    &[],
+);
 
 /// What one simulated launch produced.
 struct SimRun {
@@ -222,44 +164,12 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
         f.extend_from_slice(blob);
     }
     f.extend_from_slice(&l.scratch.to_le_bytes());
-    let dir = exe.parent().unwrap();
-    let tid =
-        format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
-    let input = dir.join(format!("{tag}-{tid}.launch"));
-    let output = dir.join(format!("{tag}-{tid}.out"));
-    std::fs::write(&input, &f).unwrap();
-    let res = Command::new(exe)
-        .arg(&input)
-        .arg(&output)
-        .arg(fill_byte.to_string())
-        .env("TSAN_OPTIONS", "halt_on_error=1 exitcode=66")
-        .output()
-        .unwrap();
-    assert!(
-        res.status.success(),
-        "{tag}: simulated kernel failed ({}):\n{}",
-        res.status,
-        String::from_utf8_lossy(&res.stderr)
-    );
-    let bytes = std::fs::read(&output).unwrap();
-    let _ = std::fs::remove_file(&input);
-    let _ = std::fs::remove_file(&output);
+    let fill = fill_byte.to_string();
+    let bytes = cuda_sim::run(exe, tag, &f, &[&fill]).unwrap_or_else(|e| panic!("{e}"));
     SimRun {
         err: u32::from_le_bytes(bytes[..4].try_into().unwrap()),
         out: bytes[4..].to_vec(),
     }
-}
-
-macro_rules! harness_or_skip {
-    ($b:expr) => {
-        match harness($b) {
-            Ok(p) => p,
-            Err(why) => {
-                eprintln!("skipping: {why}");
-                return;
-            }
-        }
-    };
 }
 
 /// Plans `imgs` as one batch, runs the simulated kernel and checks every image against the CPU decoder.
@@ -287,16 +197,16 @@ fn u8_opts(layout: Layout) -> DecodeOptions {
 /// random, constant and smooth content; batches grouped by block size, mixing shapes within each.
 #[test]
 fn sim_every_patch_size_matches_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     for (gi, imgs) in common::every_patch_size_batches().iter().enumerate() {
         check_batch(
-            &exe,
+            exe,
             imgs,
             &u8_opts(Layout::Nchw),
             &format!("nchw-group{gi}"),
         );
         check_batch(
-            &exe,
+            exe,
             imgs,
             &u8_opts(Layout::Nhwc),
             &format!("nhwc-group{gi}"),
@@ -307,16 +217,16 @@ fn sim_every_patch_size_matches_cpu_decoder() {
 /// 1×1 images, single rows and columns, in one mixed batch with a larger image of each channel count.
 #[test]
 fn sim_tiny_and_mixed_batch_matches_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let imgs = common::tiny_mixed_batch();
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tiny-nchw");
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "tiny-nhwc");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nchw), "tiny-nchw");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), "tiny-nhwc");
 }
 
 /// A fixed-size batch (the descriptor fast path).
 #[test]
 fn sim_uniform_batch_matches_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let imgs = common::uniform_batch();
     let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
     assert!(
@@ -324,14 +234,14 @@ fn sim_uniform_batch_matches_cpu_decoder() {
             .unwrap()
             .is_uniform()
     );
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "uniform");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nchw), "uniform");
 }
 
 /// f32 and f16 outputs, NCHW and NHWC, with normalisation fused: exactly `fma(v, 1/std, -mean/std)`, and
 /// f16 rounded to nearest even like the `half` crate.
 #[test]
 fn sim_normalised_float_outputs_match() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let imgs = common::float_batch();
     for layout in [Layout::Nchw, Layout::Nhwc] {
         for dtype in [DType::F32, DType::F16] {
@@ -343,7 +253,7 @@ fn sim_normalised_float_outputs_match() {
                     ..Default::default()
                 };
                 check_batch(
-                    &exe,
+                    exe,
                     &imgs,
                     &opts,
                     &format!("{layout:?}-{dtype:?}-{}", normalize.is_some()),
@@ -356,7 +266,7 @@ fn sim_normalised_float_outputs_match() {
 /// A crop of a real corpus image (PNG render), every channel count the corpus has.
 #[test]
 fn sim_corpus_crop_matches_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let mut imgs = Vec::new();
     for (name, x0, y0) in [
         ("UbuntuMateCold.png", 700u32, 500u32),
@@ -375,14 +285,14 @@ fn sim_corpus_crop_matches_cpu_decoder() {
             });
         }
     }
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "corpus-nhwc");
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "corpus-nchw");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), "corpus-nhwc");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nchw), "corpus-nchw");
 }
 
 /// Same launches under AddressSanitizer + UBSan: no access outside any buffer.
 #[test]
 fn sim_asan_clean() {
-    let exe = harness_or_skip!(Build::Asan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
     let mut rng = Rng(5);
     let imgs = vec![
         image(1, 1, 1, 1, Content::Random, &mut rng),
@@ -390,9 +300,9 @@ fn sim_asan_clean() {
         image(255, 10, 4, 255, Content::Random, &mut rng),
         image(40, 30, 3, 7, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "asan-nhwc");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), "asan-nhwc");
     check_batch(
-        &exe,
+        exe,
         &imgs,
         &DecodeOptions {
             layout: Layout::Nchw,
@@ -402,58 +312,18 @@ fn sim_asan_clean() {
         },
         "asan-f16",
     );
-    // The simulated threads are fibers on stacks of the harness's own: a probe kernel that reads past a
-    // local array after a barrier shows that AddressSanitizer still sees such frames' bounds.
-    let probe = run_probe(&exe, "overflow");
-    let log = String::from_utf8_lossy(&probe.stderr);
-    assert!(
-        !probe.status.success() && log.contains("stack-buffer-overflow"),
-        "AddressSanitizer missed the probe's overflow ({}):\n{log}",
-        probe.status
-    );
 }
 
 /// ThreadSanitizer: the kernel's barriers order every shared-memory write before the reads of it.
 #[test]
 fn sim_tsan_race_free() {
-    let exe = harness_or_skip!(Build::Tsan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Tsan);
     let mut rng = Rng(11);
     let imgs = vec![
         image(70, 19, 3, 64, Content::Random, &mut rng),
         image(9, 9, 1, 4, Content::Smooth, &mut rng),
     ];
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nchw), "tsan");
-    // The simulated threads are fibers whose switches order nothing; only barriers do. A probe kernel
-    // that reads shared memory another warp wrote, with only warp barriers between, shows that a race
-    // the kernel's barriers do not order is still reported.
-    let probe = run_probe(&exe, "race");
-    assert_eq!(
-        probe.status.code(),
-        Some(66),
-        "ThreadSanitizer missed the probe's race:\n{}",
-        String::from_utf8_lossy(&probe.stderr)
-    );
-    assert!(String::from_utf8_lossy(&probe.stderr).contains("data race"));
-}
-
-/// The simulator reports a `__syncthreads` that not every thread of the block reaches (on a GPU: a hang
-/// or undefined behaviour) instead of waiting forever.
-#[test]
-fn sim_divergent_barrier_is_reported() {
-    let exe = harness_or_skip!(Build::Plain);
-    let probe = run_probe(&exe, "divergent");
-    let log = String::from_utf8_lossy(&probe.stderr);
-    assert_eq!(probe.status.code(), Some(3), "{log}");
-    assert!(log.contains("threads 0..=31 at __syncthreads"), "{log}");
-}
-
-/// Runs one of the harness's self-checks (kernels that are wrong on purpose).
-fn run_probe(exe: &Path, name: &str) -> std::process::Output {
-    Command::new(exe)
-        .args(["--probe", name])
-        .env("TSAN_OPTIONS", "halt_on_error=1 exitcode=66")
-        .output()
-        .unwrap()
+    check_batch(exe, &imgs, &u8_opts(Layout::Nchw), "tsan");
 }
 
 /// Corrupted patch bytes (offsets intact): the kernel accepts a patch exactly when the CPU decoder does,
@@ -461,7 +331,7 @@ fn run_probe(exe: &Path, name: &str) -> std::process::Output {
 /// batch index. Runs under ASan, so no corrupt input reads outside the batch's buffers.
 #[test]
 fn sim_corrupt_rows_flagged_like_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Asan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
     let mut rng = Rng(1234);
     let good = image(50, 40, 3, 16, Content::Smooth, &mut rng);
     let (mut flagged, mut accepted) = (0, 0);
@@ -475,7 +345,7 @@ fn sim_corrupt_rows_flagged_like_cpu_decoder() {
         }
         let files: Vec<&[u8]> = vec![&good.file, &good.file, &bad];
         let plan = BatchPlan::new(&files, &DecodeOptions::default()).expect("offsets are intact");
-        let run = run_sim(&exe, &plan, &files, "corrupt");
+        let run = run_sim(exe, &plan, &files, "corrupt");
         let f = l3_format::L3File::parse(&bad).unwrap();
         let mut cpu = vec![0u8; f.decoded_len()];
         let cpu_ok = f.decode_chw(&mut cpu).is_ok();
@@ -522,7 +392,7 @@ fn sim_corrupt_rows_flagged_like_cpu_decoder() {
 /// The PinnedBatch path: whole files back to back, descriptors pointing inside them (no packing).
 #[test]
 fn sim_in_place_plan_matches_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Asan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
     let imgs = common::tiny_mixed_batch();
     let mut all = Vec::new();
     let mut starts = Vec::new();
@@ -533,7 +403,7 @@ fn sim_in_place_plan_matches_cpu_decoder() {
     let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
     let opts = u8_opts(Layout::Nhwc);
     let plan = BatchPlan::new_in_place(&files, &starts, all.len(), &opts).unwrap();
-    let run = run_sim_data(&exe, &plan, &all, "in-place");
+    let run = run_sim_data(exe, &plan, &all, "in-place");
     assert_eq!(run.err, u32::MAX);
     common::check_output(&run.out, &plan.images, &imgs, &opts, "in-place");
 }
@@ -572,7 +442,7 @@ fn check_samples_case(exe: &Path, case: &SampleCase, tag: &str, fill_byte: u8) -
 /// bit.
 #[test]
 fn sim_samples_every_layout_and_dtype_match_reference() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let mut seed = 0x5eed;
     for layout in [Layout::Nhwc, Layout::Nchw] {
         for (dtype, normalize) in [
@@ -585,7 +455,7 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
             seed += 1;
             let case = common::random_sample_case(seed, 12, layout, dtype, normalize);
             check_samples_case(
-                &exe,
+                exe,
                 &case,
                 &format!("{layout:?}-{dtype:?}-{}", normalize.is_some()),
                 0xA5,
@@ -602,7 +472,7 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
 fn sim_samples_edge_windows_match_reference() {
     use l3_format::Rect;
     use vocab::Window;
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let mut rng = Rng(31);
     let add = |case: &mut SampleCase, img: TestImage, w: Window, frag: Option<u64>| {
         case.imgs.push(img);
@@ -631,7 +501,7 @@ fn sim_samples_edge_windows_match_reference() {
             Window::new(Rect::new(8, 6, 1, 1), 0, 0, true),
             None,
         );
-        let plan = check_samples_case(&exe, &tiny, &format!("tiny-{layout:?}"), 0xA5);
+        let plan = check_samples_case(exe, &tiny, &format!("tiny-{layout:?}"), 0xA5);
         assert_eq!(plan.fill_count(), 0, "every window fills its 1x1 sample");
 
         // 20×12 samples.
@@ -731,7 +601,7 @@ fn sim_samples_edge_windows_match_reference() {
             Window::new(Rect::new(29, 29, 1, 1), 10, 6, false),
             Some(0),
         );
-        let plan = check_samples_case(&exe, &case, &format!("edges-{layout:?}"), 0xA5);
+        let plan = check_samples_case(exe, &case, &format!("edges-{layout:?}"), 0xA5);
         assert!(plan.fill_count() > 0);
     }
 }
@@ -740,11 +610,11 @@ fn sim_samples_edge_windows_match_reference() {
 /// bytes whatever the output buffer held before.
 #[test]
 fn sim_samples_write_every_element() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     for (layout, dtype) in [(Layout::Nhwc, DType::U8), (Layout::Nchw, DType::F32)] {
         let case = common::random_sample_case(77, 8, layout, dtype, None);
         for fill in [0x00u8, 0xff] {
-            check_samples_case(&exe, &case, &format!("fill{fill}-{layout:?}"), fill);
+            check_samples_case(exe, &case, &format!("fill{fill}-{layout:?}"), fill);
         }
     }
 }
@@ -753,7 +623,7 @@ fn sim_samples_write_every_element() {
 /// from a whole file and from fragments alike.
 #[test]
 fn sim_samples_copy_only_the_patches_under_windows() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let mut rng = Rng(5150);
     let img = image(300, 200, 3, 32, Content::Random, &mut rng);
     let window = vocab::Window::new(l3_format::Rect::new(100, 90, 40, 30), 0, 0, false);
@@ -767,7 +637,7 @@ fn sim_samples_copy_only_the_patches_under_windows() {
             fragments: vec![frag],
             opts: crate::SampleOptions::new(40, 30),
         };
-        let plan = check_samples_case(&exe, &case, "crop-bytes", 0xA5);
+        let plan = check_samples_case(exe, &case, "crop-bytes", 0xA5);
         // 40×30 at (100, 90) meets 2×2 of the 10×7 patches per channel (columns 3-4, rows 2-3), in 3
         // channels.
         assert_eq!(plan.patch_count(), 2 * 2 * 3);
@@ -785,7 +655,7 @@ fn sim_samples_copy_only_the_patches_under_windows() {
 /// share nothing).
 #[test]
 fn sim_samples_asan_and_tsan_clean() {
-    if let Ok(exe) = harness(Build::Asan) {
+    if let Ok(exe) = HARNESS.get(Flavour::Asan) {
         for (i, (layout, dtype)) in [
             (Layout::Nhwc, DType::U8),
             (Layout::Nchw, DType::U8),
@@ -796,15 +666,15 @@ fn sim_samples_asan_and_tsan_clean() {
         .enumerate()
         {
             let case = common::random_sample_case(900 + i as u64, 6, layout, dtype, None);
-            check_samples_case(&exe, &case, &format!("asan-samples-{i}"), 0xA5);
+            check_samples_case(exe, &case, &format!("asan-samples-{i}"), 0xA5);
         }
     } else {
-        eprintln!("skipping ASan: {:?}", harness(Build::Asan).err());
+        eprintln!("skipping ASan: {:?}", HARNESS.get(Flavour::Asan).err());
     }
-    match harness(Build::Tsan) {
+    match HARNESS.get(Flavour::Tsan) {
         Ok(exe) => {
             let case = common::random_sample_case(4242, 4, Layout::Nchw, DType::U8, None);
-            check_samples_case(&exe, &case, "tsan-samples", 0xA5);
+            check_samples_case(exe, &case, "tsan-samples", 0xA5);
         }
         Err(why) => eprintln!("skipping TSan: {why}"),
     }
@@ -816,7 +686,7 @@ fn sim_samples_asan_and_tsan_clean() {
 /// the region decoder rejects, alpha included, before any launch.
 #[test]
 fn sim_samples_corrupt_rows_flagged_like_region_decoder() {
-    let exe = harness_or_skip!(Build::Asan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
     let mut rng = Rng(8086);
     let good = image(40, 30, 3, 16, Content::Smooth, &mut rng);
     let (mut flagged, mut accepted) = (0, 0);
@@ -846,7 +716,7 @@ fn sim_samples_corrupt_rows_flagged_like_region_decoder() {
         let sources = [SampleSource::File(&good.file), SampleSource::File(&bad)];
         let opts = crate::SampleOptions::new(24, 20);
         let plan = SamplePlan::new(&sources, &windows, &opts).expect("offsets are intact");
-        let run = run_sim_samples(&exe, &plan, &sources, "corrupt-samples", 0xA5);
+        let run = run_sim_samples(exe, &plan, &sources, "corrupt-samples", 0xA5);
         let f = l3_format::L3File::parse(&bad).unwrap();
         let r = windows[1].src;
         let mut px = vec![0u8; (r.w * r.h) as usize * c as usize];
@@ -906,10 +776,10 @@ fn sim_samples_corrupt_rows_flagged_like_region_decoder() {
 /// equal to `l3-format`'s CPU decoder byte for byte (floats: `Normalize::apply`, f16 by the `half` crate).
 #[test]
 fn sim_v2_whole_images_match_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let imgs = common::v2_mixed_batch();
     for layout in [Layout::Nchw, Layout::Nhwc] {
-        check_batch(&exe, &imgs, &u8_opts(layout), &format!("v2-{layout:?}"));
+        check_batch(exe, &imgs, &u8_opts(layout), &format!("v2-{layout:?}"));
     }
     for (dtype, normalize) in [(DType::F32, None), (DType::F16, Some(Normalize::IMAGENET))] {
         let opts = DecodeOptions {
@@ -918,7 +788,7 @@ fn sim_v2_whole_images_match_cpu_decoder() {
             normalize,
             ..Default::default()
         };
-        check_batch(&exe, &imgs, &opts, &format!("v2-{dtype:?}"));
+        check_batch(exe, &imgs, &opts, &format!("v2-{dtype:?}"));
     }
     // The same files as whole images in pinned memory (descriptors into the files as they lie).
     let files: Vec<&[u8]> = imgs.iter().map(|i| i.file.as_slice()).collect();
@@ -931,7 +801,7 @@ fn sim_v2_whole_images_match_cpu_decoder() {
     }
     let opts = u8_opts(Layout::Nhwc);
     let plan = BatchPlan::new_in_place(&files, &starts, buf.len(), &opts).unwrap();
-    let run = run_sim_data(&exe, &plan, &buf, "v2-in-place");
+    let run = run_sim_data(exe, &plan, &buf, "v2-in-place");
     assert_eq!(run.err, u32::MAX, "{:?}", plan.kernel_error(run.err));
     common::check_output(&run.out, &plan.images, &imgs, &opts, "v2-in-place");
 }
@@ -941,10 +811,12 @@ fn sim_v2_whole_images_match_cpu_decoder() {
 /// vectors' SHA-256. One batch of all 40, NHWC.
 #[test]
 fn sim_v2_conformance_vectors_decode_exactly() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let dir = std::env::var_os("L3V2_VECTORS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate_dir().join("../../shared/specs/l3v2-vectors"));
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/specs/l3v2-vectors")
+        });
     let Ok(list) = std::fs::read_dir(&dir) else {
         eprintln!(
             "SKIPPED: no conformance vectors at {} (set L3V2_VECTORS)",
@@ -963,7 +835,7 @@ fn sim_v2_conformance_vectors_decode_exactly() {
     imgs.sort_by(|a, b| a.label.cmp(&b.label));
     assert_eq!(imgs.len(), 40, "the manifest lists 40 vectors");
     // One layout: the layouts are a matter of strides, checked on every other batch.
-    check_batch(&exe, &imgs, &u8_opts(Layout::Nhwc), "vectors-nhwc");
+    check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), "vectors-nhwc");
 }
 
 /// Sample batches with version-2 sources: the six layout × element type combinations, random windows,
@@ -971,7 +843,7 @@ fn sim_v2_conformance_vectors_decode_exactly() {
 /// them: equal to the CPU reference bit for bit, every element written once (two fill bytes).
 #[test]
 fn sim_v2_samples_match_reference() {
-    let exe = harness_or_skip!(Build::Plain);
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let mut k = 0u64;
     for layout in [Layout::Nchw, Layout::Nhwc] {
         for (dtype, normalize) in [
@@ -981,9 +853,9 @@ fn sim_v2_samples_match_reference() {
         ] {
             k += 1;
             let case = common::random_v2_sample_case(0xA2 + k, 6, layout, dtype, normalize);
-            let plan = check_samples_case(&exe, &case, &format!("v2-samples-{k}"), 0xA5);
+            let plan = check_samples_case(exe, &case, &format!("v2-samples-{k}"), 0xA5);
             assert!(!plan.v2.descs.is_empty() && !plan.descs.is_empty());
-            check_samples_case(&exe, &case, &format!("v2-samples-{k}-fill0"), 0x00);
+            check_samples_case(exe, &case, &format!("v2-samples-{k}-fill0"), 0x00);
         }
     }
 }
@@ -994,16 +866,11 @@ fn sim_v2_samples_match_reference() {
 fn sim_v2_asan_and_tsan_clean() {
     let imgs = common::v2_mixed_batch();
     let case = common::random_v2_sample_case(0x7A5, 4, Layout::Nhwc, DType::F16, None);
-    for build in [Build::Asan, Build::Tsan] {
-        match harness(build) {
+    for build in [Flavour::Asan, Flavour::Tsan] {
+        match HARNESS.get(build) {
             Ok(exe) => {
-                check_batch(
-                    &exe,
-                    &imgs,
-                    &u8_opts(Layout::Nhwc),
-                    &format!("v2-{build:?}"),
-                );
-                check_samples_case(&exe, &case, &format!("v2-samples-{build:?}"), 0xA5);
+                check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), &format!("v2-{build:?}"));
+                check_samples_case(exe, &case, &format!("v2-samples-{build:?}"), 0xA5);
             }
             Err(why) => eprintln!("skipping {build:?}: {why}"),
         }
@@ -1017,7 +884,7 @@ fn sim_v2_asan_and_tsan_clean() {
 /// against the CPU's region decoder.
 #[test]
 fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
-    let exe = harness_or_skip!(Build::Asan);
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
     let mut rng = Rng(0xC0FFEE);
     let good = common::image_v2(
         40,
@@ -1066,7 +933,7 @@ fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
             Err(e) => panic!("trial {trial}: unexpected {e}"),
         }
         let plan = BatchPlan::new(&files, &DecodeOptions::default()).unwrap();
-        let run = run_sim(&exe, &plan, &files, &format!("v2-corrupt-{trial}"));
+        let run = run_sim(exe, &plan, &files, &format!("v2-corrupt-{trial}"));
         let kernel_ok = run.err == u32::MAX;
         assert_eq!(
             kernel_ok, cpu_ok,
@@ -1106,7 +973,7 @@ fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
             let sources = [SampleSource::File(&good.file), SampleSource::File(&bad)];
             let opts = crate::SampleOptions::new(24, 20);
             let plan = SamplePlan::new(&sources, &windows, &opts).unwrap();
-            let run = run_sim_samples(&exe, &plan, &sources, "v2-corrupt-samples", 0xA5);
+            let run = run_sim_samples(exe, &plan, &sources, "v2-corrupt-samples", 0xA5);
             let r = windows[1].src;
             let mut px = vec![0u8; (r.w * r.h) as usize * c as usize];
             let layout = l3_format::PixelLayout::packed(r.w, r.h, c, false);

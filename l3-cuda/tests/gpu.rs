@@ -1,5 +1,7 @@
-//! GPU tests: decoded bytes equal the CPU decoder's byte for byte. Without a GPU (no driver, no device,
-//! no NVRTC) each test prints why and returns; the error-path tests at the end run everywhere.
+//! GPU tests: decoded bytes equal the CPU decoder's byte for byte. They need a CUDA GPU and are
+//! `#[ignore = "needs a CUDA GPU"]`, so that a machine without one lists them as ignored, not passed; on a
+//! GPU machine run them with `--include-ignored` (gpu-check/check.sh does), where a GPU that cannot be used
+//! fails them with the reason. The error-path tests at the end need no GPU and run everywhere.
 
 mod common;
 
@@ -9,17 +11,9 @@ use l3_cuda::{
 };
 use vocab::{DType, Layout, Normalize, Window};
 
-/// A decoder on device 0, or None (after printing why) when this machine cannot run one.
-fn decoder_or_skip() -> Option<BatchDecoder> {
-    match BatchDecoder::new(0) {
-        Ok(d) => Some(d),
-        Err(e @ (Error::NoDriver | Error::NoDevice { .. } | Error::NoNvrtc)) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        // A GPU is present but the decoder cannot start (compile error, driver failure): a real failure.
-        Err(e) => panic!("BatchDecoder::new(0) failed on a machine with a GPU: {e}"),
-    }
+/// A decoder on device 0; a test that asked for the GPU fails with the reason when there is none.
+fn decoder() -> BatchDecoder {
+    BatchDecoder::new(0).unwrap_or_else(|e| panic!("needs a CUDA GPU: BatchDecoder::new(0): {e}"))
 }
 
 fn files(imgs: &[TestImage]) -> Vec<&[u8]> {
@@ -44,10 +38,9 @@ fn u8_opts(layout: Layout) -> DecodeOptions {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_every_patch_size_matches_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     for (gi, imgs) in common::every_patch_size_batches().iter().enumerate() {
         for layout in [Layout::Nchw, Layout::Nhwc] {
             decode_and_check(
@@ -61,10 +54,9 @@ fn gpu_every_patch_size_matches_cpu_decoder() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     for (name, imgs) in [
         ("tiny", common::tiny_mixed_batch()),
         ("uniform", common::uniform_batch()),
@@ -81,10 +73,9 @@ fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_normalised_float_outputs_match() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let imgs = common::float_batch();
     for layout in [Layout::Nchw, Layout::Nhwc] {
         for dtype in [DType::F32, DType::F16] {
@@ -105,10 +96,9 @@ fn gpu_normalised_float_outputs_match() {
 /// Every PNG of ../shared/corpus at full resolution (the JPEGs' pixels come from a lossy decoder and add
 /// nothing a PNG does not), encoded with the default patch size, decoded in one mixed batch.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_corpus_matches_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut imgs = Vec::new();
     for name in [
         "UbuntuMateCold.png",
@@ -140,10 +130,9 @@ fn gpu_corpus_matches_cpu_decoder() {
 
 /// Double buffering: several batches in flight before any is waited on, from the same two staging slots.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_pipelined_batches_all_correct() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let batches = common::every_patch_size_batches();
     let opts = u8_opts(Layout::Nchw);
     let pending: Vec<_> = batches
@@ -163,10 +152,9 @@ fn gpu_pipelined_batches_all_correct() {
 
 /// Files read into a PinnedBatch decode from pinned memory directly; the batch is refilled and reused.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_batch_matches_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let opts = u8_opts(Layout::Nchw);
     let mut pinned = dec.pinned_batch(1 << 10).unwrap();
     for (round, imgs) in common::every_patch_size_batches().iter().enumerate() {
@@ -190,10 +178,9 @@ fn gpu_pinned_batch_matches_cpu_decoder() {
 /// The caller's stream and context: decodes queued on the caller's stream, and a high-priority compute
 /// stream ordered after a batch through its `ready()` event, both give the CPU decoder's bytes.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_caller_streams_and_ready_event() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let imgs = common::tiny_mixed_batch();
     let opts = u8_opts(Layout::Nchw);
     // A compute stream at the highest priority waits on the decode, then copies the output back itself.
@@ -216,10 +203,9 @@ fn gpu_caller_streams_and_ready_event() {
 
 /// Resident input (the benchmark's path) decodes to the same bytes, repeatedly.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_resident_batch_matches_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let imgs = common::tiny_mixed_batch();
     let opts = u8_opts(Layout::Nhwc);
     let resident = dec.upload(&files(&imgs), &opts).unwrap();
@@ -239,10 +225,9 @@ fn gpu_resident_batch_matches_cpu_decoder() {
 /// Corrupt row data with host checking off: the kernel flags the patch, the error names the image, and the
 /// other images of the batch still decode correctly.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_corrupt_rows_reported_by_batch_index() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut rng = Rng(77);
     let good = image(40, 40, 3, 16, Content::Smooth, &mut rng);
     let mut bad = image(40, 40, 3, 16, Content::Smooth, &mut rng).file;
@@ -266,10 +251,9 @@ fn gpu_corrupt_rows_reported_by_batch_index() {
 /// Version-2 images of both profiles beside a version-1 image in one launch, every layout and element
 /// type, whole-image batches and sample batches: equal to the CPU decoder and the CPU sample reference.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_v2_batches_match_cpu_decoder() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let imgs = common::v2_mixed_batch();
     for layout in [Layout::Nchw, Layout::Nhwc] {
         decode_and_check(&mut dec, &imgs, &u8_opts(layout), &format!("v2 {layout:?}"));
@@ -289,10 +273,9 @@ fn gpu_v2_batches_match_cpu_decoder() {
 
 /// A damaged version-2 patch behind a valid CRC-32C is reported by batch index after the launch.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_v2_corrupt_patch_reported_by_batch_index() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut rng = Rng(77);
     let good = common::image_v2(
         90,
@@ -356,10 +339,9 @@ fn samples_and_check(
 /// The six layout × element type combinations, random windows, flips, gray/RGB/RGBA, mixed sizes and
 /// patch sizes, whole files and fragments: equal to the CPU reference bit for bit.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_samples_every_layout_and_dtype_match_reference() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut seed = 0x5eed;
     for layout in [Layout::Nhwc, Layout::Nchw] {
         for (dtype, normalize) in [
@@ -385,10 +367,9 @@ fn gpu_samples_every_layout_and_dtype_match_reference() {
 /// Training-sized samples (224×224 crops of full-size corpus images, mirrored at random, NCHW f16
 /// normalised) from fragments: what the loader asks for.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_samples_corpus_crops_match_reference() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut rng = Rng(224);
     let mut case = SampleCase {
         imgs: Vec::new(),
@@ -433,10 +414,9 @@ fn gpu_samples_corpus_crops_match_reference() {
 /// Many sample batches in flight through the two staging slots, with the in-flight bound at 1, 2 and 4:
 /// all correct.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_samples_pipelined_with_bounded_in_flight() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let cases: Vec<SampleCase> = (0..6)
         .map(|i| common::random_sample_case(100 + i, 16, Layout::Nchw, DType::F16, None))
         .collect();
@@ -469,11 +449,10 @@ fn gpu_samples_pipelined_with_bounded_in_flight() {
 /// The DLPack-facing surface: device pointer, shape, ordinal; a high-priority stream made to wait with
 /// `wait_in` reads the finished batch; `free_after` frees it in that stream's order.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_sample_batch_exports_pointer_and_events() {
     use l3_cuda::cudarc::driver::DevicePtr;
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let case = common::random_sample_case(7, 8, Layout::Nhwc, DType::U8, None);
     let parts = case.fragment_parts();
     let sources = common::sample_sources(&case, &parts);
@@ -507,10 +486,9 @@ fn gpu_sample_batch_exports_pointer_and_events() {
 /// each stream's copy of the output, queued before the drop, still reads the decoded bytes (and
 /// compute-sanitizer's memcheck sees no use after free).
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_dropped_batch_outlives_its_consumers_queued_work() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let case = common::random_sample_case(9, 6, Layout::Nchw, DType::U8, None);
     let parts = case.fragment_parts();
     let sources = common::sample_sources(&case, &parts);
@@ -540,10 +518,9 @@ fn gpu_dropped_batch_outlives_its_consumers_queued_work() {
 
 /// Resident sample input (the kernel-speed path) decodes to the same bytes, repeatedly.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_resident_samples_match_reference() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let case =
         common::random_sample_case(55, 12, Layout::Nchw, DType::F32, Some(Normalize::IMAGENET));
     let parts = case.fragment_parts();
@@ -565,10 +542,9 @@ fn gpu_resident_samples_match_reference() {
 
 /// A corrupt row header under a window: the kernel flags it, the error names the sample's batch index.
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_sample_corrupt_rows_reported_by_batch_index() {
-    let Some(mut dec) = decoder_or_skip() else {
-        return;
-    };
+    let mut dec = decoder();
     let mut rng = Rng(78);
     let good = image(40, 40, 3, 16, Content::Smooth, &mut rng);
     let mut bad = image(40, 40, 3, 16, Content::Smooth, &mut rng).file;
@@ -593,7 +569,7 @@ fn gpu_sample_corrupt_rows_reported_by_batch_index() {
     }
 }
 
-// ---- error paths: run on every machine ----
+// ---- error paths: no GPU needed, run on every machine ----
 
 /// No driver → NoDriver; a driver but no such device → NoDevice. Never a panic.
 #[test]
@@ -647,13 +623,22 @@ fn corrupt_image_rejected_with_batch_index_before_launch() {
         }) => {}
         other => panic!("expected Image{{index: 0, NbitTooLarge}}, got {other:?}"),
     }
-    // With a GPU, submit refuses the same batch with the same error.
-    if let Some(mut dec) = decoder_or_skip() {
-        let err = dec
-            .submit(&[&a, &b, &bad_magic], &DecodeOptions::default())
-            .unwrap_err();
-        assert!(matches!(err, Error::Image { index: 2, .. }), "{err}");
-    }
+}
+
+/// On a GPU, submit refuses a corrupt image with the same error, before any GPU work.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_submit_rejects_corrupt_image_with_batch_index() {
+    let mut dec = decoder();
+    let mut rng = Rng(3);
+    let a = image(30, 20, 3, 8, Content::Random, &mut rng).file;
+    let b = image(17, 9, 1, 4, Content::Smooth, &mut rng).file;
+    let mut bad_magic = a.clone();
+    bad_magic[0] = b'X';
+    let err = dec
+        .submit(&[&a, &b, &bad_magic], &DecodeOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, Error::Image { index: 2, .. }), "{err}");
 }
 
 #[test]
@@ -890,13 +875,28 @@ fn sample_plan_rejects_bad_input_with_batch_index() {
     // The same window elsewhere does not read the bad patch.
     let away = Window::new(Rect::new(20, 10, 4, 4), 0, 0, false);
     assert!(SamplePlan::new(&[src(&b), src(&bad_rows)], &[small, away], &strict).is_ok());
-    // With a GPU, submit refuses the same batches with the same errors.
-    if let Some(mut dec) = decoder_or_skip() {
-        let e = dec
-            .submit_samples(&[src(&a), src(&bad)], &[fit, small], &opts)
-            .unwrap_err();
-        assert!(matches!(e, Error::Image { index: 1, .. }), "{e}");
-    }
+}
+
+/// On a GPU, submit_samples refuses a corrupt image with the same error, before any GPU work.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_submit_samples_rejects_corrupt_image_with_batch_index() {
+    let mut dec = decoder();
+    let mut rng = Rng(12);
+    let a = image(30, 20, 3, 8, Content::Random, &mut rng).file;
+    let mut bad = image(17, 9, 1, 4, Content::Smooth, &mut rng).file;
+    bad[0] = b'X';
+    let opts = SampleOptions::new(16, 8);
+    let fit = Window::new(Rect::new(2, 1, 16, 8), 0, 0, false);
+    let small = Window::new(Rect::new(0, 0, 10, 5), 3, 2, true);
+    let e = dec
+        .submit_samples(
+            &[SampleSource::File(&a), SampleSource::File(&bad)],
+            &[fit, small],
+            &opts,
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::Image { index: 1, .. }), "{e}");
 }
 
 /// A one-patch image read as fragments: its channels are split by walking its rows and proved against

@@ -138,14 +138,11 @@ impl LoaderOptions {
             return Err(Invalid::new("world_size", 0, "at least 1"));
         }
         if self.rank >= self.world_size {
+            let (r, w) = (self.rank, self.world_size);
             return Err(Invalid::new(
                 "rank",
-                self.rank,
-                format!(
-                    "0 to {} (world_size {})",
-                    self.world_size - 1,
-                    self.world_size
-                ),
+                r,
+                format!("0 to {} (rank {r} of world size {w} does not exist)", w - 1),
             ));
         }
         if self.epochs == Some(0) {
@@ -303,7 +300,7 @@ impl std::str::FromStr for PerChannel {
         let v: Option<Vec<f32>> = s.split(',').map(|t| t.trim().parse().ok()).collect();
         v.and_then(|v| <[f32; 3]>::try_from(v).ok())
             .map(PerChannel)
-            .ok_or_else(|| Invalid::new("mean", s, "three numbers, one per channel (a,b,c)"))
+            .ok_or_else(|| Invalid::new("mean", s, "3 numbers, one per channel (a,b,c)"))
     }
 }
 
@@ -650,8 +647,14 @@ impl Settings {
                 mean: mean.0,
                 std: std.0,
             }),
-            (Some(_), None) => return Err(Invalid::new("std", "none", "three numbers with mean")),
-            (None, Some(_)) => return Err(Invalid::new("mean", "none", "three numbers with std")),
+            (Some(_), None) => {
+                let why = "3 numbers: give both mean and std, or neither";
+                return Err(Invalid::new("std", "none", why));
+            }
+            (None, Some(_)) => {
+                let why = "3 numbers: give both mean and std, or neither";
+                return Err(Invalid::new("mean", "none", why));
+            }
         };
         let dtype = self.dtype;
         let order = match (self.sampler, self.budget) {

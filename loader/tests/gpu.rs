@@ -73,6 +73,7 @@ fn same_batches(gpu: &[Batch], cpu: &[Batch], tag: &str) {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn device_batches_equal_cpu_batches() {
     let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&common::fixture().l3).unwrap());
     for (layout, dtype) in [
@@ -81,7 +82,7 @@ fn device_batches_equal_cpu_batches() {
         (Layout::Nchw, DType::F32),
     ] {
         let Some(gpu) = run(ds.clone(), options(Device::Cuda(0), layout, dtype)) else {
-            return;
+            panic!("needs a CUDA GPU: the loader refused device 0 (the reason is printed above)");
         };
         let cpu = run(ds.clone(), options(Device::Cpu, layout, dtype)).unwrap();
         same_batches(&gpu, &cpu, &format!("{layout:?} {dtype:?}"));
@@ -89,6 +90,7 @@ fn device_batches_equal_cpu_batches() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU"]
 fn a_corrupt_item_is_skipped_on_the_device_as_on_the_cpu() {
     let tmp = tempfile::tempdir().unwrap();
     let src = &common::fixture().l3;
@@ -111,7 +113,7 @@ fn a_corrupt_item_is_skipped_on_the_device_as_on_the_cpu() {
         ..options(device, Layout::Nchw, DType::U8)
     };
     let Some(gpu) = run(ds.clone(), o(Device::Cuda(0))) else {
-        return;
+        panic!("needs a CUDA GPU: the loader refused device 0 (the reason is printed above)");
     };
     let cpu = run(ds, o(Device::Cpu)).unwrap();
     assert_eq!(cpu.iter().map(|b| b.skipped.len()).sum::<usize>(), 1);

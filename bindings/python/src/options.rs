@@ -90,7 +90,7 @@ fn per_channel(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<PerChanne
     if v.is_instance_of::<PyString>() {
         return parsed(option, v);
     }
-    let values: Vec<f32> = expect(option, v, "three numbers, one per channel (a,b,c)")?;
+    let values: Vec<f32> = expect(option, v, "3 numbers, one per channel (a,b,c)")?;
     <[f32; 3]>::try_from(values.as_slice())
         .map(PerChannel)
         .map_err(|_| {
@@ -99,7 +99,7 @@ fn per_channel(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<PerChanne
                 Invalid::new(
                     option,
                     format!("{values:?}"),
-                    "three numbers, one per channel (a,b,c)",
+                    "3 numbers, one per channel (a,b,c)",
                 ),
             )
         })

@@ -1,12 +1,13 @@
 // The CUDA backend's kernels (bsp-tiling). Compiled at run time by NVRTC (`--fmad=false`, so that every
 // element-wise result is the same IEEE operation sequence as the CPU backend's Rust), and by g++ through
-// tests/cpu-sim/shim.h for the CPU simulation that checks them against the CPU backend op by op.
+// the toolkit's CUDA simulator (cuda-sim) for the CPU simulation that checks them against the CPU backend
+// op by op (tests/kernel_sim.rs).
 //
 // Layouts: activations are C×H×W f32, row-major within each channel plane (the CPU backend's `Tensor`).
 // Every kernel but the reductions is a grid-stride loop over its output elements with 64-bit indices
 // (a 16384² layer of 8 channels has more than 2^31 elements). No CUDA headers are needed.
 
-#ifndef BSP_CPU_SIM
+#ifndef CUDA_CPU_SIM
 typedef unsigned short u16;
 typedef long long i64;
 #endif

@@ -20,17 +20,19 @@ use crate::meter::{Lease, Meter};
 use crate::padding::PaddingMode;
 use crate::stats::ChannelStats;
 use crate::tensor::Tensor;
+use cuda_setup::{Library, Program};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError,
-    LaunchConfig, PushKernelArg, sys,
+    LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// The CUDA C source of the kernels, embedded in the crate.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// The kernels as NVRTC compiles them: `--fmad=false` keeps `x·a + b` two roundings, as in the CPU backend.
+static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
 pub const KERNEL_NAMES: [&str; 13] = [
@@ -52,58 +54,11 @@ pub const KERNEL_NAMES: [&str; 13] = [
 /// Bytes of the workspace handed to cuBLAS (its recommendation for Hopper), counted on the meter.
 const CUBLAS_WORKSPACE: usize = 32 << 20;
 
-/// Fails with [`Error::NoDriver`] when libcuda cannot be loaded.
-pub fn ensure_driver() -> Result<()> {
-    // SAFETY: only tries to dlopen libcuda; no CUDA call is made.
-    if unsafe { sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::NoDriver)
-    }
-}
-
-/// Fails with [`Error::NoCudaLibrary`] when libnvrtc cannot be loaded.
-pub fn ensure_nvrtc() -> Result<()> {
-    // SAFETY: only tries to dlopen libnvrtc.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::NoCudaLibrary {
-            lib: "libnvrtc",
-            hint: "install the CUDA toolkit's NVRTC, or the nvidia-cuda-nvrtc wheel with its lib folder on LD_LIBRARY_PATH",
-        })
-    }
-}
-
-/// Fails with [`Error::NoCudaLibrary`] when libcublas cannot be loaded.
-pub fn ensure_cublas() -> Result<()> {
-    // SAFETY: only tries to dlopen libcublas.
-    if unsafe { cudarc::cublas::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::NoCudaLibrary {
-            lib: "libcublas",
-            hint: "install the CUDA toolkit's cuBLAS, or the nvidia-cublas wheel with its lib folder on LD_LIBRARY_PATH",
-        })
-    }
-}
-
-/// A driver error as `CUDA_ERROR_NAME: description`, from the driver's own tables.
-fn driver_text(e: &DriverError) -> String {
-    let name = e
-        .error_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| format!("CUresult {}", e.0 as u32));
-    match e.error_string() {
-        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
-        Err(_) => name,
-    }
-}
-
+/// A failed driver call, in the driver's own words.
 fn drv(call: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| Error::Cuda {
         call,
-        message: driver_text(&e),
+        message: cuda_setup::describe(&e),
     }
 }
 
@@ -131,70 +86,6 @@ fn blas_err(call: &'static str) -> impl Fn(cudarc::cublas::result::CublasError) 
         call,
         message: blas_text(e),
     }
-}
-
-/// Number of CUDA devices; [`Error::NoDriver`] without a driver.
-pub fn device_count() -> Result<usize> {
-    ensure_driver()?;
-    let n = CudaContext::device_count().map_err(drv("cuDeviceGetCount"))?;
-    Ok(n.max(0) as usize)
-}
-
-/// Compiles the kernels with NVRTC for one virtual architecture (`compute_XY`): PTX that the driver
-/// JIT-compiles for the exact device. Needs libnvrtc, not a GPU. `--fmad=false` keeps `x·a + b` two
-/// roundings, as in the CPU backend.
-pub fn compile_for_arch(arch: &str) -> Result<Ptx> {
-    ensure_nvrtc()?;
-    let opts = CompileOptions {
-        fmad: Some(false),
-        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
-        name: Some("bsp_kernels.cu".into()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(KERNEL_SOURCE, opts).map_err(|e| Error::Compile {
-        arch: arch.to_string(),
-        log: match e {
-            CompileError::CompileError { log, .. } => log
-                .to_string_lossy()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join("; "),
-            CompileError::CreationError(e) => format!("creating the program: {}", nvrtc_text(e)),
-            CompileError::GetLogError(e) => format!("reading the log: {}", nvrtc_text(e)),
-            CompileError::GetPtxError(e) => format!("reading the PTX: {}", nvrtc_text(e)),
-            CompileError::DestroyError(e) => format!("destroying the program: {}", nvrtc_text(e)),
-        },
-    })
-}
-
-/// An NVRTC status as NVRTC describes it.
-fn nvrtc_text(e: cudarc::nvrtc::result::NvrtcError) -> String {
-    // SAFETY: a lookup in NVRTC's table (libnvrtc is loaded); it returns a static string.
-    let p = unsafe { cudarc::nvrtc::sys::nvrtcGetErrorString(e.0) };
-    if p.is_null() {
-        format!("nvrtcResult {}", e.0 as u32)
-    } else {
-        // SAFETY: non-null, NUL-terminated, static.
-        unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-/// PTX for `compute_XY`, compiled at most once per process per architecture.
-fn ptx_for(major: i32, minor: i32) -> Result<Ptx> {
-    type Cache = Mutex<HashMap<(i32, i32), Ptx>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(ptx) = map.get(&(major, minor)) {
-        return Ok(ptx.clone());
-    }
-    let ptx = compile_for_arch(&format!("compute_{major}{minor}"))?;
-    map.insert((major, minor), ptx.clone());
-    Ok(ptx)
 }
 
 struct Kernels {
@@ -313,21 +204,14 @@ impl CudaBackend {
     /// Opens GPU `ordinal` with a budget of `gpu_memory` bytes (`None`: the free memory less
     /// [`HEADROOM`]). Fails with the reason when there is no driver, device, NVRTC or cuBLAS.
     pub fn new(ordinal: usize, gpu_memory: Option<u64>, precision: Precision) -> Result<Self> {
-        let count = device_count()?;
-        if ordinal >= count {
-            return Err(Error::NoDevice { ordinal, count });
-        }
-        ensure_nvrtc()?;
-        ensure_cublas()?;
-        let ctx = CudaContext::new(ordinal).map_err(drv("cuCtxCreate"))?;
+        // Driver, device and NVRTC first, then cuBLAS: every missing piece is named before a context exists.
+        cuda_setup::probe(ordinal)?;
+        Library::Cublas.require()?;
+        let ctx = cuda_setup::open(ordinal)?;
         // One stream, in order: the slices' cross-stream events are not needed.
         // SAFETY: nothing has been allocated in this context by us yet, and we use one stream only.
         unsafe { ctx.disable_event_tracking() };
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(drv("cuDeviceGetAttribute"))?;
-        let ptx = ptx_for(major, minor)?;
-        let module = ctx.load_module(ptx).map_err(drv("cuModuleLoadData"))?;
+        let module = PROGRAM.load(&ctx)?;
         let load = |name: &str| {
             module
                 .load_function(name)
@@ -943,43 +827,27 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuda_setup::Arch;
 
-    /// The real NVRTC compiles kernels.cu for every architecture from Turing to Blackwell (runs wherever
-    /// libnvrtc loads, GPU or not: e.g. with the nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH).
-    /// `BSP_PTX_DIR=dir` writes the PTX there, for `ptxas -arch=sm_90 -v`.
+    fn compile(major: u32, minor: u32) -> Result<cudarc::nvrtc::Ptx> {
+        Ok(PROGRAM.compile(Arch::new(major, minor))?)
+    }
+
+    /// The real NVRTC compiles kernels.cu for every architecture from Turing to Blackwell, with every
+    /// entry point and no fused multiply-add (runs wherever libnvrtc loads, GPU or not: e.g. with the
+    /// nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH). `BSP_PTX_DIR=dir` writes the PTX there,
+    /// for `ptxas -arch=sm_90 -v`.
     #[test]
     fn nvrtc_compiles_kernels_for_every_arch() {
-        if let Err(e) = ensure_nvrtc() {
-            eprintln!("skipping: {e}");
+        if let Err(e) = Library::Nvrtc.require() {
+            eprintln!("skipping: {}", Error::from(e));
             return;
         }
-        for arch in [
-            "compute_75",
-            "compute_80",
-            "compute_86",
-            "compute_89",
-            "compute_90",
-            "compute_100",
-            "compute_120",
-        ] {
-            let ptx = compile_for_arch(arch).unwrap_or_else(|e| panic!("{e}"));
-            let src = ptx.to_src();
-            for entry in KERNEL_NAMES {
-                assert!(
-                    src.contains(&format!(".entry {entry}(")),
-                    "{arch}: no entry {entry}"
-                );
-            }
+        let dir = std::env::var_os("BSP_PTX_DIR").map(std::path::PathBuf::from);
+        let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
+        for (arch, src) in every.unwrap_or_else(|e| panic!("{e}")) {
             // --fmad=false: no fused multiply-add anywhere (the CPU backend rounds x·a and + b apart).
             assert!(!src.contains("fma.rn.f32"), "{arch}: fused multiply-add");
-            eprintln!("{arch}: {} bytes of PTX", src.len());
-            if let Some(dir) = std::env::var_os("BSP_PTX_DIR") {
-                std::fs::write(
-                    std::path::Path::new(&dir).join(format!("bsp_{arch}.ptx")),
-                    &src,
-                )
-                .unwrap();
-            }
         }
     }
 
@@ -995,7 +863,7 @@ mod tests {
             }
             Err(e) => panic!("unexpected error without a GPU: {e}"),
         }
-        match compile_for_arch("compute_90") {
+        match compile(9, 0) {
             Ok(_) => eprintln!("skipping: NVRTC present here"),
             Err(Error::NoCudaLibrary { lib, .. }) => assert_eq!(lib, "libnvrtc"),
             Err(e) => panic!("{e}"),

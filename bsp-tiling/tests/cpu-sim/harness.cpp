@@ -1,47 +1,16 @@
-// Runs launches of src/cuda/kernels.cu on the CPU: `harness LAUNCHES_IN BUFFERS_OUT`.
+// Runs launches of src/cuda/kernels.cu on the CPU through the toolkit's CUDA simulator (the cuda-sim
+// crate: cuda_sim.h, cuda_sim_run.h): `harness LAUNCHES_IN BUFFERS_OUT`.
 // LAUNCHES_IN (written by tests/kernel_sim.rs, little-endian):
 //   u32 n_buffers, then per buffer: u64 bytes, the bytes;
 //   u32 n_launches, then per launch: u32 name length, the name, u32 grid_x, u32 grid_y, u32 block_x,
 //   u32 n_args, then per argument: u32 kind (0 = buffer index, 1 = int, 2 = long long), i64 value.
 // BUFFERS_OUT: every buffer after the last launch, as u64 bytes + the bytes. Buffers are exact-size heap
 // allocations, so AddressSanitizer flags any access one element outside.
-#include "shim.h"
-#include "../../src/cuda/kernels.cu"
+#include "cuda_sim.h"
+#include "kernels.cu"
+#include "cuda_sim_run.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <thread>
-#include <vector>
-
-thread_local dim3 threadIdx;
-thread_local dim3 blockIdx;
-dim3 blockDim;
-dim3 gridDim;
-SimBarrier bsp_sim_barrier;
-
-static std::vector<uint8_t> read_file(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<uint8_t> v;
-    uint8_t buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) v.insert(v.end(), buf, buf + n);
-    fclose(f);
-    return v;
-}
-
-struct Reader {
-    const std::vector<uint8_t>& b;
-    size_t pos = 0;
-    template <typename T> T get() {
-        if (pos + sizeof(T) > b.size()) { fprintf(stderr, "truncated launch file\n"); exit(2); }
-        T v;
-        memcpy(&v, b.data() + pos, sizeof(T));
-        pos += sizeof(T);
-        return v;
-    }
-};
 
 struct Arg {
     uint32_t kind;
@@ -100,6 +69,11 @@ static void call(const std::string& name, Launch& a) {
     }
 }
 
+// The launch being run, for run_thread.
+static const std::string* current_name;
+static Launch* current;
+static void run_thread() { call(*current_name, *current); }
+
 int main(int argc, char** argv) {
     if (argc != 3) { fprintf(stderr, "usage: harness LAUNCHES_IN BUFFERS_OUT\n"); return 2; }
     std::vector<uint8_t> in = read_file(argv[1]);
@@ -120,8 +94,8 @@ int main(int argc, char** argv) {
         uint32_t len = r.get<uint32_t>();
         std::string name((const char*)in.data() + r.pos, len);
         r.pos += len;
-        gridDim = dim3{r.get<uint32_t>(), r.get<uint32_t>(), 1};
-        blockDim = dim3{r.get<uint32_t>(), 1, 1};
+        dim3 grid{r.get<uint32_t>(), r.get<uint32_t>(), 1};
+        unsigned block = r.get<uint32_t>();
         Launch a{&bufs, {}};
         uint32_t na = r.get<uint32_t>();
         for (uint32_t j = 0; j < na; j++) {
@@ -130,31 +104,9 @@ int main(int argc, char** argv) {
             if (kind == 0 && (v < 0 || (uint64_t)v >= nb)) { fprintf(stderr, "bad buffer index\n"); return 2; }
             a.args.push_back({kind, v});
         }
-        // Kernels with a barrier need one host thread per CUDA thread.
-        bool barrier = name == "bsp_channel_partials";
-        bsp_sim_barrier.expected = blockDim.x;
-        for (unsigned by = 0; by < gridDim.y; by++) {
-            for (unsigned bx = 0; bx < gridDim.x; bx++) {
-                if (barrier) {
-                    std::vector<std::thread> ts;
-                    for (unsigned t = 0; t < blockDim.x; t++) {
-                        ts.emplace_back([&, t] {
-                            blockIdx = dim3{bx, by, 0};
-                            threadIdx = dim3{t, 0, 0};
-                            Launch mine = a;
-                            call(name, mine);
-                        });
-                    }
-                    for (auto& t : ts) t.join();
-                } else {
-                    blockIdx = dim3{bx, by, 0};
-                    for (unsigned t = 0; t < blockDim.x; t++) {
-                        threadIdx = dim3{t, 0, 0};
-                        call(name, a);
-                    }
-                }
-            }
-        }
+        current_name = &name;
+        current = &a;
+        cuda_sim_launch(grid, block, run_thread);
     }
     FILE* f = fopen(argv[2], "wb");
     if (!f) { perror(argv[2]); return 2; }

@@ -272,18 +272,12 @@ impl Dataset for ImageFolder {
         if item.format == Format::L3 && req.scope == DecodeScope::Region {
             // Locally the size is taken now (the file may have been replaced since the listing); an
             // object's comes from the listing, saving a request per item.
+            let file = self.storage.open_key(&item.key)?;
             let len = match (self.storage.is_remote(), item.len) {
                 (true, Some(len)) => len,
-                _ => self.storage.size(&item.key)?,
+                _ => file.size()?,
             };
-            return read_region(
-                &self.indexes,
-                index,
-                &self.storage,
-                &item.key,
-                (0, len),
-                req,
-            );
+            return read_region(&self.indexes, index, &file, (0, len), req);
         }
         let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
         let bytes = self.storage.read(&item.key, limit)?;

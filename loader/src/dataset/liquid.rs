@@ -146,7 +146,7 @@ impl Dataset for LiquidShards {
         let key = &self.inner.manifest.files[loc.file as usize].name;
         if self.format(index) == Format::L3 && req.scope == DecodeScope::Region {
             let at = (loc.offset, loc.length);
-            return read_region(&self.indexes, index, &self.storage, key, at, req);
+            return read_region(&self.indexes, index, &self.storage.open_key(key)?, at, req);
         }
         let buf = self
             .storage

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
-use crate::storage::Storage;
+use crate::storage::Opened;
 use l3_format::{Fragments, L3Index};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -93,17 +93,16 @@ impl IndexCache {
     }
 }
 
-/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `key`, for `req`: only what its
+/// Reads item `item`, an L3 image stored at bytes `base .. base + len` of `file`, for `req`: only what its
 /// window needs. Returns the stored parts and the bytes read.
 pub(crate) fn read_region(
     cache: &IndexCache,
     item: usize,
-    storage: &Storage,
-    key: &str,
+    file: &Opened,
     (base, len): (u64, u64),
     req: &SampleRequest,
 ) -> Result<(Stored, u64)> {
-    let l3 = |e: l3_format::Error| Error::decode(storage.name(key), "l3", e);
+    let l3 = |e: l3_format::Error| Error::decode(file.name(), "l3", e);
     let (index, mut read) = cache.get_or_read(item, || {
         // The header says how long the offset table is (and a v2-ANS file's tables how long they are):
         // read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads, v2-ANS with a
@@ -111,7 +110,7 @@ pub(crate) fn read_region(
         let mut read = 0u64;
         let mut prefix = Vec::new();
         while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
-            let part = storage.read_range(key, base + r.start..base + r.end)?;
+            let part = file.read_range(base + r.start..base + r.end)?;
             read += part.len() as u64;
             let short = (part.len() as u64) < r.end - r.start;
             prefix.truncate(r.start as usize);
@@ -130,7 +129,7 @@ pub(crate) fn read_region(
         .slices_mut()
         .map(|(r, buf)| (base + r.start..base + r.end, buf))
         .collect();
-    read += storage.read_ranges_into(key, &mut parts)?;
+    read += file.read_ranges_into(&mut parts)?;
     drop(parts);
     Ok((Stored::L3Region { index, fragments }, read))
 }

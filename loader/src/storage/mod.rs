@@ -45,8 +45,6 @@ pub struct Storage {
 #[derive(Debug)]
 struct Inner {
     backend: Backend,
-    /// Local files kept open between reads of one item (size, header, patches: up to four reads).
-    open: OpenFiles,
     cap: Option<Arc<Bandwidth>>,
     cache: Option<cache::DiskCache>,
     requests: AtomicU64,
@@ -90,7 +88,6 @@ impl Storage {
         Ok(Storage {
             inner: Arc::new(Inner {
                 backend,
-                open: OpenFiles::default(),
                 cap: options.bandwidth.map(|b| Arc::new(Bandwidth::new(b))),
                 cache,
                 requests: AtomicU64::new(0),
@@ -104,7 +101,6 @@ impl Storage {
         Storage {
             inner: Arc::new(Inner {
                 backend: Backend::Local(root.into()),
-                open: OpenFiles::default(),
                 cap: None,
                 cache: None,
                 requests: AtomicU64::new(0),
@@ -198,114 +194,47 @@ impl Storage {
         }
     }
 
-    /// The size of `key` in bytes.
-    pub fn size(&self, key: &str) -> Result<u64> {
-        match &self.inner.backend {
+    /// Opens `key` for the reads of one item: a local file is opened once here and every read below
+    /// shares that descriptor, which closes when the handle drops — so no descriptor outlives its item,
+    /// and a file replaced or removed on disk is seen by the next item that opens it.
+    pub fn open_key<'a>(&'a self, key: &'a str) -> Result<Opened<'a>> {
+        let file = match &self.inner.backend {
             Backend::Local(root) => {
                 let p = root.join(key);
-                let f = self.inner.open.get(root, key)?;
-                Ok(f.metadata().map_err(|e| Error::io(&p, e))?.len())
+                let f = stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?;
+                Some((p, f))
             }
-            Backend::Object(r) => r.size(key),
-        }
+            Backend::Object(_) => None,
+        };
+        Ok(Opened {
+            storage: self,
+            key,
+            file,
+        })
+    }
+
+    /// The size of `key` in bytes.
+    pub fn size(&self, key: &str) -> Result<u64> {
+        self.open_key(key)?.size()
     }
 
     /// The whole of `key`, refused when larger than `limit` bytes.
     pub fn read(&self, key: &str, limit: u64) -> Result<Vec<u8>> {
-        let bytes = match &self.inner.backend {
-            Backend::Local(root) => {
-                let p = root.join(key);
-                let f = self.inner.open.get(root, key)?;
-                let len = f.metadata().map_err(|e| Error::io(&p, e))?.len();
-                if len > limit {
-                    return Err(Error::io(
-                        &p,
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!("{len} bytes, over the limit of {limit} bytes"),
-                        ),
-                    ));
-                }
-                let mut bytes = vec![0u8; len as usize];
-                f.read_exact_at(&mut bytes, 0)
-                    .map_err(|e| Error::io(&p, e))?;
-                bytes
-            }
-            Backend::Object(r) => {
-                if let Some(hit) = self.cached(key, None) {
-                    return Ok(hit);
-                }
-                let b = r.read(key, limit)?;
-                self.store(key, None, &b);
-                b
-            }
-        };
-        self.account(1, bytes.len() as u64);
-        Ok(bytes)
+        self.open_key(key)?.read(limit)
     }
 
     /// Bytes `range` of `key`, in one request.
     pub fn read_range(&self, key: &str, range: Range<u64>) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; (range.end - range.start) as usize];
-        self.read_ranges_into(key, &mut [(range, &mut buf[..])])?;
-        Ok(buf)
+        self.open_key(key)?.read_range(range)
     }
 
-    /// Fills each buffer with its range of `key`. Local files: one `pread` each; object stores: ranged GETs,
-    /// the ranges coalesced where they are close. Returns the bytes moved from the storage: the gaps
-    /// coalescing fetched included, cache hits excluded.
+    /// Fills each buffer with its range of `key`; see [`Opened::read_ranges_into`].
     pub fn read_ranges_into(
         &self,
         key: &str,
         parts: &mut [(Range<u64>, &mut [u8])],
     ) -> Result<u64> {
-        match &self.inner.backend {
-            Backend::Local(root) => {
-                let p = root.join(key);
-                let f = self.inner.open.get(root, key)?;
-                let mut n = 0;
-                for (r, buf) in parts.iter_mut() {
-                    f.read_exact_at(buf, r.start)
-                        .map_err(|e| Error::io(&p, e))?;
-                    n += buf.len() as u64;
-                }
-                self.account(parts.len() as u64, n);
-                Ok(n)
-            }
-            Backend::Object(r) => {
-                let mut missing: Vec<usize> = Vec::new();
-                for (i, (range, buf)) in parts.iter_mut().enumerate() {
-                    match self.cached(key, Some(range.clone())) {
-                        Some(hit) if hit.len() == buf.len() => buf.copy_from_slice(&hit),
-                        _ => missing.push(i),
-                    }
-                }
-                if missing.is_empty() {
-                    return Ok(0);
-                }
-                let ranges: Vec<Range<u64>> = missing.iter().map(|&i| parts[i].0.clone()).collect();
-                let (got, requests, fetched) = r.read_ranges(key, &ranges)?;
-                for (&i, bytes) in missing.iter().zip(got) {
-                    let (range, buf) = &mut parts[i];
-                    if bytes.len() != buf.len() {
-                        return Err(Error::decode(
-                            self.name(key),
-                            "object",
-                            format!(
-                                "bytes {}..{} came back as {} bytes (is the object shorter?)",
-                                range.start,
-                                range.end,
-                                bytes.len()
-                            ),
-                        ));
-                    }
-                    buf.copy_from_slice(&bytes);
-                    self.store(key, Some(range.clone()), &bytes);
-                }
-                self.account(requests, fetched);
-                Ok(fetched)
-            }
-        }
+        self.open_key(key)?.read_ranges_into(parts)
     }
 
     fn cached(&self, key: &str, range: Option<Range<u64>>) -> Option<Vec<u8>> {
@@ -323,35 +252,122 @@ impl Storage {
     }
 }
 
-/// The most local files a dataset keeps open: enough for every reader thread's item in flight, few enough
-/// for any descriptor limit.
-const OPEN_FILES: usize = 64;
+/// One key opened for the reads of one item (see [`Storage::open_key`]).
+#[derive(Debug)]
+pub struct Opened<'a> {
+    storage: &'a Storage,
+    key: &'a str,
+    /// The open file and its path, for local storage.
+    file: Option<(PathBuf, std::fs::File)>,
+}
 
-/// Local files kept open, most recently used last, at most [`OPEN_FILES`]: the reads of one item (its size,
-/// an L3 header and offset table, the patches under a crop) share one `open`. A file replaced on disk is
-/// seen once its handle has aged out.
-#[derive(Debug, Default)]
-struct OpenFiles(std::sync::Mutex<std::collections::VecDeque<(String, Arc<std::fs::File>)>>);
+impl Opened<'_> {
+    /// Where it lives: a path or a URL, for messages.
+    pub fn name(&self) -> PathBuf {
+        self.storage.name(self.key)
+    }
 
-impl OpenFiles {
-    fn get(&self, root: &Path, key: &str) -> Result<Arc<std::fs::File>> {
-        {
-            let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(i) = open.iter().position(|(k, _)| k == key) {
-                let entry = open.remove(i).expect("found");
-                let f = entry.1.clone();
-                open.push_back(entry);
-                return Ok(f);
+    /// The size in bytes.
+    pub fn size(&self) -> Result<u64> {
+        match (&self.file, &self.storage.inner.backend) {
+            (Some((p, f)), _) => Ok(f.metadata().map_err(|e| Error::io(p, e))?.len()),
+            (None, Backend::Object(r)) => r.size(self.key),
+            (None, Backend::Local(_)) => unreachable!("local keys are opened"),
+        }
+    }
+
+    /// The whole object, refused when larger than `limit` bytes.
+    pub fn read(&self, limit: u64) -> Result<Vec<u8>> {
+        let s = self.storage;
+        let bytes = match (&self.file, &s.inner.backend) {
+            (Some((p, f)), _) => {
+                let len = f.metadata().map_err(|e| Error::io(p, e))?.len();
+                if len > limit {
+                    return Err(Error::io(
+                        p,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{len} bytes, over the limit of {limit} bytes"),
+                        ),
+                    ));
+                }
+                let mut bytes = vec![0u8; len as usize];
+                f.read_exact_at(&mut bytes, 0)
+                    .map_err(|e| Error::io(p, e))?;
+                bytes
             }
+            (None, Backend::Object(r)) => {
+                if let Some(hit) = s.cached(self.key, None) {
+                    return Ok(hit);
+                }
+                let b = r.read(self.key, limit)?;
+                s.store(self.key, None, &b);
+                b
+            }
+            (None, Backend::Local(_)) => unreachable!("local keys are opened"),
+        };
+        s.account(1, bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// Bytes `range`, in one request.
+    pub fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        self.read_ranges_into(&mut [(range, &mut buf[..])])?;
+        Ok(buf)
+    }
+
+    /// Fills each buffer with its range. Local files: one `pread` each; object stores: ranged GETs, the
+    /// ranges coalesced where they are close. Returns the bytes moved from the storage: the gaps
+    /// coalescing fetched included, cache hits excluded.
+    pub fn read_ranges_into(&self, parts: &mut [(Range<u64>, &mut [u8])]) -> Result<u64> {
+        let s = self.storage;
+        let key = self.key;
+        match (&self.file, &s.inner.backend) {
+            (Some((p, f)), _) => {
+                let mut n = 0;
+                for (r, buf) in parts.iter_mut() {
+                    f.read_exact_at(buf, r.start).map_err(|e| Error::io(p, e))?;
+                    n += buf.len() as u64;
+                }
+                s.account(parts.len() as u64, n);
+                Ok(n)
+            }
+            (None, Backend::Object(r)) => {
+                let mut missing: Vec<usize> = Vec::new();
+                for (i, (range, buf)) in parts.iter_mut().enumerate() {
+                    match s.cached(key, Some(range.clone())) {
+                        Some(hit) if hit.len() == buf.len() => buf.copy_from_slice(&hit),
+                        _ => missing.push(i),
+                    }
+                }
+                if missing.is_empty() {
+                    return Ok(0);
+                }
+                let ranges: Vec<Range<u64>> = missing.iter().map(|&i| parts[i].0.clone()).collect();
+                let (got, requests, fetched) = r.read_ranges(key, &ranges)?;
+                for (&i, bytes) in missing.iter().zip(got) {
+                    let (range, buf) = &mut parts[i];
+                    if bytes.len() != buf.len() {
+                        return Err(Error::decode(
+                            s.name(key),
+                            "object",
+                            format!(
+                                "bytes {}..{} came back as {} bytes (is the object shorter?)",
+                                range.start,
+                                range.end,
+                                bytes.len()
+                            ),
+                        ));
+                    }
+                    buf.copy_from_slice(&bytes);
+                    s.store(key, Some(range.clone()), &bytes);
+                }
+                s.account(requests, fetched);
+                Ok(fetched)
+            }
+            (None, Backend::Local(_)) => unreachable!("local keys are opened"),
         }
-        let p = root.join(key);
-        let f = Arc::new(stdx::fs::open_regular(&p).map_err(|e| Error::io(&p, e))?);
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if open.len() >= OPEN_FILES {
-            open.pop_front();
-        }
-        open.push_back((key.to_string(), f.clone()));
-        Ok(f)
     }
 }
 
@@ -372,35 +388,35 @@ mod tests {
     }
 
     #[test]
-    fn local_files_stay_open_between_reads_within_a_bound() {
+    fn one_item_reads_through_one_descriptor_that_closes_with_it() {
         let dir = tempfile::tempdir().unwrap();
-        for i in 0..3 * OPEN_FILES {
+        for i in 0..200 {
             std::fs::write(dir.path().join(format!("{i}.bin")), [i as u8; 100]).unwrap();
         }
         let s = Storage::local(dir.path());
         let before = open_descriptors();
-        for i in 0..3 * OPEN_FILES {
+        for i in 0..200 {
             let key = format!("{i}.bin");
-            assert_eq!(s.size(&key).unwrap(), 100);
+            let item = s.open_key(&key).unwrap();
+            assert_eq!(item.size().unwrap(), 100);
             let mut buf = [0u8; 10];
-            s.read_ranges_into(&key, &mut [(20..30, &mut buf[..])])
+            item.read_ranges_into(&mut [(20..30, &mut buf[..])])
                 .unwrap();
             assert_eq!(buf, [i as u8; 10]);
-            assert_eq!(s.read(&key, 100).unwrap(), vec![i as u8; 100]);
+            assert_eq!(item.read(100).unwrap(), vec![i as u8; 100]);
         }
-        // One handle per file, reused by its three reads; never more than the bound (other tests of this
-        // process may hold a few descriptors of their own meanwhile).
-        let held = s.inner.open.0.lock().unwrap().len();
-        assert_eq!(held, OPEN_FILES);
-        assert!(open_descriptors() <= before + OPEN_FILES + 8);
+        // While an item is open it holds one descriptor; none outlives it (other tests of this process
+        // may hold a few descriptors of their own meanwhile).
+        assert!(open_descriptors() <= before + 8);
+        // A removed file is seen at once: nothing keeps it open.
+        std::fs::remove_file(dir.path().join("5.bin")).unwrap();
+        let e = s.read("5.bin", 100).unwrap_err().to_string();
+        assert!(e.contains("5.bin"), "{e}");
         // A file over the limit is refused before it is read, naming it.
         let e = s.read("0.bin", 99).unwrap_err().to_string();
         assert!(
             e.contains("0.bin") && e.contains("over the limit of 99 bytes"),
             "{e}"
         );
-        // A missing file is an error naming it, and not cached.
-        let e = s.read("missing.bin", 99).unwrap_err().to_string();
-        assert!(e.contains("missing.bin"), "{e}");
     }
 }

@@ -1,0 +1,104 @@
+// The CUDA surface a kernel source sees when g++ compiles it for the CPU simulation: include this first,
+// then the kernels, then cuda_sim_run.h (the scheduler that launches them).
+//
+// Every CUDA thread of a block is a fiber with its own stack, and one OS thread switches between them at
+// barriers (cuda_sim_run.h): an OS thread per CUDA thread made every barrier cost a kernel wake-up per
+// thread, which dominated the simulation. Blocks run one after another. `__shared__` becomes `static` (one
+// copy, shared by the block's threads, reused by the next block), `__syncthreads()` waits until every
+// thread of the block has arrived, `__syncwarp()` until every lane of the warp has, atomics become
+// std::atomic_ref. A barrier that some thread can never reach (divergent barriers, a thread that
+// returned) is reported, not waited on forever. Switching between fibers orders nothing between the
+// simulated threads for ThreadSanitizer; only the barriers create happens-before edges, so it still
+// reports any shared-memory access that the kernel's barriers do not order.
+//
+// Kernels test CUDA_CPU_SIM to leave out what g++ gets from here (their typedefs, `extern __shared__`).
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+using std::fmaf;
+using std::min;
+
+#define CUDA_CPU_SIM 1
+typedef uint8_t u8;
+typedef uint16_t u16;
+typedef uint32_t u32;
+typedef uint64_t u64;
+typedef long long i64;
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+// The simulated CUDA thread that runs now: its indices and how many ballots it has made.
+struct SimThread {
+    dim3 thread_idx, block_idx;
+    unsigned ballots = 0;
+};
+// Atomic (relaxed) only so that ThreadSanitizer does not see the scheduler's writes of it as races.
+extern std::atomic<SimThread*> cuda_sim_current;
+#define threadIdx (cuda_sim_current.load(std::memory_order_relaxed)->thread_idx)
+#define blockIdx (cuda_sim_current.load(std::memory_order_relaxed)->block_idx)
+extern dim3 blockDim;
+extern dim3 gridDim;
+// The launch's dynamic shared memory (`extern __shared__` on a GPU), set by the harness.
+extern u8* cuda_sim_dyn_smem;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+
+// Suspends the calling thread at the block's barrier (warp < 0) or at warp `warp`'s barrier until it
+// opens (cuda_sim_run.h).
+void cuda_sim_barrier(int warp);
+
+inline void __syncthreads() { cuda_sim_barrier(-1); }
+
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+    std::atomic_ref<unsigned> a(*p);
+    unsigned old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+
+// Warp-level primitives (only full masks are simulated).
+// A ballot takes one warp barrier: votes go into one of three words in turn (every lane of a warp makes
+// the same sequence of ballots, so a per-thread count names the word); the word for the ballot after next
+// is cleared now, by lane 0 — its last reads were two ballots ago, before the barrier of the previous one.
+struct SimWarpVotes {
+    std::atomic<unsigned> votes[3] = {0, 0, 0};
+};
+constexpr unsigned CUDA_SIM_MAX_WARPS = 8;
+extern SimWarpVotes cuda_sim_votes[CUDA_SIM_MAX_WARPS];
+void cuda_sim_full_mask(unsigned mask);
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    cuda_sim_full_mask(mask);
+    cuda_sim_barrier((int)(threadIdx.x / 32));
+}
+
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+    cuda_sim_full_mask(mask);
+    SimThread& t = *cuda_sim_current.load(std::memory_order_relaxed);
+    unsigned lane = t.thread_idx.x % 32, warp = t.thread_idx.x / 32;
+    SimWarpVotes& w = cuda_sim_votes[warp];
+    unsigned k = t.ballots++ % 3;
+    if (lane == 0) w.votes[(k + 1) % 3].store(0);
+    if (pred) w.votes[k].fetch_or(1u << lane);
+    cuda_sim_barrier((int)warp);
+    return w.votes[k].load();
+}
+
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }
+
+inline unsigned int __float_as_uint(float f) {
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}

@@ -1,0 +1,110 @@
+//! The decoder's kernels: `kernel.cu`, compiled by NVRTC once per process and architecture
+//! ([`cuda_setup::Program`]), and the entry points a decoder loads from it.
+
+use crate::error::Error;
+use cudarc::driver::{CudaContext, CudaFunction};
+use std::sync::Arc;
+use vocab::DType;
+
+/// The CUDA C source of the decoder, embedded in the crate.
+pub(crate) const KERNEL_SRC: &str = include_str!("kernel.cu");
+
+/// The kernels as NVRTC compiles them (its name appears in NVRTC's messages).
+pub(crate) static PROGRAM: cuda_setup::Program =
+    cuda_setup::Program::new("l3_kernel.cu", KERNEL_SRC);
+
+/// Number of CUDA devices: [`Error::NoDriver`] without a driver.
+pub fn device_count() -> Result<usize, Error> {
+    Ok(cuda_setup::device_count()?)
+}
+
+/// The decode kernels of one element type: whole images and samples.
+pub(crate) struct KernelPair {
+    pub(crate) images: CudaFunction,
+    pub(crate) samples: CudaFunction,
+}
+pub(crate) struct Kernels {
+    u8: KernelPair,
+    f32: KernelPair,
+    f16: KernelPair,
+}
+
+impl Kernels {
+    pub(crate) fn for_dtype(&self, dtype: DType) -> &KernelPair {
+        match dtype {
+            DType::U8 => &self.u8,
+            DType::F32 => &self.f32,
+            DType::F16 => &self.f16,
+        }
+    }
+}
+
+impl Kernels {
+    /// Compiles (once per architecture) and loads the kernels into `ctx`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, Error> {
+        let module = PROGRAM.load(ctx)?;
+        let load = |name| {
+            module
+                .load_function(name)
+                .map_err(|e| Error::driver("cuModuleGetFunction", e))
+        };
+        let pair = |images, samples| -> Result<KernelPair, Error> {
+            Ok(KernelPair {
+                images: load(images)?,
+                samples: load(samples)?,
+            })
+        };
+        Ok(Kernels {
+            u8: pair("l3_decode_u8", "l3_samples_u8")?,
+            f32: pair("l3_decode_f32", "l3_samples_f32")?,
+            f16: pair("l3_decode_f16", "l3_samples_f16")?,
+        })
+    }
+}
+
+/// The entry points of kernel.cu, as the NVRTC test checks them.
+#[cfg(test)]
+pub(crate) const KERNEL_NAMES: [&str; 6] = [
+    "l3_decode_u8",
+    "l3_decode_f32",
+    "l3_decode_f16",
+    "l3_samples_u8",
+    "l3_samples_f32",
+    "l3_samples_f16",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_setup::Arch;
+
+    fn compile(major: u32, minor: u32) -> Result<cudarc::nvrtc::Ptx, Error> {
+        Ok(PROGRAM.compile(Arch::new(major, minor))?)
+    }
+
+    /// The real NVRTC compiles kernel.cu for every architecture CUDA 13 supports, with all six entry
+    /// points (runs wherever libnvrtc loads, GPU or not; e.g. with the `nvidia-cuda-nvrtc` wheel's lib
+    /// folder on LD_LIBRARY_PATH). `L3_PTX_DIR=dir` writes the PTX there, for `ptxas -v` (registers,
+    /// spills, shared memory) where a CUDA toolkit is at hand.
+    #[test]
+    fn nvrtc_compiles_kernels_for_every_arch() {
+        if let Err(e) = cuda_setup::Library::Nvrtc.require() {
+            eprintln!("skipping: {}", Error::from(e));
+            return;
+        }
+        let dir = std::env::var_os("L3_PTX_DIR").map(std::path::PathBuf::from);
+        let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
+        for (arch, src) in every.unwrap_or_else(|e| panic!("{e}")) {
+            eprintln!("{}: {} bytes of PTX", arch.virtual_arch(), src.len());
+        }
+    }
+
+    #[test]
+    fn no_nvrtc_is_a_typed_error() {
+        match compile(9, 0) {
+            Ok(_) => eprintln!("skipping: NVRTC present here"),
+            Err(Error::NoNvrtc) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The one launch per batch: output, error word and scratch allocated in the decode stream's order, the
+//! kernel's arguments in `kernel.cu`'s order, and the [`DecodedBatch`] that tracks it.
+#![allow(unsafe_code)]
+
+use crate::batch::{DecodedBatch, DeviceOutput, Origin};
+use crate::error::Error;
+use crate::input::InputOffsets;
+use crate::kernels::Kernels;
+use crate::plan::{BatchPlan, ImageSlot};
+use crate::sample::SamplePlan;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg, result};
+use std::sync::{Arc, Mutex};
+use vocab::DType;
+
+/// A fresh error word (u32::MAX: no corrupt patch) on `stream`.
+fn error_word(stream: &Arc<CudaStream>) -> Result<CudaSlice<u32>, Error> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
+    let alloc = |e| Error::driver("cuMemAllocAsync", e);
+    // SAFETY: the one element is set to 0xffff_ffff right below, on the same stream, before the launch.
+    let mut err = unsafe { stream.alloc::<u32>(1) }.map_err(alloc)?;
+    {
+        let (ptr, _record) = err.device_ptr_mut(stream);
+        // SAFETY: 4 bytes of a live allocation, on its stream.
+        unsafe { result::memset_d8_async(ptr, 0xff, 4, stream.cu_stream()) }.map_err(alloc)?;
+    }
+    Ok(err)
+}
+
+/// `len` output elements of `T`, allocated in `stream`'s order.
+fn alloc_output<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<CudaSlice<T>, Error> {
+    // SAFETY: the launch that follows writes every element before anything reads it (whole images:
+    // every patch of every image; samples: every window and all padding around it).
+    unsafe { stream.alloc::<T>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
+}
+
+/// The launch's scratch memory for ANS chunks (at least one byte), allocated in `stream`'s order.
+fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Error> {
+    let len = usize::try_from(len).map_err(|_| Error::TooLarge {
+        what: "the ANS scratch memory exceeds the address space",
+    })?;
+    // SAFETY: the kernel reads a scratch byte only after its block wrote it (an ANS warp writes every code
+    // and selector of its chunk before anything reads them, and contexts read only rows already written).
+    unsafe { stream.alloc::<u8>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
+}
+
+/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]) on
+/// `stream`; the batch reads its error word back on `readback`.
+pub(crate) fn launch(
+    kernels: &Kernels,
+    (stream, readback): (&Arc<CudaStream>, &Arc<CudaStream>),
+    plan: Arc<BatchPlan>,
+    input: &CudaSlice<u8>,
+    off: InputOffsets,
+) -> Result<DecodedBatch, Error> {
+    let mut err = error_word(stream)?;
+    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
+    let n = plan.descs.len() as u32;
+    let n_v2 = plan.v2.descs.len() as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (n + n_v2, 1, 1),
+        block_dim: (plan.block_dim, 1, 1),
+        shared_mem_bytes: plan.shared_bytes(),
+    };
+    let data = input.slice(0..off.data_len.max(1));
+    let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
+    let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
+    let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
+    let sb = input.slice(off.scale_bias..off.total);
+    let stage_cap = plan.stage_cap;
+    let kernel = &kernels.for_dtype(plan.dtype).images;
+    macro_rules! go {
+        ($out:expr) => {{
+            let mut out = $out;
+            let mut b = stream.launch_builder(kernel);
+            b.arg(&data)
+                .arg(&descs)
+                .arg(&n)
+                .arg(&mut out)
+                .arg(&sb)
+                .arg(&mut err)
+                .arg(&stage_cap)
+                .arg(&v2)
+                .arg(&n_v2)
+                .arg(&tables)
+                .arg(&mut scratch);
+            // SAFETY: argument order and types match kernel.cu's l3_decode_*; the descriptors were built
+            // by BatchPlan from validated files, so every read stays inside `data` (and the tables and
+            // scratch) and every write inside `out` (`BatchPlan::descriptors_in_bounds`).
+            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            out
+        }};
+    }
+    let output = match plan.dtype {
+        DType::U8 => DeviceOutput::U8(go!(alloc_output::<u8>(stream, plan.out_len)?)),
+        DType::F32 => DeviceOutput::F32(go!(alloc_output::<f32>(stream, plan.out_len)?)),
+        DType::F16 => DeviceOutput::F16(go!(alloc_output::<u16>(stream, plan.out_len)?)),
+    };
+    let ready = stream
+        .record_event(None)
+        .map_err(|e| Error::driver("cuEventRecord", e))?;
+    Ok(DecodedBatch {
+        output: Some(output),
+        images: plan.images.clone(),
+        tensor: plan.tensor(),
+        err,
+        ready,
+        origin: Origin::Images(plan),
+        readback: readback.clone(),
+        consumers: Mutex::new(Vec::new()),
+        _scratch: scratch,
+    })
+}
+
+/// Queues the one launch decoding every window of a sample batch and padding around them.
+pub(crate) fn launch_samples(
+    kernels: &Kernels,
+    (stream, readback): (&Arc<CudaStream>, &Arc<CudaStream>),
+    plan: Arc<SamplePlan>,
+    input: &CudaSlice<u8>,
+    off: InputOffsets,
+) -> Result<DecodedBatch, Error> {
+    let mut err = error_word(stream)?;
+    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
+    let n_descs = plan.descs.len() as u32;
+    let n_v2 = plan.v2.descs.len() as u32;
+    let n_fills = plan.fills.len() as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (n_descs + n_v2 + n_fills, 1, 1),
+        block_dim: (plan.block_dim, 1, 1),
+        shared_mem_bytes: plan.shared_bytes(),
+    };
+    let data = input.slice(0..off.data_len.max(1));
+    let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
+    let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
+    let fills = input.slice(off.fills..off.tables.max(off.fills + 1));
+    let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
+    let sb = input.slice(off.scale_bias..off.total);
+    let stage_cap = plan.stage_cap;
+    let (width, height) = plan.sample_size();
+    let nchw = plan.nchw();
+    let kernel = &kernels.for_dtype(plan.tensor.dtype).samples;
+    let len = plan.output_len();
+    macro_rules! go {
+        ($out:expr) => {{
+            let mut out = $out;
+            let mut b = stream.launch_builder(kernel);
+            b.arg(&data)
+                .arg(&descs)
+                .arg(&n_descs)
+                .arg(&fills)
+                .arg(&n_fills)
+                .arg(&mut out)
+                .arg(&sb)
+                .arg(&mut err)
+                .arg(&stage_cap)
+                .arg(&width)
+                .arg(&height)
+                .arg(&nchw)
+                .arg(&v2)
+                .arg(&n_v2)
+                .arg(&tables)
+                .arg(&mut scratch);
+            // SAFETY: argument order and types match kernel.cu's l3_samples_*; SamplePlan built every
+            // descriptor from validated sources and windows, so every read stays inside `data` and every
+            // write inside its own sample of `out` (`SamplePlan::descriptors_in_bounds`).
+            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            out
+        }};
+    }
+    let output = match plan.tensor.dtype {
+        DType::U8 => DeviceOutput::U8(go!(alloc_output::<u8>(stream, len)?)),
+        DType::F32 => DeviceOutput::F32(go!(alloc_output::<f32>(stream, len)?)),
+        DType::F16 => DeviceOutput::F16(go!(alloc_output::<u16>(stream, len)?)),
+    };
+    let ready = stream
+        .record_event(None)
+        .map_err(|e| Error::driver("cuEventRecord", e))?;
+    let (w, h) = plan.sample_size();
+    let images = (0..plan.sample_count())
+        .map(|i| ImageSlot {
+            offset: i * plan.sample_len(),
+            width: w,
+            height: h,
+            channels: 3,
+        })
+        .collect();
+    Ok(DecodedBatch {
+        output: Some(output),
+        images,
+        tensor: Some(plan.tensor()),
+        err,
+        ready,
+        origin: Origin::Samples(plan),
+        readback: readback.clone(),
+        consumers: Mutex::new(Vec::new()),
+        _scratch: scratch,
+    })
+}
