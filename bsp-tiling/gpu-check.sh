@@ -3,7 +3,7 @@
 # bench built elsewhere and carried in bsp-tiling/gpu-bin/ (build-gpu-bin.sh). From the repository root:
 #     bash bsp-tiling/gpu-check.sh [OUT_DIR] [bench]
 # Writes one log per step to OUT_DIR (default: $OUT if set, else /tmp/bsp-gpu-check) and prints a summary.
-# With `bench` it also runs `xtask bench bsp` (GPU rows, the PyTorch peer where torch is installed) at the
+# With `bench` it also runs `l3-bench bsp` (what `cargo xtask bench bsp` runs) (GPU rows, the PyTorch peer where torch is installed) at the
 # sizes in L3_BSP_SIZES (default 2048,4096,8192,10000,16384, GPU only unless L3_BSP_DEVICES says otherwise).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,7 +62,7 @@ if [ "${2:-}" = bench ]; then
     export L3_BSP_DEVICES=${L3_BSP_DEVICES:-cuda}
     export L3_BSP_SCRATCH=${L3_BSP_SCRATCH:-/tmp/bsp-bench-scratch}
     export L3_BSP_TORCH_PEER="$ROOT/bsp-tiling/benches/torch_peer.py"
-    step bench "$BIN/xtask" bench bsp
+    step bench "$BIN/l3-bench" bsp
     report=$(grep -o 'wrote [^ ]*bsp.md' "$OUT_DIR/bench.log" | head -1 | cut -d' ' -f2)
     if [ -n "$report" ]; then cp "$report" "$(dirname "$report")"/bsp-*.svg "$OUT_DIR/" 2>/dev/null; cat "$OUT_DIR/bsp.md"; fi
 fi
