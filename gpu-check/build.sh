@@ -7,7 +7,7 @@
 #                 binary (loader_gpu: device batches against CPU batches), the `fig7a` example (kernel speed,
 #                 Figure 7(a) L3 rows), the `l3` tool (`l3 bench decode --gpu`) and the Python wheel (device
 #                 batches through DLPack into torch and JAX; the overlap step)
-#   gpu-bin/bsp/  bsp-tiling's test binaries (gpu, bsp_tiling, kernel_sim, device_sim, exact), the xtask
+#   gpu-bin/bsp/  bsp-tiling's test binaries (gpu, bsp_tiling, kernel_sim, device_sim, exact), the l3-bench
 #                 binary (`bench bsp`), and the two models and the corpus photos the tests and the bench read
 # Run from anywhere:
 #     bash gpu-check/build.sh [l3|bsp|all] [extra cargo flags, e.g. --no-default-features --features cuda-12]
@@ -66,12 +66,12 @@ if [ "$WHAT" != l3 ]; then
     SHARED=${BSP_SHARED_DIR:-../shared}
     rm -rf "$BIN" && mkdir -p "$BIN/shared/models" "$BIN/shared/corpus"
     test_exes -p bsp-tiling "$@" | copy_named "$BIN" gpu bsp_tiling kernel_sim device_sim exact
-    cargo build -p xtask --release "$@"
-    cp target/release/xtask "$BIN/xtask"
-    strip "$BIN"/gpu "$BIN"/bsp_tiling "$BIN"/kernel_sim "$BIN"/device_sim "$BIN"/exact "$BIN"/xtask
+    cargo build -p l3-bench --release "$@"
+    cp target/release/l3-bench "$BIN/l3-bench"
+    strip "$BIN"/gpu "$BIN"/bsp_tiling "$BIN"/kernel_sim "$BIN"/device_sim "$BIN"/exact "$BIN"/l3-bench
     cp "$SHARED"/models/candy_nc8.safetensors "$SHARED"/models/mosaic_nc16.safetensors "$BIN/shared/models/"
     # Every photo the tests and the bench read.
-    for f in $(grep -ohE '"[A-Za-z]+\.jpg"' bsp-tiling/tests/*.rs xtask/src/bench/bsp.rs | tr -d '"' | sort -u); do
+    for f in $(grep -ohE '"[A-Za-z]+\.jpg"' bsp-tiling/tests/*.rs bench/src/sections/bsp.rs | tr -d '"' | sort -u); do
         cp "$SHARED/corpus/$f" "$BIN/shared/corpus/"
     done
     ls -la "$BIN"

@@ -27,7 +27,7 @@
 #   fig7a      Figure 7(a): L3 on the GPU and on the CPU cores, PNG on the CPU cores, JPEG on nvJPEG
 #   overlap    ResNet-50 step with L3 batches from l3toolkit.Loader(device="cuda") decoded alongside vs a
 #              synthetic batch (target <= +5 %; needs the wheel and the prepared FHD files)
-#   bsp-bench  `xtask bench bsp` (GPU rows, the PyTorch peer where torch is installed) at the sizes in
+#   bsp-bench  `l3-bench bsp` (= `cargo xtask bench bsp`; GPU rows, the PyTorch peer where torch is installed) at the sizes in
 #              L3_BSP_SIZES (default 2048,4096,8192,10000,16384, GPU only unless L3_BSP_DEVICES says otherwise)
 # Writes one log per step to OUT_DIR (default: $OUT if set, else /tmp/gpu-check) and prints a summary.
 # $L3_DATA (default /tmp/l3-data) keeps the prepared data between calls while the machine stays up.
@@ -163,12 +163,12 @@ for s in $STEPS; do
             step overlap "$VENV/bin/python" "$SCRIPTS/overlap_l3toolkit.py" "$DATA/fhd" --json "$OUT_DIR/overlap.jsonl"
             cat "$OUT_DIR/overlap.log"; } ;;
     bsp-bench)
-        if have "$BSP_BIN/xtask"; then
+        if have "$BSP_BIN/l3-bench"; then
             export L3_BSP_SIZES=${L3_BSP_SIZES:-2048,4096,8192,10000,16384}
             export L3_BSP_DEVICES=${L3_BSP_DEVICES:-cuda}
             export L3_BSP_SCRATCH=${L3_BSP_SCRATCH:-/tmp/bsp-bench-scratch}
             export L3_BSP_TORCH_PEER="$ROOT/bsp-tiling/benches/torch_peer.py"
-            step bsp-bench "${BSP_ENV[@]}" "$BSP_BIN/xtask" bench bsp
+            step bsp-bench "${BSP_ENV[@]}" "$BSP_BIN/l3-bench" bsp
             report=$(grep -o 'wrote [^ ]*bsp.md' "$OUT_DIR/bsp-bench.log" | head -1 | cut -d' ' -f2)
             if [ -n "$report" ]; then cp "$report" "$(dirname "$report")"/bsp-*.svg "$OUT_DIR/" 2>/dev/null; cat "$OUT_DIR/bsp.md"; fi
         fi ;;

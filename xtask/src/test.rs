@@ -1,25 +1,23 @@
 //! `cargo xtask test`: the whole test suite — the workspace's Rust tests (`cargo test --workspace`), then
-//! the Python package's: `pip install ./bindings/python` (maturin builds the release abi3 wheel) into a
-//! virtual environment under `target/python/`, and pytest on `bindings/python/tests`.
+//! the Python package's: `pip install ./bindings/python` into a virtual environment under
+//! `target/python/`, and pytest on `bindings/python/tests`.
+//!
+//! The workspace is built once. `cargo test --workspace` compiles every crate in the `test` profile; the
+//! Python package then goes in the way users install it — pip, maturin, a wheel — except that maturin
+//! builds the extension from those same units ([`Build::Test`]: the dev profile at the test profile's
+//! opt-level, with the features the workspace build unified in), so only PyO3, the extension crate and
+//! the few crates whose features differ in a build of the extension alone compile again, rather than the
+//! whole dependency tree in release. The trade-off: the tests exercise a wheel built with debug
+//! assertions and overflow checks at opt-level 2 (dependencies at 3), not the release wheel `pip install`
+//! gives users; what pip installs, the Python half of the package and the wheel's layout are the same.
+//! `cargo xtask bench python` installs the release wheel.
 //!
 //! `cargo xtask test rust` or `cargo xtask test python` runs one half; arguments after `--` go to pytest.
 //! `PYTHON` picks the interpreter that creates the environment (default `python3`).
 
-use crate::report::workspace_root;
-use anyhow::{Context, bail};
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-
-/// What the test environment needs: the build backend, the test tools, and NumPy (the package's one
-/// dependency, listed here because the package itself goes in with `--no-deps`).
-/// `moto[server]` is the S3-compatible server the object-storage tests start on loopback.
-const REQUIREMENTS: &[&str] = &[
-    "maturin>=1.9.4,<2",
-    "pytest>=7",
-    "pillow>=9",
-    "numpy>=1.22",
-    "moto[server]>=5,<6",
-];
+use xtask::python::{Build, install_package, venv_dir, venv_python};
+use xtask::{cargo, run, workspace_root};
 
 pub fn main(args: &[String]) -> ExitCode {
     let (ours, pytest_args) = match args.iter().position(|a| a == "--") {
@@ -40,13 +38,16 @@ pub fn main(args: &[String]) -> ExitCode {
     let mut failed = Vec::new();
     if rust {
         eprintln!("== cargo test --workspace");
-        if let Err(e) = rust_tests() {
+        if let Err(e) = run(cargo()
+            .args(["test", "--workspace"])
+            .current_dir(workspace_root()))
+        {
             eprintln!("Rust tests failed: {e:#}");
             failed.push("Rust");
         }
     }
     if python {
-        eprintln!("== Python: pip install ./bindings/python, pytest");
+        eprintln!("== Python: pip install ./bindings/python (test build), pytest");
         if let Err(e) = python_tests(pytest_args) {
             eprintln!("Python tests failed: {e:#}");
             failed.push("Python");
@@ -61,85 +62,11 @@ pub fn main(args: &[String]) -> ExitCode {
     }
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
-    if !status.success() {
-        bail!("{shown} exited with {status}");
-    }
-    Ok(())
-}
-
-fn rust_tests() -> anyhow::Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run(Command::new(cargo)
-        .args(["test", "--workspace"])
-        .current_dir(workspace_root()))
-}
-
-/// The test environment's interpreter, creating the environment and installing the tools when needed.
-pub fn venv_python(dir: &Path) -> anyhow::Result<PathBuf> {
-    let python = dir.join("bin").join("python");
-    if !python.exists() {
-        let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        run(Command::new(&base).args(["-m", "venv"]).arg(dir)).with_context(|| {
-            format!(
-                "creating a virtual environment with {base} (Debian/Ubuntu: apt-get install python3-venv)"
-            )
-        })?;
-    }
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(REQUIREMENTS))
-    .context("installing the test tools into the virtual environment")?;
-    Ok(python)
-}
-
-/// Installs the package into the environment of `python` the way its README tells users to,
-/// `pip install ./bindings/python` (pip runs maturin, the build backend `pyproject.toml` names, which
-/// builds the release abi3 wheel), so that the tests exercise what users install. The environment
-/// already holds maturin, so pip builds without an isolated build environment; `--force-reinstall`
-/// rebuilds even when the version has not changed. maturin's build hook runs the `maturin` program from
-/// `PATH`, so the environment's `bin/` goes first there, as activating it would do.
-pub fn install_package(python: &Path) -> anyhow::Result<()> {
-    let root = workspace_root();
-    let bin = python
-        .parent()
-        .with_context(|| format!("{} has no folder", python.display()))?;
-    let mut path = vec![bin.to_path_buf()];
-    path.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    let path = std::env::join_paths(path).context("PATH with the environment's bin/")?;
-    run(Command::new(python)
-        .env("PATH", path)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-build-isolation",
-            "--force-reinstall",
-            "--no-deps",
-        ])
-        .arg(root.join("bindings").join("python"))
-        .current_dir(&root))
-    .context("pip install ./bindings/python")
-}
-
 fn python_tests(pytest_args: &[String]) -> anyhow::Result<()> {
-    let root = workspace_root();
-    let python = venv_python(&root.join("target").join("python").join("venv"))?;
-    install_package(&python)?;
+    let python = venv_python(&venv_dir())?;
+    install_package(&python, Build::Test)?;
     run(Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .args(pytest_args)
-        .current_dir(root.join("bindings").join("python")))
+        .current_dir(workspace_root().join("bindings").join("python")))
 }

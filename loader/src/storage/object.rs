@@ -1,7 +1,7 @@
 //! Object storage (S3 and compatible) through the `object_store` crate: configured from the usual
 //! environment, ranged GETs (neighbouring ranges coalesced), retries with backoff on transient errors, and
 //! every failure naming the object's URL. The crate is async; a small runtime owned here runs its futures
-//! for the loader's blocking reader threads.
+//! for the loader's blocking reader threads. TLS is rustls with ring's cryptography (`install_tls_provider`).
 
 use crate::error::{Error, Result};
 use futures::TryStreamExt;
@@ -49,10 +49,24 @@ fn io_error(e: object_store::Error) -> std::io::Error {
     )
 }
 
+/// Makes ring rustls' process-wide crypto provider unless one is installed already (by the application,
+/// or by an earlier call): reqwest is built without a provider of its own (see Cargo.toml) and takes the
+/// process default when it builds a client, which `AmazonS3Builder::build` does.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // An error means another thread installed one between the check and here: that one serves.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
 impl Remote {
     /// Connects to `s3://bucket/prefix` and lists the prefix once, so a missing bucket or wrong
     /// credentials fail here, naming the URL.
     pub fn open(url: &str) -> Result<Remote> {
+        install_tls_provider();
         let rest = url.trim_start_matches("s3://");
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {

@@ -529,10 +529,10 @@ impl Drop for Netns {
     }
 }
 
-/// `xtask s3-serve ROOT ADDR`: the S3 server the kernel-throttled comparison runs inside its namespace.
+/// `l3-bench s3-serve ROOT ADDR`: the S3 server the kernel-throttled comparison runs inside its namespace.
 pub fn serve(args: &[String]) -> std::process::ExitCode {
     let [root, addr] = args else {
-        eprintln!("usage: xtask s3-serve ROOT ADDR");
+        eprintln!("usage: l3-bench s3-serve ROOT ADDR");
         return std::process::ExitCode::from(2);
     };
     let server = match addr

@@ -13,10 +13,10 @@ pub use storage::serve as serve_s3;
 use crate::report::Report;
 use std::process::ExitCode;
 
-pub struct Section {
-    pub name: &'static str,
-    pub about: &'static str,
-    pub run: fn(&mut Report) -> anyhow::Result<()>,
+struct Section {
+    name: &'static str,
+    about: &'static str,
+    run: fn(&mut Report) -> anyhow::Result<()>,
 }
 
 /// Every section, in report order.
@@ -62,8 +62,14 @@ pub fn names() -> Vec<&'static str> {
     SECTIONS.iter().map(|s| s.name).collect()
 }
 
-pub fn main(args: &[String]) -> ExitCode {
-    let chosen: Vec<&Section> = match args.first() {
+/// Every section's name and what it measures, in report order.
+pub fn list() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SECTIONS.iter().map(|s| (s.name, s.about))
+}
+
+/// Runs one section (`Some(name)`) or every section (`None`), then rebuilds `REPORT.md`.
+pub fn main(section: Option<&str>) -> ExitCode {
+    let chosen: Vec<&Section> = match section {
         None => SECTIONS.iter().collect(),
         Some(name) => match SECTIONS.iter().find(|s| s.name == name) {
             Some(s) => vec![s],

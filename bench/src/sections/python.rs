@@ -7,7 +7,8 @@
 //! Every row: 224×224 centre crops, batch 16, shuffled, NHWC uint8, all cores (decode threads, pool
 //! processes, SPDL concurrency). The corpus is re-encoded as PNG, JPEG q90 and L3; the files were just
 //! written, so they come from the page cache. The package is installed into `target/python/venv`
-//! with pip, as `cargo xtask test` does. `L3_BENCH_QUICK=1`: shorter timings.
+//! with pip, the release wheel users get (`cargo xtask test` installs its test build in the same
+//! environment). `L3_BENCH_QUICK=1`: shorter timings.
 
 use crate::report::{Report, Table, corpus_dir};
 use anyhow::Context;
@@ -27,9 +28,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let all = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let root = crate::report::workspace_root();
-    let python = crate::test::venv_python(&root.join("target").join("python").join("venv"))?;
-    crate::test::install_package(&python)?;
+    let python = xtask::python::venv_python(&xtask::python::venv_dir())?;
+    xtask::python::install_package(&python, xtask::python::Build::Release)?;
     let spdl = install_spdl(&python);
     if let Err(why) = &spdl {
         eprintln!("python bench: SPDL did not install ({why}); its column stays empty");

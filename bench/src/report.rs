@@ -4,13 +4,7 @@ use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The workspace root (xtask lives one level below it).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask has a parent")
-        .to_path_buf()
-}
+pub use xtask::workspace_root;
 
 /// `target/bench/` under the workspace root.
 pub fn bench_dir() -> PathBuf {

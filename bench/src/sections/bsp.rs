@@ -193,7 +193,7 @@ struct Run {
 
 fn spawn(exe: &Path, spec: &str) -> anyhow::Result<Run> {
     let o = std::process::Command::new(exe)
-        .args(["bench", "bsp"])
+        .arg("bsp")
         .env("L3_BSP_CHILD", spec)
         .output()
         .context("starting the child")?;
@@ -346,8 +346,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .unwrap_or_else(|| workspace_root().join("target"));
     std::fs::create_dir_all(&scratch_root).context("scratch folder")?;
     let scratch = tempfile::tempdir_in(&scratch_root).context("scratch folder")?;
-    // Children run a private copy of this binary: a rebuild of xtask during the run must not pull it away.
-    let exe = scratch.path().join("xtask-bsp-child");
+    // Children run a private copy of this binary: a rebuild of l3-bench during the run must not pull it away.
+    let exe = scratch.path().join("l3-bench-bsp-child");
     std::fs::copy(std::env::current_exe()?, &exe).context("copying the bench binary")?;
     let net = Net::load_transformer(&model_path(), PaddingMode::Reflect)?;
     let w = net.widths();
