@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use crate::{Error, Library};
-use cudarc::driver::{CudaContext, result, sys};
+use cudarc::driver::{CudaContext, CudaEvent, result, sys};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -18,6 +18,8 @@ pub struct PinnedHost {
     len: usize,
     /// The context the memory was allocated in: it must outlive the allocation.
     ctx: Arc<CudaContext>,
+    /// The work a reader of the memory queued before it was released (see [`PinnedHost::fence`]).
+    fence: Option<CudaEvent>,
 }
 
 // SAFETY: the buffer is owned exclusively (like a Box<[u8]>): shared access only reads through &self,
@@ -53,6 +55,7 @@ impl PinnedHost {
             ptr,
             len,
             ctx: ctx.clone(),
+            fence: None,
         };
         if !(ptr.as_ptr() as usize).is_multiple_of(ALIGN) {
             // Dropping `buf` frees it.
@@ -69,6 +72,36 @@ impl PinnedHost {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Marks the work queued so far on the device's legacy default stream — where PyTorch, CuPy and JAX
+    /// queue a `non_blocking` copy unless told otherwise — as the last that may still read this memory.
+    /// Recycled buffers call it when their consumer lets go, and [`PinnedHost::wait_fence`] before they
+    /// are written again, so that an asynchronous copy out of one batch never sees the next batch's bytes.
+    /// Work on another stream is not covered: the consumer must have synchronised it before letting go.
+    pub fn fence(&mut self) -> Result<(), Error> {
+        let event = match self.fence.take() {
+            Some(e) => e,
+            None => self
+                .ctx
+                .new_event(None)
+                .map_err(|e| Error::driver("cuEventCreate", e))?,
+        };
+        event
+            .record(&self.ctx.default_stream())
+            .map_err(|e| Error::driver("cuEventRecord", e))?;
+        self.fence = Some(event);
+        Ok(())
+    }
+
+    /// Waits until the work marked by the last [`PinnedHost::fence`] has finished (at once if none).
+    pub fn wait_fence(&self) -> Result<(), Error> {
+        match &self.fence {
+            Some(e) => e
+                .synchronize()
+                .map_err(|e| Error::driver("cuEventSynchronize", e)),
+            None => Ok(()),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,6 +188,12 @@ mod tests {
             let shared =
                 std::thread::scope(|s| s.spawn(|| buf.as_slice().iter().all(|&b| b == 7)).join());
             assert!(shared.unwrap());
+            // A fence with nothing queued is passed at once; fences can be set again and again.
+            buf.wait_fence().unwrap();
+            for _ in 0..3 {
+                buf.fence().unwrap();
+                buf.wait_fence().unwrap();
+            }
         }
     }
 }

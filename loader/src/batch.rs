@@ -77,6 +77,16 @@ impl Tensor {
             Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
         }
     }
+    /// Whether a host tensor lives in page-locked memory (`pin_memory`): a copy to a GPU from it can be
+    /// asynchronous. The memory is reused once the tensor is dropped, after the work queued by then on the
+    /// device's default stream (such a copy) has finished.
+    pub fn is_pinned(&self) -> bool {
+        match &self.memory {
+            Memory::Host(b) => b.is_pinned(),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(_) => false,
+        }
+    }
     /// Elements in the tensor.
     pub fn len(&self) -> usize {
         self.shape.iter().product()

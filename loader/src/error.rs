@@ -61,6 +61,10 @@ pub enum Error {
         at: Option<String>,
         reason: String,
     },
+    /// `pin_memory` was asked for and page-locked host memory cannot be had (no driver, no device, a
+    /// build without the `gpu` feature, or the allocation refused).
+    #[error("pin_memory: cannot page-lock batch memory: {0}")]
+    PinMemory(String),
     /// The pipeline stopped unexpectedly (a worker thread panicked or could not start).
     #[error("loader pipeline stopped: {0}")]
     Pipeline(String),

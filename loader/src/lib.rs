@@ -24,7 +24,7 @@
 //! }
 //! # Ok::<(), loader::Error>(())
 //! ```
-// `unsafe` lives only in `pipeline/buffer.rs` (aligned batch memory, disjoint slots filled by several
+// `unsafe` lives only in `memory.rs` (aligned batch memory, disjoint slots filled by several
 // threads) and the test that makes a FIFO.
 #![deny(unsafe_code)]
 

@@ -9,7 +9,7 @@
 use crate::batch::Batch;
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
-use crate::memory::Pool;
+use crate::memory::{HostMemory, Pool};
 use crate::options::{LoaderOptions, Order};
 use crate::pipeline::schedule::{Schedule, ShardedOrder};
 use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
@@ -432,6 +432,17 @@ impl Run {
                 o.sample.dtype.name()
             ),
         )?;
+        // Page-locked memory is checked for now, before any thread starts: asked for and impossible is
+        // an error, never pageable memory in its place.
+        let memory = if o.pin_memory {
+            let ordinal = match o.device {
+                Device::Cpu => 0,
+                Device::Cuda(n) => n,
+            };
+            HostMemory::pinned(ordinal).map_err(Error::PinMemory)?
+        } else {
+            HostMemory::Pageable
+        };
         let gpu = match o.device {
             Device::Cpu => None,
             Device::Cuda(ordinal) => Some(open_gpu(ds, ordinal)?),
@@ -456,7 +467,7 @@ impl Run {
             next,
             batches_per_epoch,
             credits,
-            pool: Pool::new(batch_bytes as usize, buffers),
+            pool: Pool::new(batch_bytes as usize, buffers, memory),
             gpu,
             liquid_buffers,
         })

@@ -15,10 +15,40 @@ use std::sync::{Arc, Mutex, Weak};
 /// consumers prefer.
 pub const ALIGN: usize = 64;
 
-/// A zeroed heap block aligned to [`ALIGN`].
+/// Where batch buffers come from: the heap, or page-locked memory the GPU copies from by DMA,
+/// asynchronously (`pin_memory`), so that `tensor.cuda(non_blocking=True)` really overlaps.
+#[derive(Clone)]
+pub(crate) enum HostMemory {
+    Pageable,
+    #[cfg(feature = "gpu")]
+    Pinned(std::sync::Arc<cuda_setup::cudarc::driver::CudaContext>),
+}
+
+impl HostMemory {
+    /// Page-locked memory registered with CUDA device `ordinal`'s primary context (the one PyTorch,
+    /// JAX and CuPy use), or the reason it cannot be had — never pageable memory in its place.
+    pub fn pinned(ordinal: usize) -> Result<HostMemory, String> {
+        #[cfg(feature = "gpu")]
+        {
+            cuda_setup::open(ordinal)
+                .map(HostMemory::Pinned)
+                .map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let _ = ordinal;
+            Err("this build of the loader has no GPU support (it was built without its `gpu` feature)".into())
+        }
+    }
+}
+
+/// A zeroed block aligned to [`ALIGN`]: heap memory, or page-locked memory with the fence that says when
+/// the GPU has finished reading it.
 struct Block {
     ptr: NonNull<u8>,
     cap: usize,
+    #[cfg(feature = "gpu")]
+    pinned: Option<cuda_setup::PinnedHost>,
 }
 
 // SAFETY: a Block owns its allocation exclusively, like a Box<[u8]>.
@@ -26,66 +56,127 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
-    fn new(cap: usize) -> Option<Block> {
+    fn new(cap: usize, memory: &HostMemory) -> Result<Block, String> {
+        match memory {
+            HostMemory::Pageable => {
+                Block::heap(cap).ok_or_else(|| format!("out of memory allocating {cap} bytes"))
+            }
+            #[cfg(feature = "gpu")]
+            HostMemory::Pinned(ctx) => {
+                let mut p = cuda_setup::PinnedHost::alloc_in(ctx, cap)
+                    .map_err(|e| format!("page-locking {cap} bytes: {e}"))?;
+                let ptr = NonNull::new(p.as_mut_ptr()).ok_or("a null pinned pointer")?;
+                Ok(Block {
+                    ptr,
+                    cap,
+                    pinned: Some(p),
+                })
+            }
+        }
+    }
+
+    fn heap(cap: usize) -> Option<Block> {
         if cap == 0 {
             // A dangling, aligned pointer is a valid empty slice.
             return Some(Block {
                 ptr: NonNull::new(ALIGN as *mut u8)?,
                 cap: 0,
+                #[cfg(feature = "gpu")]
+                pinned: None,
             });
         }
         let layout = AllocLayout::from_size_align(cap, ALIGN).ok()?;
         // SAFETY: the layout has a non-zero size. Zeroed, so no byte is ever uninitialised.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        Some(Block { ptr, cap })
+        Some(Block {
+            ptr,
+            cap,
+            #[cfg(feature = "gpu")]
+            pinned: None,
+        })
+    }
+
+    /// Called when the consumer releases the block: for pinned memory, marks the work queued so far on
+    /// the device's default stream (where a `non_blocking` copy out of the batch was queued), which must
+    /// finish before the block is written again. `false` if that cannot be known: the block is then freed
+    /// rather than reused.
+    fn release(&mut self) -> bool {
+        #[cfg(feature = "gpu")]
+        if let Some(p) = &mut self.pinned {
+            return p.fence().is_ok();
+        }
+        true
+    }
+
+    /// Called before the block is written again: waits for the work its last release marked.
+    fn reuse(&self) -> Result<(), String> {
+        #[cfg(feature = "gpu")]
+        if let Some(p) = &self.pinned {
+            return p
+                .wait_fence()
+                .map_err(|e| format!("waiting for the GPU to finish reading a pinned batch: {e}"));
+        }
+        Ok(())
     }
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
+        #[cfg(feature = "gpu")]
+        if self.pinned.is_some() {
+            // PinnedHost frees itself.
+            return;
+        }
         if self.cap > 0 {
             let layout = AllocLayout::from_size_align(self.cap, ALIGN).expect("valid at creation");
-            // SAFETY: allocated in `new` with this very layout.
+            // SAFETY: allocated in `heap` with this very layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }
 }
 
 /// Buffers of one capacity kept for reuse.
-#[derive(Default)]
 pub(crate) struct Pool {
     free: Mutex<Vec<Block>>,
     cap: usize,
     keep: usize,
+    memory: HostMemory,
 }
 
 impl Pool {
-    /// A pool of `cap`-byte buffers that keeps at most `keep` idle ones.
-    pub fn new(cap: usize, keep: usize) -> Arc<Pool> {
+    /// A pool of `cap`-byte buffers of `memory` that keeps at most `keep` idle ones.
+    pub fn new(cap: usize, keep: usize, memory: HostMemory) -> Arc<Pool> {
         Arc::new(Pool {
             free: Mutex::new(Vec::new()),
             cap,
             keep,
+            memory,
         })
     }
 
-    /// A buffer of `len` bytes (at most the pool's capacity): a recycled one if any, else a new one.
-    pub fn take(self: &Arc<Self>, len: usize) -> Option<HostBuffer> {
+    /// A buffer of `len` bytes (at most the pool's capacity): a recycled one if any (once the GPU has
+    /// finished reading it, for pinned memory), else a new one; the reason if none can be had.
+    pub fn take(self: &Arc<Self>, len: usize) -> Result<HostBuffer, String> {
         debug_assert!(len <= self.cap);
-        let block = self
-            .free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .or_else(|| Block::new(self.cap))?;
-        Some(HostBuffer {
+        let recycled = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let block = match recycled {
+            Some(b) => {
+                b.reuse()?;
+                b
+            }
+            None => Block::new(self.cap, &self.memory)?,
+        };
+        Ok(HostBuffer {
             block: Some(block),
             len,
             pool: Arc::downgrade(self),
         })
     }
 
-    fn give(&self, block: Block) {
+    fn give(&self, mut block: Block) {
+        if !block.release() {
+            return;
+        }
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         if free.len() < self.keep && block.cap == self.cap {
             free.push(block);
@@ -110,6 +201,14 @@ pub struct HostBuffer {
 impl HostBuffer {
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the memory is page-locked (`pin_memory`).
+    pub fn is_pinned(&self) -> bool {
+        #[cfg(feature = "gpu")]
+        return self.block.as_ref().is_some_and(|b| b.pinned.is_some());
+        #[cfg(not(feature = "gpu"))]
+        false
     }
 
     pub fn as_ptr(&self) -> *const u8 {
@@ -215,7 +314,7 @@ mod tests {
 
     #[test]
     fn slots_fill_one_buffer_from_many_threads_and_it_is_recycled() {
-        let pool = Pool::new(4096, 2);
+        let pool = Pool::new(4096, 2, HostMemory::Pageable);
         let buf = pool.take(4000).unwrap();
         assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
         let (shared, slots) = Filling::split(buf, 10, 400);
@@ -239,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_live_slot_keeps_the_buffer() {
-        let pool = Pool::new(64, 1);
+        let pool = Pool::new(64, 1, HostMemory::Pageable);
         let (shared, mut slots) = Filling::split(pool.take(64).unwrap(), 2, 32);
         let last = slots.pop().unwrap();
         drop(slots);

@@ -5,7 +5,7 @@ mod common;
 
 use common::{center_crop, corpus, fixture, reference_rgb};
 use loader::{
-    Batch, Crop, DType, Dataset, DecodeScope, ImageFolder, Layout, LiquidShards, Loader,
+    Batch, Crop, DType, Dataset, DecodeScope, Error, ImageFolder, Layout, LiquidShards, Loader,
     LoaderOptions, LoaderState, Normalize, PcrRecords, SampleSpec, ShardPolicy,
 };
 use std::collections::BTreeSet;
@@ -499,4 +499,32 @@ fn a_device_without_the_gpu_feature_is_refused_with_the_reason() {
     };
     let e = Loader::new(ds, o).err().expect("refused").to_string();
     assert!(e.contains("without its `gpu` feature"), "{e}");
+}
+
+/// `pin_memory` asked for where page-locked memory cannot be had (no driver, no device, or a build without
+/// the `gpu` feature) is refused with the reason before any thread starts, never served with pageable
+/// memory; where it can, `gpu.rs` checks the pinned batches.
+#[test]
+fn pin_memory_without_a_gpu_is_refused_with_the_reason() {
+    let f = fixture();
+    let o = LoaderOptions {
+        pin_memory: true,
+        ..opts(2, 16)
+    };
+    match Loader::new(folder(&f.l3), o) {
+        Err(Error::PinMemory(why)) => {
+            let e = Error::PinMemory(why.clone()).to_string();
+            assert!(e.starts_with("pin_memory: cannot page-lock"), "{e}");
+            #[cfg(feature = "gpu")]
+            assert!(why.contains("libcuda") || why.contains("device"), "{why}");
+            #[cfg(not(feature = "gpu"))]
+            assert!(why.contains("without its `gpu` feature"), "{why}");
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(mut l) => {
+            let b = l.next().expect("a batch").unwrap();
+            assert!(b.pixels.is_pinned(), "pin_memory gave pageable memory");
+            eprintln!("this machine page-locks memory: the refusal is not checked here");
+        }
+    }
 }

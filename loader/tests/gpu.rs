@@ -119,3 +119,33 @@ fn a_corrupt_item_is_skipped_on_the_device_as_on_the_cpu() {
     assert_eq!(cpu.iter().map(|b| b.skipped.len()).sum::<usize>(), 1);
     same_batches(&gpu, &cpu, "skip");
 }
+
+/// `pin_memory`: host batches in page-locked memory, byte for byte the pageable run's, over more batches
+/// than the pool holds (so buffers are recycled through their fences) and with every batch released early.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_batches_equal_pageable_ones_through_recycling() {
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&common::fixture().l3).unwrap());
+    let o = |pin_memory| LoaderOptions {
+        pin_memory,
+        batch_size: 2,
+        prefetch: 1,
+        epochs: Some(6),
+        ..options(Device::Cpu, Layout::Nchw, DType::F32)
+    };
+    let pinned =
+        Loader::new(ds.clone(), o(true)).unwrap_or_else(|e| panic!("needs a CUDA GPU: {e}"));
+    let pageable: Vec<Batch> = Loader::new(ds, o(false))
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect();
+    let mut n = 0;
+    for (p, q) in pinned.zip(&pageable) {
+        let p = p.unwrap();
+        assert!(p.pixels.is_pinned() && !q.pixels.is_pinned());
+        assert_eq!((p.epoch, p.index, &p.ids), (q.epoch, q.index, &q.ids));
+        assert!(p.pixels.bytes() == q.pixels.bytes(), "batch {n} differs");
+        n += 1;
+    }
+    assert_eq!(n, pageable.len());
+}

@@ -128,7 +128,7 @@ fn loader_kind(e: &loader::Error) -> Kind {
         E::Options(_) | E::Invalid(_) | E::Memory(_) | E::Resume(_) | E::LiquidResume { .. } => {
             Kind::Options
         }
-        E::Gpu { .. } => Kind::Gpu,
+        E::Gpu { .. } | E::PinMemory(_) => Kind::Gpu,
         _ => Kind::Base,
     }
 }

@@ -231,6 +231,13 @@ impl Tensor {
         self.device_name()
     }
 
+    /// Whether a host batch is in page-locked memory (``Loader(pin_memory=True)``): ``.cuda(non_blocking=True)``
+    /// on it is an asynchronous copy. ``False`` on a GPU.
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.inner.is_pinned()
+    }
+
     /// Address of the first element (host or device): the pointer every DLPack export of this tensor
     /// carries.
     #[getter]

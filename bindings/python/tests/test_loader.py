@@ -283,6 +283,21 @@ def test_gpu_is_never_a_silent_fallback(small):
     assert gpu.stats()["gpu_batches"] == len(gpu)
 
 
+def test_pin_memory_is_page_locked_or_refused_with_the_reason(small):
+    kw = dict(crop=32, shuffle=False, epochs=3, prefetch=1, rank=0, world_size=1)
+    try:
+        pinned = l3.Loader(small.l3, 2, pin_memory=True, **kw)
+    except l3.GpuError as e:
+        # No driver or device here: refused before any thread starts, never pageable memory instead.
+        assert str(e).startswith("pin_memory: cannot page-lock batch memory"), str(e)
+        return
+    pageable = l3.Loader(small.l3, 2, **kw)
+    got = list(pinned)
+    assert all(b.images.pinned for b in got)
+    assert not any(b.images.pinned for b in pageable)
+    assert [with_bytes(b) for b in got] == [with_bytes(b) for b in l3.Loader(small.l3, 2, **kw)]
+
+
 def with_bytes(b):
     """(epoch, index, indices, labels, pixel bytes) of a batch on any device."""
     return (b.epoch, b.index, b.indices.tolist(), b.labels.tolist(), b.images.tobytes())

@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn batches_leave_in_sequence_whatever_order_items_finish() {
-        let pool = Pool::new(18, 4);
+        let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
         let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
         asm.accept(start(&pool, 0, &[3, 4, 5]));
         asm.accept(start(&pool, 1, &[6, 7]));
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn failed_items_are_compacted_away_when_skipping_else_fail_in_turn() {
-        let pool = Pool::new(18, 4);
+        let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
         let counters = Arc::new(Counters::default());
         let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone());
         asm.accept(start(&pool, 0, &[1, 2, 3]));

@@ -50,12 +50,15 @@ impl Dispatch {
                 liquid,
             } = planned;
             let n = items.len();
-            let Some(buf) = self.pool.take(n * sample_bytes) else {
-                let e = Error::Pipeline(format!(
-                    "cannot allocate a batch buffer of {} bytes",
-                    n * sample_bytes
-                ));
-                return self.fail(seq, e);
+            let buf = match self.pool.take(n * sample_bytes) {
+                Ok(buf) => buf,
+                Err(why) => {
+                    let e = Error::Pipeline(format!(
+                        "cannot allocate a batch buffer of {} bytes: {why}",
+                        n * sample_bytes
+                    ));
+                    return self.fail(seq, e);
+                }
             };
             let (filling, slots) = Filling::split(buf, n, sample_bytes);
             let (info, mut bytes) = match liquid {

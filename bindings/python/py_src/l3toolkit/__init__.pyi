@@ -107,6 +107,9 @@ class Tensor:
     def device(self) -> str:
         """``"cpu"`` or ``"cuda:N"``."""
     @property
+    def pinned(self) -> bool:
+        """Whether a host batch is in page-locked memory (``pin_memory=True``)."""
+    @property
     def data_ptr(self) -> int:
         """Address of the first element (host or device): the pointer every DLPack export carries."""
     @property
