@@ -5,6 +5,7 @@
 //!
 //! `l3-bench s3-serve ROOT ADDR` is the S3 server the `storage` section starts inside a network namespace
 //! (this binary re-executed), not a section.
+#![deny(unsafe_code)]
 
 mod report;
 mod sections;

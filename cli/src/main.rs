@@ -1,5 +1,6 @@
 //! `l3`: the toolkit's command-line tool. A thin shell: each subcommand group lives in its own module
 //! and calls into the library crates; errors are printed as one line naming the file.
+#![deny(unsafe_code)]
 
 mod bench;
 mod codec;

@@ -13,7 +13,9 @@
 //! - [`direct`]: `O_DIRECT` reads (fadvise fallback) and page-cache residency via `mincore`.
 //!
 //! The crate knows no image format: compressed decoders come from the caller ([`profile::Decoder`]).
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
 pub mod direct;
 mod error;
 pub mod manifest;

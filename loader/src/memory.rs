@@ -4,7 +4,6 @@
 //!
 //! This module holds the loader's `unsafe` code: the aligned allocation, and handing out disjoint
 //! mutable slots of one buffer to several threads.
-#![allow(unsafe_code)]
 
 use std::alloc::Layout as AllocLayout;
 use std::cell::UnsafeCell;

@@ -11,12 +11,14 @@
 //! - [`mssim_luma`] measures the fidelity of a group against the full decode.
 //!
 //! The on-disk format is specified in `SPEC.md`; the only `unsafe` code is in the private `libjpeg` module.
+#![deny(unsafe_code)]
 
 mod decode;
 mod error;
 mod format;
 mod item;
 mod labels;
+#[allow(unsafe_code)]
 mod libjpeg;
 mod markers;
 mod reader;

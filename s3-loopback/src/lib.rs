@@ -3,6 +3,7 @@
 //! answered and their body bytes — what "one request per record prefix" is checked against.
 //!
 //! [s3s-fs]: https://docs.rs/s3s-fs
+#![deny(unsafe_code)]
 
 /// The README's example runs as a doctest.
 #[doc = include_str!("../README.md")]

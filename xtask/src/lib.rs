@@ -1,6 +1,7 @@
 //! The library half of xtask, shared with the benchmarks (`l3-bench`): the workspace root and the Python
 //! test environment under `target/python/` (see [`python`]). It depends on nothing but anyhow, so that
 //! `cargo xtask ...` compiles in seconds.
+#![deny(unsafe_code)]
 
 pub mod python;
 
@@ -30,3 +31,8 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+// The README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -2,6 +2,7 @@
 //!
 //! `cargo xtask bench [SECTION]`: the papers' tables and figures on real images, from the `l3-bench` crate
 //! (`bench/`), built in release and run with the arguments given (see `bench.rs`).
+#![deny(unsafe_code)]
 
 mod bench;
 mod test;

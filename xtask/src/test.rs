@@ -39,7 +39,7 @@ pub fn main(args: &[String]) -> ExitCode {
     if rust {
         eprintln!("== cargo test --workspace");
         if let Err(e) = run(cargo()
-            .args(["test", "--workspace"])
+            .args(["test", "--workspace", "--no-fail-fast"])
             .current_dir(workspace_root()))
         {
             eprintln!("Rust tests failed: {e:#}");

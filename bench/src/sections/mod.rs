@@ -1,11 +1,14 @@
 //! The benchmark sections, one module each, and the runner that writes the report.
 
 mod bsp;
+#[allow(unsafe_code)]
 mod l3;
+#[allow(unsafe_code)]
 mod liquid;
 mod loader;
 mod pcr;
 mod python;
+#[allow(unsafe_code)]
 mod storage;
 
 pub use storage::serve as serve_s3;

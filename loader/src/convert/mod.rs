@@ -78,7 +78,7 @@ impl Conversion {
             return Err(Invalid::new(
                 "to",
                 to,
-                "l3 when format or profile is given (they choose the L3 format)",
+                "l3 when format or profile is given (they choose the L3 format of --to l3)",
             ));
         }
         Ok(conversion)
