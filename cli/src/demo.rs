@@ -107,6 +107,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             Some(b) => Some(loader::StorageOptions {
                 bandwidth: Some(b),
                 cache: None,
+                ..Default::default()
             }),
             None => anyhow::bail!("--storage-mbps {m}: expected MB/s, 0 or more"),
         },
@@ -288,7 +289,7 @@ fn fetch_images(url: &str, dir: &Path) -> anyhow::Result<PathBuf> {
         .collect();
     anyhow::ensure!(
         !images.is_empty(),
-        "{url}: no images (PNG, JPEG, PPM, L3) under it"
+        "{url}: no images (PNG, JPEG, PPM, L3, WebP, TIFF, BMP, GIF) under it"
     );
     let t0 = Timer::start();
     let mut fetched = 0u64;

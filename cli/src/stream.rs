@@ -196,6 +196,9 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
                 format!("{:.3}", b.wait.as_secs_f64() * 1e3),
             ])?;
         }
+        for f in [trace.as_mut(), batch_log.as_mut()].into_iter().flatten() {
+            f.flush()?;
+        }
         for (i, why) in &b.skipped {
             eprintln!("skipped item {i}: {why}");
         }
@@ -282,11 +285,13 @@ fn report_epoch((epoch, started, images, bytes): (usize, Instant, u64, u64)) {
     );
 }
 
-/// A CSV file (the `csv` crate: names with commas or quotes are quoted) written under a temporary name and
-/// renamed when complete; created (and so checked) before the run starts.
+/// A CSV log (the `csv` crate: names with commas or quotes are quoted), created (and so checked) before
+/// the run starts and written as the run goes: each delivered batch's lines reach the file before the next
+/// batch is taken, so a run that fails, is interrupted or is killed keeps the lines of every batch it
+/// handed out. Temporaries that killed runs of older versions left beside it are removed.
 struct Csv {
     path: PathBuf,
-    out: csv::Writer<stdx::fs::AtomicFile>,
+    out: csv::Writer<std::fs::File>,
 }
 
 impl Csv {
@@ -294,13 +299,19 @@ impl Csv {
         if path.is_dir() {
             bail!("{}: is a folder; give a file name", path.display());
         }
-        let f = stdx::fs::AtomicFile::create(path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        stdx::fs::remove_stale_temps(dir.unwrap_or(Path::new(".")))
+            .with_context(|| format!("cleaning up beside {}", path.display()))?;
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut c = Csv {
             path: path.to_path_buf(),
-            out: csv::Writer::from_writer(f),
+            out: csv::WriterBuilder::new()
+                .buffer_capacity(64 << 10)
+                .from_writer(f),
         };
         c.record(header.split(','))?;
+        c.flush()?;
         Ok(c)
     }
 
@@ -314,14 +325,19 @@ impl Csv {
             .with_context(|| format!("writing {}", self.path.display()))
     }
 
-    fn finish(self) -> anyhow::Result<()> {
-        let path = self.path;
-        let f = self
-            .out
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("writing {}", path.display()))?;
-        f.commit()
-            .with_context(|| format!("writing {}", path.display()))
+    /// Hands what is written so far to the OS (it survives this process, killed or not).
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    /// Flushes and makes the file durable.
+    fn finish(mut self) -> anyhow::Result<()> {
+        self.flush()?;
+        self.out
+            .get_ref()
+            .sync_all()
+            .with_context(|| format!("writing {}", self.path.display()))
     }
 }

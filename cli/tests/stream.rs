@@ -350,3 +350,92 @@ fn demo_runs_end_to_end_on_a_small_generated_set() {
     assert!(read("L3, crop patches only") < read("L3 "), "{text}");
     assert!(read("PCR k=1") < read("PCR k=10 (full)"), "{text}");
 }
+
+/// Traces and batch logs are written as batches are delivered: a run killed mid-epoch (SIGKILL, nothing
+/// to clean up) or stopped by an error keeps a line for every batch it handed out, under the name asked
+/// for, with no hidden temporary left beside it.
+#[test]
+fn traces_survive_a_kill_and_an_error() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (trace, log) = (tmp.path().join("trace.csv"), tmp.path().join("batches.csv"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_l3"))
+        .args([
+            "stream",
+            f.raw.to_str().unwrap(),
+            "--batch",
+            "2",
+            "--size",
+            "32",
+            "--epochs",
+            "1000",
+            "--step-ms",
+            "50",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--batch-log",
+            log.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until a few batches are logged, then kill without warning.
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 4 {
+        assert!(t0.elapsed().as_secs() < 60, "no batches logged");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (h, batches) = csv(&log);
+    assert_eq!(h, "epoch,batch,disk_items,disk_bytes,wait_ms");
+    assert!(batches.len() >= 3);
+    let (h, items) = csv(&trace);
+    assert_eq!(h, "epoch,batch,item,format,cached");
+    // Every logged batch has its two items traced (a batch's lines go out together).
+    assert!(
+        items.len() >= 2 * batches.len(),
+        "{} items for {} batches",
+        items.len(),
+        batches.len()
+    );
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+
+    // An error in the second batch: the first batch's lines stay.
+    let bad = tmp.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    let files = loader::image_files(&f.raw).unwrap().files;
+    for (i, (rel, _)) in files.iter().take(4).enumerate() {
+        let dst = bad.join(format!("{i}.ppm"));
+        std::fs::copy(f.raw.join(rel), &dst).unwrap();
+        if i == 3 {
+            std::fs::write(&dst, b"P6\n99999 99999\n255\n").unwrap();
+        }
+    }
+    let out = l3(&[
+        "stream",
+        bad.to_str().unwrap(),
+        "--batch",
+        "2",
+        "--size",
+        "32",
+        "--no-shuffle",
+        "--prefetch",
+        "1",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let (_, items) = csv(&trace);
+    assert_eq!(
+        items.iter().map(|r| r[2].as_str()).collect::<Vec<_>>(),
+        ["0", "1"],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

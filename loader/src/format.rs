@@ -12,10 +12,17 @@ pub enum Format {
     L3,
     /// A JPEG stream rebuilt from a Progressive Compressed Record at some scan group.
     Pcr,
+    /// WebP (lossy or lossless), TIFF, BMP and GIF (its first frame): read through the `image` crate,
+    /// as import reads them, so that a folder of them streams instead of being passed over.
+    Webp,
+    Tiff,
+    Bmp,
+    Gif,
 }
 
 impl Format {
-    /// The short tag written in traces and tables (`png`, `jpeg`, `raw`, `l3`, `pcr`).
+    /// The short tag written in traces and tables (`png`, `jpeg`, `raw`, `l3`, `pcr`, `webp`, `tiff`,
+    /// `bmp`, `gif`).
     pub fn name(self) -> &'static str {
         match self {
             Format::Png => "png",
@@ -23,6 +30,10 @@ impl Format {
             Format::Raw => "raw",
             Format::L3 => "l3",
             Format::Pcr => "pcr",
+            Format::Webp => "webp",
+            Format::Tiff => "tiff",
+            Format::Bmp => "bmp",
+            Format::Gif => "gif",
         }
     }
 
@@ -34,6 +45,10 @@ impl Format {
             "jpg" | "jpeg" => Format::Jpeg,
             "ppm" | "pgm" | "pnm" | "pam" => Format::Raw,
             "l3" => Format::L3,
+            "webp" => Format::Webp,
+            "tif" | "tiff" => Format::Tiff,
+            "bmp" => Format::Bmp,
+            "gif" => Format::Gif,
             _ => return None,
         })
     }
@@ -48,6 +63,14 @@ impl Format {
             Some(Format::L3)
         } else if bytes.len() >= 2 && bytes[0] == b'P' && matches!(bytes[1], b'5' | b'6' | b'7') {
             Some(Format::Raw)
+        } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+            Some(Format::Webp)
+        } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+            Some(Format::Tiff)
+        } else if bytes.starts_with(b"BM") {
+            Some(Format::Bmp)
+        } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+            Some(Format::Gif)
         } else {
             None
         }

@@ -41,6 +41,66 @@ fn too_large(path: &Path, w: u32, h: u32, c: u64) -> Error {
     )
 }
 
+/// Refuses a header that promises more pixels than its data can hold — a decompression bomb, or a file
+/// cut short — before anything is allocated. Deflate expands at most 1032:1, so a PNG's compressed data is
+/// at least 1/1032 of its pixel bytes; every 8×8 block of a JPEG's first component costs at least one bit
+/// of its first (DC) scan, progressive or not. Other formats are bounded by [`max_image_bytes`] and the
+/// process's [`DecodeBudget`] only.
+fn plausible(
+    path: &Path,
+    name: &'static str,
+    (w, h): (u32, u32),
+    total: u64,
+    data_len: u64,
+) -> Result<()> {
+    let least = match name {
+        "png" => total.div_ceil(1032),
+        "jpeg" => (u64::from(w).div_ceil(8) * u64::from(h).div_ceil(8)).div_ceil(8),
+        _ => return Ok(()),
+    };
+    if data_len < least {
+        return Err(Error::decode(
+            path,
+            name,
+            format!(
+                "the header promises {w}x{h} pixels, which take at least {least} bytes of {name} data; \
+                 the file has {data_len} (a decompression bomb, or a file cut short)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Decoded bytes being produced at once by every decoder of the process together, at most
+/// [`max_image_bytes`]: a decode thread waits for room before it allocates, so that N threads meeting N
+/// huge images need the memory of one, not of N. One image alone may always take the whole budget.
+pub(crate) struct DecodeBudget(u64);
+
+static IN_FLIGHT: (std::sync::Mutex<u64>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+impl DecodeBudget {
+    pub(crate) fn reserve(bytes: u64) -> DecodeBudget {
+        let budget = max_image_bytes();
+        let (lock, room) = &IN_FLIGHT;
+        let mut used = lock.lock().unwrap_or_else(|p| p.into_inner());
+        while *used > 0 && used.saturating_add(bytes) > budget {
+            used = room.wait(used).unwrap_or_else(|p| p.into_inner());
+        }
+        *used += bytes;
+        DecodeBudget(bytes)
+    }
+}
+
+impl Drop for DecodeBudget {
+    fn drop(&mut self) {
+        let (lock, room) = &IN_FLIGHT;
+        let mut used = lock.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(self.0);
+        room.notify_all();
+    }
+}
+
 fn limits() -> image::Limits {
     let mut l = image::Limits::default();
     // The size check happens before decoding, with a message that names the file and the limit; the
@@ -53,12 +113,23 @@ fn limits() -> image::Limits {
 /// pipeline's whole-image decoder: 16-bit samples of a dataset image are reduced to 8 bits, as the batch
 /// holds 8-bit pixels anyway.
 pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Result<()> {
+    // The bytes' own magic decides over the name's extension (a PNG named `.jpg` is a PNG), the rule
+    // `import` and `convert` follow. Raw frames are left alone: Liquid's carry no header.
+    let format = match Format::sniff(bytes) {
+        Some(sniffed) if format != Format::Raw && sniffed != Format::Raw => match (format, sniffed)
+        {
+            (Format::Pcr, Format::Jpeg) => Format::Pcr,
+            _ => sniffed,
+        },
+        _ => format,
+    };
     match format {
         Format::Png => decode_with(
             image::codecs::png::PngDecoder::new(Cursor::new(bytes)),
             path,
             "png",
             out,
+            bytes.len() as u64,
         ),
         Format::Jpeg | Format::Pcr => {
             check_jpeg_end(bytes).map_err(|e| Error::decode(path, "jpeg", e))?;
@@ -67,8 +138,37 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
                 path,
                 "jpeg",
                 out,
+                bytes.len() as u64,
             )
         }
+        Format::Webp => decode_with(
+            image::codecs::webp::WebPDecoder::new(Cursor::new(bytes)),
+            path,
+            "webp",
+            out,
+            bytes.len() as u64,
+        ),
+        Format::Tiff => decode_with(
+            image::codecs::tiff::TiffDecoder::new(Cursor::new(bytes)),
+            path,
+            "tiff",
+            out,
+            bytes.len() as u64,
+        ),
+        Format::Bmp => decode_with(
+            image::codecs::bmp::BmpDecoder::new(Cursor::new(bytes)),
+            path,
+            "bmp",
+            out,
+            bytes.len() as u64,
+        ),
+        Format::Gif => decode_with(
+            image::codecs::gif::GifDecoder::new(Cursor::new(bytes)),
+            path,
+            "gif",
+            out,
+            bytes.len() as u64,
+        ),
         Format::Raw => {
             let view = raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
             out.width = view.width;
@@ -88,6 +188,7 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
                     file.channels().into(),
                 ));
             }
+            let _decoding = DecodeBudget::reserve(file.decoded_len() as u64);
             out.width = file.width();
             out.height = file.height();
             out.channels = file.channels();
@@ -115,6 +216,7 @@ fn decode_with<D: ImageDecoder>(
     path: &Path,
     name: &'static str,
     out: &mut Image,
+    data_len: u64,
 ) -> Result<()> {
     use image::ColorType;
     let err = |e: image::ImageError| Error::decode(path, name, e);
@@ -124,6 +226,8 @@ fn decode_with<D: ImageDecoder>(
     if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
         return Err(too_large(path, w, h, samples));
     }
+    plausible(path, name, (w, h), decoder.total_bytes(), data_len)?;
+    let _decoding = DecodeBudget::reserve(decoder.total_bytes());
     decoder.set_limits(limits()).map_err(err)?;
     let orientation = decoder.orientation().map_err(err)?;
     let channels = match decoder.color_type() {
@@ -207,12 +311,25 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Image> {
     if reader.format().is_none() {
         return Err(Error::decode(path, "image", "unknown image format"));
     }
+    let name = match reader.format() {
+        Some(image::ImageFormat::Png) => "png",
+        Some(image::ImageFormat::Jpeg) => "jpeg",
+        _ => "image",
+    };
     let mut decoder = reader.into_decoder().map_err(err)?;
     let (w, h) = decoder.dimensions();
     let samples = u64::from(decoder.color_type().channel_count());
     if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
         return Err(too_large(path, w, h, samples));
     }
+    plausible(
+        path,
+        name,
+        (w, h),
+        decoder.total_bytes(),
+        bytes.len() as u64,
+    )?;
+    let _decoding = DecodeBudget::reserve(decoder.total_bytes());
     decoder.set_limits(limits()).map_err(err)?;
     let orientation = decoder.orientation().map_err(err)?;
     let mut img = image::DynamicImage::from_decoder(decoder).map_err(err)?;
@@ -253,6 +370,102 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Image> {
 mod tests {
     use super::*;
     use stdx::SplitMix64;
+
+    /// CRC-32 (IEEE) of a PNG chunk's type and data, to forge headers the PNG decoder accepts.
+    fn png_crc(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    (c >> 1) ^ 0xEDB8_8320
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
+    fn encoded(format: image::ImageFormat) -> Vec<u8> {
+        let img =
+            image::RgbImage::from_fn(16, 16, |x, y| image::Rgb([x as u8 * 9, y as u8 * 9, 7]));
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, format).unwrap();
+        out.into_inner()
+    }
+
+    /// Headers that promise far more pixels than their data holds are refused before decoding, naming
+    /// the file: a 30000x30000 PNG of a few dozen bytes, a JPEG whose frame says 30000x30000.
+    #[test]
+    fn decompression_bombs_are_refused_from_their_headers() {
+        let mut png = encoded(image::ImageFormat::Png);
+        // IHDR: length at 8, type at 12, width at 16, height at 20, CRC after its 13 data bytes.
+        png[16..20].copy_from_slice(&30000u32.to_be_bytes());
+        png[20..24].copy_from_slice(&30000u32.to_be_bytes());
+        let crc = png_crc(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        let mut jpeg = encoded(image::ImageFormat::Jpeg);
+        let sof = jpeg.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+        jpeg[sof + 5..sof + 7].copy_from_slice(&30000u16.to_be_bytes());
+        jpeg[sof + 7..sof + 9].copy_from_slice(&30000u16.to_be_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        for (name, format, bytes) in [
+            ("bomb.png", Format::Png, &png),
+            ("bomb.jpg", Format::Jpeg, &jpeg),
+        ] {
+            let path = dir.path().join(name);
+            let mut out = Image::default();
+            let e = decode(format, bytes, &path, &mut out)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(name) && e.contains("promises 30000x30000"),
+                "{e}"
+            );
+            assert!(
+                out.pixels.capacity() < 1 << 20,
+                "{name}: allocated before refusing"
+            );
+            std::fs::write(&path, bytes).unwrap();
+            let e = import(&path, &ImportOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("promises 30000x30000"), "{e}");
+        }
+        // The honest files decode.
+        for (format, bytes) in [
+            (Format::Png, encoded(image::ImageFormat::Png)),
+            (Format::Jpeg, encoded(image::ImageFormat::Jpeg)),
+        ] {
+            let mut out = Image::default();
+            decode(format, &bytes, Path::new("ok"), &mut out).unwrap();
+            assert_eq!((out.width, out.height), (16, 16));
+        }
+    }
+
+    /// The decode budget is shared: reservations beyond it wait until others are released, and one
+    /// larger than the whole budget still proceeds alone.
+    #[test]
+    fn the_decode_budget_makes_big_decodes_take_turns() {
+        let budget = max_image_bytes();
+        let first = DecodeBudget::reserve(budget / 2 + 1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let r = DecodeBudget::reserve(budget / 2 + 1);
+            tx.send(()).unwrap();
+            drop(r);
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "no wait"
+        );
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("released");
+        waiter.join().unwrap();
+    }
 
     /// Arbitrary-bytes check of every decoder (the `cargo fuzz` target `decode_any` runs the same calls):
     /// every truncation and a few thousand random byte flips of valid files must give errors, not panics.

@@ -1,7 +1,7 @@
 //! Datasets, a decode pipeline and fixed-size batches over the toolkit's formats — the thin crate that
 //! stitches `l3-format`, `l3-cuda`, `pcr` and `liquid-sampler` together.
 //!
-//! - [`Dataset`]: one trait for every source — [`ImageFolder`] (PNG, JPEG, raw PPM, L3 files),
+//! - [`Dataset`]: one trait for every source — [`ImageFolder`] (PNG, JPEG, raw PPM, L3, WebP, TIFF, BMP, GIF files),
 //!   [`LiquidShards`] (the packed multi-format dataset of `liquid-sampler`), [`PcrRecords`] (PCR at a
 //!   chosen scan group) — opened by [`open_dataset`].
 //! - [`Loader`]: the pipeline (`pipeline`: order → read → decode → assemble → prefetch) delivering

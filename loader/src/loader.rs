@@ -263,10 +263,15 @@ impl Loader {
         let got = rx.recv_timeout(timeout);
         self.waited += t0.elapsed();
         let got = match got {
-            Err(RecvTimeoutError::Timeout) => return Next::Pending,
+            Err(RecvTimeoutError::Timeout) => match self.threads.first_panic() {
+                // A thread that died may leave the others waiting on it for ever: stop here, naming it.
+                Some(why) => return self.stopped_by(why),
+                None => return Next::Pending,
+            },
             Ok(b) => b,
             Err(RecvTimeoutError::Disconnected) => {
-                Err(Error::Pipeline("a pipeline thread stopped".into()))
+                let why = self.threads.first_panic();
+                return self.stopped_by(why.unwrap_or_else(|| "a pipeline thread stopped".into()));
             }
         };
         let wait = std::mem::take(&mut self.waited);
@@ -292,6 +297,16 @@ impl Loader {
         }
     }
 
+    /// Ends a run whose pipeline lost a thread: the error says which and why. Threads that still wait
+    /// on the lost one are told to stop and left to end on their own, never joined (which could block).
+    fn stopped_by(&mut self, why: String) -> Next {
+        self.failed = true;
+        self.stop.store(true, Ordering::SeqCst);
+        self.rx = None;
+        self.threads.detach();
+        Next::Batch(Err(Error::Pipeline(why)))
+    }
+
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         self.rx = None;
@@ -304,7 +319,8 @@ impl Iterator for Loader {
 
     fn next(&mut self) -> Option<Result<Batch>> {
         loop {
-            match self.next_timeout(Duration::from_secs(3600)) {
+            // Short waits, so that a pipeline thread lost meanwhile is noticed within a second.
+            match self.next_timeout(Duration::from_secs(1)) {
                 Next::Batch(b) => return Some(b),
                 Next::End => return None,
                 Next::Pending => continue,
@@ -324,6 +340,8 @@ impl Drop for Loader {
 struct Threads {
     handles: Vec<JoinHandle<()>>,
     monitor: ThreadMonitor,
+    /// The first thread that panicked, and its message: what a run that stopped says.
+    panicked: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Threads {
@@ -336,15 +354,36 @@ impl Threads {
         }
         self.monitor.0.fetch_add(1, Ordering::SeqCst);
         let alive = Alive(self.monitor.0.clone());
+        let panicked = self.panicked.clone();
+        let thread = name.to_string();
         let h = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 let _alive = alive;
-                f()
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                    let mut first = panicked.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert_with(|| {
+                        format!(
+                            "thread {thread} panicked: {}",
+                            crate::pipeline::panic_text(&*p)
+                        )
+                    });
+                }
             })
             .map_err(|e| Error::Pipeline(format!("cannot start thread {name}: {e}")))?;
         self.handles.push(h);
         Ok(())
+    }
+
+    fn first_panic(&self) -> Option<String> {
+        self.panicked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn detach(&mut self) {
+        self.handles.clear();
     }
 
     fn join(&mut self) {

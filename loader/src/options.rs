@@ -13,12 +13,15 @@ use crate::dataset::OpenOptions;
 use crate::sample::DecodeScope;
 use crate::storage::{CacheOptions, StorageOptions};
 use std::path::PathBuf;
+use std::time::Duration;
 use vocab::{Crop, DType, Device, Invalid, Layout, Normalize, SampleSpec, ShardPolicy};
 
 /// The most items a batch may hold.
 pub const MAX_BATCH_SIZE: usize = 1 << 20;
 /// The most threads of one kind, and the most prefetched batches.
 pub const MAX_THREADS: usize = 4096;
+/// The longest `retry_secs`: a day.
+pub const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
 /// The default of [`Settings::pcr_window`]: PCR records whose items are shuffled together.
 pub const DEFAULT_PCR_WINDOW: usize = 4;
 
@@ -474,6 +477,10 @@ pub struct Settings {
     /// Cap on read bandwidth in MB/s (10^6 bytes), shared by every reader: a model of network storage.
     #[cfg_attr(feature = "clap", arg(long))]
     pub storage_mbps: Option<f64>,
+    /// Object storage: seconds a failing request (a reset, a 5xx, SlowDown, a body cut short; listings
+    /// too) is retried, with exponential backoff and jitter, before the read fails.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().retry_secs))]
+    pub retry_secs: f64,
     /// A local cache of objects read from object storage (`s3://` datasets), for repeated epochs.
     #[cfg_attr(feature = "clap", arg(long))]
     pub cache_dir: Option<PathBuf>,
@@ -530,6 +537,7 @@ impl Default for Settings {
             prefetch: o.prefetch,
             skip_errors: o.skip_errors,
             storage_mbps: None,
+            retry_secs: crate::storage::DEFAULT_RETRY.as_secs_f64(),
             cache_dir: None,
             cache_limit: None,
             pcr_window: DEFAULT_PCR_WINDOW,
@@ -567,6 +575,7 @@ pub const SETTING_NAMES: &[&str] = &[
     "prefetch",
     "skip_errors",
     "storage_mbps",
+    "retry_secs",
     "cache_dir",
     "cache_limit",
     "pcr_window",
@@ -607,6 +616,7 @@ impl Settings {
             d.prefetch.to_string(),
             d.skip_errors.to_string(),
             opt(d.storage_mbps.map(|v| v.to_string())),
+            d.retry_secs.to_string(),
             opt(d.cache_dir.map(|v| v.display().to_string())),
             opt(d.cache_limit.map(|v| v.to_string())),
             d.pcr_window.to_string(),
@@ -733,6 +743,16 @@ impl Settings {
                 })
             })
             .transpose()?;
+        let retry = Duration::try_from_secs_f64(self.retry_secs)
+            .ok()
+            .filter(|d| *d <= MAX_RETRY)
+            .ok_or_else(|| {
+                Invalid::new(
+                    "retry_secs",
+                    self.retry_secs,
+                    format!("0 to {} seconds", MAX_RETRY.as_secs()),
+                )
+            })?;
         let cache = match (&self.cache_dir, self.cache_limit) {
             (None, None) => None,
             (Some(dir), limit) => Some(CacheOptions {
@@ -760,7 +780,11 @@ impl Settings {
         Ok(OpenOptions {
             group: self.group,
             labels: self.labels.clone(),
-            storage: StorageOptions { bandwidth, cache },
+            storage: StorageOptions {
+                bandwidth,
+                cache,
+                retry: Some(retry),
+            },
             pcr_window: self.pcr_window,
         })
     }

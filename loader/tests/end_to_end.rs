@@ -528,3 +528,55 @@ fn pin_memory_without_a_gpu_is_refused_with_the_reason() {
         }
     }
 }
+
+/// WebP, TIFF, BMP and GIF files are items like any other (not passed over in silence), and every item
+/// is decoded as what its bytes are, whatever its name says: a PNG named `.jpg` streams.
+#[test]
+fn every_image_type_the_toolkit_reads_streams_by_its_magic_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (w, h) = (37u32, 23u32);
+    let rgb = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x * 7) as u8, (y * 11) as u8, ((x + y) * 5) as u8])
+    });
+    let img = image::DynamicImage::ImageRgb8(rgb.clone());
+    for (name, fmt) in [
+        ("a.webp", image::ImageFormat::WebP),
+        ("b.tiff", image::ImageFormat::Tiff),
+        ("c.bmp", image::ImageFormat::Bmp),
+        ("d.gif", image::ImageFormat::Gif),
+        ("e.jpg", image::ImageFormat::Png),
+    ] {
+        img.save_with_format(tmp.path().join(name), fmt).unwrap();
+    }
+    let ds = folder(tmp.path());
+    assert_eq!(ds.len(), 5, "{}", ds.describe());
+    let o = LoaderOptions {
+        batch_size: 1,
+        shuffle: false,
+        epochs: Some(1),
+        sample: SampleSpec {
+            height: h,
+            width: w,
+            layout: Layout::Nhwc,
+            ..SampleSpec::default()
+        },
+        ..LoaderOptions::default()
+    };
+    let batches = collect(Loader::new(ds, o).unwrap());
+    assert_eq!(batches.len(), 5);
+    for b in &batches {
+        let got = sample(b, 0);
+        let name = format!("item {} ({})", b.ids[0], b.formats[0]);
+        if b.formats[0] == loader::Format::Gif {
+            // A palette of at most 256 colours: the size and a close likeness, not every pixel.
+            let off = got
+                .iter()
+                .zip(rgb.as_raw())
+                .filter(|(a, b)| a.abs_diff(**b) > 24)
+                .count();
+            assert!(off * 20 < got.len(), "{name}: {off} samples far off");
+        } else {
+            assert!(got == rgb.as_raw().as_slice(), "{name}: pixels differ");
+        }
+    }
+}

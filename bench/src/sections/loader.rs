@@ -240,6 +240,7 @@ fn bytes_read(
         let storage = loader::StorageOptions {
             bandwidth: Some(CAPPED_BYTES_PER_SEC),
             cache: None,
+            ..Default::default()
         };
         let capped_ds = f
             .reopen(&storage)

@@ -38,6 +38,7 @@ fn capped(mbps: Option<u64>) -> StorageOptions {
     StorageOptions {
         bandwidth: mbps.map(|m| m * 1_000_000),
         cache: None,
+        ..Default::default()
     }
 }
 

@@ -195,7 +195,7 @@ enum Step {
 
 /// Batches of fixed-size samples from a dataset, decoded by background threads.
 ///
-/// ``source``: anything ``l3 stream`` opens — a folder of images (PNG, JPEG, PPM, L3; labels from
+/// ``source``: anything ``l3 stream`` opens — a folder of images (PNG, JPEG, PPM, L3, WebP, TIFF, BMP, GIF; labels from
 /// sub-folder names), a Liquid dataset, or a PCR dataset (``group`` picks the scan group). Iterating
 /// yields :class:`Batch` objects. With ``epochs=None`` (the default) each ``for`` loop over the loader
 /// runs one epoch, like ``torch.utils.data.DataLoader``, and the next loop the next epoch; with
@@ -335,7 +335,7 @@ impl Loader {
         shuffle=True, seed=0, epochs=None, drop_last=False, rank=None, world_size=None, threads=None, \
         layout=\"NCHW\", dtype=\"uint8\", mean=None, std=None, device=\"cpu\", sampler=\"uniform\", \
         budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
-        storage_mbps=None, cache_dir=None, cache_limit=None, pcr_window=4, decode=\"region\", \
+        storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, decode=\"region\", \
         gpu_fallback=False, pin_memory=False, shard_tail=\"pad\")"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]

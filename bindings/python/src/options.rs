@@ -165,6 +165,7 @@ pub fn settings(
             "storage_mbps" => {
                 s.storage_mbps = optional(v, |v| expect("storage_mbps", v, "a number of MB/s"))?
             }
+            "retry_secs" => s.retry_secs = expect("retry_secs", v, "a number of seconds")?,
             "cache_dir" => {
                 s.cache_dir = optional(v, |v| expect::<PathBuf>("cache_dir", v, "a path"))?
             }

@@ -76,6 +76,14 @@ def l3_threads():
         except FileNotFoundError:
             pass
     return [n for n in names if n.startswith("l3-")]
+def l3_threads_after_join():
+    # A joined thread has finished its work, but the kernel may list its task for a moment longer
+    # (pthread_join returns when the thread clears its id, before the task is reaped): allow that moment.
+    import time
+    deadline = time.perf_counter() + 1.0
+    while l3_threads() and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    return l3_threads()
 """
 
 
@@ -106,7 +114,7 @@ except KeyboardInterrupt:
     outcome = "interrupted"
 latency = time.perf_counter() - fired[0]
 print(json.dumps(dict(outcome=outcome, latency=latency, running=running,
-                      alive=loader.threads_alive, left=l3_threads())))
+                      alive=loader.threads_alive, left=l3_threads_after_join())))
 """
     )
     r = run_python(code)
@@ -133,7 +141,7 @@ gc.collect()
 # The batch outlives the loader: its memory is freed when it goes, not reused.
 import numpy as np
 x = np.from_dlpack(b.images)
-print(json.dumps(dict(before=before, after=l3_threads(), shape=list(x.shape))))
+print(json.dumps(dict(before=before, after=l3_threads_after_join(), shape=list(x.shape))))
 """
     )
     r = run_python(code)

@@ -227,6 +227,11 @@ pub(crate) fn is_complete(path: &Path, format: Format) -> bool {
                 && image::codecs::png::PngDecoder::new(std::io::Cursor::new(&bytes)).is_ok()
         }
         Format::Jpeg | Format::Pcr => crate::image::check_jpeg_end(&bytes).is_ok(),
+        // Not conversion targets: whether one decodes is what completeness means.
+        Format::Webp | Format::Tiff | Format::Bmp | Format::Gif => {
+            let mut img = crate::Image::default();
+            crate::image::decode(format, &bytes, path, &mut img).is_ok()
+        }
     }
 }
 
@@ -298,7 +303,7 @@ pub fn convert_folder(
     if files.is_empty() {
         return Err(Error::dataset(
             input,
-            "no images (PNG, JPEG, PPM/PGM/PAM or L3) found",
+            "no images (PNG, JPEG, PPM/PGM/PAM, L3, WebP, TIFF, BMP or GIF) found",
         ));
     }
     // Output stems must be unique: `a.png` and `a.jpg` in one folder would both become `a.l3`.

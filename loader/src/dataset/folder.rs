@@ -206,7 +206,7 @@ impl ImageFolder {
         if items.is_empty() {
             return Err(Error::dataset(
                 &root,
-                "no images (PNG, JPEG, PPM/PGM/PAM or L3) found",
+                "no images (PNG, JPEG, PPM/PGM/PAM, L3, WebP, TIFF, BMP or GIF) found",
             ));
         }
         if storage.is_remote() {

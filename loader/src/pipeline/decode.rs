@@ -14,9 +14,14 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
     let (read, result) = match job.stored.take() {
         Some(Ok((stored, n))) => {
             let req = ctx.request(job.key);
-            let r = ctx
-                .ds
-                .decode(job.index, &stored, &req, scratch, job.slot.bytes());
+            let slot = job.slot.bytes();
+            let r = super::guarded("decoding", || {
+                ctx.ds.decode(job.index, &stored, &req, scratch, slot)
+            });
+            if r.is_err() {
+                // A panic may have left the scratch buffers half-resized: start them afresh.
+                *scratch = Scratch::default();
+            }
             (Some(n), r)
         }
         Some(Err(e)) => (None, Err(e)),

@@ -57,6 +57,25 @@ impl Ctx {
     }
 }
 
+/// Runs dataset code for one item: a panic in it becomes that item's error, named like any other, instead
+/// of a dead stage that would leave the stages after it waiting for an item that never comes.
+pub(crate) fn guarded<T>(stage: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::Pipeline(format!(
+            "{stage} panicked: {} (a bug in the toolkit: please report it)",
+            panic_text(&*p)
+        )))
+    })
+}
+
+/// A panic's message, when it has one.
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// One item on its way through read and decode.
 pub(crate) struct Job {
     pub seq: u64,

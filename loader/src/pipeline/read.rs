@@ -8,7 +8,7 @@ use std::time::Instant;
 /// Reads one item into its job.
 pub(crate) fn read(ctx: &Ctx, job: &mut Job) {
     let t0 = Instant::now();
-    let r = ctx.ds.read(job.index, &ctx.request(job.key));
+    let r = super::guarded("reading", || ctx.ds.read(job.index, &ctx.request(job.key)));
     Counters::add_time(&ctx.counters.read_ns, t0);
     if let Ok((_, n)) = &r {
         Counters::add(&ctx.counters.items_read, 1);

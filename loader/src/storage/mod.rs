@@ -25,7 +25,14 @@ pub struct StorageOptions {
     pub bandwidth: Option<u64>,
     /// A local cache of remote objects (ignored for local datasets).
     pub cache: Option<CacheOptions>,
+    /// How long a failing object-store request is retried (backoff with jitter) before the read fails;
+    /// `None`: [`DEFAULT_RETRY`].
+    pub retry: Option<std::time::Duration>,
 }
+
+/// How long object-store requests are retried by default: a minute, like the cloud SDKs, so that a
+/// server restart or a burst of SlowDown is ridden out rather than ending a training run.
+pub const DEFAULT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl StorageOptions {
     /// The bandwidth cap in bytes per second for `mbps` MB/s (10⁶ bytes, as `--storage-mbps` and
@@ -71,7 +78,10 @@ impl Storage {
     /// environment: `AWS_ENDPOINT_URL`, credentials, region).
     pub fn open(location: &str, options: &StorageOptions) -> Result<Storage> {
         let backend = if location.starts_with("s3://") {
-            Backend::Object(object::Remote::open(location)?)
+            Backend::Object(object::Remote::open(
+                location,
+                options.retry.unwrap_or(DEFAULT_RETRY),
+            )?)
         } else {
             let p = PathBuf::from(location);
             match std::fs::metadata(&p) {

@@ -185,6 +185,7 @@ class Loader:
         prefetch: int = 4,
         skip_errors: bool = False,
         storage_mbps: Optional[float] = None,
+        retry_secs: float = 60,
         cache_dir: Optional[_Path] = None,
         cache_limit: Union[int, str, None] = None,
         pcr_window: int = 4,
