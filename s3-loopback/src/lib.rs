@@ -32,6 +32,8 @@ pub struct Server {
     runtime: Option<tokio::runtime::Runtime>,
     addr: SocketAddr,
     served: Arc<Served>,
+    /// Set by [`Server::kill`] before the runtime goes down.
+    dying: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Server {
@@ -54,20 +56,30 @@ impl Server {
         let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
         let addr = listener.local_addr()?;
         let counts = served.clone();
+        let dying = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dying_seen = dying.clone();
         runtime.spawn(async move {
             let http = ConnBuilder::new(TokioExecutor::new());
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
-                let (service, counts) = (service.clone(), counts.clone());
+                let (service, counts, dying) =
+                    (service.clone(), counts.clone(), dying_seen.clone());
                 let counted =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (service, counts) = (service.clone(), counts.clone());
+                        let (service, counts, dying) =
+                            (service.clone(), counts.clone(), dying.clone());
                         let object_get = req.method() == http::Method::GET
                             && !req.uri().query().unwrap_or("").contains("list-type");
                         async move {
                             let resp = hyper::service::Service::call(&service, req).await?;
+                            // A request the kill overtook may have failed for that reason alone (its
+                            // file access refused by the runtime going down): drop the connection,
+                            // as a dead server does, rather than answer for an object it still holds.
+                            if dying.load(Ordering::SeqCst) {
+                                return Err(s3s::HttpError::new("server killed".into()));
+                            }
                             if object_get && resp.status().is_success() {
                                 let len = resp
                                     .headers()
@@ -91,6 +103,7 @@ impl Server {
             runtime: Some(runtime),
             addr,
             served,
+            dying,
         })
     }
 
@@ -112,6 +125,7 @@ impl Server {
     /// Stops the server at once: open connections are dropped mid-response.
     pub fn kill(&mut self) {
         if let Some(rt) = self.runtime.take() {
+            self.dying.store(true, Ordering::SeqCst);
             rt.shutdown_background();
         }
     }
