@@ -51,34 +51,98 @@ impl std::fmt::Display for LoaderState {
     }
 }
 
+/// The fields of a state string, in the order `Display` writes them.
+const STATE_FIELDS: [&str; 7] = [
+    "epoch",
+    "batch",
+    "seed",
+    "rank",
+    "world_size",
+    "batch_size",
+    "dataset_len",
+];
+
 impl std::str::FromStr for LoaderState {
     type Err = Error;
+    /// Every field exactly once: a partial state would resume somewhere else (a missing field read as 0
+    /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming what lacks.
     fn from_str(s: &str) -> Result<Self> {
-        let mut st = LoaderState {
-            epoch: 0,
-            batch: 0,
-            seed: 0,
-            rank: 0,
-            world_size: 1,
-            batch_size: 0,
-            dataset_len: 0,
-        };
-        let bad = || Error::Resume(format!("unreadable state {s:?}"));
+        let mut values: [Option<u64>; 7] = [None; 7];
+        let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
         for kv in s.split_whitespace() {
-            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
-            let n: u64 = v.parse().map_err(|_| bad())?;
-            match k {
-                "epoch" => st.epoch = n as usize,
-                "batch" => st.batch = n as usize,
-                "seed" => st.seed = n,
-                "rank" => st.rank = n as usize,
-                "world_size" => st.world_size = n as usize,
-                "batch_size" => st.batch_size = n as usize,
-                "dataset_len" => st.dataset_len = n as usize,
-                _ => return Err(bad()),
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{kv:?} is not name=value")))?;
+            let i = STATE_FIELDS
+                .iter()
+                .position(|f| *f == k)
+                .ok_or_else(|| bad(format!("no field named {k:?}")))?;
+            let n: u64 = v
+                .parse()
+                .map_err(|_| bad(format!("{k}={v:?} is not a whole number")))?;
+            if values[i].replace(n).is_some() {
+                return Err(bad(format!("{k} given twice")));
             }
         }
-        Ok(st)
+        let missing: Vec<&str> = STATE_FIELDS
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(f, _)| *f)
+            .collect();
+        if !missing.is_empty() {
+            return Err(bad(format!(
+                "{} missing (a state names {})",
+                missing.join(", "),
+                STATE_FIELDS.join(", ")
+            )));
+        }
+        let v = values.map(|v| v.unwrap_or(0));
+        let size = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} is too large")));
+        Ok(LoaderState {
+            epoch: size(v[0])?,
+            batch: size(v[1])?,
+            seed: v[2],
+            rank: size(v[3])?,
+            world_size: size(v[4])?,
+            batch_size: size(v[5])?,
+            dataset_len: size(v[6])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    #[test]
+    fn a_state_round_trips_and_a_partial_one_is_refused() {
+        let st = LoaderState {
+            epoch: 3,
+            batch: 17,
+            seed: u64::MAX,
+            rank: 1,
+            world_size: 4,
+            batch_size: 64,
+            dataset_len: 5000,
+        };
+        let text = st.to_string();
+        let back: LoaderState = text.parse().unwrap();
+        assert_eq!(back.to_string(), text);
+        for (input, says) in [
+            (
+                "epoch=3 batch=17",
+                "seed, rank, world_size, batch_size, dataset_len missing",
+            ),
+            ("", "epoch, batch, seed"),
+            (&format!("{text} batch=2"), "batch given twice"),
+            ("epoch=x", "not a whole number"),
+            ("epoch", "not name=value"),
+            (&format!("{text} step=1"), "no field named \"step\""),
+        ] {
+            let e = input.parse::<LoaderState>().unwrap_err().to_string();
+            assert!(e.contains(says), "{input:?}: {e}");
+        }
     }
 }
 
