@@ -439,3 +439,41 @@ fn traces_survive_a_kill_and_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `convert` takes every image type the loader reads: a folder of WebP, TIFF, BMP and GIF files becomes
+/// as many L3 files (lossless ones decode to the same pixels), none passed over.
+#[test]
+fn convert_takes_webp_tiff_bmp_and_gif() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir(&src).unwrap();
+    let rgb = image::RgbImage::from_fn(19, 11, |x, y| {
+        image::Rgb([(x * 13) as u8, (y * 17) as u8, 99])
+    });
+    let img = image::DynamicImage::ImageRgb8(rgb.clone());
+    for (name, fmt) in [
+        ("a.webp", image::ImageFormat::WebP),
+        ("b.tif", image::ImageFormat::Tiff),
+        ("c.bmp", image::ImageFormat::Bmp),
+        ("d.gif", image::ImageFormat::Gif),
+    ] {
+        img.save_with_format(src.join(name), fmt).unwrap();
+    }
+    ok(&l3(&[
+        "convert",
+        "--to",
+        "l3",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]));
+    for stem in ["a", "b", "c", "d"] {
+        let bytes = std::fs::read(out.join(stem).with_extension("l3")).unwrap();
+        let file = l3_format::L3File::parse(&bytes).unwrap();
+        assert_eq!((file.width(), file.height()), (19, 11), "{stem}");
+        if stem != "d" {
+            let mut px = vec![0u8; file.decoded_len()];
+            file.decode_hwc(&mut px).unwrap();
+            assert!(px == rgb.as_raw().as_slice(), "{stem}: pixels differ");
+        }
+    }
+}
