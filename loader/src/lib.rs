@@ -70,6 +70,11 @@ pub use vocab::{
     Window,
 };
 
+/// Why a build without the `gpu` feature refuses a CUDA device or page-locked memory.
+#[cfg(not(feature = "gpu"))]
+const NO_GPU_FEATURE: &str =
+    "this build of the loader has no GPU support (it was built without its `gpu` feature)";
+
 // The README's examples are compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

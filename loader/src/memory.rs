@@ -36,7 +36,7 @@ impl HostMemory {
         #[cfg(not(feature = "gpu"))]
         {
             let _ = ordinal;
-            Err("this build of the loader has no GPU support (it was built without its `gpu` feature)".into())
+            Err(crate::NO_GPU_FEATURE.into())
         }
     }
 }

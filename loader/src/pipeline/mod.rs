@@ -129,7 +129,7 @@ pub(crate) fn open_gpu(dataset: &dyn Dataset, ordinal: usize) -> Result<GpuDecod
 pub(crate) fn open_gpu(_: &dyn Dataset, ordinal: usize) -> Result<GpuDecoder> {
     Err(Error::gpu(
         Some(format!("device {ordinal}")),
-        "this build of the loader has no GPU support (it was built without its `gpu` feature)",
+        crate::NO_GPU_FEATURE,
     ))
 }
 
