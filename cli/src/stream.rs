@@ -235,15 +235,28 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.bytes_read as f64 / s.items_read.max(1) as f64
     );
     if let Some(st) = ds.storage() {
+        let c = st.stats();
         println!(
-            "  storage: {} read requests, {} bytes from {}{}",
-            st.requests(),
-            st.bytes_read(),
+            "  storage: {} read requests, {} bytes from {}{}, {} retries",
+            c.requests,
+            c.bytes_read,
             st.root(),
             st.bandwidth()
                 .map(|b| format!(" (capped at {:.0} MB/s)", b as f64 / 1e6))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            c.retries
         );
+        if st.is_remote() && c.cache_hits + c.cache_misses > 0 {
+            println!(
+                "  cache: {} hits, {} misses ({:.0}% hit rate), {} bytes from the cache, {} bad or stale \
+                 entries dropped and fetched again",
+                c.cache_hits,
+                c.cache_misses,
+                c.cache_hit_rate() * 100.0,
+                c.cache_hit_bytes,
+                c.cache_dropped
+            );
+        }
     }
     if device.is_cuda() {
         println!(

@@ -691,3 +691,68 @@ fn pcr_build_refuses_corrupt_jpegs_unless_allowed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("b.jpg"), "the accepted file is named: {err}");
 }
+
+/// Names are bytes: files and class folders whose names are not UTF-8 stream like any other (none
+/// dropped, even without `--skip-errors`), and messages show them escaped (`\xFE`), never as `�`.
+#[test]
+fn names_that_are_not_utf8_stream_and_are_shown_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let odd_class = data.join(std::ffi::OsStr::from_bytes(b"k\xf6ln"));
+    png(
+        &odd_class.join(std::ffi::OsStr::from_bytes(b"bad\xfe.png")),
+        40,
+        30,
+        1,
+    );
+    png(&odd_class.join("good.png"), 40, 30, 2);
+    png(
+        &data
+            .join("plain")
+            .join(std::ffi::OsStr::from_bytes(b"x\xff\\y.png")),
+        40,
+        30,
+        3,
+    );
+    png(&data.join("plain").join("ok.png"), 40, 30, 4);
+    let trace = tmp.path().join("trace.csv");
+    let out = run(&[
+        "stream",
+        s(&data),
+        "--batch",
+        "2",
+        "--size",
+        "16",
+        "--threads",
+        "1",
+        "--trace",
+        s(&trace),
+    ]);
+    let text = ok(&out);
+    assert!(
+        text.contains("done: 2 batches, 4 images (0 skipped)"),
+        "{text}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains('\u{fffd}'));
+    assert_eq!(std::fs::read_to_string(&trace).unwrap().lines().count(), 5);
+
+    // A broken one fails naming the file as its key reads.
+    std::fs::write(
+        odd_class.join(std::ffi::OsStr::from_bytes(b"bad\xfe.png")),
+        b"not a png",
+    )
+    .unwrap();
+    let out = run(&[
+        "stream",
+        s(&data),
+        "--batch",
+        "2",
+        "--size",
+        "16",
+        "--threads",
+        "1",
+    ]);
+    let err = fails_with(&out, &["k\\xF6ln/bad\\xFE.png"]);
+    assert!(!err.contains('\u{fffd}'), "{err}");
+}

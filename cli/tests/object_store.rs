@@ -143,3 +143,59 @@ fn the_demo_runs_on_images_in_a_bucket() {
         "{text}"
     );
 }
+
+#[test]
+fn the_object_cache_serves_a_second_run_and_says_so() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("s3");
+    copy_first(&f.mixed, &root.join("data/train"), 8);
+    let server = s3_loopback::Server::start(&root, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let stream = |cache: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_l3"))
+            .args(["stream", "s3://data/train", "--batch", "4", "--size", "32"])
+            .args(["--threads", "2", "--seed", "3"])
+            .arg("--cache-dir")
+            .arg(cache)
+            .envs(server.client_env())
+            .output()
+            .expect("run l3 stream")
+    };
+    let cache = tmp.path().join("cache");
+    let first = stream(&cache);
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        text.contains("cache: 0 hits, 8 misses (0% hit rate)"),
+        "{text}"
+    );
+    server.reset();
+    let second = stream(&cache);
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{text}");
+    assert!(
+        text.contains("cache: 8 hits, 0 misses (100% hit rate)"),
+        "{text}"
+    );
+    assert!(text.contains("storage: 0 read requests, 0 bytes"), "{text}");
+    assert_eq!(
+        server.served().0,
+        0,
+        "the second run read nothing from the server"
+    );
+
+    // A file where the cache folder should be: named, with what to do.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = stream(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("a-file") && err.contains("names a file"),
+        "{err}"
+    );
+}

@@ -64,7 +64,9 @@ pub use options::{
 pub use pipeline::schedule::ShardedOrder;
 pub use sample::DecodeScope;
 pub use stats::Stats;
-pub use storage::{CacheOptions, Listing, Storage, StorageOptions};
+pub use storage::{
+    BadEntry, CacheEntry, CacheOptions, Listing, Storage, StorageOptions, StorageStats, s3_error,
+};
 pub use vocab::{
     Crop, DType, Device, Image, Invalid, ItemKey, Layout, Normalize, SampleSpec, ShardPolicy,
     Window,

@@ -2,6 +2,11 @@
 //! top-level sub-folder a bucket) with signature checking, and the server counts the object GETs it
 //! answered and their body bytes — what "one request per record prefix" is checked against.
 //!
+//! [`Faults`] stand between the client and the S3 service, as a misbehaving network or server would: a
+//! status such as 503 SlowDown with its XML error body, a body cut off mid-transfer, a body shortened
+//! with a Content-Length that matches it, a reset connection, a stall. A test sets a rule, and every
+//! matching request it applies to gets the fault; the rest are served.
+//!
 //! [s3s-fs]: https://docs.rs/s3s-fs
 #![deny(unsafe_code)]
 
@@ -27,6 +32,115 @@ struct Served {
     bytes: AtomicU64,
 }
 
+/// What a fault does to a request it applies to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Answers with this HTTP status and an S3 XML error body carrying this code, without serving.
+    Status(u16, &'static str),
+    /// Serves the request but sends the first half of the body only, with a Content-Length that matches
+    /// it: a short body the client cannot tell from the headers.
+    ShortBody,
+    /// Sends the headers (the full Content-Length) and half the body, then drops the connection.
+    CutBody,
+    /// Drops the connection without answering.
+    Reset,
+    /// Waits this long, then serves.
+    Stall(std::time::Duration),
+}
+
+/// Which requests a rule looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requests {
+    /// GETs of objects (ranged or whole).
+    ObjectGets,
+    /// Listings (GETs with `list-type`).
+    Lists,
+    /// Everything, HEADs included.
+    All,
+}
+
+/// A fault, the requests it looks at, and how often it strikes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRule {
+    pub fault: Fault,
+    pub requests: Requests,
+    /// Strikes every `every`-th matching request (1: each one).
+    pub every: u64,
+    /// Strikes at most this many times (`u64::MAX`: for as long as the rule is set).
+    pub times: u64,
+}
+
+impl FaultRule {
+    /// `fault` on every request of `requests`, for as long as it is set.
+    pub fn always(fault: Fault, requests: Requests) -> FaultRule {
+        FaultRule {
+            fault,
+            requests,
+            every: 1,
+            times: u64::MAX,
+        }
+    }
+}
+
+/// The rule in force and what it did.
+#[derive(Default)]
+struct Faults {
+    rule: std::sync::Mutex<Option<FaultRule>>,
+    matched: AtomicU64,
+    struck: AtomicU64,
+}
+
+impl Faults {
+    /// The fault for a request of this kind, if the rule strikes it.
+    fn strike(&self, object_get: bool, list: bool) -> Option<Fault> {
+        let rule = self.rule.lock().unwrap_or_else(|p| p.into_inner());
+        let rule = rule.as_ref()?;
+        let applies = match rule.requests {
+            Requests::ObjectGets => object_get,
+            Requests::Lists => list,
+            Requests::All => true,
+        };
+        if !applies {
+            return None;
+        }
+        let n = self.matched.fetch_add(1, Ordering::SeqCst) + 1;
+        if !n.is_multiple_of(rule.every.max(1)) {
+            return None;
+        }
+        let struck = self.struck.fetch_add(1, Ordering::SeqCst);
+        if struck >= rule.times {
+            self.struck.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(rule.fault.clone())
+    }
+}
+
+/// An S3 error document, as S3 sends it.
+fn error_body(code: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>\n  <Code>{code}</Code>\n  \
+         <Message>injected by the test: {code} &amp; friends</Message>\n  <RequestId>0</RequestId>\n</Error>\n"
+    )
+}
+
+/// A body that yields its bytes and then fails: hyper drops the connection short of the Content-Length.
+struct CutOff(Option<bytes::Bytes>);
+
+impl http_body::Body for CutOff {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        std::task::Poll::Ready(Some(match self.0.take() {
+            Some(b) => Ok(http_body::Frame::data(b)),
+            None => Err(std::io::Error::other("cut off by the test")),
+        }))
+    }
+}
+
 /// A running server; stopped when dropped.
 pub struct Server {
     runtime: Option<tokio::runtime::Runtime>,
@@ -34,6 +148,7 @@ pub struct Server {
     served: Arc<Served>,
     /// Set by [`Server::kill`] before the runtime goes down.
     dying: Arc<std::sync::atomic::AtomicBool>,
+    faults: Arc<Faults>,
 }
 
 impl Server {
@@ -58,22 +173,73 @@ impl Server {
         let counts = served.clone();
         let dying = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let dying_seen = dying.clone();
+        let faults = Arc::new(Faults::default());
+        let faults_seen = faults.clone();
         runtime.spawn(async move {
             let http = ConnBuilder::new(TokioExecutor::new());
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
-                let (service, counts, dying) =
-                    (service.clone(), counts.clone(), dying_seen.clone());
+                let (service, counts, dying, faults) = (
+                    service.clone(),
+                    counts.clone(),
+                    dying_seen.clone(),
+                    faults_seen.clone(),
+                );
                 let counted =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let (service, counts, dying) =
                             (service.clone(), counts.clone(), dying.clone());
+                        let list = req.method() == http::Method::GET
+                            && req.uri().query().unwrap_or("").contains("list-type");
                         let object_get = req.method() == http::Method::GET
-                            && !req.uri().query().unwrap_or("").contains("list-type");
+                            && !list
+                            && req.uri().path().trim_matches('/').contains('/');
+                        let fault = faults.strike(object_get, list);
                         async move {
+                            match &fault {
+                                Some(Fault::Status(status, code)) => {
+                                    let mut resp =
+                                        http::Response::new(s3s::Body::from(error_body(code)));
+                                    *resp.status_mut() = http::StatusCode::from_u16(*status)
+                                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                                    resp.headers_mut().insert(
+                                        http::header::CONTENT_TYPE,
+                                        http::HeaderValue::from_static("application/xml"),
+                                    );
+                                    return Ok(resp);
+                                }
+                                Some(Fault::Reset) => {
+                                    return Err(s3s::HttpError::new("reset by the test".into()));
+                                }
+                                Some(Fault::Stall(d)) => tokio::time::sleep(*d).await,
+                                _ => {}
+                            }
                             let resp = hyper::service::Service::call(&service, req).await?;
+                            let resp = match fault {
+                                Some(Fault::ShortBody | Fault::CutBody)
+                                    if resp.status().is_success() =>
+                                {
+                                    let (mut parts, body) = resp.into_parts();
+                                    let whole = http_body_util::BodyExt::collect(body)
+                                        .await
+                                        .map_err(|e| s3s::HttpError::new(e.to_string().into()))?
+                                        .to_bytes();
+                                    let half = whole.slice(..whole.len() / 2);
+                                    let body = if fault == Some(Fault::ShortBody) {
+                                        parts.headers.insert(
+                                            http::header::CONTENT_LENGTH,
+                                            http::HeaderValue::from(half.len()),
+                                        );
+                                        s3s::Body::from(half)
+                                    } else {
+                                        s3s::Body::http_body(CutOff(Some(half)))
+                                    };
+                                    http::Response::from_parts(parts, body)
+                                }
+                                _ => resp,
+                            };
                             // A request the kill overtook may have failed for that reason alone (its
                             // file access refused by the runtime going down): drop the connection,
                             // as a dead server does, rather than answer for an object it still holds.
@@ -104,6 +270,7 @@ impl Server {
             addr,
             served,
             dying,
+            faults,
         })
     }
 
@@ -136,6 +303,19 @@ impl Server {
             self.served.gets.load(Ordering::Relaxed),
             self.served.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// Sets the fault rule in force (`None`: serve everything), starting its counts afresh.
+    pub fn inject(&self, rule: Option<FaultRule>) {
+        let mut r = self.faults.rule.lock().unwrap_or_else(|p| p.into_inner());
+        self.faults.matched.store(0, Ordering::SeqCst);
+        self.faults.struck.store(0, Ordering::SeqCst);
+        *r = rule;
+    }
+
+    /// How many requests the rule in force has struck so far.
+    pub fn faults_struck(&self) -> u64 {
+        self.faults.struck.load(Ordering::SeqCst)
     }
 
     pub fn reset(&self) {

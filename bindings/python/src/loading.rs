@@ -506,7 +506,10 @@ impl Loader {
     }
 
     /// The pipeline's counters since it (re)started, as a dict: items and bytes read, pixels decoded,
-    /// busy seconds of each stage, batches and items delivered, the consumer's wait, GPU batches.
+    /// busy seconds of each stage, batches and items delivered, the consumer's wait, GPU batches; and what
+    /// the dataset's storage did since it opened (``storage_requests``, ``storage_bytes_read``,
+    /// ``storage_retries``, ``cache_hits``, ``cache_misses``, ``cache_hit_rate``, ``cache_hit_bytes``,
+    /// ``cache_dropped``: entries found corrupt or stale and fetched again).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = detached(py, || Ok(self.lock().loader.as_ref().map(|l| l.stats())))?
             .unwrap_or_default();
@@ -528,6 +531,17 @@ impl Loader {
         d.set_item("gpu_batches", s.gpu_batches)?;
         d.set_item("gpu_fallback_batches", s.gpu_fallback_batches)?;
         d.set_item("images_per_sec", s.images_per_sec())?;
+        if let Some(st) = self.dataset.storage() {
+            let c = st.stats();
+            d.set_item("storage_requests", c.requests)?;
+            d.set_item("storage_bytes_read", c.bytes_read)?;
+            d.set_item("storage_retries", c.retries)?;
+            d.set_item("cache_hits", c.cache_hits)?;
+            d.set_item("cache_misses", c.cache_misses)?;
+            d.set_item("cache_hit_rate", c.cache_hit_rate())?;
+            d.set_item("cache_hit_bytes", c.cache_hit_bytes)?;
+            d.set_item("cache_dropped", c.cache_dropped)?;
+        }
         Ok(d)
     }
 

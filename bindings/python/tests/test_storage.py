@@ -80,6 +80,15 @@ def test_a_bandwidth_cap_and_a_cache_are_options(small, s3, tmp_path):
     capped = l3.Loader("s3://data/png", storage_mbps=1000, cache_dir=cache, cache_limit=1 << 30, **kw)
     assert epoch(capped) == epoch(l3.Loader(small.png, **kw))
     assert any(p.is_file() for p in cache.rglob("*")), "the cache holds the objects read"
+    first = capped.stats()
+    assert first["cache_misses"] > 0 and first["storage_bytes_read"] > 0
+    capped.close()
+    del capped  # the dataset goes, and with it the cache writes the blocks still queued
+    again = l3.Loader("s3://data/png", cache_dir=cache, **kw)
+    assert epoch(again) == epoch(l3.Loader(small.png, **kw))
+    s = again.stats()
+    assert s["cache_hits"] > 0 and s["cache_misses"] == 0 and s["cache_hit_rate"] == 1.0, s
+    assert s["storage_bytes_read"] == 0 and s["cache_hit_bytes"] > 0 and s["storage_retries"] == 0, s
 
 
 @pytest.mark.parametrize(

@@ -304,7 +304,7 @@ fn class_of(rel: &Path) -> String {
     let mut comps = rel.components();
     let first = comps.next();
     match (first, comps.next()) {
-        (Some(c), Some(_)) => c.as_os_str().to_string_lossy().into_owned(),
+        (Some(c), Some(_)) => key_of(Path::new(c.as_os_str())),
         _ => String::new(),
     }
 }

@@ -72,6 +72,18 @@ impl AtomicFile {
     }
 }
 
+impl AtomicFile {
+    /// Like [`commit`](AtomicFile::commit) with one fsync instead of two: the data is flushed before the
+    /// rename, but the rename itself may be lost in a crash. For files whose loss costs a refetch, not
+    /// data — cache entries, which are checksummed and simply missed when absent.
+    pub fn commit_replaceable(mut self) -> io::Result<()> {
+        let file = self.file.take().expect("present until commit");
+        file.sync_data()?;
+        drop(file);
+        std::fs::rename(&self.tmp, &self.dst)
+    }
+}
+
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.file().write(buf)
