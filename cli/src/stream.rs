@@ -37,9 +37,40 @@ pub struct StreamArgs {
     /// Stop after this many batches and print the state to resume from.
     #[arg(long)]
     pub max_batches: Option<usize>,
-    /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`).
+    /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`), or from the file
+    /// `--state-file` wrote.
     #[arg(long)]
     pub resume: Option<String>,
+    /// Keep the state to resume from in this file: written atomically every --state-every batches and at
+    /// exit (an error exit too). After a crash, `--resume FILE` redelivers the batches since the last
+    /// write: exactly once at checkpoints, at least once between them.
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+    /// Batches between two writes of --state-file (each write is a small file, fsynced).
+    #[arg(long, default_value_t = 10, requires = "state_file", value_parser = clap::value_parser!(u64).range(1..))]
+    pub state_every: u64,
+}
+
+/// The state `--resume` names: the text of a state, or a file holding one (as `--state-file` writes).
+fn resume_state(arg: &str) -> anyhow::Result<LoaderState> {
+    let path = std::path::Path::new(arg);
+    if !arg.contains('=') || path.is_file() {
+        let text = stdx::fs::read_regular(path, 1 << 20).with_context(|| {
+            format!("--resume {arg}: neither a state (epoch=.. batch=..) nor a state file")
+        })?;
+        let text = String::from_utf8_lossy(&text);
+        return text
+            .trim()
+            .parse()
+            .with_context(|| format!("--resume: the state in {}", path.display()));
+    }
+    arg.parse().context("--resume")
+}
+
+/// Writes `state` to `path` whole or not at all, as text `--resume` reads back.
+fn save_state(path: &std::path::Path, state: &LoaderState) -> anyhow::Result<()> {
+    stdx::fs::write_atomic(path, format!("{state}\n").as_bytes())
+        .with_context(|| format!("writing the state to {}", path.display()))
 }
 
 impl StreamArgs {
@@ -125,7 +156,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     let (rank, world_size) = (opts.rank, opts.world_size);
     let mut loader = match &a.resume {
         Some(s) => {
-            let state: LoaderState = s.parse().context("--resume")?;
+            let state = resume_state(s)?;
             Loader::resume(ds.clone(), opts, state)
         }
         None => Loader::new(ds.clone(), opts),
@@ -160,55 +191,76 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut epoch_start = (loader.state().epoch, Instant::now(), 0u64, 0u64);
     let step = Duration::from_millis(a.step_ms);
-    for (n, b) in loader.by_ref().enumerate() {
-        let b = b?;
-        if b.epoch != epoch_start.0 {
-            report_epoch(epoch_start);
-            epoch_start = (b.epoch, Instant::now(), 0, 0);
-        }
-        epoch_start.2 += b.len() as u64;
-        epoch_start.3 += b.disk_bytes;
-        if let Some(t) = trace.as_mut() {
-            for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
-                let name = match &liquid_tags {
-                    Some(tags) => tags[i],
-                    None => f.name(),
-                };
-                t.record([
+    // The state file is written at exit whatever ends the run: the last delivered batch is the position.
+    let mut last_saved = None;
+    let result = (|| -> anyhow::Result<()> {
+        let mut n = 0usize;
+        #[allow(clippy::while_let_on_iterator)] // the loop reads the loader's state between batches
+        while let Some(b) = loader.next() {
+            let b = b?;
+            n += 1;
+            if b.epoch != epoch_start.0 {
+                report_epoch(epoch_start);
+                epoch_start = (b.epoch, Instant::now(), 0, 0);
+            }
+            epoch_start.2 += b.len() as u64;
+            epoch_start.3 += b.disk_bytes;
+            if let Some(t) = trace.as_mut() {
+                for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
+                    let name = match &liquid_tags {
+                        Some(tags) => tags[i],
+                        None => f.name(),
+                    };
+                    t.record([
+                        b.epoch.to_string(),
+                        b.index.to_string(),
+                        ds.id(i).to_string(),
+                        name.to_string(),
+                        u8::from(cached).to_string(),
+                    ])?;
+                }
+            }
+            if b.epoch > 0 {
+                later_items += b.len() as u64;
+                later_cached += b.cached.iter().filter(|&&c| c).count() as u64;
+            }
+            if let Some(l) = batch_log.as_mut() {
+                l.record([
                     b.epoch.to_string(),
                     b.index.to_string(),
-                    ds.id(i).to_string(),
-                    name.to_string(),
-                    u8::from(cached).to_string(),
+                    b.disk_items.to_string(),
+                    b.disk_bytes.to_string(),
+                    format!("{:.3}", b.wait.as_secs_f64() * 1e3),
                 ])?;
             }
+            for f in [trace.as_mut(), batch_log.as_mut()].into_iter().flatten() {
+                f.flush()?;
+            }
+            for (i, why) in &b.skipped {
+                eprintln!("skipped item {i}: {why}");
+            }
+            if let Some(path) = &a.state_file
+                && (n as u64).is_multiple_of(a.state_every)
+            {
+                let state = loader.state();
+                save_state(path, &state)?;
+                last_saved = Some(state);
+            }
+            if !step.is_zero() {
+                std::thread::sleep(step);
+            }
+            if a.max_batches.is_some_and(|m| n >= m) {
+                break;
+            }
         }
-        if b.epoch > 0 {
-            later_items += b.len() as u64;
-            later_cached += b.cached.iter().filter(|&&c| c).count() as u64;
-        }
-        if let Some(l) = batch_log.as_mut() {
-            l.record([
-                b.epoch.to_string(),
-                b.index.to_string(),
-                b.disk_items.to_string(),
-                b.disk_bytes.to_string(),
-                format!("{:.3}", b.wait.as_secs_f64() * 1e3),
-            ])?;
-        }
-        for f in [trace.as_mut(), batch_log.as_mut()].into_iter().flatten() {
-            f.flush()?;
-        }
-        for (i, why) in &b.skipped {
-            eprintln!("skipped item {i}: {why}");
-        }
-        if !step.is_zero() {
-            std::thread::sleep(step);
-        }
-        if a.max_batches.is_some_and(|m| n + 1 >= m) {
-            break;
-        }
-    }
+        Ok(())
+    })();
+    let saved = match &a.state_file {
+        Some(path) if last_saved != Some(loader.state()) => save_state(path, &loader.state()),
+        _ => Ok(()),
+    };
+    result?;
+    saved?;
     report_epoch(epoch_start);
     for f in [trace, batch_log].into_iter().flatten() {
         f.finish()?;
