@@ -11,7 +11,7 @@ use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::memory::{HostMemory, Pool};
 use crate::options::{LoaderOptions, Order};
-use crate::pipeline::schedule::{Schedule, ShardedOrder};
+use crate::pipeline::schedule::{Part, Schedule, ShardedOrder};
 use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
 use crate::stats::{Counters, Stats};
 use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, unbounded};
@@ -23,7 +23,7 @@ use vocab::Device;
 
 /// Where a loader stands: the next batch it will deliver. Save it with a checkpoint and hand it to
 /// [`Loader::resume`] to continue exactly there. Its `Display` form parses back with `FromStr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoaderState {
     pub epoch: usize,
     pub batch: usize,
@@ -33,20 +33,67 @@ pub struct LoaderState {
     pub world_size: usize,
     pub batch_size: usize,
     pub dataset_len: usize,
+    /// The positions in `epoch`'s global order (see `ShardedOrder::permutation`) that the batches
+    /// counted by `batch` are drawn from: `None` for the whole epoch; fewer once an epoch was resumed at
+    /// another world size or batch size, which splits what was left among the new ranks.
+    pub remaining: Option<Vec<std::ops::Range<usize>>>,
+}
+
+impl LoaderState {
+    /// The state format [`Display`](std::fmt::Display) writes: 2 added `remaining`; 1 (seven fields)
+    /// still reads.
+    pub const VERSION: u32 = 2;
+
+    /// `remaining` as text: `all`, or half-open ranges `a:b` joined by commas (`none` when empty).
+    pub fn remaining_text(&self) -> String {
+        match &self.remaining {
+            None => "all".into(),
+            Some(r) if r.is_empty() => "none".into(),
+            Some(r) => r
+                .iter()
+                .map(|r| format!("{}:{}", r.start, r.end))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    /// Reads what [`remaining_text`](Self::remaining_text) writes.
+    pub fn parse_remaining(text: &str) -> Result<Option<Vec<std::ops::Range<usize>>>> {
+        let bad = || Error::Resume(format!("remaining={text:?}: expected all, none or a:b,c:d"));
+        match text {
+            "all" => return Ok(None),
+            "none" => return Ok(Some(Vec::new())),
+            _ => {}
+        }
+        let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+        for part in text.split(',') {
+            let (a, b) = part.split_once(':').ok_or_else(bad)?;
+            let (a, b): (usize, usize) =
+                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if a >= b || out.last().is_some_and(|l| l.end > a) {
+                return Err(bad());
+            }
+            out.push(a..b);
+        }
+        Ok(Some(out))
+    }
 }
 
 impl std::fmt::Display for LoaderState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={}",
+            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={} remaining={} \
+             version={}",
             self.epoch,
             self.batch,
             self.seed,
             self.rank,
             self.world_size,
             self.batch_size,
-            self.dataset_len
+            self.dataset_len,
+            self.remaining_text(),
+            Self::VERSION
         )
     }
 }
@@ -69,10 +116,22 @@ impl std::str::FromStr for LoaderState {
     fn from_str(s: &str) -> Result<Self> {
         let mut values: [Option<u64>; 7] = [None; 7];
         let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
+        let (mut remaining, mut version) = (None, None);
         for kv in s.split_whitespace() {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| bad(format!("{kv:?} is not name=value")))?;
+            if k == "remaining" || k == "version" {
+                let slot = if k == "remaining" {
+                    &mut remaining
+                } else {
+                    &mut version
+                };
+                if slot.replace(v).is_some() {
+                    return Err(bad(format!("{k} given twice")));
+                }
+                continue;
+            }
             let i = STATE_FIELDS
                 .iter()
                 .position(|f| *f == k)
@@ -97,9 +156,20 @@ impl std::str::FromStr for LoaderState {
                 STATE_FIELDS.join(", ")
             )));
         }
+        match version {
+            None | Some("1") | Some("2") => {}
+            Some(v) => {
+                return Err(bad(format!(
+                    "version {v}: this build reads versions 1 and {}",
+                    Self::VERSION
+                )));
+            }
+        }
+        let remaining = remaining.map_or(Ok(None), Self::parse_remaining)?;
         let v = values.map(|v| v.unwrap_or(0));
         let size = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} is too large")));
         Ok(LoaderState {
+            remaining,
             epoch: size(v[0])?,
             batch: size(v[1])?,
             seed: v[2],
@@ -125,8 +195,27 @@ mod state_tests {
             world_size: 4,
             batch_size: 64,
             dataset_len: 5000,
+            remaining: Some(vec![3..9, 12..4000]),
         };
         let text = st.to_string();
+        assert!(text.ends_with("remaining=3:9,12:4000 version=2"), "{text}");
+        // A version-1 state (seven fields) still reads: the whole epoch.
+        let old: LoaderState =
+            "epoch=3 batch=17 seed=1 rank=0 world_size=4 batch_size=64 dataset_len=5000"
+                .parse()
+                .unwrap();
+        assert_eq!(old.remaining, None);
+        for bad in [
+            "remaining=5:3",
+            "remaining=1:4,2:6",
+            "remaining=x",
+            "version=3",
+        ] {
+            let e = format!("{text} {bad}")
+                .replace(" remaining=3:9,12:4000", "")
+                .replace(" version=2", "");
+            assert!(e.parse::<LoaderState>().is_err(), "{bad} accepted");
+        }
         let back: LoaderState = text.parse().unwrap();
         assert_eq!(back.to_string(), text);
         for (input, says) in [
@@ -178,6 +267,8 @@ pub struct Loader {
     started: Instant,
     next: LoaderState,
     batches_per_epoch: usize,
+    /// The part of an epoch resumed at another shape, and its batches.
+    part: Option<(usize, usize)>,
     liquid_buffers: Option<liquid_sampler::BufferPlan>,
     epochs: Option<usize>,
     io_threads: usize,
@@ -197,12 +288,19 @@ impl Loader {
             world_size: options.world_size,
             batch_size: options.batch_size,
             dataset_len: dataset.len(),
+            remaining: None,
         };
         Self::resume(dataset, options, state)
     }
 
     /// Starts a loader at a saved [`state`](Loader::state): it delivers exactly the batches an uninterrupted
     /// loader with the same options would have delivered from that point on.
+    ///
+    /// The world size and the batch size may differ from the state's (a job rescaled after a failure):
+    /// the items of the interrupted epoch that no rank delivered yet are split among the new ranks, each
+    /// delivered once, and the epochs after it run as if the job had started at the new shape. Ranks
+    /// move in lockstep, so the state of any rank serves every rank. The seed and the dataset may not
+    /// differ.
     pub fn resume(dataset: Arc<dyn Dataset>, o: LoaderOptions, state: LoaderState) -> Result<Self> {
         let run = Run::plan(&*dataset, &o, state)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -278,6 +376,7 @@ impl Loader {
             started: Instant::now(),
             next: run.next,
             batches_per_epoch: run.batches_per_epoch,
+            part: run.part.map(|p| (p.epoch, p.batches)),
             liquid_buffers: run.liquid_buffers,
             epochs: o.epochs,
             io_threads: o.io_threads,
@@ -289,7 +388,7 @@ impl Loader {
 
     /// The position of the next batch this loader will deliver.
     pub fn state(&self) -> LoaderState {
-        self.next
+        self.next.clone()
     }
 
     /// Batches per epoch for this rank.
@@ -347,9 +446,14 @@ impl Loader {
                 Counters::add(&self.counters.items_delivered, b.len() as u64);
                 self.next.batch = b.index + 1;
                 self.next.epoch = b.epoch;
-                if self.next.batch == self.batches_per_epoch {
+                let batches = match self.part {
+                    Some((epoch, batches)) if epoch == b.epoch => batches,
+                    _ => self.batches_per_epoch,
+                };
+                if self.next.batch == batches {
                     self.next.epoch += 1;
                     self.next.batch = 0;
+                    self.next.remaining = None;
                 }
                 Next::Batch(Ok(b))
             }
@@ -462,6 +566,7 @@ struct Run {
     schedule: Schedule,
     next: LoaderState,
     batches_per_epoch: usize,
+    part: Option<Part>,
     /// Batches being assembled at once.
     credits: usize,
     pool: Arc<Pool>,
@@ -490,11 +595,17 @@ impl Run {
             Order::Seeded => None,
             Order::Liquid { budget_bytes } => Some(liquid_sampler(ds, o, budget_bytes, &state)?),
         };
+        let batches_for = |per: usize| {
+            if o.drop_last {
+                per / o.batch_size
+            } else {
+                per.div_ceil(o.batch_size)
+            }
+        };
         let per_rank = order.per_rank();
         let batches_per_epoch = match &sampler {
             Some(s) => s.batches_per_epoch(),
-            None if o.drop_last => per_rank / o.batch_size,
-            None => per_rank.div_ceil(o.batch_size),
+            None => batches_for(per_rank),
         };
         if batches_per_epoch == 0 {
             return Err(Error::Options(format!(
@@ -502,16 +613,90 @@ impl Run {
                 o.batch_size
             )));
         }
-        if state.batch > batches_per_epoch {
+        // Where this run starts: the state's position at the state's shape, or — at another world size or
+        // batch size — the part of its epoch no rank delivered, shared anew.
+        let count = |r: &[std::ops::Range<usize>]| r.iter().map(|r| r.len()).sum::<usize>();
+        let saved = ShardedOrder {
+            world_size: state.world_size.max(1),
+            rank: 0,
+            ..order.clone()
+        };
+        let saved_batches = match &state.remaining {
+            None if sampler.is_some() => batches_per_epoch,
+            None => {
+                let per = saved.per_rank();
+                if o.drop_last {
+                    per / state.batch_size.max(1)
+                } else {
+                    per.div_ceil(state.batch_size.max(1))
+                }
+            }
+            Some(r) => {
+                let per = saved.per_rank_of(count(r));
+                if o.drop_last {
+                    per / state.batch_size.max(1)
+                } else {
+                    per.div_ceil(state.batch_size.max(1))
+                }
+            }
+        };
+        if state.batch > saved_batches {
             return Err(Error::Resume(format!(
-                "batch {} is past the {batches_per_epoch} batches of an epoch",
+                "batch {} is past the {saved_batches} batches of an epoch",
                 state.batch
             )));
         }
-        let mut next = state;
-        if next.batch == batches_per_epoch {
+        let reshaped = state.world_size != o.world_size || state.batch_size != o.batch_size;
+        let (mut next, mut part) = if reshaped && state.batch < saved_batches {
+            let left = saved.left_after(state.remaining.as_deref(), state.batch, state.batch_size);
+            let batches = batches_for(order.per_rank_of(count(&left)));
+            let next = LoaderState {
+                batch: 0,
+                rank: o.rank,
+                world_size: o.world_size,
+                batch_size: o.batch_size,
+                remaining: Some(left.clone()),
+                ..state
+            };
+            (
+                next,
+                Some(Part {
+                    epoch: state.epoch,
+                    remaining: left,
+                    batches,
+                }),
+            )
+        } else if reshaped {
+            let next = LoaderState {
+                epoch: state.epoch + 1,
+                batch: 0,
+                rank: o.rank,
+                world_size: o.world_size,
+                batch_size: o.batch_size,
+                remaining: None,
+                ..state
+            };
+            (next, None)
+        } else {
+            let part = state.remaining.clone().map(|r| Part {
+                epoch: state.epoch,
+                batches: saved_batches,
+                remaining: r,
+            });
+            (
+                LoaderState {
+                    rank: o.rank,
+                    ..state
+                },
+                part,
+            )
+        };
+        let this_epoch = part.as_ref().map_or(batches_per_epoch, |p| p.batches);
+        if next.batch >= this_epoch {
             next.epoch += 1;
             next.batch = 0;
+            next.remaining = None;
+            part = None;
         }
         // Items in flight: enough to keep every thread busy, capped in whole batches (credits) so a slow
         // item cannot let the reorder buffer — and memory — grow.
@@ -563,12 +748,14 @@ impl Run {
                 batches_per_epoch,
                 o.epochs,
                 (next.epoch, next.batch),
+                part.clone(),
             ),
         };
         Ok(Run {
             schedule,
             next,
             batches_per_epoch,
+            part,
             credits,
             pool: Pool::new(batch_bytes as usize, buffers, memory),
             gpu,
@@ -596,10 +783,21 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
         }
     };
     check("seed", state.seed, o.seed)?;
-    check("rank", state.rank as u64, o.rank as u64)?;
-    check("world size", state.world_size as u64, o.world_size as u64)?;
-    check("batch size", state.batch_size as u64, o.batch_size as u64)?;
-    check("dataset length", state.dataset_len as u64, ds.len() as u64)
+    check("dataset length", state.dataset_len as u64, ds.len() as u64)?;
+    if state.world_size == 0 || state.batch_size == 0 {
+        return Err(Error::Resume(
+            "state has a world size or batch size of 0".into(),
+        ));
+    }
+    if let Some(r) = &state.remaining
+        && r.last().is_some_and(|r| r.end > ds.len())
+    {
+        return Err(Error::Resume(format!(
+            "state's remaining positions reach past the {} items of the dataset",
+            ds.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Opens liquid-sampler's runtime sampler for a [`Order::Liquid`] loader, after checking the options it

@@ -580,3 +580,88 @@ fn every_image_type_the_toolkit_reads_streams_by_its_magic_bytes() {
         }
     }
 }
+
+/// A job of 2 ranks (batch 2) stopped after a batch resumes as 3 ranks (batch 3): together the two
+/// runs deliver every item of the interrupted epoch exactly once, the resumed run's next epoch is what a
+/// job started at 3 ranks delivers, and the same holds over PCR's records.
+#[test]
+fn a_state_resumes_at_another_world_size_and_batch_size_exactly_once() {
+    let f = fixture();
+    let pcr_dir = tempfile::tempdir().unwrap();
+    let build = loader::convert::PcrBuild {
+        threads: 2,
+        images_per_record: 3,
+        ..Default::default()
+    };
+    loader::convert::to_pcr(&f.mixed.join("photo"), pcr_dir.path(), &build).unwrap();
+    let pcr: Arc<dyn Dataset> = Arc::new(PcrRecords::open(pcr_dir.path(), Some(2)).unwrap());
+    for ds in [folder(&f.raw), pcr] {
+        let n = ds.len();
+        let shaped = |rank: usize, world: usize, batch: usize| LoaderOptions {
+            rank,
+            world_size: world,
+            epochs: Some(2),
+            ..opts(batch, 24)
+        };
+        let mut seen = vec![0usize; n];
+        let mut state = None;
+        for rank in 0..2 {
+            let mut l = Loader::new(ds.clone(), shaped(rank, 2, 2)).unwrap();
+            for _ in 0..1 {
+                for &i in &l.next().unwrap().unwrap().ids {
+                    seen[i] += 1;
+                }
+            }
+            state = Some(l.state());
+        }
+        let state = state.unwrap();
+        assert_eq!(
+            (state.epoch, state.batch, state.world_size),
+            (0, 1, 2),
+            "{n} items"
+        );
+        // The state as text, as a checkpoint holds it.
+        let state: LoaderState = state.to_string().parse().unwrap();
+        for rank in 0..3 {
+            let batches =
+                collect(Loader::resume(ds.clone(), shaped(rank, 3, 3), state.clone()).unwrap());
+            for b in batches.iter().filter(|b| b.epoch == 0) {
+                for &i in &b.ids {
+                    seen[i] += 1;
+                }
+            }
+            let next: Vec<Vec<usize>> = batches
+                .iter()
+                .filter(|b| b.epoch == 1)
+                .map(|b| b.ids.clone())
+                .collect();
+            let fresh = LoaderState {
+                epoch: 1,
+                batch: 0,
+                seed: 7,
+                rank,
+                world_size: 3,
+                batch_size: 3,
+                dataset_len: n,
+                remaining: None,
+            };
+            let want: Vec<Vec<usize>> =
+                collect(Loader::resume(ds.clone(), shaped(rank, 3, 3), fresh).unwrap())
+                    .iter()
+                    .map(|b| b.ids.clone())
+                    .collect();
+            assert_eq!(next, want, "{}: rank {rank}'s next epoch", ds.describe());
+        }
+        // Padding repeats (at most one per rank of each shape) aside, each item once.
+        assert!(
+            seen.iter().all(|&c| (1..=2).contains(&c)),
+            "{}: {seen:?}",
+            ds.describe()
+        );
+        assert!(
+            seen.iter().filter(|&&c| c == 2).count() <= 1 + 2,
+            "{}: {seen:?}",
+            ds.describe()
+        );
+    }
+}

@@ -244,7 +244,10 @@ fn liquid_order_refuses_what_it_cannot_do() {
     let o = opts(7, l.budget);
     // Resuming mid-run: a typed error naming the position.
     let start = Loader::new(l.ds.clone(), o.clone()).unwrap().state();
-    let mid = LoaderState { batch: 2, ..start };
+    let mid = LoaderState {
+        batch: 2,
+        ..start.clone()
+    };
     match Loader::resume(l.ds.clone(), o.clone(), mid) {
         Err(Error::LiquidResume { epoch: 0, batch: 2 }) => {}
         Err(e) => panic!("wrong error: {e}"),
@@ -253,7 +256,7 @@ fn liquid_order_refuses_what_it_cannot_do() {
     let next_epoch = LoaderState {
         epoch: 1,
         batch: 0,
-        ..start
+        ..start.clone()
     };
     assert!(matches!(
         Loader::resume(l.ds.clone(), o.clone(), next_epoch),

@@ -288,7 +288,7 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
     drop(first);
     server.kill();
     let t0 = std::time::Instant::now();
-    let err = Loader::resume(ds.clone(), o.clone(), state)
+    let err = Loader::resume(ds.clone(), o.clone(), state.clone())
         .unwrap()
         .find_map(|b| b.err())
         .expect("a dead server is an error, not an early end")

@@ -20,7 +20,7 @@ use std::time::Duration;
 const SLICE: Duration = Duration::from_millis(50);
 
 /// Version of the `state_dict()` layout.
-const STATE_VERSION: u32 = 1;
+const STATE_VERSION: u32 = LoaderState::VERSION;
 
 /// One batch: ``images`` (a :class:`Tensor`, zero-copy through DLPack), ``labels`` and ``indices``
 /// (``int64`` NumPy arrays: class labels and dataset indices of the samples), ``epoch`` and ``index``
@@ -159,7 +159,9 @@ struct Run {
 
 impl Run {
     fn state(&self) -> LoaderState {
-        self.loader.as_ref().map_or(self.position, |l| l.state())
+        self.loader
+            .as_ref()
+            .map_or_else(|| self.position.clone(), |l| l.state())
     }
 
     /// Stops the pipeline (joining its threads), remembering its position.
@@ -177,7 +179,7 @@ impl Run {
         state: LoaderState,
     ) -> Result<(), Failure> {
         self.stop();
-        self.position = state;
+        self.position = state.clone();
         self.epoch_done = false;
         let l = loader::Loader::resume(ds.clone(), o.clone(), state)?;
         self.monitor = l.thread_monitor();
@@ -283,7 +285,7 @@ impl Loader {
                 return Ok(Step::Stop);
             }
             if run.loader.is_none() {
-                let at = run.position;
+                let at = run.position.clone();
                 run.restart(&self.dataset, &self.options, at)?;
             }
             let l = run.loader.as_mut().expect("started above");
@@ -370,10 +372,11 @@ impl Loader {
                 world_size,
                 batch_size,
                 dataset_len: dataset.len(),
+                remaining: None,
             };
             let mut run = Run {
                 loader: None,
-                position,
+                position: position.clone(),
                 epoch_done: false,
                 monitor: ThreadMonitor::default(),
             };
@@ -430,6 +433,7 @@ impl Loader {
             let want = LoaderState {
                 epoch,
                 batch: 0,
+                remaining: None,
                 ..run.state()
             };
             if run.loader.is_some() && run.state() == want {
@@ -453,6 +457,7 @@ impl Loader {
         d.set_item("world_size", s.world_size)?;
         d.set_item("batch_size", s.batch_size)?;
         d.set_item("dataset_len", s.dataset_len)?;
+        d.set_item("remaining", s.remaining_text())?;
         d.set_item("options", self.recorded.to_dict(py)?)?;
         Ok(d)
     }
@@ -463,12 +468,12 @@ impl Loader {
     /// checkpoint) resumes every rank at its own shard's position.
     fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let version: u32 = int_item(py, state, "version")?;
-        if version != STATE_VERSION {
+        if version == 0 || version > STATE_VERSION {
             return Err(raise(
                 py,
                 Kind::Options,
                 format!(
-                    "state_dict version {version}: this l3toolkit reads version {STATE_VERSION}"
+                    "state_dict version {version}: this l3toolkit reads versions 1 to {STATE_VERSION}"
                 ),
             ));
         }
@@ -501,6 +506,11 @@ impl Loader {
             world_size: int_item(py, state, "world_size")?,
             batch_size: int_item(py, state, "batch_size")?,
             dataset_len: int_item(py, state, "dataset_len")?,
+            remaining: match state.get_item("remaining")? {
+                None => None,
+                Some(r) => LoaderState::parse_remaining(&r.extract::<String>()?)
+                    .map_err(|e| raise(py, Kind::Options, format!("cannot resume: {e}")))?,
+            },
         };
         detached(py, || self.lock().restart(&self.dataset, &self.options, st))
     }

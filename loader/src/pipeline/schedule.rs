@@ -24,10 +24,28 @@ pub struct ShardedOrder {
 impl ShardedOrder {
     /// Items this rank sees per epoch.
     pub fn per_rank(&self) -> usize {
+        self.per_rank_of(self.len)
+    }
+
+    /// Items each rank sees of an epoch (or a part of one) holding `m` items.
+    pub fn per_rank_of(&self, m: usize) -> usize {
         match self.tail {
-            ShardPolicy::Pad => self.len.div_ceil(self.world_size),
-            ShardPolicy::DropTail => self.len / self.world_size,
+            ShardPolicy::Pad => m.div_ceil(self.world_size),
+            ShardPolicy::DropTail => m / self.world_size,
         }
+    }
+
+    /// The epoch's global order: the permutation every rank computes from (seed, epoch) alone, whatever
+    /// the world size — positions in it are what a state saved at one world size and resumed at another
+    /// agree on.
+    pub fn permutation(&self, epoch: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..self.len).collect();
+        if self.shuffle && !self.blocks.is_empty() {
+            all = self.block_permutation(epoch);
+        } else if self.shuffle {
+            SplitMix64::keyed(self.seed, epoch as u64, 0x5EED).shuffle(&mut all);
+        }
+        all
     }
 
     /// This rank's dataset indices for `epoch`, in visiting order. Every rank computes the same global
@@ -39,14 +57,27 @@ impl ShardedOrder {
     /// order, items shuffled within each window of `window` units; and each rank takes a contiguous run of
     /// it, so it reads about 1/world_size of the units rather than a piece of every one.
     pub fn epoch(&self, epoch: usize) -> Vec<usize> {
-        let mut all: Vec<usize> = (0..self.len).collect();
-        let blocked = !self.blocks.is_empty();
-        if self.shuffle && blocked {
-            all = self.block_permutation(epoch);
-        } else if self.shuffle {
-            SplitMix64::keyed(self.seed, epoch as u64, 0x5EED).shuffle(&mut all);
-        }
-        let total = self.per_rank() * self.world_size;
+        self.share(self.permutation(epoch))
+    }
+
+    /// This rank's indices of the part of `epoch` whose global positions are `remaining` (an epoch
+    /// resumed at another world size), shared among the ranks as a whole epoch is.
+    pub fn epoch_part(&self, epoch: usize, remaining: &[std::ops::Range<usize>]) -> Vec<usize> {
+        let p = self.permutation(epoch);
+        self.share(
+            remaining
+                .iter()
+                .flat_map(|r| r.clone())
+                .filter_map(|i| p.get(i).copied())
+                .collect(),
+        )
+    }
+
+    /// This rank's share of `all` (a global order, or what is left of one).
+    fn share(&self, mut all: Vec<usize>) -> Vec<usize> {
+        let m = all.len();
+        let per = self.per_rank_of(m);
+        let total = per * self.world_size;
         if total > all.len() && !all.is_empty() {
             let mut i = 0;
             while all.len() < total {
@@ -55,14 +86,53 @@ impl ShardedOrder {
             }
         }
         all.truncate(total);
-        if blocked {
-            let per = self.per_rank();
+        if !self.blocks.is_empty() {
             return all[self.rank * per..(self.rank + 1) * per].to_vec();
         }
         all.into_iter()
             .skip(self.rank)
             .step_by(self.world_size)
             .collect()
+    }
+
+    /// The global positions of `remaining` (`None`: the whole epoch) not yet delivered once every rank
+    /// delivered `batches` batches of `batch_size` of its share: what a state carries to another world
+    /// size or batch size. Padding repeats are not positions of their own, so nothing delivered is
+    /// delivered again.
+    pub fn left_after(
+        &self,
+        remaining: Option<&[std::ops::Range<usize>]>,
+        batches: usize,
+        batch_size: usize,
+    ) -> Vec<std::ops::Range<usize>> {
+        let positions: Vec<usize> = match remaining {
+            None => (0..self.len).collect(),
+            Some(r) => r.iter().flat_map(|r| r.clone()).collect(),
+        };
+        let m = positions.len();
+        let per = self.per_rank_of(m);
+        let done = batches.saturating_mul(batch_size).min(per);
+        let mut delivered = vec![false; m];
+        for rank in 0..self.world_size {
+            for j in 0..done {
+                let at = if self.blocks.is_empty() {
+                    rank + j * self.world_size
+                } else {
+                    rank * per + j
+                };
+                if let Some(d) = delivered.get_mut(at) {
+                    *d = true;
+                }
+            }
+        }
+        let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+        for (&p, _) in positions.iter().zip(&delivered).filter(|(_, d)| !**d) {
+            match out.last_mut() {
+                Some(r) if r.end == p => r.end += 1,
+                _ => out.push(p..p + 1),
+            }
+        }
+        out
     }
 
     fn block_permutation(&self, epoch: usize) -> Vec<usize> {
@@ -99,6 +169,14 @@ pub(crate) struct LiquidPart {
     pub bytes: Vec<Vec<u8>>,
 }
 
+/// The part of an epoch a resumed run delivers: the global positions left, and the batches they make.
+#[derive(Clone, Debug)]
+pub(crate) struct Part {
+    pub epoch: usize,
+    pub remaining: Vec<std::ops::Range<usize>>,
+    pub batches: usize,
+}
+
 /// Where batches come from.
 pub(crate) enum Schedule {
     Seeded {
@@ -109,6 +187,9 @@ pub(crate) enum Schedule {
         epoch: usize,
         batch: usize,
         current: Option<(usize, Vec<usize>)>,
+        /// The first epoch's part still to deliver when it was resumed at another world size or batch
+        /// size, and its batches.
+        part: Option<Part>,
     },
     Liquid {
         sampler: Box<liquid_sampler::LiquidSampler>,
@@ -125,6 +206,7 @@ impl Schedule {
         batches_per_epoch: usize,
         epochs: Option<usize>,
         (epoch, batch): (usize, usize),
+        part: Option<Part>,
     ) -> Self {
         Schedule::Seeded {
             order,
@@ -134,6 +216,7 @@ impl Schedule {
             epoch,
             batch,
             current: None,
+            part,
         }
     }
 
@@ -169,13 +252,20 @@ impl Schedule {
                 epoch,
                 batch,
                 current,
+                part,
             } => {
                 if epochs.is_some_and(|e| *epoch >= e) {
                     return None;
                 }
+                let part = part.as_ref().filter(|p| p.epoch == *epoch);
                 if current.as_ref().is_none_or(|c| c.0 != *epoch) {
-                    *current = Some((*epoch, order.epoch(*epoch)));
+                    let items = match part {
+                        Some(p) => order.epoch_part(*epoch, &p.remaining),
+                        None => order.epoch(*epoch),
+                    };
+                    *current = Some((*epoch, items));
                 }
+                let batches = part.map_or(*batches_per_epoch, |p| p.batches);
                 let items = &current.as_ref().expect("set above").1;
                 let ids = items
                     .iter()
@@ -190,7 +280,7 @@ impl Schedule {
                     liquid: None,
                 };
                 *batch += 1;
-                if *batch == *batches_per_epoch {
+                if *batch == batches {
                     *batch = 0;
                     *epoch += 1;
                 }
@@ -308,14 +398,14 @@ mod tests {
             window: 1,
         };
         let all: Vec<Vec<usize>> = {
-            let mut s = Schedule::seeded(order.clone(), 4, 3, Some(2), (0, 0));
+            let mut s = Schedule::seeded(order.clone(), 4, 3, Some(2), (0, 0), None);
             std::iter::from_fn(|| s.next_batch())
                 .map(|p| p.unwrap().items)
                 .collect()
         };
         assert_eq!(all.len(), 6);
         assert_eq!(all[2].len(), 2, "the last batch of an epoch holds the rest");
-        let mut resumed = Schedule::seeded(order.clone(), 4, 3, Some(2), (1, 1));
+        let mut resumed = Schedule::seeded(order.clone(), 4, 3, Some(2), (1, 1), None);
         let rest: Vec<Vec<usize>> = std::iter::from_fn(|| resumed.next_batch())
             .map(|p| p.unwrap().items)
             .collect();
@@ -367,6 +457,81 @@ mod tests {
                 );
             }
             assert!(seen.iter().all(|&c| c == 1), "each item exactly once");
+        }
+    }
+
+    /// A state saved after some batches at one world size and batch size, resumed at another: the ranks
+    /// of the new shape deliver exactly what no rank delivered yet (padding repeats aside, at most one per
+    /// new rank), and the global order of an epoch does not depend on the world size.
+    #[test]
+    fn an_epoch_resumed_at_another_world_size_delivers_what_is_left_once() {
+        let starts: Vec<usize> = (0..30).map(|r| r * 7).collect();
+        for blocked in [false, true] {
+            for (w, b, batch, w2, b2) in [
+                (4, 2, 5, 3, 5),
+                (2, 3, 4, 5, 2),
+                (4, 5, 3, 4, 2),
+                (3, 1, 4, 3, 4),
+            ] {
+                for tail in [ShardPolicy::Pad, ShardPolicy::DropTail] {
+                    let order = |rank: usize, world: usize| ShardedOrder {
+                        len: 210,
+                        seed: 3,
+                        shuffle: true,
+                        rank,
+                        world_size: world,
+                        tail,
+                        blocks: if blocked {
+                            starts.clone().into()
+                        } else {
+                            Vec::new().into()
+                        },
+                        window: 2,
+                    };
+                    assert_eq!(order(0, w).permutation(1), order(0, w2).permutation(1));
+                    let mut seen = vec![0usize; 210];
+                    for rank in 0..w {
+                        for &i in order(rank, w).epoch(1).iter().take(b * batch) {
+                            seen[i] += 1;
+                        }
+                    }
+                    let left = order(0, w).left_after(None, b, batch);
+                    // Resumed once more, at a third shape, half-way through the second part.
+                    let per2 = order(0, w2).per_rank_of(left.iter().map(|r| r.len()).sum());
+                    let b2_done = per2.div_ceil(b2) / 2;
+                    for rank in 0..w2 {
+                        for &i in order(rank, w2)
+                            .epoch_part(1, &left)
+                            .iter()
+                            .take(b2_done * b2)
+                        {
+                            seen[i] += 1;
+                        }
+                    }
+                    let left2 = order(0, w2).left_after(Some(&left), b2_done, b2);
+                    for rank in 0..2 {
+                        for &i in &order(rank, 2).epoch_part(1, &left2) {
+                            seen[i] += 1;
+                        }
+                    }
+                    let twice = seen.iter().filter(|&&n| n > 1).count();
+                    let never = seen.iter().filter(|&&n| n == 0).count();
+                    let case = format!("blocked {blocked}, {tail:?}, {w}x{b}x{batch} -> {w2}x{b2}");
+                    assert!(seen.iter().all(|&n| n <= 2), "{case}: {seen:?}");
+                    match tail {
+                        // Padding repeats at most world-1 items per part shared out (three parts here).
+                        ShardPolicy::Pad => {
+                            assert_eq!(never, 0, "{case}");
+                            assert!(twice <= (w - 1) + (w2 - 1) + 1, "{case}: {twice} twice");
+                        }
+                        // Dropping the tail drops at most world-1 items per part, and repeats none.
+                        ShardPolicy::DropTail => {
+                            assert_eq!(twice, 0, "{case}");
+                            assert!(never <= (w - 1) + (w2 - 1) + 1, "{case}: {never} never");
+                        }
+                    }
+                }
+            }
         }
     }
 }
