@@ -1,0 +1,115 @@
+"""Elastic resume across processes, started as ``torchrun`` starts them: W processes with ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in their environment stop mid-epoch,
+rank 0's ``state_dict()`` is saved as JSON, and W' != W processes resume from it. From every process's
+delivered indices: the epoch is delivered exactly once (padding repeats aside). Where torch is installed,
+each process also initialises ``torch.distributed`` (gloo) and the indices are gathered with
+``all_gather_object``, as a training job would check them."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import l3toolkit as l3
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import l3toolkit as l3
+    source, batch, stop_after, state_in, out, sampler = sys.argv[1:]
+    kw = dict(crop=16, seed=3, epochs=1)
+    if sampler == "liquid":
+        kw.update(sampler="liquid", budget=64 << 20)
+    loader = l3.Loader(source, int(batch), **kw)  # rank and world size from the environment
+    if state_in != "-":
+        with open(state_in) as f:
+            try:
+                loader.load_state_dict(json.load(f))
+            except l3.Error as e:
+                json.dump({"refused": str(e)}, open(out, "w"))
+                sys.exit(0)
+    got = []
+    for i, b in enumerate(loader):
+        got += b.indices.tolist()
+        if int(stop_after) and i + 1 == int(stop_after):
+            break
+    gathered = None
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        dist = None
+    if dist is not None:
+        dist.init_process_group("gloo")
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, got)
+        gathered = [i for part in everyone for i in part]
+        dist.destroy_process_group()
+    json.dump({"indices": got, "state": loader.state_dict(), "gathered": gathered}, open(out, "w"))
+    """
+)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(tmp_path, tag, source, world, batch, stop_after, state, sampler="uniform"):
+    """Runs `world` rank processes at once, as torchrun does; returns each one's report."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        out = tmp_path / f"{tag}-{rank}.json"
+        args = [sys.executable, str(script), str(source), str(batch), str(stop_after), str(state or "-"), str(out),
+                sampler]
+        procs.append((subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True), out))
+    reports = []
+    for p, out in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out.read_text()))
+    return reports
+
+
+@pytest.fixture(scope="module")
+def sources(small, tmp_path_factory):
+    root = tmp_path_factory.mktemp("elastic")
+    pcr, liquid = root / "pcr", root / "liquid"
+    l3.convert(small.jpeg, pcr, to="pcr", progress=False)
+    l3.convert(small.l3, liquid, to="liquid", progress=False)
+    return {"uniform": small.l3, "pcr": pcr, "liquid": liquid}
+
+
+@pytest.mark.parametrize("kind", ["uniform", "pcr"])
+@pytest.mark.parametrize("world, world2", [(4, 3), (2, 5)])
+def test_processes_stopped_mid_epoch_resume_on_another_number_of_ranks(sources, tmp_path, kind, world, world2):
+    source = sources[kind]
+    n = l3.Loader(source, 1, rank=0, world_size=1).dataset_len
+    first = launch(tmp_path, "first", source, world, 1, 2, None)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(first[0]["state"]))
+    assert first[0]["state"]["batch"] == 2
+    second = launch(tmp_path, "second", source, world2, 2, 0, state)
+    seen = [i for r in first + second for i in r["indices"]]
+    assert set(seen) == set(range(n)), f"{kind}: items missing"
+    assert len(seen) - n <= world2 - 1, f"{kind}: only padding repeats an item"
+    if first[0]["gathered"] is not None:
+        assert sorted(first[0]["gathered"]) == sorted(i for r in first for i in r["indices"])
+        assert sorted(second[0]["gathered"]) == sorted(i for r in second for i in r["indices"])
+
+
+def test_liquid_says_a_mid_epoch_state_cannot_move(sources, tmp_path):
+    first = launch(tmp_path, "first", sources["liquid"], 2, 1, 2, None, sampler="liquid")
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(first[0]["state"]))
+    second = launch(tmp_path, "second", sources["liquid"], 3, 1, 0, state, sampler="liquid")
+    assert all("refused" in r and "Liquid" in r["refused"] for r in second), second
