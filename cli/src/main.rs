@@ -43,6 +43,8 @@ enum Command {
     Liquid(liquid::LiquidCommand),
     /// Stream a dataset like a training loop.
     Stream(Box<stream::StreamArgs>),
+    /// How far a dataset's order is from a uniform shuffle (the order alone: no image is read).
+    ShuffleReport(Box<stream::ShuffleReportArgs>),
     /// Convert a folder of images to another format.
     Convert(convert::ConvertArgs),
     /// Stylise an image of any size with BSP tiling.
@@ -72,6 +74,7 @@ fn main() {
         Command::Pcr(c) => pcr::run(c),
         Command::Liquid(c) => liquid::run(c),
         Command::Stream(a) => stream::run(*a),
+        Command::ShuffleReport(a) => stream::shuffle_report(*a),
         Command::Convert(a) => convert::run(a),
         Command::Stylize(a) => stylize::run(a),
         Command::Demo(a) => demo::run(a),

@@ -406,3 +406,45 @@ impl Csv {
             .with_context(|| format!("writing {}", self.path.display()))
     }
 }
+
+#[derive(clap::Args)]
+pub struct ShuffleReportArgs {
+    /// Dataset: a folder of images or a PCR dataset (local or s3://).
+    pub dataset: PathBuf,
+    /// Epochs to measure over.
+    #[arg(long = "report-epochs", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub report_epochs: u64,
+    /// The loader's options (batch size, seed, world size, sampler, PCR window, ...), as `l3 stream`.
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// `l3 shuffle-report DATASET`: the order's statistics beside a uniform shuffle's, one line each.
+pub fn shuffle_report(a: ShuffleReportArgs) -> anyhow::Result<()> {
+    let (opts, open) = a.settings.resolve()?;
+    let ds = open_dataset(&a.dataset, &open)
+        .with_context(|| format!("opening {}", a.dataset.display()))?;
+    let r = loader::shuffle_report(&*ds, &opts, a.report_epochs as usize)?;
+    println!("shuffle report: {}", ds.describe());
+    println!(
+        "  {} items, batch {}, {} ranks, {} epochs{}",
+        r.items,
+        r.batch_size,
+        r.world_size,
+        r.epochs,
+        r.window
+            .map(|w| format!(", PCR window {w} records"))
+            .unwrap_or_default()
+    );
+    println!(
+        "{:<24} {:>10} {:>10}  meaning",
+        "statistic", "order", "uniform"
+    );
+    for s in &r.stats {
+        println!(
+            "{:<24} {:>10.4} {:>10.4}  {}",
+            s.name, s.order, s.uniform, s.meaning
+        );
+    }
+    Ok(())
+}

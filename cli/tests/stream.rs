@@ -477,3 +477,51 @@ fn convert_takes_webp_tiff_bmp_and_gif() {
         }
     }
 }
+
+#[test]
+fn the_shuffle_report_prints_each_statistic_beside_a_uniform_shuffle() {
+    let dir = std::env::var_os("L3_CORPUS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_l3"))
+            .arg("shuffle-report")
+            .arg(&dir)
+            .args(["--batch-size", "4", "--report-epochs", "4"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let value = |text: &str, name: &str, col: usize| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {text}"));
+        line.split_whitespace().nth(col).unwrap().parse().unwrap()
+    };
+    let shuffled = run(&[]);
+    for name in [
+        "order_correlation",
+        "position_spread",
+        "neighbours_same_batch",
+        "batch_span",
+        "label_entropy_bits",
+    ] {
+        assert_eq!(
+            value(&shuffled, name, 1),
+            value(&shuffled, name, 2),
+            "{name}: {shuffled}"
+        );
+    }
+    let in_order = run(&["--no-shuffle"]);
+    assert_eq!(value(&in_order, "order_correlation", 1), 1.0, "{in_order}");
+    assert!(
+        value(&in_order, "neighbours_same_batch", 1) > value(&in_order, "neighbours_same_batch", 2)
+    );
+}

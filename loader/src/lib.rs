@@ -6,10 +6,11 @@
 //!   chosen scan group) — opened by [`open_dataset`].
 //! - [`Loader`]: the pipeline (`pipeline`: order → read → decode → assemble → prefetch) delivering
 //!   [`Batch`]es of one [`Tensor`] each, with seeded shuffling or Liquid's shuffle buffers ([`Order`]),
-//!   rank sharding, exact [`LoaderState`] resume, live [`Stats`]; decoding on CPU threads into host
+//!   rank sharding, exact [`LoaderState`] resume (at another world size too), live [`Stats`]; decoding on CPU threads into host
 //!   memory, or on a CUDA [`Device`] into device memory (one windowed `l3-cuda` launch per batch).
 //! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Layout`], [`DType`], [`Normalize`]);
 //!   [`decode_sample`] is the one decode path from stored bytes to a sample.
+//! - [`shuffle_report`]: how far an order is from a uniform shuffle, from the schedule alone.
 //! - [`convert`]: writing datasets (per-file formats, PCR records, Liquid mixes); [`import`] reads any
 //!   image file with the toolkit's one set of rules.
 //!
@@ -42,6 +43,7 @@ mod options;
 mod pipeline;
 mod raw;
 mod sample;
+mod shuffle;
 mod stats;
 mod storage;
 
@@ -63,6 +65,7 @@ pub use options::{
 };
 pub use pipeline::schedule::ShardedOrder;
 pub use sample::DecodeScope;
+pub use shuffle::{ShuffleReport, ShuffleStat, shuffle_report};
 pub use stats::Stats;
 pub use storage::{
     BadEntry, CacheEntry, CacheOptions, Listing, Storage, StorageOptions, StorageStats, s3_error,

@@ -34,6 +34,7 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
+    m.add_function(wrap_pyfunction!(loading::shuffle_report, m)?)?;
     m.add_class::<loading::Loader>()?;
     m.add_class::<loading::Batch>()?;
     m.add_class::<tensor::Tensor>()?;

@@ -636,3 +636,45 @@ impl Loader {
         )
     }
 }
+
+/// How far the order a ``Loader`` with these options would follow is from a uniform shuffle, computed
+/// from its schedule alone (no image is read): ``{"items", "epochs", "batch_size", "world_size",
+/// "window", "stats": {name: {"order", "uniform", "meaning"}}}`` over ``epochs`` epochs of every rank.
+/// The statistics: ``order_correlation``, ``position_spread``, ``neighbours_same_batch``,
+/// ``batch_span`` and ``label_entropy_bits`` (see ``meaning``). Seeded orders only (uniform, PCR).
+#[pyfunction]
+#[pyo3(signature = (source, batch_size, epochs = 8, **kwargs))]
+pub fn shuffle_report<'py>(
+    py: Python<'py>,
+    source: PathBuf,
+    batch_size: usize,
+    epochs: usize,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut settings = crate::options::settings(py, Some(batch_size), kwargs)?;
+    settings.rank.get_or_insert(0);
+    settings.world_size.get_or_insert(1);
+    let (options, open) = settings
+        .resolve()
+        .map_err(|e| raise(py, Kind::Options, e.to_string()))?;
+    let r = detached(py, || {
+        let ds = open_dataset(&source, &open)?;
+        Ok(loader::shuffle_report(&*ds, &options, epochs)?)
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("items", r.items)?;
+    d.set_item("epochs", r.epochs)?;
+    d.set_item("batch_size", r.batch_size)?;
+    d.set_item("world_size", r.world_size)?;
+    d.set_item("window", r.window)?;
+    let stats = PyDict::new(py);
+    for s in &r.stats {
+        let one = PyDict::new(py);
+        one.set_item("order", s.order)?;
+        one.set_item("uniform", s.uniform)?;
+        one.set_item("meaning", s.meaning)?;
+        stats.set_item(s.name, one)?;
+    }
+    d.set_item("stats", stats)?;
+    Ok(d)
+}

@@ -113,3 +113,18 @@ def test_liquid_says_a_mid_epoch_state_cannot_move(sources, tmp_path):
     state.write_text(json.dumps(first[0]["state"]))
     second = launch(tmp_path, "second", sources["liquid"], 3, 1, 0, state, sampler="liquid")
     assert all("refused" in r and "Liquid" in r["refused"] for r in second), second
+
+
+def test_the_shuffle_report_measures_an_order_against_a_uniform_shuffle(sources, small):
+    shuffled = l3.shuffle_report(small.l3, 2, epochs=4)
+    stats = shuffled["stats"]
+    assert set(stats) == {"order_correlation", "position_spread", "neighbours_same_batch", "batch_span",
+                          "label_entropy_bits"}
+    assert all(s["order"] == s["uniform"] for s in stats.values()), "the uniform order is the baseline"
+    in_order = l3.shuffle_report(small.l3, 2, epochs=4, shuffle=False)["stats"]
+    assert in_order["order_correlation"]["order"] == pytest.approx(1.0)
+    assert in_order["neighbours_same_batch"]["order"] > stats["neighbours_same_batch"]["uniform"]
+    pcr = l3.shuffle_report(sources["pcr"], 2, epochs=4)
+    assert pcr["window"] == 4 and pcr["items"] == l3.Loader(sources["pcr"], 1, rank=0, world_size=1).dataset_len
+    with pytest.raises(l3.OptionsError, match="Liquid"):
+        l3.shuffle_report(sources["liquid"], 2, sampler="liquid", budget=1 << 26)

@@ -26,6 +26,7 @@ from ._l3toolkit import (
     info,
     loader_options,
     read_image,
+    shuffle_report,
     stylize,
 )
 
@@ -47,5 +48,6 @@ __all__ = [
     "info",
     "loader_options",
     "read_image",
+    "shuffle_report",
     "stylize",
 ]

@@ -50,6 +50,10 @@ def info(data: _Data) -> Dict[str, Any]:
     profile ("ans"/"bp" for version 2, None for version 1), file_bytes, patch_data_bytes, raw_bytes,
     ratio."""
 
+def shuffle_report(source: _Path, batch_size: int, epochs: int = 8, **kwargs: Any) -> Dict[str, Any]:
+    """How far the order a Loader with these options would follow is from a uniform shuffle."""
+    ...
+
 def read_image(path: _Path, *, to_8bit: bool = False) -> npt.NDArray[np.uint8]:
     """Reads any image file the toolkit reads (PNG, JPEG, PPM, L3, ...) with its import rules."""
 
