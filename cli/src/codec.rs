@@ -109,7 +109,13 @@ fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 pub fn encode(a: EncodeArgs) -> anyhow::Result<()> {
     let format = a.format.resolve()?;
     refuse_overwriting_input(&a.input, &a.output)?;
-    let img = loader::import(&a.input, &ImportOptions { to_8bit: a.to_8bit })?;
+    let img = loader::import(
+        &a.input,
+        &ImportOptions {
+            to_8bit: a.to_8bit,
+            ..Default::default()
+        },
+    )?;
     let (w, h, c) = (img.width, img.height, img.channels);
     let opts = EncodeOptions {
         format,

@@ -274,6 +274,13 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.items_skipped,
         wall.as_secs_f64()
     );
+    if s.items_partial > 0 {
+        println!(
+            "  partial: {} images delivered with less than they store (a JPEG cut short, a PCR image below \
+             its group)",
+            s.items_partial
+        );
+    }
     println!(
         "  throughput: {:.1} images/s, {:.1} MB/s read ({:.1} Mpixel/s decoded)",
         s.images_per_sec(),

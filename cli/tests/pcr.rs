@@ -186,3 +186,60 @@ fn errors_are_one_line_and_name_the_file() {
         );
     }
 }
+
+/// One bad byte in one image's scan costs that image only: `l3 stream --skip-errors` delivers the
+/// record's other images and names the bad one (record file, image, scan); `--pcr-partial` delivers it
+/// at the group below the bad scan and says so.
+#[test]
+fn stream_skips_only_the_image_whose_scan_is_bad() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    let inputs: Vec<PathBuf> = ["ColdRipple.jpg", "Wood.jpg", "FallenLeaf.jpg"]
+        .iter()
+        .map(|n| corpus().join(n))
+        .collect();
+    let mut args = vec!["pcr", "build", s(&ds)];
+    args.extend(inputs.iter().map(|p| s(p)));
+    let out = l3(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let index = pcr::Dataset::open(&ds).unwrap();
+    let rec = &index.index().records[0];
+    let j = rec
+        .images
+        .iter()
+        .position(|i| i.name == "Wood.jpg")
+        .unwrap();
+    let piece = &rec.images[j].scans[2];
+    let record = ds.join(pcr::record_file_name(0));
+    let mut bytes = std::fs::read(&record).unwrap();
+    bytes[(piece.offset + u64::from(piece.len) / 2) as usize] ^= 0x10;
+    std::fs::write(&record, bytes).unwrap();
+
+    let stream = |extra: &[&str]| {
+        let mut args = vec!["stream", s(&ds), "--batch-size", "3", "--size", "64"];
+        args.extend_from_slice(extra);
+        l3(&args)
+    };
+    let out = stream(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("Wood.jpg") && err.contains("scan 3"), "{err}");
+
+    let out = stream(&["--skip-errors"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("2 images (1 skipped)"), "{stdout}");
+    assert_eq!(stderr.matches("skipped item").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("record-00000.pcr")
+            && stderr.contains("Wood.jpg")
+            && stderr.contains("scan 3"),
+        "{stderr}"
+    );
+
+    let out = stream(&["--pcr-partial"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("3 images (0 skipped)"), "{stdout}");
+    assert!(stdout.contains("partial: 1 images"), "{stdout}");
+}

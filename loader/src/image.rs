@@ -28,11 +28,11 @@ pub fn max_image_bytes() -> u64 {
     configured.min(stdx::mem::limit().0)
 }
 
-fn too_large(path: &Path, w: u32, h: u32, c: u64) -> Error {
+fn too_large(path: &Path, name: &'static str, w: u32, h: u32, c: u64) -> Error {
     let bytes = u64::from(w) * u64::from(h) * c;
     Error::decode(
         path,
-        "image",
+        name,
         format!(
             "{w}x{h} decodes to {}, over the image size limit of {} (set {MAX_IMAGE_BYTES_VAR} to raise it)",
             stdx::mem::human(bytes),
@@ -41,23 +41,57 @@ fn too_large(path: &Path, w: u32, h: u32, c: u64) -> Error {
     )
 }
 
+/// Pixels per byte of data that no image a codec without a hard bound (WebP, compressed TIFF, run-length
+/// BMP) stores in practice: their codings can describe a flat image in a few bytes whatever its size,
+/// which is what a decompression bomb does, while photographs and even synthetic test images stay orders
+/// of magnitude below this.
+pub const MAX_PIXELS_PER_BYTE: u64 = 1 << 16;
+
+/// The fewest bytes of data a `w`×`h` image in the format `name` can have, from what its coding can do
+/// at best. Deflate expands at most 1032:1, so a PNG's compressed data is at least 1/1032 of its pixel
+/// bytes; every 8×8 block of a JPEG's first component costs at least one bit of its first (DC) scan,
+/// progressive or not; a GIF's 12-bit LZW code stands for at most 4096 pixels; binary PNM holds a byte
+/// per pixel at least (a bit in a P4 bitmap), and so does uncompressed BMP (at its bit depth). Other
+/// codings get [`MAX_PIXELS_PER_BYTE`].
+fn least_bytes(name: &str, bytes: &[u8], (w, h): (u32, u32), total: u64) -> u64 {
+    let (w, h) = (u64::from(w), u64::from(h));
+    let pixels = w * h;
+    let le16 = |at: usize| {
+        bytes
+            .get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let le32 = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    match name {
+        "png" => total.div_ceil(1032),
+        "jpeg" => (w.div_ceil(8) * h.div_ceil(8)).div_ceil(8),
+        "gif" => pixels.div_ceil(4096),
+        "pnm" if bytes.get(1) == Some(&b'4') => w.div_ceil(8) * h,
+        "pnm" => pixels,
+        // BITMAPINFOHEADER: bits per pixel at 28, compression at 30 (0: none, 3 and 6: bit fields).
+        "bmp" => match (le16(28), le32(30)) {
+            (Some(bpp), Some(0 | 3 | 6)) => (w * u64::from(bpp)).div_ceil(8) * h,
+            _ => pixels.div_ceil(MAX_PIXELS_PER_BYTE),
+        },
+        _ => pixels.div_ceil(MAX_PIXELS_PER_BYTE),
+    }
+}
+
 /// Refuses a header that promises more pixels than its data can hold — a decompression bomb, or a file
-/// cut short — before anything is allocated. Deflate expands at most 1032:1, so a PNG's compressed data is
-/// at least 1/1032 of its pixel bytes; every 8×8 block of a JPEG's first component costs at least one bit
-/// of its first (DC) scan, progressive or not. Other formats are bounded by [`max_image_bytes`] and the
-/// process's [`DecodeBudget`] only.
+/// cut short — before anything is allocated ([`least_bytes`] says how few bytes each format can take).
 fn plausible(
     path: &Path,
     name: &'static str,
     (w, h): (u32, u32),
     total: u64,
-    data_len: u64,
+    bytes: &[u8],
 ) -> Result<()> {
-    let least = match name {
-        "png" => total.div_ceil(1032),
-        "jpeg" => (u64::from(w).div_ceil(8) * u64::from(h).div_ceil(8)).div_ceil(8),
-        _ => return Ok(()),
-    };
+    let least = least_bytes(name, bytes, (w, h), total);
+    let data_len = bytes.len() as u64;
     if data_len < least {
         return Err(Error::decode(
             path,
@@ -80,6 +114,21 @@ static IN_FLIGHT: (std::sync::Mutex<u64>, std::sync::Condvar) =
     (std::sync::Mutex::new(0), std::sync::Condvar::new());
 
 impl DecodeBudget {
+    /// Admits the decode of a `w`×`h` image of `channels` bytes per pixel into the budget: refused, naming
+    /// the file, when it alone is over [`max_image_bytes`]; else waits for room.
+    pub(crate) fn admit(
+        path: &Path,
+        name: &'static str,
+        (w, h): (u32, u32),
+        channels: u64,
+    ) -> Result<DecodeBudget> {
+        let bytes = u64::from(w) * u64::from(h) * channels;
+        if bytes > max_image_bytes() {
+            return Err(too_large(path, name, w, h, channels));
+        }
+        Ok(DecodeBudget::reserve(bytes))
+    }
+
     pub(crate) fn reserve(bytes: u64) -> DecodeBudget {
         let budget = max_image_bytes();
         let (lock, room) = &IN_FLIGHT;
@@ -104,15 +153,37 @@ impl Drop for DecodeBudget {
 fn limits() -> image::Limits {
     let mut l = image::Limits::default();
     // The size check happens before decoding, with a message that names the file and the limit; the
-    // decoders' own bookkeeping gets the same bound plus room for their working buffers.
+    // decoders' own bookkeeping gets the same bound plus room for their working buffers, so a decoder
+    // that would allocate more on its own (a TIFF strip, a GIF frame) refuses instead.
     l.max_alloc = Some(max_image_bytes().saturating_mul(2));
     l
+}
+
+/// How the decoders treat an image whose data ends before its frame is covered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Decode a JPEG whose data ends early (no end-of-image marker: a download or copy cut short) with
+    /// the rows it lacks filled in grey, reported as partial, instead of refusing it. The decoders would
+    /// do that silently, so it is an error unless asked for.
+    pub partial_images: bool,
 }
 
 /// Decodes `bytes` of `format` into `out` (upright, 8-bit); `path` names the item in errors. The
 /// pipeline's whole-image decoder: 16-bit samples of a dataset image are reduced to 8 bits, as the batch
 /// holds 8-bit pixels anyway.
 pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Result<()> {
+    decode_with_options(format, bytes, path, &DecodeOptions::default(), out).map(|_| ())
+}
+
+/// [`decode`] with its [`DecodeOptions`]; returns whether the image decoded is partial (a JPEG cut short,
+/// accepted with [`DecodeOptions::partial_images`]).
+pub fn decode_with_options(
+    format: Format,
+    bytes: &[u8],
+    path: &Path,
+    options: &DecodeOptions,
+    out: &mut Image,
+) -> Result<bool> {
     // The bytes' own magic decides over the name's extension (a PNG named `.jpg` is a PNG), the rule
     // `import` and `convert` follow. Raw frames are left alone: Liquid's carry no header.
     let format = match Format::sniff(bytes) {
@@ -124,50 +195,55 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
         _ => format,
     };
     match format {
-        Format::Png => decode_with(
+        Format::Png => decode_image(
             image::codecs::png::PngDecoder::new(Cursor::new(bytes)),
             path,
             "png",
             out,
-            bytes.len() as u64,
+            bytes,
         ),
         Format::Jpeg | Format::Pcr => {
-            check_jpeg_end(bytes).map_err(|e| Error::decode(path, "jpeg", e))?;
-            decode_with(
+            let partial = match check_jpeg_end(bytes) {
+                Ok(()) => false,
+                Err(_) if options.partial_images => true,
+                Err(e) => return Err(Error::decode(path, "jpeg", e)),
+            };
+            return decode_image(
                 image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes)),
                 path,
                 "jpeg",
                 out,
-                bytes.len() as u64,
+                bytes,
             )
+            .map(|()| partial);
         }
-        Format::Webp => decode_with(
+        Format::Webp => decode_image(
             image::codecs::webp::WebPDecoder::new(Cursor::new(bytes)),
             path,
             "webp",
             out,
-            bytes.len() as u64,
+            bytes,
         ),
-        Format::Tiff => decode_with(
+        Format::Tiff => decode_image(
             image::codecs::tiff::TiffDecoder::new(Cursor::new(bytes)),
             path,
             "tiff",
             out,
-            bytes.len() as u64,
+            bytes,
         ),
-        Format::Bmp => decode_with(
+        Format::Bmp => decode_image(
             image::codecs::bmp::BmpDecoder::new(Cursor::new(bytes)),
             path,
             "bmp",
             out,
-            bytes.len() as u64,
+            bytes,
         ),
-        Format::Gif => decode_with(
+        Format::Gif => decode_image(
             image::codecs::gif::GifDecoder::new(Cursor::new(bytes)),
             path,
             "gif",
             out,
-            bytes.len() as u64,
+            bytes,
         ),
         Format::Raw => {
             let view = raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
@@ -180,15 +256,12 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
         }
         Format::L3 => {
             let file = l3_format::L3File::parse(bytes).map_err(|e| Error::decode(path, "l3", e))?;
-            if file.decoded_len() as u64 > max_image_bytes() {
-                return Err(too_large(
-                    path,
-                    file.width(),
-                    file.height(),
-                    file.channels().into(),
-                ));
-            }
-            let _decoding = DecodeBudget::reserve(file.decoded_len() as u64);
+            let _decoding = DecodeBudget::admit(
+                path,
+                "l3",
+                (file.width(), file.height()),
+                file.channels().into(),
+            )?;
             out.width = file.width();
             out.height = file.height();
             out.channels = file.channels();
@@ -197,6 +270,7 @@ pub fn decode(format: Format, bytes: &[u8], path: &Path, out: &mut Image) -> Res
                 .map_err(|e| Error::decode(path, "l3", e))
         }
     }
+    .map(|()| false)
 }
 
 /// JPEG decoders happily "decode" a truncated stream (the missing rows come out gray), so the loader
@@ -207,28 +281,66 @@ pub(crate) fn check_jpeg_end(bytes: &[u8]) -> std::result::Result<(), &'static s
     if tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
         Ok(())
     } else {
-        Err("truncated: no end-of-image marker")
+        Err(
+            "truncated: no end-of-image marker (the data ends before the image does; \
+             partial_images decodes what is there)",
+        )
     }
 }
 
-fn decode_with<D: ImageDecoder>(
+/// The width and height a JPEG's frame header (SOFn) states, read without decoding anything; `None`
+/// when there is no frame header before the first scan.
+pub(crate) fn jpeg_size(b: &[u8]) -> Option<(u32, u32)> {
+    if !b.starts_with(&[0xFF, 0xD8]) {
+        return None;
+    }
+    let mut i = 2;
+    loop {
+        if *b.get(i)? != 0xFF {
+            return None;
+        }
+        let m = *b.get(i + 1)?;
+        if m == 0xFF {
+            i += 1; // fill byte
+            continue;
+        }
+        i += 2;
+        if matches!(m, 0x01 | 0xD0..=0xD7) {
+            continue; // markers without a length
+        }
+        let len = usize::from(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
+        if matches!(m, 0xC0..=0xCF) && !matches!(m, 0xC4 | 0xC8 | 0xCC) {
+            let h = u16::from_be_bytes([*b.get(i + 3)?, *b.get(i + 4)?]);
+            let w = u16::from_be_bytes([*b.get(i + 5)?, *b.get(i + 6)?]);
+            return Some((w.into(), h.into()));
+        }
+        if m == 0xDA || len < 2 {
+            return None;
+        }
+        i += len;
+    }
+}
+
+fn decode_image<D: ImageDecoder>(
     decoder: image::ImageResult<D>,
     path: &Path,
     name: &'static str,
     out: &mut Image,
-    data_len: u64,
+    bytes: &[u8],
 ) -> Result<()> {
     use image::ColorType;
     let err = |e: image::ImageError| Error::decode(path, name, e);
     let mut decoder = decoder.map_err(err)?;
+    // The crate's own limits first: a decoder that checks dimensions refuses at once, and nothing it
+    // allocates later can exceed them.
+    decoder.set_limits(limits()).map_err(err)?;
     let (w, h) = decoder.dimensions();
     let samples = u64::from(decoder.color_type().channel_count());
     if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
-        return Err(too_large(path, w, h, samples));
+        return Err(too_large(path, name, w, h, samples));
     }
-    plausible(path, name, (w, h), decoder.total_bytes(), data_len)?;
+    plausible(path, name, (w, h), decoder.total_bytes(), bytes)?;
     let _decoding = DecodeBudget::reserve(decoder.total_bytes());
-    decoder.set_limits(limits()).map_err(err)?;
     let orientation = decoder.orientation().map_err(err)?;
     let channels = match decoder.color_type() {
         ColorType::L8 => 1,
@@ -289,6 +401,9 @@ pub(crate) fn orient(img: &mut Image, o: image::metadata::Orientation) {
 pub struct ImportOptions {
     /// Accept 16-bit and float samples by reducing them to 8 bits (lossy); refused otherwise.
     pub to_8bit: bool,
+    /// Accept a JPEG cut short, its missing rows grey (see [`DecodeOptions::partial_images`]); refused
+    /// otherwise.
+    pub partial_images: bool,
 }
 
 /// Reads any common image file (PNG, JPEG, PPM/PGM/PAM, L3, BMP, GIF, TIFF, WebP) into 8-bit pixels with
@@ -311,24 +426,27 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Image> {
     if reader.format().is_none() {
         return Err(Error::decode(path, "image", "unknown image format"));
     }
+    use image::ImageFormat as F;
     let name = match reader.format() {
-        Some(image::ImageFormat::Png) => "png",
-        Some(image::ImageFormat::Jpeg) => "jpeg",
+        Some(F::Png) => "png",
+        Some(F::Jpeg) => "jpeg",
+        Some(F::Gif) => "gif",
+        Some(F::Bmp) => "bmp",
+        Some(F::Pnm) => "pnm",
+        Some(F::Tiff) => "tiff",
+        Some(F::WebP) => "webp",
         _ => "image",
     };
+    if name == "jpeg" && !options.partial_images {
+        check_jpeg_end(&bytes).map_err(|e| Error::decode(path, name, e))?;
+    }
     let mut decoder = reader.into_decoder().map_err(err)?;
     let (w, h) = decoder.dimensions();
     let samples = u64::from(decoder.color_type().channel_count());
     if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
-        return Err(too_large(path, w, h, samples));
+        return Err(too_large(path, name, w, h, samples));
     }
-    plausible(
-        path,
-        name,
-        (w, h),
-        decoder.total_bytes(),
-        bytes.len() as u64,
-    )?;
+    plausible(path, name, (w, h), decoder.total_bytes(), &bytes)?;
     let _decoding = DecodeBudget::reserve(decoder.total_bytes());
     decoder.set_limits(limits()).map_err(err)?;
     let orientation = decoder.orientation().map_err(err)?;
@@ -444,6 +562,154 @@ mod tests {
         }
     }
 
+    /// Every other decoder refuses a tiny file whose header claims a huge image before allocating for it,
+    /// in the pipeline's decoder and in `import` (what `convert` runs) alike: GIF, BMP, WebP and TIFF
+    /// headers patched to 16000x16000 (about 1 GB decoded, under the size limit: only the data's length
+    /// gives them away), a binary PPM, and an L3 file.
+    #[test]
+    fn every_decoder_refuses_a_header_that_promises_more_than_its_data() {
+        let huge = 16000u32;
+        let mut gif = encoded(image::ImageFormat::Gif);
+        // Logical screen width and height, little-endian, after the 6-byte signature.
+        gif[6..8].copy_from_slice(&(huge as u16).to_le_bytes());
+        gif[8..10].copy_from_slice(&(huge as u16).to_le_bytes());
+        let mut bmp = encoded(image::ImageFormat::Bmp);
+        bmp[18..22].copy_from_slice(&huge.to_le_bytes());
+        bmp[22..26].copy_from_slice(&huge.to_le_bytes());
+        let mut webp = Vec::new();
+        image::RgbImage::from_fn(16, 16, |x, y| image::Rgb([x as u8 * 9, y as u8 * 9, 7]))
+            .write_with_encoder(image::codecs::webp::WebPEncoder::new_lossless(&mut webp))
+            .unwrap();
+        assert_eq!(&webp[12..16], b"VP8L");
+        // After the chunk size and the 0x2f signature: 14 bits width - 1, 14 bits height - 1.
+        let bits = u32::from_le_bytes(webp[21..25].try_into().unwrap());
+        let bits = (bits & !0x0FFF_FFFF) | (huge - 1) | ((huge - 1) << 14);
+        webp[21..25].copy_from_slice(&bits.to_le_bytes());
+        let mut tiff = encoded(image::ImageFormat::Tiff);
+        assert_eq!(&tiff[..4], b"II*\0");
+        let ifd = u32::from_le_bytes(tiff[4..8].try_into().unwrap()) as usize;
+        let entries = u16::from_le_bytes([tiff[ifd], tiff[ifd + 1]]) as usize;
+        for e in 0..entries {
+            let at = ifd + 2 + 12 * e;
+            let tag = u16::from_le_bytes([tiff[at], tiff[at + 1]]);
+            let kind = u16::from_le_bytes([tiff[at + 2], tiff[at + 3]]);
+            if tag == 256 || tag == 257 {
+                match kind {
+                    3 => tiff[at + 8..at + 10].copy_from_slice(&(huge as u16).to_le_bytes()),
+                    _ => tiff[at + 8..at + 12].copy_from_slice(&huge.to_le_bytes()),
+                }
+            }
+        }
+        let mut ppm = format!("P6\n{huge} {huge}\n255\n").into_bytes();
+        ppm.extend_from_slice(&[7; 300]);
+        let dir = tempfile::tempdir().unwrap();
+        for (name, format, bytes) in [
+            ("bomb.gif", Format::Gif, &gif),
+            ("bomb.bmp", Format::Bmp, &bmp),
+            ("bomb.webp", Format::Webp, &webp),
+            ("bomb.tiff", Format::Tiff, &tiff),
+            ("bomb.ppm", Format::Raw, &ppm),
+        ] {
+            let path = dir.path().join(name);
+            let mut out = Image::default();
+            let e = decode(format, bytes, &path, &mut out)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(name), "{e}");
+            if format != Format::Raw {
+                // (A raw frame is a view of the file's bytes: it is refused for being short.)
+                assert!(e.contains(&format!("promises {huge}x{huge}")), "{e}");
+            }
+            assert!(
+                out.pixels.capacity() < 1 << 20,
+                "{name}: allocated before refusing"
+            );
+            std::fs::write(&path, bytes).unwrap();
+            let e = import(&path, &ImportOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(name) && e.contains(&format!("promises {huge}x{huge}")),
+                "{e}"
+            );
+        }
+        // An L3 header patched the same way: its offset table (and, in version 2, its checksum) no longer
+        // fits the data.
+        let img = Image {
+            width: 16,
+            height: 16,
+            channels: 3,
+            pixels: vec![9; 16 * 16 * 3],
+        };
+        let mut l3 = crate::convert::encode(&img, crate::convert::Target::L3_DEFAULT).unwrap();
+        l3[6..10].copy_from_slice(&huge.to_le_bytes());
+        l3[10..14].copy_from_slice(&huge.to_le_bytes());
+        let path = dir.path().join("bomb.l3");
+        let mut out = Image::default();
+        let e = decode(Format::L3, &l3, &path, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bomb.l3"), "{e}");
+        assert!(
+            out.pixels.capacity() < 1 << 20,
+            "l3: allocated before refusing"
+        );
+        // The same files at their real size decode.
+        for (format, f) in [
+            (Format::Gif, image::ImageFormat::Gif),
+            (Format::Bmp, image::ImageFormat::Bmp),
+            (Format::Tiff, image::ImageFormat::Tiff),
+        ] {
+            let mut out = Image::default();
+            decode(format, &encoded(f), Path::new("ok"), &mut out).unwrap();
+            assert_eq!((out.width, out.height), (16, 16));
+        }
+    }
+
+    /// A real JPEG cut in half is an error naming the file, in the pipeline and in `import`; with
+    /// `partial_images` it decodes at its full size, reported as partial.
+    #[test]
+    fn a_jpeg_cut_short_is_an_error_unless_partial_images_are_allowed() {
+        // Busy enough that the entropy-coded data, not the tables, is most of the file: the cut lands in
+        // the scan.
+        let mut rng = SplitMix64::new(3);
+        let img = image::RgbImage::from_fn(256, 192, |x, y| {
+            image::Rgb([x as u8 ^ (rng.next_u64() as u8 & 0x3F), y as u8, 90])
+        });
+        let mut jpeg = Cursor::new(Vec::new());
+        img.write_to(&mut jpeg, image::ImageFormat::Jpeg).unwrap();
+        let jpeg = jpeg.into_inner();
+        let cut = &jpeg[..jpeg.len() / 2];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.jpg");
+        std::fs::write(&path, cut).unwrap();
+        let mut out = Image::default();
+        let e = decode(Format::Jpeg, cut, &path, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cut.jpg") && e.contains("truncated"), "{e}");
+        let e = import(&path, &ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cut.jpg") && e.contains("truncated"), "{e}");
+        let allow = DecodeOptions {
+            partial_images: true,
+        };
+        assert!(decode_with_options(Format::Jpeg, cut, &path, &allow, &mut out).unwrap());
+        assert_eq!((out.width, out.height), (256, 192));
+        let got = import(
+            &path,
+            &ImportOptions {
+                partial_images: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((got.width, got.height), (256, 192));
+        // The whole file is not partial.
+        assert!(!decode_with_options(Format::Jpeg, &jpeg, &path, &allow, &mut out).unwrap());
+    }
+
     /// The decode budget is shared: reservations beyond it wait until others are released, and one
     /// larger than the whole budget still proceeds alone.
     #[test]
@@ -533,7 +799,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("g16.png") && e.contains("--to-8bit"), "{e}");
-        let img = import(&p, &ImportOptions { to_8bit: true }).unwrap();
+        let img = import(
+            &p,
+            &ImportOptions {
+                to_8bit: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(
             (img.channels, img.pixels[1]),
             (1, (20000u32 * 255 / 65535) as u8 + 1)

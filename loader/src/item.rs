@@ -29,6 +29,8 @@ pub struct SampleRequest<'a> {
     pub spec: &'a SampleSpec,
     pub key: ItemKey,
     pub scope: DecodeScope,
+    /// Decode an image cut short instead of failing it ([`crate::DecodeOptions::partial_images`]).
+    pub partial_images: bool,
 }
 
 impl SampleRequest<'_> {
@@ -50,6 +52,10 @@ pub struct Scratch {
 pub struct Decoded {
     /// Pixels actually decoded (the window for region decodes, the whole image otherwise).
     pub pixels: u64,
+    /// The sample holds less than the item stores: an image cut short (with `partial_images`), a PCR
+    /// image at a lower scan group than asked (with `pcr_partial`). Counted in
+    /// [`Stats::items_partial`](crate::Stats::items_partial).
+    pub partial: bool,
 }
 
 /// The one decode path: `stored` bytes of an item in `format` → its sample, written into `slot`
@@ -77,6 +83,7 @@ pub fn decode_sample(
             )?;
             Ok(Decoded {
                 pixels: win.src.w as u64 * win.src.h as u64,
+                partial: false,
             })
         }
         Stored::Whole(bytes) if format == Format::L3 && req.scope == DecodeScope::Region => {
@@ -92,6 +99,7 @@ pub fn decode_sample(
             )?;
             Ok(Decoded {
                 pixels: win.src.w as u64 * win.src.h as u64,
+                partial: false,
             })
         }
         Stored::Whole(bytes) if format == Format::Raw => {
@@ -101,10 +109,15 @@ pub fn decode_sample(
             write_pixels(view.pixels, dims, path, format, req, slot)
         }
         Stored::Whole(bytes) => {
-            image::decode(format, bytes, path, &mut scratch.image)?;
+            let options = image::DecodeOptions {
+                partial_images: req.partial_images,
+            };
+            let partial =
+                image::decode_with_options(format, bytes, path, &options, &mut scratch.image)?;
             let img = &scratch.image;
             let dims = (img.width, img.height, img.channels);
-            write_pixels(&img.pixels, dims, path, format, req, slot)
+            let done = write_pixels(&img.pixels, dims, path, format, req, slot)?;
+            Ok(Decoded { partial, ..done })
         }
     }
 }
@@ -138,6 +151,7 @@ pub fn write_pixels(
         .write_window(&win, &px[start..], channels, stride, slot);
     Ok(Decoded {
         pixels: width as u64 * height as u64,
+        partial: false,
     })
 }
 

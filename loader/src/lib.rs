@@ -54,7 +54,10 @@ pub use dataset::{
 };
 pub use error::{Error, Result};
 pub use format::Format;
-pub use image::{ImportOptions, MAX_IMAGE_BYTES_VAR, decode, import, max_image_bytes};
+pub use image::{
+    DecodeOptions, ImportOptions, MAX_IMAGE_BYTES_VAR, MAX_PIXELS_PER_BYTE, decode,
+    decode_with_options, import, max_image_bytes,
+};
 pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
 pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
 #[cfg(feature = "clap")]
@@ -117,6 +120,7 @@ pub fn fuzz_decode_sample(data: &[u8]) {
                             index: data.len(),
                         },
                         scope,
+                        partial_images: false,
                     };
                     let stored = Stored::Whole(data.to_vec());
                     let _ = decode_sample(

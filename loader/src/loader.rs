@@ -309,6 +309,7 @@ impl Loader {
             ds: dataset.clone(),
             spec: o.sample,
             scope: o.decode,
+            partial_images: o.partial_images,
             seed: o.seed,
             host_slots: run.gpu.is_none() || o.gpu_fallback,
             counters: counters.clone(),

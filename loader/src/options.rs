@@ -54,6 +54,10 @@ pub struct LoaderOptions {
     pub drop_last: bool,
     /// Skip (and count) corrupt or missing items instead of failing the run.
     pub skip_errors: bool,
+    /// Decode a JPEG whose data ends early, its missing rows grey, counted in
+    /// [`Stats::items_partial`](crate::Stats::items_partial); refused (an error naming the file)
+    /// otherwise.
+    pub partial_images: bool,
     /// Where items are decoded: the CPU threads, or one CUDA device through `l3-cuda` (L3 datasets only,
     /// one launch per batch, batches in device memory; needs the `gpu` feature).
     pub device: Device,
@@ -112,6 +116,7 @@ impl Default for LoaderOptions {
             shard_tail: ShardPolicy::Pad,
             drop_last: false,
             skip_errors: false,
+            partial_images: false,
             device: Device::Cpu,
             gpu_fallback: false,
             pin_memory: false,
@@ -474,6 +479,10 @@ pub struct Settings {
     /// Skip (and count) corrupt or missing items instead of stopping.
     #[cfg_attr(feature = "clap", arg(long))]
     pub skip_errors: bool,
+    /// Decode a JPEG whose data ends before the image does (a file cut short), its missing rows grey and
+    /// counted as partial, instead of failing it.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub partial_images: bool,
     /// Cap on read bandwidth in MB/s (10^6 bytes), shared by every reader: a model of network storage.
     #[cfg_attr(feature = "clap", arg(long))]
     pub storage_mbps: Option<f64>,
@@ -490,6 +499,10 @@ pub struct Settings {
     /// PCR datasets: records whose items are shuffled together.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().pcr_window))]
     pub pcr_window: usize,
+    /// PCR datasets: deliver an image one of whose scans is corrupt at the largest scan group below the
+    /// bad scan, counted as partial, instead of failing it.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub pcr_partial: bool,
     /// `region`: read and decode only what each crop covers where the format allows it (L3's patches
     /// under the crop); `whole`: whole images. Samples are identical either way.
     #[cfg_attr(feature = "clap", arg(long, value_parser = Choice::<DecodeScope>::default(), default_value_t = Settings::default().decode))]
@@ -536,11 +549,13 @@ impl Default for Settings {
             io_threads: o.io_threads,
             prefetch: o.prefetch,
             skip_errors: o.skip_errors,
+            partial_images: o.partial_images,
             storage_mbps: None,
             retry_secs: crate::storage::DEFAULT_RETRY.as_secs_f64(),
             cache_dir: None,
             cache_limit: None,
             pcr_window: DEFAULT_PCR_WINDOW,
+            pcr_partial: false,
             decode: o.decode,
             gpu_fallback: o.gpu_fallback,
             pin_memory: o.pin_memory,
@@ -574,11 +589,13 @@ pub const SETTING_NAMES: &[&str] = &[
     "io_threads",
     "prefetch",
     "skip_errors",
+    "partial_images",
     "storage_mbps",
     "retry_secs",
     "cache_dir",
     "cache_limit",
     "pcr_window",
+    "pcr_partial",
     "decode",
     "gpu_fallback",
     "pin_memory",
@@ -615,11 +632,13 @@ impl Settings {
             d.io_threads.to_string(),
             d.prefetch.to_string(),
             d.skip_errors.to_string(),
+            d.partial_images.to_string(),
             opt(d.storage_mbps.map(|v| v.to_string())),
             d.retry_secs.to_string(),
             opt(d.cache_dir.map(|v| v.display().to_string())),
             opt(d.cache_limit.map(|v| v.to_string())),
             d.pcr_window.to_string(),
+            d.pcr_partial.to_string(),
             d.decode.to_string(),
             d.gpu_fallback.to_string(),
             d.pin_memory.to_string(),
@@ -720,6 +739,7 @@ impl Settings {
             shard_tail: self.shard_tail,
             drop_last: self.drop_last,
             skip_errors: self.skip_errors,
+            partial_images: self.partial_images,
             device: self.device,
             gpu_fallback: self.gpu_fallback,
             pin_memory: self.pin_memory,
@@ -786,6 +806,7 @@ impl Settings {
                 retry: Some(retry),
             },
             pcr_window: self.pcr_window,
+            pcr_partial: self.pcr_partial,
         })
     }
 }

@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub decode_ns: AtomicU64,
     pub assemble_ns: AtomicU64,
     pub items_skipped: AtomicU64,
+    pub items_partial: AtomicU64,
     pub batches_delivered: AtomicU64,
     pub items_delivered: AtomicU64,
     pub wait_ns: AtomicU64,
@@ -42,6 +43,7 @@ impl Counters {
             decode_busy: d(&self.decode_ns),
             assemble_busy: d(&self.assemble_ns),
             items_skipped: self.items_skipped.load(Relaxed),
+            items_partial: self.items_partial.load(Relaxed),
             batches_delivered: self.batches_delivered.load(Relaxed),
             items_delivered: self.items_delivered.load(Relaxed),
             consumer_wait: d(&self.wait_ns),
@@ -73,6 +75,10 @@ pub struct Stats {
     pub assemble_busy: Duration,
     /// Corrupt or missing items skipped (only when skipping was opted in).
     pub items_skipped: u64,
+    /// Items delivered with less than they store, only when opted in: JPEGs cut short
+    /// (`partial_images`), PCR images at a lower scan group than asked because a later scan is corrupt
+    /// (`pcr_partial`).
+    pub items_partial: u64,
     pub batches_delivered: u64,
     pub items_delivered: u64,
     /// Time the consumer spent blocked waiting for the next batch.

@@ -62,6 +62,15 @@ pub enum Error {
     /// Bytes of a record fail their checksum, or are not the JPEG structure they must be.
     #[error("{path}: corrupt record: {reason}")]
     CorruptRecord { path: PathBuf, reason: String },
+    /// One image of a record failed verification (a piece of it read with a checksum mismatch or a broken
+    /// JPEG structure); the record's other images are intact.
+    #[error("{path}: image {image} ({name}) is corrupt: {reason}")]
+    CorruptImage {
+        path: PathBuf,
+        image: usize,
+        name: String,
+        reason: String,
+    },
     /// A record's own header disagrees with the index entry for it (another build, a moved file, ...).
     #[error("{path}: record disagrees with the index: {reason}")]
     IndexMismatch { path: PathBuf, reason: String },

@@ -173,7 +173,8 @@ impl Dataset {
     ///    [`Error::IndexMismatch`]);
     /// 3. the dataset id, record number, image count, names and labels, and the piece layout the header
     ///    implies, against the index ([`Error::IndexMismatch`]);
-    /// 4. every piece's CRC-32 and JPEG marker structure ([`Error::CorruptRecord`]).
+    /// 4. every piece's CRC-32 and JPEG marker structure ([`Error::CorruptRecord`] naming the image and
+    ///    the piece; [`verify_prefix_per_image`](Self::verify_prefix_per_image) fails only that image).
     pub fn verify_prefix(
         &self,
         i: usize,
@@ -181,6 +182,14 @@ impl Dataset {
         file_len: u64,
         bytes: Vec<u8>,
     ) -> Result<RecordPrefix> {
+        self.check_prefix(i, k, file_len, &bytes)?;
+        let entry = self.entry(i)?;
+        let path = self.dir.join(&entry.file);
+        RecordPrefix::verify(path, bytes, entry, self.index.dataset_id, i, k)?.whole()
+    }
+
+    /// Check 1 of [`verify_prefix`](Self::verify_prefix): the file's length and the bytes' count.
+    fn check_prefix(&self, i: usize, k: usize, file_len: u64, bytes: &[u8]) -> Result<()> {
         let range = self.record_range(i, k)?;
         let entry = self.entry(i)?;
         let path = self.dir.join(&entry.file);
@@ -207,6 +216,23 @@ impl Dataset {
                 actual: bytes.len() as u64,
             });
         }
+        Ok(())
+    }
+
+    /// [`verify_prefix`](Self::verify_prefix) for a reader that serves images one by one: the checks of
+    /// the whole record (length, header, identity, layout) fail the call as there, but a piece that fails
+    /// its checksum or JPEG structure fails only its image ([`RecordPrefix::damage`]), so one bad byte
+    /// costs one image, not the record's every image.
+    pub fn verify_prefix_per_image(
+        &self,
+        i: usize,
+        k: usize,
+        file_len: u64,
+        bytes: Vec<u8>,
+    ) -> Result<RecordPrefix> {
+        self.check_prefix(i, k, file_len, &bytes)?;
+        let entry = self.entry(i)?;
+        let path = self.dir.join(&entry.file);
         RecordPrefix::verify(path, bytes, entry, self.index.dataset_id, i, k)
     }
 }
@@ -220,6 +246,8 @@ pub struct RecordPrefix {
     /// Per image: header range and the scan ranges present in `bytes`.
     pieces: Vec<(Range<usize>, Vec<Range<usize>>)>,
     scans_total: Vec<usize>,
+    /// Per image: why its first bad piece failed verification (`None`: every piece read verified).
+    damage: Vec<Option<String>>,
     group: usize,
 }
 
@@ -273,6 +301,7 @@ impl RecordPrefix {
         }
         let mut pieces = Vec::with_capacity(header.images.len());
         let mut scans_total = Vec::with_capacity(header.images.len());
+        let mut damage = Vec::with_capacity(header.images.len());
         for (j, (img, e)) in header.images.iter().zip(&entry.images).enumerate() {
             if img.item.name != e.name || img.item.label != e.label {
                 return Err(mismatch(format!(
@@ -280,32 +309,46 @@ impl RecordPrefix {
                     img.item.name, e.name
                 )));
             }
-            let check = |p: &format::Piece, what: &str| -> Result<Range<usize>> {
-                let r = p.offset as usize..(p.offset + u64::from(p.len)) as usize;
-                let b = bytes
-                    .get(r.clone())
-                    .ok_or_else(|| corrupt(format!("image {j} {what} lies past the read")))?;
-                if crc32fast::hash(b) != p.crc {
-                    return Err(corrupt(format!(
-                        "image {j} ({}) {what}: checksum mismatch",
-                        e.name
-                    )));
-                }
-                Ok(r)
-            };
-            let h = check(&e.header, "header")?;
-            markers::check_header_piece(&bytes[h.clone()])
-                .map_err(|m| corrupt(format!("image {j} header: {m}")))?;
+            // A bad piece fails its image only: the pieces of the other images, and this image's scans
+            // before the bad one, are still what the writer wrote.
+            let check =
+                |p: &format::Piece, what: &str, scan: bool| -> Result<Range<usize>, String> {
+                    let r = p.offset as usize..(p.offset + u64::from(p.len)) as usize;
+                    let b = bytes
+                        .get(r.clone())
+                        .ok_or_else(|| format!("{what} lies past the read"))?;
+                    if crc32fast::hash(b) != p.crc {
+                        return Err(format!("{what}: checksum mismatch"));
+                    }
+                    let structure = if scan {
+                        markers::check_scan_piece(b)
+                    } else {
+                        markers::check_header_piece(b)
+                    };
+                    structure.map_err(|m| format!("{what}: {m}"))?;
+                    Ok(r)
+                };
             let n = k.min(e.scans.len());
             let mut scans = Vec::with_capacity(n);
-            for (s, p) in e.scans[..n].iter().enumerate() {
-                let r = check(p, &format!("scan {}", s + 1))?;
-                markers::check_scan_piece(&bytes[r.clone()])
-                    .map_err(|m| corrupt(format!("image {j} scan {}: {m}", s + 1)))?;
-                scans.push(r);
-            }
+            let (h, bad) = match check(&e.header, "header", false) {
+                Ok(h) => {
+                    let mut bad = None;
+                    for (s, p) in e.scans[..n].iter().enumerate() {
+                        match check(p, &format!("scan {}", s + 1), true) {
+                            Ok(r) => scans.push(r),
+                            Err(reason) => {
+                                bad = Some(reason);
+                                break;
+                            }
+                        }
+                    }
+                    (h, bad)
+                }
+                Err(reason) => (0..0, Some(reason)),
+            };
             pieces.push((h, scans));
             scans_total.push(e.scans.len());
+            damage.push(bad);
         }
         Ok(RecordPrefix {
             path,
@@ -313,8 +356,25 @@ impl RecordPrefix {
             items: header.images.into_iter().map(|i| i.item).collect(),
             pieces,
             scans_total,
+            damage,
             group: k,
         })
+    }
+
+    /// The prefix if every image in it verified, else the first bad piece as the whole record's error:
+    /// what a reader that wants all of a record or nothing ([`Dataset::read_record`]) returns.
+    pub(crate) fn whole(self) -> Result<RecordPrefix> {
+        match self.damage.iter().position(Option::is_some) {
+            None => Ok(self),
+            Some(j) => Err(Error::CorruptRecord {
+                reason: format!(
+                    "image {j} ({}) {}",
+                    self.items[j].name,
+                    self.damage[j].as_deref().unwrap_or_default()
+                ),
+                path: self.path,
+            }),
+        }
     }
 
     /// The record file this prefix came from.
@@ -350,12 +410,55 @@ impl RecordPrefix {
         self.pieces.get(j).map(|p| p.1.len()) == self.scans_total.get(j).copied()
     }
 
-    /// Rebuilds image `j`'s JPEG stream: its header, the scans read, EOI.
+    /// Why image `j` failed verification (a piece of it read with a checksum mismatch or a broken JPEG
+    /// structure), as the error [`jpeg`](Self::jpeg) returns for it; `None` when it verified.
+    pub fn damage(&self, j: usize) -> Option<Error> {
+        let reason = self.damage.get(j)?.as_ref()?;
+        Some(Error::CorruptImage {
+            path: self.path.clone(),
+            image: j,
+            name: self.items[j].name.clone(),
+            reason: reason.clone(),
+        })
+    }
+
+    /// Images of the prefix that failed verification.
+    pub fn damaged(&self) -> usize {
+        self.damage.iter().filter(|d| d.is_some()).count()
+    }
+
+    /// Scans of image `j` that verified: all it has up to the group when it is undamaged, else those
+    /// before its bad piece (0 when its header is bad).
+    pub fn verified_scans(&self, j: usize) -> usize {
+        self.pieces.get(j).map_or(0, |p| p.1.len())
+    }
+
+    /// Rebuilds image `j`'s JPEG stream: its header, the scans read, EOI. An image that failed
+    /// verification is [`Error::CorruptImage`] (see [`jpeg_verified`](Self::jpeg_verified)).
     pub fn jpeg(&self, j: usize) -> Result<Vec<u8>> {
+        if let Some(e) = self.damage(j) {
+            return Err(e);
+        }
+        self.jpeg_verified(j).map(|(jpeg, _)| jpeg)
+    }
+
+    /// Rebuilds image `j`'s JPEG stream from the pieces that verified — for a damaged image, its scans
+    /// before the bad one, i.e. the image at a lower scan group — and says how many scans it holds.
+    /// Progressive JPEG makes such a stream a complete image; one with no verified scan is its
+    /// [`Error::CorruptImage`].
+    pub fn jpeg_verified(&self, j: usize) -> Result<(Vec<u8>, usize)> {
         let (h, scans) = self.pieces.get(j).ok_or(Error::ImageOutOfRange {
             image: j,
             images: self.len(),
         })?;
+        if scans.is_empty() {
+            return Err(self.damage(j).unwrap_or_else(|| Error::CorruptImage {
+                path: self.path.clone(),
+                image: j,
+                name: self.items[j].name.clone(),
+                reason: "no scan read".into(),
+            }));
+        }
         let len = h.len() + scans.iter().map(|s| s.len()).sum::<usize>() + 2;
         let mut out = Vec::with_capacity(len);
         out.extend_from_slice(&self.bytes[h.clone()]);
@@ -363,7 +466,7 @@ impl RecordPrefix {
             out.extend_from_slice(&self.bytes[s.clone()]);
         }
         out.extend_from_slice(&[0xFF, 0xD9]);
-        Ok(out)
+        Ok((out, scans.len()))
     }
 
     /// Decodes image `j` to RGB as stored (see [`Image::oriented`] for EXIF orientation).

@@ -188,6 +188,48 @@ fn read_time_errors_are_typed() {
         "{e:?}"
     );
 
+    // Per image, the same byte fails only the image whose scan it is: the others decode, and that
+    // image's scans before the bad one still give it at group 1.
+    let file_len = original.len() as u64;
+    let victim = (0..3)
+        .find(|&j| {
+            let p = &ds.index().records[0].images[j].scans[1];
+            (p.offset..p.offset + u64::from(p.len)).contains(&(ends[0] + 5))
+        })
+        .expect("the flipped byte lies in a scan 2");
+    let rec = ds
+        .verify_prefix_per_image(0, 2, file_len, flipped[..ends[1] as usize].to_vec())
+        .unwrap();
+    assert_eq!(rec.damaged(), 1);
+    for j in 0..3 {
+        if j == victim {
+            let e = rec.jpeg(j).unwrap_err();
+            assert!(
+                matches!(e, Error::CorruptImage { image, .. } if image == victim),
+                "{e:?}"
+            );
+            let name = &rec.items()[j].name;
+            let text = e.to_string();
+            assert!(
+                text.contains("record-00000.pcr")
+                    && text.contains(name.as_str())
+                    && text.contains("scan 2: checksum mismatch"),
+                "{text}"
+            );
+            assert!(rec.decode(j, pcr::Decoder::Libjpeg).is_err());
+            let (jpeg, scans) = rec.jpeg_verified(j).unwrap();
+            assert_eq!((scans, rec.verified_scans(j)), (1, 1));
+            assert_eq!(jpeg, ds.read_record(0, 1).unwrap().jpeg(j).unwrap());
+        } else {
+            assert!(rec.damage(j).is_none());
+            assert_eq!(rec.jpeg(j).unwrap(), rec.jpeg_verified(j).unwrap().0);
+            rec.decode(j, pcr::Decoder::Libjpeg).unwrap();
+        }
+    }
+    // A whole-record read still refuses the record, naming the image.
+    let e = ds.read_record(0, 2).unwrap_err().to_string();
+    assert!(e.contains(&format!("image {victim} (")), "{e}");
+
     // A record from another build of the same files (other labels): another dataset id. (Builds are
     // reproducible: the same inputs would give this very record.)
     std::fs::write(&record, &original).unwrap();

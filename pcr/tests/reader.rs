@@ -340,6 +340,12 @@ fn every_variant_is_one_clean_line() {
             path: p.clone(),
             reason: "piece lengths differ".into(),
         },
+        Error::CorruptImage {
+            path: p.clone(),
+            image: 2,
+            name: "a/x.jpg".into(),
+            reason: "scan 3: checksum mismatch".into(),
+        },
         Error::GroupOutOfRange {
             group: 11,
             groups: 10,

@@ -301,7 +301,13 @@ pub fn read_image(
     to_8bit: bool,
 ) -> PyResult<Bound<'_, PyArrayDyn<u8>>> {
     let img = detached(py, || {
-        Ok(loader::import(&path, &loader::ImportOptions { to_8bit })?)
+        Ok(loader::import(
+            &path,
+            &loader::ImportOptions {
+                to_8bit,
+                ..Default::default()
+            },
+        )?)
     })?;
     image_array(py, img.pixels, img.height, img.width, img.channels)
 }

@@ -337,7 +337,8 @@ impl Loader {
         shuffle=True, seed=0, epochs=None, drop_last=False, rank=None, world_size=None, threads=None, \
         layout=\"NCHW\", dtype=\"uint8\", mean=None, std=None, device=\"cpu\", sampler=\"uniform\", \
         budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
-        storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, decode=\"region\", \
+        partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
+        pcr_partial=False, decode=\"region\", \
         gpu_fallback=False, pin_memory=False, shard_tail=\"pad\")"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]
@@ -535,6 +536,7 @@ impl Loader {
         d.set_item("decode_busy_s", s.decode_busy.as_secs_f64())?;
         d.set_item("assemble_busy_s", s.assemble_busy.as_secs_f64())?;
         d.set_item("items_skipped", s.items_skipped)?;
+        d.set_item("items_partial", s.items_partial)?;
         d.set_item("batches_delivered", s.batches_delivered)?;
         d.set_item("items_delivered", s.items_delivered)?;
         d.set_item("consumer_wait_s", s.consumer_wait.as_secs_f64())?;

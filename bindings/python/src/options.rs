@@ -162,6 +162,7 @@ pub fn settings(
             "io_threads" => s.io_threads = whole("io_threads", v)?,
             "prefetch" => s.prefetch = whole("prefetch", v)?,
             "skip_errors" => s.skip_errors = flag("skip_errors")?,
+            "partial_images" => s.partial_images = flag("partial_images")?,
             "storage_mbps" => {
                 s.storage_mbps = optional(v, |v| expect("storage_mbps", v, "a number of MB/s"))?
             }
@@ -171,6 +172,7 @@ pub fn settings(
             }
             "cache_limit" => s.cache_limit = optional(v, |v| bytes("cache_limit", v))?,
             "pcr_window" => s.pcr_window = whole("pcr_window", v)?,
+            "pcr_partial" => s.pcr_partial = flag("pcr_partial")?,
             "decode" => s.decode = parsed("decode", v)?,
             "gpu_fallback" => s.gpu_fallback = flag("gpu_fallback")?,
             "pin_memory" => s.pin_memory = flag("pin_memory")?,

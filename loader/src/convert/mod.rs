@@ -334,6 +334,7 @@ pub fn convert_folder(
     });
     let import_opts = ImportOptions {
         to_8bit: options.to_8bit,
+        ..Default::default()
     };
     let total = files.len();
     stdx::parallel::for_each(&files, options.threads, |(rel, _)| {

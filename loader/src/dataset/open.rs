@@ -18,6 +18,9 @@ pub struct OpenOptions {
     pub storage: StorageOptions,
     /// PCR records whose items are shuffled together (0: the default, 4).
     pub pcr_window: usize,
+    /// PCR: deliver an image with a corrupt scan at the largest group below it
+    /// ([`PcrRecords::with_partial`]).
+    pub pcr_partial: bool,
 }
 
 /// Opens `location` — a folder, or `s3://bucket/prefix` (configured from the `AWS_*` environment) — as the
@@ -37,11 +40,9 @@ pub fn open_dataset(location: &Path, options: &OpenOptions) -> Result<Arc<dyn Da
             0 => super::pcr::DEFAULT_WINDOW,
             w => w,
         };
-        return Ok(Arc::new(PcrRecords::open_in(
-            storage,
-            options.group,
-            window,
-        )?));
+        return Ok(Arc::new(
+            PcrRecords::open_in(storage, options.group, window)?.with_partial(options.pcr_partial),
+        ));
     }
     if options.group.is_some() {
         return Err(Error::dataset(

@@ -33,6 +33,7 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
     if let Ok(d) = &result {
         Counters::add(&ctx.counters.items_decoded, 1);
         Counters::add(&ctx.counters.pixels_decoded, d.pixels);
+        Counters::add(&ctx.counters.items_partial, u64::from(d.partial));
     }
     Counters::add_time(&ctx.counters.decode_ns, t0);
     ItemDone::of(&job, read, result)

@@ -261,7 +261,10 @@ impl GpuStage {
             let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
-            msgs.push(ToAssembler::Item(e.done(Ok(Decoded { pixels }))));
+            msgs.push(ToAssembler::Item(e.done(Ok(Decoded {
+                pixels,
+                partial: false,
+            }))));
         }
         Counters::add_time(&self.ctx.counters.decode_ns, t0);
         msgs
@@ -437,6 +440,7 @@ mod tests {
                     spec: &SPEC,
                     key,
                     scope,
+                    partial_images: false,
                 };
                 let (s, n) = ds.read(i, &req).unwrap();
                 assert_eq!(

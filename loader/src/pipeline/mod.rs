@@ -34,6 +34,8 @@ pub(crate) struct Ctx {
     pub ds: Arc<dyn Dataset>,
     pub spec: SampleSpec,
     pub scope: DecodeScope,
+    /// Decode images cut short ([`LoaderOptions::partial_images`](crate::LoaderOptions::partial_images)).
+    pub partial_images: bool,
     /// The run's seed: with (epoch, item) it keys each item's randomness.
     pub seed: u64,
     /// Samples are written into host slots of a batch buffer. False when the GPU stage writes every
@@ -49,6 +51,7 @@ impl Ctx {
             spec: &self.spec,
             key,
             scope: self.scope,
+            partial_images: self.partial_images,
         }
     }
 
