@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 /// `--format v1|v2` and `--profile ans|bp`: which L3 format to write (`l3 encode`, `l3 convert --to l3`).
 #[derive(clap::Args, Clone, Copy, Debug, Default)]
 pub struct L3FormatArgs {
-    /// L3 format version: v2 (the default: smaller than PNG, checksummed) or v1 (the paper's format,
-    /// larger, fastest to decode on the CPU).
+    /// L3 format version: v2 (the default, with profile ans: checksummed, smaller than PNG) or v1 (the
+    /// paper's format: no checksum, about 2.6 times larger, fastest to decode on the CPU).
     #[arg(long, value_enum)]
     pub format: Option<VersionArg>,
-    /// Version-2 profile (implies --format v2): ans (smallest files; the v2 default) or bp (bit-packed, no
-    /// tables, faster to encode and decode).
+    /// Version-2 profile (implies --format v2): ans (the default: smallest files, and a crop's read checks
+    /// every patch it decodes) or bp (bit-packed, no tables: faster to encode and decode, but a crop's read
+    /// misses most flipped bits; whole-file reads check the CRC of either).
     #[arg(long, value_enum)]
     pub profile: Option<ProfileArg>,
 }

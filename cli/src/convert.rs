@@ -20,7 +20,7 @@ pub struct ConvertArgs {
     /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
     #[arg(long)]
     pub to_8bit: bool,
-    /// With `--to l3`: the L3 format (as `l3 encode`: default v1).
+    /// With `--to l3`: the L3 format (as `l3 encode`: default v2, profile ans).
     #[command(flatten)]
     pub l3: crate::codec::L3FormatArgs,
 }

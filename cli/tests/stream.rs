@@ -111,10 +111,34 @@ fn stream_writes_auditable_traces_for_a_folder() {
     ]));
     let (_, rows) = csv(&log);
     let region: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
-    assert!(
-        region * 5 < on_disk,
-        "region reads {region} of {on_disk} bytes"
-    );
+    let spec = loader::SampleSpec {
+        height: 64,
+        width: 64,
+        ..loader::SampleSpec::default()
+    };
+    let mut want = 0u64;
+    for (p, _) in loader::image_files(&f.l3).unwrap().files {
+        let bytes = std::fs::read(f.l3.join(&p)).unwrap();
+        let len = bytes.len() as u64;
+        let mut prefix = Vec::new();
+        while let Some(r) = l3_format::L3Index::next_read(&prefix, len).unwrap() {
+            prefix.extend_from_slice(&bytes[r.start as usize..r.end as usize]);
+        }
+        want += prefix.len() as u64;
+        let index = l3_format::L3Index::parse(&prefix, len).unwrap();
+        for epoch in 0..2 {
+            let key = loader::ItemKey {
+                seed: 0,
+                epoch,
+                index: 0,
+            };
+            let win = spec.window(index.width(), index.height(), &key);
+            let ranges = index.region_ranges(win.src, 0).unwrap();
+            want += ranges.iter().map(|r| r.end - r.start).sum::<u64>();
+        }
+    }
+    assert_eq!(region, want);
+    assert!(region < on_disk, "region reads {region} of {on_disk} bytes");
     assert!(
         text.contains(&format!("read: {region} bytes for 36 items")),
         "{text}"
@@ -182,6 +206,84 @@ fn stream_names_a_truncated_file_in_one_line() {
         "--skip-errors",
     ]));
     assert!(text.contains("1 images (1 skipped)"), "{text}");
+}
+
+#[test]
+fn a_bit_flipped_in_the_patches_a_crop_reads_fails_the_stream_naming_the_file() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("l3"));
+    std::fs::create_dir_all(src.join("photo")).unwrap();
+    for name in ["Dune.jpg", "Wood.jpg"] {
+        std::fs::copy(
+            f.mixed.join("photo").join(name),
+            src.join("photo").join(name),
+        )
+        .unwrap();
+    }
+    // The format nothing asked for.
+    ok(&l3(&[
+        "convert",
+        "--to",
+        "l3",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]));
+    let victim = out.join("photo").join("Dune.l3");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let index = l3_format::L3Index::parse(&bytes, bytes.len() as u64).unwrap();
+    assert_eq!(
+        (index.version(), index.profile()),
+        (
+            l3_format::DEFAULT_FORMAT.version(),
+            l3_format::DEFAULT_FORMAT.profile()
+        )
+    );
+    // One bit of the patch under the image's centre, which every centre crop reads.
+    let (w, h) = (index.width(), index.height());
+    let ranges = index
+        .region_ranges(l3_format::Rect::new(w / 2, h / 2, 1, 1), 0)
+        .unwrap();
+    assert!(ranges.iter().all(|r| r.start >= index.data_offset()));
+    let mut rng = stdx::SplitMix64::new(4);
+    let r = &ranges[0];
+    let pos = (r.start + rng.below(r.end - r.start)) as usize;
+    bytes[pos] ^= 1 << rng.below(8);
+    std::fs::write(&victim, &bytes).unwrap();
+
+    for decode in ["region", "whole"] {
+        let run = l3(&[
+            "stream",
+            out.to_str().unwrap(),
+            "--batch",
+            "2",
+            "--size",
+            "64",
+            "--decode",
+            decode,
+        ]);
+        assert!(
+            !run.status.success(),
+            "--decode {decode} streamed a damaged file"
+        );
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(victim.to_str().unwrap()), "{err}");
+    }
+    // Opting in to skipping delivers the intact image and counts the damaged one.
+    let run = l3(&[
+        "stream",
+        out.to_str().unwrap(),
+        "--batch",
+        "2",
+        "--size",
+        "64",
+        "--skip-errors",
+    ]);
+    let text = ok(&run);
+    assert!(text.contains("1 images (1 skipped)"), "{text}");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains(victim.to_str().unwrap()), "{err}");
 }
 
 #[test]

@@ -229,11 +229,15 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
         "odd keys: remote samples differ from local ones"
     );
 
-    // An object that got shorter since its offset table was read (kept from the first epoch): the next
-    // epoch fails naming the item and the URL, within a bounded time — no panicking reader, no hang.
+    // An object that got shorter since its offset table was read (kept from the first epoch), cut where
+    // its patch data starts so that every crop's ranges run past its end: the next epoch fails naming the
+    // item and the URL, within a bounded time — no panicking reader, no hang.
     let victim = bucket.join("dätä/Köln/per%cent.l3");
     let whole = std::fs::read(&victim).unwrap();
-    std::fs::write(&victim, &whole[..whole.len() / 2]).unwrap();
+    let data_offset = l3_format::L3Index::parse(&whole, whole.len() as u64)
+        .unwrap()
+        .data_offset();
+    std::fs::write(&victim, &whole[..data_offset as usize]).unwrap();
     let t0 = std::time::Instant::now();
     let err = Loader::new(odd, options(1))
         .unwrap()

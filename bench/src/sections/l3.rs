@@ -369,7 +369,8 @@ const BP: L3Cfg = L3Cfg {
     choices: Choices::Reference,
     timed: true,
 };
-/// What `l3 encode --format v2` writes: the default choices (`Choices::FastDecode`).
+/// What `l3 encode` writes when no format is asked for (`l3_format::DEFAULT_FORMAT`), and `--format v2`:
+/// the default choices (`Choices::FastDecode`).
 const ANS: L3Cfg = L3Cfg {
     label: "L3 v2-ANS, N = 128",
     format: Format::V2(Profile::Ans),

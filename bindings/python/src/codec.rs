@@ -128,9 +128,10 @@ pub(crate) fn l3_format(
 ///
 /// ``array``: a ``uint8`` NumPy array of shape ``(H, W)`` (gray) or ``(H, W, C)`` with C = 1, 3 (RGB)
 /// or 4 (RGBA). ``patch``: the patch side N (version 1: 1 to 255, default 32 below 1080×720 pixels, 64
-/// above; version 2: a multiple of 32, default 128). ``format``: ``"v1"`` or ``"v2"`` (default: the
-/// toolkit's default format, ``DEFAULT_FORMAT``); ``profile``: version 2's coding, ``"ans"`` (smallest
-/// files; the v2 default) or ``"bp"`` (bit-packed, faster); a profile alone means version 2.
+/// above; version 2: a multiple of 32, default 128). ``format``: ``"v1"`` or ``"v2"`` (default: version 2
+/// with profile ``"ans"``, the toolkit's default format, checksummed); ``profile``: version 2's coding,
+/// ``"ans"`` (smallest files, and a region read checks every patch it decodes; the default) or ``"bp"``
+/// (bit-packed, faster); a profile alone means version 2.
 /// ``threads``: encoder threads (default: every core). The output is the same for any thread count.
 #[pyfunction]
 #[pyo3(signature = (array, patch=None, *, format=None, profile=None, threads=None))]

@@ -40,7 +40,7 @@ impl Progress {
 /// - ``"liquid"``: a Liquid multi-format dataset at the ratio its profiler picks for this machine.
 ///
 /// For ``"l3"``, ``format`` (``"v1"`` or ``"v2"``) and ``profile`` (``"ans"`` or ``"bp"``) choose the L3
-/// format as in ``encode``; they apply to ``to="l3"`` only.
+/// format as in ``encode`` (default: version 2 with profile ``"ans"``); they apply to ``to="l3"`` only.
 ///
 /// Re-running resumes: outputs already complete are kept. ``progress`` prints ``done/total`` to stderr.
 /// Returns a summary dict.

@@ -98,7 +98,8 @@ pub enum Target {
 }
 
 impl Target {
-    /// L3 in the format `l3-format` recommends.
+    /// L3 in the format `l3-format` recommends (version 2, profile ANS: checksummed, so corruption is an
+    /// error wherever the file is read).
     pub const L3_DEFAULT: Target = Target::L3(l3_format::DEFAULT_FORMAT);
 
     fn extension(self, channels: u8) -> &'static str {

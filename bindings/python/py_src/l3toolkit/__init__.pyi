@@ -36,8 +36,9 @@ def encode(
 ) -> bytes:
     """Encodes a uint8 (H, W) or (H, W, C) array (C = 1, 3, 4) into an L3 file (lossless).
 
-    format: "v1" or "v2" (default: the toolkit's default format); profile: version 2's coding,
-    "ans" (smallest) or "bp" (bit-packed, faster); a profile alone means version 2."""
+    format: "v1" or "v2" (default: version 2 with profile "ans", the toolkit's default format);
+    profile: version 2's coding, "ans" (smallest; the default) or "bp" (bit-packed, faster); a profile
+    alone means version 2."""
 
 def decode(data: _Data, *, threads: Optional[int] = None) -> npt.NDArray[np.uint8]:
     """Decodes L3 bytes (or a file) into (H, W) for gray, (H, W, C) otherwise."""
