@@ -584,7 +584,9 @@ fn convert_takes_webp_tiff_bmp_and_gif() {
 fn the_shuffle_report_prints_each_statistic_beside_a_uniform_shuffle() {
     let dir = std::env::var_os("L3_CORPUS")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus")
+        });
     let run = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_l3"))
             .arg("shuffle-report")
