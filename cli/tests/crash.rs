@@ -258,6 +258,24 @@ fn stream_killed_anywhere_resumes_from_its_state_file_exactly_once() {
         );
     }
 
+    // A state resumed with options that change what the batches hold: refused, naming the option.
+    let out = Command::new(env!("CARGO_BIN_EXE_l3"))
+        .args([
+            "stream",
+            data.to_str().unwrap(),
+            "--batch",
+            "4",
+            "--size",
+            "48",
+            "--seed",
+            "11",
+        ])
+        .args(["--epochs", "2", "--max-batches", "1", "--resume", s])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("crop"), "{err}");
+
     // --resume names a file that is not there, or holds no state: said, not guessed.
     let out = Command::new(env!("CARGO_BIN_EXE_l3"))
         .args(["stream", data.to_str().unwrap(), "--resume"])

@@ -37,9 +37,39 @@ pub struct LoaderState {
     /// counted by `batch` are drawn from: `None` for the whole epoch; fewer once an epoch was resumed at
     /// another world size or batch size, which splits what was left among the new ranks.
     pub remaining: Option<Vec<std::ops::Range<usize>>>,
+    /// What decides each batch's contents besides the seed (crop, flip, shuffle, layout, ...), as
+    /// [`LoaderState::contents_of`] writes it: a resume with other such options is refused, naming the
+    /// option. `None` (a version-1 state, or a caller that checks options itself): not checked.
+    pub contents: Option<String>,
 }
 
 impl LoaderState {
+    /// The options that decide what each batch holds besides the seed, as `name:value` pairs joined by
+    /// `;` (one word, so a state stays one line of `name=value` words).
+    pub fn contents_of(o: &LoaderOptions) -> String {
+        let s = &o.sample;
+        let normalize = s.normalize.map_or_else(
+            || "none".to_string(),
+            |n| {
+                let join = |v: [f32; 3]| v.map(|x| x.to_string()).join(",");
+                format!("{}/{}", join(n.mean), join(n.std))
+            },
+        );
+        format!(
+            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{}",
+            s.height,
+            s.width,
+            s.crop,
+            u8::from(s.hflip),
+            u8::from(o.shuffle),
+            u8::from(o.drop_last),
+            o.shard_tail,
+            s.layout,
+            s.dtype,
+            normalize
+        )
+    }
+
     /// The state format [`Display`](std::fmt::Display) writes: 2 added `remaining`; 1 (seven fields)
     /// still reads.
     pub const VERSION: u32 = 2;
@@ -83,8 +113,7 @@ impl std::fmt::Display for LoaderState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={} remaining={} \
-             version={}",
+            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={} remaining={}",
             self.epoch,
             self.batch,
             self.seed,
@@ -93,8 +122,11 @@ impl std::fmt::Display for LoaderState {
             self.batch_size,
             self.dataset_len,
             self.remaining_text(),
-            Self::VERSION
-        )
+        )?;
+        if let Some(c) = &self.contents {
+            write!(f, " contents={c}")?;
+        }
+        write!(f, " version={}", Self::VERSION)
     }
 }
 
@@ -116,16 +148,16 @@ impl std::str::FromStr for LoaderState {
     fn from_str(s: &str) -> Result<Self> {
         let mut values: [Option<u64>; 7] = [None; 7];
         let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
-        let (mut remaining, mut version) = (None, None);
+        let (mut remaining, mut version, mut contents) = (None, None, None);
         for kv in s.split_whitespace() {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| bad(format!("{kv:?} is not name=value")))?;
-            if k == "remaining" || k == "version" {
-                let slot = if k == "remaining" {
-                    &mut remaining
-                } else {
-                    &mut version
+            if k == "remaining" || k == "version" || k == "contents" {
+                let slot = match k {
+                    "remaining" => &mut remaining,
+                    "version" => &mut version,
+                    _ => &mut contents,
                 };
                 if slot.replace(v).is_some() {
                     return Err(bad(format!("{k} given twice")));
@@ -170,6 +202,7 @@ impl std::str::FromStr for LoaderState {
         let size = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} is too large")));
         Ok(LoaderState {
             remaining,
+            contents: contents.map(str::to_string),
             epoch: size(v[0])?,
             batch: size(v[1])?,
             seed: v[2],
@@ -196,9 +229,15 @@ mod state_tests {
             batch_size: 64,
             dataset_len: 5000,
             remaining: Some(vec![3..9, 12..4000]),
+            contents: Some(LoaderState::contents_of(&LoaderOptions::default())),
         };
         let text = st.to_string();
-        assert!(text.ends_with("remaining=3:9,12:4000 version=2"), "{text}");
+        assert!(
+            text.contains(" remaining=3:9,12:4000 contents=crop:"),
+            "{text}"
+        );
+        assert!(text.ends_with(" version=2"), "{text}");
+        assert_eq!(text.parse::<LoaderState>().unwrap(), st);
         // A version-1 state (seven fields) still reads: the whole epoch.
         let old: LoaderState =
             "epoch=3 batch=17 seed=1 rank=0 world_size=4 batch_size=64 dataset_len=5000"
@@ -289,6 +328,7 @@ impl Loader {
             batch_size: options.batch_size,
             dataset_len: dataset.len(),
             remaining: None,
+            contents: Some(LoaderState::contents_of(&options)),
         };
         Self::resume(dataset, options, state)
     }
@@ -692,6 +732,7 @@ impl Run {
                 part,
             )
         };
+        next.contents = Some(LoaderState::contents_of(o));
         let this_epoch = part.as_ref().map_or(batches_per_epoch, |p| p.batches);
         if next.batch >= this_epoch {
             next.epoch += 1;
@@ -785,6 +826,33 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
     };
     check("seed", state.seed, o.seed)?;
     check("dataset length", state.dataset_len as u64, ds.len() as u64)?;
+    if let Some(saved) = &state.contents {
+        let ours = LoaderState::contents_of(o);
+        let pairs = |s: &str| -> Vec<(String, String)> {
+            s.split(';')
+                .map(|p| {
+                    let (k, v) = p.split_once(':').unwrap_or((p, ""));
+                    (k.to_string(), v.to_string())
+                })
+                .collect()
+        };
+        let (saved, ours) = (pairs(saved), pairs(&ours));
+        for (k, v) in &ours {
+            match saved.iter().find(|(sk, _)| sk == k) {
+                Some((_, sv)) if sv == v => {}
+                Some((_, sv)) => {
+                    return Err(Error::Resume(format!(
+                        "state has {k} {sv}, options have {k} {v}"
+                    )));
+                }
+                None => {
+                    return Err(Error::Resume(format!(
+                        "state records no {k} (options have {v}): it comes from another build"
+                    )));
+                }
+            }
+        }
+    }
     if state.world_size == 0 || state.batch_size == 0 {
         return Err(Error::Resume(
             "state has a world size or batch size of 0".into(),

@@ -256,7 +256,43 @@ fn resume_after_n_batches_equals_an_uninterrupted_run() {
     let mut other = Loader::new(ds.clone(), o.clone()).unwrap();
     other.next();
     let st = other.state();
-    assert!(Loader::resume(ds, LoaderOptions { seed: 8, ..o }, st).is_err());
+    assert!(
+        Loader::resume(
+            ds.clone(),
+            LoaderOptions {
+                seed: 8,
+                ..o.clone()
+            },
+            st.clone()
+        )
+        .is_err()
+    );
+    // Options that decide a batch's contents are refused by name; the machinery may change.
+    let refused = |o: LoaderOptions| match Loader::resume(ds.clone(), o, st.clone()) {
+        Err(Error::Resume(why)) => why,
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("resumed with other contents"),
+    };
+    let mut bigger = o.clone();
+    bigger.sample.height += 8;
+    assert!(refused(bigger).contains("crop"));
+    assert!(
+        refused(LoaderOptions {
+            shuffle: !o.shuffle,
+            ..o.clone()
+        })
+        .contains("shuffle")
+    );
+    let mut flipped = o.clone();
+    flipped.sample.hflip = !o.sample.hflip;
+    assert!(refused(flipped).contains("flip"));
+    let more_threads = LoaderOptions {
+        decode_threads: o.decode_threads + 1,
+        io_threads: o.io_threads + 1,
+        prefetch: o.prefetch + 1,
+        ..o.clone()
+    };
+    assert!(Loader::resume(ds, more_threads, st).is_ok());
 }
 
 #[test]
@@ -644,6 +680,7 @@ fn a_state_resumes_at_another_world_size_and_batch_size_exactly_once() {
                 batch_size: 3,
                 dataset_len: n,
                 remaining: None,
+                contents: None,
             };
             let want: Vec<Vec<usize>> =
                 collect(Loader::resume(ds.clone(), shaped(rank, 3, 3), fresh).unwrap())

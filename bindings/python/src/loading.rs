@@ -374,6 +374,8 @@ impl Loader {
                 batch_size,
                 dataset_len: dataset.len(),
                 remaining: None,
+                // The options are checked by `load_state_dict` against those it recorded.
+                contents: None,
             };
             let mut run = Run {
                 loader: None,
@@ -512,6 +514,7 @@ impl Loader {
                 Some(r) => LoaderState::parse_remaining(&r.extract::<String>()?)
                     .map_err(|e| raise(py, Kind::Options, format!("cannot resume: {e}")))?,
             },
+            contents: None,
         };
         detached(py, || self.lock().restart(&self.dataset, &self.options, st))
     }
