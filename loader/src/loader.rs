@@ -636,17 +636,17 @@ impl Run {
             Order::Seeded => None,
             Order::Liquid { budget_bytes } => Some(liquid_sampler(ds, o, budget_bytes, &state)?),
         };
-        let batches_for = |per: usize| {
+        let batches_for = |per: usize, batch_size: usize| {
             if o.drop_last {
-                per / o.batch_size
+                per / batch_size.max(1)
             } else {
-                per.div_ceil(o.batch_size)
+                per.div_ceil(batch_size.max(1))
             }
         };
         let per_rank = order.per_rank();
         let batches_per_epoch = match &sampler {
             Some(s) => s.batches_per_epoch(),
-            None => batches_for(per_rank),
+            None => batches_for(per_rank, o.batch_size),
         };
         if batches_per_epoch == 0 {
             return Err(Error::Options(format!(
@@ -664,22 +664,8 @@ impl Run {
         };
         let saved_batches = match &state.remaining {
             None if sampler.is_some() => batches_per_epoch,
-            None => {
-                let per = saved.per_rank();
-                if o.drop_last {
-                    per / state.batch_size.max(1)
-                } else {
-                    per.div_ceil(state.batch_size.max(1))
-                }
-            }
-            Some(r) => {
-                let per = saved.per_rank_of(count(r));
-                if o.drop_last {
-                    per / state.batch_size.max(1)
-                } else {
-                    per.div_ceil(state.batch_size.max(1))
-                }
-            }
+            None => batches_for(saved.per_rank(), state.batch_size),
+            Some(r) => batches_for(saved.per_rank_of(count(r)), state.batch_size),
         };
         if state.batch > saved_batches {
             return Err(Error::Resume(format!(
@@ -690,7 +676,7 @@ impl Run {
         let reshaped = state.world_size != o.world_size || state.batch_size != o.batch_size;
         let (mut next, mut part) = if reshaped && state.batch < saved_batches {
             let left = saved.left_after(state.remaining.as_deref(), state.batch, state.batch_size);
-            let batches = batches_for(order.per_rank_of(count(&left)));
+            let batches = batches_for(order.per_rank_of(count(&left)), o.batch_size);
             let next = LoaderState {
                 batch: 0,
                 rank: o.rank,

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::fixture;
+use common::{copy_tree, fixture};
 use loader::{
     Batch, CacheOptions, Dataset, Loader, LoaderOptions, OpenOptions, SampleSpec, StorageOptions,
     open_dataset,
@@ -20,19 +20,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
 
 fn options(seed: u64) -> LoaderOptions {
     LoaderOptions {
@@ -86,8 +73,8 @@ fn faults_end_in_the_right_samples_or_a_named_error_in_bounded_time() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("s3");
     let bucket = root.join("data");
-    copy_dir(&f.mixed, &bucket.join("mixed"));
-    copy_dir(&f.l3, &bucket.join("l3"));
+    copy_tree(&f.mixed, &bucket.join("mixed"));
+    copy_tree(&f.l3, &bucket.join("l3"));
     let server = Server::start(&root, "127.0.0.1:0".parse().unwrap()).unwrap();
     // SAFETY: this binary's only test sets the environment before starting any thread that reads it.
     unsafe {
@@ -350,7 +337,7 @@ fn faults_end_in_the_right_samples_or_a_named_error_in_bounded_time() {
     let ds = open("s3://data/l3", cached()).unwrap();
     let got = epoch(ds.clone(), 5).unwrap();
     let swapped_local = tmp.path().join("swapped");
-    copy_dir(&f.l3, &swapped_local);
+    copy_tree(&f.l3, &swapped_local);
     std::fs::copy(f.l3.join(b), swapped_local.join(a)).unwrap();
     let here = open(swapped_local.to_str().unwrap(), StorageOptions::default()).unwrap();
     assert!(got == epoch(here, 5).unwrap(), "a stale entry was served");

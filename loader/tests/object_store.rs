@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::fixture;
+use common::{copy_tree, fixture};
 use loader::{
     Batch, Dataset, Loader, LoaderOptions, LoaderState, OpenOptions, PcrRecords, SampleSpec,
     StorageOptions, open_dataset,
@@ -16,19 +16,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use s3_loopback::Server;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
 
 fn options(batch: usize) -> LoaderOptions {
     LoaderOptions {
@@ -98,8 +85,8 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("s3");
     let bucket = root.join("data");
-    copy_dir(&f.mixed, &bucket.join("mixed"));
-    copy_dir(&f.l3, &bucket.join("l3"));
+    copy_tree(&f.mixed, &bucket.join("mixed"));
+    copy_tree(&f.l3, &bucket.join("l3"));
     let pcr_local = tmp.path().join("pcr");
     let build = loader::convert::PcrBuild {
         threads: 2,
@@ -107,7 +94,7 @@ fn datasets_on_an_s3_server_read_what_they_read_locally() {
         ..Default::default()
     };
     loader::convert::to_pcr(&f.mixed.join("photo"), &pcr_local, &build).unwrap();
-    copy_dir(&pcr_local, &bucket.join("pcr"));
+    copy_tree(&pcr_local, &bucket.join("pcr"));
     let mut server = Server::start(&root, any_port()).unwrap();
     set_env(&server, s3_loopback::SECRET);
 

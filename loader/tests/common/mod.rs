@@ -153,3 +153,17 @@ pub fn assert_drop_stops_threads(loader: loader::Loader, monitor: &loader::Threa
         t0.elapsed()
     );
 }
+
+/// Copies every file under `from` (any kind, folders recreated) to `to`.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
