@@ -34,6 +34,8 @@ pub(crate) mod stream {
     pub const SHARD: u64 = 2;
     pub const SAMPLE: u64 = 3;
     pub const PROBE: u64 = 4;
+    /// The sampler over a part of an epoch shared out at another world size.
+    pub const PART: u64 = 5;
 }
 
 /// The README's example runs as a doctest.
@@ -44,5 +46,5 @@ pub use manifest::{Dataset, Dims, FormatKind, FormatSpec, Item, Manifest, Ratio}
 pub use pack::DatasetWriter;
 pub use plan::{BufferPlan, Planner};
 pub use profile::{Decoder, Probe, Profile, ProfileConfig, SourceItem};
-pub use sampler::{Batch, Delivered, LiquidSampler, SamplerConfig};
+pub use sampler::{Batch, Delivered, LiquidSampler, SamplerConfig, delivered};
 pub use shard::ShardPolicy;

@@ -397,6 +397,14 @@ impl Planner {
             .collect()
     }
 
+    /// Plans and discards `batches` mini-batches: the planner then stands where a run that delivered
+    /// them stands (a resumed sampler's starting point; the schedule needs no I/O to get there).
+    pub fn skip(&mut self, batches: usize) {
+        for _ in 0..batches {
+            self.next_batch();
+        }
+    }
+
     /// Plans the next mini-batch (epochs follow one another without end).
     pub fn next_batch(&mut self) -> BatchPlan {
         let mut events = Vec::new();

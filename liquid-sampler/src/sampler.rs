@@ -1,16 +1,24 @@
 //! The runtime: the [`Planner`]'s schedule executed against the disk. I/O threads read the items the
 //! schedule loads, in its order, page cache bypassed, as soon as a slot frees — so loading runs ahead of
 //! sampling by as much as the buffers hold — while [`LiquidSampler::next_batch`] hands out batches.
+//!
+//! Resuming needs no saved buffers: the schedule is a pure function of the configuration, so
+//! [`LiquidSampler::resume`] replays it (no I/O) to the saved batch and reads back what the buffers held
+//! there; every later batch, its draws, keeps and disk reads, is the uninterrupted run's. [`delivered`]
+//! replays a rank's schedule to say which items it had delivered, which is what a run resumed at another
+//! world size needs to share out the rest of the epoch ([`SamplerConfig::items`]).
 
 use crate::direct::{AlignedBuf, DirectFile};
 use crate::error::{Error, Result};
 use crate::manifest::{Dataset, Dims, Item};
 use crate::plan::{BatchPlan, BufferPlan, Event, Planner};
 use crate::shard::{ShardPolicy, shard};
+use crate::stream;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stdx::SplitMix64;
 
 /// How to sample a dataset.
 #[derive(Clone, Debug)]
@@ -24,6 +32,11 @@ pub struct SamplerConfig {
     pub shard_policy: ShardPolicy,
     /// Threads reading from disk (they overlap reads; the order stays the schedule's).
     pub io_threads: usize,
+    /// The manifest items the ranks share out, ascending and without repeats; `None`: the whole dataset.
+    /// A subset is what is left of an epoch interrupted at another world size: it is sharded, buffered and
+    /// sampled like a dataset of its own (with its own seed stream, so its order is not the whole
+    /// dataset's).
+    pub items: Option<Arc<[u32]>>,
 }
 
 impl SamplerConfig {
@@ -36,8 +49,82 @@ impl SamplerConfig {
             world_size: 1,
             shard_policy: ShardPolicy::Pad,
             io_threads: 2,
+            items: None,
         }
     }
+}
+
+/// A rank's schedule, before any I/O: its shard (manifest indices, ascending), the buffers, the planner.
+fn schedule(dataset: &Dataset, cfg: &SamplerConfig) -> Result<(Vec<u32>, BufferPlan, Planner)> {
+    let m = &dataset.manifest;
+    let (universe, planner_seed) = match &cfg.items {
+        None => (m.items.len(), cfg.seed ^ cfg.rank as u64),
+        Some(items) => {
+            if let Some(&bad) = items.iter().find(|&&i| i as usize >= m.items.len()) {
+                return Err(Error::BadSetting(format!(
+                    "item {bad} is not in the manifest's {} items",
+                    m.items.len()
+                )));
+            }
+            if items.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(Error::BadSetting(
+                    "the items to share out must be ascending without repeats".into(),
+                ));
+            }
+            let seed = SplitMix64::keyed(cfg.seed, stream::PART, cfg.rank as u64).next_u64();
+            (items.len(), seed)
+        }
+    };
+    let mut shard = shard(
+        universe,
+        cfg.rank,
+        cfg.world_size,
+        cfg.seed,
+        cfg.shard_policy,
+    )?;
+    if let Some(items) = &cfg.items {
+        for x in &mut shard {
+            *x = items[*x as usize];
+        }
+    }
+    let mut sizes = vec![Vec::new(); m.formats.len()];
+    for &i in &shard {
+        let it = &m.items[i as usize];
+        sizes[it.format as usize].push(crate::direct::round_up(it.location.length));
+    }
+    let buffers = BufferPlan::new(cfg.budget, &sizes)?;
+    let format_of: Vec<u16> = shard.iter().map(|&i| m.items[i as usize].format).collect();
+    let keys: Vec<(u32, u64)> = shard
+        .iter()
+        .map(|&i| {
+            let l = m.items[i as usize].location;
+            (l.file, l.offset)
+        })
+        .collect();
+    let planner = Planner::new(&format_of, &keys, &buffers, cfg.batch, planner_seed)?;
+    Ok((shard, buffers, planner))
+}
+
+/// The manifest items rank `cfg.rank` delivers in the first `batch` batches of `epoch`, in delivery
+/// order, found by replaying its schedule without touching the data files.
+pub fn delivered(
+    dataset: &Dataset,
+    cfg: &SamplerConfig,
+    epoch: usize,
+    batch: usize,
+) -> Result<Vec<u32>> {
+    let (shard, _, mut planner) = schedule(dataset, cfg)?;
+    let per_epoch = planner.batches_per_epoch();
+    if batch > per_epoch {
+        return Err(Error::BadSetting(format!(
+            "batch {batch} is past the {per_epoch} batches of an epoch"
+        )));
+    }
+    planner.skip(epoch.saturating_mul(per_epoch));
+    Ok((0..batch)
+        .flat_map(|_| planner.next_batch().draws)
+        .map(|d| shard[d.local as usize])
+        .collect())
 }
 
 /// One delivered item: its manifest record, whether it stayed in memory from the previous epoch, and the
@@ -64,6 +151,10 @@ pub struct Batch {
     /// Items (and their bytes) read from disk to refill the buffers while this batch was drawn.
     pub disk_items: usize,
     pub disk_bytes: u64,
+    /// The first batch after [`LiquidSampler::resume`]: items (and bytes) read back into the buffers,
+    /// beside the schedule's own reads above. Zero otherwise.
+    pub rebuilt_items: usize,
+    pub rebuilt_bytes: u64,
     pub wait: Duration,
 }
 
@@ -82,6 +173,8 @@ pub struct LiquidSampler {
     shard: Vec<u32>,
     buffers: BufferPlan,
     planner: Planner,
+    /// Items a resumed sampler reads back before its first batch: what the buffers held there.
+    rebuild: Vec<u32>,
     /// Bytes of shard items in memory (current and next regions) or on their way.
     in_memory: HashMap<u32, Arc<AlignedBuf>>,
     arrived: HashMap<u32, Result<AlignedBuf>>,
@@ -92,35 +185,34 @@ pub struct LiquidSampler {
 
 impl LiquidSampler {
     pub fn new(dataset: Dataset, cfg: &SamplerConfig) -> Result<Self> {
-        let m = &dataset.manifest;
-        let shard = shard(
-            m.items.len(),
-            cfg.rank,
-            cfg.world_size,
-            cfg.seed,
-            cfg.shard_policy,
-        )?;
-        let mut sizes = vec![Vec::new(); m.formats.len()];
-        for &i in &shard {
-            let it = &m.items[i as usize];
-            sizes[it.format as usize].push(crate::direct::round_up(it.location.length));
+        Self::resume(dataset, cfg, 0, 0)
+    }
+
+    /// The sampler as it stands before batch `batch` of epoch `epoch` of an uninterrupted run with the
+    /// same configuration: the schedule is replayed to there, and what the buffers held there (staged
+    /// items and those kept for the next epoch) is read back with the first batch, counted apart in
+    /// [`Batch::rebuilt_items`]; from then on draws, keeps and disk reads are the uninterrupted run's.
+    pub fn resume(
+        dataset: Dataset,
+        cfg: &SamplerConfig,
+        epoch: usize,
+        batch: usize,
+    ) -> Result<Self> {
+        let (shard, buffers, mut planner) = schedule(&dataset, cfg)?;
+        let per_epoch = planner.batches_per_epoch();
+        if batch > per_epoch {
+            return Err(Error::BadSetting(format!(
+                "cannot resume at batch {batch}: an epoch has {per_epoch} batches"
+            )));
         }
-        let buffers = BufferPlan::new(cfg.budget, &sizes)?;
-        let format_of: Vec<u16> = shard.iter().map(|&i| m.items[i as usize].format).collect();
-        let keys: Vec<(u32, u64)> = shard
-            .iter()
-            .map(|&i| {
-                let l = m.items[i as usize].location;
-                (l.file, l.offset)
-            })
-            .collect();
-        let planner = Planner::new(
-            &format_of,
-            &keys,
-            &buffers,
-            cfg.batch,
-            cfg.seed ^ cfg.rank as u64,
-        )?;
+        let replayed = epoch.saturating_mul(per_epoch).saturating_add(batch);
+        planner.skip(replayed);
+        let rebuild: Vec<u32> = if replayed > 0 {
+            planner.resident().iter_ones().map(|l| l as u32).collect()
+        } else {
+            Vec::new()
+        };
+        let m = &dataset.manifest;
         let files: Vec<DirectFile> = (0..m.files.len() as u32)
             .map(|f| DirectFile::open(&dataset.path_of(f)))
             .collect::<Result<_>>()?;
@@ -149,6 +241,7 @@ impl LiquidSampler {
             shard,
             buffers,
             planner,
+            rebuild,
             in_memory: HashMap::new(),
             arrived: HashMap::new(),
             jobs: Some(jobs),
@@ -181,6 +274,11 @@ impl LiquidSampler {
 
     /// Assembles the next mini-batch; epochs follow one another (see [`Batch::epoch`]).
     pub fn next_batch(&mut self) -> Result<Batch> {
+        let (mut rebuilt_items, mut rebuilt_bytes) = (0, 0);
+        for local in std::mem::take(&mut self.rebuild) {
+            rebuilt_items += 1;
+            rebuilt_bytes += self.load(local)?;
+        }
         let plan: BatchPlan = self.planner.next_batch();
         let mut wait = Duration::ZERO;
         let mut items = Vec::with_capacity(plan.draws.len());
@@ -188,20 +286,8 @@ impl LiquidSampler {
         for ev in &plan.events {
             match *ev {
                 Event::Load(local) => {
-                    let it = self.item(local);
-                    let job = Job {
-                        local,
-                        file: it.location.file,
-                        offset: it.location.offset,
-                        length: it.location.length,
-                    };
                     disk_items += 1;
-                    disk_bytes += it.location.length;
-                    self.jobs
-                        .as_ref()
-                        .ok_or(Error::IoThreadsGone)?
-                        .send(job)
-                        .map_err(|_| Error::IoThreadsGone)?;
+                    disk_bytes += self.load(local)?;
                 }
                 Event::Draw(d) => {
                     let draw = plan.draws[d];
@@ -233,8 +319,27 @@ impl LiquidSampler {
             items,
             disk_items,
             disk_bytes,
+            rebuilt_items,
+            rebuilt_bytes,
             wait,
         })
+    }
+
+    /// Hands shard item `local` to the I/O threads; returns its length.
+    fn load(&self, local: u32) -> Result<u64> {
+        let it = self.item(local);
+        let job = Job {
+            local,
+            file: it.location.file,
+            offset: it.location.offset,
+            length: it.location.length,
+        };
+        self.jobs
+            .as_ref()
+            .ok_or(Error::IoThreadsGone)?
+            .send(job)
+            .map_err(|_| Error::IoThreadsGone)?;
+        Ok(it.location.length)
     }
 
     fn wait_for(&mut self, local: u32) -> Result<AlignedBuf> {

@@ -505,3 +505,137 @@ fn probes_load_through_the_bandwidth_cap() {
     drop(set);
     let _ = std::fs::remove_dir_all(&src);
 }
+
+/// Resumed at any batch of any epoch, the sampler delivers what the uninterrupted run delivers from
+/// there: the same items with the same bytes, the same cached flags and the same per-batch disk reads;
+/// the buffers' contents are read back once, with the first batch.
+#[test]
+fn resume_mid_epoch_continues_the_uninterrupted_schedule() {
+    let dir = scratch("resume");
+    let m = build(&dir, 60);
+    let total: u64 = m
+        .items
+        .iter()
+        .map(|i| i.location.length.div_ceil(4096) * 4096)
+        .sum();
+    let mut cfg = SamplerConfig::new(total * 4 / 10, 7);
+    cfg.seed = 5;
+    type Seen = (usize, usize, Vec<(u64, bool)>, usize, u64);
+    let run = |s: &mut LiquidSampler, batches: usize| -> Vec<Seen> {
+        (0..batches)
+            .map(|_| {
+                let b = s.next_batch().unwrap();
+                for d in &b.items {
+                    let raw = d.item.format == 1;
+                    let dims = d.dims();
+                    let mut pix = Vec::new();
+                    if raw {
+                        profile::decode_raw(&d.bytes, dims, &mut pix).unwrap();
+                    } else {
+                        rle_decode(&d.bytes, &mut pix).unwrap();
+                    }
+                    assert_eq!(pix, pixels(d.item.id, dims.width, dims.height));
+                }
+                let ids = b.items.iter().map(|d| (d.item.id, d.cached)).collect();
+                (b.epoch, b.index, ids, b.disk_items, b.disk_bytes)
+            })
+            .collect()
+    };
+    let mut whole = LiquidSampler::new(Dataset::open(&dir).unwrap(), &cfg).unwrap();
+    let per = whole.batches_per_epoch();
+    let all = run(&mut whole, 3 * per);
+    for (epoch, batch) in [(0, 3), (1, 0), (1, 4), (2, per - 1)] {
+        let mut s =
+            LiquidSampler::resume(Dataset::open(&dir).unwrap(), &cfg, epoch, batch).unwrap();
+        let at = epoch * per + batch;
+        let first = {
+            let b = s.next_batch().unwrap();
+            assert!(b.rebuilt_items > 0, "({epoch}, {batch}): buffers read back");
+            assert!(
+                b.rebuilt_items <= s.buffers().capacity.iter().sum::<usize>(),
+                "no more than the buffers hold"
+            );
+            let ids: Vec<(u64, bool)> = b.items.iter().map(|d| (d.item.id, d.cached)).collect();
+            (b.epoch, b.index, ids, b.disk_items, b.disk_bytes)
+        };
+        assert_eq!(first, all[at], "({epoch}, {batch}): first batch");
+        let rest = run(&mut s, 3 * per - at - 1);
+        assert_eq!(rest, all[at + 1..], "({epoch}, {batch}): the batches after");
+        assert_eq!(s.next_batch().unwrap().rebuilt_items, 0, "read back once");
+    }
+    let e = LiquidSampler::resume(Dataset::open(&dir).unwrap(), &cfg, 0, per + 1)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("batch"), "{e}");
+}
+
+/// Stopped after `b` batches of an epoch at world size `w`, resumed at `w2`: the items no rank
+/// delivered (found by replaying each rank's schedule) are shared out among the new ranks, whose
+/// samplers over that part deliver each of them once (padding repeats aside), with the right bytes.
+#[test]
+fn the_rest_of_an_epoch_shared_out_at_another_world_size_is_delivered_once() {
+    let dir = scratch("elastic");
+    let m = build(&dir, 70);
+    let n = m.items.len();
+    for (w, b, w2, batch) in [(4, 2, 3, 4), (2, 3, 5, 3)] {
+        let cfg = |rank: usize, world: usize, items: Option<std::sync::Arc<[u32]>>| {
+            let mut c = SamplerConfig::new(1 << 18, batch);
+            c.seed = 8;
+            c.rank = rank;
+            c.world_size = world;
+            c.items = items;
+            c
+        };
+        let ds = Dataset::open(&dir).unwrap();
+        let mut seen = vec![0usize; n];
+        for rank in 0..w {
+            // What the rank really delivered equals what the replay says it did.
+            let mut s =
+                LiquidSampler::new(Dataset::open(&dir).unwrap(), &cfg(rank, w, None)).unwrap();
+            let mut real = Vec::new();
+            for _ in 0..s.batches_per_epoch() + b {
+                let bt = s.next_batch().unwrap();
+                if bt.epoch == 1 {
+                    real.extend(bt.items.iter().map(|d| d.item.id));
+                }
+            }
+            let replayed = delivered(&ds, &cfg(rank, w, None), 1, b).unwrap();
+            let ids: Vec<u64> = replayed.iter().map(|&i| m.items[i as usize].id).collect();
+            assert_eq!(ids, real, "rank {rank} of {w}");
+            for i in replayed {
+                seen[i as usize] += 1;
+            }
+        }
+        let left: Vec<u32> = (0..n as u32).filter(|&i| seen[i as usize] == 0).collect();
+        assert!(!left.is_empty() && left.len() < n);
+        let left: std::sync::Arc<[u32]> = left.into();
+        for rank in 0..w2 {
+            let c = cfg(rank, w2, Some(left.clone()));
+            let mut s = LiquidSampler::new(Dataset::open(&dir).unwrap(), &c).unwrap();
+            for _ in 0..s.batches_per_epoch() {
+                let bt = s.next_batch().unwrap();
+                assert_eq!(bt.epoch, 0);
+                for d in &bt.items {
+                    let i = m.items.iter().position(|x| x.id == d.item.id).unwrap();
+                    assert!(left.contains(&(i as u32)), "item {i} was not left");
+                    seen[i] += 1;
+                }
+            }
+        }
+        let never = seen.iter().filter(|&&c| c == 0).count();
+        let twice = seen.iter().filter(|&&c| c > 1).count();
+        assert_eq!(never, 0, "{w}x{b} -> {w2}: every item delivered");
+        assert!(
+            twice <= (w - 1) + (w2 - 1),
+            "{w}x{b} -> {w2}: {twice} items twice (padding only)"
+        );
+    }
+    let bad = SamplerConfig {
+        items: Some(vec![3, 2].into()),
+        ..SamplerConfig::new(1 << 18, 4)
+    };
+    let e = LiquidSampler::new(Dataset::open(&dir).unwrap(), &bad)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("ascending"), "{e}");
+}

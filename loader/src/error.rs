@@ -46,14 +46,6 @@ pub enum Error {
     /// A resume state that belongs to another configuration.
     #[error("cannot resume: {0}")]
     Resume(String),
-    /// A mid-run [`LoaderState`](crate::LoaderState) handed to a loader with the Liquid order: the
-    /// sampler's shuffle buffers (which items are resident, which region they are in) are not part of the
-    /// state, so only the start of a run (epoch 0, batch 0) can be resumed.
-    #[error(
-        "cannot resume the Liquid order at epoch {epoch}, batch {batch}: its shuffle buffers are not part of \
-         the saved state (only epoch 0, batch 0 can be resumed)"
-    )]
-    LiquidResume { epoch: usize, batch: usize },
     /// GPU decoding was asked for and cannot be done: no usable device, or a batch the device failed on.
     #[error("GPU decoding failed{}: {reason}", at.as_deref().map(|a| format!(" ({a})")).unwrap_or_default())]
     Gpu {

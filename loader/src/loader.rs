@@ -11,7 +11,7 @@ use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::memory::{HostMemory, Pool};
 use crate::options::{LoaderOptions, Order};
-use crate::pipeline::schedule::{Part, Schedule, ShardedOrder};
+use crate::pipeline::schedule::{LiquidTail, Part, Schedule, ShardedOrder};
 use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
 use crate::stats::{Counters, Stats};
 use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, unbounded};
@@ -55,8 +55,12 @@ impl LoaderState {
                 format!("{}/{}", join(n.mean), join(n.std))
             },
         );
+        let order = match o.order {
+            Order::Seeded => "seeded".to_string(),
+            Order::Liquid { budget_bytes } => format!("liquid/{budget_bytes}"),
+        };
         format!(
-            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{}",
+            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};order:{}",
             s.height,
             s.width,
             s.crop,
@@ -66,7 +70,8 @@ impl LoaderState {
             o.shard_tail,
             s.layout,
             s.dtype,
-            normalize
+            normalize,
+            order
         )
     }
 
@@ -632,9 +637,9 @@ impl Run {
                 .into(),
             window: ds.blocks().map_or(1, |b| b.window),
         };
-        let sampler = match o.order {
+        let liquid = match o.order {
             Order::Seeded => None,
-            Order::Liquid { budget_bytes } => Some(liquid_sampler(ds, o, budget_bytes, &state)?),
+            Order::Liquid { budget_bytes } => Some((liquid_dataset(ds)?, budget_bytes)),
         };
         let batches_for = |per: usize, batch_size: usize| {
             if o.drop_last {
@@ -643,11 +648,9 @@ impl Run {
                 per.div_ceil(batch_size.max(1))
             }
         };
+        // Liquid's shards have the sharded order's sizes, and it never drops the last batch.
         let per_rank = order.per_rank();
-        let batches_per_epoch = match &sampler {
-            Some(s) => s.batches_per_epoch(),
-            None => batches_for(per_rank, o.batch_size),
-        };
+        let batches_per_epoch = batches_for(per_rank, o.batch_size);
         if batches_per_epoch == 0 {
             return Err(Error::Options(format!(
                 "no batch per epoch: {per_rank} items for this rank, batch size {} with drop_last",
@@ -663,7 +666,6 @@ impl Run {
             ..order.clone()
         };
         let saved_batches = match &state.remaining {
-            None if sampler.is_some() => batches_per_epoch,
             None => batches_for(saved.per_rank(), state.batch_size),
             Some(r) => batches_for(saved.per_rank_of(count(r)), state.batch_size),
         };
@@ -675,7 +677,10 @@ impl Run {
         }
         let reshaped = state.world_size != o.world_size || state.batch_size != o.batch_size;
         let (mut next, mut part) = if reshaped && state.batch < saved_batches {
-            let left = saved.left_after(state.remaining.as_deref(), state.batch, state.batch_size);
+            let left = match liquid {
+                None => saved.left_after(state.remaining.as_deref(), state.batch, state.batch_size),
+                Some((l, budget)) => liquid_left(l, o, budget, &state)?,
+            };
             let batches = batches_for(order.per_rank_of(count(&left)), o.batch_size);
             let next = LoaderState {
                 batch: 0,
@@ -763,20 +768,39 @@ impl Run {
             Device::Cpu => None,
             Device::Cuda(ordinal) => Some(open_gpu(ds, ordinal)?),
         };
-        let liquid_buffers = sampler.as_ref().map(|s| s.buffers().clone());
-        let schedule = match sampler {
-            Some(s) => {
-                let total = o.epochs.map(|e| e * batches_per_epoch);
-                let l = ds.liquid().expect("checked by liquid_sampler");
-                Schedule::liquid(s, l, total)
+        let (schedule, liquid_buffers) = match liquid {
+            Some((l, budget)) => {
+                let whole = liquid_config(o, budget, o.rank, o.world_size, o.batch_size, None);
+                let (sampler, part) = match &part {
+                    None => (open_liquid(l, &whole, next.epoch, next.batch)?, None),
+                    Some(p) => {
+                        let items = Some(liquid_items(&p.remaining));
+                        let cfg =
+                            liquid_config(o, budget, o.rank, o.world_size, o.batch_size, items);
+                        let tail = LiquidTail {
+                            epoch: p.epoch,
+                            batches: p.batches,
+                            then: whole,
+                            finished: false,
+                        };
+                        (open_liquid(l, &cfg, 0, next.batch)?, Some(tail))
+                    }
+                };
+                let buffers = sampler.buffers().clone();
+                let start = (next.epoch, next.batch);
+                let s = Schedule::liquid(sampler, l, o.epochs, start, batches_per_epoch, part);
+                (s, Some(buffers))
             }
-            None => Schedule::seeded(
-                order,
-                o.batch_size,
-                batches_per_epoch,
-                o.epochs,
-                (next.epoch, next.batch),
-                part.clone(),
+            None => (
+                Schedule::seeded(
+                    order,
+                    o.batch_size,
+                    batches_per_epoch,
+                    o.epochs,
+                    (next.epoch, next.batch),
+                    part.clone(),
+                ),
+                None,
             ),
         };
         Ok(Run {
@@ -826,6 +850,8 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
         for (k, v) in &ours {
             match saved.iter().find(|(sk, _)| sk == k) {
                 Some((_, sv)) if sv == v => {}
+                // States written before the order was recorded all had the seeded order.
+                None if k == "order" && v == "seeded" => {}
                 Some((_, sv)) => {
                     return Err(Error::Resume(format!(
                         "state has {k} {sv}, options have {k} {v}"
@@ -855,40 +881,107 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
     Ok(())
 }
 
-/// Opens liquid-sampler's runtime sampler for a [`Order::Liquid`] loader, after checking the options it
-/// cannot honour.
-fn liquid_sampler(
-    dataset: &dyn Dataset,
-    o: &LoaderOptions,
-    budget_bytes: u64,
-    state: &LoaderState,
-) -> Result<liquid_sampler::LiquidSampler> {
-    let Some(ds) = dataset.liquid() else {
-        return Err(Error::Options(format!(
+/// The dataset under a [`Order::Liquid`] loader, which only a local Liquid dataset can have.
+fn liquid_dataset(dataset: &dyn Dataset) -> Result<&liquid_sampler::Dataset> {
+    dataset.liquid().ok_or_else(|| {
+        Error::Options(format!(
             "the Liquid order needs a local Liquid multi-format dataset (its sampler reads the packs \
              with direct I/O), not {}",
             dataset.describe()
-        )));
-    };
-    if (state.epoch, state.batch) != (0, 0) {
-        return Err(Error::LiquidResume {
-            epoch: state.epoch,
-            batch: state.batch,
-        });
-    }
-    let cfg = liquid_sampler::SamplerConfig {
-        budget: budget_bytes,
-        batch: o.batch_size,
+        ))
+    })
+}
+
+/// The sampler configuration of rank `rank` of `world_size` at `batch_size`; `items`: the part of an
+/// epoch they share out (`None`: the whole dataset).
+fn liquid_config(
+    o: &LoaderOptions,
+    budget: u64,
+    rank: usize,
+    world_size: usize,
+    batch_size: usize,
+    items: Option<Arc<[u32]>>,
+) -> liquid_sampler::SamplerConfig {
+    liquid_sampler::SamplerConfig {
+        budget,
+        batch: batch_size,
         seed: o.seed,
-        rank: o.rank,
-        world_size: o.world_size,
+        rank,
+        world_size,
         shard_policy: o.shard_tail,
         io_threads: o.io_threads,
-    };
-    liquid_sampler::LiquidSampler::new(ds.clone(), &cfg).map_err(|e| match e {
+        items,
+    }
+}
+
+/// Item indices (the manifest's) of a state's `remaining` ranges: under the Liquid order they name
+/// items, not positions in a global permutation (it has none).
+fn liquid_items(remaining: &[std::ops::Range<usize>]) -> Arc<[u32]> {
+    remaining
+        .iter()
+        .flat_map(|r| r.clone())
+        .map(|i| i as u32)
+        .collect()
+}
+
+fn liquid_error(ds: &liquid_sampler::Dataset, e: liquid_sampler::Error) -> Error {
+    match e {
         liquid_sampler::Error::BudgetTooSmall { .. } | liquid_sampler::Error::BadSetting(_) => {
             Error::Options(format!("Liquid order on {}: {e}", ds.dir.display()))
         }
         e => Error::dataset(&ds.dir, e),
-    })
+    }
+}
+
+/// Liquid's sampler for this rank, standing where an uninterrupted run stands before (`epoch`, `batch`).
+fn open_liquid(
+    ds: &liquid_sampler::Dataset,
+    cfg: &liquid_sampler::SamplerConfig,
+    epoch: usize,
+    batch: usize,
+) -> Result<liquid_sampler::LiquidSampler> {
+    liquid_sampler::LiquidSampler::resume(ds.clone(), cfg, epoch, batch)
+        .map_err(|e| liquid_error(ds, e))
+}
+
+/// The items of a Liquid state's epoch (or part of one) that no rank of the saved shape delivered:
+/// each saved rank's schedule is replayed, without I/O, to the saved batch.
+fn liquid_left(
+    ds: &liquid_sampler::Dataset,
+    o: &LoaderOptions,
+    budget: u64,
+    state: &LoaderState,
+) -> Result<Vec<std::ops::Range<usize>>> {
+    let items = state.remaining.as_deref().map(liquid_items);
+    // A part is sampled as an epoch of its own, its epoch 0.
+    let epoch = if items.is_some() { 0 } else { state.epoch };
+    let n = ds.manifest.items.len();
+    let mut delivered = vec![false; n];
+    for rank in 0..state.world_size {
+        let cfg = liquid_config(
+            o,
+            budget,
+            rank,
+            state.world_size,
+            state.batch_size,
+            items.clone(),
+        );
+        for i in liquid_sampler::delivered(ds, &cfg, epoch, state.batch)
+            .map_err(|e| liquid_error(ds, e))?
+        {
+            delivered[i as usize] = true;
+        }
+    }
+    let universe: Vec<usize> = match &items {
+        None => (0..n).collect(),
+        Some(i) => i.iter().map(|&i| i as usize).collect(),
+    };
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for i in universe.into_iter().filter(|&i| !delivered[i]) {
+        match out.last_mut() {
+            Some(r) if r.end == i => r.end += 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    Ok(out)
 }

@@ -88,10 +88,13 @@ pub enum Order {
     /// and the assembler are the loader's. The disk traffic of a batch is the sampler's refill reads.
     ///
     /// Differences from [`Order::Seeded`]: the order is always shuffled (`shuffle: false` and `drop_last`
-    /// are rejected), each rank's shard is fixed for the whole run (so the buffers can keep it), and
-    /// [`Loader::resume`](crate::Loader::resume) accepts only the start of the run: the shuffle buffers'
-    /// contents are not part of [`LoaderState`](crate::LoaderState), so a mid-run state is refused with
-    /// [`Error::LiquidResume`](crate::Error::LiquidResume).
+    /// are rejected), and each rank's shard is fixed for the whole run (so the buffers can keep it), so
+    /// the global order depends on the world size. [`Loader::resume`](crate::Loader::resume) replays the
+    /// sampler's schedule (no I/O) to the saved batch and reads back what its buffers held there, so the
+    /// batches after are the uninterrupted run's. Resumed at another world size or batch size, the items
+    /// of the interrupted epoch that no saved rank delivered (each rank's schedule replayed) are shared
+    /// out and sampled once, as an epoch of their own; the next epoch runs as if the job had started at
+    /// the new shape.
     Liquid {
         /// Bytes the shuffle buffers of all formats may hold together: at least one slot (the largest
         /// item) per format, or the loader refuses to start; the more, the more items stay resident.

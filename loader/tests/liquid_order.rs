@@ -108,6 +108,7 @@ fn liquid_order_delivers_the_samplers_batches_with_exact_pixels() {
         world_size: 1,
         shard_policy: ShardPolicy::Pad,
         io_threads: 1,
+        items: None,
     };
     let mut sampler = LiquidSampler::new(sampler_ds, &cfg).unwrap();
     let tag = |f: Format| match f {
@@ -220,6 +221,98 @@ fn liquid_order_same_seed_same_sequence() {
     assert_ne!(a, run(12));
 }
 
+/// A mid-epoch state resumes the Liquid order exactly: the batches after it are the uninterrupted
+/// run's — items, formats, cached flags, pixels, and disk traffic from the second batch on (the first also
+/// reads back what the buffers held).
+#[test]
+fn liquid_order_resumes_mid_epoch_exactly() {
+    let l = liquid();
+    let o = opts(3, l.budget);
+    let all = collect(Loader::new(l.ds.clone(), o.clone()).unwrap());
+    let per = all.len() / EPOCHS;
+    for stop in [2, per + 1, 2 * per] {
+        let mut first = Loader::new(l.ds.clone(), o.clone()).unwrap();
+        for _ in 0..stop {
+            first.next().unwrap().unwrap();
+        }
+        let state: LoaderState = first.state().to_string().parse().unwrap();
+        drop(first);
+        let rest = collect(Loader::resume(l.ds.clone(), o.clone(), state).unwrap());
+        assert_eq!(rest.len(), all.len() - stop, "stopped after {stop}");
+        for (k, (a, b)) in all[stop..].iter().zip(&rest).enumerate() {
+            let (mut x, mut y) = (audit(&*l.ds, a), audit(&*l.ds, b));
+            if k == 0 {
+                assert!(y.3 > x.3, "the first batch reads the buffers back");
+                (x.3, x.4, y.3, y.4) = (0, 0, 0, 0);
+            }
+            assert_eq!(x, y, "stopped after {stop}, batch {k} after");
+            assert!(
+                a.pixels.as_u8() == b.pixels.as_u8(),
+                "stopped after {stop}: pixels"
+            );
+        }
+    }
+}
+
+/// Stopped mid-epoch at one world size and batch size, resumed at others: across the ranks of both runs
+/// each item of that epoch is delivered once (a padding repeat aside per new rank), and the next epoch
+/// is what a run started at the new shape delivers.
+#[test]
+fn liquid_order_resumes_at_another_world_size_delivering_the_rest_once() {
+    let l = liquid();
+    let n = l.ds.len();
+    let at = |rank: usize, world: usize, batch: usize| LoaderOptions {
+        rank,
+        world_size: world,
+        batch_size: batch,
+        ..opts(4, l.budget)
+    };
+    for (w, b, stop, w2, b2) in [(2, 3, 1, 3, 2), (1, 5, 2, 2, 4), (3, 2, 2, 1, 3)] {
+        let case = format!("{w} ranks x {stop} batches of {b} -> {w2} ranks, batch {b2}");
+        let mut seen = vec![0usize; n];
+        let mut state = None;
+        for rank in 0..w {
+            let mut first = Loader::new(l.ds.clone(), at(rank, w, b)).unwrap();
+            let per = first.batches_per_epoch();
+            for _ in 0..per + stop {
+                let batch = first.next().unwrap().unwrap();
+                if batch.epoch == 1 {
+                    batch.ids.iter().for_each(|&i| seen[i] += 1);
+                }
+            }
+            state = Some(first.state().to_string());
+        }
+        let state: LoaderState = state.unwrap().parse().unwrap();
+        assert_eq!((state.epoch, state.batch), (1, stop), "{case}");
+        for rank in 0..w2 {
+            let resumed = Loader::resume(l.ds.clone(), at(rank, w2, b2), state.clone()).unwrap();
+            let batches = collect(resumed);
+            for batch in batches.iter().filter(|x| x.epoch == 1) {
+                batch.ids.iter().for_each(|&i| seen[i] += 1);
+            }
+            // The epoch after: the new shape's own.
+            let fresh: Vec<Vec<usize>> =
+                collect(Loader::new(l.ds.clone(), at(rank, w2, b2)).unwrap())
+                    .into_iter()
+                    .filter(|x| x.epoch == 2)
+                    .map(|x| x.ids)
+                    .collect();
+            let after: Vec<Vec<usize>> = batches
+                .into_iter()
+                .filter(|x| x.epoch == 2)
+                .map(|x| x.ids)
+                .collect();
+            assert_eq!(after, fresh, "{case}: rank {rank}'s next epoch");
+        }
+        assert!(seen.iter().all(|&c| c >= 1), "{case}: every item: {seen:?}");
+        let twice = seen.iter().filter(|&&c| c > 1).count();
+        assert!(
+            twice <= (w - 1) + (w2 - 1),
+            "{case}: {twice} twice: {seen:?}"
+        );
+    }
+}
+
 #[test]
 fn dropping_a_liquid_loader_mid_epoch_stops_every_thread() {
     let l = liquid();
@@ -242,26 +335,7 @@ fn dropping_a_liquid_loader_mid_epoch_stops_every_thread() {
 fn liquid_order_refuses_what_it_cannot_do() {
     let l = liquid();
     let o = opts(7, l.budget);
-    // Resuming mid-run: a typed error naming the position.
     let start = Loader::new(l.ds.clone(), o.clone()).unwrap().state();
-    let mid = LoaderState {
-        batch: 2,
-        ..start.clone()
-    };
-    match Loader::resume(l.ds.clone(), o.clone(), mid) {
-        Err(Error::LiquidResume { epoch: 0, batch: 2 }) => {}
-        Err(e) => panic!("wrong error: {e}"),
-        Ok(_) => panic!("resumed mid-run"),
-    }
-    let next_epoch = LoaderState {
-        epoch: 1,
-        batch: 0,
-        ..start.clone()
-    };
-    assert!(matches!(
-        Loader::resume(l.ds.clone(), o.clone(), next_epoch),
-        Err(Error::LiquidResume { epoch: 1, .. })
-    ));
     // The start of the run resumes like a new loader.
     let a: Vec<Audit> = collect(Loader::resume(l.ds.clone(), o.clone(), start).unwrap())
         .iter()

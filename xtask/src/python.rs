@@ -15,6 +15,8 @@ const REQUIREMENTS: &[&str] = &[
     "pillow>=9",
     "numpy>=1.22",
     "moto[server]>=5,<6",
+    // The JAX side of the framework tests (DLPack views, `jax.distributed` in the elastic tests), on the CPU.
+    "jax>=0.4.30",
 ];
 
 /// The test environment's folder, `target/python/venv`.

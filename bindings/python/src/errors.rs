@@ -125,9 +125,7 @@ fn loader_kind(e: &loader::Error) -> Kind {
         E::Io { .. } => Kind::Io,
         E::Decode { .. } | E::Dataset { .. } => Kind::Format,
         E::Item { source, .. } => loader_kind(source),
-        E::Options(_) | E::Invalid(_) | E::Memory(_) | E::Resume(_) | E::LiquidResume { .. } => {
-            Kind::Options
-        }
+        E::Options(_) | E::Invalid(_) | E::Memory(_) | E::Resume(_) => Kind::Options,
         E::Gpu { .. } | E::PinMemory(_) => Kind::Gpu,
         _ => Kind::Base,
     }

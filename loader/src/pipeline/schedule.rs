@@ -193,9 +193,24 @@ pub(crate) enum Schedule {
     },
     Liquid {
         sampler: Box<liquid_sampler::LiquidSampler>,
+        dataset: liquid_sampler::Dataset,
         index_of: std::collections::HashMap<(u32, u64), usize>,
-        left: Option<usize>,
+        epochs: Option<usize>,
+        batches_per_epoch: usize,
+        /// The epoch of the next batch.
+        epoch: usize,
+        /// While the sampler delivers the rest of an epoch resumed at another world size or batch size.
+        tail: Option<LiquidTail>,
     },
+}
+
+/// The rest of an interrupted epoch under the Liquid order: a sampler over just those items runs
+/// `batches` batches, then the whole-dataset sampler takes over at the next epoch with `then`.
+pub(crate) struct LiquidTail {
+    pub epoch: usize,
+    pub batches: usize,
+    pub then: liquid_sampler::SamplerConfig,
+    pub finished: bool,
 }
 
 impl Schedule {
@@ -220,11 +235,15 @@ impl Schedule {
         }
     }
 
-    /// Liquid's sampler over `dataset`; `total` batches (all epochs), or without end.
+    /// Liquid's sampler over `dataset`, standing at `start` (epoch, batch); until the end of `epochs`,
+    /// or without end. With a `tail`, `sampler` delivers that part of an epoch first.
     pub fn liquid(
         sampler: liquid_sampler::LiquidSampler,
         dataset: &liquid_sampler::Dataset,
-        total: Option<usize>,
+        epochs: Option<usize>,
+        start: (usize, usize),
+        batches_per_epoch: usize,
+        tail: Option<LiquidTail>,
     ) -> Self {
         // Liquid items are found by where they are stored (unique per item, unlike caller-chosen ids).
         let index_of = dataset
@@ -236,8 +255,12 @@ impl Schedule {
             .collect();
         Schedule::Liquid {
             sampler: Box::new(sampler),
+            dataset: dataset.clone(),
             index_of,
-            left: total,
+            epochs,
+            batches_per_epoch,
+            epoch: start.0,
+            tail,
         }
     }
 
@@ -288,13 +311,29 @@ impl Schedule {
             }
             Schedule::Liquid {
                 sampler,
+                dataset,
                 index_of,
-                left,
+                epochs,
+                batches_per_epoch,
+                epoch,
+                tail,
             } => {
-                if *left == Some(0) {
+                if epochs.is_some_and(|e| *epoch >= e) {
                     return None;
                 }
-                let dir = sampler.dataset().dir.clone();
+                let dir = dataset.dir.clone();
+                // The part is delivered: the whole-dataset sampler takes over where an uninterrupted
+                // run stands at the next epoch.
+                if let Some(t) = tail.take_if(|t| t.finished) {
+                    match liquid_sampler::LiquidSampler::resume(dataset.clone(), &t.then, *epoch, 0)
+                    {
+                        Ok(s) => **sampler = s,
+                        Err(e) => {
+                            *epochs = Some(0);
+                            return Some(Err(Error::dataset(&dir, e)));
+                        }
+                    }
+                }
                 let planned = sampler
                     .next_batch()
                     .map_err(|e| Error::dataset(&dir, e))
@@ -315,21 +354,28 @@ impl Schedule {
                                 )
                             })?;
                         Ok(Planned {
-                            epoch: b.epoch,
+                            epoch: tail.as_ref().map_or(b.epoch, |t| t.epoch),
                             batch: b.index,
                             liquid: Some(LiquidPart {
                                 cached: b.items.iter().map(|d| d.cached).collect(),
-                                disk_items: b.disk_items,
-                                disk_bytes: b.disk_bytes,
+                                disk_items: b.disk_items + b.rebuilt_items,
+                                disk_bytes: b.disk_bytes + b.rebuilt_bytes,
                                 bytes: b.items.iter().map(|d| d.bytes.to_vec()).collect(),
                             }),
                             items: ids,
                         })
                     });
-                *left = match (&planned, *left) {
-                    (Err(_), _) => Some(0),
-                    (Ok(_), l) => l.map(|l| l - 1),
+                let Ok(p) = &planned else {
+                    *epochs = Some(0);
+                    return Some(planned);
                 };
+                let batches = tail.as_ref().map_or(*batches_per_epoch, |t| t.batches);
+                if p.batch + 1 == batches {
+                    *epoch = p.epoch + 1;
+                    if let Some(t) = tail {
+                        t.finished = true;
+                    }
+                }
                 Some(planned)
             }
         }
