@@ -46,5 +46,5 @@ pub use manifest::{Dataset, Dims, FormatKind, FormatSpec, Item, Manifest, Ratio}
 pub use pack::DatasetWriter;
 pub use plan::{BufferPlan, Planner};
 pub use profile::{Decoder, Probe, Profile, ProfileConfig, SourceItem};
-pub use sampler::{Batch, Delivered, LiquidSampler, SamplerConfig, delivered};
+pub use sampler::{Batch, Delivered, LiquidSampler, SamplerConfig, delivered, delivered_epochs};
 pub use shard::ShardPolicy;

@@ -105,6 +105,25 @@ fn schedule(dataset: &Dataset, cfg: &SamplerConfig) -> Result<(Vec<u32>, BufferP
     Ok((shard, buffers, planner))
 }
 
+/// The manifest items rank `cfg.rank` delivers in each of the first `epochs` epochs, in delivery order:
+/// its schedule, replayed without touching the data files (what a shuffle-quality report measures).
+pub fn delivered_epochs(
+    dataset: &Dataset,
+    cfg: &SamplerConfig,
+    epochs: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let (shard, _, mut planner) = schedule(dataset, cfg)?;
+    let per_epoch = planner.batches_per_epoch();
+    Ok((0..epochs)
+        .map(|_| {
+            (0..per_epoch)
+                .flat_map(|_| planner.next_batch().draws)
+                .map(|d| shard[d.local as usize])
+                .collect()
+        })
+        .collect())
+}
+
 /// The manifest items rank `cfg.rank` delivers in the first `batch` batches of `epoch`, in delivery
 /// order, found by replaying its schedule without touching the data files.
 pub fn delivered(

@@ -33,23 +33,19 @@ pub struct ShuffleReport {
     pub stats: Vec<ShuffleStat>,
 }
 
-/// The report for `ds` under the options' order (seeded orders only: the Liquid order's batches come
-/// from its sampler reading the data, so its order is known only by running it, e.g. `l3 stream
-/// --trace`).
+/// The report for `ds` under the options' order. The Liquid order's schedule is replayed without reading
+/// any data (its positions are the dataset's item indices; its buffers fill in storage order within
+/// each format).
 pub fn shuffle_report(ds: &dyn Dataset, o: &LoaderOptions, epochs: usize) -> Result<ShuffleReport> {
-    if let Order::Liquid { .. } = o.order {
-        return Err(Error::Options(
-            "the shuffle report covers the seeded orders (uniform, PCR); the Liquid order's batches \
-             come from its sampler reading the data: run `l3 stream --trace` to see them"
-                .into(),
-        ));
-    }
     if ds.is_empty() || epochs == 0 || o.batch_size == 0 {
         return Err(Error::Options(
             "the shuffle report needs items, an epoch and a batch size".into(),
         ));
     }
     let labels: Vec<u32> = (0..ds.len()).map(|i| ds.label(i)).collect();
+    if let Order::Liquid { budget_bytes } = o.order {
+        return liquid_report(ds, o, budget_bytes, epochs, &labels);
+    }
     let blocks: Vec<usize> = ds.blocks().map_or_else(Vec::new, |b| b.starts.to_vec());
     let window = ds.blocks().map(|b| b.window);
     Ok(ShuffleReport::for_layout(
@@ -77,16 +73,25 @@ impl ShuffleReport {
             blocks: blocks.to_vec().into(),
             window: window.unwrap_or(1),
         };
-        let ours = measure(&|r| order(blocks, r), o, epochs, labels);
-        let uniform = measure(
-            &|r| ShardedOrder {
-                shuffle: true,
-                ..order(&[], r)
-            },
-            o,
-            epochs,
-            labels,
-        );
+        let ours = measure(&|r, e| order(blocks, r).epoch(e), o, epochs, labels);
+        let mut report = ShuffleReport::beside_uniform(ours, o, epochs, labels);
+        report.window = (!blocks.is_empty()).then_some(window.unwrap_or(1));
+        report
+    }
+
+    /// A report of the statistics `ours`, beside a uniform shuffle's of the same shape.
+    fn beside_uniform(ours: [f64; 5], o: &LoaderOptions, epochs: usize, labels: &[u32]) -> Self {
+        let uniform_order = |rank| ShardedOrder {
+            len: labels.len(),
+            seed: o.seed,
+            shuffle: true,
+            rank,
+            world_size: o.world_size,
+            tail: o.shard_tail,
+            blocks: Vec::new().into(),
+            window: 1,
+        };
+        let uniform = measure(&|r, e| uniform_order(r).epoch(e), o, epochs, labels);
         let stats = NAMES
             .iter()
             .zip(ours.iter().zip(&uniform))
@@ -102,7 +107,7 @@ impl ShuffleReport {
             epochs,
             batch_size: o.batch_size,
             world_size: o.world_size,
-            window: (!blocks.is_empty()).then_some(window.unwrap_or(1)),
+            window: None,
             stats,
         }
     }
@@ -138,9 +143,48 @@ const NAMES: [(&str, &str); 5] = [
     ),
 ];
 
-/// The five statistics (in [`NAMES`]' order) of the orders `order(rank)` make.
+/// The Liquid order's report: each rank's schedule replayed.
+fn liquid_report(
+    ds: &dyn Dataset,
+    o: &LoaderOptions,
+    budget: u64,
+    epochs: usize,
+    labels: &[u32],
+) -> Result<ShuffleReport> {
+    let l = ds.liquid().ok_or_else(|| {
+        Error::Options(format!(
+            "the Liquid order needs a Liquid dataset, not {}",
+            ds.describe()
+        ))
+    })?;
+    let seqs = (0..o.world_size)
+        .map(|rank| {
+            let cfg = liquid_sampler::SamplerConfig {
+                budget,
+                batch: o.batch_size,
+                seed: o.seed,
+                rank,
+                world_size: o.world_size,
+                shard_policy: o.shard_tail,
+                io_threads: 1,
+                items: None,
+            };
+            liquid_sampler::delivered_epochs(l, &cfg, epochs)
+                .map_err(|e| Error::Options(format!("Liquid order on {}: {e}", l.dir.display())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ours = measure(
+        &|r, e| seqs[r][e].iter().map(|&i| i as usize).collect(),
+        o,
+        epochs,
+        labels,
+    );
+    Ok(ShuffleReport::beside_uniform(ours, o, epochs, labels))
+}
+
+/// The five statistics (in [`NAMES`]' order) of the orders `order(rank, epoch)` make.
 fn measure(
-    order: &dyn Fn(usize) -> ShardedOrder,
+    order: &dyn Fn(usize, usize) -> Vec<usize>,
     o: &LoaderOptions,
     epochs: usize,
     labels: &[u32],
@@ -156,7 +200,7 @@ fn measure(
         let mut batch_of = vec![usize::MAX; n];
         let mut next_batch = 0usize;
         for rank in 0..o.world_size {
-            let seq = order(rank).epoch(e);
+            let seq = order(rank, e);
             if seq.len() > 1 {
                 corr += pearson(&seq);
                 corr_n += 1;
@@ -262,7 +306,7 @@ mod tests {
             blocks: blocks.clone().into(),
             window,
         };
-        measure(&order, &o, 8, &labels)
+        measure(&|r, e| order(r).epoch(e), &o, 8, &labels)
     }
 
     #[test]

@@ -313,6 +313,31 @@ fn liquid_order_resumes_at_another_world_size_delivering_the_rest_once() {
     }
 }
 
+/// The shuffle report replays the Liquid schedule without reading data: buffers that hold a small
+/// share of the dataset fill in storage order, so the visit order follows storage order more than
+/// with buffers that hold it all.
+#[test]
+fn the_shuffle_report_measures_the_liquid_order() {
+    let l = liquid();
+    let report = |budget: u64| {
+        let o = LoaderOptions {
+            batch_size: 2,
+            ..opts(9, budget)
+        };
+        loader::shuffle_report(&*l.ds, &o, 40).unwrap()
+    };
+    let small = report(l.budget);
+    let all = report(l.ds.stored_bytes() * 4);
+    let corr = |r: &loader::ShuffleReport| r.stat("order_correlation").unwrap().order;
+    assert!(
+        corr(&small) > corr(&all) + 0.05,
+        "{} vs {}",
+        corr(&small),
+        corr(&all)
+    );
+    assert!(corr(&all).abs() < 0.1, "{}", corr(&all));
+}
+
 #[test]
 fn dropping_a_liquid_loader_mid_epoch_stops_every_thread() {
     let l = liquid();
