@@ -26,6 +26,11 @@ pub const VERSION_2: u16 = 2;
 /// default", has the figures and the machines), so `Format::V1` or `Format::V2(Profile::Bp)` stay an
 /// explicit choice where CPU decode speed matters more than detecting damage.
 pub const DEFAULT_FORMAT: Format = Format::V2(Profile::Ans);
+/// Bit 0 of a version-2 header's flags byte (offset 18): the file carries a CRC-32C of every offset-table
+/// entry and one of its prefix (SPEC.md §2.11), so that a read of only some entries — a crop's patches —
+/// verifies every byte it decodes. Files without it (written before the flag existed, or on request) stay
+/// valid; the encoder sets it by default.
+pub const FLAG_ENTRY_CRCS: u8 = 1;
 /// Size in bytes of the fixed header that precedes the offset table.
 pub const HEADER_LEN: usize = 20;
 /// Largest patch side the format allows (the patch size is a `u8`).
