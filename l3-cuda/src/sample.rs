@@ -537,6 +537,22 @@ impl SamplePlan {
             for p in first..first + count {
                 ranges.push(grid.patch_ranges(p).map_err(|e| e.at(index))?);
             }
+            // Fragments were never checked as a whole file: every entry uploaded is checked against its
+            // CRC-32C here (a file without entry CRCs has nothing to check; a whole file's were by its parse).
+            if let SampleSource::Fragments { index: idx, .. } = src {
+                for (k, p) in (first..first + count).enumerate() {
+                    for (e, range) in ranges[k].iter().enumerate().take(entries) {
+                        let id = PatchId {
+                            channel: e,
+                            patch: p,
+                        };
+                        let bytes = src
+                            .bytes(range.clone())
+                            .ok_or_else(|| missing(index, Some(id), range))?;
+                        idx.check_patch(e, p, bytes).map_err(image)?;
+                    }
+                }
+            }
             let mut at_of = Vec::with_capacity(entries);
             for e in 0..entries {
                 at_of.push(self.stage_runs(src, index, &ranges, e, first)?);

@@ -877,7 +877,8 @@ fn sim_v2_asan_and_tsan_clean() {
     }
 }
 
-/// Damaged version-2 patch data whose CRC-32C was made right again (so the host's parse accepts it):
+/// Damaged version-2 patch data in files without entry CRCs, whose file CRC-32C was made right again (so
+/// the host's parse accepts it):
 /// under ASan the kernel rejects a patch exactly when the CPU decoder rejects the image, names its batch
 /// index, and otherwise produces the CPU's pixels; with `check_rows_on_host` the plan rejects exactly what
 /// the CPU rejects before any launch. Samples (gray and RGB, whose every plane a sample holds) likewise
@@ -900,7 +901,7 @@ fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
         let c = [1u8, 3, 4][trial % 3];
         let profile = [l3_format::Profile::Bp, l3_format::Profile::Ans][trial / 3 % 2];
         let content = [Content::Random, Content::Smooth][trial / 6 % 2];
-        let mut bad = common::image_v2(70, 45, c, 32, profile, content, &mut rng).file;
+        let mut bad = common::image_v2_with(70, 45, c, 32, profile, content, &mut rng, false).file;
         let f = l3_format::L3File::parse(&bad).unwrap();
         let (start, end) = (f.data_offset(), bad.len() - 4);
         for _ in 0..1 + trial % 3 {
@@ -989,4 +990,59 @@ fn sim_v2_corrupt_patches_flagged_like_cpu_decoder() {
         flagged > 0 && accepted > 0,
         "flagged {flagged}, accepted {accepted}"
     );
+}
+
+/// Files with entry CRCs: a sample read from fragments checks every entry it uploads on the host, so a
+/// damaged one is refused with its batch index and patch before any launch (a whole file's checksums are
+/// checked by its parse). No kernel runs here, so no harness is needed.
+#[test]
+fn v2_damaged_entries_are_refused_by_the_host_plans() {
+    let mut rng = Rng(0xE17);
+    for profile in [l3_format::Profile::Bp, l3_format::Profile::Ans] {
+        let good = common::image_v2(100, 70, 3, 32, profile, Content::Random, &mut rng).file;
+        let prefix = l3_format::L3Index::prefix_len(&good).unwrap();
+        let index = l3_format::L3Index::parse(&good[..prefix], good.len() as u64).unwrap();
+        assert!(index.has_entry_crcs());
+        let win = vocab::Window::new(vocab::Rect::new(40, 10, 24, 20), 0, 0, false);
+        let ranges = index.region_ranges(win.src, 0).unwrap();
+        let read = |file: &[u8]| {
+            let mut f = l3_format::Fragments::new();
+            f.reset(&ranges);
+            for (r, s) in f.slices_mut() {
+                s.copy_from_slice(&file[r.start as usize..r.end as usize]);
+            }
+            f
+        };
+        // One bit of the first byte the window reads (its first patch's first plane, or chunk).
+        let mut bad = good.clone();
+        bad[ranges[0].start as usize] ^= 4;
+        let opts = crate::SampleOptions::new(24, 20);
+        let (clean, damaged) = (read(&good), read(&bad));
+        let sources = [
+            SampleSource::Fragments {
+                index: &index,
+                data: &clean,
+            },
+            SampleSource::Fragments {
+                index: &index,
+                data: &damaged,
+            },
+        ];
+        match SamplePlan::new(&sources, &[win, win], &opts) {
+            Err(crate::Error::Image {
+                index: 1,
+                source: l3_format::Error::EntryCrcMismatch { .. },
+            }) => {}
+            other => panic!("{profile}: {other:?}"),
+        }
+        SamplePlan::new(&sources[..1], &[win], &opts).unwrap();
+        // The same damage in a whole file: its parse names the entry.
+        match BatchPlan::new(&[&good, &bad], &DecodeOptions::default()) {
+            Err(crate::Error::Image {
+                index: 1,
+                source: l3_format::Error::EntryCrcMismatch { .. },
+            }) => {}
+            other => panic!("{profile}: {other:?}"),
+        }
+    }
 }

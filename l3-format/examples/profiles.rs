@@ -1,12 +1,16 @@
-//! Measures what choosing the default format rests on: for version 1 and both version-2 profiles, the
+//! Measures what choosing the default format rests on: for version 1 and both version-2 profiles (each
+//! with and without entry CRCs, SPEC.md §2.11), the
 //! corpus ratio (compressed / raw, geometric mean), the single-threaded whole-image decode speed (parse
 //! included, so version 2's CRC-32C check is counted) and the single-threaded speed of 224×224 region reads
 //! from an [`L3Index`] and the crop's [`Fragments`] (the loader's path for a random crop); and, one seeded
 //! bit flipped in the bytes each crop read, how many of those region reads return an error and how many
-//! return other pixels without one.
+//! return other pixels without one. Then, for the version-2 files with entry CRCs, every single bit of
+//! the first EVERY_BIT_BYTES bytes (default 2048) the first crop of the first image reads, flipped one at
+//! a time (every bit of a whole crop is tens of minutes on a busy machine; `tests/integrity.rs` flips
+//! every bit of a smaller crop).
 //!
 //! ```text
-//! cargo run --release -p l3-format --example profiles [CORPUS_DIR] [CROPS_PER_IMAGE]
+//! cargo run --release -p l3-format --example profiles [CORPUS_DIR] [CROPS_PER_IMAGE] [EVERY_BIT_BYTES]
 //! ```
 //!
 //! Times are the decoding thread's CPU time (`/proc/thread-self/schedstat`), best of three runs per image,
@@ -15,11 +19,22 @@
 use l3_format::{EncodeOptions, Format, Fragments, L3File, L3Index, PixelLayout, Profile, Rect};
 use std::path::{Path, PathBuf};
 
-const FORMATS: [Format; 3] = [
-    Format::V1,
-    Format::V2(Profile::Bp),
-    Format::V2(Profile::Ans),
+/// Each format, and whether its files carry entry CRCs.
+const FORMATS: [(Format, bool); 5] = [
+    (Format::V1, false),
+    (Format::V2(Profile::Bp), false),
+    (Format::V2(Profile::Bp), true),
+    (Format::V2(Profile::Ans), false),
+    (Format::V2(Profile::Ans), true),
 ];
+
+fn label((format, crcs): (Format, bool)) -> String {
+    match (format, crcs) {
+        (Format::V1, _) => "v1".into(),
+        (f, true) => format!("{f}, entry CRCs"),
+        (f, false) => format!("{f}, none"),
+    }
+}
 const CROP: u32 = 224;
 
 /// This thread's CPU time in seconds, from the scheduler's own accounting (nanoseconds).
@@ -65,6 +80,9 @@ struct Totals {
     flips: usize,
     caught: usize,
     wrong: usize,
+    bytes: f64,
+    every_bit: usize,
+    every_bit_caught: usize,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,6 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         PathBuf::from,
     );
     let crops: usize = args.next().map_or(Ok(64), |s| s.parse())?;
+    let every_bit_bytes: usize = args.next().map_or(Ok(2048), |s| s.parse())?;
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
@@ -85,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     paths.sort();
     let mut totals = [Totals::default(); FORMATS.len()];
     let mut rng = stdx::SplitMix64::new(24);
-    for path in &paths {
+    for (n_image, path) in paths.iter().enumerate() {
         let Some((px, w, h, c)) = load(path) else {
             eprintln!("skipped {} (not decodable)", path.display());
             continue;
@@ -100,14 +119,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         let mut line = format!("{name:<20} {w}x{h}x{c}");
-        for (k, format) in FORMATS.into_iter().enumerate() {
+        for (k, (format, entry_crcs)) in FORMATS.into_iter().enumerate() {
             let opts = EncodeOptions {
                 format,
                 threads: 0,
+                entry_crcs,
                 ..EncodeOptions::default()
             };
             let file = l3_format::encode_with(&px, w, h, c, &opts)?;
             let t = &mut totals[k];
+            t.bytes += file.len() as f64;
             t.log_ratio += (file.len() as f64 / px.len() as f64).ln();
             t.images += 1;
             t.raw += px.len() as f64;
@@ -153,36 +174,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (win, read) in windows.iter().zip(reads.iter_mut()) {
                 index.decode_region(read, *win, &mut clean, layout)?;
                 let k = rng.below(read.len() as u64) as usize;
-                let bit = rng.below(8);
-                let mut at = 0;
-                for (_, buf) in read.slices_mut() {
-                    if k < at + buf.len() {
-                        buf[k - at] ^= 1 << bit;
-                        break;
-                    }
-                    at += buf.len();
-                }
+                let bit = rng.below(8) as u32;
+                flip(read, k, bit);
                 t.flips += 1;
                 match index.decode_region(read, *win, &mut region, layout) {
                     Err(_) => t.caught += 1,
                     Ok(()) if region != clean => t.wrong += 1,
                     Ok(()) => {}
                 }
+                flip(read, k, bit);
             }
-            line += &format!("  {format}: {:.4}", file.len() as f64 / px.len() as f64);
+            if n_image == 0 && entry_crcs {
+                // Every bit of the first crop's first bytes, one at a time.
+                let (win, read) = (&windows[0], &mut reads[0]);
+                for k in 0..read.len().min(every_bit_bytes) {
+                    for bit in 0..8 {
+                        flip(read, k, bit);
+                        if index
+                            .decode_region(read, *win, &mut region, layout)
+                            .is_err()
+                        {
+                            t.every_bit_caught += 1;
+                        }
+                        flip(read, k, bit);
+                        t.every_bit += 1;
+                    }
+                }
+            }
+            line += &format!(
+                "  {}: {:.4}",
+                label((format, entry_crcs)),
+                file.len() as f64 / px.len() as f64
+            );
         }
         eprintln!("{line}");
     }
     println!(
-        "| format | ratio (geo. mean) | decode MB/s, 1 thread | 224×224 region reads: MB/s, 1 thread | µs per crop | bytes read per crop | flipped bit: error | flipped bit: other pixels, no error |"
+        "| format | ratio (geo. mean) | corpus bytes | decode MB/s, 1 thread | 224×224 region reads: MB/s, 1 thread | µs per crop | bytes read per crop | flipped bit: error | flipped bit: other pixels, no error | every bit of a crop's first bytes: error |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (k, format) in FORMATS.into_iter().enumerate() {
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (k, case) in FORMATS.into_iter().enumerate() {
         let t = &totals[k];
         let n = t.crops.max(1) as f64;
+        let every = if t.every_bit > 0 {
+            format!("{} of {}", t.every_bit_caught, t.every_bit)
+        } else {
+            "—".into()
+        };
         println!(
-            "| {format} | {:.4} | {:.0} | {:.0} | {:.0} | {:.0} | {} of {} | {} |",
+            "| {} | {:.4} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} of {} | {} | {every} |",
+            label(case),
             (t.log_ratio / t.images.max(1) as f64).exp(),
+            t.bytes,
             t.raw / t.full_s / 1e6,
             t.crop_raw / t.crop_s / 1e6,
             t.crop_s / n * 1e6,
@@ -193,4 +236,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// Flips bit `bit` of byte `k` of the bytes `read` holds (counted across its fragments).
+fn flip(read: &mut Fragments, k: usize, bit: u32) {
+    let mut at = 0;
+    for (_, buf) in read.slices_mut() {
+        if k < at + buf.len() {
+            buf[k - at] ^= 1 << bit;
+            return;
+        }
+        at += buf.len();
+    }
 }

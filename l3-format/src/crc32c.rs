@@ -90,6 +90,22 @@ impl Crc32c {
         self.0 = update_portable(self.0, bytes);
     }
 
+    /// Continues `self` and `other` over the same `bytes` in one pass (with SSE4.2, at about the cost of one).
+    pub(crate) fn update_pair(&mut self, other: &mut Crc32c, bytes: &[u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_sse42() {
+            // SAFETY: the SSE4.2 `crc32` instruction is all it needs, checked just above.
+            #[allow(unsafe_code)]
+            {
+                (self.0, other.0) =
+                    unsafe { crate::simd::crc::update2_sse42(self.0, other.0, bytes) };
+            }
+            return;
+        }
+        self.0 = update_portable(self.0, bytes);
+        other.0 = update_portable(other.0, bytes);
+    }
+
     /// The checksum of everything passed to [`update`](Self::update).
     pub fn finish(self) -> u32 {
         !self.0
@@ -121,6 +137,13 @@ mod tests {
             c.update(&data[..split]);
             c.update(&data[split..]);
             assert_eq!(c.finish(), whole, "split at {split}");
+        }
+        for split in [0, 5, 8, 150, 300] {
+            let (mut a, mut b) = (Crc32c::new(), Crc32c::new());
+            a.update(&data[..split]);
+            a.update_pair(&mut b, &data[split..]);
+            assert_eq!(a.finish(), whole, "pair, split at {split}");
+            assert_eq!(b.finish(), crc32c(&data[split..]), "pair, split at {split}");
         }
         let mut bytewise = Crc32c::default();
         data.iter()

@@ -8,7 +8,7 @@ use crate::v2;
 use crate::v2::encode::Choices;
 
 /// What [`encode_with`] writes. `Default` is [`crate::DEFAULT_FORMAT`] at that format's default patch size,
-/// the default encoder choices ([`Choices::FastDecode`]), one thread.
+/// the default encoder choices ([`Choices::FastDecode`]), one thread, entry CRCs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EncodeOptions {
     pub format: Format,
@@ -20,6 +20,10 @@ pub struct EncodeOptions {
     pub threads: usize,
     /// How a v2 encoder makes the choices the format leaves free (ignored by v1).
     pub choices: Choices,
+    /// Version 2: write a CRC-32C of every offset-table entry and one of the prefix (header flag
+    /// [`crate::FLAG_ENTRY_CRCS`], SPEC.md §2.11), so that region reads verify what they decode. Default
+    /// `true`; `false` writes the files of the design's conformance vectors (ignored by v1).
+    pub entry_crcs: bool,
 }
 
 impl Default for EncodeOptions {
@@ -29,6 +33,7 @@ impl Default for EncodeOptions {
             patch_size: None,
             threads: 1,
             choices: Choices::FastDecode,
+            entry_crcs: true,
         }
     }
 }
@@ -59,6 +64,7 @@ pub fn encode_with(
                 n,
                 profile,
                 opts.choices,
+                opts.entry_crcs,
                 opts.threads,
             )
         }

@@ -138,6 +138,23 @@ pub enum Error {
     /// The file's last four bytes are not the CRC-32C of everything before them.
     #[error("CRC-32C mismatch: the file says {stored:08x}, its bytes give {computed:08x}")]
     CrcMismatch { stored: u32, computed: u32 },
+    /// A version-2 flags byte (header offset 18) with a bit this reader does not know.
+    #[error("unknown L3 v2 header flags {found:#04x} (bit 0 = entry CRCs)")]
+    UnknownFlags { found: u8 },
+    /// The CRC-32C stored for one offset-table entry does not match the entry's bytes (SPEC.md §2.11).
+    #[error(
+        "{patch}: CRC-32C mismatch: the table says {stored:08x}, the entry's bytes give {computed:08x}"
+    )]
+    EntryCrcMismatch {
+        patch: PatchId,
+        stored: u32,
+        computed: u32,
+    },
+    /// The CRC-32C of a version-2 prefix (header, tables, offset and CRC tables) does not match it.
+    #[error(
+        "CRC-32C mismatch in the header and tables: stored {stored:08x}, their bytes give {computed:08x}"
+    )]
+    PrefixCrcMismatch { stored: u32, computed: u32 },
     /// The first offset of a v2 offset table must point right after the table.
     #[error("the first patch offset is {offset}, must be {expected} (the end of the offset table)")]
     FirstOffsetMisplaced { offset: u32, expected: u64 },
@@ -192,8 +209,9 @@ pub enum Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseOptions {
     pub limits: Limits,
-    /// Verify a version-2 file's CRC-32C before anything else (default `true`). Turn it off only when the
-    /// bytes were verified already (e.g. right after a verified read of the same buffer); v1 has no CRC.
+    /// Verify a version-2 file's CRC-32C checksums before decoding (default `true`): the file's, and where
+    /// the file has them its prefix's and every entry's (one pass over the bytes). Turn it off only when
+    /// the bytes were verified already (e.g. right after a verified read of the same buffer); v1 has no CRC.
     pub verify_crc: bool,
 }
 

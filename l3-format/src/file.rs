@@ -59,18 +59,29 @@ impl<'a> L3File<'a> {
     /// channels, bit depth, patch size, reserved bytes; then
     /// - version 1: every offset (first is 0, non-decreasing, within the data, room for each row's 2-byte
     ///   minimum);
-    /// - version 2: the CRC-32C of the whole file (unless `opts.verify_crc` is false), the profile, the ANS
-    ///   frequency tables (each used one sums to 4096), and every offset (the first right after the table,
-    ///   non-decreasing, before the CRC, room for each entry's minimum),
+    /// - version 2: the profile, the ANS frequency tables (each used one sums to 4096), every offset (the
+    ///   first right after the table — or after the entry CRCs —, non-decreasing, before the CRC, room for
+    ///   each entry's minimum), and unless `opts.verify_crc` is false every checksum: the whole file's
+    ///   CRC-32C and, where the file has them, its prefix's and every entry's (one pass),
     ///
     /// all before any patch data is read.
     pub fn parse_with(bytes: &'a [u8], opts: &ParseOptions) -> Result<Self, Error> {
         let geometry = Geometry::parse(bytes, &opts.limits)?;
         if geometry.version == 2 {
-            if opts.verify_crc {
-                v2::container::verify_crc(bytes)?;
-            }
-            let layout = v2::container::layout(&geometry, bytes, bytes.len() as u64)?;
+            let layout = v2::container::layout(&geometry, bytes, bytes.len() as u64, false);
+            let layout = match (layout, opts.verify_crc) {
+                (Ok(l), true) => {
+                    v2::container::verify_file(&geometry, &l, bytes)?;
+                    l
+                }
+                (Ok(l), false) => l,
+                // Damage anywhere is reported as damage, whatever part of the container it broke.
+                (Err(e), true) => {
+                    v2::container::verify_crc(bytes)?;
+                    return Err(e);
+                }
+                (Err(e), false) => return Err(e),
+            };
             return Ok(L3File {
                 geometry,
                 bytes,
@@ -93,6 +104,12 @@ impl<'a> L3File<'a> {
             bytes,
             kind: Kind::V1 { data_start },
         })
+    }
+
+    /// Whether this is a version-2 file with a CRC-32C per offset-table entry (SPEC.md §2.11), which
+    /// [`parse`](Self::parse) verified.
+    pub fn has_entry_crcs(&self) -> bool {
+        self.geometry.entry_crcs
     }
 
     /// The host-side plan of a version-2 file for a device decoder (`None` for version 1).

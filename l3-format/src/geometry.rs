@@ -3,7 +3,7 @@
 //! bytes of one), and [`Geometry`] answers where each patch lies.
 
 use crate::error::{Error, Limits};
-use crate::format::{HEADER_LEN, MAGIC, Profile, valid_v2_patch_size};
+use crate::format::{FLAG_ENTRY_CRCS, HEADER_LEN, MAGIC, Profile, valid_v2_patch_size};
 use vocab::Rect;
 
 /// The shape of an image's patch grid: everything the header says, validated.
@@ -18,6 +18,9 @@ pub(crate) struct Geometry {
     pub patch_size: u8,
     pub patches_x: u32,
     pub patches_y: u32,
+    /// Version 2 with [`FLAG_ENTRY_CRCS`]: a CRC-32C per offset-table entry and one over the prefix
+    /// (SPEC.md §2.11). Always false for version 1.
+    pub entry_crcs: bool,
 }
 
 impl Geometry {
@@ -53,7 +56,7 @@ impl Geometry {
 
     /// Parses and validates the fixed header at the start of `bytes` (the first bytes of a file, as many as
     /// were read) against `limits`: magic, version, dimensions (W×H×C overflow-checked against the limits),
-    /// channels, bit depth, patch size, profile and reserved bytes. Fewer than [`HEADER_LEN`] bytes are
+    /// channels, bit depth, patch size, profile, flags and reserved bytes. Fewer than [`HEADER_LEN`] bytes are
     /// [`Error::Truncated`], or [`Error::BadMagic`] when what there is does not start like an L3 file.
     pub fn parse(bytes: &[u8], limits: &Limits) -> Result<Geometry, Error> {
         if bytes.len() < HEADER_LEN {
@@ -97,6 +100,7 @@ impl Geometry {
         if depth != 8 {
             return Err(Error::BadBitDepth { found: depth });
         }
+        let mut entry_crcs = false;
         let profile = if version == 1 {
             if patch_size == 0 {
                 return Err(Error::ZeroPatchSize);
@@ -111,7 +115,12 @@ impl Geometry {
             }
             let profile =
                 Profile::from_byte(bytes[17]).ok_or(Error::BadProfile { found: bytes[17] })?;
-            if bytes[18..20] != [0, 0] {
+            let flags = bytes[18];
+            if flags & !FLAG_ENTRY_CRCS != 0 {
+                return Err(Error::UnknownFlags { found: flags });
+            }
+            entry_crcs = flags & FLAG_ENTRY_CRCS != 0;
+            if bytes[19] != 0 {
                 return Err(Error::ReservedNotZero);
             }
             Some(profile)
@@ -126,6 +135,7 @@ impl Geometry {
             patch_size,
             patches_x: width.div_ceil(n),
             patches_y: height.div_ceil(n),
+            entry_crcs,
         };
         // entries ≤ samples ≤ limit, so the table's size fits a usize; check anyway on narrow targets.
         g.entries().checked_mul(4).ok_or(too_large)?;

@@ -13,13 +13,13 @@ use crate::v2::{self, AnsTables, container::Layout};
 use std::ops::Range;
 use vocab::Rect;
 
-/// The prefix of an L3 file — header, (v2-ANS) frequency tables and offset table — without its patch data:
-/// validated exactly as [`crate::L3File::parse`] validates them, given the file's length. What it cannot
-/// check is the v2 CRC-32C, which covers the whole file: a region read from an index trusts the bytes it
-/// reads, and corruption inside them shows up as a decode error. For ANS (the default format) every rANS
-/// lane must end at its initial state with every word consumed, which turned 1147 of 1152 seeded
-/// single-bit flips in the chunks of corpus crops into errors (rANS can resynchronise after a damaged
-/// word); BP rows need only parse and fill their patch exactly, which most flipped residual bits still do.
+/// The prefix of an L3 file — header, (v2-ANS) frequency tables, offset table and, where the file has them,
+/// the entry CRCs and the prefix CRC — without its patch data: validated exactly as [`crate::L3File::parse`]
+/// validates them, given the file's length. The whole-file CRC-32C cannot be checked from a part of the
+/// file; a version-2 file with entry CRCs (what the encoder writes by default, SPEC.md §2.11) has its
+/// prefix CRC checked here and every entry's CRC checked by [`decode_region`](Self::decode_region) before
+/// the entry is decoded, so a region read verifies every byte it uses. Older v2 files have only the
+/// decoders' structural checks (ANS catches most damage, BP little; SPEC.md §2.10), and v1 none.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct L3Index {
     geometry: Geometry,
@@ -36,6 +36,8 @@ enum IndexKind {
         layout: Layout,
         bounds: Box<[u32]>,
         tables: Option<AnsTables>,
+        /// Each entry's CRC-32C, in files that have them.
+        crcs: Option<Box<[u32]>>,
     },
 }
 
@@ -69,7 +71,13 @@ impl L3Index {
         let Some(profile) = g.profile else {
             return Ok(v1::container::data_offset(&g));
         };
-        let offsets = 4 * v2::container::entries(&g, profile);
+        let n = v2::container::entries(&g, profile);
+        let offsets = 4 * n
+            + if g.entry_crcs {
+                v2::container::crc_table_len(n)
+            } else {
+                0
+            };
         match profile {
             Profile::Bp => Ok(HEADER_LEN + offsets),
             Profile::Ans => match v2::container::tables_end(&g, &bytes[HEADER_LEN..]) {
@@ -123,11 +131,16 @@ impl L3Index {
     pub fn parse_with_limits(prefix: &[u8], file_len: u64, limits: &Limits) -> Result<Self, Error> {
         let geometry = Geometry::parse(prefix, limits)?;
         if let Some(profile) = geometry.profile {
-            let layout = v2::container::layout(&geometry, prefix, file_len)?;
+            let layout = v2::container::layout(&geometry, prefix, file_len, true)?;
             let bounds = (0..layout.entries)
                 .map(|i| u32_at(prefix, layout.offsets_at + 4 * i))
                 .chain(std::iter::once(layout.data_end as u32))
                 .collect();
+            let crcs = layout.crcs_at.map(|_| {
+                (0..layout.entries)
+                    .filter_map(|i| v2::container::entry_crc(&layout, prefix, i))
+                    .collect()
+            });
             let tables = match profile {
                 Profile::Bp => None,
                 Profile::Ans => Some(
@@ -140,6 +153,7 @@ impl L3Index {
                     layout,
                     bounds,
                     tables,
+                    crcs,
                 },
                 file_len,
             });
@@ -220,9 +234,54 @@ impl L3Index {
     pub fn heap_bytes(&self) -> usize {
         match &self.kind {
             IndexKind::V1 { bounds } => bounds.len() * 4,
-            IndexKind::V2 { bounds, tables, .. } => {
-                bounds.len() * 4 + tables.as_ref().map_or(0, AnsTables::heap_bytes)
+            IndexKind::V2 {
+                bounds,
+                tables,
+                crcs,
+                ..
+            } => {
+                bounds.len() * 4
+                    + tables.as_ref().map_or(0, AnsTables::heap_bytes)
+                    + crcs.as_ref().map_or(0, |c| c.len() * 4)
             }
+        }
+    }
+
+    /// Whether this is a version-2 file with a CRC-32C per offset-table entry (SPEC.md §2.11): its prefix
+    /// CRC was verified by [`parse`](Self::parse), and every entry is verified before it is decoded.
+    pub fn has_entry_crcs(&self) -> bool {
+        self.geometry.entry_crcs
+    }
+
+    /// Checks `bytes`, read from [`patch_range`](Self::patch_range)`(channel, patch)`, against the entry's
+    /// CRC-32C: for a reader that hands the bytes to another decoder (a GPU's) rather than to
+    /// [`decode_region`](Self::decode_region), which checks them itself. `Ok` for a file without entry
+    /// CRCs (nothing to check: see [`has_entry_crcs`](Self::has_entry_crcs)). A patch or channel out of
+    /// range is [`Error::MissingBytes`] naming it (the file has no such bytes).
+    pub fn check_patch(&self, channel: usize, patch: usize, bytes: &[u8]) -> Result<(), Error> {
+        let per = self.geometry.patches_per_channel();
+        let IndexKind::V2 {
+            layout,
+            crcs: Some(crcs),
+            ..
+        } = &self.kind
+        else {
+            return Ok(());
+        };
+        let i = match layout.profile {
+            Profile::Ans => patch,
+            Profile::Bp => channel * per + patch,
+        };
+        let id = v2::container::entry_id(&self.geometry, layout.profile, i);
+        match crcs.get(i) {
+            Some(&stored) if channel < self.geometry.channels as usize && patch < per => {
+                v2::container::check_entry(stored, id, bytes)
+            }
+            _ => Err(Error::MissingBytes {
+                patch: PatchId { channel, patch },
+                start: 0,
+                end: 0,
+            }),
         }
     }
 
@@ -287,7 +346,9 @@ impl L3Index {
     }
 
     /// Decodes `region` from `data`, which must hold (at least) the ranges
-    /// [`region_ranges`](Self::region_ranges) named for it. Pixels equal a whole-file decode's.
+    /// [`region_ranges`](Self::region_ranges) named for it. Pixels equal a whole-file decode's. In a file
+    /// with entry CRCs each entry is checked against its CRC-32C before it is decoded
+    /// ([`Error::EntryCrcMismatch`]).
     pub fn decode_region(
         &self,
         data: &Fragments,
@@ -320,7 +381,17 @@ impl L3Index {
             layout,
             |i| {
                 let range = self.entry(i);
-                data.get(range.clone()).ok_or_else(|| missing(i, range))
+                let bytes = data.get(range.clone()).ok_or_else(|| missing(i, range))?;
+                if let IndexKind::V2 {
+                    layout,
+                    crcs: Some(crcs),
+                    ..
+                } = &self.kind
+                {
+                    let id = v2::container::entry_id(&self.geometry, layout.profile, i);
+                    v2::container::check_entry(crcs[i], id, bytes)?;
+                }
+                Ok(bytes)
             },
         )
     }

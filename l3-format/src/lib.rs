@@ -79,8 +79,8 @@ pub use encode::{EncodeOptions, encode, encode_parallel, encode_with};
 pub use error::{Error, Limits, ParseOptions, PatchId};
 pub use file::L3File;
 pub use format::{
-    DEFAULT_FORMAT, Format, HEADER_LEN, MAGIC, MAX_PATCH_SIZE, Profile, VERSION, VERSION_2,
-    default_patch_size,
+    DEFAULT_FORMAT, FLAG_ENTRY_CRCS, Format, HEADER_LEN, MAGIC, MAX_PATCH_SIZE, Profile, VERSION,
+    VERSION_2, default_patch_size,
 };
 pub use index::{Fragments, L3Index};
 pub use pixel_layout::PixelLayout;

@@ -125,6 +125,7 @@ fn every_vector_decodes_pixel_exact_and_reencodes_byte_for_byte() {
             patch_size: Some(v.patch),
             threads: 2,
             choices: Choices::Reference,
+            entry_crcs: false,
         };
         let again = encode_with(&rgb, v.width, v.height, 3, &opts).unwrap();
         if again != bytes {

@@ -53,6 +53,7 @@ fn check(
         patch_size: Some(n),
         threads: 1,
         choices,
+        entry_crcs: true,
     };
     let file = encode_with(px, w, h, c, &opts).unwrap();
     let par = encode_with(px, w, h, c, &EncodeOptions { threads: 3, ..opts }).unwrap();
@@ -183,6 +184,7 @@ fn smallest_choices_round_trip_and_are_not_larger() {
                     patch_size: Some(64),
                     threads: 1,
                     choices,
+                    entry_crcs: true,
                 };
                 encode_with(&px, w, h, c, &o).unwrap().len()
             };
@@ -220,6 +222,7 @@ fn fast_decode_choices_round_trip_with_each_planes_tables_in_budget() {
                     patch_size: Some(64),
                     threads: 1,
                     choices,
+                    entry_crcs: true,
                 };
                 encode_with(&px, w, h, c, &o).unwrap()
             };

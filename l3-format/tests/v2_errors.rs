@@ -129,6 +129,7 @@ fn encoded(profile: Profile, w: u32, h: u32, c: u8, n: u8) -> Vec<u8> {
         patch_size: Some(n),
         threads: 1,
         choices: Choices::Reference,
+        entry_crcs: false,
     };
     encode_with(&px, w, h, c, &opts).unwrap()
 }
@@ -162,7 +163,10 @@ fn header_classes() {
     assert_eq!(edit(17, 2), Error::BadProfile { found: 2 });
     assert_eq!(edit(16, 48), Error::BadPatchSize { found: 48 });
     assert_eq!(edit(16, 0), Error::BadPatchSize { found: 0 });
-    assert_eq!(edit(18, 1), Error::ReservedNotZero);
+    assert_eq!(edit(18, 2), Error::UnknownFlags { found: 2 });
+    assert_eq!(edit(19, 1), Error::ReservedNotZero);
+    // The entry-CRC flag on a file without the tables: its first offset is no longer where it must be.
+    assert!(matches!(edit(18, 1), Error::FirstOffsetMisplaced { .. }));
     assert_eq!(edit(14, 2), Error::BadChannels { found: 2 });
     assert_eq!(edit(15, 16), Error::BadBitDepth { found: 16 });
     assert_eq!(edit(4, 3), Error::UnsupportedVersion { found: 3 });
@@ -567,5 +571,94 @@ proptest! {
         b.extend(body);
         fix_crc_append(&mut b);
         exercise(&b);
+    }
+}
+
+/// Entry CRCs (SPEC.md §2.11): each checksum is checked where the spec says, and names what it covers.
+#[test]
+fn entry_and_prefix_crcs_name_what_is_damaged() {
+    for profile in [Profile::Bp, Profile::Ans] {
+        let px: Vec<u8> = (0..150 * 70 * 3u32)
+            .map(|i| ((i * 7) % 251) as u8 ^ (i / 97) as u8)
+            .collect();
+        let opts = EncodeOptions {
+            format: Format::V2(profile),
+            patch_size: Some(64),
+            ..EncodeOptions::default()
+        };
+        let good = encode_with(&px, 150, 70, 3, &opts).unwrap();
+        let f = L3File::parse(&good).unwrap();
+        assert!(f.has_entry_crcs());
+        let data = f.data_offset();
+        let prefix_len = L3Index::prefix_len(&good).unwrap();
+        assert_eq!(prefix_len, data, "{profile}: the prefix ends with its CRC");
+        let index = L3Index::parse(&good[..prefix_len], good.len() as u64).unwrap();
+        assert!(index.has_entry_crcs());
+
+        // A flipped bit in the last entry (plane 2 of the last patch, or the last chunk), the file's CRC
+        // made right again: the entry is named, by a whole-file read, by a region read and by check_patch.
+        let mut bad = good.clone();
+        let at = good.len() - 5;
+        bad[at] ^= 0x10;
+        fix_crc(&mut bad);
+        let last = f.patches_per_channel() - 1;
+        let channel = if profile == Profile::Bp { 2 } else { 0 };
+        let named = |e: &Error| matches!(e, Error::EntryCrcMismatch { patch, .. } if patch.patch == last && patch.channel == channel);
+        let e = parse_err(&bad);
+        assert!(named(&e), "{profile}: {e}");
+        assert!(e.to_string().contains(&format!("patch {last}")), "{e}");
+        let region = f.patch_rect(last);
+        let ranges = index.region_ranges(region, 0).unwrap();
+        let mut frags = Fragments::new();
+        frags.reset(&ranges);
+        for (r, s) in frags.slices_mut() {
+            s.copy_from_slice(&bad[r.start as usize..r.end as usize]);
+        }
+        let layout = PixelLayout::packed(region.w, region.h, 3, false);
+        let mut out = vec![0u8; layout.required_len(region.w, region.h, 3).unwrap()];
+        let e = index
+            .decode_region(&frags, region, &mut out, layout)
+            .unwrap_err();
+        assert!(named(&e), "{profile}: {e}");
+        let r = index.patch_range(channel, last).unwrap();
+        assert!(named(
+            &index
+                .check_patch(channel, last, &bad[r.start as usize..r.end as usize])
+                .unwrap_err()
+        ));
+        index
+            .check_patch(channel, last, &good[r.start as usize..r.end as usize])
+            .unwrap();
+        // Told the bytes were verified, a whole-file read decodes them (no check at all).
+        let unchecked = ParseOptions {
+            verify_crc: false,
+            ..Default::default()
+        };
+        assert!(L3File::parse_with(&bad, &unchecked).is_ok());
+
+        // A flipped bit in an offset (the file's CRC right again): the prefix CRC refuses it everywhere.
+        let mut bad = good.clone();
+        bad[prefix_len - 4 - 1] ^= 1;
+        fix_crc(&mut bad);
+        assert!(matches!(parse_err(&bad), Error::PrefixCrcMismatch { .. }));
+        assert!(matches!(
+            L3Index::parse(&bad[..prefix_len], bad.len() as u64),
+            Err(Error::PrefixCrcMismatch { .. })
+        ));
+
+        // Only the file's CRC damaged: the parts are intact, the whole-file read still refuses.
+        let mut bad = good.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 0x80;
+        assert!(matches!(parse_err(&bad), Error::CrcMismatch { .. }));
+
+        // The flag cleared on a file that has the tables: the first offset is misplaced.
+        let mut bad = good.clone();
+        bad[18] = 0;
+        fix_crc(&mut bad);
+        assert!(matches!(
+            parse_err(&bad),
+            Error::FirstOffsetMisplaced { .. }
+        ));
     }
 }

@@ -418,6 +418,7 @@ fn encode(img: &Image, cfg: &L3Cfg, threads: usize) -> anyhow::Result<Vec<u8>> {
         patch_size: cfg.n,
         threads,
         choices: cfg.choices,
+        entry_crcs: true,
     };
     Ok(encode_with(&img.px, img.w, img.h, img.c, &opts)?)
 }

@@ -55,7 +55,8 @@ pub fn image(w: u32, h: u32, c: u8, n: u8, content: Content, rng: &mut Rng) -> T
     }
 }
 
-/// An image encoded as L3 version 2 in `profile` with patch size `n` (a multiple of 32).
+/// An image encoded as L3 version 2 in `profile` with patch size `n` (a multiple of 32), with entry CRCs
+/// (the encoder's default).
 pub fn image_v2(
     w: u32,
     h: u32,
@@ -65,10 +66,27 @@ pub fn image_v2(
     content: Content,
     rng: &mut Rng,
 ) -> TestImage {
+    image_v2_with(w, h, c, n, profile, content, rng, true)
+}
+
+/// [`image_v2`] with or without entry CRCs: damage to a file without them reaches the decoders (and the
+/// kernel) once its file CRC is made right again.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub fn image_v2_with(
+    w: u32,
+    h: u32,
+    c: u8,
+    n: u8,
+    profile: l3_format::Profile,
+    content: Content,
+    rng: &mut Rng,
+    entry_crcs: bool,
+) -> TestImage {
     let px = pixels(w, h, c, content, rng);
     let opts = l3_format::EncodeOptions {
         format: l3_format::Format::V2(profile),
         patch_size: Some(n),
+        entry_crcs,
         ..l3_format::EncodeOptions::default()
     };
     TestImage {

@@ -1,14 +1,15 @@
 //! Version 2 under arbitrary bytes: the first 9 input bytes choose a plausible header (size, channels,
-//! patch size, profile), the rest is the body, and the CRC is made right so that the fuzzer explores the
-//! tables, offsets, rows and rANS chunks rather than the checksum. Every decode path (whole image HWC/CHW,
+//! patch size, profile, entry CRCs or not), the rest is the body, and every CRC is made right (the file's,
+//! and where the flag is set the entries' and the prefix's) so that the fuzzer explores the tables,
+//! offsets, rows and rANS chunks rather than the checksums. Every decode path (whole image HWC/CHW,
 //! serial and parallel, region from the file and from an index plus the ranges it names) must return
 //! without panicking and agree; the host-side plan a GPU decoder would use must describe the file
 //! consistently; what decodes must survive a round trip through the encoder.
 #![no_main]
 
 use l3_format::{
-    EncodeOptions, Format, Fragments, L3File, L3Index, Limits, ParseOptions, PixelLayout, Rect, crc32c,
-    encode_with,
+    EncodeOptions, Error, FLAG_ENTRY_CRCS, Format, Fragments, L3File, L3Index, Limits, ParseOptions,
+    PixelLayout, Rect, crc32c, encode_with,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -21,19 +22,53 @@ fuzz_target!(|data: &[u8]| {
     let c = [1u8, 3, 4][usize::from(data[4] % 3)];
     let n = 32 * (1 + data[5] % 7);
     let profile = data[6] % 2;
+    let flags = (data[6] >> 1) & FLAG_ENTRY_CRCS;
     let mut file = b"L3IM".to_vec();
     file.extend(2u16.to_le_bytes());
     file.extend(w.to_le_bytes());
     file.extend(h.to_le_bytes());
-    file.extend([c, 8, n, profile, 0, 0]);
+    file.extend([c, 8, n, profile, flags, 0]);
     file.extend_from_slice(&data[9..]);
     let crc = crc32c(&file);
     file.extend(crc.to_le_bytes());
+    let limits = Limits { max_pixels: 1 << 20 };
+    let unverified = ParseOptions {
+        limits,
+        verify_crc: false,
+    };
+    // Where the structure parses, write the entry CRCs and the prefix CRC it implies, then the file's.
+    let fixed = L3File::parse_with(&file, &unverified).ok().filter(|f| f.has_entry_crcs()).map(|f| {
+        let ans = f.profile() == Some(l3_format::Profile::Ans);
+        let per = f.patches_per_channel();
+        let entries = if ans { per } else { per * usize::from(f.channels()) };
+        let table = f.data_offset() - 4 - 4 * entries;
+        let crcs: Vec<u32> = (0..entries)
+            .map(|i| crc32c(if ans { f.patch_bytes(0, i) } else { f.patch_bytes(i / per, i % per) }))
+            .collect();
+        (table, crcs)
+    });
+    if let Some((table, crcs)) = fixed {
+        for (i, crc) in crcs.iter().enumerate() {
+            file[table + 4 * i..table + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
+        }
+        let at = table + 4 * crcs.len();
+        let prefix = crc32c(&file[..at]);
+        file[at..at + 4].copy_from_slice(&prefix.to_le_bytes());
+        let end = file.len() - 4;
+        let crc = crc32c(&file[..end]);
+        file[end..].copy_from_slice(&crc.to_le_bytes());
+    }
     let opts = ParseOptions {
-        limits: Limits { max_pixels: 1 << 20 },
+        limits,
         verify_crc: true,
     };
     let Ok(f) = L3File::parse_with(&file, &opts) else {
+        // With every checksum right, only the structure can be refused.
+        let e = L3File::parse_with(&file, &unverified).unwrap_err();
+        assert!(
+            !matches!(e, Error::CrcMismatch { .. } | Error::EntryCrcMismatch { .. } | Error::PrefixCrcMismatch { .. }),
+            "{e}"
+        );
         return;
     };
     // The plan: every entry inside the data, in order, covering it exactly.
@@ -79,13 +114,14 @@ fuzz_target!(|data: &[u8]| {
     let r1 = f.decode_region(region, &mut from_file, layout);
     let mut have = file[..20].to_vec();
     loop {
-        let need = L3Index::prefix_len_with_limits(&have, &opts.limits).unwrap();
+        let need = L3Index::prefix_len_with_limits(&have, &limits).unwrap();
         if need <= have.len() || have.len() == file.len() {
             break;
         }
         have = file[..need.min(file.len())].to_vec();
     }
-    let idx = L3Index::parse_with_limits(&have, file.len() as u64, &opts.limits).unwrap();
+    let idx = L3Index::parse_with_limits(&have, file.len() as u64, &limits).unwrap();
+    assert_eq!(idx.has_entry_crcs(), f.has_entry_crcs());
     let ranges = idx.region_ranges(region, 64).unwrap();
     let mut frags = Fragments::new();
     frags.reset(&ranges);

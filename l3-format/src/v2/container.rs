@@ -1,12 +1,13 @@
-//! The version-2 container (SPEC.md §2.1, §2.10): after the header, the ANS frequency tables (profile ANS
-//! only), an offset table of absolute file offsets (one entry per plane and patch for BP, one chunk per
-//! patch for ANS), the entries, and a CRC-32C of everything before it. [`layout`] validates it from a whole
-//! file or from a prefix and the file's length, so [`crate::L3File`] and [`crate::L3Index`] check the same
-//! rules.
+//! The version-2 container (SPEC.md §2.1, §2.10, §2.11): after the header, the ANS frequency tables
+//! (profile ANS only), an offset table of absolute file offsets (one entry per plane and patch for BP, one
+//! chunk per patch for ANS), in files with entry CRCs a CRC-32C per entry and one of the prefix, the
+//! entries, and a CRC-32C of everything before it. [`layout`] validates it from a whole file or from a
+//! prefix and the file's length, so [`crate::L3File`] and [`crate::L3Index`] check the same rules;
+//! [`verify_file`] checks every checksum of a whole file in one pass, [`check_entry`] one entry's.
 
 use super::ans::{self, AnsTables};
 use super::bp;
-use crate::crc32c::crc32c;
+use crate::crc32c::{Crc32c, crc32c};
 use crate::error::{Error, PatchId};
 use crate::format::{HEADER_LEN, Profile};
 use crate::geometry::{Geometry, u32_at};
@@ -24,7 +25,10 @@ pub(crate) struct Layout {
     pub offsets_at: usize,
     /// Entries in the offset table: C·P (BP: one per plane and patch) or P (ANS: one chunk per patch).
     pub entries: usize,
-    /// Where the data starts (right after the offset table).
+    /// Where the entry CRC table starts (right after the offset table; the prefix CRC follows it), in
+    /// files with entry CRCs.
+    pub crcs_at: Option<usize>,
+    /// Where the data starts (right after the offset table, or after the prefix CRC).
     pub data_start: usize,
     /// Where the data ends (the CRC's position: file length − 4).
     pub data_end: usize,
@@ -72,9 +76,21 @@ pub(crate) fn tables_end(g: &Geometry, rest: &[u8]) -> Result<(AnsTables, usize)
     Ok((t, HEADER_LEN + len))
 }
 
+/// Bytes of the entry CRC table and the prefix CRC after an offset table of `entries` entries.
+pub(crate) fn crc_table_len(entries: usize) -> usize {
+    4 * entries + CRC_LEN
+}
+
 /// Validates the container of a v2 file of `file_len` bytes from `prefix` (a prefix of the file holding at
-/// least the header, the tables and the offset table).
-pub(crate) fn layout(g: &Geometry, prefix: &[u8], file_len: u64) -> Result<Layout, Error> {
+/// least the header, the tables, the offset table and, where the file has them, the entry CRCs and the
+/// prefix CRC). With `check_prefix`, a file with entry CRCs has its prefix CRC verified before its offsets
+/// are read.
+pub(crate) fn layout(
+    g: &Geometry,
+    prefix: &[u8],
+    file_len: u64,
+    check_prefix: bool,
+) -> Result<Layout, Error> {
     let profile = g
         .profile
         .ok_or(Error::UnsupportedVersion { found: g.version })?;
@@ -98,22 +114,40 @@ pub(crate) fn layout(g: &Geometry, prefix: &[u8], file_len: u64) -> Result<Layou
         Profile::Ans => tables_end(g, &avail[HEADER_LEN..])?.1,
     };
     let n = entries(g, profile);
-    let data_start = n
+    let too_long = Error::Truncated {
+        what: "offset table",
+        needed: usize::MAX,
+        len: avail.len(),
+    };
+    let table_end = n
         .checked_mul(4)
         .and_then(|t| t.checked_add(offsets_at))
-        .ok_or(Error::Truncated {
-            what: "offset table",
-            needed: usize::MAX,
-            len: avail.len(),
-        })?;
+        .ok_or(too_long.clone())?;
+    let (crcs_at, data_start) = if g.entry_crcs {
+        let end = table_end.checked_add(crc_table_len(n)).ok_or(too_long)?;
+        (Some(table_end), end)
+    } else {
+        (None, table_end)
+    };
     if avail.len() < data_start {
         return Err(Error::Truncated {
-            what: "offset table",
+            what: if g.entry_crcs && avail.len() >= table_end {
+                "entry CRC table"
+            } else {
+                "offset table"
+            },
             needed: data_start,
             len: avail.len(),
         });
     }
-    let table = &avail[offsets_at..data_start];
+    if check_prefix && g.entry_crcs {
+        let at = data_start - CRC_LEN;
+        let (stored, computed) = (u32_at(avail, at), crc32c(&avail[..at]));
+        if stored != computed {
+            return Err(Error::PrefixCrcMismatch { stored, computed });
+        }
+    }
+    let table = &avail[offsets_at..table_end];
     let off = |i: usize| u32_at(table, 4 * i) as usize;
     let first = off(0);
     if first != data_start {
@@ -169,9 +203,66 @@ pub(crate) fn layout(g: &Geometry, prefix: &[u8], file_len: u64) -> Result<Layou
         profile,
         offsets_at,
         entries: n,
+        crcs_at,
         data_start,
         data_end,
     })
+}
+
+/// The stored CRC-32C of entry `i` of a validated layout (`None` in a file without entry CRCs), read from
+/// `bytes` (the file or its prefix).
+#[inline]
+pub(crate) fn entry_crc(l: &Layout, bytes: &[u8], i: usize) -> Option<u32> {
+    l.crcs_at.map(|at| u32_at(bytes, at + 4 * i))
+}
+
+/// Checks `data`, the bytes of one entry (of patch `id`), against its stored CRC-32C.
+#[inline]
+pub(crate) fn check_entry(stored: u32, id: PatchId, data: &[u8]) -> Result<(), Error> {
+    let computed = crc32c(data);
+    if stored != computed {
+        return Err(Error::EntryCrcMismatch {
+            patch: id,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Verifies every checksum of a whole v2 file of geometry `g` whose layout `l` validated: the file's CRC
+/// and, in a file with entry CRCs, the prefix's and every entry's, all in one pass over the bytes (each
+/// entry's register runs beside the file's). The first mismatch in file order is the error, so a damaged
+/// entry is named.
+pub(crate) fn verify_file(g: &Geometry, l: &Layout, bytes: &[u8]) -> Result<(), Error> {
+    let Some(crcs_at) = l.crcs_at else {
+        return verify_crc(bytes);
+    };
+    let mut file = Crc32c::new();
+    let prefix_at = l.data_start - CRC_LEN;
+    file.update(&bytes[..prefix_at]);
+    let (stored, computed) = (u32_at(bytes, prefix_at), file.finish());
+    if stored != computed {
+        return Err(Error::PrefixCrcMismatch { stored, computed });
+    }
+    file.update(&bytes[prefix_at..l.data_start]);
+    for i in 0..l.entries {
+        let mut entry = Crc32c::new();
+        file.update_pair(&mut entry, &bytes[entry_range(l, bytes, i)]);
+        let (stored, computed) = (u32_at(bytes, crcs_at + 4 * i), entry.finish());
+        if stored != computed {
+            return Err(Error::EntryCrcMismatch {
+                patch: entry_id(g, l.profile, i),
+                stored,
+                computed,
+            });
+        }
+    }
+    let (stored, computed) = (u32_at(bytes, l.data_end), file.finish());
+    if stored != computed {
+        return Err(Error::CrcMismatch { stored, computed });
+    }
+    Ok(())
 }
 
 /// File byte range of entry `i` of a validated layout, read from the offset table in `bytes`.

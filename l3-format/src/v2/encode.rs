@@ -6,11 +6,11 @@ use super::ans::{
     residual_context, selector_context,
 };
 use super::bp::{self, MAX_GROUPS};
-use super::container::CRC_LEN;
+use super::container::{CRC_LEN, crc_table_len};
 use super::front::{Cost, RUN, candidates, choose, runs, zigzag};
 use crate::crc32c::crc32c;
 use crate::error::Error;
-use crate::format::{HEADER_LEN, MAGIC, Profile};
+use crate::format::{FLAG_ENTRY_CRCS, HEADER_LEN, MAGIC, Profile};
 
 /// How the v2 encoder makes the choices the format leaves free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -224,6 +224,7 @@ pub(crate) fn encode(
     n: u8,
     profile: Profile,
     choices: Choices,
+    entry_crcs: bool,
     threads: usize,
 ) -> Result<Vec<u8>, Error> {
     let (w, h, c, nn) = (
@@ -327,13 +328,18 @@ pub(crate) fn encode(
         }
     }
 
-    // Assemble: header, [tables], offsets from the file start, data, CRC.
+    // Assemble: header, [tables], offsets from the file start, [entry CRCs, prefix CRC], data, CRC.
     let entries = match profile {
         Profile::Bp => c * px_n * py_n,
         Profile::Ans => px_n * py_n,
     };
     let data_len: usize = bands.iter().map(|b| b.bytes.len()).sum();
-    let data_start = HEADER_LEN + tables_bytes.len() + 4 * entries;
+    let crcs_len = if entry_crcs {
+        crc_table_len(entries)
+    } else {
+        0
+    };
+    let data_start = HEADER_LEN + tables_bytes.len() + 4 * entries + crcs_len;
     let total = data_start + data_len + CRC_LEN;
     if u32::try_from(total - CRC_LEN).is_err() {
         return Err(Error::EncodedTooLarge { bytes: total });
@@ -343,7 +349,8 @@ pub(crate) fn encode(
     out.extend_from_slice(&2u16.to_le_bytes());
     out.extend_from_slice(&width.to_le_bytes());
     out.extend_from_slice(&height.to_le_bytes());
-    out.extend_from_slice(&[channels, 8, n, profile.byte(), 0, 0]);
+    let flags = if entry_crcs { FLAG_ENTRY_CRCS } else { 0 };
+    out.extend_from_slice(&[channels, 8, n, profile.byte(), flags, 0]);
     out.extend_from_slice(&tables_bytes);
     // Per band, the start of each entry within its bytes.
     let starts: Vec<Vec<usize>> = bands
@@ -369,6 +376,19 @@ pub(crate) fn encode(
             }
         }
     }
+    if entry_crcs {
+        for p in 0..planes {
+            for (b, s) in bands.iter().zip(&starts) {
+                for px in 0..px_n {
+                    let e = &b.bytes[s[p * px_n + px]..s[p * px_n + px + 1]];
+                    out.extend_from_slice(&crc32c(e).to_le_bytes());
+                }
+            }
+        }
+        let prefix = crc32c(&out);
+        out.extend_from_slice(&prefix.to_le_bytes());
+    }
+    debug_assert_eq!(out.len(), data_start);
     for p in 0..planes {
         for (b, s) in bands.iter().zip(&starts) {
             out.extend_from_slice(&b.bytes[s[p * px_n]..s[(p + 1) * px_n]]);
