@@ -55,8 +55,16 @@ impl LoaderState {
                 format!("{}/{}", join(n.mean), join(n.std))
             },
         );
+        let active = s.recipe.option();
+        let recipe = ["scale", "resize", "jitter"]
+            .map(|k| match &active {
+                Some((a, v)) if *a == k => format!("{k}:{v}"),
+                _ => format!("{k}:none"),
+            })
+            .join(";");
         format!(
-            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{}",
+            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
+             {recipe};interpolation:{};fill:{}",
             s.height,
             s.width,
             s.crop,
@@ -66,7 +74,9 @@ impl LoaderState {
             o.shard_tail,
             s.layout,
             s.dtype,
-            normalize
+            normalize,
+            s.interpolation,
+            s.fill
         )
     }
 
