@@ -1016,6 +1016,65 @@ mod tests {
             }),
             "cache_limit"
         );
+        // The recipes: one at a time, ratio only with scale, and none on the GPU path yet.
+        let pair = |a, b| Some(Pair([a, b]));
+        for (s, name) in [
+            (
+                Settings {
+                    scale: pair(0.1, 1.0),
+                    jitter: pair(0.5, 2.0),
+                    ..base.clone()
+                },
+                "jitter",
+            ),
+            (
+                Settings {
+                    ratio: pair(1.0, 2.0),
+                    ..base.clone()
+                },
+                "ratio",
+            ),
+            (
+                Settings {
+                    scale: pair(0.5, 0.1),
+                    ..base.clone()
+                },
+                "scale",
+            ),
+            (
+                Settings {
+                    resize: Some(256),
+                    device: Device::Cuda(0),
+                    ..base.clone()
+                },
+                "resize",
+            ),
+            (
+                Settings {
+                    fill: 3,
+                    device: Device::Cuda(0),
+                    ..base.clone()
+                },
+                "fill",
+            ),
+        ] {
+            assert_eq!(bad(s), name);
+        }
+        let (o, _) = Settings {
+            scale: pair(0.08, 1.0),
+            interpolation: Interpolation::Nearest,
+            ..base.clone()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            o.sample.recipe,
+            Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: DEFAULT_RATIO
+            }
+        );
+        assert_eq!("0.5, 2".parse::<Pair>(), Ok(Pair([0.5, 2.0])));
         assert_eq!("shuffle".parse::<Sampler>(), Ok(Sampler::Uniform));
         assert_eq!(
             "3x".parse::<Size>().unwrap_err().to_string(),

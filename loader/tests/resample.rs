@@ -144,7 +144,7 @@ fn a_resume_mid_epoch_equals_the_uninterrupted_run_and_refuses_another_recipe() 
         .err()
         .expect("another recipe is refused")
         .to_string();
-    assert!(e.contains("jitter"), "{e}");
+    assert!(e.contains("scale"), "{e}");
     let mut other = o;
     other.sample.interpolation = Interpolation::Nearest;
     let e = Loader::resume(ds, other, state)
