@@ -59,8 +59,16 @@ impl LoaderState {
             Order::Seeded => "seeded".to_string(),
             Order::Liquid { budget_bytes } => format!("liquid/{budget_bytes}"),
         };
+        let active = s.recipe.option();
+        let recipe = ["scale", "resize", "jitter"]
+            .map(|k| match &active {
+                Some((a, v)) if *a == k => format!("{k}:{v}"),
+                _ => format!("{k}:none"),
+            })
+            .join(";");
         format!(
-            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};order:{}",
+            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
+             {recipe};interpolation:{};fill:{};order:{}",
             s.height,
             s.width,
             s.crop,
@@ -71,6 +79,8 @@ impl LoaderState {
             s.layout,
             s.dtype,
             normalize,
+            s.interpolation,
+            s.fill,
             order
         )
     }

@@ -261,9 +261,11 @@ impl GpuStage {
             let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
+            let geometry = Some(vocab::Geometry::from_window(&e.window));
             msgs.push(ToAssembler::Item(e.done(Ok(Decoded {
                 pixels,
                 partial: false,
+                geometry,
             }))));
         }
         Counters::add_time(&self.ctx.counters.decode_ns, t0);
@@ -402,6 +404,9 @@ mod tests {
         layout: Layout::Nchw,
         dtype: DType::F16,
         normalize: Some(Normalize::IMAGENET),
+        recipe: vocab::Recipe::Crop,
+        interpolation: vocab::Interpolation::Bilinear,
+        fill: 0,
     };
 
     /// What the stage hands `l3-cuda` for a batch is a valid plan, from region reads as from whole
