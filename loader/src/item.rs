@@ -45,6 +45,7 @@ impl SampleRequest<'_> {
 pub struct Scratch {
     pub(crate) image: Image,
     region: Vec<u8>,
+    pub(crate) mask: crate::targets::masks::MaskImage,
 }
 
 /// What decoding one item did.
@@ -56,6 +57,10 @@ pub struct Decoded {
     /// image at a lower scan group than asked (with `pcr_partial`). Counted in
     /// [`Stats::items_partial`](crate::Stats::items_partial).
     pub partial: bool,
+    /// The image's width and height, and the window its sample took: what the item's targets (mask,
+    /// boxes) follow.
+    pub image: (u32, u32),
+    pub window: Option<Window>,
 }
 
 /// The one decode path: `stored` bytes of an item in `format` → its sample, written into `slot`
@@ -84,6 +89,8 @@ pub fn decode_sample(
             Ok(Decoded {
                 pixels: win.src.w as u64 * win.src.h as u64,
                 partial: false,
+                image: (index.width(), index.height()),
+                window: Some(win),
             })
         }
         Stored::Whole(bytes) if format == Format::L3 && req.scope == DecodeScope::Region => {
@@ -100,6 +107,8 @@ pub fn decode_sample(
             Ok(Decoded {
                 pixels: win.src.w as u64 * win.src.h as u64,
                 partial: false,
+                image: (file.width(), file.height()),
+                window: Some(win),
             })
         }
         Stored::Whole(bytes) if format == Format::Raw => {
@@ -152,6 +161,8 @@ pub fn write_pixels(
     Ok(Decoded {
         pixels: width as u64 * height as u64,
         partial: false,
+        image: (width, height),
+        window: Some(win),
     })
 }
 

@@ -46,8 +46,9 @@ mod sample;
 mod shuffle;
 mod stats;
 mod storage;
+pub mod targets;
 
-pub use batch::{Batch, Tensor};
+pub use batch::{Batch, Masks, Tensor};
 pub use dataset::folder::ImageFiles;
 pub use dataset::{
     Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
@@ -73,6 +74,7 @@ pub use stats::Stats;
 pub use storage::{
     BadEntry, CacheEntry, CacheOptions, Listing, Storage, StorageOptions, StorageStats, s3_error,
 };
+pub use targets::TargetOptions;
 pub use vocab::{
     Crop, DType, Device, Image, Invalid, ItemKey, Layout, Normalize, SampleSpec, ShardPolicy,
     Window,

@@ -7,9 +7,10 @@
 //! from its exact position the next time a batch is asked for.
 
 use crate::errors::{Failure, Kind, detached, raise};
-use crate::tensor::Tensor;
+use crate::tensor::{Masks, Tensor};
 use loader::{Crop, Dataset, LoaderOptions, LoaderState, Next, Order, ThreadMonitor, open_dataset};
 use numpy::PyArray1;
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
@@ -48,6 +49,16 @@ pub struct Batch {
     /// Seconds the consumer waited for this batch.
     #[pyo3(get)]
     wait: f64,
+    /// Each sample's label map (a :class:`Masks`, ``(N, H, W)``), with ``masks=``; else ``None``.
+    #[pyo3(get)]
+    masks: Option<Py<Masks>>,
+    /// Each sample's boxes, with ``boxes=``: a list of N ``float32`` arrays ``(K, 4)``, x1 y1 x2 y2 in
+    /// output pixels; else ``None``.
+    #[pyo3(get)]
+    boxes: Option<Py<PyList>>,
+    /// The category id of each box, beside ``boxes``: a list of N ``int64`` arrays ``(K,)``.
+    #[pyo3(get)]
+    box_labels: Option<Py<PyList>>,
     len: usize,
 }
 
@@ -61,8 +72,31 @@ impl Batch {
             ids,
             skipped,
             wait,
+            masks,
+            boxes,
+            box_labels,
             ..
         } = b;
+        let masks = masks.map(|m| Py::new(py, Masks::new(m))).transpose()?;
+        let boxes = boxes
+            .map(|all| -> PyResult<Py<PyList>> {
+                let arrays = all
+                    .into_iter()
+                    .map(|b| {
+                        let k = b.len();
+                        let flat: Vec<f32> = b.into_iter().flatten().collect();
+                        PyArray1::from_vec(py, flat).reshape([k, 4])
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyList::new(py, arrays)?.unbind())
+            })
+            .transpose()?;
+        let box_labels = box_labels
+            .map(|all| -> PyResult<Py<PyList>> {
+                let arrays = all.into_iter().map(|l| PyArray1::from_vec(py, l));
+                Ok(PyList::new(py, arrays)?.unbind())
+            })
+            .transpose()?;
         let len = ids.len();
         let labels: Vec<i64> = labels.into_iter().map(i64::from).collect();
         let ids: Vec<i64> = ids.into_iter().map(|i| i as i64).collect();
@@ -74,6 +108,9 @@ impl Batch {
             index,
             skipped,
             wait: wait.as_secs_f64(),
+            masks,
+            boxes,
+            box_labels,
             len,
         })
     }
@@ -109,6 +146,8 @@ struct Recorded {
     mean: Option<[f32; 3]>,
     std: Option<[f32; 3]>,
     sampler: &'static str,
+    /// The masks and boxes options (empty without targets).
+    targets: String,
 }
 
 impl Recorded {
@@ -127,6 +166,7 @@ impl Recorded {
                 Order::Seeded => "uniform",
                 Order::Liquid { .. } => "liquid",
             },
+            targets: o.targets.contents(),
         }
     }
 
@@ -142,6 +182,7 @@ impl Recorded {
         d.set_item("mean", self.mean)?;
         d.set_item("std", self.std)?;
         d.set_item("sampler", self.sampler)?;
+        d.set_item("targets", &self.targets)?;
         Ok(d)
     }
 }
@@ -155,6 +196,8 @@ struct Run {
     epoch_done: bool,
     /// Counts the threads of the latest pipeline, joined or not.
     monitor: ThreadMonitor,
+    /// The masks and boxes, paired once for every restart.
+    targets: Option<Arc<loader::targets::Targets>>,
 }
 
 impl Run {
@@ -181,7 +224,7 @@ impl Run {
         self.stop();
         self.position = state.clone();
         self.epoch_done = false;
-        let l = loader::Loader::resume(ds.clone(), o.clone(), state)?;
+        let l = loader::Loader::resume_with(ds.clone(), o.clone(), state, self.targets.clone())?;
         self.monitor = l.thread_monitor();
         self.loader = Some(l);
         Ok(())
@@ -339,7 +382,8 @@ impl Loader {
         budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
         partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
         pcr_partial=False, decode=\"region\", \
-        gpu_fallback=False, pin_memory=False, shard_tail=\"pad\")"
+        gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", masks=None, image_suffix=None, \
+        mask_suffix=None, ignore_index=255, boxes=None, min_box_size=1)"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]
     fn new(
@@ -377,11 +421,15 @@ impl Loader {
                 // The options are checked by `load_state_dict` against those it recorded.
                 contents: None,
             };
+            let targets =
+                loader::targets::Targets::open(&*dataset, &options.targets, options.skip_errors)?
+                    .map(Arc::new);
             let mut run = Run {
                 loader: None,
                 position: position.clone(),
                 epoch_done: false,
                 monitor: ThreadMonitor::default(),
+                targets,
             };
             run.restart(&dataset, &options, position)?;
             Ok((dataset, run))
@@ -485,7 +533,11 @@ impl Loader {
             .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
         let ours = self.recorded.to_dict(py)?;
         for (key, want) in ours.iter() {
-            let got = saved.get_item(&key).ok();
+            // States saved before targets existed had none.
+            let got = saved.get_item(&key).ok().or_else(|| {
+                (key.extract::<String>().ok()? == "targets")
+                    .then(|| pyo3::types::PyString::new(py, "").into_any())
+            });
             let same = match &got {
                 Some(g) => g.eq(&want)?,
                 None => false,
