@@ -22,6 +22,7 @@ fn main() -> Result<(), loader::Error> {
             layout: Layout::Nchw,
             dtype: DType::F32,
             normalize: Some(Normalize::IMAGENET),
+            ..SampleSpec::default()
         },
         ..LoaderOptions::default()
     };

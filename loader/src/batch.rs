@@ -5,7 +5,7 @@ use crate::format::Format;
 use crate::memory::HostBuffer;
 use crate::sample::{DType, Layout};
 use std::time::Duration;
-use vocab::Device;
+use vocab::{Device, Geometry, Rect};
 
 /// A dense batch tensor `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW) of `u8`, `f16` or `f32` elements,
 /// in host memory or on a CUDA device ([`device`](Tensor::device)).
@@ -233,6 +233,9 @@ pub struct Batch {
     /// Per sample: whether its bytes stayed in memory from the previous epoch ([`crate::Order::Liquid`]'s
     /// shuffle buffers); always `false` under [`crate::Order::Seeded`].
     pub cached: Vec<bool>,
+    /// Per sample: where its pixels came from — the source window, the resampling, where it lands and
+    /// whether it is mirrored — so that anything else a user holds can be given the same geometry.
+    pub geometry: Vec<Geometry>,
     /// Items and stored bytes read from storage for this batch.
     pub disk_items: usize,
     pub disk_bytes: u64,
@@ -263,6 +266,18 @@ impl Batch {
     pub fn sample_len(&self) -> usize {
         let s = self.shape();
         s[1] * s[2] * s[3]
+    }
+    /// Per sample, the window in source pixels it shows ([`Geometry::window`]): `batch.windows`.
+    pub fn windows(&self) -> Vec<Rect> {
+        self.geometry.iter().map(Geometry::window).collect()
+    }
+    /// Per sample, whether it is mirrored left-right: `batch.flipped`.
+    pub fn flipped(&self) -> Vec<bool> {
+        self.geometry.iter().map(|g| g.flip).collect()
+    }
+    /// Per sample, the (height, width) of its valid part (the rest is padding): `batch.sizes`.
+    pub fn sizes(&self) -> Vec<(u32, u32)> {
+        self.geometry.iter().map(|g| (g.y.len, g.x.len)).collect()
     }
     /// The bytes of sample `i` of a host batch (`None` for a device batch or past the end).
     pub fn sample_bytes(&self, i: usize) -> Option<&[u8]> {

@@ -6,9 +6,12 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::image::{self, Image};
 use crate::sample::{DecodeScope, ItemKey, SampleSpec, SampleWrite, Window};
+use crate::transform::Plan;
+use crate::transform::resample::{Buffers, Source};
 use l3_format::{Fragments, L3Index, PixelLayout, Rect};
 use std::path::Path;
 use std::sync::Arc;
+use vocab::Geometry;
 
 /// What the I/O stage hands the decode stage for one item.
 #[derive(Debug, Clone)]
@@ -34,9 +37,50 @@ pub struct SampleRequest<'a> {
 }
 
 impl SampleRequest<'_> {
-    /// The window of a `w`×`h` image for this item.
+    /// The window of a `w`×`h` image for this item (the plain-crop recipe's; see
+    /// [`geometry`](Self::geometry) for every recipe).
     pub fn window(&self, w: u32, h: u32) -> Window {
         self.spec.window(w, h, &self.key)
+    }
+
+    /// The geometry of a `w`×`h` image for this item.
+    pub fn geometry(&self, w: u32, h: u32) -> Geometry {
+        self.spec.geometry(w, h, &self.key)
+    }
+
+    /// What the sample of a `w`×`h` image is made from: a plain window, or a resampling plan.
+    pub(crate) fn shape(&self, w: u32, h: u32) -> Shape {
+        let g = self.geometry(w, h);
+        match g.as_window() {
+            Some(win) => Shape::Copy(win),
+            None => Shape::Resample(g, Plan::new(&g, self.spec.interpolation)),
+        }
+    }
+
+    /// The source rectangle the sample of a `w`×`h` image reads: its window, plus the resampling
+    /// filter's margin where it resamples. A region read decodes exactly this.
+    pub fn source_rect(&self, w: u32, h: u32) -> Rect {
+        match self.shape(w, h) {
+            Shape::Copy(win) => win.src,
+            Shape::Resample(_, plan) => plan.source(),
+        }
+    }
+}
+
+/// How one sample is made from its source pixels.
+pub(crate) enum Shape {
+    /// A window copied as it is (crop, pad, flip).
+    Copy(Window),
+    /// A geometry that resamples, with its tables.
+    Resample(Geometry, Plan),
+}
+
+impl Shape {
+    pub(crate) fn geometry(&self) -> Geometry {
+        match self {
+            Shape::Copy(win) => Geometry::from_window(win),
+            Shape::Resample(g, _) => *g,
+        }
     }
 }
 
@@ -45,6 +89,8 @@ impl SampleRequest<'_> {
 pub struct Scratch {
     pub(crate) image: Image,
     region: Vec<u8>,
+    resampled: Vec<u8>,
+    buffers: Buffers,
     pub(crate) mask: crate::targets::masks::MaskImage,
 }
 
@@ -57,10 +103,11 @@ pub struct Decoded {
     /// image at a lower scan group than asked (with `pcr_partial`). Counted in
     /// [`Stats::items_partial`](crate::Stats::items_partial).
     pub partial: bool,
-    /// The image's width and height, and the window its sample took: what the item's targets (mask,
-    /// boxes) follow.
+    /// Where the sample's pixels came from ([`Geometry`]): `batch.windows`, `batch.flipped`,
+    /// `batch.sizes`, and what masks and boxes follow.
+    pub geometry: Option<Geometry>,
+    /// The image's width and height: what its mask must measure.
     pub image: (u32, u32),
-    pub window: Option<Window>,
 }
 
 /// The one decode path: `stored` bytes of an item in `format` → its sample, written into `slot`
@@ -77,45 +124,59 @@ pub fn decode_sample(
     let l3_err = |e: l3_format::Error| Error::decode(path, "l3", e);
     match stored {
         Stored::L3Region { index, fragments } => {
-            let win = req.window(index.width(), index.height());
-            write_region(
+            let shape = req.shape(index.width(), index.height());
+            let geometry = Some(shape.geometry());
+            let pixels = write_region(
                 req.spec,
-                &win,
+                &shape,
                 index.channels(),
+                path,
                 scratch,
                 slot,
                 |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
             )?;
             Ok(Decoded {
-                pixels: win.src.w as u64 * win.src.h as u64,
+                pixels,
                 partial: false,
+                geometry,
                 image: (index.width(), index.height()),
-                window: Some(win),
             })
         }
         Stored::Whole(bytes) if format == Format::L3 && req.scope == DecodeScope::Region => {
             let file = l3_format::L3File::parse(bytes).map_err(l3_err)?;
-            let win = req.window(file.width(), file.height());
-            write_region(
+            let shape = req.shape(file.width(), file.height());
+            let geometry = Some(shape.geometry());
+            let pixels = write_region(
                 req.spec,
-                &win,
+                &shape,
                 file.channels(),
+                path,
                 scratch,
                 slot,
                 |r, out, l| file.decode_region(r, out, l).map_err(l3_err),
             )?;
             Ok(Decoded {
-                pixels: win.src.w as u64 * win.src.h as u64,
+                pixels,
                 partial: false,
+                geometry,
                 image: (file.width(), file.height()),
-                window: Some(win),
             })
         }
         Stored::Whole(bytes) if format == Format::Raw => {
             // Raw pixels are already what a window is cut from: no copy of the whole frame first.
             let view = crate::raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
             let dims = (view.width, view.height, view.channels);
-            write_pixels(view.pixels, dims, path, format, req, slot)
+            let (resampled, buffers) = (&mut scratch.resampled, &mut scratch.buffers);
+            write_pixels_with(
+                view.pixels,
+                dims,
+                path,
+                format,
+                req,
+                slot,
+                buffers,
+                resampled,
+            )
         }
         Stored::Whole(bytes) => {
             let options = image::DecodeOptions {
@@ -125,7 +186,17 @@ pub fn decode_sample(
                 image::decode_with_options(format, bytes, path, &options, &mut scratch.image)?;
             let img = &scratch.image;
             let dims = (img.width, img.height, img.channels);
-            let done = write_pixels(&img.pixels, dims, path, format, req, slot)?;
+            let (resampled, buffers) = (&mut scratch.resampled, &mut scratch.buffers);
+            let done = write_pixels_with(
+                &img.pixels,
+                dims,
+                path,
+                format,
+                req,
+                slot,
+                buffers,
+                resampled,
+            )?;
             Ok(Decoded { partial, ..done })
         }
     }
@@ -135,11 +206,26 @@ pub fn decode_sample(
 /// `slot` (for datasets with decoders of their own).
 pub fn write_pixels(
     px: &[u8],
+    dims: (u32, u32, u8),
+    path: &Path,
+    format: Format,
+    req: &SampleRequest,
+    slot: &mut [u8],
+) -> Result<Decoded> {
+    let (mut buffers, mut out) = (Buffers::default(), Vec::new());
+    write_pixels_with(px, dims, path, format, req, slot, &mut buffers, &mut out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_pixels_with(
+    px: &[u8],
     (width, height, channels): (u32, u32, u8),
     path: &Path,
     format: Format,
     req: &SampleRequest,
     slot: &mut [u8],
+    buffers: &mut Buffers,
+    resampled: &mut Vec<u8>,
 ) -> Result<Decoded> {
     let len = width as usize * height as usize * channels as usize;
     if width == 0 || height == 0 || !(1..=4).contains(&channels) || px.len() < len {
@@ -152,23 +238,110 @@ pub fn write_pixels(
             ),
         ));
     }
-    let win = req.window(width, height);
-    req.spec.fill_padding(&win, slot);
     let stride = width as usize * channels as usize;
-    let start = win.src.y as usize * stride + win.src.x as usize * channels as usize;
-    req.spec
-        .write_window(&win, &px[start..], channels, stride, slot);
+    let shape = req.shape(width, height);
+    let geometry = Some(shape.geometry());
+    match shape {
+        Shape::Copy(win) => {
+            req.spec.fill_padding(&win, slot);
+            let start = win.src.y as usize * stride + win.src.x as usize * channels as usize;
+            req.spec
+                .write_window(&win, &px[start..], channels, stride, slot);
+        }
+        Shape::Resample(g, plan) => {
+            let src = Source {
+                px,
+                rect: Rect::new(0, 0, width, height),
+                channels: channels as usize,
+                stride,
+            };
+            write_resampled(req.spec, &g, &plan, &src, path, buffers, resampled, slot)?;
+        }
+    }
     Ok(Decoded {
         pixels: width as u64 * height as u64,
         partial: false,
+        geometry,
         image: (width, height),
-        window: Some(win),
     })
 }
 
-/// Decodes a window of an L3 image with `decode(rect, out, layout)`: straight into the slot when the
-/// sample's layout allows it (u8 RGB), else into scratch and converted.
+/// Resamples `src` by `plan` and writes the result where `g` places it (padding, flip, layout, type).
+#[allow(clippy::too_many_arguments)]
+fn write_resampled(
+    spec: &SampleSpec,
+    g: &Geometry,
+    plan: &Plan,
+    src: &Source<u8>,
+    path: &Path,
+    buffers: &mut Buffers,
+    out: &mut Vec<u8>,
+    slot: &mut [u8],
+) -> Result<()> {
+    if !plan.apply(src, buffers, out) {
+        // The source always holds what the plan reads (it was decoded for it): reaching this is a bug,
+        // reported as an error on the item rather than a panic.
+        return Err(Error::decode(
+            path,
+            "resample",
+            format!("the decoded {} does not hold {}", src.rect, plan.source()),
+        ));
+    }
+    let (w, h) = g.size();
+    let win = Window::new(Rect::new(0, 0, w, h), g.dx, g.dy, g.flip);
+    spec.fill_padding(&win, slot);
+    let c = src.channels;
+    spec.write_window(&win, out, c as u8, w as usize * c, slot);
+    Ok(())
+}
+
+/// Decodes what a sample of an L3 image needs with `decode(rect, out, layout)` and writes the sample:
+/// a plain window straight into the slot when the sample's layout allows it (u8 RGB), else into scratch
+/// and converted; a resampled one from the window plus the filter's margin. Returns the pixels decoded.
 fn write_region(
+    spec: &SampleSpec,
+    shape: &Shape,
+    channels: u8,
+    path: &Path,
+    scratch: &mut Scratch,
+    slot: &mut [u8],
+    decode: impl FnOnce(Rect, &mut [u8], PixelLayout) -> Result<()>,
+) -> Result<u64> {
+    let win = match shape {
+        Shape::Copy(win) => win,
+        Shape::Resample(g, plan) => {
+            let r = plan.source();
+            let c = channels as usize;
+            scratch.region.resize(r.w as usize * r.h as usize * c, 0);
+            decode(
+                r,
+                &mut scratch.region,
+                PixelLayout::packed(r.w, r.h, channels, false),
+            )?;
+            let src = Source {
+                px: &scratch.region,
+                rect: r,
+                channels: c,
+                stride: r.w as usize * c,
+            };
+            write_resampled(
+                spec,
+                g,
+                plan,
+                &src,
+                path,
+                &mut scratch.buffers,
+                &mut scratch.resampled,
+                slot,
+            )?;
+            return Ok(u64::from(r.w) * u64::from(r.h));
+        }
+    };
+    write_window_region(spec, win, channels, scratch, slot, decode)?;
+    Ok(u64::from(win.src.w) * u64::from(win.src.h))
+}
+
+fn write_window_region(
     spec: &SampleSpec,
     win: &Window,
     channels: u8,

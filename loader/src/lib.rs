@@ -8,8 +8,9 @@
 //!   [`Batch`]es of one [`Tensor`] each, with seeded shuffling or Liquid's shuffle buffers ([`Order`]),
 //!   rank sharding, exact [`LoaderState`] resume (at another world size too), live [`Stats`]; decoding on CPU threads into host
 //!   memory, or on a CUDA [`Device`] into device memory (one windowed `l3-cuda` launch per batch).
-//! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Layout`], [`DType`], [`Normalize`]);
-//!   [`decode_sample`] is the one decode path from stored bytes to a sample.
+//! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Recipe`], [`Interpolation`],
+//!   [`Layout`], [`DType`], [`Normalize`]); [`decode_sample`] is the one decode path from stored bytes to a
+//!   sample; [`transform`] resamples a sample's [`Geometry`] in Pillow's integer arithmetic.
 //! - [`shuffle_report`]: how far an order is from a uniform shuffle, from the schedule alone.
 //! - [`convert`]: writing datasets (per-file formats, PCR records, Liquid mixes); [`import`] reads any
 //!   image file with the toolkit's one set of rules.
@@ -47,6 +48,7 @@ mod shuffle;
 mod stats;
 mod storage;
 pub mod targets;
+pub mod transform;
 
 pub use batch::{Batch, Masks, Tensor};
 pub use dataset::folder::ImageFiles;
@@ -64,7 +66,7 @@ pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
 pub use options::{
-    Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, PerChannel,
+    Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, Pair, PerChannel,
     SETTING_NAMES, Sampler, Settings, Size, parse_setting,
 };
 pub use pipeline::schedule::ShardedOrder;
@@ -76,8 +78,8 @@ pub use storage::{
 };
 pub use targets::TargetOptions;
 pub use vocab::{
-    Crop, DType, Device, Image, Invalid, ItemKey, Layout, Normalize, SampleSpec, ShardPolicy,
-    Window,
+    Axis, Crop, DEFAULT_RATIO, DType, Device, Geometry, Image, Interpolation, Invalid, ItemKey,
+    Layout, Normalize, Recipe, Rect, SampleSpec, ShardPolicy, Window,
 };
 
 /// Why a build without the `gpu` feature refuses a CUDA device or page-locked memory.
@@ -110,6 +112,7 @@ pub fn fuzz_decode_sample(data: &[u8]) {
                 layout,
                 dtype,
                 normalize: None,
+                ..SampleSpec::default()
             };
             let mut slot = vec![0u8; spec.sample_bytes()];
             for format in [Format::L3, Format::Png, Format::Jpeg, Format::Raw] {

@@ -56,8 +56,16 @@ impl LoaderState {
                 format!("{}/{}", join(n.mean), join(n.std))
             },
         );
+        let active = s.recipe.option();
+        let recipe = ["scale", "resize", "jitter"]
+            .map(|k| match &active {
+                Some((a, v)) if *a == k => format!("{k}:{v}"),
+                _ => format!("{k}:none"),
+            })
+            .join(";");
         format!(
-            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{}{}",
+            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
+             {recipe};interpolation:{};fill:{}{}",
             s.height,
             s.width,
             s.crop,
@@ -68,6 +76,8 @@ impl LoaderState {
             s.layout,
             s.dtype,
             normalize,
+            s.interpolation,
+            s.fill,
             o.targets.contents()
         )
     }

@@ -16,7 +16,10 @@ use crate::targets::TargetOptions;
 use crate::targets::masks::MaskNaming;
 use std::path::PathBuf;
 use std::time::Duration;
-use vocab::{Crop, DType, Device, Invalid, Layout, Normalize, SampleSpec, ShardPolicy};
+use vocab::{
+    Crop, DEFAULT_RATIO, DType, Device, Interpolation, Invalid, Layout, Normalize, Recipe,
+    SampleSpec, ShardPolicy,
+};
 
 /// The most items a batch may hold.
 pub const MAX_BATCH_SIZE: usize = 1 << 20;
@@ -166,6 +169,21 @@ impl LoaderOptions {
                 "gpu_fallback",
                 true,
                 "a CUDA device (it decodes on the CPU only the batches the GPU fails on)",
+            ));
+        }
+        if let (true, Some((option, value))) = (self.device.is_cuda(), self.sample.recipe.option())
+        {
+            return Err(Invalid::new(
+                option,
+                value,
+                "none with a CUDA device (the GPU path does not resample yet; use device cpu)",
+            ));
+        }
+        if self.device.is_cuda() && self.sample.fill != 0 {
+            return Err(Invalid::new(
+                "fill",
+                self.sample.fill,
+                "0 with a CUDA device (the GPU path pads with 0; use device cpu)",
             ));
         }
         self.targets.validate()?;
@@ -325,6 +343,31 @@ impl std::str::FromStr for PerChannel {
         v.and_then(|v| <[f32; 3]>::try_from(v).ok())
             .map(PerChannel)
             .ok_or_else(|| Invalid::new("mean", s, "3 numbers, one per channel (a,b,c)"))
+    }
+}
+
+/// Two numbers `a,b`: a range (`scale`, `ratio`, `jitter`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pair(pub [f64; 2]);
+
+impl std::fmt::Display for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b] = self.0;
+        write!(f, "{a},{b}")
+    }
+}
+
+impl std::str::FromStr for Pair {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Pair, Invalid> {
+        let v: Option<Vec<f64>> = s
+            .trim_matches(['(', ')', ' '])
+            .split(',')
+            .map(|t| t.trim().parse().ok())
+            .collect();
+        v.and_then(|v| <[f64; 2]>::try_from(v).ok())
+            .map(Pair)
+            .ok_or_else(|| Invalid::new("scale", s, "2 numbers (a,b)"))
     }
 }
 
@@ -533,6 +576,27 @@ pub struct Settings {
     /// What ranks do with an epoch that does not split evenly: `pad` (repeat items) or `drop`.
     #[cfg_attr(feature = "clap", arg(long, value_parser = Choice::<ShardPolicy>::default(), default_value_t = Settings::default().shard_tail))]
     pub shard_tail: ShardPolicy,
+    /// Random-resized crop (torchvision's `RandomResizedCrop`): the window's share of the image area,
+    /// `a,b`; the window is then resized to `crop`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "A,B", value_parser = Text::<Pair>::new("scale")))]
+    pub scale: Option<Pair>,
+    /// With `scale`: the window's aspect ratio range, sampled log-uniformly (default 3/4,4/3).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "R1,R2", value_parser = Text::<Pair>::new("ratio")))]
+    pub ratio: Option<Pair>,
+    /// Resize so that the shorter side is this many pixels (aspect kept), then crop `crop` (centre, or
+    /// random with `random_crop`): the evaluation recipe.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "S"))]
+    pub resize: Option<u32>,
+    /// Rescale the whole image by a factor uniform in `a,b`, then crop `crop` (random with
+    /// `random_crop`, else centre); where the crop reaches past the image the sample holds `fill`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "A,B", value_parser = Text::<Pair>::new("jitter")))]
+    pub jitter: Option<Pair>,
+    /// How `scale`, `resize` and `jitter` resample: `bilinear` (antialiased when shrinking) or `nearest`.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = Choice::<Interpolation>::default(), default_value_t = Settings::default().interpolation))]
+    pub interpolation: Interpolation,
+    /// The value of every channel where a sample shows no image (padding).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().fill))]
+    pub fill: u8,
     /// A folder (or `s3://` prefix) of label maps, one per image at the same relative path and stem
     /// (8- or 16-bit gray PNG, 8-bit PGM/PPM or one-channel L3), each given exactly its image's
     /// geometry with nearest interpolation.
@@ -599,6 +663,12 @@ impl Default for Settings {
             gpu_fallback: o.gpu_fallback,
             pin_memory: o.pin_memory,
             shard_tail: o.shard_tail,
+            scale: None,
+            ratio: None,
+            resize: None,
+            jitter: None,
+            interpolation: o.sample.interpolation,
+            fill: o.sample.fill,
             masks: None,
             image_suffix: None,
             mask_suffix: None,
@@ -645,6 +715,12 @@ pub const SETTING_NAMES: &[&str] = &[
     "gpu_fallback",
     "pin_memory",
     "shard_tail",
+    "scale",
+    "ratio",
+    "resize",
+    "jitter",
+    "interpolation",
+    "fill",
     "masks",
     "image_suffix",
     "mask_suffix",
@@ -694,6 +770,12 @@ impl Settings {
             d.gpu_fallback.to_string(),
             d.pin_memory.to_string(),
             d.shard_tail.to_string(),
+            opt(d.scale.map(|v| v.to_string())),
+            opt(d.ratio.map(|v| v.to_string())),
+            opt(d.resize.map(|v| v.to_string())),
+            opt(d.jitter.map(|v| v.to_string())),
+            d.interpolation.to_string(),
+            d.fill.to_string(),
             opt(d.masks.map(|v| v.display().to_string())),
             opt(d.image_suffix),
             opt(d.mask_suffix),
@@ -769,6 +851,7 @@ impl Settings {
             ));
         }
         let (rank, world_size) = self.rank_and_world_size()?;
+        let recipe = self.recipe()?;
         let options = LoaderOptions {
             batch_size: self.batch_size,
             sample: SampleSpec {
@@ -783,6 +866,9 @@ impl Settings {
                 layout: self.layout,
                 dtype,
                 normalize,
+                recipe,
+                interpolation: self.interpolation,
+                fill: self.fill,
             },
             decode: self.decode,
             decode_threads: stdx::parallel::threads(self.threads.unwrap_or(0)),
@@ -820,6 +906,44 @@ impl Settings {
         };
         options.validate()?;
         Ok((options, open))
+    }
+
+    /// The recipe `scale` / `ratio`, `resize` or `jitter` name (at most one of them), or the plain crop.
+    pub fn recipe(&self) -> Result<Recipe, Invalid> {
+        let given: Vec<(&'static str, String)> = [
+            ("scale", self.scale.map(|v| v.to_string())),
+            ("resize", self.resize.map(|v| v.to_string())),
+            ("jitter", self.jitter.map(|v| v.to_string())),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+        if let [(first, _), (second, v), ..] = given.as_slice() {
+            return Err(Invalid::new(
+                second,
+                v,
+                format!("none with {first} (one recipe at a time: scale, resize or jitter)"),
+            ));
+        }
+        if let (Some(r), None) = (self.ratio, self.scale) {
+            return Err(Invalid::new(
+                "ratio",
+                r,
+                "none without scale (it shapes the random-resized crop's window)",
+            ));
+        }
+        Ok(if let Some(scale) = self.scale {
+            Recipe::ResizedCrop {
+                scale: scale.0,
+                ratio: self.ratio.map_or(DEFAULT_RATIO, |r| r.0),
+            }
+        } else if let Some(shorter) = self.resize {
+            Recipe::Resize { shorter }
+        } else if let Some(range) = self.jitter {
+            Recipe::Jitter { range: range.0 }
+        } else {
+            Recipe::Crop
+        })
     }
 
     /// How the dataset is opened: scan group, labels, the read layer, the PCR window.

@@ -57,7 +57,7 @@ impl SampleWrite for SampleSpec {
         if (x0, y0, x1, y1) == (0, 0, w, h) {
             return;
         }
-        let pad: [[u8; 4]; 3] = std::array::from_fn(|c| self.encode(0, c));
+        let pad: [[u8; 4]; 3] = std::array::from_fn(|c| self.encode(self.fill, c));
         let size = self.dtype.size();
         for y in 0..h {
             let inside_row = (y0..y1).contains(&y);
@@ -204,6 +204,7 @@ mod tests {
             layout,
             dtype,
             normalize: None,
+            ..SampleSpec::default()
         }
     }
 

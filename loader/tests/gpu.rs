@@ -28,6 +28,7 @@ fn options(device: Device, layout: Layout, dtype: DType) -> LoaderOptions {
             layout,
             dtype,
             normalize: dtype.is_float().then_some(Normalize::IMAGENET),
+            ..SampleSpec::default()
         },
         ..LoaderOptions::default()
     }

@@ -104,6 +104,7 @@ fn crop_reads(format: Format) {
         layout: Default::default(),
         dtype: Default::default(),
         normalize: None,
+        ..SampleSpec::default()
     };
     let mut want = 0u64;
     for (i, bytes) in files.iter().enumerate() {

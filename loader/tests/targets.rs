@@ -134,21 +134,26 @@ fn options(t: &Tree, masks: &Path) -> LoaderOptions {
     }
 }
 
-/// The boxes of `name` through `spec`'s window for `key`, computed here from the window alone.
+/// The boxes of `name` through `spec`'s geometry for `key`, computed here from its numbers alone:
+/// scale each axis by `dst_len / src_len` from the span's start, drop the kept outputs' offset, mirror
+/// within the kept width, land at (dx, dy), clip to the kept part, drop what is under a pixel.
 fn expected_boxes(name: &str, spec: &SampleSpec, key: &ItemKey) -> Vec<[f64; 5]> {
     let ((w, h), boxes) = &tree().boxes[name];
-    let win = spec.window(*w, *h, key);
-    let (x0, y0) = (win.dx as f64, win.dy as f64);
-    let (x1, y1) = (x0 + win.src.w as f64, y0 + win.src.h as f64);
+    let g = spec.geometry(*w, *h, key);
+    let map = |v: f64, a: &loader::Axis| {
+        (v - a.src as f64) * a.dst_len as f64 / a.src_len as f64 - a.offset as f64
+    };
+    let (kw, kh) = (g.x.len as f64, g.y.len as f64);
+    let (x0, y0) = (g.dx as f64, g.dy as f64);
     let mut out = Vec::new();
     for b in boxes {
-        let mut a = (b[0] - win.src.x as f64 + x0).clamp(x0, x1);
-        let mut c = (b[2] - win.src.x as f64 + x0).clamp(x0, x1);
-        let t = (b[1] - win.src.y as f64 + y0).clamp(y0, y1);
-        let d = (b[3] - win.src.y as f64 + y0).clamp(y0, y1);
-        if win.flip {
-            (a, c) = (x0 + x1 - c, x0 + x1 - a);
+        let (mut a, mut c) = (map(b[0], &g.x), map(b[2], &g.x));
+        if g.flip {
+            (a, c) = (kw - c, kw - a);
         }
+        let (a, c) = ((a + x0).clamp(x0, x0 + kw), (c + x0).clamp(x0, x0 + kw));
+        let t = (map(b[1], &g.y) + y0).clamp(y0, y0 + kh);
+        let d = (map(b[3], &g.y) + y0).clamp(y0, y0 + kh);
         if c - a >= 1.0 && d - t >= 1.0 {
             out.push([a, t, c, d, b[4]]);
         }
@@ -215,7 +220,12 @@ fn check_run(images: &Path, opts: LoaderOptions) -> HashMap<(usize, String), Vec
             masks.insert((b.epoch, name), mask);
         }
     }
-    assert!(padded > 0, "the small image is padded with ignore_index");
+    let resized_crop = matches!(opts.sample.recipe, loader::Recipe::ResizedCrop { .. });
+    assert_eq!(
+        padded > 0,
+        !resized_crop,
+        "the small image is padded with ignore_index (a resized crop pads nothing)"
+    );
     assert_eq!(seen.len(), 2 * ds.len(), "every item in every epoch");
     assert!(seen.values().all(|&n| n == 1), "each exactly once");
     masks
@@ -239,6 +249,26 @@ fn every_item_once_with_its_mask_and_boxes_in_every_format() {
     assert_eq!(l3_format::L3File::parse(&bytes).unwrap().channels(), 1);
     let l3 = check_run(&l3_images, options(t, &l3_masks));
     assert_eq!(png, l3);
+}
+
+#[test]
+fn masks_and_boxes_follow_resampling_recipes() {
+    // With nearest interpolation the image samples are nearest-resampled too, so a mask that follows
+    // the image's geometry still equals the quantised image wherever the image is.
+    let t = tree();
+    for recipe in [
+        loader::Recipe::Jitter { range: [0.5, 2.0] },
+        loader::Recipe::ResizedCrop {
+            scale: [0.08, 1.0],
+            ratio: loader::DEFAULT_RATIO,
+        },
+        loader::Recipe::Resize { shorter: 40 },
+    ] {
+        let mut opts = options(t, &t.masks);
+        opts.sample.recipe = recipe;
+        opts.sample.interpolation = loader::Interpolation::Nearest;
+        check_run(&t.images, opts);
+    }
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //!
 //! - [`Rect`]: a rectangle of pixels (a patch, a crop, a region to decode).
 //! - [`Window`]: where a rectangle of an image lands in a fixed-size sample, mirrored or not.
+//! - [`Recipe`], [`Interpolation`] and [`Geometry`]: how an image is cropped and resampled into a sample,
+//!   and the one per-item description (per-axis [`Axis`] resampling, placement, flip) that images, masks,
+//!   boxes and the GPU kernel all follow.
 //! - [`Layout`], [`DType`], [`Normalize`]: how a batch tensor is laid out, its element type and the
 //!   per-channel arithmetic of float batches — shared by the CPU loader and the GPU kernel so that their
 //!   batches are bit-identical.
@@ -18,6 +21,7 @@
 
 mod device;
 mod error;
+mod geometry;
 mod image;
 mod rect;
 mod sample;
@@ -26,6 +30,7 @@ mod tensor;
 
 pub use device::Device;
 pub use error::Invalid;
+pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, resize_shorter};
 pub use image::Image;
 pub use rect::{Rect, Window};
 pub use sample::{Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};

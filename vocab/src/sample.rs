@@ -1,7 +1,7 @@
 //! How every item becomes a fixed-size sample: size, crop, flip, layout, element type, normalisation —
 //! and where the window falls for one item.
 
-use crate::{DType, Invalid, Layout, Normalize, Rect, Window};
+use crate::{DType, Geometry, Interpolation, Invalid, Layout, Normalize, Recipe, Rect, Window};
 use stdx::SplitMix64;
 
 /// The largest sample side accepted (in pixels): far beyond any network input, small enough that a batch's
@@ -32,6 +32,12 @@ pub struct SampleSpec {
     pub dtype: DType,
     /// For float types only; float samples without it hold `pixel / 255`.
     pub normalize: Option<Normalize>,
+    /// How the image becomes the sample: a plain crop, or a resampling recipe.
+    pub recipe: Recipe,
+    /// How resampling recipes resample the image.
+    pub interpolation: Interpolation,
+    /// The value of every channel where the sample shows no image (padding).
+    pub fill: u8,
 }
 
 impl Default for SampleSpec {
@@ -45,6 +51,9 @@ impl Default for SampleSpec {
             layout: Layout::default(),
             dtype: DType::default(),
             normalize: None,
+            recipe: Recipe::Crop,
+            interpolation: Interpolation::Bilinear,
+            fill: 0,
         }
     }
 }
@@ -93,7 +102,7 @@ impl SampleSpec {
                 ));
             }
         }
-        Ok(())
+        self.recipe.validate()
     }
 
     /// Values per sample: height × width × 3.
@@ -104,6 +113,17 @@ impl SampleSpec {
     /// Bytes per sample.
     pub fn sample_bytes(&self) -> usize {
         self.sample_len() * self.dtype.size()
+    }
+
+    /// The geometry of a `img_w`×`img_h` image for item `key`: where its sample's pixels come from.
+    pub fn geometry(&self, img_w: u32, img_h: u32, key: &ItemKey) -> Geometry {
+        self.recipe.geometry(
+            (img_w, img_h),
+            (self.width, self.height),
+            self.crop == Crop::Random,
+            self.hflip,
+            &mut key.rng(),
+        )
     }
 
     /// The window of a `img_w`×`img_h` image for item `key`.
@@ -188,6 +208,11 @@ mod tests {
             let key = ItemKey { index, ..KEY };
             let w = r.window(1000, 500, &key);
             assert_eq!(w, r.window(1000, 500, &key), "a pure function of the key");
+            assert_eq!(
+                r.geometry(1000, 500, &key).as_window(),
+                Some(w),
+                "the crop recipe is the window"
+            );
             assert!(w.src.fits(1000, 500));
             seen.insert((w.src.x, w.flip));
         }

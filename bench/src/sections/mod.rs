@@ -8,6 +8,7 @@ mod liquid;
 mod loader;
 mod pcr;
 mod python;
+mod resample;
 #[allow(unsafe_code)]
 mod storage;
 
@@ -58,6 +59,11 @@ const SECTIONS: &[Section] = &[
         name: "python",
         about: "The loader from Python vs a Pillow process pool and SPDL",
         run: python::run,
+    },
+    Section {
+        name: "resample",
+        about: "Resampling a sample: the loader's integer resampler vs Pillow's resize",
+        run: resample::run,
     },
 ];
 

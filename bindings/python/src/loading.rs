@@ -9,8 +9,7 @@
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::tensor::{Masks, Tensor};
 use loader::{Crop, Dataset, LoaderOptions, LoaderState, Next, Order, ThreadMonitor, open_dataset};
-use numpy::PyArray1;
-use numpy::PyArrayMethods;
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
@@ -49,6 +48,15 @@ pub struct Batch {
     /// Seconds the consumer waited for this batch.
     #[pyo3(get)]
     wait: f64,
+    /// Window of each sample in source pixels: ``(N, 4)`` ``int64`` rows of top, left, height, width.
+    #[pyo3(get)]
+    windows: Py<PyArray2<i64>>,
+    /// Whether each sample is mirrored left-right (``(N,)`` ``bool``).
+    #[pyo3(get)]
+    flipped: Py<PyArray1<bool>>,
+    /// Valid height and width of each sample (``(N, 2)`` ``int64``); the rest is padding.
+    #[pyo3(get)]
+    sizes: Py<PyArray2<i64>>,
     /// Each sample's label map (a :class:`Masks`, ``(N, H, W)``), with ``masks=``; else ``None``.
     #[pyo3(get)]
     masks: Option<Py<Masks>>,
@@ -64,6 +72,18 @@ pub struct Batch {
 
 impl Batch {
     fn new(py: Python<'_>, b: loader::Batch) -> PyResult<Batch> {
+        let len = b.len();
+        let windows: Vec<i64> = b
+            .windows()
+            .iter()
+            .flat_map(|r| [r.y, r.x, r.h, r.w].map(i64::from))
+            .collect();
+        let sizes: Vec<i64> = b
+            .sizes()
+            .iter()
+            .flat_map(|&(h, w)| [h, w].map(i64::from))
+            .collect();
+        let flipped = b.flipped();
         let loader::Batch {
             epoch,
             index,
@@ -97,7 +117,6 @@ impl Batch {
                 Ok(PyList::new(py, arrays)?.unbind())
             })
             .transpose()?;
-        let len = ids.len();
         let labels: Vec<i64> = labels.into_iter().map(i64::from).collect();
         let ids: Vec<i64> = ids.into_iter().map(|i| i as i64).collect();
         Ok(Batch {
@@ -108,6 +127,9 @@ impl Batch {
             index,
             skipped,
             wait: wait.as_secs_f64(),
+            windows: PyArray1::from_vec(py, windows).reshape([len, 4])?.unbind(),
+            flipped: PyArray1::from_vec(py, flipped).unbind(),
+            sizes: PyArray1::from_vec(py, sizes).reshape([len, 2])?.unbind(),
             masks,
             boxes,
             box_labels,
@@ -146,6 +168,10 @@ struct Recorded {
     mean: Option<[f32; 3]>,
     std: Option<[f32; 3]>,
     sampler: &'static str,
+    /// The resampling recipe's option and value (`scale`, `resize` or `jitter`), if any.
+    recipe: Option<(&'static str, String)>,
+    interpolation: String,
+    fill: u8,
     /// The masks and boxes options (empty without targets).
     targets: String,
 }
@@ -166,6 +192,9 @@ impl Recorded {
                 Order::Seeded => "uniform",
                 Order::Liquid { .. } => "liquid",
             },
+            recipe: o.sample.recipe.option(),
+            interpolation: o.sample.interpolation.to_string(),
+            fill: o.sample.fill,
             targets: o.targets.contents(),
         }
     }
@@ -182,6 +211,16 @@ impl Recorded {
         d.set_item("mean", self.mean)?;
         d.set_item("std", self.std)?;
         d.set_item("sampler", self.sampler)?;
+        for key in ["scale", "resize", "jitter"] {
+            let v = self
+                .recipe
+                .as_ref()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, v)| v);
+            d.set_item(key, v)?;
+        }
+        d.set_item("interpolation", &self.interpolation)?;
+        d.set_item("fill", self.fill)?;
         d.set_item("targets", &self.targets)?;
         Ok(d)
     }
@@ -382,7 +421,8 @@ impl Loader {
         budget=None, group=None, labels=None, io_threads=2, prefetch=4, skip_errors=False, \
         partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
         pcr_partial=False, decode=\"region\", \
-        gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", masks=None, image_suffix=None, \
+        gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", scale=None, ratio=None, resize=None, \
+        jitter=None, interpolation=\"bilinear\", fill=0, masks=None, image_suffix=None, \
         mask_suffix=None, ignore_index=255, boxes=None, min_box_size=1)"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]

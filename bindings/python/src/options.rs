@@ -3,7 +3,7 @@
 //! model's [`vocab::Invalid`], raised as `OptionsError`).
 
 use crate::errors::{Kind, raise};
-use loader::{Bytes, PerChannel, Settings, Size, parse_setting};
+use loader::{Bytes, Pair, PerChannel, Settings, Size, parse_setting};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -105,6 +105,22 @@ fn per_channel(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<PerChanne
         })
 }
 
+/// `scale=` / `ratio=` / `jitter=`: two numbers `(a, b)`, or text `a,b`.
+fn pair(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<Pair> {
+    if v.is_instance_of::<PyString>() {
+        return parsed(option, v);
+    }
+    let values: Vec<f64> = expect(option, v, "2 numbers (a, b)")?;
+    <[f64; 2]>::try_from(values.as_slice())
+        .map(Pair)
+        .map_err(|_| {
+            invalid(
+                v.py(),
+                Invalid::new(option, format!("{values:?}"), "2 numbers (a, b)"),
+            )
+        })
+}
+
 /// `budget=` / `cache_limit=`: an int, or text such as `2G`.
 fn bytes(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     if v.is_instance_of::<PyString>() {
@@ -177,6 +193,14 @@ pub fn settings(
             "gpu_fallback" => s.gpu_fallback = flag("gpu_fallback")?,
             "pin_memory" => s.pin_memory = flag("pin_memory")?,
             "shard_tail" => s.shard_tail = parsed("shard_tail", v)?,
+            "scale" => s.scale = optional(v, |v| pair("scale", v))?,
+            "ratio" => s.ratio = optional(v, |v| pair("ratio", v))?,
+            "jitter" => s.jitter = optional(v, |v| pair("jitter", v))?,
+            "resize" => {
+                s.resize = optional(v, |v| expect("resize", v, "a shorter side in pixels"))?
+            }
+            "interpolation" => s.interpolation = parsed("interpolation", v)?,
+            "fill" => s.fill = expect("fill", v, "a pixel value of 0 to 255")?,
             "masks" => s.masks = optional(v, |v| expect::<PathBuf>("masks", v, "a path"))?,
             "image_suffix" => {
                 s.image_suffix = optional(v, |v| expect("image_suffix", v, "a string"))?

@@ -4,44 +4,60 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loader::targets::{Placement, Rect};
 use loader::targets::boxes::{CocoBoxes, place_boxes};
 use loader::targets::masks::{MaskImage, decode_mask, write_mask};
 use std::path::Path;
+
+fn axis(src: u32, src_len: u32, dst_len: u32, offset: u32, len: u32) -> loader::Axis {
+    loader::Axis {
+        src,
+        src_len,
+        dst_len,
+        offset,
+        len,
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("fuzz");
     if let Ok(coco) = CocoBoxes::parse(data, path) {
         let names = [Some("a.png".to_string()), None];
         if let Ok(items) = coco.match_items(&names, path, "fuzz") {
-            let place = Placement {
-                src: Rect::new(1, 2, 7, 5),
-                scaled: (13, 3),
-                offset: (-4, 1),
-                out: (9, 6),
+            let g = loader::Geometry {
+                x: axis(1, 7, 13, 4, 9),
+                y: axis(2, 5, 3, 0, 3),
+                dx: 0,
+                dy: 1,
                 flip: true,
             };
             for b in &items {
-                let _ = place_boxes(b, &place, 1.0);
+                let _ = place_boxes(b, &g, 1.0);
             }
         }
     }
     let mut mask = MaskImage::default();
     if decode_mask(data, path, &mut mask).is_ok() && mask.width < 4096 && mask.height < 4096 {
         let (w, h) = (mask.width, mask.height);
-        for (src, scaled, offset) in [
-            (Rect::new(0, 0, w, h), (w, h), (0, 0)),
-            (Rect::new(w / 2, 0, w - w / 2, h), (3, 17), (-1, 2)),
-        ] {
-            let place = Placement {
-                src,
-                scaled,
-                offset,
-                out: (8, 5),
+        // The whole mask into an 8x5 sample (cut), and its right half stretched, kept outputs past the
+        // sample's edges included: never a panic.
+        for g in [
+            loader::Geometry {
+                x: axis(0, w, w, 0, w.min(8)),
+                y: axis(0, h, h, 0, h.min(5)),
+                dx: 0,
+                dy: 0,
                 flip: true,
-            };
+            },
+            loader::Geometry {
+                x: axis(w / 2, w - w / 2, 17, 3, 6),
+                y: axis(0, h, 3, 0, 3),
+                dx: 2,
+                dy: 2,
+                flip: true,
+            },
+        ] {
             let mut slot = vec![0u8; 8 * 5 * 2];
-            write_mask(&mask, &place, 255, true, &mut slot);
+            write_mask(&mask, &g, (8, 5), 255, true, &mut slot);
         }
     }
 });

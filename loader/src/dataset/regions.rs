@@ -121,8 +121,8 @@ pub(crate) fn read_region(
         }
         Ok((Arc::new(L3Index::parse(&prefix, len).map_err(l3)?), read))
     })?;
-    let win = req.window(index.width(), index.height());
-    let ranges = index.region_ranges(win.src, LOCAL_GAP).map_err(l3)?;
+    let rect = req.source_rect(index.width(), index.height());
+    let ranges = index.region_ranges(rect, LOCAL_GAP).map_err(l3)?;
     let mut fragments = Fragments::new();
     fragments.reset(&ranges);
     let mut parts: Vec<(std::ops::Range<u64>, &mut [u8])> = fragments

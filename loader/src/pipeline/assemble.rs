@@ -17,11 +17,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use vocab::Geometry;
 
 /// A batch whose items are still arriving.
 struct Partial {
     start: BatchStart,
     filled: Vec<bool>,
+    geometry: Vec<Option<Geometry>>,
     remaining: usize,
     disk_items: usize,
     disk_bytes: u64,
@@ -73,6 +75,7 @@ impl Assembler {
                 let seq = s.seq;
                 let p = Partial {
                     filled: vec![false; n],
+                    geometry: vec![None; n],
                     remaining: n,
                     disk_items,
                     disk_bytes,
@@ -106,8 +109,9 @@ impl Assembler {
         }
         p.remaining -= 1;
         match d.result {
-            Ok(_) => {
+            Ok(done) => {
                 p.filled[d.slot_index] = true;
+                p.geometry[d.slot_index] = done.geometry;
                 p.boxes[d.slot_index] = d.boxes;
             }
             Err(e) if self.skip && !d.fatal => {
@@ -183,6 +187,11 @@ impl Assembler {
             p.boxes = keep.iter().map(|&i| p.boxes[i].take()).collect();
             ids = keep.iter().map(|&i| ids[i]).collect();
             cached = keep.iter().map(|&i| cached[i]).collect();
+            p.geometry = keep.iter().map(|&i| p.geometry[i]).collect();
+        }
+        let geometry: Vec<Geometry> = p.geometry.iter().flatten().copied().collect();
+        if geometry.len() != ids.len() {
+            return Err(Error::Pipeline("a sample without its geometry".into()));
         }
         let k = ids.len();
         let pixels = match p.device.take() {
@@ -233,6 +242,7 @@ impl Assembler {
             formats: ids.iter().map(|&i| self.ds.format(i)).collect(),
             ids,
             cached,
+            geometry,
             disk_items: p.disk_items,
             disk_bytes: p.disk_bytes,
             skipped: p.skipped,
@@ -325,6 +335,9 @@ mod tests {
         layout: Layout::Nhwc,
         dtype: DType::U8,
         normalize: None,
+        recipe: vocab::Recipe::Crop,
+        interpolation: vocab::Interpolation::Bilinear,
+        fill: 0,
     };
 
     /// A batch announcement whose slots are filled with each item's index, as decode threads would.
@@ -346,7 +359,13 @@ mod tests {
         })
     }
 
+    /// Item `slot` of batch `seq` done; a decoded one carries a geometry that names its slot.
     fn item(seq: u64, slot: usize, result: Result<Decoded>) -> ToAssembler {
+        let whole = vocab::Window::whole(slot as u32 + 1, 1);
+        let result = result.map(|d| Decoded {
+            geometry: Some(Geometry::from_window(&whole)),
+            ..d
+        });
         ToAssembler::Item(ItemDone {
             seq,
             slot_index: slot,
@@ -395,6 +414,8 @@ mod tests {
         asm.accept(item(0, 2, Ok(Decoded::default())));
         let b = asm.pop_ready().unwrap().unwrap();
         assert_eq!(b.ids, vec![1, 3]);
+        let widths: Vec<u32> = b.geometry.iter().map(|g| g.x.len).collect();
+        assert_eq!(widths, [1, 3], "each geometry stays with its sample");
         assert_eq!(
             b.pixels.bytes(),
             Some(&[1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3][..])

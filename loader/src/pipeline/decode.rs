@@ -5,8 +5,8 @@ use super::{Ctx, ItemDone, Job, ToAssembler};
 use crate::error::{Error, Result};
 use crate::item::{Decoded, Scratch};
 use crate::stats::Counters;
+use crate::targets::Targets;
 use crate::targets::boxes::SampleBoxes;
-use crate::targets::{Placement, Targets};
 use crossbeam_channel::{Receiver, Sender};
 use std::time::Instant;
 
@@ -58,11 +58,10 @@ fn targets(
     d: &Decoded,
     scratch: &mut Scratch,
 ) -> Result<Option<SampleBoxes>> {
-    let win = d
-        .window
-        .ok_or_else(|| Error::Pipeline("a decoded item without its window".into()))?;
+    let g = d
+        .geometry
+        .ok_or_else(|| Error::Pipeline("a decoded item without its geometry".into()))?;
     let out = (ctx.spec.width, ctx.spec.height);
-    let place = Placement::of_window(&win, out);
     if t.has_masks() && job.mask.is_none() {
         let bytes = t.read_mask(job.index);
         if let Some(Ok(b)) = &bytes {
@@ -81,7 +80,7 @@ fn targets(
         job.index,
         mask.as_deref(),
         (&path, d.image),
-        &place,
+        (&g, out),
         &mut scratch.mask,
         slot,
     )

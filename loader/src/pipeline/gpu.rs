@@ -264,20 +264,19 @@ impl GpuStage {
             let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
-            let (image, window) = (e.image, e.window);
+            let geometry = vocab::Geometry::from_window(&e.window);
+            let image = e.image;
             // Boxes are the host's part of a device batch (masks are refused on a device).
-            let out = (self.ctx.spec.width, self.ctx.spec.height);
-            let boxes = self.ctx.targets.as_ref().and_then(|t| {
-                t.boxes_for(
-                    e.job.index,
-                    &crate::targets::Placement::of_window(&e.window, out),
-                )
-            });
+            let boxes = self
+                .ctx
+                .targets
+                .as_ref()
+                .and_then(|t| t.boxes_for(e.job.index, &geometry));
             let mut done = e.done(Ok(Decoded {
                 pixels,
                 partial: false,
+                geometry: Some(geometry),
                 image,
-                window: Some(window),
             }));
             done.boxes = boxes;
             msgs.push(ToAssembler::Item(done));
@@ -418,6 +417,9 @@ mod tests {
         layout: Layout::Nchw,
         dtype: DType::F16,
         normalize: Some(Normalize::IMAGENET),
+        recipe: vocab::Recipe::Crop,
+        interpolation: vocab::Interpolation::Bilinear,
+        fill: 0,
     };
 
     /// What the stage hands `l3-cuda` for a batch is a valid plan, from region reads as from whole

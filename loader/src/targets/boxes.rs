@@ -1,12 +1,12 @@
 //! Detection boxes: a COCO instances file read once ([`CocoBoxes::parse`]), each dataset item matched to
 //! its image entry by path and stem, and each box carried through a sample's geometry ([`place_boxes`]).
 
-use super::Placement;
 use super::masks::strip_extension;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
+use vocab::Geometry;
 
 /// One item's boxes in source pixels: `[x1, y1, x2, y2]`, with their category ids.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -165,29 +165,23 @@ impl CocoBoxes {
     }
 }
 
-/// Carries `boxes` (source pixels) through `place` into output pixels: scaled and shifted with the
-/// image, mirrored with it, clipped to the part of the sample the image covers, and dropped with their
-/// labels when narrower or shorter than `min_size` after clipping (torchvision's
+/// Carries `boxes` (source pixels) through `g` into output pixels ([`Geometry::map_box`]: scaled and
+/// shifted with the image, mirrored with it), clipped to the part of the sample the image covers, and
+/// dropped with their labels when narrower or shorter than `min_size` after clipping (torchvision's
 /// `SanitizeBoundingBoxes`).
-pub fn place_boxes(boxes: &ItemBoxes, place: &Placement, min_size: f64) -> SampleBoxes {
-    let (vx, vy) = place.valid();
-    let (x0, x1) = (f64::from(vx.start), f64::from(vx.end));
-    let (y0, y1) = (f64::from(vy.start), f64::from(vy.end));
-    let sx = f64::from(place.scaled.0) / f64::from(place.src.w);
-    let sy = f64::from(place.scaled.1) / f64::from(place.src.h);
+pub fn place_boxes(boxes: &ItemBoxes, g: &Geometry, min_size: f64) -> SampleBoxes {
+    let (w, h) = g.size();
+    let (x0, y0) = (f64::from(g.dx), f64::from(g.dy));
+    let (x1, y1) = (x0 + f64::from(w), y0 + f64::from(h));
     let mut out = SampleBoxes::default();
     for (b, &label) in boxes.boxes.iter().zip(&boxes.labels) {
-        let tx = |x: f64| (x - f64::from(place.src.x)) * sx + place.offset.0 as f64;
-        let ty = |y: f64| (y - f64::from(place.src.y)) * sy + place.offset.1 as f64;
-        let (mut a, mut c) = (tx(b[0]).clamp(x0, x1), tx(b[2]).clamp(x0, x1));
-        let (bt, d) = (ty(b[1]).clamp(y0, y1), ty(b[3]).clamp(y0, y1));
-        if place.flip {
-            (a, c) = (x0 + x1 - c, x0 + x1 - a);
-        }
-        if c - a < min_size || d - bt < min_size {
+        let m = g.map_box(*b);
+        let (a, c) = (m[0].clamp(x0, x1), m[2].clamp(x0, x1));
+        let (t, d) = (m[1].clamp(y0, y1), m[3].clamp(y0, y1));
+        if c - a < min_size || d - t < min_size {
             continue;
         }
-        out.boxes.push([a as f32, bt as f32, c as f32, d as f32]);
+        out.boxes.push([a as f32, t as f32, c as f32, d as f32]);
         out.labels.push(label);
     }
     out
@@ -196,7 +190,6 @@ pub fn place_boxes(boxes: &ItemBoxes, place: &Placement, min_size: f64) -> Sampl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vocab::Rect;
 
     const JSON: &str = r#"{
         "images": [{"id": 7, "file_name": "a/x.png", "width": 100, "height": 50},
@@ -269,35 +262,39 @@ mod tests {
 
     #[test]
     fn boxes_follow_scale_offset_and_flip_and_are_clipped_and_sanitised() {
-        // A 100x50 window at (20, 10) scaled to 50x25, placed 5 px right of the sample's edge in a 64x32
-        // sample: the image covers columns 5..55, rows 0..25.
-        let place = Placement {
-            src: Rect::new(20, 10, 100, 50),
-            scaled: (50, 25),
-            offset: (5, 0),
-            out: (64, 32),
+        // A 100x50 window at (20, 10) resized to 50x25, landing 5 px from the sample's left edge: the
+        // image covers columns 5..55, rows 0..25.
+        let axis = |src, src_len, dst_len| vocab::Axis {
+            src,
+            src_len,
+            dst_len,
+            offset: 0,
+            len: dst_len,
+        };
+        let g = Geometry {
+            x: axis(20, 100, 50),
+            y: axis(10, 50, 25),
+            dx: 5,
+            dy: 0,
             flip: false,
         };
-        let b = place_boxes(&one([40.0, 20.0, 60.0, 30.0]), &place, 1.0);
+        let b = place_boxes(&one([40.0, 20.0, 60.0, 30.0]), &g, 1.0);
         assert_eq!(b.boxes, [[15.0, 5.0, 25.0, 10.0]]);
         // Clipped at the image's right and bottom edges (not the sample's).
-        let b = place_boxes(&one([100.0, 50.0, 200.0, 200.0]), &place, 1.0);
+        let b = place_boxes(&one([100.0, 50.0, 200.0, 200.0]), &g, 1.0);
         assert_eq!(b.boxes, [[45.0, 20.0, 55.0, 25.0]]);
         // Mirrored within the image's columns 5..55: x -> 60 - x.
-        let flipped = Placement {
-            flip: true,
-            ..place
-        };
+        let flipped = Geometry { flip: true, ..g };
         let b = place_boxes(&one([40.0, 20.0, 60.0, 30.0]), &flipped, 1.0);
         assert_eq!(b.boxes, [[35.0, 5.0, 45.0, 10.0]]);
         // Outside the window, or thinner than min_size once clipped: dropped with its label.
         assert!(
-            place_boxes(&one([0.0, 0.0, 10.0, 10.0]), &place, 1.0)
+            place_boxes(&one([0.0, 0.0, 10.0, 10.0]), &g, 1.0)
                 .labels
                 .is_empty()
         );
         let thin = one([40.0, 20.0, 41.0, 30.0]); // 0.5 px wide after scaling
-        assert!(place_boxes(&thin, &place, 1.0).boxes.is_empty());
-        assert_eq!(place_boxes(&thin, &place, 0.5).labels, [1]);
+        assert!(place_boxes(&thin, &g, 1.0).boxes.is_empty());
+        assert_eq!(place_boxes(&thin, &g, 0.5).labels, [1]);
     }
 }

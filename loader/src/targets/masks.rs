@@ -2,12 +2,12 @@
 //! 16-bit single-channel PNG, 8-bit PGM/PPM, one-channel L3), and writing it into its sample with exactly
 //! the image's geometry and nearest interpolation ([`write_mask`]).
 
-use super::Placement;
 use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::storage::Storage;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use vocab::Geometry;
 
 /// The extensions a mask file may have, in the order a missing mask's message lists them.
 pub const MASK_EXTENSIONS: [&str; 4] = ["png", "pgm", "ppm", "l3"];
@@ -269,23 +269,19 @@ pub fn decode_mask(bytes: &[u8], path: &Path, out: &mut MaskImage) -> Result<()>
     Ok(())
 }
 
-/// The nearest source index along one axis for output coordinate `u` of a `src`-long axis resized to
-/// `scaled`: PyTorch's `nearest` rule (what torchvision applies to masks), in its single-precision
-/// arithmetic, so that an index agrees with it exactly even where the product is close to an integer.
-#[inline]
-pub fn nearest_index(u: u32, src: u32, scaled: u32) -> u32 {
-    if src == scaled {
-        return u;
-    }
-    let scale = src as f32 / scaled as f32;
-    ((u as f32 * scale).floor() as u32).min(src - 1)
-}
-
-/// Writes `mask`'s sample into `slot` (`width × height` values, one byte each, or two little-endian bytes
-/// when `wide`): the pixels `place` maps from the mask, nearest-interpolated, mirrored with the image;
-/// `ignore` wherever the sample lies outside the image.
-pub fn write_mask(mask: &MaskImage, place: &Placement, ignore: u16, wide: bool, slot: &mut [u8]) {
-    let (ow, oh) = (place.out.0 as usize, place.out.1 as usize);
+/// Writes `mask`'s sample into `slot` (`out` = width × height values, one byte each, or two
+/// little-endian bytes when `wide`): the pixels `g` maps from the mask, by [`Axis::nearest`](vocab::Axis::nearest) (PyTorch's
+/// `nearest` index rule, what torchvision applies to masks), mirrored with the image; `ignore` wherever
+/// the sample shows no image.
+pub fn write_mask(
+    mask: &MaskImage,
+    g: &Geometry,
+    out: (u32, u32),
+    ignore: u16,
+    wide: bool,
+    slot: &mut [u8],
+) {
+    let (ow, oh) = (out.0 as usize, out.1 as usize);
     let size = if wide { 2 } else { 1 };
     let put = |slot: &mut [u8], i: usize, v: u16| {
         if wide {
@@ -294,38 +290,28 @@ pub fn write_mask(mask: &MaskImage, place: &Placement, ignore: u16, wide: bool, 
             slot[i] = v as u8;
         }
     };
-    debug_assert!(slot.len() >= ow * oh * size);
-    let (vx, vy) = place.valid();
-    let cols: Vec<u32> = (vx.start..vx.end)
-        .map(|x| {
-            let u = (x as i64 - place.offset.0) as u32;
-            place.src.x + nearest_index(u, place.src.w, place.scaled.0)
-        })
+    let (kw, kh) = g.size();
+    let (x0, y0) = (g.dx as usize, g.dy as usize);
+    // Source column of each kept output column, mirrored within the kept columns with the image.
+    let cols: Vec<usize> = (0..kw)
+        .map(|j| g.x.nearest(if g.flip { kw - 1 - j } else { j }) as usize)
         .collect();
+    let mw = mask.width as usize;
     for y in 0..oh {
         let row = &mut slot[y * ow * size..(y + 1) * ow * size];
-        if !vy.contains(&(y as u32)) {
-            for x in 0..ow {
-                put(row, x, ignore);
-            }
-            continue;
-        }
-        let v = (y as i64 - place.offset.1) as u32;
-        let sy = place.src.y + nearest_index(v, place.src.h, place.scaled.1);
-        let src = &mask.values[sy as usize * mask.width as usize..][..mask.width as usize];
+        let src = y
+            .checked_sub(y0)
+            .filter(|&r| r < kh as usize)
+            .map(|r| g.y.nearest(r as u32) as usize)
+            .and_then(|sy| mask.values.get(sy * mw..(sy + 1) * mw));
         for x in 0..ow {
-            let xi = x as u32;
-            let value = if vx.contains(&xi) {
-                let k = if place.flip {
-                    vx.end - 1 - xi
-                } else {
-                    xi - vx.start
-                };
-                src[cols[k as usize] as usize]
-            } else {
-                ignore
-            };
-            put(row, x, value);
+            let v = src
+                .and_then(|src| {
+                    let c = cols.get(x.checked_sub(x0)?)?;
+                    src.get(*c).copied()
+                })
+                .unwrap_or(ignore);
+            put(row, x, v);
         }
     }
 }
@@ -442,19 +428,6 @@ mod tests {
     }
 
     #[test]
-    fn the_nearest_rule_is_pytorchs() {
-        // torch.nn.functional.interpolate(mode="nearest"): floor(dst * (in / out)) in float32.
-        assert_eq!(
-            (0..6).map(|u| nearest_index(u, 4, 6)).collect::<Vec<_>>(),
-            [0, 0, 1, 2, 2, 3]
-        );
-        assert_eq!(
-            (0..3).map(|u| nearest_index(u, 7, 3)).collect::<Vec<_>>(),
-            [0, 2, 4]
-        );
-    }
-
-    #[test]
     fn a_mask_follows_the_window_pads_with_ignore_and_mirrors_within_the_image() {
         let mask = MaskImage {
             width: 4,
@@ -463,15 +436,9 @@ mod tests {
             values: (0..8).collect(),
         };
         // The 4x2 mask centred in a 6x3 sample, mirrored.
-        let place = Placement {
-            src: Rect::new(0, 0, 4, 2),
-            scaled: (4, 2),
-            offset: (1, 0),
-            out: (6, 3),
-            flip: true,
-        };
+        let g = Geometry::from_window(&vocab::Window::new(Rect::new(0, 0, 4, 2), 1, 0, true));
         let mut slot = vec![0u8; 18];
-        write_mask(&mask, &place, 255, false, &mut slot);
+        write_mask(&mask, &g, (6, 3), 255, false, &mut slot);
         #[rustfmt::skip]
         let want = [
             255, 3, 2, 1, 0, 255,
@@ -479,21 +446,32 @@ mod tests {
             255, 255, 255, 255, 255, 255,
         ];
         assert_eq!(slot, want);
-        // Upscaled 2x, 16-bit.
-        let place = Placement {
-            src: Rect::new(2, 0, 2, 2),
-            scaled: (4, 4),
-            offset: (0, 0),
-            out: (4, 4),
+        // Columns 2..4 upscaled 2x, 16-bit; then 4 columns resized to 6 (PyTorch: floor(j * 4 / 6)).
+        let axis = |src, src_len, dst_len| vocab::Axis {
+            src,
+            src_len,
+            dst_len,
+            offset: 0,
+            len: dst_len,
+        };
+        let mut g = Geometry {
+            x: axis(2, 2, 4),
+            y: axis(0, 2, 4),
+            dx: 0,
+            dy: 0,
             flip: false,
         };
         let mut slot = vec![0u8; 32];
-        write_mask(&mask, &place, 300, true, &mut slot);
+        write_mask(&mask, &g, (4, 4), 300, true, &mut slot);
         let v: Vec<u16> = slot
             .chunks(2)
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
             .collect();
         assert_eq!(&v[..8], [2, 2, 3, 3, 2, 2, 3, 3]);
         assert_eq!(&v[8..12], [6, 6, 7, 7]);
+        g.x = axis(0, 4, 6);
+        let mut slot = vec![0u8; 6 * 4];
+        write_mask(&mask, &g, (6, 4), 9, false, &mut slot);
+        assert_eq!(&slot[..6], [0, 0, 1, 2, 2, 3]);
     }
 }

@@ -1,6 +1,6 @@
 //! Training targets that follow each sample's geometry: segmentation masks ([`masks`]) and detection boxes
 //! ([`boxes`]), found once when the loader starts ([`Targets::open`]) and made per item by the decode
-//! stage with exactly the geometry its image got ([`Placement`]).
+//! stage with exactly the geometry its image got ([`vocab::Geometry`]).
 
 pub mod boxes;
 pub mod masks;
@@ -10,50 +10,8 @@ use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageOptions};
 use boxes::{CocoBoxes, ItemBoxes, SampleBoxes};
 use masks::{MaskImage, MaskIndex, MaskNaming};
-use std::ops::Range;
 use std::path::{Path, PathBuf};
-pub use vocab::Rect;
-use vocab::{Invalid, Window};
-
-/// Where a sample's pixels come from, the one description masks and boxes follow: the rectangle `src` of
-/// the image, resized to `scaled` (width, height) pixels, lands with its top-left corner at `offset` (x, y)
-/// in the `out` (width, height) sample (negative: cut off at the sample's top or left); the sample holds
-/// its part of it — the valid region, [`valid`](Self::valid) — mirrored within that region when `flip`,
-/// and padding elsewhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placement {
-    pub src: Rect,
-    pub scaled: (u32, u32),
-    pub offset: (i64, i64),
-    pub out: (u32, u32),
-    pub flip: bool,
-}
-
-impl Placement {
-    /// The placement of a fixed-size crop or pad ([`Window`]): no resize.
-    pub fn of_window(win: &Window, out: (u32, u32)) -> Placement {
-        Placement {
-            src: win.src,
-            scaled: (win.src.w, win.src.h),
-            offset: (i64::from(win.dx), i64::from(win.dy)),
-            out,
-            flip: win.flip,
-        }
-    }
-
-    /// The sample's columns and rows that show the image.
-    pub fn valid(&self) -> (Range<u32>, Range<u32>) {
-        let axis = |offset: i64, scaled: u32, out: u32| {
-            let a = offset.clamp(0, i64::from(out));
-            let b = (offset + i64::from(scaled)).clamp(a, i64::from(out));
-            a as u32..b as u32
-        };
-        (
-            axis(self.offset.0, self.scaled.0, self.out.0),
-            axis(self.offset.1, self.scaled.1, self.out.1),
-        )
-    }
-}
+use vocab::{Geometry, Invalid};
 
 /// What targets a loader delivers beside the images (all off by default).
 #[derive(Clone, Debug)]
@@ -248,13 +206,14 @@ impl Targets {
     }
 
     /// The decode stage's part for item `index`, whose image (`image`: its path and its width and height)
-    /// was placed by `place`: its mask written into `slot`, its boxes returned.
+    /// was given geometry `g` in a sample of `out` (width, height): its mask written into `slot`, its
+    /// boxes returned.
     pub fn make(
         &self,
         index: usize,
         mask_bytes: Option<&[u8]>,
         (image_path, image): (&Path, (u32, u32)),
-        place: &Placement,
+        (g, out): (&Geometry, (u32, u32)),
         scratch: &mut MaskImage,
         slot: &mut [u8],
     ) -> Result<Option<SampleBoxes>> {
@@ -287,15 +246,15 @@ impl Targets {
                     "a 16-bit mask in a set of 8-bit masks (the first mask decides the batch type)",
                 ));
             }
-            masks::write_mask(scratch, place, self.ignore_index, self.wide, slot);
+            masks::write_mask(scratch, g, out, self.ignore_index, self.wide, slot);
         }
-        Ok(self.boxes_for(index, place))
+        Ok(self.boxes_for(index, g))
     }
 
-    /// Item `index`'s boxes placed by `place`, if boxes are on.
-    pub fn boxes_for(&self, index: usize, place: &Placement) -> Option<SampleBoxes> {
+    /// Item `index`'s boxes through geometry `g`, if boxes are on.
+    pub fn boxes_for(&self, index: usize, g: &Geometry) -> Option<SampleBoxes> {
         self.boxes
             .as_ref()
-            .map(|b| boxes::place_boxes(&b[index], place, self.min_box_size))
+            .map(|b| boxes::place_boxes(&b[index], g, self.min_box_size))
     }
 }

@@ -179,6 +179,15 @@ class Batch:
     def wait(self) -> float:
         """Seconds the consumer waited for this batch."""
     @property
+    def windows(self) -> Any:
+        """``(N, 4)`` int64: top, left, height, width of each sample's window in source pixels."""
+    @property
+    def flipped(self) -> Any:
+        """``(N,)`` bool: whether each sample is mirrored left-right."""
+    @property
+    def sizes(self) -> Any:
+        """``(N, 2)`` int64: valid height and width of each sample (the rest is padding)."""
+    @property
     def masks(self) -> Optional[Masks]:
         """The samples' label maps (``masks=``), else None."""
     @property
@@ -233,6 +242,12 @@ class Loader:
         gpu_fallback: bool = False,
         pin_memory: bool = False,
         shard_tail: Literal["pad", "drop"] = "pad",
+        scale: Union[Tuple[float, float], str, None] = None,
+        ratio: Union[Tuple[float, float], str, None] = None,
+        resize: Optional[int] = None,
+        jitter: Union[Tuple[float, float], str, None] = None,
+        interpolation: Literal["bilinear", "nearest"] = "bilinear",
+        fill: int = 0,
         masks: Optional[_Path] = None,
         image_suffix: Optional[str] = None,
         mask_suffix: Optional[str] = None,
