@@ -1,6 +1,8 @@
 //! `l3 convert --to l3|raw|pcr|png|jpeg IN_DIR OUT_DIR`: a thin shell over `loader::convert`.
 use anyhow::{Context, bail};
-use loader::convert::{Conversion, ConvertOptions, PcrBuild, convert_folder, to_pcr};
+use loader::convert::{
+    Conversion, ConvertOptions, PcrBuild, convert_folder, convert_masks, to_pcr,
+};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -20,6 +22,10 @@ pub struct ConvertArgs {
     /// Accept 16-bit / float inputs by converting them to 8 bits (lossy).
     #[arg(long)]
     pub to_8bit: bool,
+    /// The input is a folder of label maps (segmentation masks): each is converted losslessly with one
+    /// channel; 16-bit masks stay PNG (L3 and raw hold 8 bits), and the tool says how many.
+    #[arg(long)]
+    pub masks: bool,
     /// With `--to l3`: the L3 format (as `l3 encode`: default v2, profile ans).
     #[command(flatten)]
     pub l3: crate::codec::L3FormatArgs,
@@ -35,6 +41,9 @@ pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
     };
     let target = match Conversion::resolve(&a.to, a.quality, l3, chose)? {
         Conversion::Files(t) => t,
+        Conversion::Pcr { .. } if a.masks => {
+            bail!("masks are converted losslessly, one file each: --to l3, png or raw, not pcr")
+        }
         Conversion::Pcr { lossy_quality } => return pcr(&a, lossy_quality, threads),
         Conversion::Liquid => {
             bail!("a Liquid dataset is built with its profiler: l3 liquid profile IN_DIR OUT_DIR")
@@ -47,9 +56,12 @@ pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
         threads,
         to_8bit: a.to_8bit,
     };
-    let s = convert_folder(&a.input, &a.output, target, &opts, &|done, _| {
-        bar.set_position(done as u64)
-    });
+    let on_progress = |done: usize, _: usize| bar.set_position(done as u64);
+    let s = if a.masks {
+        convert_masks(&a.input, &a.output, target, &opts, &on_progress)
+    } else {
+        convert_folder(&a.input, &a.output, target, &opts, &on_progress)
+    };
     bar.finish_and_clear();
     let s =
         s.with_context(|| format!("converting {} to {}", a.input.display(), a.output.display()))?;
@@ -60,6 +72,12 @@ pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
         eprintln!(
             "l3: note: removed {} temporary files an interrupted run left",
             s.stale_removed
+        );
+    }
+    if s.kept_png > 0 {
+        eprintln!(
+            "l3: note: {} 16-bit masks stay PNG (copied unchanged): {} holds 8-bit values",
+            s.kept_png, a.to
         );
     }
     println!(

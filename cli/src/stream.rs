@@ -187,6 +187,8 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     }
     // Items delivered after the first epoch, and how many of them were still resident (Liquid order).
     let (mut later_items, mut later_cached) = (0u64, 0u64);
+    // Masks and boxes delivered (with --masks / --boxes).
+    let (mut masks, mut boxes, mut wide) = (0usize, 0usize, false);
 
     let t0 = Instant::now();
     let mut epoch_start = (loader.state().epoch, Instant::now(), 0u64, 0u64);
@@ -205,6 +207,11 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
             }
             epoch_start.2 += b.len() as u64;
             epoch_start.3 += b.disk_bytes;
+            if let Some(m) = &b.masks {
+                masks += m.shape()[0];
+                wide = m.is_wide();
+            }
+            boxes += b.boxes.iter().flatten().map(Vec::len).sum::<usize>();
             if let Some(t) = trace.as_mut() {
                 for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
                     let name = match &liquid_tags {
@@ -274,6 +281,12 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.items_skipped,
         wall.as_secs_f64()
     );
+    if masks > 0 || boxes > 0 {
+        println!(
+            "  targets: {masks} masks of {height}x{width} {}, {boxes} boxes",
+            if wide { "uint16" } else { "uint8" }
+        );
+    }
     if s.items_partial > 0 {
         println!(
             "  partial: {} images delivered with less than they store (a JPEG cut short, a PCR image below \

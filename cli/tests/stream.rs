@@ -629,3 +629,98 @@ fn the_shuffle_report_prints_each_statistic_beside_a_uniform_shuffle() {
         value(&in_order, "neighbours_same_batch", 1) > value(&in_order, "neighbours_same_batch", 2)
     );
 }
+
+#[test]
+fn stream_delivers_masks_and_boxes_and_convert_keeps_16_bit_masks_png() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (images, masks, l3_masks) = (
+        tmp.path().join("img"),
+        tmp.path().join("gt"),
+        tmp.path().join("gt-l3"),
+    );
+    std::fs::create_dir_all(images.join("a")).unwrap();
+    std::fs::create_dir_all(masks.join("a")).unwrap();
+    let mut coco = Vec::new();
+    for i in 0..3u32 {
+        image::RgbImage::from_fn(20 + i, 12, |x, y| image::Rgb([x as u8, y as u8, 9]))
+            .save(images.join(format!("a/{i}_img.png")))
+            .unwrap();
+        image::GrayImage::from_fn(20 + i, 12, |x, _| image::Luma([(x % 7) as u8]))
+            .save(masks.join(format!("a/{i}_gt.png")))
+            .unwrap();
+        coco.push(format!(r#"{{"id": {i}, "file_name": "a/{i}_img.png"}}"#));
+    }
+    let json = tmp.path().join("boxes.json");
+    std::fs::write(
+        &json,
+        format!(
+            r#"{{"images": [{}], "annotations": [{{"image_id": 1, "bbox": [2, 2, 8, 6], "category_id": 4}}]}}"#,
+            coco.join(",")
+        ),
+    )
+    .unwrap();
+    let text = ok(&l3(&[
+        "convert",
+        "--masks",
+        "--to",
+        "l3",
+        masks.to_str().unwrap(),
+        l3_masks.to_str().unwrap(),
+    ]));
+    assert!(text.contains("converted 3 files"), "{text}");
+    let text = ok(&l3(&[
+        "stream",
+        images.to_str().unwrap(),
+        "--size",
+        "16",
+        "--batch",
+        "2",
+        "--masks",
+        l3_masks.to_str().unwrap(),
+        "--image-suffix",
+        "_img",
+        "--mask-suffix",
+        "_gt",
+        "--boxes",
+        json.to_str().unwrap(),
+    ]));
+    assert!(
+        text.contains("targets: 3 masks of 16x16 uint8, 1 boxes"),
+        "{text}"
+    );
+    // A 16-bit mask stays PNG, and the tool says so.
+    image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::from_fn(5, 4, |x, _| {
+        image::Luma([x as u16 * 999])
+    })
+    .save(masks.join("wide.png"))
+    .unwrap();
+    let out = l3(&[
+        "convert",
+        "--masks",
+        "--to",
+        "l3",
+        masks.to_str().unwrap(),
+        tmp.path().join("gt2").to_str().unwrap(),
+    ]);
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 16-bit masks stay PNG"), "{err}");
+    assert!(tmp.path().join("gt2/wide.png").is_file());
+    // A missing mask stops the stream naming both files.
+    std::fs::remove_file(l3_masks.join("a/2_gt.l3")).unwrap();
+    let out = l3(&[
+        "stream",
+        images.to_str().unwrap(),
+        "--masks",
+        l3_masks.to_str().unwrap(),
+        "--image-suffix",
+        "_img",
+        "--mask-suffix",
+        "_gt",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("2_img.png") && err.contains("2_gt"),
+        "{err}"
+    );
+}

@@ -162,6 +162,63 @@ impl PartialEq for Tensor {
     }
 }
 
+/// A batch's label maps: `(n, h, w)` values, `u8` or (for 16-bit masks) `u16` little-endian, in
+/// 64-byte-aligned host memory recycled like a [`Tensor`]'s; each follows its sample's geometry exactly.
+#[derive(Debug)]
+pub struct Masks {
+    buf: HostBuffer,
+    shape: [usize; 3],
+    wide: bool,
+}
+
+impl Masks {
+    pub(crate) fn new(buf: HostBuffer, shape: [usize; 3], wide: bool) -> Masks {
+        debug_assert_eq!(
+            buf.len(),
+            shape.iter().product::<usize>() * if wide { 2 } else { 1 }
+        );
+        Masks { buf, shape, wide }
+    }
+    /// `(n, h, w)`.
+    pub fn shape(&self) -> [usize; 3] {
+        self.shape
+    }
+    /// Whether values are `u16` (16-bit masks) rather than `u8`.
+    pub fn is_wide(&self) -> bool {
+        self.wide
+    }
+    /// The raw little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.as_slice()
+    }
+    /// The first byte (64-byte aligned): what a zero-copy export hands out.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.buf.as_ptr()
+    }
+    /// The values of 8-bit masks.
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        (!self.wide).then(|| self.buf.as_slice())
+    }
+    /// The values of 16-bit masks.
+    pub fn as_u16(&self) -> Option<&[u16]> {
+        self.wide.then(|| bytemuck::cast_slice(self.buf.as_slice()))
+    }
+    /// Mask `i`'s values, widened to `u16`.
+    pub fn mask(&self, i: usize) -> Option<Vec<u16>> {
+        let n = self.shape[1] * self.shape[2];
+        if i >= self.shape[0] {
+            return None;
+        }
+        Some(match self.as_u16() {
+            Some(v) => v[i * n..(i + 1) * n].to_vec(),
+            None => self.bytes()[i * n..(i + 1) * n]
+                .iter()
+                .map(|&v| u16::from(v))
+                .collect(),
+        })
+    }
+}
+
 /// One delivered batch: the samples plus, per sample, its label, dataset index and format.
 #[derive(Debug)]
 pub struct Batch {
@@ -186,6 +243,12 @@ pub struct Batch {
     pub skipped: Vec<(usize, String)>,
     /// How long the consumer waited for this batch.
     pub wait: Duration,
+    /// Each sample's label map, when the loader has `masks`.
+    pub masks: Option<Masks>,
+    /// Each sample's boxes, `[x1, y1, x2, y2]` in output pixels, when the loader has `boxes`.
+    pub boxes: Option<Vec<Vec<[f32; 4]>>>,
+    /// Each box's category id, beside `boxes`.
+    pub box_labels: Option<Vec<Vec<i64>>>,
 }
 
 impl Batch {

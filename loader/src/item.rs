@@ -91,6 +91,7 @@ pub struct Scratch {
     region: Vec<u8>,
     resampled: Vec<u8>,
     buffers: Buffers,
+    pub(crate) mask: crate::targets::masks::MaskImage,
 }
 
 /// What decoding one item did.
@@ -105,6 +106,8 @@ pub struct Decoded {
     /// Where the sample's pixels came from ([`Geometry`]): `batch.windows`, `batch.flipped`,
     /// `batch.sizes`, and what masks and boxes follow.
     pub geometry: Option<Geometry>,
+    /// The image's width and height: what its mask must measure.
+    pub image: (u32, u32),
 }
 
 /// The one decode path: `stored` bytes of an item in `format` → its sample, written into `slot`
@@ -136,6 +139,7 @@ pub fn decode_sample(
                 pixels,
                 partial: false,
                 geometry,
+                image: (index.width(), index.height()),
             })
         }
         Stored::Whole(bytes) if format == Format::L3 && req.scope == DecodeScope::Region => {
@@ -155,6 +159,7 @@ pub fn decode_sample(
                 pixels,
                 partial: false,
                 geometry,
+                image: (file.width(), file.height()),
             })
         }
         Stored::Whole(bytes) if format == Format::Raw => {
@@ -257,6 +262,7 @@ fn write_pixels_with(
         pixels: width as u64 * height as u64,
         partial: false,
         geometry,
+        image: (width, height),
     })
 }
 

@@ -47,9 +47,10 @@ mod sample;
 mod shuffle;
 mod stats;
 mod storage;
+pub mod targets;
 pub mod transform;
 
-pub use batch::{Batch, Tensor};
+pub use batch::{Batch, Masks, Tensor};
 pub use dataset::folder::ImageFiles;
 pub use dataset::{
     Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
@@ -75,6 +76,7 @@ pub use stats::Stats;
 pub use storage::{
     BadEntry, CacheEntry, CacheOptions, Listing, Storage, StorageOptions, StorageStats, s3_error,
 };
+pub use targets::TargetOptions;
 pub use vocab::{
     Axis, Crop, DEFAULT_RATIO, DType, Device, Geometry, Image, Interpolation, Invalid, ItemKey,
     Layout, Normalize, Recipe, Rect, SampleSpec, ShardPolicy, Window,

@@ -14,6 +14,7 @@ use crate::options::{LoaderOptions, Order};
 use crate::pipeline::schedule::{LiquidTail, Part, Schedule, ShardedOrder};
 use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
 use crate::stats::{Counters, Stats};
+use crate::targets::Targets;
 use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -68,7 +69,7 @@ impl LoaderState {
             .join(";");
         format!(
             "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
-             {recipe};interpolation:{};fill:{};order:{}",
+             {recipe};interpolation:{};fill:{};order:{}{}",
             s.height,
             s.width,
             s.crop,
@@ -81,7 +82,8 @@ impl LoaderState {
             normalize,
             s.interpolation,
             s.fill,
-            order
+            order,
+            o.targets.contents()
         )
     }
 
@@ -357,7 +359,41 @@ impl Loader {
     /// move in lockstep, so the state of any rank serves every rank. The seed and the dataset may not
     /// differ.
     pub fn resume(dataset: Arc<dyn Dataset>, o: LoaderOptions, state: LoaderState) -> Result<Self> {
+        let targets = Targets::open(&*dataset, &o.targets, o.skip_errors)?.map(Arc::new);
+        Self::resume_with(dataset, o, state, targets)
+    }
+
+    /// [`resume`](Self::resume) with targets already opened by [`Targets::open`] for this dataset and
+    /// these options: what a caller that restarts a loader every epoch uses, so that the masks are listed
+    /// and paired, and the boxes file read, once.
+    pub fn resume_with(
+        dataset: Arc<dyn Dataset>,
+        o: LoaderOptions,
+        state: LoaderState,
+        targets: Option<Arc<Targets>>,
+    ) -> Result<Self> {
+        if targets.is_some() == o.targets.is_empty() {
+            return Err(Error::Options(
+                "the opened targets do not match the options' targets".into(),
+            ));
+        }
         let run = Run::plan(&*dataset, &o, state)?;
+        let mask_pool = match &targets {
+            Some(t) if t.has_masks() => {
+                let bytes =
+                    t.mask_bytes((o.sample.width, o.sample.height)) as u64 * o.batch_size as u64;
+                let buffers = run.credits + o.prefetch + 1;
+                stdx::mem::check(
+                    bytes.saturating_mul(buffers as u64),
+                    format!(
+                        "mask buffers ({buffers} batches of {} x {}x{})",
+                        o.batch_size, o.sample.height, o.sample.width
+                    ),
+                )?;
+                Some(Pool::new(bytes as usize, buffers, HostMemory::Pageable))
+            }
+            _ => None,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Counters::default());
         let ctx = Ctx {
@@ -369,6 +405,7 @@ impl Loader {
             host_slots: run.gpu.is_none() || o.gpu_fallback,
             counters: counters.clone(),
             stop: stop.clone(),
+            targets: targets.clone(),
         };
         let workers = o.decode_threads + o.io_threads;
         let (read_tx, read_rx) = bounded::<Job>(2 * workers + o.batch_size);
@@ -381,6 +418,7 @@ impl Loader {
         let order = order::Dispatch {
             schedule: run.schedule,
             pool: run.pool,
+            mask_pool,
             ctx: ctx.clone(),
             credits: credit_tx,
             to_asm: asm_tx.clone(),
@@ -419,7 +457,8 @@ impl Loader {
             }
         }
         drop((decode_rx, asm_tx));
-        let asm = assemble::Assembler::new(ctx.spec, o.skip_errors, dataset, counters.clone());
+        let asm =
+            assemble::Assembler::new(ctx.spec, o.skip_errors, dataset, counters.clone(), targets);
         let stop2 = stop.clone();
         threads.spawn("l3-assemble", move || {
             assemble::run(asm, asm_rx, out_tx, credit_rx, stop2)
@@ -873,6 +912,15 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
                     )));
                 }
             }
+        }
+        // Targets are recorded only when asked for: a state with them resumes only with them.
+        if let Some((k, v)) = saved
+            .iter()
+            .find(|(k, _)| !ours.iter().any(|(o, _)| o == k))
+        {
+            return Err(Error::Resume(format!(
+                "state has {k} {v}, options have no {k}"
+            )));
         }
     }
     if state.world_size == 0 || state.batch_size == 0 {

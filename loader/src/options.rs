@@ -12,6 +12,8 @@
 use crate::dataset::OpenOptions;
 use crate::sample::DecodeScope;
 use crate::storage::{CacheOptions, StorageOptions};
+use crate::targets::TargetOptions;
+use crate::targets::masks::MaskNaming;
 use std::path::PathBuf;
 use std::time::Duration;
 use vocab::{
@@ -74,6 +76,8 @@ pub struct LoaderOptions {
     pub pin_memory: bool,
     /// Where the visiting order (and, for [`Order::Liquid`], the stored bytes) comes from.
     pub order: Order,
+    /// Segmentation masks and detection boxes delivered with each sample, following its geometry.
+    pub targets: TargetOptions,
 }
 
 /// The sampling order of a [`Loader`](crate::Loader).
@@ -127,6 +131,7 @@ impl Default for LoaderOptions {
             gpu_fallback: false,
             pin_memory: false,
             order: Order::Seeded,
+            targets: TargetOptions::default(),
         }
     }
 }
@@ -182,6 +187,17 @@ impl LoaderOptions {
                 "fill",
                 self.sample.fill,
                 "0 with a CUDA device (the GPU path pads with 0; use device cpu)",
+            ));
+        }
+        self.targets.validate()?;
+        if self.targets.masks.is_some() && self.device.is_cuda() {
+            return Err(Invalid::new(
+                "masks",
+                self.targets
+                    .masks
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string()),
+                "device cpu: the GPU decode path does not produce masks yet (boxes work on either)",
             ));
         }
         if let Order::Liquid { budget_bytes } = self.order {
@@ -584,6 +600,29 @@ pub struct Settings {
     /// The value of every channel where a sample shows no image (padding).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().fill))]
     pub fill: u8,
+    /// A folder (or `s3://` prefix) of label maps, one per image at the same relative path and stem
+    /// (8- or 16-bit gray PNG, 8-bit PGM/PPM or one-channel L3), each given exactly its image's
+    /// geometry with nearest interpolation.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
+    pub masks: Option<PathBuf>,
+    /// The end of an image's stem that its mask's name replaces with `mask_suffix` (Cityscapes:
+    /// `_leftImg8bit`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub image_suffix: Option<String>,
+    /// The end of a mask's stem (Cityscapes: `_gtFine_labelIds`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub mask_suffix: Option<String>,
+    /// The mask value where a sample reaches past its image.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().ignore_index))]
+    pub ignore_index: u16,
+    /// A COCO instances JSON file whose boxes follow every crop and flip (`images[].file_name` relative
+    /// to the source, matched by path and stem).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE.json"))]
+    pub boxes: Option<PathBuf>,
+    /// Boxes narrower or shorter than this many output pixels after clipping are dropped with their
+    /// labels.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().min_box_size))]
+    pub min_box_size: f64,
 }
 
 impl Default for Settings {
@@ -633,6 +672,12 @@ impl Default for Settings {
             jitter: None,
             interpolation: o.sample.interpolation,
             fill: o.sample.fill,
+            masks: None,
+            image_suffix: None,
+            mask_suffix: None,
+            ignore_index: o.targets.ignore_index,
+            boxes: None,
+            min_box_size: o.targets.min_box_size,
         }
     }
 }
@@ -679,6 +724,12 @@ pub const SETTING_NAMES: &[&str] = &[
     "jitter",
     "interpolation",
     "fill",
+    "masks",
+    "image_suffix",
+    "mask_suffix",
+    "ignore_index",
+    "boxes",
+    "min_box_size",
 ];
 
 impl Settings {
@@ -728,6 +779,12 @@ impl Settings {
             opt(d.jitter.map(|v| v.to_string())),
             d.interpolation.to_string(),
             d.fill.to_string(),
+            opt(d.masks.map(|v| v.display().to_string())),
+            opt(d.image_suffix),
+            opt(d.mask_suffix),
+            d.ignore_index.to_string(),
+            opt(d.boxes.map(|v| v.display().to_string())),
+            d.min_box_size.to_string(),
         ];
         SETTING_NAMES.iter().copied().zip(values).collect()
     }
@@ -833,9 +890,25 @@ impl Settings {
             gpu_fallback: self.gpu_fallback,
             pin_memory: self.pin_memory,
             order,
+            targets: TargetOptions::default(),
+        };
+        let open = self.open_options()?;
+        let options = LoaderOptions {
+            targets: TargetOptions {
+                masks: self.masks.clone(),
+                naming: MaskNaming {
+                    image_suffix: self.image_suffix.clone().unwrap_or_default(),
+                    mask_suffix: self.mask_suffix.clone().unwrap_or_default(),
+                },
+                ignore_index: self.ignore_index,
+                boxes: self.boxes.clone(),
+                min_box_size: self.min_box_size,
+                storage: open.storage.clone(),
+            },
+            ..options
         };
         options.validate()?;
-        Ok((options, self.open_options()?))
+        Ok((options, open))
     }
 
     /// The recipe `scale` / `ratio`, `resize` or `jitter` name (at most one of them), or the plain crop.

@@ -3,7 +3,8 @@
 //!
 //! - [`codec`]: `encode`, `decode`, `decode_region`, `info`, `read_image` on NumPy arrays.
 //! - [`loading`]: `Loader` (the loader's pipeline as an iterator) and `Batch`.
-//! - [`tensor`]: `Tensor`, the batch tensor exported through DLPack without a copy.
+//! - [`tensor`]: `Tensor` and `Masks`, the batch's images and label maps exported through DLPack without
+//!   a copy.
 //! - [`convert`]: `convert`, dataset folders into L3, raw, PNG, JPEG, PCR or Liquid.
 //! - [`stylize`]: `stylize` and `StyleModel`, bsp-tiling's tiled style transfer.
 //! - [`errors`]: the exception mapping, and [`errors::detached`], which every call into Rust work goes
@@ -38,6 +39,7 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loading::Loader>()?;
     m.add_class::<loading::Batch>()?;
     m.add_class::<tensor::Tensor>()?;
+    m.add_class::<tensor::Masks>()?;
     m.add_class::<stylize::StyleModel>()?;
     Ok(())
 }

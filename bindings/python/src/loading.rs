@@ -7,7 +7,7 @@
 //! from its exact position the next time a batch is asked for.
 
 use crate::errors::{Failure, Kind, detached, raise};
-use crate::tensor::Tensor;
+use crate::tensor::{Masks, Tensor};
 use loader::{Crop, Dataset, LoaderOptions, LoaderState, Next, Order, ThreadMonitor, open_dataset};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
@@ -57,6 +57,16 @@ pub struct Batch {
     /// Valid height and width of each sample (``(N, 2)`` ``int64``); the rest is padding.
     #[pyo3(get)]
     sizes: Py<PyArray2<i64>>,
+    /// Each sample's label map (a :class:`Masks`, ``(N, H, W)``), with ``masks=``; else ``None``.
+    #[pyo3(get)]
+    masks: Option<Py<Masks>>,
+    /// Each sample's boxes, with ``boxes=``: a list of N ``float32`` arrays ``(K, 4)``, x1 y1 x2 y2 in
+    /// output pixels; else ``None``.
+    #[pyo3(get)]
+    boxes: Option<Py<PyList>>,
+    /// The category id of each box, beside ``boxes``: a list of N ``int64`` arrays ``(K,)``.
+    #[pyo3(get)]
+    box_labels: Option<Py<PyList>>,
     len: usize,
 }
 
@@ -82,8 +92,31 @@ impl Batch {
             ids,
             skipped,
             wait,
+            masks,
+            boxes,
+            box_labels,
             ..
         } = b;
+        let masks = masks.map(|m| Py::new(py, Masks::new(m))).transpose()?;
+        let boxes = boxes
+            .map(|all| -> PyResult<Py<PyList>> {
+                let arrays = all
+                    .into_iter()
+                    .map(|b| {
+                        let k = b.len();
+                        let flat: Vec<f32> = b.into_iter().flatten().collect();
+                        PyArray1::from_vec(py, flat).reshape([k, 4])
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyList::new(py, arrays)?.unbind())
+            })
+            .transpose()?;
+        let box_labels = box_labels
+            .map(|all| -> PyResult<Py<PyList>> {
+                let arrays = all.into_iter().map(|l| PyArray1::from_vec(py, l));
+                Ok(PyList::new(py, arrays)?.unbind())
+            })
+            .transpose()?;
         let labels: Vec<i64> = labels.into_iter().map(i64::from).collect();
         let ids: Vec<i64> = ids.into_iter().map(|i| i as i64).collect();
         Ok(Batch {
@@ -97,6 +130,9 @@ impl Batch {
             windows: PyArray1::from_vec(py, windows).reshape([len, 4])?.unbind(),
             flipped: PyArray1::from_vec(py, flipped).unbind(),
             sizes: PyArray1::from_vec(py, sizes).reshape([len, 2])?.unbind(),
+            masks,
+            boxes,
+            box_labels,
             len,
         })
     }
@@ -136,6 +172,8 @@ struct Recorded {
     recipe: Option<(&'static str, String)>,
     interpolation: String,
     fill: u8,
+    /// The masks and boxes options (empty without targets).
+    targets: String,
 }
 
 impl Recorded {
@@ -157,6 +195,7 @@ impl Recorded {
             recipe: o.sample.recipe.option(),
             interpolation: o.sample.interpolation.to_string(),
             fill: o.sample.fill,
+            targets: o.targets.contents(),
         }
     }
 
@@ -182,6 +221,7 @@ impl Recorded {
         }
         d.set_item("interpolation", &self.interpolation)?;
         d.set_item("fill", self.fill)?;
+        d.set_item("targets", &self.targets)?;
         Ok(d)
     }
 }
@@ -195,6 +235,8 @@ struct Run {
     epoch_done: bool,
     /// Counts the threads of the latest pipeline, joined or not.
     monitor: ThreadMonitor,
+    /// The masks and boxes, paired once for every restart.
+    targets: Option<Arc<loader::targets::Targets>>,
 }
 
 impl Run {
@@ -221,7 +263,7 @@ impl Run {
         self.stop();
         self.position = state.clone();
         self.epoch_done = false;
-        let l = loader::Loader::resume(ds.clone(), o.clone(), state)?;
+        let l = loader::Loader::resume_with(ds.clone(), o.clone(), state, self.targets.clone())?;
         self.monitor = l.thread_monitor();
         self.loader = Some(l);
         Ok(())
@@ -380,7 +422,8 @@ impl Loader {
         partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
         pcr_partial=False, decode=\"region\", \
         gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", scale=None, ratio=None, resize=None, \
-        jitter=None, interpolation=\"bilinear\", fill=0)"
+        jitter=None, interpolation=\"bilinear\", fill=0, masks=None, image_suffix=None, \
+        mask_suffix=None, ignore_index=255, boxes=None, min_box_size=1)"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]
     fn new(
@@ -418,11 +461,15 @@ impl Loader {
                 // The options are checked by `load_state_dict` against those it recorded.
                 contents: None,
             };
+            let targets =
+                loader::targets::Targets::open(&*dataset, &options.targets, options.skip_errors)?
+                    .map(Arc::new);
             let mut run = Run {
                 loader: None,
                 position: position.clone(),
                 epoch_done: false,
                 monitor: ThreadMonitor::default(),
+                targets,
             };
             run.restart(&dataset, &options, position)?;
             Ok((dataset, run))
@@ -526,7 +573,11 @@ impl Loader {
             .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
         let ours = self.recorded.to_dict(py)?;
         for (key, want) in ours.iter() {
-            let got = saved.get_item(&key).ok();
+            // States saved before targets existed had none.
+            let got = saved.get_item(&key).ok().or_else(|| {
+                (key.extract::<String>().ok()? == "targets")
+                    .then(|| pyo3::types::PyString::new(py, "").into_any())
+            });
             let same = match &got {
                 Some(g) => g.eq(&want)?,
                 None => false,

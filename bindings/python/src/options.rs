@@ -201,6 +201,16 @@ pub fn settings(
             }
             "interpolation" => s.interpolation = parsed("interpolation", v)?,
             "fill" => s.fill = expect("fill", v, "a pixel value of 0 to 255")?,
+            "masks" => s.masks = optional(v, |v| expect::<PathBuf>("masks", v, "a path"))?,
+            "image_suffix" => {
+                s.image_suffix = optional(v, |v| expect("image_suffix", v, "a string"))?
+            }
+            "mask_suffix" => s.mask_suffix = optional(v, |v| expect("mask_suffix", v, "a string"))?,
+            "ignore_index" => {
+                s.ignore_index = expect("ignore_index", v, "an integer from 0 to 65535")?
+            }
+            "boxes" => s.boxes = optional(v, |v| expect::<PathBuf>("boxes", v, "a path"))?,
+            "min_box_size" => s.min_box_size = expect("min_box_size", v, "a number of pixels")?,
             _ => {
                 return Err(PyTypeError::new_err(format!(
                     "Loader() got an unexpected keyword argument {name:?}"

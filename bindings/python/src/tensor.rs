@@ -277,3 +277,138 @@ impl Tensor {
         )
     }
 }
+
+/// A batch's label maps: ``(N, H, W)``, ``uint8`` (``uint16`` for 16-bit masks), in 64-byte-aligned host
+/// memory owned by the loader, each following its image's geometry exactly (nearest interpolation,
+/// ``ignore_index`` where the sample lies outside the image). Exported like :class:`Tensor`:
+/// ``torch.from_dlpack(m)`` and ``numpy.from_dlpack(m)`` view it without a copy.
+#[pyclass(frozen, module = "l3toolkit")]
+pub struct Masks {
+    inner: Arc<loader::Masks>,
+}
+
+impl Masks {
+    pub fn new(m: loader::Masks) -> Masks {
+        Masks { inner: Arc::new(m) }
+    }
+
+    fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
+        let [n, h, w] = self.inner.shape();
+        let dtype = if self.inner.is_wide() {
+            DLDataType::scalar(DLDataTypeCode::UINT, 16)
+        } else {
+            DLDataType::U8
+        };
+        let mut t = Fixed::new([n, h, w], [h * w, w, 1])
+            .initialize_as::<M>(self.inner.clone())
+            .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
+        t.set_data(self.inner.as_ptr() as *mut c_void)
+            .set_dtype(dtype)
+            .set_device(DLDevice::CPU);
+        // SAFETY: as for `Tensor::managed`: the pointer is the start of the host buffer of `shape` ×
+        // `dtype` bytes owned by the installed context (an `Arc` of the masks), valid until the deleter
+        // runs; the strides are the dense row-major ones copied by `Fixed::new`.
+        Ok(unsafe { t.finish() })
+    }
+}
+
+impl DlpackExporter for Masks {
+    fn device(&self) -> DLDevice {
+        DLDevice::CPU
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        DlpackFlags::empty()
+    }
+
+    /// Host masks are complete when delivered: nothing to wait for.
+    fn prepare_export(&self, _py: Python<'_>, _request: &ExportRequest<'_>) -> PyResult<()> {
+        Ok(())
+    }
+
+    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        self.managed()
+    }
+
+    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
+        self.managed()
+    }
+}
+
+#[pymethods]
+impl Masks {
+    /// The DLPack capsule of the masks: a zero-copy view.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
+        export_dlpack(self, py, request)
+    }
+
+    /// ``(1, 0)``: host memory.
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        (DLDeviceType::CPU.0, 0)
+    }
+
+    /// ``numpy.from_dlpack(self)``: a NumPy view (no copy).
+    fn numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py()
+            .import("numpy")?
+            .call_method1("from_dlpack", (slf,))
+    }
+
+    /// ``numpy.asarray(masks)``: the view of :meth:`numpy`, converted to ``dtype`` when given.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut a = Self::numpy(slf)?;
+        if let Some(d) = dtype {
+            a = a.call_method1("astype", (&d,))?;
+        }
+        if copy == Some(true) {
+            a = a.call_method0("copy")?;
+        }
+        Ok(a)
+    }
+
+    /// ``(N, H, W)``.
+    #[getter]
+    fn shape(&self) -> (usize, usize, usize) {
+        let [n, h, w] = self.inner.shape();
+        (n, h, w)
+    }
+
+    /// ``"uint8"`` or ``"uint16"``.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        if self.inner.is_wide() {
+            "uint16"
+        } else {
+            "uint8"
+        }
+    }
+
+    /// ``"cpu"``.
+    #[getter]
+    fn device(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.shape()[0]
+    }
+
+    fn __repr__(&self) -> String {
+        let [n, h, w] = self.inner.shape();
+        format!("Masks(shape=({n}, {h}, {w}), dtype={})", self.dtype())
+    }
+}

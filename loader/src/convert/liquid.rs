@@ -210,6 +210,14 @@ pub fn to_liquid(
     } else {
         prof.chosen
     };
+    // The items' names first (by id, the folder's order), so that a dataset whose manifest exists has
+    // them: masks and boxes kept beside it pair with its items by name.
+    let names: Vec<String> = (0..folder.len())
+        .map(|i| folder.name(i).unwrap_or_default())
+        .collect();
+    let names_path = output.join(crate::dataset::liquid::ITEM_NAMES);
+    let json = serde_json::to_vec(&names).map_err(|e| Error::dataset(&names_path, e))?;
+    stdx::fs::write_atomic(&names_path, &json).map_err(|e| Error::io(&names_path, e))?;
     let m = liquid_sampler::profile::write_dataset(&sources, &decs, ratio, build.seed, output)
         .map_err(|e| Error::dataset(output, format!("Liquid writer: {e}")))?;
     Ok(LiquidReport {

@@ -7,9 +7,11 @@
 //! kept, anything else is written again.
 
 mod liquid;
+mod masks;
 mod pcr;
 
 pub use liquid::{LiquidBuild, LiquidEvent, LiquidReport, decoders as liquid_decoders, to_liquid};
+pub use masks::convert_masks;
 pub use pcr::{PcrBuild, PcrSummary, to_pcr};
 
 use crate::dataset::image_files;
@@ -139,6 +141,8 @@ pub struct ConvertSummary {
     pub stale_removed: usize,
     /// Inputs left out (special files, symlink loops), one line each.
     pub warnings: Vec<String>,
+    /// 16-bit masks kept as PNG by a mask conversion to another format (which holds 8 bits).
+    pub kept_png: usize,
 }
 
 /// How a folder is converted.
@@ -249,14 +253,18 @@ fn is_complete_target(path: &Path, target: Target) -> bool {
 /// Locks `output` for this process, refuses it if it holds images of another format than `target`'s
 /// (two conversions into one folder would double the dataset), and clears the temporaries of killed
 /// earlier runs in it and its sub-folders.
-fn prepare_output(output: &Path, target: Format) -> Result<(stdx::fs::DirLock, usize)> {
+fn prepare_output(
+    output: &Path,
+    target: Format,
+    also: Option<Format>,
+) -> Result<(stdx::fs::DirLock, usize)> {
     let lock = stdx::fs::DirLock::acquire(output).map_err(|e| Error::io(output, e))?;
     let existing = image_files(output)?;
     let others: BTreeSet<Format> = existing
         .files
         .iter()
         .map(|(_, f)| *f)
-        .filter(|f| *f != target)
+        .filter(|f| *f != target && Some(*f) != also)
         .collect();
     if let Some(f) = others.first() {
         return Err(Error::dataset(
@@ -307,26 +315,14 @@ pub fn convert_folder(
             "no images (PNG, JPEG, PPM/PGM/PAM, L3, WebP, TIFF, BMP or GIF) found",
         ));
     }
-    // Output stems must be unique: `a.png` and `a.jpg` in one folder would both become `a.l3`.
-    let mut seen: HashMap<PathBuf, &Path> = HashMap::new();
-    for (rel, _) in &files {
-        if let Some(other) = seen.insert(rel.with_extension(""), rel) {
-            return Err(Error::dataset(
-                input.join(rel),
-                format!(
-                    "same output name as {} (two files with one stem in a folder)",
-                    other.display()
-                ),
-            ));
-        }
-    }
+    unique_stems(input, &files)?;
     if same_folder(input, output) {
         return Err(Error::dataset(
             output,
             "the output folder is the input folder: convert into another folder",
         ));
     }
-    let (_lock, stale_removed) = prepare_output(output, target.format())?;
+    let (_lock, stale_removed) = prepare_output(output, target.format(), None)?;
     let done = AtomicUsize::new(0);
     let summary = Mutex::new(ConvertSummary {
         stale_removed,
@@ -362,6 +358,23 @@ pub fn convert_folder(
         Ok::<(), Error>(())
     })?;
     Ok(summary.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Output stems must be unique: `a.png` and `a.jpg` in one folder would both become `a.l3`.
+fn unique_stems(input: &Path, files: &[(PathBuf, Format)]) -> Result<()> {
+    let mut seen: HashMap<PathBuf, &Path> = HashMap::new();
+    for (rel, _) in files {
+        if let Some(other) = seen.insert(rel.with_extension(""), rel) {
+            return Err(Error::dataset(
+                input.join(rel),
+                format!(
+                    "same output name as {} (two files with one stem in a folder)",
+                    other.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every name an output of `target` for `dst` may have (raw's extension depends on the channels).

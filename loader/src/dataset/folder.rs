@@ -261,6 +261,9 @@ impl Dataset for ImageFolder {
     fn format(&self, index: usize) -> Format {
         self.items[index].format
     }
+    fn name(&self, index: usize) -> Option<String> {
+        Some(self.items[index].key.clone())
+    }
     fn source(&self, index: usize) -> PathBuf {
         self.items[index].path.clone()
     }

@@ -17,6 +17,11 @@ const MAX_MANIFEST_BYTES: u64 = 1 << 32;
 /// Offset tables of L3 items kept for region reads.
 const INDEX_CACHE_BYTES: usize = 64 << 20;
 
+/// The file beside the manifest that names each item (a JSON array of relative paths, indexed by item
+/// id), written by [`to_liquid`](crate::convert::to_liquid): how masks and boxes kept beside the dataset
+/// find its items. Datasets without it have no item names.
+pub const ITEM_NAMES: &str = "item-names.json";
+
 /// A Liquid multi-format dataset folder (`manifest.cbor` + packed data files).
 ///
 /// Items keep the manifest's storage order; the format tag of each (`png`, `jpeg`, `l3`, `raw`) picks its
@@ -29,6 +34,8 @@ pub struct LiquidShards {
     storage: Storage,
     formats: Vec<Format>,
     indexes: IndexCache,
+    /// Item names by id ([`ITEM_NAMES`]), when the dataset has them.
+    names: Option<Vec<String>>,
 }
 
 impl LiquidShards {
@@ -95,11 +102,35 @@ impl LiquidShards {
                 },
             })
             .collect::<Result<Vec<_>>>()?;
+        let names = if storage.exists(ITEM_NAMES)? {
+            let bytes = storage.read(ITEM_NAMES, MAX_MANIFEST_BYTES)?;
+            let names: Vec<String> = serde_json::from_slice(&bytes).map_err(|e| {
+                Error::dataset(
+                    storage.name(ITEM_NAMES),
+                    format!("not a list of names: {e}"),
+                )
+            })?;
+            if let Some(it) = inner
+                .manifest
+                .items
+                .iter()
+                .find(|it| it.id >= names.len() as u64)
+            {
+                return Err(Error::dataset(
+                    storage.name(ITEM_NAMES),
+                    format!("{} names, and item id {} has none", names.len(), it.id),
+                ));
+            }
+            Some(names)
+        } else {
+            None
+        };
         Ok(LiquidShards {
             inner,
             storage,
             formats,
             indexes: IndexCache::new(INDEX_CACHE_BYTES),
+            names,
         })
     }
 
@@ -123,6 +154,10 @@ impl Dataset for LiquidShards {
     }
     fn id(&self, index: usize) -> u64 {
         self.inner.manifest.items[index].id
+    }
+    fn name(&self, index: usize) -> Option<String> {
+        let id = self.inner.manifest.items[index].id as usize;
+        self.names.as_ref().map(|n| n[id].clone())
     }
     fn format(&self, index: usize) -> Format {
         self.formats[self.inner.manifest.items[index].format as usize]

@@ -2,7 +2,7 @@
 //! stage) and how they become a sample (the decode stage) — its implementations, and [`open_dataset`].
 
 pub(crate) mod folder;
-mod liquid;
+pub(crate) mod liquid;
 mod open;
 mod pcr;
 pub(crate) mod regions;
@@ -43,6 +43,12 @@ pub trait Dataset: Send + Sync {
 
     /// How item `index` is stored.
     fn format(&self, index: usize) -> Format;
+
+    /// Item `index`'s path relative to the image tree it came from (`a/x.png`), if the dataset records
+    /// one: what pairs it with targets kept beside the dataset (masks, boxes), by path and stem.
+    fn name(&self, _index: usize) -> Option<String> {
+        None
+    }
 
     /// Where item `index` lives (a file, or a file and a position in it): named in every error about it.
     fn source(&self, index: usize) -> PathBuf;
@@ -112,6 +118,9 @@ impl<D: Dataset + ?Sized> Dataset for std::sync::Arc<D> {
     }
     fn format(&self, index: usize) -> Format {
         (**self).format(index)
+    }
+    fn name(&self, index: usize) -> Option<String> {
+        (**self).name(index)
     }
     fn source(&self, index: usize) -> PathBuf {
         (**self).source(index)

@@ -243,6 +243,10 @@ impl Dataset for PcrRecords {
     fn format(&self, _index: usize) -> Format {
         Format::Pcr
     }
+    fn name(&self, index: usize) -> Option<String> {
+        let (r, j) = self.items[index];
+        Some(self.inner.index().records[r].images[j].name.clone())
+    }
     fn source(&self, index: usize) -> PathBuf {
         let (r, j) = self.items[index];
         let rec = &self.inner.index().records[r];

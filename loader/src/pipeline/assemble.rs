@@ -4,12 +4,14 @@
 //! batch's first failure is delivered in its turn and ends the run.
 
 use super::{BatchStart, DeviceBatch, ItemDone, ToAssembler, device_tensor};
-use crate::batch::{Batch, Tensor};
+use crate::batch::{Batch, Masks, Tensor};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::memory::Filling;
 use crate::sample::{Layout, SampleSpec};
 use crate::stats::Counters;
+use crate::targets::Targets;
+use crate::targets::boxes::SampleBoxes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ struct Partial {
     error: Option<Error>,
     /// The samples the GPU decoded into device memory, one per filled slot.
     device: Option<DeviceBatch>,
+    /// Each slot's boxes, when the batch has boxes.
+    boxes: Vec<Option<SampleBoxes>>,
 }
 
 /// The assembler's state: testable without threads (feed it starts and items, take batches).
@@ -40,6 +44,7 @@ pub(crate) struct Assembler {
     skip: bool,
     ds: Arc<dyn Dataset>,
     counters: Arc<Counters>,
+    targets: Option<Arc<Targets>>,
 }
 
 impl Assembler {
@@ -48,6 +53,7 @@ impl Assembler {
         skip: bool,
         ds: Arc<dyn Dataset>,
         counters: Arc<Counters>,
+        targets: Option<Arc<Targets>>,
     ) -> Self {
         Assembler {
             pending: BTreeMap::new(),
@@ -56,6 +62,7 @@ impl Assembler {
             skip,
             ds,
             counters,
+            targets,
         }
     }
 
@@ -75,6 +82,7 @@ impl Assembler {
                     skipped: Vec::new(),
                     error,
                     device: None,
+                    boxes: (0..n).map(|_| None).collect(),
                     start: s,
                 };
                 self.pending.insert(seq, p);
@@ -104,6 +112,7 @@ impl Assembler {
             Ok(done) => {
                 p.filled[d.slot_index] = true;
                 p.geometry[d.slot_index] = done.geometry;
+                p.boxes[d.slot_index] = d.boxes;
             }
             Err(e) if self.skip && !d.fatal => {
                 Counters::add(&self.counters.items_skipped, 1);
@@ -144,6 +153,16 @@ impl Assembler {
             .map_err(|_| Error::Pipeline("a batch slot outlived its item".into()))?;
         let n = p.start.ids.len();
         let sample = self.spec.sample_bytes();
+        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+        let mut masks = match p.start.mask_filling.take() {
+            Some(f) => Some(
+                Filling::finish(f)
+                    .map_err(|_| Error::Pipeline("a mask slot outlived its item".into()))?,
+            ),
+            None => None,
+        };
+        let wide = self.targets.as_ref().is_some_and(|t| t.wide());
+        let mask_bytes = h * w * if wide { 2 } else { 1 };
         let mut ids = std::mem::take(&mut p.start.ids);
         let mut cached = p
             .start
@@ -159,6 +178,13 @@ impl Assembler {
                     bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
                 }
             }
+            if let Some(m) = &mut masks {
+                let bytes = m.as_mut_slice();
+                for (to, &from) in keep.iter().enumerate() {
+                    bytes.copy_within(from * mask_bytes..(from + 1) * mask_bytes, to * mask_bytes);
+                }
+            }
+            p.boxes = keep.iter().map(|&i| p.boxes[i].take()).collect();
             ids = keep.iter().map(|&i| ids[i]).collect();
             cached = keep.iter().map(|&i| cached[i]).collect();
             p.geometry = keep.iter().map(|&i| p.geometry[i]).collect();
@@ -184,13 +210,29 @@ impl Assembler {
             }
             None => {
                 buf.truncate(k * sample);
-                let (h, w) = (self.spec.height as usize, self.spec.width as usize);
                 let shape = match self.spec.layout {
                     Layout::Nhwc => [k, h, w, 3],
                     Layout::Nchw => [k, 3, h, w],
                 };
                 Tensor::new(buf, shape, self.spec.layout, self.spec.dtype)
             }
+        };
+        let masks = masks.map(|mut m| {
+            m.truncate(k * mask_bytes);
+            Masks::new(m, [k, h, w], wide)
+        });
+        let (boxes, box_labels) = if self.targets.as_ref().is_some_and(|t| t.has_boxes()) {
+            let (b, l) = p
+                .boxes
+                .into_iter()
+                .map(|b| {
+                    let b = b.unwrap_or_default();
+                    (b.boxes, b.labels)
+                })
+                .unzip();
+            (Some(b), Some(l))
+        } else {
+            (None, None)
         };
         let batch = Batch {
             epoch: p.start.epoch,
@@ -205,6 +247,9 @@ impl Assembler {
             disk_bytes: p.disk_bytes,
             skipped: p.skipped,
             wait: Duration::ZERO,
+            masks,
+            boxes,
+            box_labels,
         };
         Counters::add_time(&self.counters.assemble_ns, t0);
         Ok(batch)
@@ -308,6 +353,7 @@ mod tests {
             batch: seq as usize,
             ids: ids.to_vec(),
             filling: Some(filling),
+            mask_filling: None,
             liquid: None,
             failure: None,
         })
@@ -326,13 +372,14 @@ mod tests {
             read: Some(10),
             result,
             fatal: false,
+            boxes: None,
         })
     }
 
     #[test]
     fn batches_leave_in_sequence_whatever_order_items_finish() {
         let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
-        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None);
         asm.accept(start(&pool, 0, &[3, 4, 5]));
         asm.accept(start(&pool, 1, &[6, 7]));
         asm.accept(item(1, 1, Ok(Decoded::default())));
@@ -360,7 +407,7 @@ mod tests {
     fn failed_items_are_compacted_away_when_skipping_else_fail_in_turn() {
         let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
         let counters = Arc::new(Counters::default());
-        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone());
+        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone(), None);
         asm.accept(start(&pool, 0, &[1, 2, 3]));
         asm.accept(item(0, 1, Err(Error::decode("item2", "png", "bad"))));
         asm.accept(item(0, 0, Ok(Decoded::default())));
@@ -378,7 +425,7 @@ mod tests {
         assert_eq!(counters.items_skipped.load(Ordering::Relaxed), 1);
 
         // Without skipping, batch 1's failure waits for batch 0 to leave first.
-        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default());
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None);
         asm.accept(start(&pool, 0, &[1]));
         asm.accept(start(&pool, 1, &[2]));
         asm.accept(item(1, 0, Err(Error::decode("item2", "png", "bad"))));

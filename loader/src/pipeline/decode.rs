@@ -2,21 +2,28 @@
 //! into the item's slot of the batch buffer ([`Dataset::decode`]).
 
 use super::{Ctx, ItemDone, Job, ToAssembler};
-use crate::error::Error;
-use crate::item::Scratch;
+use crate::error::{Error, Result};
+use crate::item::{Decoded, Scratch};
 use crate::stats::Counters;
+use crate::targets::Targets;
+use crate::targets::boxes::SampleBoxes;
 use crossbeam_channel::{Receiver, Sender};
 use std::time::Instant;
 
 /// Decodes one job (already read) into its slot.
 pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone {
     let t0 = Instant::now();
+    let mut boxes = None;
     let (read, result) = match job.stored.take() {
         Some(Ok((stored, n))) => {
             let req = ctx.request(job.key);
-            let slot = job.slot.bytes();
             let r = super::guarded("decoding", || {
-                ctx.ds.decode(job.index, &stored, &req, scratch, slot)
+                let slot = job.slot.bytes();
+                let d = ctx.ds.decode(job.index, &stored, &req, scratch, slot)?;
+                if let Some(t) = &ctx.targets {
+                    boxes = targets(ctx, t, &mut job, &d, scratch)?;
+                }
+                Ok(d)
             });
             if r.is_err() {
                 // A panic may have left the scratch buffers half-resized: start them afresh.
@@ -36,7 +43,47 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
         Counters::add(&ctx.counters.items_partial, u64::from(d.partial));
     }
     Counters::add_time(&ctx.counters.decode_ns, t0);
-    ItemDone::of(&job, read, result)
+    ItemDone {
+        boxes,
+        ..ItemDone::of(&job, read, result)
+    }
+}
+
+/// An item's targets, after its image: its mask (read now when the read stage did not, as under the
+/// Liquid order) written into its mask slot with the image's placement, and its boxes.
+fn targets(
+    ctx: &Ctx,
+    t: &Targets,
+    job: &mut Job,
+    d: &Decoded,
+    scratch: &mut Scratch,
+) -> Result<Option<SampleBoxes>> {
+    let g = d
+        .geometry
+        .ok_or_else(|| Error::Pipeline("a decoded item without its geometry".into()))?;
+    let out = (ctx.spec.width, ctx.spec.height);
+    if t.has_masks() && job.mask.is_none() {
+        let bytes = t.read_mask(job.index);
+        if let Some(Ok(b)) = &bytes {
+            Counters::add(&ctx.counters.bytes_read, b.len() as u64);
+        }
+        job.mask = bytes;
+    }
+    let mask = job.mask.take().transpose()?;
+    let empty: &mut [u8] = &mut [];
+    let slot = match &mut job.mask_slot {
+        Some(s) => s.bytes(),
+        None => empty,
+    };
+    let path = ctx.ds.source(job.index);
+    t.make(
+        job.index,
+        mask.as_deref(),
+        (&path, d.image),
+        (&g, out),
+        &mut scratch.mask,
+        slot,
+    )
 }
 
 /// A decode thread. The job (and its slot) is dropped before the assembler hears of it, so the batch

@@ -51,6 +51,8 @@ struct Entry {
     stored: Stored,
     read: u64,
     window: Window,
+    /// The image's width and height.
+    image: (u32, u32),
 }
 
 impl Entry {
@@ -166,6 +168,7 @@ impl GpuStage {
                         stored,
                         read,
                         window,
+                        image: (w, h),
                     });
                 }
                 Err(e) => {
@@ -261,12 +264,22 @@ impl GpuStage {
             let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
-            let geometry = Some(vocab::Geometry::from_window(&e.window));
-            msgs.push(ToAssembler::Item(e.done(Ok(Decoded {
+            let geometry = vocab::Geometry::from_window(&e.window);
+            let image = e.image;
+            // Boxes are the host's part of a device batch (masks are refused on a device).
+            let boxes = self
+                .ctx
+                .targets
+                .as_ref()
+                .and_then(|t| t.boxes_for(e.job.index, &geometry));
+            let mut done = e.done(Ok(Decoded {
                 pixels,
                 partial: false,
-                geometry,
-            }))));
+                geometry: Some(geometry),
+                image,
+            }));
+            done.boxes = boxes;
+            msgs.push(ToAssembler::Item(done));
         }
         Counters::add_time(&self.ctx.counters.decode_ns, t0);
         msgs

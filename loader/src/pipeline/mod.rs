@@ -25,6 +25,8 @@ use crate::item::{Decoded, SampleRequest, Stored};
 use crate::memory::{Filling, Slot};
 use crate::sample::{DecodeScope, ItemKey, SampleSpec};
 use crate::stats::Counters;
+use crate::targets::Targets;
+use crate::targets::boxes::SampleBoxes;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -43,6 +45,8 @@ pub(crate) struct Ctx {
     pub host_slots: bool,
     pub counters: Arc<Counters>,
     pub stop: Arc<AtomicBool>,
+    /// Masks and boxes that follow each sample, when asked for.
+    pub targets: Option<Arc<Targets>>,
 }
 
 impl Ctx {
@@ -94,6 +98,10 @@ pub(crate) struct Job {
     /// What was read and how many bytes that took: filled by the read stage, or by the order stage for
     /// Liquid batches, whose bytes the sampler already holds (those bytes count as the sampler's reads).
     pub stored: Option<Result<(Stored, u64)>>,
+    /// Where its mask sample goes, when the batch has masks.
+    pub mask_slot: Option<Slot>,
+    /// Its mask's stored bytes, read with the item (`None` until read, or without masks).
+    pub mask: Option<Result<Vec<u8>>>,
 }
 
 /// The assembler's inbox.
@@ -162,6 +170,8 @@ pub(crate) struct BatchStart {
     pub batch: usize,
     pub ids: Vec<usize>,
     pub filling: Option<Arc<Filling>>,
+    /// The buffer of the batch's masks, when it has masks.
+    pub mask_filling: Option<Arc<Filling>>,
     /// The Liquid sampler's account of the batch: cached flags, disk items and bytes.
     pub liquid: Option<(Vec<bool>, usize, u64)>,
     /// The order stage failed to produce the batch: delivered in its turn.
@@ -177,6 +187,8 @@ pub(crate) struct ItemDone {
     pub result: Result<Decoded>,
     /// A failure of the machinery (the GPU), not of the item: never skipped.
     pub fatal: bool,
+    /// Its boxes in output pixels, when the batch has boxes.
+    pub boxes: Option<SampleBoxes>,
 }
 
 impl ItemDone {
@@ -187,6 +199,7 @@ impl ItemDone {
             read,
             result: result.map_err(|e| Error::item(job.index, e)),
             fatal: false,
+            boxes: None,
         }
     }
 }

@@ -17,6 +17,8 @@ use std::time::Instant;
 pub(crate) struct Dispatch {
     pub schedule: Schedule,
     pub pool: Arc<Pool>,
+    /// Buffers of the batches' masks, when the batches have masks.
+    pub mask_pool: Option<Arc<Pool>>,
     pub ctx: Ctx,
     pub credits: Sender<()>,
     pub to_asm: Sender<ToAssembler>,
@@ -31,6 +33,9 @@ impl Dispatch {
         } else {
             0
         };
+        let mask_bytes = self.ctx.targets.as_ref().map_or(0, |t| {
+            t.mask_bytes((self.ctx.spec.width, self.ctx.spec.height))
+        });
         let mut seq = 0u64;
         loop {
             if self.credits.send(()).is_err() || self.ctx.stopped() {
@@ -61,6 +66,23 @@ impl Dispatch {
                 }
             };
             let (filling, slots) = Filling::split(buf, n, sample_bytes);
+            let (mask_filling, mask_slots) = match &self.mask_pool {
+                Some(pool) => match pool.take(n * mask_bytes) {
+                    Ok(buf) => {
+                        let (f, s) = Filling::split(buf, n, mask_bytes);
+                        (Some(f), s.into_iter().map(Some).collect())
+                    }
+                    Err(why) => {
+                        let e = Error::Pipeline(format!(
+                            "cannot allocate a mask buffer of {} bytes: {why}",
+                            n * mask_bytes
+                        ));
+                        return self.fail(seq, e);
+                    }
+                },
+                None => (None, Vec::new()),
+            };
+            let mut mask_slots = mask_slots.into_iter();
             let (info, mut bytes) = match liquid {
                 Some(l) => {
                     Counters::add_time(&self.ctx.counters.read_ns, t0);
@@ -79,6 +101,7 @@ impl Dispatch {
                 batch,
                 ids: items.clone(),
                 filling: Some(filling),
+                mask_filling,
                 liquid: info,
                 failure: None,
             };
@@ -102,6 +125,8 @@ impl Dispatch {
                     },
                     slot,
                     stored,
+                    mask_slot: mask_slots.next().flatten(),
+                    mask: None,
                 };
                 let to = if job.stored.is_some() {
                     &self.to_decode
@@ -124,6 +149,7 @@ impl Dispatch {
             batch: 0,
             ids: Vec::new(),
             filling: None,
+            mask_filling: None,
             liquid: None,
             failure: Some(e),
         }));

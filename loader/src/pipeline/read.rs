@@ -8,7 +8,13 @@ use std::time::Instant;
 /// Reads one item into its job.
 pub(crate) fn read(ctx: &Ctx, job: &mut Job) {
     let t0 = Instant::now();
-    let r = super::guarded("reading", || ctx.ds.read(job.index, &ctx.request(job.key)));
+    let mut r = super::guarded("reading", || ctx.ds.read(job.index, &ctx.request(job.key)));
+    if let (Ok((_, n)), Some(t)) = (&mut r, &ctx.targets)
+        && let Some(mask) = t.read_mask(job.index)
+    {
+        *n += mask.as_ref().map_or(0, |m| m.len() as u64);
+        job.mask = Some(mask);
+    }
     Counters::add_time(&ctx.counters.read_ns, t0);
     if let Ok((_, n)) = &r {
         Counters::add(&ctx.counters.items_read, 1);

@@ -109,6 +109,21 @@ impl Storage {
     /// Opens `location`: a local folder, or `s3://bucket/prefix` (configured from the usual `AWS_*`
     /// environment: `AWS_ENDPOINT_URL`, credentials, region).
     pub fn open(location: &str, options: &StorageOptions) -> Result<Storage> {
+        let cap = options.bandwidth.map(|b| Arc::new(Bandwidth::new(b)));
+        Self::open_capped(location, options, cap)
+    }
+
+    /// Opens another location (files kept beside a dataset, such as its masks) with `options`, sharing
+    /// this storage's bandwidth cap, so that both together stay under it.
+    pub fn open_beside(&self, location: &str, options: &StorageOptions) -> Result<Storage> {
+        Self::open_capped(location, options, self.inner.cap.clone())
+    }
+
+    fn open_capped(
+        location: &str,
+        options: &StorageOptions,
+        cap: Option<Arc<Bandwidth>>,
+    ) -> Result<Storage> {
         let backend = if location.starts_with("s3://") {
             Backend::Object(object::Remote::open(
                 location,
@@ -130,7 +145,7 @@ impl Storage {
         Ok(Storage {
             inner: Arc::new(Inner {
                 backend,
-                cap: options.bandwidth.map(|b| Arc::new(Bandwidth::new(b))),
+                cap,
                 cache,
                 versions: RwLock::default(),
                 requests: AtomicU64::new(0),

@@ -16,6 +16,7 @@ from ._errors import Error, FormatError, GpuError, IOError, OptionsError  # noqa
 from ._l3toolkit import (
     Batch,
     Loader,
+    Masks,
     StyleModel,
     Tensor,
     __version__,
@@ -37,6 +38,7 @@ __all__ = [
     "GpuError",
     "IOError",
     "Loader",
+    "Masks",
     "OptionsError",
     "StyleModel",
     "Tensor",

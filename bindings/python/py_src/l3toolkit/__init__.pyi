@@ -135,8 +135,32 @@ class Tensor:
     def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> np.ndarray: ...
     def __len__(self) -> int: ...
 
+class Masks:
+    """A batch's label maps, ``(N, H, W)`` uint8 (uint16 for 16-bit masks), in loader memory, exported
+    through DLPack without a copy; each follows its image's geometry (nearest, ``ignore_index`` outside it)."""
+
+    @property
+    def shape(self) -> Tuple[int, int, int]: ...
+    @property
+    def dtype(self) -> Literal["uint8", "uint16"]: ...
+    @property
+    def device(self) -> str: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def numpy(self) -> np.ndarray: ...
+    def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> np.ndarray: ...
+    def __len__(self) -> int: ...
+
 class Batch:
-    """One batch: images (Tensor), labels and indices (int64 arrays), epoch, index."""
+    """One batch: images (Tensor), labels and indices (int64 arrays), epoch, index; masks and boxes when
+    asked for."""
 
     @property
     def images(self) -> Tensor: ...
@@ -163,6 +187,15 @@ class Batch:
     @property
     def sizes(self) -> Any:
         """``(N, 2)`` int64: valid height and width of each sample (the rest is padding)."""
+    @property
+    def masks(self) -> Optional[Masks]:
+        """The samples' label maps (``masks=``), else None."""
+    @property
+    def boxes(self) -> Optional[List[npt.NDArray[np.float32]]]:
+        """Per sample, its boxes ``(K, 4)`` x1 y1 x2 y2 in output pixels (``boxes=``), else None."""
+    @property
+    def box_labels(self) -> Optional[List[npt.NDArray[np.int64]]]:
+        """Per sample, each box's category id ``(K,)``, beside ``boxes``."""
     def __len__(self) -> int: ...
 
 def loader_options() -> List[Tuple[str, str]]:
@@ -215,6 +248,12 @@ class Loader:
         jitter: Union[Tuple[float, float], str, None] = None,
         interpolation: Literal["bilinear", "nearest"] = "bilinear",
         fill: int = 0,
+        masks: Optional[_Path] = None,
+        image_suffix: Optional[str] = None,
+        mask_suffix: Optional[str] = None,
+        ignore_index: int = 255,
+        boxes: Optional[_Path] = None,
+        min_box_size: float = 1,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...

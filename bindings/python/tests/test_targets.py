@@ -1,0 +1,152 @@
+"""Masks and boxes from Python: a Cityscapes-like tree made from the corpus (label maps by colour
+quantisation, one COCO box per class present), checked against Pillow and an independent box
+computation; torchvision where it is installed."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import l3toolkit as l3
+from conftest import corpus_files
+
+CROP = (40, 56)
+
+
+def classes(rgb: np.ndarray) -> np.ndarray:
+    """19 classes from colours (2 levels of red, 3 of green and blue, folded)."""
+    r, g, b = rgb[..., 0] // 128, rgb[..., 1] // 86, rgb[..., 2] // 86
+    return ((r.astype(np.int32) * 9 + g * 3 + b) % 19).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cityscapes")
+    images, masks = root / "leftImg8bit", root / "gtFine"
+    coco = {"images": [], "annotations": [], "categories": [{"id": c, "name": str(c)} for c in range(19)]}
+    truth = {}
+    for i, path in enumerate(corpus_files()[:6]):
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            size = (31, 23) if i == 0 else (im.width // 16, im.height // 16)
+            rgb = np.asarray(im.resize(size, Image.BILINEAR))
+        city = ["aachen", "bochum"][i % 2]
+        name = f"train/{city}/{path.stem.replace('-', '_')}_{i:06d}_leftImg8bit.png"
+        for base in (images, masks):
+            (base / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rgb).save(images / name)
+        label = classes(rgb)
+        Image.fromarray(label).save(masks / name.replace("_leftImg8bit", "_gtFine_labelIds"))
+        coco["images"].append({"id": i, "file_name": name, "width": rgb.shape[1], "height": rgb.shape[0]})
+        boxes = []
+        for c in np.unique(label):
+            ys, xs = np.nonzero(label == c)
+            x1, y1, x2, y2 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+            boxes.append((float(x1), float(y1), float(x2), float(y2), int(c)))
+            coco["annotations"].append(
+                {"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": int(c), "iscrowd": 0,
+                 "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)]}
+            )
+        truth[name] = (rgb, label, boxes)
+    (root / "instances.json").write_text(json.dumps(coco))
+    return root, truth
+
+
+def loader(root, **kw):
+    return l3.Loader(
+        root / "leftImg8bit", 3, crop=CROP, layout="NHWC", seed=3, threads=2,
+        masks=root / "gtFine", image_suffix="_leftImg8bit", mask_suffix="_gtFine_labelIds",
+        boxes=root / "instances.json", **kw,
+    )
+
+
+def center_window(h, w):
+    """The centre window (top, left, height, width) and where it lands (dy, dx), as the loader cuts it."""
+    ch, cw = CROP
+    top, dy = ((h - ch) // 2, 0) if h >= ch else (0, (ch - h) // 2)
+    left, dx = ((w - cw) // 2, 0) if w >= cw else (0, (cw - w) // 2)
+    return top, left, min(h, ch), min(w, cw), dy, dx
+
+
+def test_masks_and_boxes_match_pillow_and_an_independent_computation(tree):
+    root, truth = tree
+    names = sorted(truth)
+    seen = []
+    with loader(root, shuffle=False) as ld:
+        for b in ld:
+            m = np.from_dlpack(b.masks)
+            assert m.dtype == np.uint8 and m.shape == (len(b), *CROP)
+            assert b.masks.dtype == "uint8"
+            for i, idx in enumerate(b.indices):
+                name = names[idx]
+                rgb, label, boxes = truth[name]
+                top, left, h, w, dy, dx = center_window(*label.shape)
+                want = np.full(CROP, 255, np.uint8)
+                crop = Image.fromarray(label).crop((left, top, left + w, top + h))
+                want[dy:dy + h, dx:dx + w] = np.asarray(crop)
+                np.testing.assert_array_equal(m[i], want, err_msg=name)
+                exp = []
+                for x1, y1, x2, y2, c in boxes:
+                    a = np.clip([x1 - left + dx, x2 - left + dx], dx, dx + w)
+                    t = np.clip([y1 - top + dy, y2 - top + dy], dy, dy + h)
+                    if a[1] - a[0] >= 1 and t[1] - t[0] >= 1:
+                        exp.append((a[0], t[0], a[1], t[1], c))
+                got = [(*map(float, bx), int(c)) for bx, c in zip(b.boxes[i], b.box_labels[i])]
+                assert b.boxes[i].dtype == np.float32 and b.boxes[i].shape == (len(got), 4)
+                assert b.box_labels[i].dtype == np.int64
+                assert len(got) == len(exp), name
+                for g, e in zip(sorted(got), sorted(exp)):
+                    assert np.allclose(g[:4], e[:4], atol=1e-3) and g[4] == e[4], (name, g, e)
+                seen.append(idx)
+    assert sorted(seen) == list(range(len(names)))
+
+
+def test_random_crops_and_flips_keep_masks_on_their_images(tree):
+    root, truth = tree
+    with loader(root, random_crop=True, flip=True, epochs=2) as ld:
+        seen = []
+        for b in ld:
+            x = np.from_dlpack(b.images)
+            m = np.from_dlpack(b.masks)
+            for i in range(len(b)):
+                valid = m[i] != 255
+                np.testing.assert_array_equal(m[i][valid], classes(x[i])[valid])
+                assert (x[i][~valid] == 0).all()
+            seen += [(b.epoch, int(j)) for j in b.indices]
+    assert len(seen) == len(set(seen)) == 2 * len(truth)
+
+
+def test_target_errors_name_the_files(tree, tmp_path):
+    root, truth = tree
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"images": [')
+    with pytest.raises(l3.FormatError, match="bad.json"):
+        l3.Loader(root / "leftImg8bit", 2, crop=CROP, boxes=bad)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"images": [{"id": 1, "file_name": "train/x/elsewhere.png"}]}))
+    with pytest.raises(l3.FormatError, match="elsewhere"):
+        l3.Loader(root / "leftImg8bit", 2, crop=CROP, boxes=other)
+    with pytest.raises(l3.FormatError, match="mask .*gtFine.* is missing"):
+        l3.Loader(root / "leftImg8bit", 2, crop=CROP, masks=root / "gtFine")  # no suffix mapping
+    with pytest.raises(l3.OptionsError, match="masks"):
+        l3.Loader(root / "leftImg8bit", 2, crop=CROP, masks=root / "gtFine", device="cuda")
+
+
+def test_against_torchvision_where_installed(tree):
+    try:
+        import torch
+        from torchvision import tv_tensors
+        from torchvision.transforms.v2 import functional as F
+    except ImportError as e:
+        pytest.skip(f"torchvision is not installed ({e}); the Pillow comparison above covers the crop")
+    root, truth = tree
+    names = sorted(truth)
+    with loader(root, shuffle=False) as ld:
+        for b in ld:
+            m = torch.from_dlpack(b.masks)
+            for i, idx in enumerate(b.indices):
+                rgb, label, _ = truth[names[idx]]
+                top, left, h, w, dy, dx = center_window(*label.shape)
+                ref = F.crop(tv_tensors.Mask(torch.from_numpy(label)[None]), top, left, h, w)[0]
+                assert torch.equal(m[i, dy:dy + h, dx:dx + w], ref)

@@ -1,0 +1,260 @@
+//! Training targets that follow each sample's geometry: segmentation masks ([`masks`]) and detection boxes
+//! ([`boxes`]), found once when the loader starts ([`Targets::open`]) and made per item by the decode
+//! stage with exactly the geometry its image got ([`vocab::Geometry`]).
+
+pub mod boxes;
+pub mod masks;
+
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::storage::{Storage, StorageOptions};
+use boxes::{CocoBoxes, ItemBoxes, SampleBoxes};
+use masks::{MaskImage, MaskIndex, MaskNaming};
+use std::path::{Path, PathBuf};
+use vocab::{Geometry, Invalid};
+
+/// What targets a loader delivers beside the images (all off by default).
+#[derive(Clone, Debug)]
+pub struct TargetOptions {
+    /// A folder (or `s3://` prefix) of label maps, one per image, paired by relative path and stem.
+    pub masks: Option<PathBuf>,
+    pub naming: MaskNaming,
+    /// The mask value where a sample reaches past its image (padding).
+    pub ignore_index: u16,
+    /// A COCO instances file whose boxes follow each sample.
+    pub boxes: Option<PathBuf>,
+    /// Boxes narrower or shorter than this (output pixels, after clipping) are dropped.
+    pub min_box_size: f64,
+    /// How the masks are read (the dataset's read policy; the bandwidth cap is the dataset's own).
+    pub storage: StorageOptions,
+}
+
+impl Default for TargetOptions {
+    fn default() -> Self {
+        TargetOptions {
+            masks: None,
+            naming: MaskNaming::default(),
+            ignore_index: 255,
+            boxes: None,
+            min_box_size: 1.0,
+            storage: StorageOptions::default(),
+        }
+    }
+}
+
+impl TargetOptions {
+    pub fn is_empty(&self) -> bool {
+        self.masks.is_none() && self.boxes.is_none()
+    }
+
+    /// Checks the options on their own.
+    pub fn validate(&self) -> std::result::Result<(), Invalid> {
+        if !(self.min_box_size.is_finite() && self.min_box_size >= 0.0) {
+            return Err(Invalid::new(
+                "min_box_size",
+                self.min_box_size,
+                "a finite number of pixels, 0 or more",
+            ));
+        }
+        if self.masks.is_none()
+            && (self.naming != MaskNaming::default() || self.ignore_index != 255)
+        {
+            let (option, value) = if !self.naming.image_suffix.is_empty() {
+                ("image_suffix", self.naming.image_suffix.clone())
+            } else if !self.naming.mask_suffix.is_empty() {
+                ("mask_suffix", self.naming.mask_suffix.clone())
+            } else {
+                ("ignore_index", self.ignore_index.to_string())
+            };
+            return Err(Invalid::new(
+                option,
+                value,
+                "masks too (it applies to masks)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// What decides a batch's targets, for the resume check (empty without targets).
+    pub fn contents(&self) -> String {
+        if self.is_empty() {
+            return String::new();
+        }
+        let path = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map_or("none".into(), |p| p.display().to_string())
+        };
+        format!(
+            ";masks:{},{},{},{};boxes:{},{}",
+            path(&self.masks),
+            self.naming.image_suffix,
+            self.naming.mask_suffix,
+            self.ignore_index,
+            path(&self.boxes),
+            self.min_box_size
+        )
+        .replace(char::is_whitespace, "%20")
+    }
+}
+
+/// The targets of a running loader: the paired masks and each item's boxes.
+#[derive(Debug)]
+pub struct Targets {
+    masks: Option<MaskIndex>,
+    /// Masks are 16-bit (the batch's masks are `u16`).
+    wide: bool,
+    ignore_index: u16,
+    boxes: Option<Vec<ItemBoxes>>,
+    min_box_size: f64,
+}
+
+impl Targets {
+    /// Pairs `ds`'s items with their masks and boxes. The masks are read through a storage opened with
+    /// the dataset's read policy and sharing its bandwidth cap, so that images and masks together stay
+    /// under it. With `skip_errors`, items without a mask are left for the run to skip (and count);
+    /// otherwise the first is an error here.
+    pub fn open(ds: &dyn Dataset, o: &TargetOptions, skip_errors: bool) -> Result<Option<Targets>> {
+        let storage = &o.storage;
+        if o.is_empty() {
+            return Ok(None);
+        }
+        o.validate()?;
+        let names: Vec<Option<String>> = (0..ds.len()).map(|i| ds.name(i)).collect();
+        if names.iter().all(Option::is_none) {
+            return Err(Error::dataset(
+                ds.describe(),
+                "this kind of dataset records no item names, so its items cannot be paired with \
+                 masks or boxes",
+            ));
+        }
+        let masks = match &o.masks {
+            None => None,
+            Some(dir) => {
+                let text = dir
+                    .to_str()
+                    .ok_or_else(|| Error::dataset(dir, "the location is not valid UTF-8"))?;
+                let store = match ds.storage() {
+                    Some(s) => s.open_beside(text, storage)?,
+                    None => Storage::open(text, storage)?,
+                };
+                let sources: Vec<PathBuf> = (0..ds.len()).map(|i| ds.source(i)).collect();
+                let index = MaskIndex::pair(store, &names, &sources, &o.naming)?;
+                if !skip_errors && let Some(first) = index.missing().next() {
+                    let more = index.missing().count() - 1;
+                    let tail = if more > 0 {
+                        format!(" (and {more} more; skip_errors skips such items)")
+                    } else {
+                        String::new()
+                    };
+                    return Err(Error::dataset(dir, format!("{first}{tail}")));
+                }
+                Some(index)
+            }
+        };
+        let wide = match &masks {
+            Some(m) => m.probe_wide()?,
+            None => false,
+        };
+        if !wide && o.ignore_index > 255 {
+            return Err(
+                Invalid::new("ignore_index", o.ignore_index, "0 to 255 for 8-bit masks").into(),
+            );
+        }
+        let boxes = match &o.boxes {
+            None => None,
+            Some(path) => {
+                let coco = CocoBoxes::open(path)?;
+                Some(coco.match_items(&names, path, &ds.describe())?)
+            }
+        };
+        Ok(Some(Targets {
+            masks,
+            wide,
+            ignore_index: o.ignore_index,
+            boxes,
+            min_box_size: o.min_box_size,
+        }))
+    }
+
+    /// Whether batches carry masks.
+    pub fn has_masks(&self) -> bool {
+        self.masks.is_some()
+    }
+
+    /// Whether batches carry boxes.
+    pub fn has_boxes(&self) -> bool {
+        self.boxes.is_some()
+    }
+
+    /// Whether masks are 16-bit.
+    pub fn wide(&self) -> bool {
+        self.wide
+    }
+
+    /// Bytes of one mask sample of `out` (width, height).
+    pub fn mask_bytes(&self, out: (u32, u32)) -> usize {
+        if self.masks.is_none() {
+            return 0;
+        }
+        out.0 as usize * out.1 as usize * if self.wide { 2 } else { 1 }
+    }
+
+    /// The read stage's part: item `index`'s mask bytes (with the bytes read), if masks are on.
+    pub fn read_mask(&self, index: usize) -> Option<Result<Vec<u8>>> {
+        let m = self.masks.as_ref()?;
+        Some(m.key(index).and_then(|k| m.read(k)))
+    }
+
+    /// The decode stage's part for item `index`, whose image (`image`: its path and its width and height)
+    /// was given geometry `g` in a sample of `out` (width, height): its mask written into `slot`, its
+    /// boxes returned.
+    pub fn make(
+        &self,
+        index: usize,
+        mask_bytes: Option<&[u8]>,
+        (image_path, image): (&Path, (u32, u32)),
+        (g, out): (&Geometry, (u32, u32)),
+        scratch: &mut MaskImage,
+        slot: &mut [u8],
+    ) -> Result<Option<SampleBoxes>> {
+        if let Some(m) = &self.masks {
+            let key = m.key(index)?;
+            let path = m.name(key);
+            let bytes = mask_bytes.ok_or_else(|| {
+                Error::Pipeline(format!(
+                    "{}: a mask reached decoding unread",
+                    path.display()
+                ))
+            })?;
+            masks::decode_mask(bytes, &path, scratch)?;
+            if (scratch.width, scratch.height) != image {
+                return Err(Error::dataset(
+                    &path,
+                    format!(
+                        "the mask is {}x{} but its image {} is {}x{}",
+                        scratch.width,
+                        scratch.height,
+                        image_path.display(),
+                        image.0,
+                        image.1
+                    ),
+                ));
+            }
+            if scratch.wide && !self.wide {
+                return Err(Error::dataset(
+                    &path,
+                    "a 16-bit mask in a set of 8-bit masks (the first mask decides the batch type)",
+                ));
+            }
+            masks::write_mask(scratch, g, out, self.ignore_index, self.wide, slot);
+        }
+        Ok(self.boxes_for(index, g))
+    }
+
+    /// Item `index`'s boxes through geometry `g`, if boxes are on.
+    pub fn boxes_for(&self, index: usize, g: &Geometry) -> Option<SampleBoxes> {
+        self.boxes
+            .as_ref()
+            .map(|b| boxes::place_boxes(&b[index], g, self.min_box_size))
+    }
+}
