@@ -496,6 +496,16 @@ fn info_reads_the_header_and_verify_decodes_in_bounded_memory() {
     let q2 = tmp.path().join("bad2.l3");
     std::fs::write(&q2, &bad).unwrap();
     fails_with(&run(&["info", s(&q2)]), &["bad2.l3", "CRC-32C mismatch"]);
+    // The damaged entry is named too, by the entry checks (here run alone, on a file whose own CRC was
+    // made right again, as a careless rewrite would).
+    let end = bad.len() - 4;
+    let crc = l3_format::crc32c(&bad[..end]);
+    bad[end..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&q2, &bad).unwrap();
+    fails_with(
+        &run(&["info", s(&q2)]),
+        &["bad2.l3", "CRC-32C mismatch", "patch"],
+    );
 }
 
 #[test]

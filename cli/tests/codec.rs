@@ -258,7 +258,8 @@ fn expected_patch_data(
 ) -> Option<usize> {
     match (version, profile) {
         (1, _) => Some(size - 20 - 4 * c * p),
-        (2, "BP") => Some(size - 20 - 4 * c * p - 4),
+        // Offsets, then (entry CRCs, the encoder's default) a CRC per entry and the prefix CRC.
+        (2, "BP") => Some(size - 20 - 4 * c * p - 4 * c * p - 4 - 4),
         _ => None,
     }
 }
@@ -324,6 +325,11 @@ fn every_format_round_trips_and_info_names_it() {
                 // The last four bytes, as the line prints them.
                 let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().unwrap());
                 assert_eq!(crc, format!("{stored:08x} (verified)"));
+                let entries = if *profile == "ANS" { p } else { c * p };
+                assert_eq!(
+                    field(&info, "entry crc32c:"),
+                    format!("{entries} entries and the prefix (verified)")
+                );
             } else {
                 assert!(crc.starts_with("none"));
             }
@@ -332,8 +338,9 @@ fn every_format_round_trips_and_info_names_it() {
             let data: usize = field(&info, "patch data bytes:").parse().unwrap();
             match expected_patch_data(bytes.len(), *version, profile, c, p) {
                 Some(want) => assert_eq!(data, want, "{args:?}"),
-                // ANS: header, tables (at least one bit per context), P offsets and the CRC come off.
-                None => assert!(data < bytes.len() - 20 - 4 * p - 4 - 12, "{args:?}"),
+                // ANS: header, tables (at least one bit per context), P offsets, P entry CRCs, the prefix
+                // CRC and the CRC come off.
+                None => assert!(data < bytes.len() - 20 - 8 * p - 8 - 12, "{args:?}"),
             }
             let out = dir.path().join(format!("out{c}-{k}.png"));
             ok(&l3(&[&"decode", &l3f, &out]));

@@ -14,8 +14,9 @@
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
 //! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
 //! - Version 2 ([`v2`], SPEC.md part 2): [`encode_with`] and [`EncodeOptions`] write it (profile ANS or BP,
-//!   [`Format`]); every reader above reads it too, checking its CRC-32C ([`crc32c`](fn@crc32c),
-//!   [`Crc32c`]) unless [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a
+//!   [`Format`]); every reader above reads it too, checking its CRC-32Cs ([`crc32c`](fn@crc32c),
+//!   [`Crc32c`]: the file's, and with [`FLAG_ENTRY_CRCS`] the prefix's and each entry's, so that region
+//!   reads verify what they decode) unless [`ParseOptions`] says otherwise; [`L3File::v2_plan`] / [`L3File::ans_tables`] give a
 //!   device decoder what it needs. [`DEFAULT_FORMAT`] is what callers write when they do not choose.
 //!
 //! # Layout

@@ -105,6 +105,24 @@ fn plausible(
     Ok(())
 }
 
+/// The size checks every decoder makes from a header before it allocates: the decoded size
+/// (`w`×`h`×`samples`) against [`max_image_bytes`], the header against the data's length ([`plausible`]),
+/// then room for the decoder's `total` output bytes in the shared budget, held until the guard drops.
+fn admit_header(
+    path: &Path,
+    name: &'static str,
+    (w, h): (u32, u32),
+    samples: u64,
+    total: u64,
+    bytes: &[u8],
+) -> Result<DecodeBudget> {
+    if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
+        return Err(too_large(path, name, w, h, samples));
+    }
+    plausible(path, name, (w, h), total, bytes)?;
+    Ok(DecodeBudget::reserve(total))
+}
+
 /// Decoded bytes being produced at once by every decoder of the process together, at most
 /// [`max_image_bytes`]: a decode thread waits for room before it allocates, so that N threads meeting N
 /// huge images need the memory of one, not of N. One image alone may always take the whole budget.
@@ -202,21 +220,7 @@ pub fn decode_with_options(
             out,
             bytes,
         ),
-        Format::Jpeg | Format::Pcr => {
-            let partial = match check_jpeg_end(bytes) {
-                Ok(()) => false,
-                Err(_) if options.partial_images => true,
-                Err(e) => return Err(Error::decode(path, "jpeg", e)),
-            };
-            return decode_image(
-                image::codecs::jpeg::JpegDecoder::new(Cursor::new(bytes)),
-                path,
-                "jpeg",
-                out,
-                bytes,
-            )
-            .map(|()| partial);
-        }
+        Format::Jpeg | Format::Pcr => return decode_jpeg(bytes, path, options, out),
         Format::Webp => decode_image(
             image::codecs::webp::WebPDecoder::new(Cursor::new(bytes)),
             path,
@@ -273,9 +277,68 @@ pub fn decode_with_options(
     .map(|()| false)
 }
 
-/// JPEG decoders happily "decode" a truncated stream (the missing rows come out gray), so the loader
-/// checks for the end-of-image marker itself. Entropy-coded data never holds `FF D9` (0xFF is stuffed),
-/// so its presence near the end means the stream is whole; a little trailing padding is tolerated.
+/// Decodes a JPEG (or a PCR record's stream) with libjpeg-turbo (`pcr::libjpeg`, the toolkit's one JPEG
+/// decoder), 8-bit gray or RGB, upright. The header is read first, so that the size is checked against
+/// [`max_image_bytes`] and the data's length, and admitted into the decode budget, before the pixels are
+/// allocated. Where data is missing or damaged libjpeg fills in grey and carries on, saying so only in a
+/// warning: such a warning is an error naming the file, except that data which merely ends early is
+/// accepted, reported as partial, with [`DecodeOptions::partial_images`]. Returns whether it was partial.
+fn decode_jpeg(
+    bytes: &[u8],
+    path: &Path,
+    options: &DecodeOptions,
+    out: &mut Image,
+) -> Result<bool> {
+    use image::metadata::Orientation;
+    let err = |e: String| Error::decode(path, "jpeg", e);
+    let reader = pcr::libjpeg::Reader::new(bytes, pcr::libjpeg::Color::GrayOrRgb).map_err(err)?;
+    let header = reader.header();
+    let (w, h, channels) = (header.width, header.height, header.channels);
+    let total = header.decoded_len();
+    let _decoding = admit_header(path, "jpeg", (w, h), channels.into(), total, bytes)?;
+    let orientation = header
+        .exif
+        .as_deref()
+        .and_then(Orientation::from_exif_chunk)
+        .unwrap_or(Orientation::NoTransforms);
+    let warnings = reader.decode_into(&mut out.pixels).map_err(err)?;
+    let partial = jpeg_verdict(&warnings, options.partial_images).map_err(err)?;
+    out.width = w;
+    out.height = h;
+    out.channels = channels;
+    if orientation != Orientation::NoTransforms {
+        orient(out, orientation);
+    }
+    Ok(partial)
+}
+
+/// libjpeg's warnings about a stream as a verdict: `Ok(false)` for whole, intact data; `Ok(true)` for data
+/// that only ends early when `partial_images` allows it; an error otherwise. Remarks about the file that
+/// leave the coefficients intact (an unknown JFIF revision, say) are not damage.
+fn jpeg_verdict(
+    warnings: &[pcr::libjpeg::Warning],
+    partial_images: bool,
+) -> std::result::Result<bool, String> {
+    let mut partial = false;
+    for w in warnings.iter().filter(|w| w.is_corrupt_data()) {
+        match (w.is_early_end(), partial_images) {
+            (true, true) => partial = true,
+            (true, false) => {
+                return Err(format!(
+                    "truncated: {} (the data ends before the image does; partial_images decodes \
+                     what is there)",
+                    w.text
+                ));
+            }
+            (false, _) => return Err(format!("corrupt data: {}", w.text)),
+        }
+    }
+    Ok(partial)
+}
+
+/// Whether a JPEG file is complete, from its bytes alone (a conversion's output is kept only when it is):
+/// entropy-coded data never holds `FF D9` (0xFF is stuffed), so its presence near the end means the stream
+/// is whole; a little trailing padding is tolerated.
 pub(crate) fn check_jpeg_end(bytes: &[u8]) -> std::result::Result<(), &'static str> {
     let tail = &bytes[bytes.len().saturating_sub(4096)..];
     if tail.windows(2).any(|w| w == [0xFF, 0xD9]) {
@@ -336,11 +399,7 @@ fn decode_image<D: ImageDecoder>(
     decoder.set_limits(limits()).map_err(err)?;
     let (w, h) = decoder.dimensions();
     let samples = u64::from(decoder.color_type().channel_count());
-    if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
-        return Err(too_large(path, name, w, h, samples));
-    }
-    plausible(path, name, (w, h), decoder.total_bytes(), bytes)?;
-    let _decoding = DecodeBudget::reserve(decoder.total_bytes());
+    let _decoding = admit_header(path, name, (w, h), samples, decoder.total_bytes(), bytes)?;
     let orientation = decoder.orientation().map_err(err)?;
     let channels = match decoder.color_type() {
         ColorType::L8 => 1,
@@ -437,17 +496,18 @@ pub fn import(path: &Path, options: &ImportOptions) -> Result<Image> {
         Some(F::WebP) => "webp",
         _ => "image",
     };
-    if name == "jpeg" && !options.partial_images {
-        check_jpeg_end(&bytes).map_err(|e| Error::decode(path, name, e))?;
+    if name == "jpeg" {
+        let mut img = Image::default();
+        let decode = DecodeOptions {
+            partial_images: options.partial_images,
+        };
+        decode_with_options(Format::Jpeg, &bytes, path, &decode, &mut img)?;
+        return Ok(img);
     }
     let mut decoder = reader.into_decoder().map_err(err)?;
     let (w, h) = decoder.dimensions();
     let samples = u64::from(decoder.color_type().channel_count());
-    if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
-        return Err(too_large(path, name, w, h, samples));
-    }
-    plausible(path, name, (w, h), decoder.total_bytes(), &bytes)?;
-    let _decoding = DecodeBudget::reserve(decoder.total_bytes());
+    let _decoding = admit_header(path, name, (w, h), samples, decoder.total_bytes(), &bytes)?;
     decoder.set_limits(limits()).map_err(err)?;
     let orientation = decoder.orientation().map_err(err)?;
     let mut img = image::DynamicImage::from_decoder(decoder).map_err(err)?;
@@ -708,6 +768,72 @@ mod tests {
         assert_eq!((got.width, got.height), (256, 192));
         // The whole file is not partial.
         assert!(!decode_with_options(Format::Jpeg, &jpeg, &path, &allow, &mut out).unwrap());
+    }
+
+    /// A real photo written by the toolkit's JPEG encoder (`convert::encode`, what `l3 convert --to jpeg`
+    /// writes), cut in the middle of its scan and re-terminated with an end-of-image marker, as a tool that
+    /// "repairs" a cut file writes it: every byte before the marker is valid and the file ends properly, so
+    /// only the decoder can tell that the scan stopped short. It is a typed error naming the file, from the
+    /// pipeline's decoder and from `import`, with or without `partial_images`... except that with it the
+    /// image is delivered as partial. The intact file decodes to libjpeg-turbo's pixels of it.
+    #[test]
+    fn a_jpeg_cut_mid_scan_and_re_terminated_is_an_error() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+        let photo = import(&corpus.join("Storm.jpg"), &ImportOptions::default()).unwrap();
+        // A 480×320 piece of it keeps the debug-build test quick.
+        let (w, h) = (480u32, 320u32);
+        let row = photo.width as usize * 3;
+        let piece = Image {
+            width: w,
+            height: h,
+            channels: 3,
+            pixels: (0..h as usize)
+                .flat_map(|y| photo.pixels[y * row..y * row + w as usize * 3].to_vec())
+                .collect(),
+        };
+        let jpeg = crate::convert::encode(&piece, crate::convert::Target::Jpeg(90)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+
+        let intact = dir.path().join("intact.jpg");
+        std::fs::write(&intact, &jpeg).unwrap();
+        let mut out = Image::default();
+        assert!(
+            !decode_with_options(
+                Format::Jpeg,
+                &jpeg,
+                &intact,
+                &DecodeOptions::default(),
+                &mut out
+            )
+            .unwrap()
+        );
+        let reference = pcr::libjpeg::decode_rgb(&jpeg).unwrap();
+        assert_eq!((out.width, out.height, out.channels), (w, h, 3));
+        assert!(out.pixels == reference.pixels, "the intact file's pixels");
+        assert!(import(&intact, &ImportOptions::default()).unwrap().pixels == reference.pixels);
+
+        let sos = jpeg.windows(2).position(|m| m == [0xFF, 0xDA]).unwrap();
+        let mut cut = jpeg[..sos + (jpeg.len() - sos) / 2].to_vec();
+        if cut.last() == Some(&0xFF) {
+            cut.pop(); // not half a stuffed byte
+        }
+        cut.extend_from_slice(&[0xFF, 0xD9]);
+        assert!(check_jpeg_end(&cut).is_ok(), "it ends like a whole file");
+        let path = dir.path().join("re-terminated.jpg");
+        std::fs::write(&path, &cut).unwrap();
+        let e = decode(Format::Jpeg, &cut, &path, &mut out).unwrap_err();
+        assert!(
+            matches!(&e, Error::Decode { path: p, format: "jpeg", reason } if *p == path && reason.contains("truncated")),
+            "{e}"
+        );
+        let e = import(&path, &ImportOptions::default()).unwrap_err();
+        assert!(matches!(&e, Error::Decode { .. }), "{e}");
+        assert!(e.to_string().contains("re-terminated.jpg"), "{e}");
+        let allow = DecodeOptions {
+            partial_images: true,
+        };
+        assert!(decode_with_options(Format::Jpeg, &cut, &path, &allow, &mut out).unwrap());
+        assert_eq!((out.width, out.height), (w, h));
     }
 
     /// The decode budget is shared: reservations beyond it wait until others are released, and one

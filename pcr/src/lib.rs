@@ -10,7 +10,9 @@
 //!   runs the same checks on bytes the caller fetched itself.
 //! - [`mssim_luma`] measures the fidelity of a group against the full decode.
 //!
-//! The on-disk format is specified in `SPEC.md`; the only `unsafe` code is in the private `libjpeg` module.
+//! - [`libjpeg`]: the toolkit's one libjpeg-turbo binding (the loader decodes JPEG through it too).
+//!
+//! The on-disk format is specified in `SPEC.md`; the only `unsafe` code is in the `libjpeg` module.
 #![deny(unsafe_code)]
 
 mod decode;
@@ -19,7 +21,7 @@ mod format;
 mod item;
 mod labels;
 #[allow(unsafe_code)]
-mod libjpeg;
+pub mod libjpeg;
 mod markers;
 mod reader;
 mod ssim;

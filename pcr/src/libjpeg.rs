@@ -1,9 +1,13 @@
 //! libjpeg-turbo (the mozjpeg fork, built from source by `mozjpeg-sys`): the crate's only `unsafe` code.
 //!
-//! Two entry points, both safe functions over byte slices:
+//! The toolkit's one libjpeg binding (the loader decodes its JPEGs through it too). Its entry points are
+//! safe functions and types over byte slices:
 //! - [`transcode_progressive`]: `jpegtran -progressive -copy none` in the coefficient domain
 //!   (read the DCT coefficients, copy the critical parameters, simple progression, write the coefficients);
-//! - [`decode_rgb`]: decode a stream to 8-bit RGB.
+//! - [`Reader`]: read a stream's header (size, colour, EXIF) so the caller can check the size against its
+//!   limits before anything is allocated, then decode it to 8-bit gray or RGB, returning libjpeg's warnings
+//!   for the caller to judge ([`Warning::is_corrupt_data`]);
+//! - [`decode_rgb`]: decode a stream to 8-bit RGB, any warning an error.
 //!
 //! Soundness of the error path: libjpeg's default `error_exit` calls `exit()`. We install an `error_exit`
 //! that unwinds with a private payload instead (`resume_unwind`, so no panic hook prints anything), and
@@ -47,6 +51,15 @@ impl Warning {
                 | sys::JWRN_NOT_SEQUENTIAL
                 | sys::JWRN_TOO_MUCH_DATA
         )
+    }
+}
+
+impl Warning {
+    /// Whether the warning says the data ends before the image does: the file ends early ("premature end
+    /// of JPEG file"), or a marker — an end-of-image appended to a cut file, say — ends a scan early
+    /// ("premature end of data segment"). libjpeg fills the rest in grey.
+    pub fn is_early_end(&self) -> bool {
+        matches!(self.code, sys::JWRN_JPEG_EOF | sys::JWRN_HIT_MARKER)
     }
 }
 
@@ -249,6 +262,179 @@ pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, String> {
     })
 }
 
+/// The colour a [`Reader`] decodes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    /// RGB always (a grayscale stream's value repeated).
+    Rgb,
+    /// Gray for a grayscale stream, RGB for every other (YCbCr, RGB, CMYK and YCCK converted).
+    GrayOrRgb,
+}
+
+/// What a stream's header says, read before anything is decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub width: u32,
+    pub height: u32,
+    /// Channels of the decoded pixels: 1 (gray) or 3 (RGB).
+    pub channels: u8,
+    /// The EXIF block of an APP1 segment (after its `Exif\0\0` tag), for the image's orientation.
+    pub exif: Option<Vec<u8>>,
+}
+
+impl Header {
+    /// Bytes of the decoded pixels: width × height × channels.
+    pub fn decoded_len(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * u64::from(self.channels)
+    }
+}
+
+/// A JPEG stream whose header has been read: [`header`](Self::header) tells its size before anything is
+/// allocated for its pixels, [`decode_into`](Self::decode_into) decodes it.
+pub struct Reader<'a> {
+    d: Decompress,
+    header: Header,
+    /// libjpeg produces CMYK (from CMYK or YCCK data), converted to RGB here.
+    cmyk: bool,
+    /// libjpeg reads from this slice (`jpeg_mem_src`) until the reader is dropped.
+    _input: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> Reader<'a> {
+    /// Reads the header of `jpeg` (up to the first scan): a stream libjpeg cannot parse is an error.
+    pub fn new(jpeg: &'a [u8], color: Color) -> Result<Self, String> {
+        if jpeg.is_empty() {
+            return Err("empty input".into());
+        }
+        let mut d = Decompress::new()?;
+        let (w, h, space) = guard(|| unsafe {
+            sys::jpeg_mem_src(&mut d.cinfo, jpeg.as_ptr(), jpeg.len() as c_ulong);
+            sys::jpeg_save_markers(&mut d.cinfo, 0xE1, 0xFFFF);
+            sys::jpeg_read_header(&mut d.cinfo, 1);
+            (
+                d.cinfo.image_width,
+                d.cinfo.image_height,
+                d.cinfo.jpeg_color_space,
+            )
+        })?;
+        let (out, channels, cmyk) = match (color, space) {
+            (Color::GrayOrRgb, sys::J_COLOR_SPACE::JCS_GRAYSCALE) => {
+                (sys::J_COLOR_SPACE::JCS_GRAYSCALE, 1, false)
+            }
+            (_, sys::J_COLOR_SPACE::JCS_CMYK | sys::J_COLOR_SPACE::JCS_YCCK) => {
+                (sys::J_COLOR_SPACE::JCS_CMYK, 3, true)
+            }
+            _ => (sys::J_COLOR_SPACE::JCS_RGB, 3, false),
+        };
+        d.cinfo.out_color_space = out;
+        // SAFETY: after `jpeg_read_header` the saved markers are a list owned by the decompressor.
+        let exif = unsafe {
+            let mut m = d.cinfo.marker_list;
+            let mut found = None;
+            while !m.is_null() && found.is_none() {
+                let data = std::slice::from_raw_parts((*m).data, (*m).data_length as usize);
+                if (*m).marker == 0xE1 && data.starts_with(b"Exif\0\0") {
+                    found = Some(data[6..].to_vec());
+                }
+                m = (*m).next;
+            }
+            found
+        };
+        Ok(Reader {
+            d,
+            header: Header {
+                width: w,
+                height: h,
+                channels,
+                exif,
+            },
+            cmyk,
+            _input: std::marker::PhantomData,
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Decodes the image into `out` (resized to [`Header::decoded_len`]: check it first) with libjpeg's
+    /// defaults (accurate integer IDCT, fancy upsampling, block smoothing of progressive images whose AC
+    /// data is missing). Returns libjpeg's warnings (at most 8): where data is missing or corrupt it fills
+    /// in and carries on, and only the warnings say so.
+    pub fn decode_into(mut self, out: &mut Vec<u8>) -> Result<Vec<Warning>, String> {
+        let (w, h) = (self.header.width as usize, self.header.height as usize);
+        let c = usize::from(self.header.channels);
+        let cmyk = self.cmyk;
+        let d = &mut self.d;
+        let components = if cmyk { 4 } else { c };
+        let stride = w * components;
+        out.clear();
+        out.resize(stride * h, 0);
+        guard(|| unsafe {
+            sys::jpeg_start_decompress(&mut d.cinfo);
+            let (ow, oh) = (
+                d.cinfo.output_width as usize,
+                d.cinfo.output_height as usize,
+            );
+            if d.cinfo.output_components as usize != components || ow != w || oh != h {
+                return None;
+            }
+            while (d.cinfo.output_scanline as usize) < oh {
+                let row = d.cinfo.output_scanline as usize;
+                let n = (d.cinfo.rec_outbuf_height.max(1) as usize).min(oh - row);
+                let mut rows: [*mut u8; 4] = [std::ptr::null_mut(); 4];
+                for (i, r) in rows.iter_mut().enumerate().take(n.min(4)) {
+                    *r = out[(row + i) * stride..].as_mut_ptr();
+                }
+                let got =
+                    sys::jpeg_read_scanlines(&mut d.cinfo, rows.as_mut_ptr(), n.min(4) as u32);
+                if got == 0 {
+                    return None;
+                }
+            }
+            sys::jpeg_finish_decompress(&mut d.cinfo);
+            Some(())
+        })?
+        .ok_or_else(|| "unexpected output geometry or stalled decoder".to_string())?;
+        if cmyk {
+            cmyk_to_rgb(out);
+        }
+        Ok(std::mem::take(&mut *d.errors.warnings))
+    }
+}
+
+impl Reader<'_> {
+    /// Entropy-decodes every scan to DCT coefficients without producing pixels (no IDCT, no colour
+    /// conversion) and returns libjpeg's warnings: what [`decode_into`](Self::decode_into) would report
+    /// about the data, at a fraction of its cost.
+    pub fn check_coefficients(mut self) -> Result<Vec<Warning>, String> {
+        let d = &mut self.d;
+        guard(|| unsafe {
+            sys::jpeg_read_coefficients(&mut d.cinfo);
+            sys::jpeg_finish_decompress(&mut d.cinfo);
+        })?;
+        Ok(std::mem::take(&mut *d.errors.warnings))
+    }
+}
+
+/// CMYK rows as libjpeg gives them for Adobe files (the only writers of CMYK JPEGs, storing inverted
+/// values) to RGB in place: R = C·K / 255, and so on.
+fn cmyk_to_rgb(px: &mut Vec<u8>) {
+    let n = px.len() / 4;
+    for i in 0..n {
+        let (c, m, y, k) = (
+            u32::from(px[4 * i]),
+            u32::from(px[4 * i + 1]),
+            u32::from(px[4 * i + 2]),
+            u32::from(px[4 * i + 3]),
+        );
+        px[3 * i] = ((c * k + 127) / 255) as u8;
+        px[3 * i + 1] = ((m * k + 127) / 255) as u8;
+        px[3 * i + 2] = ((y * k + 127) / 255) as u8;
+    }
+    px.truncate(3 * n);
+}
+
 /// A decoded image: 8-bit RGB, row-major, no padding.
 pub struct Rgb {
     pub width: u32,
@@ -260,46 +446,14 @@ pub struct Rgb {
 /// block smoothing of progressive images whose AC data is still missing). Any warning (premature end of
 /// data, corrupt entropy data) is an error: streams rebuilt from verified records never raise one.
 pub fn decode_rgb(jpeg: &[u8]) -> Result<Rgb, String> {
-    if jpeg.is_empty() {
-        return Err("empty input".into());
-    }
-    let mut d = Decompress::new()?;
-    let (w, h) = guard(|| unsafe {
-        sys::jpeg_mem_src(&mut d.cinfo, jpeg.as_ptr(), jpeg.len() as c_ulong);
-        sys::jpeg_read_header(&mut d.cinfo, 1);
-        d.cinfo.out_color_space = sys::JCS_RGB;
-        (d.cinfo.image_width, d.cinfo.image_height)
-    })?;
+    let r = Reader::new(jpeg, Color::Rgb)?;
+    let (w, h) = (r.header().width, r.header().height);
     if u64::from(w) * u64::from(h) > MAX_PIXELS {
         return Err(format!("{w}x{h} is larger than {MAX_PIXELS} pixels"));
     }
-    let pixels = guard(|| unsafe {
-        sys::jpeg_start_decompress(&mut d.cinfo);
-        let (ow, oh) = (
-            d.cinfo.output_width as usize,
-            d.cinfo.output_height as usize,
-        );
-        if d.cinfo.output_components != 3 || ow != w as usize || oh != h as usize {
-            return None;
-        }
-        let stride = ow * 3;
-        let mut pixels = vec![0u8; stride * oh];
-        while (d.cinfo.output_scanline as usize) < oh {
-            let row = d.cinfo.output_scanline as usize;
-            let n = (d.cinfo.rec_outbuf_height.max(1) as usize).min(oh - row);
-            let mut rows: Vec<*mut u8> = (0..n)
-                .map(|i| pixels[(row + i) * stride..].as_mut_ptr())
-                .collect();
-            let got = sys::jpeg_read_scanlines(&mut d.cinfo, rows.as_mut_ptr(), n as u32);
-            if got == 0 {
-                return None;
-            }
-        }
-        sys::jpeg_finish_decompress(&mut d.cinfo);
-        Some(pixels)
-    })?
-    .ok_or_else(|| "unexpected output geometry or stalled decoder".to_string())?;
-    if let Some(first) = d.errors.warnings.first() {
+    let mut pixels = Vec::new();
+    let warnings = r.decode_into(&mut pixels)?;
+    if let Some(first) = warnings.first() {
         return Err(format!("libjpeg warning: {}", first.text));
     }
     Ok(Rgb {

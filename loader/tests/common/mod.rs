@@ -78,10 +78,20 @@ pub fn fixture() -> &'static Fixture {
     })
 }
 
-/// Reference RGB decode of a file with the `image` crate's standard path (L3 and raw through the
-/// corresponding source file in `mixed`).
+/// Reference RGB decode of a file (L3 and raw through the corresponding source file in `mixed`): JPEG with
+/// libjpeg-turbo's defaults (the toolkit's JPEG decoder, `pcr::Decoder::Libjpeg`), everything else with the
+/// `image` crate's standard path.
 pub fn reference_rgb(path: &Path) -> image::RgbImage {
-    image::open(path).expect("reference decode").to_rgb8()
+    let bytes = std::fs::read(path).expect("reference file");
+    if bytes.starts_with(&[0xFF, 0xD8]) {
+        let img = pcr::Decoder::Libjpeg
+            .decode(&bytes)
+            .expect("reference decode");
+        return image::RgbImage::from_raw(img.width, img.height, img.pixels).expect("RGB");
+    }
+    image::load_from_memory(&bytes)
+        .expect("reference decode")
+        .to_rgb8()
 }
 
 /// The centre crop (zero-padded) of `img` at `h`x`w`, NHWC, computed independently of the loader.
