@@ -189,10 +189,10 @@ mod tests {
         let mut out = Vec::new();
         for i in 0..ay.len {
             let k = weights(ay, i);
-            for e in 0..ax.len as usize * c_n {
+            out.extend((0..ax.len as usize * c_n).map(|e| {
                 let v: f64 = k.iter().map(|&(y, t)| hrows[y][e] * t).sum();
-                out.push(v.round().clamp(0.0, 255.0) as u8);
-            }
+                v.round().clamp(0.0, 255.0) as u8
+            }));
         }
         out
     }
