@@ -15,6 +15,10 @@ const REQUIREMENTS: &[&str] = &[
     "pillow>=9",
     "numpy>=1.22",
     "moto[server]>=5,<6",
+    # bsp-tiling's ONNX tests build their models with the onnx helper API and compare with onnxruntime
+    # (the tests skip, saying so, where either is missing).
+    "onnx>=1.16",
+    "onnxruntime>=1.18",
 ];
 
 /// The test environment's folder, `target/python/venv`.
