@@ -64,7 +64,9 @@ pub use cuda::{
 };
 pub use device::{Device, DeviceOptions, Precision, default_tile, stats_blocks};
 pub use error::{Error, Result};
-pub use field::{Field, Input, Output, OutputSink, image_from_tensor, image_to_tensor};
+pub use field::{
+    Field, Input, Output, OutputSink, Scaled, ScaledSink, Sink, image_from_tensor, image_to_tensor,
+};
 pub use graph::{Graph, GraphPlan, GraphStats, Node, NodeHalo, infer, run_graph, run_graph_exact};
 pub use grid::{Grid, stage_grids};
 pub use meter::{Lease, Meter};

@@ -117,6 +117,7 @@ pub fn write(path: &Path, t: &Tensor) -> Result<()> {
 /// A `C×H×W` float32 `.npy` written region by region (positioned writes: regions in any order, from any
 /// thread).
 pub struct NpyWriter {
+    path: std::path::PathBuf,
     file: File,
     shape: (usize, usize, usize),
     offset: u64,
@@ -130,6 +131,7 @@ impl NpyWriter {
         file.write_all(&head)?;
         file.set_len(head.len() as u64 + (c * h * w * 4) as u64)?;
         Ok(NpyWriter {
+            path: path.to_path_buf(),
             file,
             shape: (c, h, w),
             offset: head.len() as u64,
@@ -153,5 +155,11 @@ impl NpyWriter {
 
     pub fn finish(self) -> std::io::Result<()> {
         self.file.sync_all()
+    }
+}
+
+impl crate::field::Sink for NpyWriter {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
+        self.put(y0, x0, t).map_err(|source| Error::Io { path: self.path.clone(), source })
     }
 }

@@ -18,6 +18,7 @@ mod errors;
 mod loading;
 mod options;
 mod stylize;
+mod infer;
 #[allow(unsafe_code)]
 mod tensor;
 
@@ -33,11 +34,13 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::read_image, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
+    m.add_function(wrap_pyfunction!(infer::infer, m)?)?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(loading::shuffle_report, m)?)?;
     m.add_class::<loading::Loader>()?;
     m.add_class::<loading::Batch>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<stylize::StyleModel>()?;
+    m.add_class::<infer::Model>()?;
     Ok(())
 }

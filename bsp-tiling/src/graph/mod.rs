@@ -19,7 +19,7 @@ pub mod ops;
 use crate::Mode;
 use crate::bsp::{RunInfo, inner_threads, superstep};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, OutputSink, Region, gather};
+use crate::field::{Field, Input, OutputSink, Region, Sink, gather};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats};
 use crate::padding::PaddingMode;
@@ -520,7 +520,7 @@ pub fn run_graph_exact(
     grid: &Grid,
     threads: usize,
     budget: &Budget,
-    sink: &OutputSink,
+    sink: &dyn Sink,
     fixed: Option<&GraphStats>,
 ) -> Result<RunInfo> {
     let plan = prepare(g, input, grid)?;
@@ -592,7 +592,7 @@ pub fn run_graph_exact(
                 Some(l) => l
                     .modify(t, |d| d.copy_from_slice(&out.data))
                     .map_err(&spill)?,
-                None => sink.put(y0, x0, &out),
+                None => sink.put_tile(y0, x0, &out)?,
             }
             Ok(st)
         })?;
@@ -726,7 +726,7 @@ fn run_fixed(
     grid: &Grid,
     stats: &GraphStats,
     threads: usize,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<()> {
     let go = g.value_grid(plan, grid, g.output)?;
     let workers = threads.clamp(1, go.len());
@@ -735,8 +735,7 @@ fn run_fixed(
     superstep(go.len(), workers, |t| {
         let (y0, y1, x0, x1) = go.tile(t);
         let out = eval_region(g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
-        sink.put(y0, x0, &out);
-        Ok(())
+        sink.put_tile(y0, x0, &out)
     })?;
     Ok(())
 }
@@ -750,7 +749,7 @@ pub fn run_graph(
     tile: usize,
     threads: usize,
     budget: &Budget,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
     let grid = || g.grid(h, w, tile);
@@ -793,8 +792,7 @@ pub fn run_graph(
                 };
                 run_graph_exact(g, &crop, &one, inner, &ram, &part, None)?;
                 let (oy0, _, ox0, _) = go.tile(t);
-                sink.put(oy0, ox0, &part.finish().into_tensor());
-                Ok(())
+                sink.put_tile(oy0, ox0, &part.finish().into_tensor())
             })?;
             Ok(RunInfo {
                 tiles: grid.len(),

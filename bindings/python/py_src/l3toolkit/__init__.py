@@ -7,6 +7,7 @@
   arrays; :func:`read_image` reads any image file.
 - :func:`convert`: dataset folders into L3, raw, PNG, JPEG, PCR or Liquid datasets.
 - :func:`stylize` / :class:`StyleModel`: style transfer on images of any size with BSP tiling.
+- :func:`infer` / :class:`Model`: any CNN (ONNX, the tileable subset) on images of any size, exact.
 
 Errors are :class:`Error` subclasses: :class:`FormatError`, :class:`IOError` (an ``OSError``),
 :class:`OptionsError`, :class:`GpuError`.
@@ -16,6 +17,7 @@ from ._errors import Error, FormatError, GpuError, IOError, OptionsError  # noqa
 from ._l3toolkit import (
     Batch,
     Loader,
+    Model,
     StyleModel,
     Tensor,
     __version__,
@@ -23,6 +25,7 @@ from ._l3toolkit import (
     decode,
     decode_region,
     encode,
+    infer,
     info,
     loader_options,
     read_image,
@@ -37,6 +40,7 @@ __all__ = [
     "GpuError",
     "IOError",
     "Loader",
+    "Model",
     "OptionsError",
     "StyleModel",
     "Tensor",
@@ -45,6 +49,7 @@ __all__ = [
     "decode",
     "decode_region",
     "encode",
+    "infer",
     "info",
     "loader_options",
     "read_image",
