@@ -20,10 +20,14 @@ use std::sync::Mutex;
 /// Loads a network: `.onnx` through the ONNX importer, anything else as a TransformerNet in safetensors
 /// (with `padding` at its borders; ONNX models carry their own padding).
 pub fn load_model(path: &Path, padding: Option<PaddingMode>) -> anyhow::Result<Graph> {
-    let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    let is_onnx = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     if is_onnx {
         if padding.is_some() {
-            bail!("--padding applies to TransformerNet safetensors only: an ONNX model pads as it was exported");
+            bail!(
+                "--padding applies to TransformerNet safetensors only: an ONNX model pads as it was exported"
+            );
         }
         return bsp_tiling::load_onnx(path).with_context(|| format!("loading {}", path.display()));
     }
@@ -75,7 +79,10 @@ impl InputData {
 }
 
 fn ext(p: &Path) -> String {
-    p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase()
+    p.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
 }
 
 /// Reads an input file for a network taking `channels` channels: `.npy` as float32, anything else through
@@ -106,17 +113,31 @@ pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
 pub fn infer_paths(g: &Graph, req: &InferRequest) -> anyhow::Result<InferReport> {
     crate_refuse_overwrite(&req.input, &req.output)?;
     if ext(&req.input) == "l3" {
-        let f = std::fs::File::open(&req.input).with_context(|| format!("reading {}", req.input.display()))?;
+        let f = std::fs::File::open(&req.input)
+            .with_context(|| format!("reading {}", req.input.display()))?;
         // SAFETY: the file is only read; a concurrent truncation by another process is the usual mmap
         // caveat (a SIGBUS), as for every memory-mapped reader of the toolkit.
         #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mapping {}", req.input.display()))?;
-        let file = l3_format::L3File::parse(&map).map_err(|e| anyhow::anyhow!("{}: {e}", req.input.display()))?;
-        let region = L3Regions { file, path: req.input.clone() };
+        let map = unsafe { memmap2::Mmap::map(&f) }
+            .with_context(|| format!("mapping {}", req.input.display()))?;
+        let file = l3_format::L3File::parse(&map)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", req.input.display()))?;
+        let region = L3Regions {
+            file,
+            path: req.input.clone(),
+        };
         if bsp_tiling::Field::channels(&region) != g.channels {
-            bail!("{}: {} channels, the model takes {}", req.input.display(), bsp_tiling::Field::channels(&region), g.channels);
+            bail!(
+                "{}: {} channels, the model takes {}",
+                req.input.display(),
+                bsp_tiling::Field::channels(&region),
+                g.channels
+            );
         }
-        let scaled = Scaled { inner: &region, scale: req.in_scale };
+        let scaled = Scaled {
+            inner: &region,
+            scale: req.in_scale,
+        };
         return infer_input(g, &scaled, req);
     }
     let data = read_input(&req.input, g.channels)?;
@@ -133,19 +154,30 @@ impl bsp_tiling::Field for L3Regions<'_> {
     fn channels(&self) -> usize {
         self.file.channels() as usize
     }
-    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> bsp_tiling::Result<()> {
+    fn gather(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> bsp_tiling::Result<()> {
         let span = |m: &[Option<usize>]| {
             let lo = m.iter().flatten().min().copied();
             lo.map(|lo| (lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
         };
         out.fill(0.0);
-        let (Some((y0, y1)), Some((x0, x1))) = (span(ys), span(xs)) else { return Ok(()) };
+        let (Some((y0, y1)), Some((x0, x1))) = (span(ys), span(xs)) else {
+            return Ok(());
+        };
         let c = self.channels();
         let (w, h) = (x1 - x0, y1 - y0);
         let mut px = vec![0u8; w * h * c];
         let rect = vocab::Rect::new(x0 as u32, y0 as u32, w as u32, h as u32);
         self.file
-            .decode_region(rect, &mut px, l3_format::PixelLayout::packed(w as u32, h as u32, c as u8, false))
+            .decode_region(
+                rect,
+                &mut px,
+                l3_format::PixelLayout::packed(w as u32, h as u32, c as u8, false),
+            )
             .map_err(|e| bsp_tiling::Error::Io {
                 path: self.path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
@@ -175,25 +207,64 @@ impl Input for L3Regions<'_> {
 }
 
 /// The output size a run writes: the network's, or cropped to the input's size times the network's scale.
-pub fn output_shape(g: &Graph, h: usize, w: usize, full: bool) -> anyhow::Result<(usize, usize, usize)> {
+pub fn output_shape(
+    g: &Graph,
+    h: usize,
+    w: usize,
+    full: bool,
+) -> anyhow::Result<(usize, usize, usize)> {
     let plan = g.plan(h, w)?;
     let (c, fh, fw) = plan.shape[g.output];
     let (num, den) = plan.scale[g.output];
-    Ok(if full { (c, fh, fw) } else { (c, (h * num / den).min(fh), (w * num / den).min(fw)) })
+    Ok(if full {
+        (c, fh, fw)
+    } else {
+        (c, (h * num / den).min(fh), (w * num / den).min(fw))
+    })
 }
 
 /// Runs `g` over `data` into a float32 tensor (`in_scale` applies to 8-bit images).
-pub fn infer_to_tensor(g: &Graph, data: &InputData, req: &InferRequest) -> anyhow::Result<(Tensor, RunInfo)> {
-    let scaled = Scaled { inner: data.base(), scale: if matches!(data, InputData::Tensor(_)) { 1.0 } else { req.in_scale } };
+pub fn infer_to_tensor(
+    g: &Graph,
+    data: &InputData,
+    req: &InferRequest,
+) -> anyhow::Result<(Tensor, RunInfo)> {
+    let scaled = Scaled {
+        inner: data.base(),
+        scale: if matches!(data, InputData::Tensor(_)) {
+            1.0
+        } else {
+            req.in_scale
+        },
+    };
     let (c, oh, ow) = output_shape(g, scaled.height(), scaled.width(), req.full)?;
     let sink = bsp_tiling::OutputSink::f32(c, oh, ow);
-    let info = bsp_tiling::run_graph(g, &scaled, req.mode, req.tile, req.threads, &req.budget, &sink)?;
+    let info = bsp_tiling::run_graph(
+        g,
+        &scaled,
+        req.mode,
+        req.tile,
+        req.threads,
+        &req.budget,
+        &sink,
+    )?;
     Ok((sink.finish().into_tensor(), info))
 }
 
 /// Runs `g` over `data`, writing `req.output` (its type by extension) tile by tile.
-pub fn infer_to_path(g: &Graph, data: &InputData, req: &InferRequest) -> anyhow::Result<InferReport> {
-    let scaled = Scaled { inner: data.base(), scale: if matches!(data, InputData::Tensor(_)) { 1.0 } else { req.in_scale } };
+pub fn infer_to_path(
+    g: &Graph,
+    data: &InputData,
+    req: &InferRequest,
+) -> anyhow::Result<InferReport> {
+    let scaled = Scaled {
+        inner: data.base(),
+        scale: if matches!(data, InputData::Tensor(_)) {
+            1.0
+        } else {
+            req.in_scale
+        },
+    };
     infer_input(g, &scaled, req)
 }
 
@@ -207,14 +278,27 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
         "npy" => {
             let wr = npy::NpyWriter::create(&tmp, c, oh, ow)
                 .with_context(|| format!("creating {}", tmp.display()))?;
-            let info = bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &wr)?;
-            wr.finish().with_context(|| format!("writing {}", tmp.display()))?;
+            let info =
+                bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &wr)?;
+            wr.finish()
+                .with_context(|| format!("writing {}", tmp.display()))?;
             info
         }
         "png" => {
             let sink = PngRows::create(&tmp, c, oh, ow)?;
-            let scaled = ScaledSink { inner: &sink, scale: req.out_scale };
-            let info = bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &scaled)?;
+            let scaled = ScaledSink {
+                inner: &sink,
+                scale: req.out_scale,
+            };
+            let info = bsp_tiling::run_graph(
+                g,
+                input,
+                req.mode,
+                req.tile,
+                req.threads,
+                &req.budget,
+                &scaled,
+            )?;
             sink.finish()?;
             info
         }
@@ -225,10 +309,22 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
                 _ => loader::convert::Target::Raw,
             };
             let sink = Bytes8::new(c, oh, ow)?;
-            let scaled = ScaledSink { inner: &sink, scale: req.out_scale };
-            let info = bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &scaled)?;
+            let scaled = ScaledSink {
+                inner: &sink,
+                scale: req.out_scale,
+            };
+            let info = bsp_tiling::run_graph(
+                g,
+                input,
+                req.mode,
+                req.tile,
+                req.threads,
+                &req.budget,
+                &scaled,
+            )?;
             let img = sink.into_image();
-            let bytes = loader::convert::encode(&img, target).map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
+            let bytes = loader::convert::encode(&img, target)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
             std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
             info
         }
@@ -237,7 +333,8 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             req.output.display()
         ),
     };
-    std::fs::rename(&tmp, &req.output).with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
+    std::fs::rename(&tmp, &req.output)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
     Ok(InferReport {
         input: (g.channels, h, w),
         output: (c, oh, ow),
@@ -257,7 +354,10 @@ fn crate_refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {
 
 /// The temporary name beside `out` a run writes before renaming (no half-written output on failure).
 fn stdx_tmp(out: &Path) -> PathBuf {
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
@@ -267,7 +367,9 @@ fn to_u8(v: f32) -> u8 {
 
 fn check_8bit_channels(c: usize) -> anyhow::Result<()> {
     if c != 1 && c != 3 {
-        bail!("the network's output has {c} channels: an 8-bit image holds 1 or 3; write .npy for the raw output");
+        bail!(
+            "the network's output has {c} channels: an 8-bit image holds 1 or 3; write .npy for the raw output"
+        );
     }
     Ok(())
 }
@@ -283,7 +385,12 @@ struct Bytes8 {
 impl Bytes8 {
     fn new(c: usize, h: usize, w: usize) -> anyhow::Result<Bytes8> {
         check_8bit_channels(c)?;
-        Ok(Bytes8 { c, h, w, px: Mutex::new(vec![0; c * h * w]) })
+        Ok(Bytes8 {
+            c,
+            h,
+            w,
+            px: Mutex::new(vec![0; c * h * w]),
+        })
     }
     fn into_image(self) -> bsp_tiling::Image {
         bsp_tiling::Image {
@@ -332,9 +439,14 @@ struct PngState {
 impl PngRows {
     fn create(path: &Path, c: usize, h: usize, w: usize) -> anyhow::Result<PngRows> {
         check_8bit_channels(c)?;
-        let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
-        enc.set_color(if c == 3 { png::ColorType::Rgb } else { png::ColorType::Grayscale });
+        enc.set_color(if c == 3 {
+            png::ColorType::Rgb
+        } else {
+            png::ColorType::Grayscale
+        });
         enc.set_depth(png::BitDepth::Eight);
         let writer = enc
             .write_header()
@@ -345,17 +457,27 @@ impl PngRows {
             h,
             w,
             path: path.to_path_buf(),
-            state: Mutex::new(PngState { writer: Some(writer), bands: BTreeMap::new(), next_row: 0 }),
+            state: Mutex::new(PngState {
+                writer: Some(writer),
+                bands: BTreeMap::new(),
+                next_row: 0,
+            }),
         })
     }
 
     fn finish(self) -> anyhow::Result<()> {
         let st = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
         if st.next_row != self.h {
-            bail!("{}: internal: {} of {} rows were written", self.path.display(), st.next_row, self.h);
+            bail!(
+                "{}: internal: {} of {} rows were written",
+                self.path.display(),
+                st.next_row,
+                self.h
+            );
         }
         if let Some(w) = st.writer {
-            w.finish().with_context(|| format!("writing {}", self.path.display()))?;
+            w.finish()
+                .with_context(|| format!("writing {}", self.path.display()))?;
         }
         Ok(())
     }
@@ -370,7 +492,10 @@ impl Sink for PngRows {
         }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (c, w) = (self.c, self.w);
-        let band = st.bands.entry(y0).or_insert_with(|| (vec![0; rows * w * c], 0, rows));
+        let band = st
+            .bands
+            .entry(y0)
+            .or_insert_with(|| (vec![0; rows * w * c], 0, rows));
         for y in 0..rows {
             for x in 0..cols {
                 for ch in 0..c {
@@ -387,8 +512,15 @@ impl Sink for PngRows {
                 _ => break,
             }
             let (px, _, n) = st.bands.remove(&next).expect("present");
-            let io = |e: std::io::Error| bsp_tiling::Error::Io { path: self.path.clone(), source: e };
-            st.writer.as_mut().expect("open").write_all(&px).map_err(io)?;
+            let io = |e: std::io::Error| bsp_tiling::Error::Io {
+                path: self.path.clone(),
+                source: e,
+            };
+            st.writer
+                .as_mut()
+                .expect("open")
+                .write_all(&px)
+                .map_err(io)?;
             st.next_row += n;
         }
         Ok(())

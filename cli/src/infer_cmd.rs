@@ -57,7 +57,10 @@ pub struct InferArgs {
 
 pub fn run(a: InferArgs) -> anyhow::Result<()> {
     let Some(mode) = Mode::parse(&a.mode) else {
-        bail!("unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole", a.mode);
+        bail!(
+            "unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole",
+            a.mode
+        );
     };
     let padding = match &a.padding {
         None => None,
@@ -66,7 +69,10 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         })?),
     };
     if Precision::parse(&a.precision) != Some(Precision::F32) {
-        bail!("--precision {}: the CPU backend that runs graphs computes in f32", a.precision);
+        bail!(
+            "--precision {}: the CPU backend that runs graphs computes in f32",
+            a.precision
+        );
     }
     if a.device != Device::Cpu {
         bail!(
@@ -95,10 +101,22 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         out_scale: a.out_scale,
     };
     let r = infer_paths(&g, &req)?;
-    let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| format!("{:.1} MiB", p as f64 / 1048576.0));
+    let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| {
+        format!("{:.1} MiB", p as f64 / 1048576.0)
+    });
     eprintln!(
         "infer: {} {}x{}x{} -> {}x{}x{} mode {} ({} tiles, {} spilled layers) in {:.2} s, peak RSS {rss}",
-        g.name, r.input.0, r.input.1, r.input.2, r.output.0, r.output.1, r.output.2, a.mode, r.info.tiles, r.info.spilled_layers, r.seconds
+        g.name,
+        r.input.0,
+        r.input.1,
+        r.input.2,
+        r.output.0,
+        r.output.1,
+        r.output.2,
+        a.mode,
+        r.info.tiles,
+        r.info.spilled_layers,
+        r.seconds
     );
     Ok(())
 }

@@ -185,9 +185,11 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::Channels { .. }
         | E::Device(_)
         | E::DeviceBudget { .. } => Kind::Options,
-        E::NoDriver | E::NoCudaLibrary { .. } | E::NoDevice { .. } | E::Cuda { .. } | E::Compile { .. } => {
-            Kind::Gpu
-        }
+        E::NoDriver
+        | E::NoCudaLibrary { .. }
+        | E::NoDevice { .. }
+        | E::Cuda { .. }
+        | E::Compile { .. } => Kind::Gpu,
         E::TensorShape { .. } => Kind::Base,
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::errors::{Failure, Kind, detached, raise};
 use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
-use l3_cli::infer::{InferRequest, InputData, infer_to_path, infer_to_tensor, load_model, read_input};
+use l3_cli::infer::{
+    InferRequest, InputData, infer_to_path, infer_to_tensor, load_model, read_input,
+};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -32,7 +34,10 @@ impl Model {
         };
         let p = path.clone();
         let graph = detached(py, move || load_model(&p, padding).map_err(anyhow_failure))?;
-        Ok(Model { graph: Arc::new(graph), path })
+        Ok(Model {
+            graph: Arc::new(graph),
+            path,
+        })
     }
 
     /// Input channels.
@@ -48,7 +53,11 @@ impl Model {
     }
 
     fn __repr__(&self) -> String {
-        format!("Model({:?}, {} nodes)", self.path.display().to_string(), self.graph.nodes.len())
+        format!(
+            "Model({:?}, {} nodes)",
+            self.path.display().to_string(),
+            self.graph.nodes.len()
+        )
     }
 }
 
@@ -115,14 +124,18 @@ pub fn infer<'py>(
             return Err(raise(
                 py,
                 Kind::Gpu,
-                format!("device=\"{d}\": ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (l3toolkit.stylize)"),
+                format!(
+                    "device=\"{d}\": ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (l3toolkit.stylize)"
+                ),
             ));
         }
     }
     let graph = match model.cast::<Model>() {
         Ok(m) => m.get().graph.clone(),
         Err(_) => {
-            let path: PathBuf = model.extract().map_err(|_| opt("model: expected a Model or a path".into()))?;
+            let path: PathBuf = model
+                .extract()
+                .map_err(|_| opt("model: expected a Model or a path".into()))?;
             Model::new(py, path, None)?.graph
         }
     };
@@ -130,27 +143,46 @@ pub fn infer<'py>(
     let data: Option<InputData> = if let Ok(a) = image.cast::<PyArrayDyn<f32>>() {
         let (c, h, w) = match a.shape() {
             &[c, h, w] => (c, h, w),
-            s => return Err(opt(format!("image: a float32 array must be (C, H, W), got shape {s:?}"))),
+            s => {
+                return Err(opt(format!(
+                    "image: a float32 array must be (C, H, W), got shape {s:?}"
+                )));
+            }
         };
         let ro = a.readonly();
         let v: Vec<f32> = match ro.as_slice() {
             Ok(s) => s.to_vec(),
             Err(_) => ro.as_array().iter().copied().collect(),
         };
-        Some(InputData::Tensor(Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?))
+        Some(InputData::Tensor(
+            Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?,
+        ))
     } else if let Ok(a) = image.cast::<PyArrayDyn<u8>>() {
         let (h, w, c) = match a.shape() {
             &[h, w] => (h, w, 1),
             &[h, w, c] if (1..=4).contains(&c) => (h, w, c),
-            s => return Err(opt(format!("image: a uint8 array must be (H, W) or (H, W, C), got shape {s:?}"))),
+            s => {
+                return Err(opt(format!(
+                    "image: a uint8 array must be (H, W) or (H, W, C), got shape {s:?}"
+                )));
+            }
         };
         let ro = a.readonly();
         let pixels: Vec<u8> = match ro.as_slice() {
             Ok(s) => s.to_vec(),
             Err(_) => ro.as_array().iter().copied().collect(),
         };
-        let img = Image { width: w as u32, height: h as u32, channels: c as u8, pixels };
-        Some(InputData::Image(if graph.channels == 3 && c != 3 { img.to_rgb() } else { img }))
+        let img = Image {
+            width: w as u32,
+            height: h as u32,
+            channels: c as u8,
+            pixels,
+        };
+        Some(InputData::Image(if graph.channels == 3 && c != 3 {
+            img.to_rgb()
+        } else {
+            img
+        }))
     } else {
         None
     };
@@ -168,7 +200,11 @@ pub fn infer<'py>(
         mode,
         tile,
         threads: threads.unwrap_or(defaults.threads).max(1),
-        budget: Budget { ram: ram_budget_mib << 20, disk: None, spill_dir: spill_dir.unwrap_or_else(std::env::temp_dir) },
+        budget: Budget {
+            ram: ram_budget_mib << 20,
+            disk: None,
+            spill_dir: spill_dir.unwrap_or_else(std::env::temp_dir),
+        },
         full,
         in_scale,
         out_scale,
@@ -189,6 +225,8 @@ pub fn infer<'py>(
     })?;
     match result {
         None => Ok(None),
-        Some(t) => Ok(Some(PyArray1::from_vec(py, t.data).reshape(vec![t.c, t.h, t.w])?)),
+        Some(t) => Ok(Some(
+            PyArray1::from_vec(py, t.data).reshape(vec![t.c, t.h, t.w])?,
+        )),
     }
 }

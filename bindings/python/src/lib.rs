@@ -15,10 +15,10 @@
 mod codec;
 mod convert;
 mod errors;
+mod infer;
 mod loading;
 mod options;
 mod stylize;
-mod infer;
 #[allow(unsafe_code)]
 mod tensor;
 
