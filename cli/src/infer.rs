@@ -219,7 +219,11 @@ pub fn output_shape(
     Ok(if full {
         (c, fh, fw)
     } else {
-        (c, (h * num / den).min(fh), (w * num / den).min(fw))
+        (
+            c,
+            (h * num).div_ceil(den).min(fh),
+            (w * num).div_ceil(den).min(fw),
+        )
     })
 }
 
