@@ -56,6 +56,23 @@ pub enum Error {
         halo: usize,
         min: usize,
     },
+    /// A node of a graph (an imported ONNX model) that cannot be imported or run, and why.
+    #[error("node `{node}` ({op}): {reason}")]
+    Node {
+        node: String,
+        op: String,
+        reason: String,
+    },
+    /// An ONNX file that does not parse, or whose graph is not an image-to-image network.
+    #[error("{model}: {reason}")]
+    OnnxFormat { model: String, reason: String },
+    #[error("the image ({width}x{height}) is too small for the network: node `{node}`: {reason}")]
+    ImageTooSmallFor {
+        width: usize,
+        height: usize,
+        node: String,
+        reason: String,
+    },
     #[error("invalid tile grid: {0}")]
     Grid(String),
     #[error(

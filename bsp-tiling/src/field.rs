@@ -220,3 +220,66 @@ impl OutputSink {
         self.out.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Where a run writes its output tile by tile: in memory ([`OutputSink`]), or streamed to a file
+/// ([`crate::npy::NpyWriter`], the CLI's image writers). `put` places `t` with its top-left corner at
+/// `(y0, x0)` of the output, clipped to the sink's size.
+pub trait Sink: Sync {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()>;
+}
+
+impl Sink for OutputSink {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
+        self.put(y0, x0, t);
+        Ok(())
+    }
+}
+
+/// An input whose values are multiplied by `scale` (an 8-bit image read as 0..1 for networks trained so).
+pub struct Scaled<'a> {
+    pub inner: &'a dyn Input,
+    pub scale: f32,
+}
+
+impl Field for Scaled<'_> {
+    fn channels(&self) -> usize {
+        self.inner.channels()
+    }
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        self.inner.gather(ys, xs, out)?;
+        if self.scale != 1.0 {
+            for v in out.iter_mut() {
+                *v *= self.scale;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Input for Scaled<'_> {
+    fn height(&self) -> usize {
+        self.inner.height()
+    }
+    fn width(&self) -> usize {
+        self.inner.width()
+    }
+}
+
+/// A sink that multiplies values by `scale` before passing them on (a 0..1 output written as 8-bit).
+pub struct ScaledSink<'a> {
+    pub inner: &'a dyn Sink,
+    pub scale: f32,
+}
+
+impl Sink for ScaledSink<'_> {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
+        if self.scale == 1.0 {
+            return self.inner.put_tile(y0, x0, t);
+        }
+        let mut t = t.clone();
+        for v in &mut t.data {
+            *v *= self.scale;
+        }
+        self.inner.put_tile(y0, x0, &t)
+    }
+}

@@ -34,12 +34,15 @@ mod cuda;
 mod device;
 mod error;
 mod field;
+pub mod graph;
 mod grid;
 mod meter;
 pub mod metrics;
 mod model;
 mod naive;
+pub mod npy;
 mod onepass;
+pub mod onnx;
 mod padding;
 mod place;
 mod sim;
@@ -61,12 +64,16 @@ pub use cuda::{
 };
 pub use device::{Device, DeviceOptions, Precision, default_tile, stats_blocks};
 pub use error::{Error, Result};
-pub use field::{Field, Input, Output, OutputSink, image_from_tensor, image_to_tensor};
+pub use field::{
+    Field, Input, Output, OutputSink, Scaled, ScaledSink, Sink, image_from_tensor, image_to_tensor,
+};
+pub use graph::{Graph, GraphPlan, GraphStats, Node, NodeHalo, infer, run_graph, run_graph_exact};
 pub use grid::{Grid, stage_grids};
 pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
 pub use naive::run_naive;
 pub use onepass::{run_recompute, run_sampled};
+pub use onnx::{graph_from_onnx, load_onnx};
 pub use padding::PaddingMode;
 pub use place::{Placement, plan_exact};
 pub use sim::{DeviceSim, SimBuf, SimWeights};

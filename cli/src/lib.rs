@@ -6,4 +6,5 @@
 
 #[allow(unsafe_code)]
 pub mod compare;
+pub mod infer;
 pub mod synth;

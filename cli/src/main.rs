@@ -6,6 +6,7 @@ mod bench;
 mod codec;
 mod convert;
 mod demo;
+mod infer_cmd;
 mod liquid;
 mod pcr;
 mod stream;
@@ -49,6 +50,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Stylise an image of any size with BSP tiling.
     Stylize(stylize::StylizeArgs),
+    /// Run a CNN (ONNX, or a TransformerNet) over an image of any size with BSP tiling.
+    Infer(Box<infer_cmd::InferArgs>),
     /// The main job: build a default dataset, convert it to every format, stream each.
     Demo(demo::DemoArgs),
 }
@@ -77,6 +80,7 @@ fn main() {
         Command::ShuffleReport(a) => stream::shuffle_report(*a),
         Command::Convert(a) => convert::run(a),
         Command::Stylize(a) => stylize::run(a),
+        Command::Infer(a) => infer_cmd::run(*a),
         Command::Demo(a) => demo::run(a),
     };
     if let Err(e) = result {

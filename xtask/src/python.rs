@@ -17,6 +17,10 @@ const REQUIREMENTS: &[&str] = &[
     "moto[server]>=5,<6",
     // The JAX side of the framework tests (DLPack views, `jax.distributed` in the elastic tests), on the CPU.
     "jax>=0.4.30",
+    // bsp-tiling's ONNX tests build their models with the onnx helper API and compare with onnxruntime
+    // (the tests skip, saying so, where either is missing).
+    "onnx>=1.16",
+    "onnxruntime>=1.18",
 ];
 
 /// The test environment's folder, `target/python/venv`.

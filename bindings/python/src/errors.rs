@@ -161,32 +161,45 @@ impl From<loader::Error> for Failure {
     }
 }
 
+/// The exception kind of a bsp-tiling error.
+pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
+    use bsp_tiling::Error as E;
+    match e {
+        E::Io { .. } | E::Spill { .. } => Kind::Io,
+        E::Format { .. }
+        | E::MissingTensor { .. }
+        | E::BadShape { .. }
+        | E::BadDtype { .. }
+        | E::UnexpectedTensor { .. }
+        | E::Unsupported(_)
+        | E::Node { .. }
+        | E::OnnxFormat { .. } => Kind::Format,
+        E::EmptyImage { .. }
+        | E::ImageTooSmall { .. }
+        | E::ImageTooSmallFor { .. }
+        | E::TileSmallerThanHalo { .. }
+        | E::Grid(_)
+        | E::OverBudget { .. }
+        | E::Channels { .. }
+        | E::Device(_)
+        | E::DeviceBudget { .. } => Kind::Options,
+        E::NoDriver
+        | E::NoCudaLibrary { .. }
+        | E::NoDevice { .. }
+        | E::Cuda { .. }
+        | E::Compile { .. } => Kind::Gpu,
+        E::TensorShape { .. } => Kind::Base,
+    }
+}
+
 impl From<bsp_tiling::Error> for Failure {
     fn from(e: bsp_tiling::Error) -> Failure {
         use bsp_tiling::Error as E;
-        let (kind, io) = match &e {
-            E::Io { path, source } => (Kind::Io, Some((path.clone(), source))),
-            E::Spill { dir, source } => (Kind::Io, Some((dir.clone(), source))),
-            E::Format { .. }
-            | E::MissingTensor { .. }
-            | E::BadShape { .. }
-            | E::BadDtype { .. }
-            | E::UnexpectedTensor { .. }
-            | E::Unsupported(_) => (Kind::Format, None),
-            E::EmptyImage { .. }
-            | E::ImageTooSmall { .. }
-            | E::TileSmallerThanHalo { .. }
-            | E::Grid(_)
-            | E::OverBudget { .. }
-            | E::Channels { .. }
-            | E::Device(_)
-            | E::DeviceBudget { .. } => (Kind::Options, None),
-            E::NoDriver
-            | E::NoCudaLibrary { .. }
-            | E::NoDevice { .. }
-            | E::Cuda { .. }
-            | E::Compile { .. } => (Kind::Gpu, None),
-            E::TensorShape { .. } => (Kind::Base, None),
+        let kind = bsp_kind(&e);
+        let io = match &e {
+            E::Io { path, source } => Some((path.clone(), source)),
+            E::Spill { dir, source } => Some((dir.clone(), source)),
+            _ => None,
         };
         Failure {
             kind,

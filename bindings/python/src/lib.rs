@@ -16,6 +16,7 @@
 mod codec;
 mod convert;
 mod errors;
+mod infer;
 mod loading;
 mod options;
 mod stylize;
@@ -34,6 +35,7 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::read_image, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
+    m.add_function(wrap_pyfunction!(infer::infer, m)?)?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(loading::shuffle_report, m)?)?;
     m.add_class::<loading::Loader>()?;
@@ -41,5 +43,6 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<tensor::Masks>()?;
     m.add_class::<stylize::StyleModel>()?;
+    m.add_class::<infer::Model>()?;
     Ok(())
 }

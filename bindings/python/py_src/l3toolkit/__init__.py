@@ -7,6 +7,7 @@
   arrays; :func:`read_image` reads any image file.
 - :func:`convert`: dataset folders into L3, raw, PNG, JPEG, PCR or Liquid datasets.
 - :func:`stylize` / :class:`StyleModel`: style transfer on images of any size with BSP tiling.
+- :func:`infer` / :class:`Model`: any CNN (ONNX, the tileable subset) on images of any size, exact.
 
 Errors are :class:`Error` subclasses: :class:`FormatError`, :class:`IOError` (an ``OSError``),
 :class:`OptionsError`, :class:`GpuError`.
@@ -17,6 +18,7 @@ from ._l3toolkit import (
     Batch,
     Loader,
     Masks,
+    Model,
     StyleModel,
     Tensor,
     __version__,
@@ -24,6 +26,7 @@ from ._l3toolkit import (
     decode,
     decode_region,
     encode,
+    infer,
     info,
     loader_options,
     read_image,
@@ -39,6 +42,7 @@ __all__ = [
     "IOError",
     "Loader",
     "Masks",
+    "Model",
     "OptionsError",
     "StyleModel",
     "Tensor",
@@ -47,6 +51,7 @@ __all__ = [
     "decode",
     "decode_region",
     "encode",
+    "infer",
     "info",
     "loader_options",
     "read_image",

@@ -98,6 +98,33 @@ def stylize(
     """Style transfer on a uint8 (H, W, 3) image of any size with BSP tiling, on the CPU or a CUDA GPU
     (``device="cuda"``; ``GpuError`` without a usable one)."""
 
+class Model:
+    """A network loaded once: an ONNX model (the tileable CNN subset) or a TransformerNet in safetensors."""
+
+    def __init__(self, path: _Path, *, padding: Optional[str] = None) -> None: ...
+    @property
+    def channels(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+
+def infer(
+    image: Union[npt.NDArray[np.float32], npt.NDArray[np.uint8], _Path],
+    model: Union[Model, _Path],
+    *,
+    output: Optional[_Path] = None,
+    tile: int = 512,
+    mode: str = "exact",
+    threads: Optional[int] = None,
+    ram_budget_mib: int = 2048,
+    spill_dir: Optional[_Path] = None,
+    full: bool = False,
+    in_scale: float = 1.0,
+    out_scale: float = 1.0,
+    device: Any = "cpu",
+) -> Optional[npt.NDArray[np.float32]]:
+    """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
+    output written to ``output`` (.npy float32 tile by tile, .png rows streamed, .l3, .ppm, .jpg)."""
+
 class Tensor:
     """A batch tensor in loader memory (host, or the GPU of a ``Loader(device="cuda")``), exported through
     DLPack without a copy."""

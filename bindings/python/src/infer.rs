@@ -1,0 +1,232 @@
+//! `l3toolkit.infer` and `l3toolkit.Model`: any supported network (an ONNX model of the tileable CNN
+//! subset, or a TransformerNet in safetensors) over an image of any size with bsp-tiling's exact BSP
+//! tiling, on arrays and on paths (`l3_cli::infer`, the same code as `l3 infer`).
+
+use crate::errors::{Failure, Kind, detached, raise};
+use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
+use l3_cli::infer::{
+    InferRequest, InputData, infer_to_path, infer_to_tensor, load_model, read_input,
+};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A network loaded once: an ONNX model (``.onnx``: the tileable CNN subset — convolutions, norms,
+/// activations, pooling, resizes, pixel shuffle, skips; see the README) or a TransformerNet in
+/// safetensors (``padding`` applies to it only). Errors name the node and why it cannot be tiled.
+#[pyclass(frozen, module = "l3toolkit")]
+pub struct Model {
+    graph: Arc<Graph>,
+    path: PathBuf,
+}
+
+#[pymethods]
+impl Model {
+    #[new]
+    #[pyo3(signature = (path, *, padding=None))]
+    fn new(py: Python<'_>, path: PathBuf, padding: Option<&str>) -> PyResult<Model> {
+        let padding = match padding {
+            None => None,
+            Some(p) => Some(PaddingMode::parse(p).ok_or_else(|| {
+                raise(py, Kind::Options, format!("padding={p:?}: expected \"reflect\", \"circular\", \"zero\" or \"replicate\""))
+            })?),
+        };
+        let p = path.clone();
+        let graph = detached(py, move || load_model(&p, padding).map_err(anyhow_failure))?;
+        Ok(Model {
+            graph: Arc::new(graph),
+            path,
+        })
+    }
+
+    /// Input channels.
+    #[getter]
+    fn channels(&self) -> usize {
+        self.graph.channels
+    }
+
+    /// Number of nodes after import (BatchNorm folded, identities removed).
+    #[getter]
+    fn nodes(&self) -> usize {
+        self.graph.nodes.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Model({:?}, {} nodes)",
+            self.path.display().to_string(),
+            self.graph.nodes.len()
+        )
+    }
+}
+
+/// An `anyhow` chain from `l3_cli::infer` as a Failure: a bsp-tiling error keeps its kind (and an I/O
+/// error its errno and path); the message is the whole chain.
+fn anyhow_failure(e: anyhow::Error) -> Failure {
+    let message = format!("{e:#}");
+    match e.downcast_ref::<bsp_tiling::Error>() {
+        Some(b) => {
+            let mut f = Failure::new(crate::errors::bsp_kind(b), message);
+            if let bsp_tiling::Error::Io { path, source } = b {
+                f.errno = source.raw_os_error();
+                f.path = Some(path.clone());
+            }
+            f
+        }
+        None if e.downcast_ref::<std::io::Error>().is_some() => Failure::new(Kind::Io, message),
+        None => Failure::new(Kind::Format, message),
+    }
+}
+
+/// Runs a CNN over an image of any size with BSP tiling.
+///
+/// ``image``: a ``float32`` array ``(C, H, W)`` (taken as is), a ``uint8`` array ``(H, W)`` or
+/// ``(H, W, C)`` (0..255, times ``in_scale``), or a path to an image the toolkit reads (PNG, JPEG, L3, ...)
+/// or a ``.npy``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
+/// ``mode``: ``"exact"`` (equal to the whole-image result), ``"sampled"`` / ``"sampled:N"``,
+/// ``"recompute"``, ``"naive"`` or ``"whole"``. ``tile``: tile side in pixels (a multiple of the network's
+/// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.png`` with rows
+/// streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are ``out_scale`` times the output, clamped) the
+/// result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
+/// The output is cropped to the input size times the network's scale unless ``full=True``.
+/// ``device``: ``"cpu"`` only — graphs run on the CPU backend (``"cuda"`` raises, never runs on the CPU).
+#[pyfunction]
+#[pyo3(signature = (
+    image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
+    spill_dir=None, full=false, in_scale=1.0, out_scale=1.0, device=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn infer<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    model: &Bound<'py, PyAny>,
+    output: Option<PathBuf>,
+    tile: usize,
+    mode: &str,
+    threads: Option<usize>,
+    ram_budget_mib: u64,
+    spill_dir: Option<PathBuf>,
+    full: bool,
+    in_scale: f32,
+    out_scale: f32,
+    device: Option<Bound<'py, PyAny>>,
+) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
+    let opt = |m: String| raise(py, Kind::Options, m);
+    let Some(mode) = Mode::parse(mode) else {
+        return Err(opt(format!(
+            "mode={mode:?}: expected \"exact\", \"sampled\", \"sampled:N\", \"recompute\", \"naive\" or \"whole\""
+        )));
+    };
+    if let Some(d) = device.as_ref() {
+        let d = crate::options::device(d)?;
+        if d != bsp_tiling::Device::Cpu {
+            return Err(raise(
+                py,
+                Kind::Gpu,
+                format!(
+                    "device=\"{d}\": ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (l3toolkit.stylize)"
+                ),
+            ));
+        }
+    }
+    let graph = match model.cast::<Model>() {
+        Ok(m) => m.get().graph.clone(),
+        Err(_) => {
+            let path: PathBuf = model
+                .extract()
+                .map_err(|_| opt("model: expected a Model or a path".into()))?;
+            Model::new(py, path, None)?.graph
+        }
+    };
+    // The input: a path, or an array copied out of Python.
+    let data: Option<InputData> = if let Ok(a) = image.cast::<PyArrayDyn<f32>>() {
+        let (c, h, w) = match a.shape() {
+            &[c, h, w] => (c, h, w),
+            s => {
+                return Err(opt(format!(
+                    "image: a float32 array must be (C, H, W), got shape {s:?}"
+                )));
+            }
+        };
+        let ro = a.readonly();
+        let v: Vec<f32> = match ro.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => ro.as_array().iter().copied().collect(),
+        };
+        Some(InputData::Tensor(
+            Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?,
+        ))
+    } else if let Ok(a) = image.cast::<PyArrayDyn<u8>>() {
+        let (h, w, c) = match a.shape() {
+            &[h, w] => (h, w, 1),
+            &[h, w, c] if (1..=4).contains(&c) => (h, w, c),
+            s => {
+                return Err(opt(format!(
+                    "image: a uint8 array must be (H, W) or (H, W, C), got shape {s:?}"
+                )));
+            }
+        };
+        let ro = a.readonly();
+        let pixels: Vec<u8> = match ro.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => ro.as_array().iter().copied().collect(),
+        };
+        let img = Image {
+            width: w as u32,
+            height: h as u32,
+            channels: c as u8,
+            pixels,
+        };
+        Some(InputData::Image(if graph.channels == 3 && c != 3 {
+            img.to_rgb()
+        } else {
+            img
+        }))
+    } else {
+        None
+    };
+    let in_path: Option<PathBuf> = if data.is_none() {
+        Some(image.extract().map_err(|_| {
+            opt("image: expected a float32 (C, H, W) or uint8 (H, W[, C]) array, or a path".into())
+        })?)
+    } else {
+        None
+    };
+    let defaults = bsp_tiling::Options::default();
+    let req = InferRequest {
+        input: in_path.clone().unwrap_or_default(),
+        output: output.clone().unwrap_or_default(),
+        mode,
+        tile,
+        threads: threads.unwrap_or(defaults.threads).max(1),
+        budget: Budget {
+            ram: ram_budget_mib << 20,
+            disk: None,
+            spill_dir: spill_dir.unwrap_or_else(std::env::temp_dir),
+        },
+        full,
+        in_scale,
+        out_scale,
+    };
+    let g = graph.clone();
+    let result = detached(py, move || {
+        let data = match data {
+            Some(d) => d,
+            None => read_input(&req.input, g.channels).map_err(anyhow_failure)?,
+        };
+        if output.is_some() {
+            infer_to_path(&g, &data, &req).map_err(anyhow_failure)?;
+            Ok(None)
+        } else {
+            let (t, _) = infer_to_tensor(&g, &data, &req).map_err(anyhow_failure)?;
+            Ok(Some(t))
+        }
+    })?;
+    match result {
+        None => Ok(None),
+        Some(t) => Ok(Some(
+            PyArray1::from_vec(py, t.data).reshape(vec![t.c, t.h, t.w])?,
+        )),
+    }
+}

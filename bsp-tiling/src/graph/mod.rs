@@ -1,0 +1,879 @@
+//! General CNN graphs (a DAG of [`ops::Op`]s: skip connections, several resolutions) and their exact tiled
+//! execution.
+//!
+//! Every node is a BSP superstep: each tile computes its part of the node's output from windows of its
+//! inputs gathered by *global* coordinates (its own pixels plus the halo the op's geometry asks for, read
+//! from whichever tiles store them — the paper's dictionary padding — or through the op's padding outside
+//! the image). A normalisation with whole-image statistics (InstanceNorm, GroupNorm, LayerNorm over the
+//! channels and the image) first merges its input's per-channel `(count, mean, M2)`, which every tile
+//! reported when it produced that input (Chan/Welford in f64), then applies them tile by tile. A whole-image
+//! pass is the same engine with one tile; naive runs each tile as an image of its own; sampled and
+//! recompute evaluate each output tile in one pass through its receptive field with fixed statistics.
+//!
+//! Values are numbered `0` (the input image) and `i + 1` (the output of node `i`); nodes are in
+//! topological order.
+
+#[allow(unsafe_code)]
+pub mod ops;
+
+use crate::Mode;
+use crate::bsp::{RunInfo, inner_threads, superstep};
+use crate::error::{Error, Result};
+use crate::field::{Field, Input, OutputSink, Region, Sink, gather};
+use crate::grid::Grid;
+use crate::model::{Net, NetStats};
+use crate::padding::PaddingMode;
+use crate::stats::{ChannelStats, merge_all};
+use crate::store::{Budget, Layer};
+use crate::tensor::Tensor;
+use ops::{
+    AxisPad, BinOp, ConvOp, Ctx, NormKind, NormOp, Op, Operand, PadOp, ResizeOp, Unary, Win,
+};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// One operation of a [`Graph`].
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The node's name in the model (ONNX `NodeProto.name`, or its first output's name when empty).
+    pub name: String,
+    /// The ONNX operator type it came from (`Conv`, `GroupNormalization`, ...).
+    pub op_type: String,
+    pub op: Op,
+    /// Value ids read (0 = the image, `i + 1` = node `i`'s output).
+    pub inputs: Vec<usize>,
+    /// Output channels.
+    pub channels: usize,
+}
+
+/// A CNN as a DAG of nodes in topological order, one image input (`channels` × H × W, any H and W) and
+/// one output.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub name: String,
+    pub channels: usize,
+    pub nodes: Vec<Node>,
+    /// The value the graph returns.
+    pub output: usize,
+}
+
+/// Shapes of every value for one input size.
+#[derive(Clone, Debug)]
+pub struct GraphPlan {
+    /// Per value: `(c, h, w)`.
+    pub shape: Vec<(usize, usize, usize)>,
+    /// Per value: resolution relative to the input, `(num, den)` reduced.
+    pub scale: Vec<(usize, usize)>,
+    /// Tile borders at the input resolution fall on multiples of this (every value's `den` divides it).
+    pub align: usize,
+    /// Per value: the last node that reads it (`usize::MAX` for the output, read by the sink).
+    pub last_use: Vec<usize>,
+    /// Per value: whether a normalisation reads it (its producer reports statistics).
+    pub feeds_norm: Vec<bool>,
+}
+
+/// How far one node's window reaches past its own pixels, in pixels of its (first) input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeHalo {
+    pub name: String,
+    pub op_type: String,
+    /// Rows before / after, columns before / after.
+    pub rows: (usize, usize),
+    pub cols: (usize, usize),
+    /// The output's resolution relative to the image.
+    pub scale: (usize, usize),
+    /// Whether the node waits for whole-image statistics (a statistics superstep).
+    pub global_stats: bool,
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn node_err(n: &Node, reason: impl Into<String>) -> Error {
+    Error::Node {
+        node: n.name.clone(),
+        op: n.op_type.clone(),
+        reason: reason.into(),
+    }
+}
+
+impl Graph {
+    /// Checks the graph against an input size and derives every value's shape and resolution.
+    pub fn plan(&self, h: usize, w: usize) -> Result<GraphPlan> {
+        if h == 0 || w == 0 {
+            return Err(Error::EmptyImage {
+                width: w,
+                height: h,
+            });
+        }
+        let nv = self.nodes.len() + 1;
+        let mut p = GraphPlan {
+            shape: vec![(self.channels, h, w)],
+            scale: vec![(1, 1)],
+            align: 1,
+            last_use: vec![0; nv],
+            feeds_norm: vec![false; nv],
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            for &u in &n.inputs {
+                if u > i {
+                    return Err(node_err(
+                        n,
+                        "reads a value computed after it (the graph is not in topological order)",
+                    ));
+                }
+                p.last_use[u] = p.last_use[u].max(i);
+            }
+            let ins: Vec<(usize, usize, usize)> = n.inputs.iter().map(|&u| p.shape[u]).collect();
+            let mut dims = [0; 2];
+            for (axis, d) in dims.iter_mut().enumerate() {
+                let n_in: Vec<usize> = ins
+                    .iter()
+                    .map(|s| if axis == 0 { s.1 } else { s.2 })
+                    .collect();
+                *d =
+                    n.op.out_len(axis, &n_in)
+                        .map_err(|r| Error::ImageTooSmallFor {
+                            width: w,
+                            height: h,
+                            node: n.name.clone(),
+                            reason: r,
+                        })?;
+            }
+            let scale = n.inputs.first().map_or((1, 1), |&u| p.scale[u]);
+            for &u in &n.inputs[1.min(n.inputs.len())..] {
+                if p.scale[u] != scale {
+                    return Err(node_err(
+                        n,
+                        format!(
+                            "combines values at resolutions {}/{} and {}/{} of the image",
+                            scale.0, scale.1, p.scale[u].0, p.scale[u].1
+                        ),
+                    ));
+                }
+            }
+            let (a, b) = n.op.scale();
+            let (num, den) = (scale.0 * a, scale.1 * b);
+            let g = gcd(num, den);
+            let s = (num / g, den / g);
+            p.align = p.align / gcd(p.align, s.1) * s.1;
+            if matches!(n.op, Op::Norm(_)) {
+                p.feeds_norm[n.inputs[0]] = true;
+            }
+            p.shape.push((n.channels, dims[0], dims[1]));
+            p.scale.push(s);
+        }
+        p.last_use[self.output] = usize::MAX;
+        Ok(p)
+    }
+
+    /// The tiles of value `v` for the image grid `grid` (borders scaled by the value's resolution, the last
+    /// one its own side).
+    pub fn value_grid(&self, plan: &GraphPlan, grid: &Grid, v: usize) -> Result<Grid> {
+        let (num, den) = plan.scale[v];
+        let (_, h, w) = plan.shape[v];
+        let scale = |b: &[usize], n: usize| -> Result<Vec<usize>> {
+            let mut out: Vec<usize> = b.iter().map(|&x| x * num / den).collect();
+            *out.last_mut().expect("nonempty") = n;
+            if out.windows(2).any(|p| p[0] >= p[1]) {
+                let name = if v == 0 {
+                    "the input".to_string()
+                } else {
+                    self.nodes[v - 1].name.clone()
+                };
+                return Err(Error::Grid(format!(
+                    "tiles this small leave an empty tile at {name}'s resolution ({num}/{den} of the image); use larger tiles"
+                )));
+            }
+            Ok(out)
+        };
+        Ok(Grid {
+            rows: scale(&grid.rows, h)?,
+            cols: scale(&grid.cols, w)?,
+        })
+    }
+
+    /// The grid of `tile`-sided tiles for an `h × w` image, borders on multiples of the graph's alignment; a
+    /// remainder smaller than the alignment joins its neighbour.
+    pub fn grid(&self, h: usize, w: usize, tile: usize) -> Result<Grid> {
+        let plan = self.plan(h, w)?;
+        if tile == 0 || !tile.is_multiple_of(plan.align) {
+            return Err(Error::Grid(format!(
+                "tile size {tile} is not a positive multiple of {}, the product of the graph's strides (every resolution must cut at whole pixels)",
+                plan.align
+            )));
+        }
+        Grid::with_tile(h, w, tile, plan.align, plan.align)
+    }
+
+    /// Per node: the halo its superstep gathers (how far its window reaches past its own pixels, in input
+    /// pixels of that node) and its resolution — what the graph's geometry asks of the tiler.
+    pub fn halos(&self) -> Result<Vec<NodeHalo>> {
+        // A large virtual image, so that the middle tile is far from every border.
+        let side = 1 << 16;
+        let plan = self.plan(side, side)?;
+        let mut out = vec![];
+        for (i, n) in self.nodes.iter().enumerate() {
+            let v = i + 1;
+            let u = n.inputs[0];
+            let (num_o, den_o) = plan.scale[v];
+            let (num_i, den_i) = plan.scale[u];
+            // Output range of 8 "units" in the middle, and the input range it owns.
+            let unit = plan.align;
+            let b0 = side / 2 / unit * unit;
+            let b1 = b0 + 8 * unit;
+            let (o0, o1) = (b0 * num_o / den_o, b1 * num_o / den_o);
+            let (i0, i1) = (b0 * num_i / den_i, b1 * num_i / den_i);
+            let reach = |axis: usize| {
+                let n_in: Vec<usize> = n
+                    .inputs
+                    .iter()
+                    .map(|&u| {
+                        if axis == 0 {
+                            plan.shape[u].1
+                        } else {
+                            plan.shape[u].2
+                        }
+                    })
+                    .collect();
+                let n_out = if axis == 0 {
+                    plan.shape[v].1
+                } else {
+                    plan.shape[v].2
+                };
+                let m = n.op.in_map(axis, 0, &n_in, n_out, o0, o1);
+                let lo = m.iter().flatten().min().copied().unwrap_or(i0);
+                let hi = m.iter().flatten().max().map_or(i1, |x| x + 1);
+                (i0.saturating_sub(lo), hi.saturating_sub(i1))
+            };
+            out.push(NodeHalo {
+                name: n.name.clone(),
+                op_type: n.op_type.clone(),
+                rows: reach(0),
+                cols: reach(1),
+                scale: plan.scale[v],
+                global_stats: matches!(n.op, Op::Norm(_)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Parameters (weights, biases, normalisation affine) of the graph.
+    pub fn parameters(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| match &n.op {
+                Op::Conv(c) | Op::ConvTranspose(c) => c.weight.len() + c.bias.len(),
+                Op::Norm(m) => m.gamma.len() + m.beta.len(),
+                Op::Affine { scale, shift } => scale.len() + shift.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Johnson et al.'s TransformerNet ([`Net`]) as a graph: Resize (nearest ×2), Pad (the net's padding),
+    /// Conv, InstanceNormalization, Relu and the residual Add, one node each — the same arithmetic.
+    pub fn from_net(net: &Net) -> Graph {
+        let mut g = Graph {
+            name: "TransformerNet".into(),
+            channels: net.channels,
+            nodes: vec![],
+            output: 0,
+        };
+        let push = |g: &mut Graph,
+                    name: String,
+                    op_type: &str,
+                    op: Op,
+                    inputs: Vec<usize>,
+                    channels: usize| {
+            g.nodes.push(Node {
+                name,
+                op_type: op_type.into(),
+                op,
+                inputs,
+                channels,
+            });
+            g.nodes.len()
+        };
+        let mut stage_out = vec![];
+        let mut cur = 0;
+        let mut ch = net.channels;
+        for s in &net.stages {
+            if s.upsample {
+                cur = push(
+                    &mut g,
+                    format!("{}.upsample", s.name),
+                    "Resize",
+                    Op::Resize(ResizeOp {
+                        linear: false,
+                        scale: [2.0, 2.0],
+                        coord: ops::Coord::Asymmetric,
+                        nearest: ops::Nearest::Floor,
+                    }),
+                    vec![cur],
+                    ch,
+                );
+            }
+            if s.pad > 0 {
+                let mode = match net.padding {
+                    PaddingMode::Zero => None,
+                    m => Some(m),
+                };
+                cur = push(
+                    &mut g,
+                    format!("{}.pad", s.name),
+                    "Pad",
+                    Op::Pad(PadOp {
+                        pads: [(s.pad, s.pad); 2],
+                        mode,
+                        value: 0.0,
+                    }),
+                    vec![cur],
+                    ch,
+                );
+            }
+            let w = Win {
+                k: s.conv.k,
+                stride: s.conv.stride,
+                dilation: 1,
+            };
+            cur = push(
+                &mut g,
+                s.name.clone(),
+                "Conv",
+                Op::Conv(ConvOp {
+                    cin: s.conv.cin,
+                    cout: s.conv.cout,
+                    groups: 1,
+                    win: [w; 2],
+                    pad: [AxisPad::Explicit(0, 0); 2],
+                    output_padding: [0; 2],
+                    weight: s.conv.weight.clone(),
+                    bias: s.conv.bias.clone(),
+                }),
+                vec![cur],
+                s.conv.cout,
+            );
+            ch = s.conv.cout;
+            if let Some(nm) = &s.norm {
+                cur = push(
+                    &mut g,
+                    format!("{}.norm", s.name),
+                    "InstanceNormalization",
+                    Op::Norm(NormOp {
+                        kind: NormKind::Instance,
+                        gamma: nm.gamma.clone(),
+                        beta: nm.beta.clone(),
+                        eps: nm.eps,
+                    }),
+                    vec![cur],
+                    ch,
+                );
+            }
+            if s.relu {
+                cur = push(
+                    &mut g,
+                    format!("{}.relu", s.name),
+                    "Relu",
+                    Op::Unary(Unary::Relu),
+                    vec![cur],
+                    ch,
+                );
+            }
+            if let Some(r) = s.residual {
+                cur = push(
+                    &mut g,
+                    format!("{}.add", s.name),
+                    "Add",
+                    Op::Binary {
+                        op: BinOp::Add,
+                        lhs: Operand::Input(0),
+                        rhs: Operand::Input(1),
+                    },
+                    vec![cur, stage_out[r]],
+                    ch,
+                );
+            }
+            stage_out.push(cur);
+        }
+        g.output = cur;
+        g
+    }
+}
+
+/// A value's storage during a run: the image, a tiled layer (RAM or spill), or a region of one
+/// (one-pass evaluation).
+enum Val<'a> {
+    Input(&'a dyn Input),
+    Layer(Layer),
+}
+
+impl Val<'_> {
+    fn field(&self) -> &dyn Field {
+        match self {
+            Val::Input(i) => *i as &dyn Field,
+            Val::Layer(l) => l,
+        }
+    }
+}
+
+fn spill_err(budget: &Budget) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Spill {
+        dir: budget.spill_dir.clone(),
+        source,
+    }
+}
+
+fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {
+    (0..t.c).map(|c| ChannelStats::of(t.plane(c))).collect()
+}
+
+/// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `field(u)` and computes.
+#[allow(clippy::too_many_arguments)]
+fn eval_node<'f>(
+    n: &Node,
+    plan: &GraphPlan,
+    v: usize,
+    ry: (usize, usize),
+    rx: (usize, usize),
+    field: &dyn Fn(usize) -> &'f dyn Field,
+    norm: Option<&(Vec<f32>, Vec<f32>)>,
+    threads: usize,
+) -> Result<Tensor> {
+    let n_in: Vec<[usize; 2]> = n
+        .inputs
+        .iter()
+        .map(|&u| [plan.shape[u].1, plan.shape[u].2])
+        .collect();
+    let nh: Vec<usize> = n_in.iter().map(|d| d[0]).collect();
+    let nw: Vec<usize> = n_in.iter().map(|d| d[1]).collect();
+    let (_, oh, ow) = plan.shape[v];
+    let mut maps = vec![];
+    let mut wins = vec![];
+    for (j, &u) in n.inputs.iter().enumerate() {
+        let ys = n.op.in_map(0, j, &nh, oh, ry.0, ry.1);
+        let xs = n.op.in_map(1, j, &nw, ow, rx.0, rx.1);
+        wins.push(gather(field(u), &ys, &xs)?);
+        maps.push([ys, xs]);
+    }
+    let ctx = Ctx {
+        range: [ry, rx],
+        n_in: &n_in,
+        maps: &maps,
+        norm,
+        threads,
+    };
+    Ok(ops::compute(&n.op, &wins, &ctx))
+}
+
+/// Per node: the statistics a normalisation applied (`None` elsewhere) — [`NetStats`]'s shape.
+pub type GraphStats = NetStats;
+
+/// Checks the input against the graph and the grid against the input.
+fn prepare(g: &Graph, input: &dyn Input, grid: &Grid) -> Result<GraphPlan> {
+    if input.channels() != g.channels {
+        return Err(Error::Channels {
+            expected: g.channels,
+            found: input.channels(),
+        });
+    }
+    let plan = g.plan(input.height(), input.width())?;
+    if grid.rows.last() != Some(&input.height()) || grid.cols.last() != Some(&input.width()) {
+        return Err(Error::Grid(format!(
+            "grid does not cover the {}x{} image",
+            input.width(),
+            input.height()
+        )));
+    }
+    let inner = grid.rows[1..grid.rows.len() - 1]
+        .iter()
+        .chain(&grid.cols[1..grid.cols.len() - 1]);
+    if inner.clone().any(|b| b % plan.align != 0) {
+        return Err(Error::Grid(format!(
+            "tile borders must fall on multiples of {}",
+            plan.align
+        )));
+    }
+    Ok(plan)
+}
+
+/// Host bytes of the stored values alive at once at their peak.
+fn peak_bytes(g: &Graph, plan: &GraphPlan, grids: &[Grid]) -> u64 {
+    (0..g.nodes.len())
+        .map(|i| {
+            (1..=i + 1)
+                .filter(|&v| v != g.output && (v == i + 1 || plan.last_use[v] >= i))
+                .map(|v| Layer::bytes(plan.shape[v].0, &grids[v]))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
+/// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
+/// normalisations apply those statistics instead of the image's own.
+pub fn run_graph_exact(
+    g: &Graph,
+    input: &dyn Input,
+    grid: &Grid,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+    fixed: Option<&GraphStats>,
+) -> Result<RunInfo> {
+    let plan = prepare(g, input, grid)?;
+    let grids: Vec<Grid> = (0..plan.shape.len())
+        .map(|v| g.value_grid(&plan, grid, v))
+        .collect::<Result<_>>()?;
+    let needed = peak_bytes(g, &plan, &grids);
+    let disk = budget.disk_limit()?;
+    if needed > budget.ram.saturating_add(disk) {
+        return Err(Error::OverBudget {
+            needed,
+            ram: budget.ram,
+            disk,
+            dir: budget.spill_dir.clone(),
+        });
+    }
+    let n_tiles = grid.len();
+    let workers = threads.clamp(1, n_tiles.max(1));
+    let inner = inner_threads(threads, workers);
+    let ram_used = Arc::new(AtomicU64::new(0));
+    let mut vals: Vec<Option<Val>> = Vec::with_capacity(plan.shape.len());
+    vals.push(Some(Val::Input(input)));
+    let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
+    let mut info = RunInfo {
+        stats: vec![None; g.nodes.len()],
+        tiles: n_tiles,
+        peak_store_bytes: needed,
+        ..RunInfo::default()
+    };
+    let spill = spill_err(budget);
+    for (i, n) in g.nodes.iter().enumerate() {
+        let v = i + 1;
+        let gv = &grids[v];
+        let norm = if let Op::Norm(m) = &n.op {
+            let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
+                Some(st) => st,
+                None => stats[n.inputs[0]]
+                    .clone()
+                    .ok_or_else(|| node_err(n, "internal: its input reported no statistics"))?,
+            };
+            let ss = m.scale_shift(&st);
+            info.stats[i] = Some(st);
+            Some(ss)
+        } else {
+            None
+        };
+        let layer = if v == g.output {
+            None
+        } else {
+            let l = Layer::new(n.channels, gv.clone(), budget, &ram_used)?;
+            info.spilled_layers += l.spilled() as usize;
+            Some(l)
+        };
+        let field = |u: usize| vals[u].as_ref().expect("value alive").field();
+        let local = superstep(gv.len(), workers, |t| {
+            let (y0, y1, x0, x1) = gv.tile(t);
+            let out = eval_node(
+                n,
+                &plan,
+                v,
+                (y0, y1),
+                (x0, x1),
+                &field,
+                norm.as_ref(),
+                inner,
+            )?;
+            let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
+            match &layer {
+                Some(l) => l
+                    .modify(t, |d| d.copy_from_slice(&out.data))
+                    .map_err(&spill)?,
+                None => sink.put_tile(y0, x0, &out)?,
+            }
+            Ok(st)
+        })?;
+        if plan.feeds_norm[v] {
+            let tiles: Vec<Vec<ChannelStats>> = local.into_iter().flatten().collect();
+            stats[v] = Some(merge_all(&tiles));
+        }
+        vals.push(layer.map(Val::Layer));
+        for (u, val) in vals.iter_mut().enumerate() {
+            if u > 0 && plan.last_use[u] != usize::MAX && plan.last_use[u] <= i {
+                *val = None;
+            }
+        }
+    }
+    Ok(info)
+}
+
+type Range2 = ((usize, usize), (usize, usize));
+
+/// One-pass evaluation of value `target` over rows `ry` × columns `rx`: every value it depends on is
+/// computed over the region its consumers' windows need (the receptive field), with the statistics in
+/// `stats` for the normalisations.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+pub fn eval_region(
+    g: &Graph,
+    plan: &GraphPlan,
+    input: &dyn Input,
+    target: usize,
+    ry: (usize, usize),
+    rx: (usize, usize),
+    stats: &[Option<(Vec<f32>, Vec<f32>)>],
+    threads: usize,
+) -> Result<Tensor> {
+    let mut need: Vec<Option<Range2>> = vec![None; target + 1];
+    need[target] = Some((ry, rx));
+    for i in (0..target).rev() {
+        let v = i + 1;
+        let Some(((y0, y1), (x0, x1))) = need[v] else {
+            continue;
+        };
+        let n = &g.nodes[i];
+        let nh: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].1).collect();
+        let nw: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].2).collect();
+        let (_, oh, ow) = plan.shape[v];
+        for (j, &u) in n.inputs.iter().enumerate() {
+            let ys = n.op.in_map(0, j, &nh, oh, y0, y1);
+            let xs = n.op.in_map(1, j, &nw, ow, x0, x1);
+            let span = |m: &[Option<usize>]| {
+                let lo = m.iter().flatten().min().copied();
+                lo.map(|lo| (lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
+            };
+            let (Some(a), Some(b)) = (span(&ys), span(&xs)) else {
+                continue;
+            };
+            need[u] = Some(match need[u] {
+                None => (a, b),
+                Some(((p0, p1), (q0, q1))) => {
+                    ((p0.min(a.0), p1.max(a.1)), (q0.min(b.0), q1.max(b.1)))
+                }
+            });
+        }
+    }
+    let mut regions: Vec<Option<Tensor>> = vec![None; target + 1];
+    let mut last = vec![0usize; target + 1];
+    for (i, n) in g.nodes.iter().enumerate().take(target) {
+        if need[i + 1].is_some() {
+            for &u in &n.inputs {
+                last[u] = last[u].max(i);
+            }
+        }
+    }
+    for i in 0..target {
+        let v = i + 1;
+        let Some((ry, rx)) = need[v] else { continue };
+        let n = &g.nodes[i];
+        let out = {
+            let holders: Vec<Option<Region>> = (0..=target)
+                .map(|u| {
+                    regions[u].as_ref().map(|t| {
+                        let ((y0, _), (x0, _)) = need[u].expect("computed regions are needed");
+                        Region { t, y0, x0 }
+                    })
+                })
+                .collect();
+            let field = |u: usize| -> &dyn Field {
+                if u == 0 {
+                    input as &dyn Field
+                } else {
+                    holders[u].as_ref().expect("region alive")
+                }
+            };
+            let norm = match &n.op {
+                Op::Norm(_) => Some(stats[i].as_ref().ok_or_else(|| {
+                    node_err(n, "one-pass evaluation: its statistics are missing")
+                })?),
+                _ => None,
+            };
+            eval_node(n, plan, v, ry, rx, &field, norm, threads)?
+        };
+        regions[v] = Some(out);
+        for u in 1..v {
+            if last[u] <= i && u != target {
+                regions[u] = None;
+            }
+        }
+    }
+    regions[target]
+        .take()
+        .ok_or_else(|| Error::Grid("internal: the target was not computed".into()))
+}
+
+/// Per-node `(scale, shift)` of every normalisation for the given statistics.
+fn scale_shifts(g: &Graph, stats: &GraphStats) -> Vec<Option<(Vec<f32>, Vec<f32>)>> {
+    g.nodes
+        .iter()
+        .enumerate()
+        .map(
+            |(i, n)| match (&n.op, stats.get(i).and_then(|s| s.as_ref())) {
+                (Op::Norm(m), Some(st)) => Some(m.scale_shift(st)),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// One pass per output tile with fixed statistics (sampled and recompute modes).
+fn run_fixed(
+    g: &Graph,
+    plan: &GraphPlan,
+    input: &dyn Input,
+    grid: &Grid,
+    stats: &GraphStats,
+    threads: usize,
+    sink: &dyn Sink,
+) -> Result<()> {
+    let go = g.value_grid(plan, grid, g.output)?;
+    let workers = threads.clamp(1, go.len());
+    let inner = inner_threads(threads, workers);
+    let ss = scale_shifts(g, stats);
+    superstep(go.len(), workers, |t| {
+        let (y0, y1, x0, x1) = go.tile(t);
+        let out = eval_region(g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
+        sink.put_tile(y0, x0, &out)
+    })?;
+    Ok(())
+}
+
+/// Runs `g` over `input` in `mode` with `tile`-sided tiles, writing `sink` (which must have the output
+/// value's shape: [`Graph::plan`]'s last shape).
+pub fn run_graph(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    let (h, w) = (input.height(), input.width());
+    let grid = || g.grid(h, w, tile);
+    match mode {
+        Mode::Whole => {
+            let whole = Grid {
+                rows: vec![0, h],
+                cols: vec![0, w],
+            };
+            let ram = Budget {
+                ram: u64::MAX / 4,
+                disk: Some(0),
+                ..budget.clone()
+            };
+            run_graph_exact(g, input, &whole, threads, &ram, sink, None)
+        }
+        Mode::Exact => run_graph_exact(g, input, &grid()?, threads, budget, sink, None),
+        Mode::Naive => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            let go = g.value_grid(&plan, &grid, g.output)?;
+            let workers = threads.clamp(1, grid.len());
+            let inner = inner_threads(threads, workers);
+            superstep(grid.len(), workers, |t| {
+                let (y0, y1, x0, x1) = grid.tile(t);
+                let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+                let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+                let crop = gather(input, &ys, &xs)?;
+                let p = g.plan(y1 - y0, x1 - x0)?;
+                let (c, oh, ow) = p.shape[g.output];
+                let part = OutputSink::f32(c, oh, ow);
+                let one = Grid {
+                    rows: vec![0, y1 - y0],
+                    cols: vec![0, x1 - x0],
+                };
+                let ram = Budget {
+                    ram: u64::MAX / 4,
+                    disk: Some(0),
+                    ..budget.clone()
+                };
+                run_graph_exact(g, &crop, &one, inner, &ram, &part, None)?;
+                let (oy0, _, ox0, _) = go.tile(t);
+                sink.put_tile(oy0, ox0, &part.finish().into_tensor())
+            })?;
+            Ok(RunInfo {
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+        Mode::Sampled(f) => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            let small = crate::onepass::downsample(input, f)?;
+            let p = g.plan(small.h, small.w)?;
+            let (c, oh, ow) = p.shape[g.output];
+            let scratch = OutputSink::f32(c, oh, ow);
+            let one = Grid {
+                rows: vec![0, small.h],
+                cols: vec![0, small.w],
+            };
+            let ram = Budget {
+                ram: u64::MAX / 4,
+                disk: Some(0),
+                ..budget.clone()
+            };
+            let sampled = run_graph_exact(g, &small, &one, threads, &ram, &scratch, None)?;
+            drop(scratch);
+            run_fixed(g, &plan, input, &grid, &sampled.stats, threads, sink)?;
+            Ok(RunInfo {
+                stats: sampled.stats,
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+        Mode::Recompute => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            let mut stats: GraphStats = vec![None; g.nodes.len()];
+            for (i, n) in g.nodes.iter().enumerate() {
+                if !matches!(n.op, Op::Norm(_)) {
+                    continue;
+                }
+                let u = n.inputs[0];
+                let gu = g.value_grid(&plan, &grid, u)?;
+                let workers = threads.clamp(1, gu.len());
+                let inner = inner_threads(threads, workers);
+                let ss = scale_shifts(g, &stats);
+                let tiles = superstep(gu.len(), workers, |t| {
+                    let (y0, y1, x0, x1) = gu.tile(t);
+                    let x = if u == 0 {
+                        gather(
+                            input,
+                            &(y0..y1).map(Some).collect::<Vec<_>>(),
+                            &(x0..x1).map(Some).collect::<Vec<_>>(),
+                        )?
+                    } else {
+                        eval_region(g, &plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
+                    };
+                    Ok(tensor_stats(&x))
+                })?;
+                stats[i] = Some(merge_all(&tiles));
+            }
+            run_fixed(g, &plan, input, &grid, &stats, threads, sink)?;
+            Ok(RunInfo {
+                stats,
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+    }
+}
+
+/// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).
+pub fn infer(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+) -> Result<(Tensor, RunInfo)> {
+    let plan = g.plan(input.height(), input.width())?;
+    let (c, h, w) = plan.shape[g.output];
+    let sink = OutputSink::f32(c, h, w);
+    let info = run_graph(g, input, mode, tile, threads, budget, &sink)?;
+    Ok((sink.finish().into_tensor(), info))
+}

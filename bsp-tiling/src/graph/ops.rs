@@ -1,0 +1,1092 @@
+//! The operations of a [`Graph`](super::Graph), each described the one way the tiler needs: per spatial
+//! axis, the output length for given input lengths, and for any output range `o0..o1` the input indices
+//! its window reads (`None`: padding, outside the input); then the computation of exactly that output range
+//! from the gathered windows. A whole-image pass is the range `0..n`; a tile is its own range, its window
+//! gathered by global coordinates from wherever its neighbours stored theirs (dictionary padding). The
+//! same code computes both, so tiled and whole differ only where statistics are merged.
+
+use crate::padding::PaddingMode;
+use crate::tensor::Tensor;
+use std::sync::Mutex;
+
+/// A convolution's geometry along one axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Win {
+    pub k: usize,
+    pub stride: usize,
+    pub dilation: usize,
+}
+
+impl Win {
+    /// The kernel's extent in input pixels.
+    pub fn span(&self) -> usize {
+        self.dilation * (self.k - 1) + 1
+    }
+}
+
+/// Padding along one axis: explicit, or ONNX's `auto_pad` resolved against the input length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AxisPad {
+    Explicit(usize, usize),
+    /// `SAME_UPPER` (extra pixel at the end) or `SAME_LOWER` (at the start).
+    Same {
+        upper: bool,
+    },
+}
+
+impl AxisPad {
+    /// (before, after) for input length `n`.
+    pub fn resolve(&self, n: usize, w: &Win) -> (usize, usize) {
+        match *self {
+            AxisPad::Explicit(b, e) => (b, e),
+            AxisPad::Same { upper } => {
+                let out = n.div_ceil(w.stride);
+                let total = ((out.max(1) - 1) * w.stride + w.span()).saturating_sub(n);
+                let small = total / 2;
+                if upper {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                }
+            }
+        }
+    }
+}
+
+/// Conv / ConvTranspose weights and geometry. Conv weight `[cout, cin/groups, kh, kw]`; ConvTranspose
+/// weight `[cin, cout/groups, kh, kw]` (ONNX layouts).
+#[derive(Clone, Debug)]
+pub struct ConvOp {
+    pub cin: usize,
+    pub cout: usize,
+    pub groups: usize,
+    pub win: [Win; 2],
+    pub pad: [AxisPad; 2],
+    /// ConvTranspose only: extra output pixels at the end of each axis.
+    pub output_padding: [usize; 2],
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+/// MaxPool / AveragePool.
+#[derive(Clone, Debug)]
+pub struct PoolOp {
+    pub max: bool,
+    pub win: [Win; 2],
+    pub pad: [AxisPad; 2],
+    pub ceil_mode: bool,
+    /// AveragePool: padding counts in the divisor.
+    pub count_include_pad: bool,
+}
+
+/// How Resize maps an output coordinate to the input (ONNX `coordinate_transformation_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coord {
+    HalfPixel,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+}
+
+/// ONNX `nearest_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nearest {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+/// Resize / Upsample by a per-axis scale (output length `floor(n · scale)`).
+#[derive(Clone, Debug)]
+pub struct ResizeOp {
+    pub linear: bool,
+    pub scale: [f64; 2],
+    pub coord: Coord,
+    pub nearest: Nearest,
+}
+
+impl ResizeOp {
+    /// The input coordinate output `o` maps to, ONNX's formula.
+    fn source(&self, axis: usize, o: usize, n_in: usize, n_out: usize) -> f64 {
+        let s = self.scale[axis];
+        let o = o as f64;
+        match self.coord {
+            Coord::HalfPixel => (o + 0.5) / s - 0.5,
+            Coord::PytorchHalfPixel => {
+                if n_out > 1 {
+                    (o + 0.5) / s - 0.5
+                } else {
+                    0.0
+                }
+            }
+            Coord::AlignCorners => {
+                if n_out > 1 {
+                    o * (n_in as f64 - 1.0) / (n_out as f64 - 1.0)
+                } else {
+                    0.0
+                }
+            }
+            Coord::Asymmetric => o / s,
+        }
+    }
+
+    /// Nearest: the input index of output `o`.
+    fn nearest_index(&self, axis: usize, o: usize, n_in: usize, n_out: usize) -> usize {
+        let x = self.source(axis, o, n_in, n_out);
+        let i = match self.nearest {
+            Nearest::Floor => x.floor(),
+            Nearest::Ceil => x.ceil(),
+            Nearest::RoundPreferFloor => {
+                if x.fract() == 0.5 || x.fract() == -0.5 {
+                    x.floor()
+                } else {
+                    x.round()
+                }
+            }
+            Nearest::RoundPreferCeil => {
+                if x.fract() == 0.5 || x.fract() == -0.5 {
+                    x.ceil()
+                } else {
+                    x.round()
+                }
+            }
+        };
+        (i.max(0.0) as usize).min(n_in - 1)
+    }
+
+    /// Linear: the two taps and the weight of the second, as onnxruntime computes them (f32 weights).
+    fn taps(&self, axis: usize, o: usize, n_in: usize, n_out: usize) -> (usize, usize, f32) {
+        let x = self.source(axis, o, n_in, n_out) as f32;
+        let x = x.clamp(0.0, (n_in - 1) as f32);
+        let i0 = (x.floor() as usize).min(n_in - 1);
+        let i1 = (i0 + 1).min(n_in - 1);
+        (i0, i1, x - i0 as f32)
+    }
+}
+
+/// Unary element-wise functions.
+#[derive(Clone, Debug)]
+pub enum Unary {
+    Relu,
+    LeakyRelu(f32),
+    /// One slope per channel (length 1 or C).
+    PRelu(Vec<f32>),
+    Sigmoid,
+    Tanh,
+    Clip(f32, f32),
+    Softplus,
+    Mish,
+    HardSigmoid(f32, f32),
+    HardSwish,
+    Elu(f32),
+    Erf,
+    /// Gelu (opset 20), exact (`erf`) or `tanh` approximation.
+    Gelu {
+        tanh: bool,
+    },
+    Neg,
+    Abs,
+    Exp,
+    Sqrt,
+}
+
+/// Binary element-wise operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+}
+
+/// An operand of a binary op: one of the node's inputs, or a constant per channel (length 1 or C).
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Input(usize),
+    Const(Vec<f32>),
+}
+
+/// Which statistics a normalisation takes over the whole image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormKind {
+    /// InstanceNormalization: per channel.
+    Instance,
+    /// GroupNormalization with this many groups (LayerNormalization over C,H,W is one group).
+    Group(usize),
+}
+
+/// A normalisation with statistics over the whole image (the BSP statistics superstep).
+#[derive(Clone, Debug)]
+pub struct NormOp {
+    pub kind: NormKind,
+    /// Per channel.
+    pub gamma: Vec<f32>,
+    pub beta: Vec<f32>,
+    pub eps: f64,
+}
+
+impl NormOp {
+    /// Channels per statistics group.
+    pub fn group_size(&self, c: usize) -> usize {
+        match self.kind {
+            NormKind::Instance => 1,
+            NormKind::Group(g) => c / g.max(1),
+        }
+    }
+
+    /// Per-channel `x·scale + shift` from per-channel statistics (merged per group), in f64.
+    pub fn scale_shift(&self, stats: &[crate::ChannelStats]) -> (Vec<f32>, Vec<f32>) {
+        let c = stats.len();
+        let gs = self.group_size(c).max(1);
+        let groups: Vec<crate::ChannelStats> = stats
+            .chunks(gs)
+            .map(|ch| {
+                ch.iter()
+                    .fold(crate::ChannelStats::default(), |a, s| a.merge(*s))
+            })
+            .collect();
+        (0..c)
+            .map(|ch| {
+                let st = groups[ch / gs];
+                let inv = 1.0 / (st.variance() + self.eps).sqrt();
+                let g = self.gamma[ch] as f64;
+                (
+                    (g * inv) as f32,
+                    (self.beta[ch] as f64 - st.mean * g * inv) as f32,
+                )
+            })
+            .unzip()
+    }
+}
+
+/// Padding with one mode (ONNX Pad on the spatial axes).
+#[derive(Clone, Debug)]
+pub struct PadOp {
+    pub pads: [(usize, usize); 2],
+    /// `None`: constant.
+    pub mode: Option<PaddingMode>,
+    pub value: f32,
+}
+
+/// One node's operation.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Conv(ConvOp),
+    ConvTranspose(ConvOp),
+    Pool(PoolOp),
+    Resize(ResizeOp),
+    Pad(PadOp),
+    /// Pixel shuffle: `blocksize`, CRD (true) or DCR channel order.
+    DepthToSpace {
+        block: usize,
+        crd: bool,
+    },
+    SpaceToDepth {
+        block: usize,
+    },
+    /// A normalisation with whole-image statistics.
+    Norm(NormOp),
+    /// A per-channel affine map (BatchNormalization in inference mode where no convolution precedes it).
+    Affine {
+        scale: Vec<f32>,
+        shift: Vec<f32>,
+    },
+    Unary(Unary),
+    Binary {
+        op: BinOp,
+        lhs: Operand,
+        rhs: Operand,
+    },
+    /// Along channels.
+    Concat,
+    Identity,
+}
+
+/// How an op's output resolution relates to its input's: `(num, den)`, output ≈ input · num / den.
+impl Op {
+    pub fn scale(&self) -> (usize, usize) {
+        match self {
+            Op::Conv(c) => (1, c.win[0].stride.max(c.win[1].stride)),
+            Op::ConvTranspose(c) => (c.win[0].stride.max(c.win[1].stride), 1),
+            Op::Pool(p) => (1, p.win[0].stride.max(p.win[1].stride)),
+            Op::Resize(r) => {
+                let s = r.scale[0].max(r.scale[1]);
+                if s >= 1.0 {
+                    (s.round() as usize, 1)
+                } else {
+                    (1, (1.0 / s).round() as usize)
+                }
+            }
+            Op::DepthToSpace { block, .. } => (*block, 1),
+            Op::SpaceToDepth { block } => (1, *block),
+            _ => (1, 1),
+        }
+    }
+
+    /// Ops that touch each pixel alone (their window is their own range): fused into their producer's tile.
+    pub fn is_pointwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_) | Op::Affine { .. } | Op::Identity | Op::Binary { .. } | Op::Concat
+        )
+    }
+
+    /// The output length along `axis` for input lengths `n_in` (one per node input); `Err` says why none.
+    pub fn out_len(&self, axis: usize, n_in: &[usize]) -> Result<usize, String> {
+        let n = n_in[0];
+        match self {
+            Op::Conv(c) => {
+                let w = &c.win[axis];
+                let (b, e) = c.pad[axis].resolve(n, w);
+                let padded = n + b + e;
+                if padded < w.span() {
+                    return Err(format!(
+                        "its kernel spans {} pixels, the padded input has {padded}",
+                        w.span()
+                    ));
+                }
+                Ok((padded - w.span()) / w.stride + 1)
+            }
+            Op::ConvTranspose(c) => {
+                let w = &c.win[axis];
+                let (b, e) = match c.pad[axis] {
+                    AxisPad::Explicit(b, e) => (b, e),
+                    AxisPad::Same { upper } => {
+                        // ONNX: output = input · stride; the total padding is what makes it so.
+                        let total = (w.stride * (n - 1) + c.output_padding[axis] + w.span())
+                            .saturating_sub(n * w.stride);
+                        let small = total / 2;
+                        if upper {
+                            (small, total - small)
+                        } else {
+                            (total - small, small)
+                        }
+                    }
+                };
+                let full = (n - 1) * w.stride + w.span() + c.output_padding[axis];
+                full.checked_sub(b + e)
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| "its padding removes the whole output".to_string())
+            }
+            Op::Pool(p) => {
+                let w = &p.win[axis];
+                let (b, e) = p.pad[axis].resolve(n, w);
+                let padded = n + b + e;
+                if padded < w.span() {
+                    return Err(format!(
+                        "its window spans {} pixels, the padded input has {padded}",
+                        w.span()
+                    ));
+                }
+                let mut out = if p.ceil_mode {
+                    (padded - w.span()).div_ceil(w.stride) + 1
+                } else {
+                    (padded - w.span()) / w.stride + 1
+                };
+                // A window may not start in the end padding.
+                if p.ceil_mode && (out - 1) * w.stride >= n + b {
+                    out -= 1;
+                }
+                Ok(out)
+            }
+            Op::Resize(r) => {
+                let v = (n as f64 * r.scale[axis]).floor() as usize;
+                if v == 0 {
+                    return Err("it resizes the image to nothing".into());
+                }
+                Ok(v)
+            }
+            Op::Pad(p) => {
+                let (b, e) = p.pads[axis];
+                if p.mode == Some(PaddingMode::Reflect) && (b >= n || e >= n) {
+                    return Err(format!(
+                        "reflect padding of {} needs more than that many pixels, the input has {n}",
+                        b.max(e)
+                    ));
+                }
+                Ok(n + b + e)
+            }
+            Op::DepthToSpace { block, .. } => Ok(n * block),
+            Op::SpaceToDepth { block } => {
+                if !n.is_multiple_of(*block) {
+                    return Err(format!(
+                        "the side {n} is not a multiple of the block {block}"
+                    ));
+                }
+                Ok(n / block)
+            }
+            _ => {
+                if let Some(&m) = n_in.iter().find(|&&m| m != n) {
+                    return Err(format!("its inputs are {n} and {m} pixels along one axis"));
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// The input indices (of node input `j`, length `n_in[j]`) that outputs `o0..o1` along `axis` read,
+    /// in window order; `None` is outside the input.
+    pub fn in_map(
+        &self,
+        axis: usize,
+        j: usize,
+        n_in: &[usize],
+        n_out: usize,
+        o0: usize,
+        o1: usize,
+    ) -> Vec<Option<usize>> {
+        let n = n_in[j];
+        let inside = |u: isize| (u >= 0 && (u as usize) < n).then_some(u as usize);
+        match self {
+            Op::Conv(ConvOp { win, pad, .. }) | Op::Pool(PoolOp { win, pad, .. }) => {
+                let w = &win[axis];
+                let (b, _) = pad[axis].resolve(n, w);
+                let start = (o0 * w.stride) as isize - b as isize;
+                let len = (o1 - o0 - 1) * w.stride + w.span();
+                (start..start + len as isize).map(inside).collect()
+            }
+            Op::ConvTranspose(c) => {
+                let (lo, hi) = convt_range(c, axis, n, o0, o1);
+                (lo..hi).map(inside).collect()
+            }
+            Op::Resize(r) => {
+                if r.linear {
+                    let (mut lo, mut hi) = (usize::MAX, 0);
+                    for o in o0..o1 {
+                        let (a, b, _) = r.taps(axis, o, n, n_out);
+                        lo = lo.min(a);
+                        hi = hi.max(b + 1);
+                    }
+                    (lo..hi).map(Some).collect()
+                } else {
+                    (o0..o1)
+                        .map(|o| Some(r.nearest_index(axis, o, n, n_out)))
+                        .collect()
+                }
+            }
+            Op::Pad(p) => {
+                let b = p.pads[axis].0 as isize;
+                (o0..o1)
+                    .map(|o| {
+                        let u = o as isize - b;
+                        match p.mode {
+                            None => inside(u),
+                            Some(m) => m.map(u, n),
+                        }
+                    })
+                    .collect()
+            }
+            Op::DepthToSpace { block, .. } => (o0..o1).map(|o| Some(o / block)).collect(),
+            Op::SpaceToDepth { block } => (o0 * block..o1 * block).map(Some).collect(),
+            _ => (o0..o1).map(Some).collect(),
+        }
+    }
+}
+
+/// ConvTranspose: the input range `lo..hi` (may reach outside `0..n`) whose pixels contribute to outputs
+/// `o0..o1`: output `o = i·s − pad + k·d`.
+fn convt_range(c: &ConvOp, axis: usize, n: usize, o0: usize, o1: usize) -> (isize, isize) {
+    let w = &c.win[axis];
+    let b = convt_pad_begin(c, axis, n) as isize;
+    let s = w.stride as isize;
+    let reach = (w.span() - 1) as isize;
+    let lo = (o0 as isize + b - reach).div_euclid(s)
+        + ((o0 as isize + b - reach).rem_euclid(s) != 0) as isize;
+    let hi = (o1 as isize - 1 + b).div_euclid(s) + 1;
+    (lo, hi.max(lo))
+}
+
+fn convt_pad_begin(c: &ConvOp, axis: usize, n: usize) -> usize {
+    let w = &c.win[axis];
+    match c.pad[axis] {
+        AxisPad::Explicit(b, _) => b,
+        AxisPad::Same { upper } => {
+            let total = (w.stride * (n - 1) + c.output_padding[axis] + w.span())
+                .saturating_sub(n * w.stride);
+            let small = total / 2;
+            if upper { small } else { total - small }
+        }
+    }
+}
+
+/// Everything [`compute`] needs besides the windows.
+pub struct Ctx<'a> {
+    /// Output ranges `(o0, o1)` per axis.
+    pub range: [(usize, usize); 2],
+    /// Input lengths per node input, per axis.
+    pub n_in: &'a [[usize; 2]],
+    /// The input index maps the windows were gathered with, per node input, per axis.
+    pub maps: &'a [[Vec<Option<usize>>; 2]],
+    /// A normalisation's per-channel `(scale, shift)`.
+    pub norm: Option<&'a (Vec<f32>, Vec<f32>)>,
+    pub threads: usize,
+}
+
+fn per_channel(v: &[f32], c: usize) -> f32 {
+    if v.len() == 1 { v[0] } else { v[c] }
+}
+
+/// Computes the output range `ctx.range` from the gathered windows.
+pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
+    let (ho, wo) = (
+        ctx.range[0].1 - ctx.range[0].0,
+        ctx.range[1].1 - ctx.range[1].0,
+    );
+    match op {
+        Op::Conv(c) => conv(&ins[0], c, ho, wo, ctx.threads),
+        Op::ConvTranspose(c) => conv_transpose(&ins[0], c, ctx),
+        Op::Pool(p) => pool(&ins[0], p, ctx),
+        Op::Resize(r) => {
+            if !r.linear {
+                return ins[0].clone();
+            }
+            resize_linear(&ins[0], r, ctx)
+        }
+        Op::Pad(p) => {
+            let mut t = ins[0].clone();
+            if p.mode.is_none() && p.value != 0.0 {
+                let [ys, xs] = &ctx.maps[0];
+                for ch in 0..t.c {
+                    for (y, my) in ys.iter().enumerate() {
+                        for (x, mx) in xs.iter().enumerate() {
+                            if my.is_none() || mx.is_none() {
+                                t.data[(ch * t.h + y) * t.w + x] = p.value;
+                            }
+                        }
+                    }
+                }
+            }
+            t
+        }
+        Op::DepthToSpace { block, crd } => {
+            let x = &ins[0];
+            let b = *block;
+            let c = x.c / (b * b);
+            let mut out = Tensor::zeros(c, ho, wo);
+            let (oy0, ox0) = (ctx.range[0].0, ctx.range[1].0);
+            for ch in 0..c {
+                for y in 0..ho {
+                    let ry = (oy0 + y) % b;
+                    for xx in 0..wo {
+                        let rx = (ox0 + xx) % b;
+                        let src = if *crd {
+                            ch * b * b + ry * b + rx
+                        } else {
+                            (ry * b + rx) * c + ch
+                        };
+                        out.data[(ch * ho + y) * wo + xx] = x.data[(src * x.h + y) * x.w + xx];
+                    }
+                }
+            }
+            out
+        }
+        Op::SpaceToDepth { block } => {
+            let x = &ins[0];
+            let b = *block;
+            let mut out = Tensor::zeros(x.c * b * b, ho, wo);
+            for ch in 0..x.c {
+                for ry in 0..b {
+                    for rx in 0..b {
+                        let dst = (ry * b + rx) * x.c + ch;
+                        for y in 0..ho {
+                            for xx in 0..wo {
+                                out.data[(dst * ho + y) * wo + xx] =
+                                    x.data[(ch * x.h + y * b + ry) * x.w + xx * b + rx];
+                            }
+                        }
+                    }
+                }
+            }
+            out
+        }
+        Op::Norm(_) => {
+            let (scale, shift) = ctx
+                .norm
+                .expect("a normalisation is computed with its statistics");
+            affine(&ins[0], scale, shift)
+        }
+        Op::Affine { scale, shift } => affine(&ins[0], scale, shift),
+        Op::Unary(u) => {
+            let mut t = ins[0].clone();
+            unary(u, &mut t);
+            t
+        }
+        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
+        Op::Concat => {
+            let c = ins.iter().map(|t| t.c).sum();
+            let mut data = Vec::with_capacity(c * ho * wo);
+            for t in ins {
+                data.extend_from_slice(&t.data);
+            }
+            Tensor {
+                c,
+                h: ho,
+                w: wo,
+                data,
+            }
+        }
+        Op::Identity => ins[0].clone(),
+    }
+}
+
+fn affine(x: &Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
+    let mut t = x.clone();
+    let plane = t.h * t.w;
+    for ch in 0..t.c {
+        let (a, b) = (per_channel(scale, ch), per_channel(shift, ch));
+        for v in &mut t.data[ch * plane..(ch + 1) * plane] {
+            *v = *v * a + b;
+        }
+    }
+    t
+}
+
+/// Applies `u` in place.
+pub fn unary(u: &Unary, t: &mut Tensor) {
+    let plane = t.h * t.w;
+    let f: &dyn Fn(f32) -> f32 = match u {
+        Unary::Relu => &|v: f32| v.max(0.0),
+        Unary::LeakyRelu(a) => &move |v: f32| if v < 0.0 { v * a } else { v },
+        Unary::PRelu(slope) => {
+            for ch in 0..t.c {
+                let a = per_channel(slope, ch);
+                for v in &mut t.data[ch * plane..(ch + 1) * plane] {
+                    if *v < 0.0 {
+                        *v *= a;
+                    }
+                }
+            }
+            return;
+        }
+        Unary::Sigmoid => &|v: f32| 1.0 / (1.0 + (-v).exp()),
+        Unary::Tanh => &|v: f32| v.tanh(),
+        Unary::Clip(lo, hi) => &move |v: f32| v.max(*lo).min(*hi),
+        Unary::Softplus => &softplus,
+        Unary::Mish => &|v: f32| v * softplus(v).tanh(),
+        Unary::HardSigmoid(a, b) => &move |v: f32| (a * v + b).clamp(0.0, 1.0),
+        Unary::HardSwish => &|v: f32| v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
+        Unary::Elu(a) => &move |v: f32| if v < 0.0 { a * (v.exp() - 1.0) } else { v },
+        Unary::Erf => &|v: f32| erf(v as f64) as f32,
+        Unary::Gelu { tanh: false } => {
+            &|v: f32| (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
+        }
+        Unary::Gelu { tanh: true } => &|v: f32| {
+            let x = v as f64;
+            (0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()))
+                as f32
+        },
+        Unary::Neg => &|v: f32| -v,
+        Unary::Abs => &|v: f32| v.abs(),
+        Unary::Exp => &|v: f32| v.exp(),
+        Unary::Sqrt => &|v: f32| v.sqrt(),
+    };
+    for v in &mut t.data {
+        *v = f(*v);
+    }
+}
+
+fn softplus(v: f32) -> f32 {
+    // ln(1 + e^v) without overflow.
+    if v > 20.0 { v } else { v.exp().ln_1p() }
+}
+
+/// The error function (Abramowitz–Stegun 7.1.26 is too coarse; this is W. J. Cody's rational
+/// approximation via erfc for |x| > 0.5, series below), accurate to ~1e-15.
+fn erf(x: f64) -> f64 {
+    if x.abs() < 0.5 {
+        // Maclaurin series.
+        let mut sum = x;
+        let mut term = x;
+        let x2 = x * x;
+        for n in 1..40 {
+            term *= -x2 / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 {
+                break;
+            }
+        }
+        return sum * 2.0 / std::f64::consts::PI.sqrt();
+    }
+    let sign = x.signum();
+    let z = x.abs();
+    // erfc by a continued fraction (Lentz), converges fast for z >= 0.5.
+    let mut f;
+    let tiny = 1e-300;
+    let b0 = z;
+    f = b0;
+    let mut c = f;
+    let mut d = 0.0;
+    for n in 1..300 {
+        let a = n as f64 / 2.0;
+        let b = z;
+        d = b + a * d;
+        if d.abs() < tiny {
+            d = tiny;
+        }
+        c = b + a / c;
+        if c.abs() < tiny {
+            c = tiny;
+        }
+        d = 1.0 / d;
+        let delta = c * d;
+        f *= delta;
+        if (delta - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    let erfc = (-z * z).exp() / std::f64::consts::PI.sqrt() / f;
+    sign * (1.0 - erfc)
+}
+
+fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
+    let f = |a: f32, b: f32| match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Pow => a.powf(b),
+    };
+    match (lhs, rhs) {
+        (Operand::Input(a), Operand::Input(b)) => {
+            let (x, y) = (&ins[*a], &ins[*b]);
+            let mut t = x.clone();
+            if y.c == x.c {
+                for (v, w) in t.data.iter_mut().zip(&y.data) {
+                    *v = f(*v, *w);
+                }
+            } else {
+                // One of them has a single channel, broadcast.
+                let plane = x.h * x.w;
+                let c = x.c.max(y.c);
+                let mut out = Tensor::zeros(c, x.h, x.w);
+                for ch in 0..c {
+                    let xp = &x.data[(ch % x.c) * plane..][..plane];
+                    let yp = &y.data[(ch % y.c) * plane..][..plane];
+                    for i in 0..plane {
+                        out.data[ch * plane + i] = f(xp[i], yp[i]);
+                    }
+                }
+                t = out;
+            }
+            t
+        }
+        (Operand::Input(a), Operand::Const(k)) | (Operand::Const(k), Operand::Input(a)) => {
+            let const_first = matches!(lhs, Operand::Const(_));
+            let mut t = ins[*a].clone();
+            let plane = t.h * t.w;
+            for ch in 0..t.c {
+                let kv = per_channel(k, ch);
+                for v in &mut t.data[ch * plane..(ch + 1) * plane] {
+                    *v = if const_first { f(kv, *v) } else { f(*v, kv) };
+                }
+            }
+            t
+        }
+        (Operand::Const(_), Operand::Const(_)) => unreachable!("folded at import"),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only for disjoint writes (each band its own output rows).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// im2col rows for one group and output rows `y0..y1`: `[cin_g·kh·kw, (y1−y0)·wo]`.
+#[allow(clippy::too_many_arguments)]
+fn im2col(
+    x: &Tensor,
+    c0: usize,
+    cg: usize,
+    w: &[Win; 2],
+    y0: usize,
+    y1: usize,
+    wo: usize,
+    col: &mut Vec<f32>,
+) {
+    let (kh, kw) = (w[0].k, w[1].k);
+    let n = (y1 - y0) * wo;
+    col.clear();
+    col.resize(cg * kh * kw * n, 0.0);
+    let mut r = 0;
+    for ci in c0..c0 + cg {
+        let plane = &x.data[ci * x.h * x.w..(ci + 1) * x.h * x.w];
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let dst = &mut col[r * n..(r + 1) * n];
+                r += 1;
+                let mut i = 0;
+                for oy in y0..y1 {
+                    let iy = oy * w[0].stride + ky * w[0].dilation;
+                    let row = &plane[iy * x.w..(iy + 1) * x.w];
+                    let base = kx * w[1].dilation;
+                    if w[1].stride == 1 {
+                        dst[i..i + wo].copy_from_slice(&row[base..base + wo]);
+                    } else {
+                        for ox in 0..wo {
+                            dst[i + ox] = row[base + ox * w[1].stride];
+                        }
+                    }
+                    i += wo;
+                }
+            }
+        }
+    }
+}
+
+/// Valid convolution of a window (padding already gathered) to `ho × wo` outputs: im2col + SGEMM over
+/// bands of output rows, per group.
+pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Tensor {
+    let cg = c.cin / c.groups;
+    let og = c.cout / c.groups;
+    let kk = cg * c.win[0].k * c.win[1].k;
+    let mut out = Tensor::zeros(c.cout, ho, wo);
+    if ho == 0 || wo == 0 {
+        return out;
+    }
+    let rows = ((4usize << 20) / (kk * wo * 4).max(1)).clamp(1, ho);
+    let bands = ho.div_ceil(rows);
+    let plane = ho * wo;
+    let ptr = SendPtr(out.data.as_mut_ptr());
+    let spare: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+    let pointwise =
+        c.win[0].k == 1 && c.win[1].k == 1 && c.win[0].stride == 1 && c.win[1].stride == 1;
+    let _ = stdx::parallel::for_each(0..bands, threads.clamp(1, bands), |b| {
+        let mut col = spare
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        let y0 = b * rows;
+        let y1 = (y0 + rows).min(ho);
+        let n = (y1 - y0) * wo;
+        for g in 0..c.groups {
+            // A 1×1 stride-1 convolution reads its input rows as they are (x is exactly ho × wo).
+            let (bptr, bstride) = if pointwise {
+                (
+                    x.data[(g * cg * x.h * x.w) + y0 * wo..].as_ptr(),
+                    (x.h * x.w) as isize,
+                )
+            } else {
+                im2col(x, g * cg, cg, &c.win, y0, y1, wo, &mut col);
+                (col.as_ptr(), n as isize)
+            };
+            // SAFETY: band b writes rows y0..y1 of the group's output planes only; `out` outlives the pool.
+            unsafe {
+                let base = ptr.get().add(g * og * plane + y0 * wo);
+                for co in 0..og {
+                    std::slice::from_raw_parts_mut(base.add(co * plane), n)
+                        .fill(c.bias[g * og + co]);
+                }
+                matrixmultiply::sgemm(
+                    og,
+                    kk,
+                    n,
+                    1.0,
+                    c.weight[g * og * kk..].as_ptr(),
+                    kk as isize,
+                    1,
+                    bptr,
+                    bstride,
+                    1,
+                    1.0,
+                    base,
+                    plane as isize,
+                    1,
+                );
+            }
+        }
+        spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
+        Ok::<(), ()>(())
+    });
+    out
+}
+
+/// Transposed convolution of outputs `ctx.range` from the window of contributing inputs: per band of
+/// input rows, `cols = Wᵀ·x` (SGEMM), then each column scattered to the outputs it reaches.
+fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
+    let [(oy0, oy1), (ox0, ox1)] = ctx.range;
+    let (ho, wo) = (oy1 - oy0, ox1 - ox0);
+    let mut out = Tensor::zeros(c.cout, ho, wo);
+    for co in 0..c.cout {
+        out.data[co * ho * wo..(co + 1) * ho * wo].fill(c.bias[co]);
+    }
+    if x.h == 0 || x.w == 0 {
+        return out;
+    }
+    let cg = c.cin / c.groups;
+    let og = c.cout / c.groups;
+    let (kh, kw) = (c.win[0].k, c.win[1].k);
+    let m = og * kh * kw;
+    // Global index of the window's first row/column, and the begin padding.
+    let nin = ctx.n_in[0];
+    let (ly, _) = convt_range(c, 0, nin[0], oy0, oy1);
+    let (lx, _) = convt_range(c, 1, nin[1], ox0, ox1);
+    let by = convt_pad_begin(c, 0, nin[0]) as isize;
+    let bx = convt_pad_begin(c, 1, nin[1]) as isize;
+    let rows = ((8usize << 20) / (m * x.w * 4).max(1)).clamp(1, x.h);
+    let mut cols = vec![0.0f32; m * rows * x.w];
+    for g in 0..c.groups {
+        let mut r0 = 0;
+        while r0 < x.h {
+            let r1 = (r0 + rows).min(x.h);
+            let n = (r1 - r0) * x.w;
+            // cols[(co, ky, kx), pix] = Σ_ci W[ci, co, ky, kx] · x[ci, pix]
+            // SAFETY: the slices hold the extents sgemm reads and writes.
+            unsafe {
+                matrixmultiply::sgemm(
+                    m,
+                    cg,
+                    n,
+                    1.0,
+                    c.weight[g * cg * m..].as_ptr(),
+                    1,
+                    m as isize,
+                    x.data[g * cg * x.h * x.w + r0 * x.w..].as_ptr(),
+                    (x.h * x.w) as isize,
+                    1,
+                    0.0,
+                    cols.as_mut_ptr(),
+                    n as isize,
+                    1,
+                );
+            }
+            for co in 0..og {
+                let oplane = &mut out.data[(g * og + co) * ho * wo..][..ho * wo];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let row = &cols[((co * kh + ky) * kw + kx) * n..][..n];
+                        for iy in r0..r1 {
+                            let gy = ly + iy as isize;
+                            let oy = gy * c.win[0].stride as isize - by
+                                + (ky * c.win[0].dilation) as isize
+                                - oy0 as isize;
+                            if oy < 0 || oy >= ho as isize {
+                                continue;
+                            }
+                            let src = &row[(iy - r0) * x.w..(iy - r0 + 1) * x.w];
+                            let dst = &mut oplane[oy as usize * wo..(oy as usize + 1) * wo];
+                            for (ix, &v) in src.iter().enumerate() {
+                                let ox = (lx + ix as isize) * c.win[1].stride as isize - bx
+                                    + (kx * c.win[1].dilation) as isize
+                                    - ox0 as isize;
+                                if ox >= 0 && ox < wo as isize {
+                                    dst[ox as usize] += v;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            r0 = r1;
+        }
+    }
+    out
+}
+
+fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
+    let [(oy0, oy1), (ox0, ox1)] = ctx.range;
+    let (ho, wo) = (oy1 - oy0, ox1 - ox0);
+    let [ys, xs] = &ctx.maps[0];
+    let nin = ctx.n_in[0];
+    let (by, ey) = p.pad[0].resolve(nin[0], &p.win[0]);
+    let (bx, ex) = p.pad[1].resolve(nin[1], &p.win[1]);
+    let mut out = Tensor::zeros(x.c, ho, wo);
+    // Per output: the divisor of an average (count_include_pad counts the declared padding, not the
+    // extension ceil_mode adds).
+    let count = |o: usize, axis: usize, b: usize, e: usize, n: usize| -> usize {
+        let w = &p.win[axis];
+        (0..w.k)
+            .filter(|&k| {
+                let u = (o * w.stride + k * w.dilation) as isize - b as isize;
+                if p.count_include_pad {
+                    u >= -(b as isize) && u < (n + e) as isize
+                } else {
+                    u >= 0 && u < n as isize
+                }
+            })
+            .count()
+    };
+    for ch in 0..x.c {
+        let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
+        for y in 0..ho {
+            let cy = if p.max {
+                0
+            } else {
+                count(oy0 + y, 0, by, ey, nin[0])
+            };
+            for xx in 0..wo {
+                let mut acc = if p.max { f32::NEG_INFINITY } else { 0.0 };
+                for ky in 0..p.win[0].k {
+                    let wy = y * p.win[0].stride + ky * p.win[0].dilation;
+                    if ys[wy].is_none() {
+                        continue;
+                    }
+                    for kx in 0..p.win[1].k {
+                        let wx = xx * p.win[1].stride + kx * p.win[1].dilation;
+                        if xs[wx].is_none() {
+                            continue;
+                        }
+                        let v = plane[wy * x.w + wx];
+                        if p.max {
+                            acc = acc.max(v);
+                        } else {
+                            acc += v;
+                        }
+                    }
+                }
+                if !p.max {
+                    let cx = count(ox0 + xx, 1, bx, ex, nin[1]);
+                    acc /= (cy * cx).max(1) as f32;
+                }
+                out.data[(ch * ho + y) * wo + xx] = acc;
+            }
+        }
+    }
+    out
+}
+
+fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> Tensor {
+    let [(oy0, oy1), (ox0, ox1)] = ctx.range;
+    let (ho, wo) = (oy1 - oy0, ox1 - ox0);
+    let nin = ctx.n_in[0];
+    let [ys, xs] = &ctx.maps[0];
+    let (wy0, wx0) = (ys[0].unwrap_or(0), xs[0].unwrap_or(0));
+    let n_out = [ctx_out(r, 0, nin[0]), ctx_out(r, 1, nin[1])];
+    let ty: Vec<_> = (oy0..oy1).map(|o| r.taps(0, o, nin[0], n_out[0])).collect();
+    let tx: Vec<_> = (ox0..ox1).map(|o| r.taps(1, o, nin[1], n_out[1])).collect();
+    let mut out = Tensor::zeros(x.c, ho, wo);
+    for ch in 0..x.c {
+        let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
+        for (y, &(a, b, fy)) in ty.iter().enumerate() {
+            let (ra, rb) = (
+                &plane[(a - wy0) * x.w..][..x.w],
+                &plane[(b - wy0) * x.w..][..x.w],
+            );
+            for (xx, &(c, d, fx)) in tx.iter().enumerate() {
+                let (c, d) = (c - wx0, d - wx0);
+                let top = ra[c] * (1.0 - fx) + ra[d] * fx;
+                let bot = rb[c] * (1.0 - fx) + rb[d] * fx;
+                out.data[(ch * ho + y) * wo + xx] = top * (1.0 - fy) + bot * fy;
+            }
+        }
+    }
+    out
+}
+
+fn ctx_out(r: &ResizeOp, axis: usize, n: usize) -> usize {
+    (n as f64 * r.scale[axis]).floor() as usize
+}

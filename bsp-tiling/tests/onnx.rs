@@ -1,0 +1,324 @@
+//! ONNX models (made by `tests/onnx/make_models.py` with the `onnx` helper API, onnxruntime's outputs
+//! beside them in `tests/data/onnx/`): whole-image == onnxruntime within 1e-4 of the output's largest
+//! magnitude; tiled exact == whole within 1e-5 relative, on odd sizes and several tile sizes; sampled,
+//! recompute and naive run; bad models fail naming the node.
+
+mod common;
+
+use bsp_tiling::graph::ops::Op;
+use bsp_tiling::{Budget, Error, Graph, Mode, Tensor, infer, load_onnx, npy};
+use std::path::{Path, PathBuf};
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/onnx")
+}
+
+fn load(name: &str) -> Graph {
+    load_onnx(&data().join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// (input, onnxruntime output) pairs of a model.
+fn cases(name: &str) -> Vec<(String, Tensor, Tensor)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(data()).unwrap() {
+        let f = e.unwrap().file_name().into_string().unwrap();
+        if let Some(size) = f
+            .strip_prefix(&format!("{name}.in."))
+            .and_then(|s| s.strip_suffix(".npy"))
+        {
+            let x = npy::read(&data().join(&f)).unwrap();
+            let y = npy::read(&data().join(format!("{name}.ort.{size}.npy"))).unwrap();
+            v.push((size.to_string(), x, y));
+        }
+    }
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!v.is_empty(), "no test inputs for {name}");
+    v
+}
+
+fn max_abs(t: &Tensor) -> f32 {
+    t.data.iter().fold(0.0f32, |a, v| a.max(v.abs()))
+}
+
+/// max |a − b| / max |b|.
+fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!((a.c, a.h, a.w), (b.c, b.h, b.w), "shapes differ");
+    let d = a
+        .data
+        .iter()
+        .zip(&b.data)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    d / max_abs(b).max(1e-30)
+}
+
+fn run(g: &Graph, x: &Tensor, mode: Mode, tile: usize) -> Tensor {
+    infer(g, x, mode, tile, 3, &Budget::default())
+        .unwrap_or_else(|e| panic!("{} {mode:?} tile {tile}: {e}", g.name))
+        .0
+}
+
+fn check_model(name: &str, tiles: &[usize]) {
+    let g = load(name);
+    for (size, x, ort) in cases(name) {
+        let whole = run(&g, &x, Mode::Whole, 0);
+        let e = rel_err(&whole, &ort);
+        eprintln!(
+            "{name} {size}: whole vs onnxruntime {e:.2e} (of max {:.3})",
+            max_abs(&ort)
+        );
+        assert!(e <= 1e-4, "{name} {size}: whole vs onnxruntime {e}");
+        for &t in tiles {
+            let tiled = run(&g, &x, Mode::Exact, t);
+            let e = rel_err(&tiled, &whole);
+            eprintln!("{name} {size}: exact tile {t} vs whole {e:.2e}");
+            assert!(e <= 1e-5, "{name} {size} tile {t}: exact vs whole {e}");
+        }
+        let t = tiles[0];
+        let rec = run(&g, &x, Mode::Recompute, t);
+        let e = rel_err(&rec, &whole);
+        eprintln!("{name} {size}: recompute tile {t} vs whole {e:.2e}");
+        assert!(e <= 1e-5, "{name} {size}: recompute vs whole {e}");
+        // Approximate modes: the right shape, finite.
+        for mode in [Mode::Naive, Mode::Sampled(2)] {
+            match infer(&g, &x, mode, t, 2, &Budget::default()) {
+                Ok((y, _)) => {
+                    assert_eq!((y.c, y.h, y.w), (whole.c, whole.h, whole.w));
+                    assert!(y.data.iter().all(|v| v.is_finite()), "{name} {mode:?}");
+                }
+                // A tile or a sample too small for the network is a typed error, not a panic.
+                Err(e) => eprintln!("{name} {size} {mode:?}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn unet_groupnorm_skips() {
+    check_model("unet_gn", &[4, 8, 12, 16, 24]);
+}
+
+#[test]
+fn esrgan_pixel_shuffle() {
+    check_model("esrgan_x4", &[1, 5, 8, 16]);
+}
+
+#[test]
+fn resnet_fcn_batchnorm_strided() {
+    check_model("resnet_fcn", &[8, 16, 24, 32]);
+}
+
+#[test]
+fn ops_mix() {
+    check_model("ops_mix", &[4, 8, 12, 20]);
+}
+
+#[test]
+fn batchnorm_folds_into_conv() {
+    let g = load("resnet_fcn");
+    // 8 BatchNormalizations: 7 after a conv (folded), one after PRelu (a per-channel affine map).
+    let affine = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Affine { .. }))
+        .count();
+    assert_eq!(affine, 1);
+    assert!(
+        g.nodes
+            .iter()
+            .all(|n| n.op_type != "BatchNormalization" || matches!(n.op, Op::Affine { .. }))
+    );
+}
+
+#[test]
+fn halos_from_the_graph() {
+    let g = load("unet_gn");
+    let h = g.halos().unwrap();
+    // conv 3×3 pad 1: one pixel each side; the dilated 3×3: two.
+    let convs: Vec<_> = h.iter().filter(|n| n.op_type == "Conv").collect();
+    assert_eq!(convs[0].rows, (1, 1));
+    assert!(convs.iter().any(|n| n.rows == (2, 2)));
+    // The strided conv (3×3, stride 2, pad 1) reads one row before its own and none after.
+    let strided = convs.iter().find(|n| n.scale == (1, 2)).unwrap();
+    assert_eq!(strided.rows, (1, 0));
+    assert_eq!(h.iter().filter(|n| n.global_stats).count(), 6);
+    // Pointwise ops need no halo.
+    assert!(
+        h.iter()
+            .filter(|n| n.op_type == "Sigmoid" || n.op_type == "Concat")
+            .all(|n| n.rows == (0, 0) && n.cols == (0, 0))
+    );
+}
+
+fn err_of(name: &str) -> Error {
+    match load_onnx(&data().join(format!("{name}.onnx"))) {
+        Ok(_) => panic!("{name} loaded"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn bad_models_name_the_node() {
+    let e = err_of("bad_gap");
+    assert!(
+        matches!(&e, Error::Node { op, .. } if op == "GlobalAveragePool"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("whole image"), "{e}");
+    let e = err_of("bad_dynamic_c");
+    assert!(
+        matches!(&e, Error::Node { node, .. } if node == "image"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("dynamic channel"), "{e}");
+    let e = err_of("bad_channels");
+    assert!(matches!(&e, Error::Node { op, .. } if op == "Conv"), "{e}");
+    assert!(e.to_string().contains("expects 4 input channels"), "{e}");
+    let e = err_of("bad_sizes");
+    assert!(
+        matches!(&e, Error::Node { op, .. } if op == "Resize"),
+        "{e}"
+    );
+    let e = err_of("bad_op");
+    assert!(
+        matches!(&e, Error::Node { op, node, .. } if op == "Cos" && node.starts_with("cos")),
+        "{e}"
+    );
+}
+
+#[test]
+fn truncated_and_mutated_files_are_errors() {
+    let bytes = std::fs::read(data().join("unet_gn.onnx")).unwrap();
+    for cut in [0, 1, 7, 100, bytes.len() / 2, bytes.len() - 1] {
+        match bsp_tiling::graph_from_onnx(&bytes[..cut], "cut.onnx") {
+            Ok(_) if cut == 0 => {}
+            Ok(_) => panic!("a model cut at {cut} bytes loaded"),
+            Err(e) => assert!(
+                e.to_string().starts_with("cut.onnx") || matches!(e, Error::Node { .. }),
+                "{e}"
+            ),
+        }
+    }
+    // Flipped bytes: an error or a model, never a panic.
+    let mut s = 12345u64;
+    for _ in 0..300 {
+        let mut b = bytes.clone();
+        for _ in 0..4 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let i = (s as usize) % b.len();
+            b[i] ^= (s >> 32) as u8;
+        }
+        if let Ok(g) = bsp_tiling::graph_from_onnx(&b, "mutated.onnx") {
+            let x = Tensor::zeros(g.channels, 20, 20);
+            let _ = infer(&g, &x, Mode::Exact, 8, 1, &Budget::default());
+        }
+    }
+}
+
+#[test]
+fn wrong_input_channels_at_run_time() {
+    let g = load("unet_gn");
+    let x = Tensor::zeros(4, 16, 16);
+    let e = infer(&g, &x, Mode::Exact, 8, 1, &Budget::default()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Channels {
+                expected: 3,
+                found: 4
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn tiles_must_align_with_the_strides() {
+    let g = load("unet_gn");
+    let x = Tensor::zeros(3, 44, 60);
+    let e = infer(&g, &x, Mode::Exact, 6, 1, &Budget::default()).unwrap_err();
+    assert!(e.to_string().contains("multiple of 4"), "{e}");
+}
+
+/// The TransformerNet from safetensors run as a graph equals the stage engine's result.
+#[test]
+fn transformer_net_as_a_graph() {
+    let net = common::model("candy_nc8.safetensors");
+    let g = Graph::from_net(&net);
+    let x = common::noise_image(3, 37, 53, 9);
+    let (reference, _) = net
+        .forward_whole(&bsp_tiling::CpuBackend, &x, 2, None)
+        .unwrap();
+    let whole = run(&g, &x, Mode::Whole, 0);
+    let e = rel_err(&whole, &reference);
+    eprintln!("TransformerNet graph vs stage engine: {e:.2e}");
+    assert!(e <= 1e-5, "{e}");
+    for t in [8, 16, 20] {
+        let tiled = run(&g, &x, Mode::Exact, t);
+        assert!(rel_err(&tiled, &whole) <= 1e-5);
+    }
+}
+
+/// Python with `onnx` and `onnxruntime`: `$BSP_PYTHON`, the test environment of `cargo xtask test`, or
+/// `python3`; `None` (the test skips, saying so) where none has them.
+fn python_with_onnx() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let candidates = [
+        std::env::var_os("BSP_PYTHON").map(PathBuf::from),
+        Some(root.join("target/python/venv/bin/python")),
+        Some(PathBuf::from("python3")),
+    ];
+    candidates.into_iter().flatten().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import onnx, onnxruntime"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// The two trained TransformerNets exported to ONNX with the onnx helper API (from their safetensors):
+/// the imported graph equals onnxruntime and the safetensors path.
+#[test]
+fn transformer_nets_exported_to_onnx() {
+    let Some(py) = python_with_onnx() else {
+        eprintln!("SKIPPED: no Python with onnx and onnxruntime (set BSP_PYTHON)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let models = common::shared().join("models");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/make_models.py");
+    let mut cmd = std::process::Command::new(&py);
+    cmd.arg(&script).arg(dir.path());
+    for m in ["candy_nc8", "mosaic_nc16"] {
+        cmd.arg("--transformer")
+            .arg(models.join(format!("{m}.safetensors")))
+            .arg(m);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for m in ["candy_nc8", "mosaic_nc16"] {
+        let g = load_onnx(&dir.path().join(format!("{m}.onnx"))).unwrap();
+        let net = common::model(&format!("{m}.safetensors"));
+        for size in ["37x53", "64x48"] {
+            let x = npy::read(&dir.path().join(format!("{m}.in.{size}.npy"))).unwrap();
+            let ort = npy::read(&dir.path().join(format!("{m}.ort.{size}.npy"))).unwrap();
+            let whole = run(&g, &x, Mode::Whole, 0);
+            let e = rel_err(&whole, &ort);
+            eprintln!("{m} {size}: ONNX whole vs onnxruntime {e:.2e}");
+            assert!(e <= 1e-4, "{m}: {e}");
+            let (st, _) = net
+                .forward_whole(&bsp_tiling::CpuBackend, &x, 2, None)
+                .unwrap();
+            let e = rel_err(&whole, &st);
+            eprintln!("{m} {size}: ONNX whole vs safetensors path {e:.2e}");
+            assert!(e <= 1e-5, "{m}: {e}");
+            let tiled = run(&g, &x, Mode::Exact, 16);
+            assert!(rel_err(&tiled, &whole) <= 1e-5);
+        }
+    }
+}

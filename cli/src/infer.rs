@@ -1,0 +1,532 @@
+//! `l3 infer` (and `l3toolkit.infer` on paths): any supported network — an ONNX model
+//! ([`bsp_tiling::onnx`]) or a TransformerNet in safetensors — over an image of any size with BSP tiling,
+//! the output written tile by tile.
+//!
+//! Inputs: `.npy` (float32 `C×H×W` or `1×C×H×W`, taken as is), or any image the loader reads (decoded
+//! whole, as 0..255 floats times `in_scale`). Outputs by extension: `.npy` (float32 `C×H×W`, the raw
+//! network output, written tile by tile at its offsets), `.png` (8-bit after `out_scale` and clamping,
+//! rows streamed as soon as a band of tiles is complete), or `.l3` / `.ppm` / `.jpg` (8-bit, encoded
+//! whole: those encoders take a whole image).
+
+use anyhow::{Context, bail};
+use bsp_tiling::{
+    Budget, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled, ScaledSink, Sink, Tensor, npy,
+};
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Loads a network: `.onnx` through the ONNX importer, anything else as a TransformerNet in safetensors
+/// (with `padding` at its borders; ONNX models carry their own padding).
+pub fn load_model(path: &Path, padding: Option<PaddingMode>) -> anyhow::Result<Graph> {
+    let is_onnx = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    if is_onnx {
+        if padding.is_some() {
+            bail!(
+                "--padding applies to TransformerNet safetensors only: an ONNX model pads as it was exported"
+            );
+        }
+        return bsp_tiling::load_onnx(path).with_context(|| format!("loading {}", path.display()));
+    }
+    let net = Net::load_transformer(path, padding.unwrap_or(PaddingMode::Reflect))
+        .with_context(|| format!("loading {}", path.display()))?;
+    Ok(Graph::from_net(&net))
+}
+
+/// One `l3 infer` run.
+#[derive(Clone, Debug)]
+pub struct InferRequest {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub mode: Mode,
+    pub tile: usize,
+    pub threads: usize,
+    pub budget: Budget,
+    /// Keep the network's whole output size instead of cropping to the input's size times the network's
+    /// scale (TransformerNet rounds sides up to a multiple of 4).
+    pub full: bool,
+    /// Factor applied to 8-bit input pixels (0..255); `.npy` inputs are taken as they are.
+    pub in_scale: f32,
+    /// Factor applied to the output before 8-bit clamping (image outputs; `.npy` gets the raw output).
+    pub out_scale: f32,
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct InferReport {
+    pub input: (usize, usize, usize),
+    pub output: (usize, usize, usize),
+    pub info: RunInfo,
+    pub seconds: f64,
+}
+
+/// An input held for a run: a float tensor (taken as is) or an 8-bit image (0..255 times `in_scale`).
+pub enum InputData {
+    Tensor(Tensor),
+    Image(bsp_tiling::Image),
+}
+
+impl InputData {
+    fn base(&self) -> &dyn bsp_tiling::Input {
+        match self {
+            InputData::Tensor(t) => t,
+            InputData::Image(i) => i,
+        }
+    }
+}
+
+fn ext(p: &Path) -> String {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// Reads an input file for a network taking `channels` channels: `.npy` as float32, anything else through
+/// the loader as an 8-bit image (gray widened to RGB for a 3-channel network).
+///
+/// Inputs are decoded whole: the loader's decoders (and L3's) produce whole images; region reads are not
+/// wired in yet.
+pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
+    if ext(path) == "npy" {
+        return Ok(InputData::Tensor(npy::read(path)?));
+    }
+    let img = loader::import(path, &loader::ImportOptions::default())
+        .with_context(|| format!("reading {}", path.display()))?;
+    let img = match (channels, img.channels) {
+        (3, c) if c != 3 => img.to_rgb(),
+        (1, 3 | 4) => bail!(
+            "{}: the model takes 1 channel, the image has {}",
+            path.display(),
+            img.channels
+        ),
+        _ => img,
+    };
+    Ok(InputData::Image(img))
+}
+
+/// Runs `g` over `req.input`, writing `req.output`. An L3 input is read by region: each tile's window
+/// decodes only the patches under it (the file memory-mapped); other formats are decoded whole first.
+pub fn infer_paths(g: &Graph, req: &InferRequest) -> anyhow::Result<InferReport> {
+    crate_refuse_overwrite(&req.input, &req.output)?;
+    if ext(&req.input) == "l3" {
+        let f = std::fs::File::open(&req.input)
+            .with_context(|| format!("reading {}", req.input.display()))?;
+        // SAFETY: the file is only read; a concurrent truncation by another process is the usual mmap
+        // caveat (a SIGBUS), as for every memory-mapped reader of the toolkit.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&f) }
+            .with_context(|| format!("mapping {}", req.input.display()))?;
+        let file = l3_format::L3File::parse(&map)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", req.input.display()))?;
+        let region = L3Regions {
+            file,
+            path: req.input.clone(),
+        };
+        if bsp_tiling::Field::channels(&region) != g.channels {
+            bail!(
+                "{}: {} channels, the model takes {}",
+                req.input.display(),
+                bsp_tiling::Field::channels(&region),
+                g.channels
+            );
+        }
+        let scaled = Scaled {
+            inner: &region,
+            scale: req.in_scale,
+        };
+        return infer_input(g, &scaled, req);
+    }
+    let data = read_input(&req.input, g.channels)?;
+    infer_to_path(g, &data, req)
+}
+
+/// An L3 file read by region: a window decodes the rectangle its indices span (the patches under it).
+struct L3Regions<'a> {
+    file: l3_format::L3File<'a>,
+    path: PathBuf,
+}
+
+impl bsp_tiling::Field for L3Regions<'_> {
+    fn channels(&self) -> usize {
+        self.file.channels() as usize
+    }
+    fn gather(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> bsp_tiling::Result<()> {
+        let span = |m: &[Option<usize>]| {
+            let lo = m.iter().flatten().min().copied();
+            lo.map(|lo| (lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
+        };
+        out.fill(0.0);
+        let (Some((y0, y1)), Some((x0, x1))) = (span(ys), span(xs)) else {
+            return Ok(());
+        };
+        let c = self.channels();
+        let (w, h) = (x1 - x0, y1 - y0);
+        let mut px = vec![0u8; w * h * c];
+        let rect = vocab::Rect::new(x0 as u32, y0 as u32, w as u32, h as u32);
+        self.file
+            .decode_region(
+                rect,
+                &mut px,
+                l3_format::PixelLayout::packed(w as u32, h as u32, c as u8, false),
+            )
+            .map_err(|e| bsp_tiling::Error::Io {
+                path: self.path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+            })?;
+        let n = ys.len() * xs.len();
+        for (iy, y) in ys.iter().enumerate() {
+            let Some(y) = y else { continue };
+            let row = &px[(y - y0) * w * c..(y - y0 + 1) * w * c];
+            for (ix, x) in xs.iter().enumerate() {
+                let Some(x) = x else { continue };
+                for ch in 0..c {
+                    out[ch * n + iy * xs.len() + ix] = f32::from(row[(x - x0) * c + ch]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Input for L3Regions<'_> {
+    fn height(&self) -> usize {
+        self.file.height() as usize
+    }
+    fn width(&self) -> usize {
+        self.file.width() as usize
+    }
+}
+
+/// The output size a run writes: the network's, or cropped to the input's size times the network's scale.
+pub fn output_shape(
+    g: &Graph,
+    h: usize,
+    w: usize,
+    full: bool,
+) -> anyhow::Result<(usize, usize, usize)> {
+    let plan = g.plan(h, w)?;
+    let (c, fh, fw) = plan.shape[g.output];
+    let (num, den) = plan.scale[g.output];
+    Ok(if full {
+        (c, fh, fw)
+    } else {
+        (
+            c,
+            (h * num).div_ceil(den).min(fh),
+            (w * num).div_ceil(den).min(fw),
+        )
+    })
+}
+
+/// Runs `g` over `data` into a float32 tensor (`in_scale` applies to 8-bit images).
+pub fn infer_to_tensor(
+    g: &Graph,
+    data: &InputData,
+    req: &InferRequest,
+) -> anyhow::Result<(Tensor, RunInfo)> {
+    let scaled = Scaled {
+        inner: data.base(),
+        scale: if matches!(data, InputData::Tensor(_)) {
+            1.0
+        } else {
+            req.in_scale
+        },
+    };
+    let (c, oh, ow) = output_shape(g, scaled.height(), scaled.width(), req.full)?;
+    let sink = bsp_tiling::OutputSink::f32(c, oh, ow);
+    let info = bsp_tiling::run_graph(
+        g,
+        &scaled,
+        req.mode,
+        req.tile,
+        req.threads,
+        &req.budget,
+        &sink,
+    )?;
+    Ok((sink.finish().into_tensor(), info))
+}
+
+/// Runs `g` over `data`, writing `req.output` (its type by extension) tile by tile.
+pub fn infer_to_path(
+    g: &Graph,
+    data: &InputData,
+    req: &InferRequest,
+) -> anyhow::Result<InferReport> {
+    let scaled = Scaled {
+        inner: data.base(),
+        scale: if matches!(data, InputData::Tensor(_)) {
+            1.0
+        } else {
+            req.in_scale
+        },
+    };
+    infer_input(g, &scaled, req)
+}
+
+fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Result<InferReport> {
+    let (h, w) = (input.height(), input.width());
+    let (c, oh, ow) = output_shape(g, h, w, req.full)?;
+    let t0 = std::time::Instant::now();
+    let out_ext = ext(&req.output);
+    let tmp = stdx_tmp(&req.output);
+    let info = match out_ext.as_str() {
+        "npy" => {
+            let wr = npy::NpyWriter::create(&tmp, c, oh, ow)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            let info =
+                bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &wr)?;
+            wr.finish()
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            info
+        }
+        "png" => {
+            let sink = PngRows::create(&tmp, c, oh, ow)?;
+            let scaled = ScaledSink {
+                inner: &sink,
+                scale: req.out_scale,
+            };
+            let info = bsp_tiling::run_graph(
+                g,
+                input,
+                req.mode,
+                req.tile,
+                req.threads,
+                &req.budget,
+                &scaled,
+            )?;
+            sink.finish()?;
+            info
+        }
+        "l3" | "ppm" | "pgm" | "jpg" | "jpeg" => {
+            let target = match out_ext.as_str() {
+                "l3" => loader::convert::Target::L3_DEFAULT,
+                "jpg" | "jpeg" => loader::convert::Target::Jpeg(95),
+                _ => loader::convert::Target::Raw,
+            };
+            let sink = Bytes8::new(c, oh, ow)?;
+            let scaled = ScaledSink {
+                inner: &sink,
+                scale: req.out_scale,
+            };
+            let info = bsp_tiling::run_graph(
+                g,
+                input,
+                req.mode,
+                req.tile,
+                req.threads,
+                &req.budget,
+                &scaled,
+            )?;
+            let img = sink.into_image();
+            let bytes = loader::convert::encode(&img, target)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
+            std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+            info
+        }
+        other => bail!(
+            "{}: unknown output type {other:?}: use .npy (float32 C×H×W), .png, .l3, .ppm/.pgm or .jpg",
+            req.output.display()
+        ),
+    };
+    std::fs::rename(&tmp, &req.output)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
+    Ok(InferReport {
+        input: (g.channels, h, w),
+        output: (c, oh, ow),
+        info,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn crate_refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {
+    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
+        && a == b
+    {
+        bail!("{}: the output would overwrite the input", output.display());
+    }
+    Ok(())
+}
+
+/// The temporary name beside `out` a run writes before renaming (no half-written output on failure).
+fn stdx_tmp(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+fn to_u8(v: f32) -> u8 {
+    v.clamp(0.0, 255.0).round() as u8
+}
+
+fn check_8bit_channels(c: usize) -> anyhow::Result<()> {
+    if c != 1 && c != 3 {
+        bail!(
+            "the network's output has {c} channels: an 8-bit image holds 1 or 3; write .npy for the raw output"
+        );
+    }
+    Ok(())
+}
+
+/// An 8-bit image built in memory (for encoders that take a whole image).
+struct Bytes8 {
+    c: usize,
+    h: usize,
+    w: usize,
+    px: Mutex<Vec<u8>>,
+}
+
+impl Bytes8 {
+    fn new(c: usize, h: usize, w: usize) -> anyhow::Result<Bytes8> {
+        check_8bit_channels(c)?;
+        Ok(Bytes8 {
+            c,
+            h,
+            w,
+            px: Mutex::new(vec![0; c * h * w]),
+        })
+    }
+    fn into_image(self) -> bsp_tiling::Image {
+        bsp_tiling::Image {
+            width: self.w as u32,
+            height: self.h as u32,
+            channels: self.c as u8,
+            pixels: self.px.into_inner().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
+impl Sink for Bytes8 {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
+        let mut px = self.px.lock().unwrap_or_else(|p| p.into_inner());
+        let rows = t.h.min(self.h.saturating_sub(y0));
+        let cols = t.w.min(self.w.saturating_sub(x0));
+        for y in 0..rows {
+            for x in 0..cols {
+                for ch in 0..self.c {
+                    px[((y0 + y) * self.w + x0 + x) * self.c + ch] = to_u8(t.at(ch, y, x));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A PNG written row by row: tiles of a band of rows are collected until the band is complete and is the
+/// next one in the file, then its rows are compressed and written. Memory: the bands in flight (tiles
+/// finish roughly in row order), not the image.
+struct PngRows {
+    c: usize,
+    h: usize,
+    w: usize,
+    path: PathBuf,
+    state: Mutex<PngState>,
+}
+
+struct PngState {
+    writer: Option<png::StreamWriter<'static, BufWriter<std::fs::File>>>,
+    /// Band start row -> (band pixels, columns filled).
+    bands: BTreeMap<usize, (Vec<u8>, usize, usize)>,
+    next_row: usize,
+}
+
+impl PngRows {
+    fn create(path: &Path, c: usize, h: usize, w: usize) -> anyhow::Result<PngRows> {
+        check_8bit_channels(c)?;
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
+        enc.set_color(if c == 3 {
+            png::ColorType::Rgb
+        } else {
+            png::ColorType::Grayscale
+        });
+        enc.set_depth(png::BitDepth::Eight);
+        let writer = enc
+            .write_header()
+            .and_then(|w| w.into_stream_writer())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(PngRows {
+            c,
+            h,
+            w,
+            path: path.to_path_buf(),
+            state: Mutex::new(PngState {
+                writer: Some(writer),
+                bands: BTreeMap::new(),
+                next_row: 0,
+            }),
+        })
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        let st = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        if st.next_row != self.h {
+            bail!(
+                "{}: internal: {} of {} rows were written",
+                self.path.display(),
+                st.next_row,
+                self.h
+            );
+        }
+        if let Some(w) = st.writer {
+            w.finish()
+                .with_context(|| format!("writing {}", self.path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for PngRows {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
+        let rows = t.h.min(self.h.saturating_sub(y0));
+        let cols = t.w.min(self.w.saturating_sub(x0));
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (c, w) = (self.c, self.w);
+        let band = st
+            .bands
+            .entry(y0)
+            .or_insert_with(|| (vec![0; rows * w * c], 0, rows));
+        for y in 0..rows {
+            for x in 0..cols {
+                for ch in 0..c {
+                    band.0[(y * w + x0 + x) * c + ch] = to_u8(t.at(ch.min(t.c - 1), y, x));
+                }
+            }
+        }
+        band.1 += cols;
+        // Write every complete band that is next in the file.
+        loop {
+            let next = st.next_row;
+            match st.bands.get(&next) {
+                Some((_, filled, _)) if *filled >= w => {}
+                _ => break,
+            }
+            let (px, _, n) = st.bands.remove(&next).expect("present");
+            let io = |e: std::io::Error| bsp_tiling::Error::Io {
+                path: self.path.clone(),
+                source: e,
+            };
+            st.writer
+                .as_mut()
+                .expect("open")
+                .write_all(&px)
+                .map_err(io)?;
+            st.next_row += n;
+        }
+        Ok(())
+    }
+}

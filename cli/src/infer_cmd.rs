@@ -1,0 +1,122 @@
+//! `l3 infer`: any supported network (ONNX, or a TransformerNet in safetensors) over an image of any size
+//! with BSP tiling; the library side is `l3_cli::infer`.
+use anyhow::bail;
+use bsp_tiling::{Budget, Device, Mode, PaddingMode, Precision};
+use l3_cli::infer::{InferRequest, infer_paths, load_model};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct InferArgs {
+    /// The network: an ONNX model (.onnx: the tileable CNN subset, see bsp_tiling::onnx) or a
+    /// TransformerNet in safetensors.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Tile side in input pixels (a multiple of the network's total stride).
+    #[arg(long, default_value_t = 512)]
+    pub tile: usize,
+    /// exact | sampled | naive | whole (also `sampled:N` and `recompute`: exact statistics recomputed
+    /// per normalisation, nothing stored but the output)
+    #[arg(long, default_value = "exact")]
+    pub mode: String,
+    /// cpu. ONNX graphs run on the CPU backend: `cuda` is refused with the reason (no silent CPU run).
+    #[arg(long, default_value = "cpu", value_parser = loader::clap_values::Text::<Device>::new("device"))]
+    pub device: Device,
+    /// Bytes of GPU memory (with --device cuda; refused for graphs, see --device).
+    #[arg(long)]
+    pub gpu_memory: Option<u64>,
+    /// f32 (the CPU computes in f32; f16 needs a GPU).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// TransformerNet safetensors only: padding at the image border (reflect as trained, circular, zero,
+    /// replicate). An ONNX model pads as exported.
+    #[arg(long)]
+    pub padding: Option<String>,
+    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to memory-mapped files.
+    #[arg(long, default_value_t = 2048)]
+    pub ram_budget_mib: u64,
+    /// Where spill files go (default: the system temporary directory).
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+    /// Keep the network's whole output size instead of cropping to the input's size times its scale.
+    #[arg(long)]
+    pub full: bool,
+    /// Factor applied to 8-bit input pixels (0..255): 0.00392156862 (1/255) for networks trained on 0..1.
+    /// `.npy` inputs are taken as they are.
+    #[arg(long, default_value_t = 1.0)]
+    pub in_scale: f32,
+    /// Factor applied to the output before 8-bit clamping (255 for a 0..1 output); `.npy` is raw.
+    #[arg(long, default_value_t = 1.0)]
+    pub out_scale: f32,
+    /// An image the toolkit reads (PNG, JPEG, L3, ...) or a float32 `.npy` (C×H×W).
+    pub input: PathBuf,
+    /// `.npy` (float32 C×H×W, written tile by tile), `.png` (rows streamed), `.l3`, `.ppm`, `.jpg`.
+    pub output: PathBuf,
+}
+
+pub fn run(a: InferArgs) -> anyhow::Result<()> {
+    let Some(mode) = Mode::parse(&a.mode) else {
+        bail!(
+            "unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole",
+            a.mode
+        );
+    };
+    let padding = match &a.padding {
+        None => None,
+        Some(p) => Some(PaddingMode::parse(p).ok_or_else(|| {
+            anyhow::anyhow!("unknown --padding {p:?}: use reflect, circular, zero or replicate")
+        })?),
+    };
+    if Precision::parse(&a.precision) != Some(Precision::F32) {
+        bail!(
+            "--precision {}: the CPU backend that runs graphs computes in f32",
+            a.precision
+        );
+    }
+    if a.device != Device::Cpu {
+        bail!(
+            "--device {}: ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (`l3 stylize --device cuda`)",
+            a.device
+        );
+    }
+    if a.gpu_memory.is_some() {
+        bail!("--gpu-memory budgets a GPU: use it with `l3 stylize --device cuda`");
+    }
+    let g = load_model(&a.model, padding)?;
+    let defaults = bsp_tiling::Options::default();
+    let req = InferRequest {
+        input: a.input.clone(),
+        output: a.output.clone(),
+        mode,
+        tile: a.tile,
+        threads: a.threads.unwrap_or(defaults.threads).max(1),
+        budget: Budget {
+            ram: a.ram_budget_mib << 20,
+            disk: None,
+            spill_dir: a.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+        },
+        full: a.full,
+        in_scale: a.in_scale,
+        out_scale: a.out_scale,
+    };
+    let r = infer_paths(&g, &req)?;
+    let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| {
+        format!("{:.1} MiB", p as f64 / 1048576.0)
+    });
+    eprintln!(
+        "infer: {} {}x{}x{} -> {}x{}x{} mode {} ({} tiles, {} spilled layers) in {:.2} s, peak RSS {rss}",
+        g.name,
+        r.input.0,
+        r.input.1,
+        r.input.2,
+        r.output.0,
+        r.output.1,
+        r.output.2,
+        a.mode,
+        r.info.tiles,
+        r.info.spilled_layers,
+        r.seconds
+    );
+    Ok(())
+}
