@@ -873,6 +873,17 @@ fn check_options(ds: &dyn Dataset, o: &LoaderOptions) -> Result<()> {
     Ok(())
 }
 
+/// Options recorded in a state's `contents` after its first release, with the value every state written
+/// before then implies.
+const ADDED_SINCE_V2: [(&str, &str); 6] = [
+    ("order", "seeded"),
+    ("scale", "none"),
+    ("resize", "none"),
+    ("jitter", "none"),
+    ("interpolation", "bilinear"),
+    ("fill", "0"),
+];
+
 fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Result<()> {
     let check = |what: &str, a: u64, b: u64| {
         if a != b {
@@ -899,8 +910,8 @@ fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Resu
         for (k, v) in &ours {
             match saved.iter().find(|(sk, _)| sk == k) {
                 Some((_, sv)) if sv == v => {}
-                // States written before the order was recorded all had the seeded order.
-                None if k == "order" && v == "seeded" => {}
+                // A state from a build that did not record this option yet had its default then.
+                None if ADDED_SINCE_V2.contains(&(k.as_str(), v.as_str())) => {}
                 Some((_, sv)) => {
                     return Err(Error::Resume(format!(
                         "state has {k} {sv}, options have {k} {v}"

@@ -292,7 +292,41 @@ fn resume_after_n_batches_equals_an_uninterrupted_run() {
         prefetch: o.prefetch + 1,
         ..o.clone()
     };
-    assert!(Loader::resume(ds, more_threads, st).is_ok());
+    assert!(Loader::resume(ds.clone(), more_threads, st.clone()).is_ok());
+    // A state written before the order and the resize recipes were recorded still loads (it implies
+    // their defaults); one missing an option recorded from the start is refused by name.
+    let contents = st.contents.clone().unwrap();
+    let older: Vec<&str> = contents
+        .split(';')
+        .filter(|p| {
+            !["order", "scale", "resize", "jitter", "interpolation", "fill"]
+                .iter()
+                .any(|k| p.starts_with(&format!("{k}:")))
+        })
+        .collect();
+    let older = LoaderState {
+        contents: Some(older.join(";")),
+        ..st.clone()
+    };
+    assert!(Loader::resume(ds.clone(), o.clone(), older.clone()).is_ok());
+    let no_crop = LoaderState {
+        contents: older.contents.as_ref().map(|c| {
+            c.split(';')
+                .filter(|p| !p.starts_with("crop:"))
+                .collect::<Vec<_>>()
+                .join(";")
+        }),
+        ..older
+    };
+    assert!(refused_state(&ds, &o, no_crop).contains("crop"));
+}
+
+fn refused_state(ds: &Arc<dyn Dataset>, o: &LoaderOptions, st: LoaderState) -> String {
+    match Loader::resume(ds.clone(), o.clone(), st) {
+        Err(Error::Resume(why)) => why,
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("resumed a state missing an option"),
+    }
 }
 
 #[test]
