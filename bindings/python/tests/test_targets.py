@@ -61,15 +61,37 @@ def loader(root, **kw):
     )
 
 
-def center_window(h, w):
-    """The centre window (top, left, height, width) and where it lands (dy, dx), as the loader cuts it."""
-    ch, cw = CROP
-    top, dy = ((h - ch) // 2, 0) if h >= ch else (0, (ch - h) // 2)
-    left, dx = ((w - cw) // 2, 0) if w >= cw else (0, (cw - w) // 2)
-    return top, left, min(h, ch), min(w, cw), dy, dx
+def torch_nearest(n_in: int, n_out: int) -> np.ndarray:
+    """PyTorch's ``interpolate(mode="nearest")`` source indices: ``floor(j * (in / out))`` in float32."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
+
+
+def expected_boxes(boxes, top, left, h, w, out_h, out_w, flipped, dy=0, dx=0):
+    """Boxes through a window (top, left, h, w) resized to (out_h, out_w), landing at (dy, dx)."""
+    exp = []
+    for x1, y1, x2, y2, c in boxes:
+        a = (np.array([x1, x2]) - left) * out_w / w
+        if flipped:
+            a = out_w - a[::-1]
+        a = np.clip(a + dx, dx, dx + out_w)
+        t = np.clip((np.array([y1, y2]) - top) * out_h / h + dy, dy, dy + out_h)
+        if a[1] - a[0] >= 1 and t[1] - t[0] >= 1:
+            exp.append((a[0], t[0], a[1], t[1], c))
+    return sorted(exp)
+
+
+def check_boxes(b, i, exp, name):
+    got = sorted((*map(float, bx), int(c)) for bx, c in zip(b.boxes[i], b.box_labels[i]))
+    assert b.boxes[i].dtype == np.float32 and b.boxes[i].shape == (len(got), 4)
+    assert b.box_labels[i].dtype == np.int64
+    assert len(got) == len(exp), (name, got, exp)
+    for g, e in zip(got, exp):
+        assert np.allclose(g[:4], e[:4], atol=1e-3) and g[4] == e[4], (name, g, e)
 
 
 def test_masks_and_boxes_match_pillow_and_an_independent_computation(tree):
+    """Centre crops: the mask is Pillow's crop of the label map at ``batch.windows``, padded with 255."""
     root, truth = tree
     names = sorted(truth)
     seen = []
@@ -81,30 +103,45 @@ def test_masks_and_boxes_match_pillow_and_an_independent_computation(tree):
             for i, idx in enumerate(b.indices):
                 name = names[idx]
                 rgb, label, boxes = truth[name]
-                top, left, h, w, dy, dx = center_window(*label.shape)
+                top, left, h, w = (int(v) for v in b.windows[i])
+                assert (h, w) == tuple(b.sizes[i]) and not b.flipped[i]
+                dy, dx = (CROP[0] - h) // 2, (CROP[1] - w) // 2
                 want = np.full(CROP, 255, np.uint8)
                 crop = Image.fromarray(label).crop((left, top, left + w, top + h))
                 want[dy:dy + h, dx:dx + w] = np.asarray(crop)
                 np.testing.assert_array_equal(m[i], want, err_msg=name)
-                exp = []
-                for x1, y1, x2, y2, c in boxes:
-                    a = np.clip([x1 - left + dx, x2 - left + dx], dx, dx + w)
-                    t = np.clip([y1 - top + dy, y2 - top + dy], dy, dy + h)
-                    if a[1] - a[0] >= 1 and t[1] - t[0] >= 1:
-                        exp.append((a[0], t[0], a[1], t[1], c))
-                got = [(*map(float, bx), int(c)) for bx, c in zip(b.boxes[i], b.box_labels[i])]
-                assert b.boxes[i].dtype == np.float32 and b.boxes[i].shape == (len(got), 4)
-                assert b.box_labels[i].dtype == np.int64
-                assert len(got) == len(exp), name
-                for g, e in zip(sorted(got), sorted(exp)):
-                    assert np.allclose(g[:4], e[:4], atol=1e-3) and g[4] == e[4], (name, g, e)
+                check_boxes(b, i, expected_boxes(boxes, top, left, h, w, h, w, False, dy, dx), name)
                 seen.append(idx)
     assert sorted(seen) == list(range(len(names)))
 
 
-def test_random_crops_and_flips_keep_masks_on_their_images(tree):
+def test_random_resized_crops_follow_the_windows(tree):
+    """``scale=``: each mask is its window resized by PyTorch's nearest rule, mirrored as ``flipped`` says;
+    boxes within 1e-3 px of the same geometry computed here."""
     root, truth = tree
-    with loader(root, random_crop=True, flip=True, epochs=2) as ld:
+    names = sorted(truth)
+    with loader(root, shuffle=False, scale=(0.1, 1.0), flip=True, epochs=2) as ld:
+        flips = set()
+        for b in ld:
+            m = np.from_dlpack(b.masks)
+            for i, idx in enumerate(b.indices):
+                rgb, label, boxes = truth[names[idx]]
+                top, left, h, w = (int(v) for v in b.windows[i])
+                rows, cols = top + torch_nearest(h, CROP[0]), left + torch_nearest(w, CROP[1])
+                want = label[np.ix_(rows, cols)]
+                if b.flipped[i]:
+                    want = want[:, ::-1]
+                flips.add(bool(b.flipped[i]))
+                np.testing.assert_array_equal(m[i], want, err_msg=names[idx])
+                exp = expected_boxes(boxes, top, left, h, w, *CROP, bool(b.flipped[i]))
+                check_boxes(b, i, exp, names[idx])
+    assert flips == {True, False}
+
+
+def test_random_crops_and_flips_keep_masks_on_their_images(tree):
+    """Whatever the recipe, with nearest images a mask equals its quantised image wherever the image is."""
+    root, truth = tree
+    with loader(root, random_crop=True, flip=True, epochs=2, jitter=(0.5, 2.0), interpolation="nearest") as ld:
         seen = []
         for b in ld:
             x = np.from_dlpack(b.images)
@@ -139,14 +176,17 @@ def test_against_torchvision_where_installed(tree):
         from torchvision import tv_tensors
         from torchvision.transforms.v2 import functional as F
     except ImportError as e:
-        pytest.skip(f"torchvision is not installed ({e}); the Pillow comparison above covers the crop")
+        pytest.skip(f"torchvision is not installed ({e}); numpy's PyTorch nearest rule above stands in")
     root, truth = tree
     names = sorted(truth)
-    with loader(root, shuffle=False) as ld:
+    with loader(root, shuffle=False, scale=(0.1, 1.0), flip=True) as ld:
         for b in ld:
             m = torch.from_dlpack(b.masks)
             for i, idx in enumerate(b.indices):
-                rgb, label, _ = truth[names[idx]]
-                top, left, h, w, dy, dx = center_window(*label.shape)
-                ref = F.crop(tv_tensors.Mask(torch.from_numpy(label)[None]), top, left, h, w)[0]
-                assert torch.equal(m[i, dy:dy + h, dx:dx + w], ref)
+                rgb, label, boxes = truth[names[idx]]
+                top, left, h, w = (int(v) for v in b.windows[i])
+                mask = tv_tensors.Mask(torch.from_numpy(label)[None])
+                ref = F.resized_crop(mask, top, left, h, w, list(CROP))
+                if b.flipped[i]:
+                    ref = F.horizontal_flip(ref)
+                assert torch.equal(m[i], ref[0]), names[idx]

@@ -50,7 +50,7 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
 }
 
 /// An item's targets, after its image: its mask (read now when the read stage did not, as under the
-/// Liquid order) written into its mask slot with the image's placement, and its boxes.
+/// Liquid order) written into its mask slot with the image's geometry, and its boxes.
 fn targets(
     ctx: &Ctx,
     t: &Targets,
