@@ -160,6 +160,9 @@ impl NpyWriter {
 
 impl crate::field::Sink for NpyWriter {
     fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
-        self.put(y0, x0, t).map_err(|source| Error::Io { path: self.path.clone(), source })
+        self.put(y0, x0, t).map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
+        })
     }
 }

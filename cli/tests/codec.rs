@@ -321,6 +321,8 @@ fn every_format_round_trips_and_info_names_it() {
             );
             assert!(field(&info, "channels:").contains(kind));
             let crc = field(&info, "crc32c:");
+            let n: usize = field(&info, "patch size:").parse().unwrap();
+            let p = (w as usize).div_ceil(n) * (h as usize).div_ceil(n);
             if *version == 2 {
                 // The last four bytes, as the line prints them.
                 let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().unwrap());
@@ -333,8 +335,6 @@ fn every_format_round_trips_and_info_names_it() {
             } else {
                 assert!(crc.starts_with("none"));
             }
-            let n: usize = field(&info, "patch size:").parse().unwrap();
-            let p = (w as usize).div_ceil(n) * (h as usize).div_ceil(n);
             let data: usize = field(&info, "patch data bytes:").parse().unwrap();
             match expected_patch_data(bytes.len(), *version, profile, c, p) {
                 Some(want) => assert_eq!(data, want, "{args:?}"),

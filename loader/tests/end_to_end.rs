@@ -299,9 +299,16 @@ fn resume_after_n_batches_equals_an_uninterrupted_run() {
     let older: Vec<&str> = contents
         .split(';')
         .filter(|p| {
-            !["order", "scale", "resize", "jitter", "interpolation", "fill"]
-                .iter()
-                .any(|k| p.starts_with(&format!("{k}:")))
+            ![
+                "order",
+                "scale",
+                "resize",
+                "jitter",
+                "interpolation",
+                "fill",
+            ]
+            .iter()
+            .any(|k| p.starts_with(&format!("{k}:")))
         })
         .collect();
     let older = LoaderState {
