@@ -39,9 +39,10 @@ pub struct InferArgs {
     /// Where spill files go (default: the system temporary directory).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
-    /// Keep the network's whole output size instead of cropping to the input's size times its scale.
+    /// Crop the output to the input's size times the network's scale (by default it is the network's
+    /// whole output, as onnxruntime gives it).
     #[arg(long)]
-    pub full: bool,
+    pub crop_to_input: bool,
     /// Factor applied to 8-bit input pixels (0..255): 0.00392156862 (1/255) for networks trained on 0..1.
     /// `.npy` inputs are taken as they are.
     #[arg(long, default_value_t = 1.0)]
@@ -96,7 +97,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
             disk: None,
             spill_dir: a.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
         },
-        full: a.full,
+        full: !a.crop_to_input,
         in_scale: a.in_scale,
         out_scale: a.out_scale,
     };

@@ -89,12 +89,13 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 /// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.png`` with rows
 /// streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are ``out_scale`` times the output, clamped) the
 /// result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
-/// The output is cropped to the input size times the network's scale unless ``full=True``.
+/// The output is the network's, as onnxruntime gives it; ``crop_to_input=True`` crops it to the input's size
+/// times the network's scale (what ``stylize`` does for a TransformerNet, which pads sides to a multiple of 4).
 /// ``device``: ``"cpu"`` only — graphs run on the CPU backend (``"cuda"`` raises, never runs on the CPU).
 #[pyfunction]
 #[pyo3(signature = (
     image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
-    spill_dir=None, full=false, in_scale=1.0, out_scale=1.0, device=None
+    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn infer<'py>(
@@ -107,7 +108,7 @@ pub fn infer<'py>(
     threads: Option<usize>,
     ram_budget_mib: u64,
     spill_dir: Option<PathBuf>,
-    full: bool,
+    crop_to_input: bool,
     in_scale: f32,
     out_scale: f32,
     device: Option<Bound<'py, PyAny>>,
@@ -205,7 +206,7 @@ pub fn infer<'py>(
             disk: None,
             spill_dir: spill_dir.unwrap_or_else(std::env::temp_dir),
         },
-        full,
+        full: !crop_to_input,
         in_scale,
         out_scale,
     };

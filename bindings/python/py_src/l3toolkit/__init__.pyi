@@ -117,7 +117,7 @@ def infer(
     threads: Optional[int] = None,
     ram_budget_mib: int = 2048,
     spill_dir: Optional[_Path] = None,
-    full: bool = False,
+    crop_to_input: bool = False,
     in_scale: float = 1.0,
     out_scale: float = 1.0,
     device: Any = "cpu",
