@@ -278,31 +278,28 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     let t0 = std::time::Instant::now();
     let out_ext = ext(&req.output);
     let tmp = stdx_tmp(&req.output);
+    let run = |sink: &dyn Sink| {
+        bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, sink)
+    };
+    // Image outputs get `out_scale` before 8-bit clamping; `.npy` gets the raw output.
+    let run_scaled = |sink: &dyn Sink| {
+        run(&ScaledSink {
+            inner: sink,
+            scale: req.out_scale,
+        })
+    };
     let info = match out_ext.as_str() {
         "npy" => {
             let wr = npy::NpyWriter::create(&tmp, c, oh, ow)
                 .with_context(|| format!("creating {}", tmp.display()))?;
-            let info =
-                bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, &wr)?;
+            let info = run(&wr)?;
             wr.finish()
                 .with_context(|| format!("writing {}", tmp.display()))?;
             info
         }
         "png" => {
             let sink = PngRows::create(&tmp, c, oh, ow)?;
-            let scaled = ScaledSink {
-                inner: &sink,
-                scale: req.out_scale,
-            };
-            let info = bsp_tiling::run_graph(
-                g,
-                input,
-                req.mode,
-                req.tile,
-                req.threads,
-                &req.budget,
-                &scaled,
-            )?;
+            let info = run_scaled(&sink)?;
             sink.finish()?;
             info
         }
@@ -313,19 +310,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
                 _ => loader::convert::Target::Raw,
             };
             let sink = Bytes8::new(c, oh, ow)?;
-            let scaled = ScaledSink {
-                inner: &sink,
-                scale: req.out_scale,
-            };
-            let info = bsp_tiling::run_graph(
-                g,
-                input,
-                req.mode,
-                req.tile,
-                req.threads,
-                &req.budget,
-                &scaled,
-            )?;
+            let info = run_scaled(&sink)?;
             let img = sink.into_image();
             let bytes = loader::convert::encode(&img, target)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
