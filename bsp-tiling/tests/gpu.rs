@@ -2,7 +2,7 @@
 //! (f32: max abs ≤ 1e-3, the figure printed), f16 GEMM operands (error printed), every mode, and device
 //! memory within the budget. They need a CUDA GPU and are `#[ignore = "needs a CUDA GPU"]`, so that a
 //! machine without one lists them as ignored, not passed; on a GPU machine run them with
-//! `--include-ignored` (gpu-check/check.sh does), where a GPU that cannot be used fails them with the reason.
+//! `--include-ignored` (gpu-bin/run.sh, built by `cargo xtask gpu-bundle`, does), where a GPU that cannot be used fails them with the reason.
 //! The error-path test at the end needs no GPU and runs everywhere.
 
 mod common;
@@ -192,8 +192,15 @@ fn gpu_tiled_equals_whole_f32() {
                 c.max_abs,
                 wg.max_abs
             );
-            assert!(t.max_abs <= 1e-3, "{name}: tiled vs whole {t:?}");
-            assert!(c.max_abs <= 1e-3, "{name}: tiled vs CPU {c:?}");
+            // Relative to the output's largest magnitude (a style network's reaches the hundreds): the
+            // same device's tiled and whole runs differ only in f32 summation order, the CPU's more.
+            let scale = gpu_whole.data.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            eprintln!(
+                "{name}: largest |output| {scale:.3e}; tiled vs whole relative {:.3e}",
+                t.max_abs / scale
+            );
+            assert!(t.max_abs <= 1e-5 * scale, "{name}: tiled vs whole {t:?}");
+            assert!(c.max_abs <= 1e-4 * scale, "{name}: tiled vs CPU {c:?}");
         }
     }
 }

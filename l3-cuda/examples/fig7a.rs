@@ -13,10 +13,12 @@
 //!   batches only.
 //!
 //! ```text
-//! fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--batch 16] [--min-secs 3] [--json FILE]
+//! fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch 16]
+//!       [--min-secs 3] [--json FILE]
 //! ```
 //! DATA holds `hd/`, `fhd/`, `uhd/` with `*.png` of exactly that size (from `scripts/prepare_data.py`);
-//! each is encoded to `*.l3` beside it on first use (default patch size). One JSON object per measurement
+//! each is encoded to `*.l3` (v1, the paper's format; the default) or `*.v2-bp.l3` / `*.v2-ans.l3` beside
+//! it on first use (each format's default patch size); rows of a version-2 format end in its name. One JSON object per measurement
 //! is appended to FILE (default `DATA/l3.jsonl`), and a table is printed.
 
 use l3_cuda::cudarc::driver::{CudaSlice, PinnedHostSlice};
@@ -36,6 +38,7 @@ struct Args {
     data: PathBuf,
     what: Vec<String>,
     res: Vec<String>,
+    formats: Vec<String>,
     batch: usize,
     min: Duration,
     json: PathBuf,
@@ -44,13 +47,14 @@ struct Args {
 fn args() -> Res<Args> {
     let mut it = std::env::args().skip(1);
     let data = PathBuf::from(it.next().ok_or(
-        "usage: fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--batch N] [--min-secs S] [--json FILE]",
+        "usage: fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch N] [--min-secs S] [--json FILE]",
     )?);
     let mut a = Args {
         json: data.join("l3.jsonl"),
         data,
         what: vec!["kernel".into(), "gpu".into(), "cpu".into()],
         res: vec!["hd".into(), "fhd".into(), "uhd".into()],
+        formats: vec!["v1".into()],
         batch: 16,
         min: Duration::from_secs(3),
     };
@@ -60,11 +64,15 @@ fn args() -> Res<Args> {
         match flag.as_str() {
             "--what" => a.what = list(&v),
             "--res" => a.res = list(&v),
+            "--formats" => a.formats = list(&v),
             "--batch" => a.batch = v.parse()?,
             "--min-secs" => a.min = Duration::from_secs_f64(v.parse()?),
             "--json" => a.json = v.into(),
             _ => return Err(format!("unknown option {flag}").into()),
         }
+    }
+    for f in &a.formats {
+        format_named(f)?;
     }
     if a.batch == 0 {
         return Err("--batch must be at least 1".into());
@@ -72,8 +80,19 @@ fn args() -> Res<Args> {
     Ok(a)
 }
 
-/// The L3 files of one resolution (encoded from the PNGs on first use), sorted.
-fn l3_files(dir: &Path) -> Res<Vec<PathBuf>> {
+/// The format a `--formats` name means.
+fn format_named(name: &str) -> Res<l3_format::Format> {
+    use l3_format::{Format, Profile};
+    match name {
+        "v1" => Ok(Format::V1),
+        "v2-bp" => Ok(Format::V2(Profile::Bp)),
+        "v2-ans" => Ok(Format::V2(Profile::Ans)),
+        _ => Err(format!("unknown format {name:?} (v1, v2-bp or v2-ans)").into()),
+    }
+}
+
+/// The L3 files of one resolution in format `fmt` (encoded from the PNGs on first use), sorted.
+fn l3_files(dir: &Path, fmt: &str) -> Res<Vec<PathBuf>> {
     let mut pngs: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "png"))
@@ -81,7 +100,10 @@ fn l3_files(dir: &Path) -> Res<Vec<PathBuf>> {
     pngs.sort();
     let mut out = Vec::new();
     for png_path in pngs {
-        let l3 = png_path.with_extension("l3");
+        let l3 = match fmt {
+            "v1" => png_path.with_extension("l3"),
+            _ => png_path.with_extension(format!("{fmt}.l3")),
+        };
         if !l3.exists() {
             let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path)?));
             let mut reader = dec.read_info()?;
@@ -92,8 +114,12 @@ fn l3_files(dir: &Path) -> Res<Vec<PathBuf>> {
             }
             buf.truncate(info.buffer_size());
             let c = info.color_type.samples() as u8;
-            let n = l3_format::default_patch_size(info.width, info.height);
-            let file = l3_format::encode_parallel(&buf, info.width, info.height, c, n, 0)?;
+            let opts = l3_format::EncodeOptions {
+                format: format_named(fmt)?,
+                threads: 0,
+                ..l3_format::EncodeOptions::default()
+            };
+            let file = l3_format::encode_with(&buf, info.width, info.height, c, &opts)?;
             std::fs::write(&l3, file)?;
         }
         out.push(l3);
@@ -165,40 +191,48 @@ fn main() -> Res<()> {
         .iter()
         .filter(|r| a.res.iter().any(|x| x == r.0))
     {
-        let paths = l3_files(&a.data.join(res))?;
-        let batch: Vec<PathBuf> = paths.iter().cycle().take(a.batch).cloned().collect();
-        let files: Vec<Vec<u8>> = batch.iter().map(std::fs::read).collect::<Result<_, _>>()?;
-        for f in &files {
-            let p = l3_format::L3File::parse(f)?;
-            if (p.width(), p.height()) != (w, h) {
-                return Err(format!(
-                    "{res}: an image is {}x{}, not {w}x{h}",
-                    p.width(),
-                    p.height()
-                )
-                .into());
-            }
-        }
-        let want = |x: &str| a.what.iter().any(|v| v == x);
-        if let Some(dec) = decoder.as_mut() {
-            if want("kernel") {
-                for (layout, dtype, normalize) in [
-                    (Layout::Nhwc, DType::U8, None),
-                    (Layout::Nchw, DType::F16, Some(Normalize::IMAGENET)),
-                ] {
-                    let row =
-                        kernel_speed(dec, res, &files, w, h, layout, dtype, normalize, a.min)?;
-                    emit(&a.json, w, h, &row)?;
+        for fmt in &a.formats {
+            let paths = l3_files(&a.data.join(res), fmt)?;
+            let batch: Vec<PathBuf> = paths.iter().cycle().take(a.batch).cloned().collect();
+            let files: Vec<Vec<u8>> = batch.iter().map(std::fs::read).collect::<Result<_, _>>()?;
+            for f in &files {
+                let p = l3_format::L3File::parse(f)?;
+                if (p.width(), p.height()) != (w, h) {
+                    return Err(format!(
+                        "{res}: an image is {}x{}, not {w}x{h}",
+                        p.width(),
+                        p.height()
+                    )
+                    .into());
                 }
             }
-            if want("gpu") {
-                let row = gpu_end_to_end(dec, res, &batch, w, h, a.min)?;
-                emit(&a.json, w, h, &row)?;
+            let named = |mut row: Row| {
+                if fmt != "v1" {
+                    row.method = format!("{} {fmt}", row.method);
+                }
+                row
+            };
+            let want = |x: &str| a.what.iter().any(|v| v == x);
+            if let Some(dec) = decoder.as_mut() {
+                if want("kernel") {
+                    for (layout, dtype, normalize) in [
+                        (Layout::Nhwc, DType::U8, None),
+                        (Layout::Nchw, DType::F16, Some(Normalize::IMAGENET)),
+                    ] {
+                        let row =
+                            kernel_speed(dec, res, &files, w, h, layout, dtype, normalize, a.min)?;
+                        emit(&a.json, w, h, &named(row))?;
+                    }
+                }
+                if want("gpu") {
+                    let row = gpu_end_to_end(dec, res, &batch, w, h, a.min)?;
+                    emit(&a.json, w, h, &named(row))?;
+                }
             }
-        }
-        if want("cpu") {
-            let row = cpu_end_to_end(decoder.as_ref(), res, &batch, w, h, a.min)?;
-            emit(&a.json, w, h, &row)?;
+            if want("cpu") {
+                let row = cpu_end_to_end(decoder.as_ref(), res, &batch, w, h, a.min)?;
+                emit(&a.json, w, h, &named(row))?;
+            }
         }
     }
     Ok(())

@@ -9,19 +9,36 @@ than with the synthetic tensor.
     python3 l3-cuda/scripts/overlap_l3toolkit.py DATA/fhd [--batch 128] [--steps 60] [--warmup 15]
         [--json OUT/overlap.jsonl]
 
-DATA/fhd holds the *.l3 files the `fig7a` example writes (gpu-check/check.sh's `prepare` and `kernel` or
+DATA/fhd holds the *.l3 files the `fig7a` example writes (gpu-bin/run.sh's `prepare` and `kernel` or
 `fig7a` steps). Each batch reaches torch without a copy through DLPack: ``torch.from_dlpack`` on the
 batch's images while the compute stream is current, which makes that stream wait for the decode.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 
 import torch
 import torchvision
 
 import l3toolkit
+
+
+def dataset_of(data, batch):
+    """A folder holding only the version-1 L3 files of `data` (beside them are the PNG and JPEG sources and
+    other formats' files, and a dataset folder holds each image once), each hard-linked under as many
+    names as two batches need, so that `drop_last` leaves whole batches."""
+    files = sorted(f for f in os.listdir(data) if f.endswith(".l3") and ".v2-" not in f)
+    if not files:
+        sys.exit(f"overlap: no .l3 files in {data} (run the fig7a example first)")
+    out = tempfile.mkdtemp(prefix="l3-overlap-")
+    copies = -(-2 * batch // len(files))
+    for k in range(copies):
+        for f in files:
+            os.link(os.path.join(data, f), os.path.join(out, f"{k:03d}-{f}"))
+    return out
 
 
 def main():
@@ -76,7 +93,7 @@ def main():
 
     def l3_batches():
         loader = l3toolkit.Loader(
-            args.data,
+            dataset_of(args.data, args.batch),
             args.batch,
             crop=(224, 224),
             random_crop=True,
@@ -89,10 +106,14 @@ def main():
             drop_last=True,
         )
         while True:
+            delivered = 0
             for batch in loader:
+                delivered += 1
                 # Consumed under `torch.cuda.stream(compute)`: torch passes that stream to __dlpack__, which
                 # makes it wait for the decode; the tensor shares the batch's device memory.
                 yield torch.from_dlpack(batch.images)
+            if delivered == 0:
+                sys.exit("overlap: the loader delivered no batch in an epoch")
 
     before = timed(synthetic_batches(), args.steps)
     l3 = timed(l3_batches(), args.steps)

@@ -1,6 +1,6 @@
 //! GPU tests: decoded bytes equal the CPU decoder's byte for byte. They need a CUDA GPU and are
 //! `#[ignore = "needs a CUDA GPU"]`, so that a machine without one lists them as ignored, not passed; on a
-//! GPU machine run them with `--include-ignored` (gpu-check/check.sh does), where a GPU that cannot be used
+//! GPU machine run them with `--include-ignored` (gpu-bin/run.sh, built by `cargo xtask gpu-bundle`, does), where a GPU that cannot be used
 //! fails them with the reason. The error-path tests at the end need no GPU and run everywhere.
 
 mod common;
@@ -94,12 +94,13 @@ fn gpu_normalised_float_outputs_match() {
 }
 
 /// Every PNG of ../shared/corpus at full resolution (the JPEGs' pixels come from a lossy decoder and add
-/// nothing a PNG does not), encoded with the default patch size, decoded in one mixed batch.
+/// nothing a PNG does not), encoded as version 1, version 2-BP and version 2-ANS with the default patch
+/// size, each format decoded in one mixed batch, both layouts.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_corpus_matches_cpu_decoder() {
     let mut dec = decoder();
-    let mut imgs = Vec::new();
+    let mut corpus = Vec::new();
     for name in [
         "UbuntuMateCold.png",
         "Gulp-rgba.png",
@@ -108,23 +109,40 @@ fn gpu_corpus_matches_cpu_decoder() {
         "Kokkini.png",
         "Altai.png",
     ] {
-        let Some((px, w, h, c)) = common::corpus_png(name) else {
+        let Some(image) = common::corpus_png(name) else {
             eprintln!("skipping: corpus image {name} not found in ../shared/corpus");
             return;
         };
-        let n = l3_format::default_patch_size(w, h);
-        imgs.push(TestImage {
-            file: l3_format::encode(&px, w, h, c, n).unwrap(),
-            label: name.into(),
-        });
+        corpus.push((name, image));
     }
-    for layout in [Layout::Nhwc, Layout::Nchw] {
-        decode_and_check(
-            &mut dec,
-            &imgs,
-            &u8_opts(layout),
-            &format!("corpus {layout:?}"),
-        );
+    let formats = [
+        l3_format::Format::V1,
+        l3_format::Format::V2(l3_format::Profile::Bp),
+        l3_format::Format::V2(l3_format::Profile::Ans),
+    ];
+    for format in formats {
+        let imgs: Vec<TestImage> = corpus
+            .iter()
+            .map(|(name, (px, w, h, c))| {
+                let opts = l3_format::EncodeOptions {
+                    format,
+                    ..l3_format::EncodeOptions::default()
+                };
+                TestImage {
+                    file: l3_format::encode_with(px, *w, *h, *c, &opts).unwrap(),
+                    label: format!("{name} {format:?}"),
+                }
+            })
+            .collect();
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            decode_and_check(
+                &mut dec,
+                &imgs,
+                &u8_opts(layout),
+                &format!("corpus {format:?} {layout:?}"),
+            );
+        }
+        eprintln!("corpus {format:?}: {} images byte-exact", imgs.len());
     }
 }
 
@@ -277,7 +295,8 @@ fn gpu_v2_batches_match_cpu_decoder() {
 fn gpu_v2_corrupt_patch_reported_by_batch_index() {
     let mut dec = decoder();
     let mut rng = Rng(77);
-    let good = common::image_v2(
+    // Without entry CRCs: with them, the host finds the damage before the launch (tested on the CPU).
+    let good = common::image_v2_with(
         90,
         70,
         3,
@@ -285,6 +304,7 @@ fn gpu_v2_corrupt_patch_reported_by_batch_index() {
         l3_format::Profile::Ans,
         Content::Smooth,
         &mut rng,
+        false,
     );
     let mut bad = good.file.clone();
     let (at, decoded_len) = {

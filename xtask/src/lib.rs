@@ -11,6 +11,10 @@ use std::process::Command;
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
+    // A binary carried to another machine (the GPU bundle's `l3-bench`) is told where the tree is now.
+    if let Some(root) = std::env::var_os("L3_WORKSPACE_ROOT") {
+        return root.into();
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask has a parent")

@@ -2,9 +2,13 @@
 //!
 //! `cargo xtask bench [SECTION]`: the papers' tables and figures on real images, from the `l3-bench` crate
 //! (`bench/`), built in release and run with the arguments given (see `bench.rs`).
+//!
+//! `cargo xtask gpu-bundle`: the GPU bundle, built and rehearsed here, run on a GPU machine (see
+//! `gpu_bundle.rs`).
 #![deny(unsafe_code)]
 
 mod bench;
+mod gpu_bundle;
 mod test;
 
 use std::process::ExitCode;
@@ -14,9 +18,10 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("bench") => bench::main(&args[1..]),
         Some("test") => test::main(&args[1..]),
+        Some("gpu-bundle") => gpu_bundle::main(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask test [rust|python] [-- PYTEST_ARGS]\n       cargo xtask bench [SECTION]   (cargo xtask bench --help lists the sections)"
+                "usage: cargo xtask test [rust|python] [-- PYTEST_ARGS]\n       cargo xtask bench [SECTION]   (cargo xtask bench --help lists the sections)\n       cargo xtask gpu-bundle [CARGO FLAGS]"
             );
             ExitCode::from(2)
         }

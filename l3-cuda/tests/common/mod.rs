@@ -317,7 +317,7 @@ pub fn crop(px: &[u8], w: u32, c: u8, x0: u32, y0: u32, cw: u32, ch: u32) -> Vec
     out
 }
 
-/// Where the corpus may be: `$L3_CORPUS` (set by gpu-check/check.sh on a machine where the binaries were
+/// Where the corpus may be: `$L3_CORPUS` (set by gpu-bin/run.sh on a machine where the binaries were
 /// carried), beside the source tree this was built from, or relative to the working directory.
 pub fn corpus_dirs() -> Vec<std::path::PathBuf> {
     let mut dirs = Vec::new();

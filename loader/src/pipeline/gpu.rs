@@ -285,10 +285,15 @@ impl GpuStage {
         msgs
     }
 
-    /// An item the GPU decoder rejected (corrupt file, rows or patch), as that item's decode error.
+    /// An item the GPU decoder rejected (corrupt file, rows or patch), as that item's decode error. A
+    /// file the host plan rejects gets the CPU decoder's words: the batch index means nothing here.
     fn item_failed(&self, e: Entry, why: l3_cuda::Error) -> ToAssembler {
         let path = self.ctx.ds.source(e.job.index);
-        ToAssembler::Item(e.done(Err(Error::decode(path, "l3", why))))
+        let error = match why {
+            l3_cuda::Error::Image { source, .. } => Error::decode(path, "l3", source),
+            other => Error::decode(path, "l3", other),
+        };
+        ToAssembler::Item(e.done(Err(error)))
     }
 
     /// The device failed on a batch: decode it on the CPU when the caller allowed it, else fail the run
