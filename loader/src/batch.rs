@@ -7,7 +7,7 @@ use crate::sample::{DType, Layout};
 use std::time::Duration;
 use vocab::{Device, Geometry, Rect};
 
-/// A dense batch tensor `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW) of `u8`, `f16` or `f32` elements,
+/// A dense batch tensor `[n, h, w, c]` (NHWC) or `[n, c, h, w]` (NCHW) of `u8`, `f16` or `f32` elements,
 /// in host memory or on a CUDA device ([`device`](Tensor::device)).
 ///
 /// Host tensors live in 64-byte-aligned memory that returns to the loader's pool when the tensor is
@@ -258,7 +258,7 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
-    /// `[n, h, w, 3]` for NHWC or `[n, 3, h, w]` for NCHW.
+    /// `[n, h, w, c]` for NHWC or `[n, c, h, w]` for NCHW (`c`: the spec's channels, 3 by default).
     pub fn shape(&self) -> [usize; 4] {
         self.pixels.shape()
     }

@@ -69,7 +69,7 @@ impl LoaderState {
             .join(";");
         format!(
             "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
-             {recipe};interpolation:{};fill:{};order:{}{}",
+             {recipe};interpolation:{};fill:{};channels:{};order:{}{}",
             s.height,
             s.width,
             s.crop,
@@ -82,6 +82,7 @@ impl LoaderState {
             normalize,
             s.interpolation,
             s.fill,
+            s.channels,
             order,
             o.targets.contents()
         )
@@ -875,13 +876,14 @@ fn check_options(ds: &dyn Dataset, o: &LoaderOptions) -> Result<()> {
 
 /// Options recorded in a state's `contents` after its first release, with the value every state written
 /// before then implies.
-const ADDED_SINCE_V2: [(&str, &str); 6] = [
+const ADDED_SINCE_V2: [(&str, &str); 7] = [
     ("order", "seeded"),
     ("scale", "none"),
     ("resize", "none"),
     ("jitter", "none"),
     ("interpolation", "bilinear"),
     ("fill", "0"),
+    ("channels", "3"),
 ];
 
 fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Result<()> {

@@ -182,6 +182,13 @@ impl LoaderOptions {
                 "none with a CUDA device (the GPU path does not resample yet; use device cpu)",
             ));
         }
+        if self.device.is_cuda() && self.sample.channels != 3 {
+            return Err(Invalid::new(
+                "channels",
+                self.sample.channels,
+                "3 with a CUDA device (the GPU path writes RGB samples; use device cpu)",
+            ));
+        }
         if self.device.is_cuda() && self.sample.fill != 0 {
             return Err(Invalid::new(
                 "fill",
@@ -328,9 +335,20 @@ impl std::str::FromStr for Bytes {
     }
 }
 
-/// Three per-channel values: `a,b,c`.
+/// Three per-channel values: `a,b,c` (one number `a` stands for `a,a,a`: a luma sample's).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PerChannel(pub [f32; 3]);
+
+impl PerChannel {
+    /// Three values, or one for all three; `None` for any other count.
+    pub fn from_values(v: &[f32]) -> Option<PerChannel> {
+        match *v {
+            [a] => Some(PerChannel([a; 3])),
+            [a, b, c] => Some(PerChannel([a, b, c])),
+            _ => None,
+        }
+    }
+}
 
 impl std::fmt::Display for PerChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -343,9 +361,8 @@ impl std::str::FromStr for PerChannel {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<PerChannel, Invalid> {
         let v: Option<Vec<f32>> = s.split(',').map(|t| t.trim().parse().ok()).collect();
-        v.and_then(|v| <[f32; 3]>::try_from(v).ok())
-            .map(PerChannel)
-            .ok_or_else(|| Invalid::new("mean", s, "3 numbers, one per channel (a,b,c)"))
+        v.and_then(|v| PerChannel::from_values(&v))
+            .ok_or_else(|| Invalid::new("mean", s, "3 numbers, one per channel (a,b,c), or 1"))
     }
 }
 
@@ -600,6 +617,10 @@ pub struct Settings {
     /// The value of every channel where a sample shows no image (padding).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().fill))]
     pub fill: u8,
+    /// Channels per sample: 3 (RGB), 1 (luma, as Pillow's `L`: ITU-R 601-2) or 4 (RGBA, opaque where
+    /// the image has no alpha). With 1, `mean` and `std` are one number each.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "1|3|4", default_value_t = Settings::default().channels))]
+    pub channels: u8,
     /// A folder (or `s3://` prefix) of label maps, one per image at the same relative path and stem
     /// (8- or 16-bit gray PNG, 8-bit PGM/PPM or one-channel L3), each given exactly its image's
     /// geometry with nearest interpolation.
@@ -672,6 +693,7 @@ impl Default for Settings {
             jitter: None,
             interpolation: o.sample.interpolation,
             fill: o.sample.fill,
+            channels: o.sample.channels,
             masks: None,
             image_suffix: None,
             mask_suffix: None,
@@ -724,6 +746,7 @@ pub const SETTING_NAMES: &[&str] = &[
     "jitter",
     "interpolation",
     "fill",
+    "channels",
     "masks",
     "image_suffix",
     "mask_suffix",
@@ -779,6 +802,7 @@ impl Settings {
             opt(d.jitter.map(|v| v.to_string())),
             d.interpolation.to_string(),
             d.fill.to_string(),
+            d.channels.to_string(),
             opt(d.masks.map(|v| v.display().to_string())),
             opt(d.image_suffix),
             opt(d.mask_suffix),
@@ -814,10 +838,18 @@ impl Settings {
     pub fn resolve(&self) -> Result<(LoaderOptions, OpenOptions), Invalid> {
         let normalize = match (self.mean, self.std) {
             (None, None) => None,
-            (Some(mean), Some(std)) => Some(Normalize {
-                mean: mean.0,
-                std: std.0,
-            }),
+            (Some(mean), Some(std)) => {
+                // A luma sample has one channel: one number each (a single number fills all three).
+                for (option, v) in [("mean", mean), ("std", std)] {
+                    if self.channels == 1 && !(v.0[0] == v.0[1] && v.0[1] == v.0[2]) {
+                        return Err(Invalid::new(option, v, "one number with channels 1 (luma)"));
+                    }
+                }
+                Some(Normalize {
+                    mean: mean.0,
+                    std: std.0,
+                })
+            }
             (Some(_), None) => {
                 let why = "3 numbers: give both mean and std, or neither";
                 return Err(Invalid::new("std", "none", why));
@@ -872,6 +904,7 @@ impl Settings {
                 recipe,
                 interpolation: self.interpolation,
                 fill: self.fill,
+                channels: self.channels,
             },
             decode: self.decode,
             decode_threads: stdx::parallel::threads(self.threads.unwrap_or(0)),

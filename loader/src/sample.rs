@@ -44,7 +44,7 @@ impl SampleWrite for SampleSpec {
     fn at(&self, x: usize, y: usize, c: usize) -> usize {
         let (w, h) = (self.width as usize, self.height as usize);
         match self.layout {
-            Layout::Nhwc => (y * w + x) * 3 + c,
+            Layout::Nhwc => (y * w + x) * usize::from(self.channels) + c,
             Layout::Nchw => c * w * h + y * w + x,
         }
     }
@@ -57,7 +57,8 @@ impl SampleWrite for SampleSpec {
         if (x0, y0, x1, y1) == (0, 0, w, h) {
             return;
         }
-        let pad: [[u8; 4]; 3] = std::array::from_fn(|c| self.encode(self.fill, c));
+        let pad: [[u8; 4]; 4] = std::array::from_fn(|c| self.encode(self.fill, c));
+        let pad = &pad[..usize::from(self.channels)];
         let size = self.dtype.size();
         for y in 0..h {
             let inside_row = (y0..y1).contains(&y);
@@ -73,7 +74,8 @@ impl SampleWrite for SampleSpec {
         }
     }
 
-    /// Pixel value `v` of channel `c` as this sample's element bytes (little-endian).
+    /// Pixel value `v` of channel `c` as this sample's element bytes (little-endian). A one-channel
+    /// sample is normalised with channel 0's statistics, a fourth (alpha) channel scaled to [0, 1].
     #[inline(always)]
     fn encode(&self, v: u8, c: usize) -> [u8; 4] {
         match self.dtype {
@@ -92,8 +94,8 @@ impl SampleWrite for SampleSpec {
     }
 
     /// Writes the window's pixels from `px` — the window's region, interleaved with `channels` channels,
-    /// rows `row_stride` bytes apart — into `slot`, converting channels, type and layout, mirroring when
-    /// `win.flip`. The general path: any layout, type and channel count.
+    /// rows `row_stride` bytes apart — into `slot`, converting channels (as [`vocab::Channels`]), type
+    /// and layout, mirroring when `win.flip`. The general path: any layout, type and channel count.
     fn write_window(
         &self,
         win: &Window,
@@ -105,9 +107,14 @@ impl SampleWrite for SampleSpec {
         let c_n = channels as usize;
         let (ww, wh) = (win.src.w as usize, win.src.h as usize);
         let size = self.dtype.size();
+        let out_n = usize::from(self.channels);
+        let convert = vocab::Channels {
+            from: channels,
+            to: self.channels,
+        };
         // One lookup table per channel: 256 encoded values, so the inner loop is a copy.
-        let mut table = [[[0u8; 4]; 256]; 3];
-        for (c, t) in table.iter_mut().enumerate() {
+        let mut table = [[[0u8; 4]; 256]; 4];
+        for (c, t) in table.iter_mut().enumerate().take(out_n) {
             for (v, e) in t.iter_mut().enumerate() {
                 *e = self.encode(v as u8, c);
             }
@@ -116,18 +123,13 @@ impl SampleWrite for SampleSpec {
             let src = &px[row * row_stride..][..ww * c_n];
             let y = win.dy as usize + row;
             for col in 0..ww {
-                let s = &src[col * c_n..col * c_n + c_n];
-                let rgb = if c_n >= 3 {
-                    [s[0], s[1], s[2]]
-                } else {
-                    [s[0]; 3]
-                };
+                let values = convert.convert(&src[col * c_n..col * c_n + c_n]);
                 let x = if win.flip {
                     win.dx as usize + ww - 1 - col
                 } else {
                     win.dx as usize + col
                 };
-                for (c, &v) in rgb.iter().enumerate() {
+                for (c, &v) in values[..out_n].iter().enumerate() {
                     let i = self.at(x, y, c) * size;
                     slot[i..i + size].copy_from_slice(&table[c][v as usize][..size]);
                 }
@@ -135,18 +137,20 @@ impl SampleWrite for SampleSpec {
         }
     }
 
-    /// Where a region decoder can write the window straight into the slot: u8 samples of a 3-channel
-    /// image (the layouts match element for element). `None` means decode into scratch and convert.
+    /// Where a region decoder can write the window straight into the slot: u8 samples with the image's
+    /// own channel count (the layouts match element for element). `None` means decode into scratch and
+    /// convert.
     fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)> {
-        if self.dtype != DType::U8 || channels != 3 {
+        if self.dtype != DType::U8 || channels != self.channels {
             return None;
         }
+        let c = usize::from(channels);
         let (w, h) = (self.width as usize, self.height as usize);
         let (dx, dy) = (win.dx as usize, win.dy as usize);
         Some(match self.layout {
             Layout::Nhwc => (
-                (dy * w + dx) * 3,
-                PixelLayout::Interleaved { row_stride: w * 3 },
+                (dy * w + dx) * c,
+                PixelLayout::Interleaved { row_stride: w * c },
             ),
             Layout::Nchw => (
                 dy * w + dx,
@@ -166,7 +170,7 @@ impl SampleWrite for SampleSpec {
             let y = win.dy as usize + row;
             for col in 0..ww / 2 {
                 let (a, b) = (win.dx as usize + col, win.dx as usize + ww - 1 - col);
-                for c in 0..3 {
+                for c in 0..usize::from(self.channels) {
                     slot.swap(self.at(a, y, c), self.at(b, y, c));
                 }
             }
@@ -295,5 +299,118 @@ mod tests {
         h.write_image(&i, &win, &mut out16);
         let g = u16::from_le_bytes([out16[26], out16[27]]);
         assert_eq!(g, half::f16::from_f32(n.apply(7, 2)).to_bits());
+    }
+
+    /// A 2x2 RGBA image whose pixel (x, y) is (10x, 20y, 30, 40 + x + y).
+    fn rgba() -> Image {
+        let mut pixels = Vec::new();
+        for y in 0..2u8 {
+            for x in 0..2u8 {
+                pixels.extend_from_slice(&[10 * x, 20 * y, 30, 40 + x + y]);
+            }
+        }
+        Image {
+            width: 2,
+            height: 2,
+            channels: 4,
+            pixels,
+        }
+    }
+
+    #[test]
+    fn luma_and_rgba_samples_in_both_layouts_with_flip_and_padding() {
+        let luma = |p: &[u8]| vocab::Channels { from: 4, to: 1 }.convert(p)[0];
+        let i = rgba();
+        let px = |x: usize, y: usize| &i.pixels[(y * 2 + x) * 4..][..4];
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            // One channel: a 2x3 sample (one padding column on each side), mirrored.
+            let mut s = spec(2, 4, layout, DType::U8);
+            s.channels = 1;
+            s.fill = 9;
+            let win = Window {
+                src: Rect::new(0, 0, 2, 2),
+                dx: 1,
+                dy: 0,
+                flip: true,
+            };
+            let mut out = vec![0u8; s.sample_bytes()];
+            s.write_image(&i, &win, &mut out);
+            let want = [
+                [9, luma(px(1, 0)), luma(px(0, 0)), 9],
+                [9, luma(px(1, 1)), luma(px(0, 1)), 9],
+            ];
+            assert_eq!(out, want.concat(), "{layout:?}");
+            // Four channels: alpha kept, padding `fill` in every channel.
+            let mut s = spec(1, 3, layout, DType::U8);
+            s.channels = 4;
+            s.fill = 9;
+            let win = Window {
+                src: Rect::new(0, 1, 2, 1),
+                dx: 0,
+                dy: 0,
+                flip: false,
+            };
+            let mut out = vec![0u8; s.sample_bytes()];
+            s.write_image(&i, &win, &mut out);
+            let nhwc: Vec<u8> = [px(0, 1), px(1, 1), &[9, 9, 9, 9]].concat();
+            let want: Vec<u8> = match layout {
+                Layout::Nhwc => nhwc,
+                Layout::Nchw => (0..4)
+                    .flat_map(|c| (0..3).map(move |x| (c, x)))
+                    .map(|(c, x)| nhwc[x * 4 + c])
+                    .collect(),
+            };
+            assert_eq!(out, want, "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn a_direct_write_of_a_one_or_four_channel_image_equals_the_general_path() {
+        for (channels, layout) in [
+            (1u8, Layout::Nhwc),
+            (1, Layout::Nchw),
+            (4, Layout::Nhwc),
+            (4, Layout::Nchw),
+        ] {
+            let mut s = spec(3, 4, layout, DType::U8);
+            s.channels = channels;
+            s.hflip = true;
+            let img = Image {
+                width: 2,
+                height: 2,
+                channels,
+                pixels: (0..4 * channels).map(|v| v * 7 + 1).collect(),
+            };
+            let win = s.window(2, 2, &KEY);
+            let mut general = vec![0u8; s.sample_bytes()];
+            s.write_image(&img, &win, &mut general);
+            let (at, pl) = s
+                .direct_layout(&win, channels)
+                .expect("same channel count, u8");
+            let mut direct = vec![0u8; s.sample_bytes()];
+            s.fill_padding(&win, &mut direct);
+            // What a region decoder writes at `at` in `pl`: the window, unflipped.
+            let c = usize::from(channels);
+            for y in 0..2 {
+                for x in 0..2 {
+                    for k in 0..c {
+                        let i = match pl {
+                            PixelLayout::Interleaved { row_stride } => {
+                                at + y * row_stride + x * c + k
+                            }
+                            PixelLayout::Planar {
+                                row_stride,
+                                plane_stride,
+                            } => at + k * plane_stride + y * row_stride + x,
+                        };
+                        direct[i] = img.pixels[(y * 2 + x) * c + k];
+                    }
+                }
+            }
+            if win.flip {
+                s.mirror_window(&win, &mut direct);
+            }
+            assert_eq!(direct, general, "{channels} channels {layout:?}");
+        }
     }
 }

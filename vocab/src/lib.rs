@@ -33,7 +33,7 @@ pub use error::Invalid;
 pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, resize_shorter};
 pub use image::Image;
 pub use rect::{Rect, Window};
-pub use sample::{Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};
+pub use sample::{Channels, Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};
 pub use shard::ShardPolicy;
 pub use tensor::{DType, Layout, Normalize};
 

@@ -19,8 +19,9 @@ pub enum Crop {
     Random,
 }
 
-/// How every sample of a batch is shaped. Samples always have 3 channels: gray is replicated, alpha
-/// dropped. Images smaller than the sample are centred and padded with the value of a zero pixel.
+/// How every sample of a batch is shaped. Samples have [`channels`](SampleSpec::channels) channels
+/// whatever the image has (see [`Channels`]). Images smaller than the sample are centred and padded with
+/// `fill`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleSpec {
     pub height: u32,
@@ -38,6 +39,40 @@ pub struct SampleSpec {
     pub interpolation: Interpolation,
     /// The value of every channel where the sample shows no image (padding).
     pub fill: u8,
+    /// Channels per sample: 3 (RGB, the default), 1 (luma, as Pillow's `L`) or 4 (RGBA).
+    pub channels: u8,
+}
+
+/// How a pixel of `from` channels becomes one of a sample's `to` channels, as Pillow's `Image.convert`
+/// does: gray is replicated to RGB; RGB (alpha ignored) becomes luma by ITU-R 601-2,
+/// `(19595 R + 38470 G + 7471 B + 2^15) >> 16` (Pillow's `L24`); a missing alpha is 255 (opaque).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Channels {
+    pub from: u8,
+    pub to: u8,
+}
+
+impl Channels {
+    /// The sample's `to` channel values of one pixel (`px` holds `from` values; the first `to` of the
+    /// result are meaningful).
+    #[inline(always)]
+    pub fn convert(self, px: &[u8]) -> [u8; 4] {
+        let gray = |v: u8| [v, v, v, 255];
+        match (self.from, self.to) {
+            (1, 1) | (2, 1) => [px[0], 0, 0, 0],
+            (_, 1) => [luma(px[0], px[1], px[2]), 0, 0, 0],
+            (1, _) => gray(px[0]),
+            (2, _) => [px[0], px[0], px[0], px[1]],
+            (3, _) => [px[0], px[1], px[2], 255],
+            _ => [px[0], px[1], px[2], px[3]],
+        }
+    }
+}
+
+/// Pillow's RGB → `L` conversion (`L24` in `Convert.c`).
+#[inline(always)]
+fn luma(r: u8, g: u8, b: u8) -> u8 {
+    ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 0x8000) >> 16) as u8
 }
 
 impl Default for SampleSpec {
@@ -54,6 +89,7 @@ impl Default for SampleSpec {
             recipe: Recipe::Crop,
             interpolation: Interpolation::Bilinear,
             fill: 0,
+            channels: 3,
         }
     }
 }
@@ -102,12 +138,19 @@ impl SampleSpec {
                 ));
             }
         }
+        if ![1, 3, 4].contains(&self.channels) {
+            return Err(Invalid::new(
+                "channels",
+                self.channels,
+                "1 (luma), 3 (RGB) or 4 (RGBA)",
+            ));
+        }
         self.recipe.validate()
     }
 
-    /// Values per sample: height × width × 3.
+    /// Values per sample: height × width × channels.
     pub fn sample_len(&self) -> usize {
-        self.height as usize * self.width as usize * 3
+        self.height as usize * self.width as usize * usize::from(self.channels)
     }
 
     /// Bytes per sample.
@@ -251,5 +294,45 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("channel 1"), "{e}");
+    }
+
+    #[test]
+    fn channels_convert_as_pillow_does() {
+        let to = |from, to, px: &[u8]| Channels { from, to }.convert(px);
+        // Pillow's `convert("L")` of pure red, green, blue, white (its L24 rounding), alpha ignored.
+        assert_eq!(to(3, 1, &[255, 0, 0])[0], 76);
+        assert_eq!(to(3, 1, &[0, 255, 0])[0], 150);
+        assert_eq!(to(3, 1, &[0, 0, 255])[0], 29);
+        assert_eq!(to(4, 1, &[255, 255, 255, 0])[0], 255);
+        assert_eq!(to(4, 1, &[10, 200, 30, 7])[0], luma(10, 200, 30));
+        assert_eq!(to(1, 1, &[9])[0], 9);
+        assert_eq!(to(2, 1, &[9, 100])[0], 9);
+        // `convert("RGB")` / `convert("RGBA")`: gray replicated, a missing alpha opaque.
+        assert_eq!(to(1, 3, &[9]), [9, 9, 9, 255]);
+        assert_eq!(to(2, 4, &[9, 100]), [9, 9, 9, 100]);
+        assert_eq!(to(3, 4, &[1, 2, 3]), [1, 2, 3, 255]);
+        assert_eq!(to(4, 4, &[1, 2, 3, 4]), [1, 2, 3, 4]);
+        assert_eq!(&to(4, 3, &[1, 2, 3, 4])[..3], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn channels_are_one_three_or_four() {
+        for c in [1, 3, 4] {
+            let spec = SampleSpec {
+                channels: c,
+                ..SampleSpec::default()
+            };
+            spec.validate().unwrap();
+            assert_eq!(spec.sample_len(), 224 * 224 * usize::from(c));
+        }
+        for c in [0, 2, 5] {
+            let e = SampleSpec {
+                channels: c,
+                ..SampleSpec::default()
+            }
+            .validate()
+            .unwrap_err();
+            assert!(e.to_string().contains("channels"), "{e}");
+        }
     }
 }

@@ -172,6 +172,7 @@ struct Recorded {
     recipe: Option<(&'static str, String)>,
     interpolation: String,
     fill: u8,
+    channels: u8,
     /// The masks and boxes options (empty without targets).
     targets: String,
 }
@@ -195,6 +196,7 @@ impl Recorded {
             recipe: o.sample.recipe.option(),
             interpolation: o.sample.interpolation.to_string(),
             fill: o.sample.fill,
+            channels: o.sample.channels,
             targets: o.targets.contents(),
         }
     }
@@ -221,6 +223,7 @@ impl Recorded {
         }
         d.set_item("interpolation", &self.interpolation)?;
         d.set_item("fill", self.fill)?;
+        d.set_item("channels", self.channels)?;
         d.set_item("targets", &self.targets)?;
         Ok(d)
     }
@@ -422,7 +425,7 @@ impl Loader {
         partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
         pcr_partial=False, decode=\"region\", \
         gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", scale=None, ratio=None, resize=None, \
-        jitter=None, interpolation=\"bilinear\", fill=0, masks=None, image_suffix=None, \
+        jitter=None, interpolation=\"bilinear\", fill=0, channels=3, masks=None, image_suffix=None, \
         mask_suffix=None, ignore_index=255, boxes=None, min_box_size=1)"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]
@@ -573,10 +576,13 @@ impl Loader {
             .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
         let ours = self.recorded.to_dict(py)?;
         for (key, want) in ours.iter() {
-            // States saved before targets existed had none.
+            // States saved before targets and channels existed had none and 3.
             let got = saved.get_item(&key).ok().or_else(|| {
-                (key.extract::<String>().ok()? == "targets")
-                    .then(|| pyo3::types::PyString::new(py, "").into_any())
+                match key.extract::<String>().ok()?.as_str() {
+                    "targets" => Some(pyo3::types::PyString::new(py, "").into_any()),
+                    "channels" => Some(3u8.into_pyobject(py).ok()?.into_any()),
+                    _ => None,
+                }
             });
             let same = match &got {
                 Some(g) => g.eq(&want)?,

@@ -85,24 +85,18 @@ fn size(v: &Bound<'_, PyAny>) -> PyResult<Size> {
     Ok(Size { height, width })
 }
 
-/// `mean=` / `std=`: three numbers, or text `a,b,c`.
+/// `mean=` / `std=`: three numbers, one (a luma sample's, or the same for every channel), or text.
 fn per_channel(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<PerChannel> {
     if v.is_instance_of::<PyString>() {
         return parsed(option, v);
     }
-    let values: Vec<f32> = expect(option, v, "3 numbers, one per channel (a,b,c)")?;
-    <[f32; 3]>::try_from(values.as_slice())
-        .map(PerChannel)
-        .map_err(|_| {
-            invalid(
-                v.py(),
-                Invalid::new(
-                    option,
-                    format!("{values:?}"),
-                    "3 numbers, one per channel (a,b,c)",
-                ),
-            )
-        })
+    let why = "3 numbers, one per channel (a,b,c), or 1";
+    let values: Vec<f32> = match v.extract::<f32>() {
+        Ok(one) => vec![one],
+        Err(_) => expect(option, v, why)?,
+    };
+    PerChannel::from_values(&values)
+        .ok_or_else(|| invalid(v.py(), Invalid::new(option, format!("{values:?}"), why)))
 }
 
 /// `scale=` / `ratio=` / `jitter=`: two numbers `(a, b)`, or text `a,b`.
@@ -201,6 +195,7 @@ pub fn settings(
             }
             "interpolation" => s.interpolation = parsed("interpolation", v)?,
             "fill" => s.fill = expect("fill", v, "a pixel value of 0 to 255")?,
+            "channels" => s.channels = expect("channels", v, "1 (luma), 3 (RGB) or 4 (RGBA)")?,
             "masks" => s.masks = optional(v, |v| expect::<PathBuf>("masks", v, "a path"))?,
             "image_suffix" => {
                 s.image_suffix = optional(v, |v| expect("image_suffix", v, "a string"))?

@@ -210,9 +210,10 @@ impl Assembler {
             }
             None => {
                 buf.truncate(k * sample);
+                let c = usize::from(self.spec.channels);
                 let shape = match self.spec.layout {
-                    Layout::Nhwc => [k, h, w, 3],
-                    Layout::Nchw => [k, 3, h, w],
+                    Layout::Nhwc => [k, h, w, c],
+                    Layout::Nchw => [k, c, h, w],
                 };
                 Tensor::new(buf, shape, self.spec.layout, self.spec.dtype)
             }
@@ -338,6 +339,7 @@ mod tests {
         recipe: vocab::Recipe::Crop,
         interpolation: vocab::Interpolation::Bilinear,
         fill: 0,
+        channels: 3,
     };
 
     /// A batch announcement whose slots are filled with each item's index, as decode threads would.

@@ -425,6 +425,7 @@ mod tests {
         recipe: vocab::Recipe::Crop,
         interpolation: vocab::Interpolation::Bilinear,
         fill: 0,
+        channels: 3,
     };
 
     /// What the stage hands `l3-cuda` for a batch is a valid plan, from region reads as from whole

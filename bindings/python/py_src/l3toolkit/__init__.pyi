@@ -275,6 +275,7 @@ class Loader:
         jitter: Union[Tuple[float, float], str, None] = None,
         interpolation: Literal["bilinear", "nearest"] = "bilinear",
         fill: int = 0,
+        channels: Literal[1, 3, 4] = 3,
         masks: Optional[_Path] = None,
         image_suffix: Optional[str] = None,
         mask_suffix: Optional[str] = None,
