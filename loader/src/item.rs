@@ -280,41 +280,23 @@ fn write_resampled(
 ) -> Result<()> {
     // A luma sample from a colour image: converted before resampling, as Pillow's
     // `convert("L").resize(...)` and a torchvision pipeline on an `L` image do.
-    let luma;
     let r = plan.source();
-    let sr = src.rect;
-    let inside = r.w > 0
-        && r.h > 0
-        && r.x >= sr.x
-        && r.y >= sr.y
-        && r.x + r.w <= sr.x + sr.w
-        && r.y + r.h <= sr.y + sr.h
-        && (r.y + r.h - 1 - sr.y) as usize * src.stride
-            + (r.x + r.w - sr.x) as usize * src.channels
-            <= src.px.len();
-    let src = match (spec.channels, src.channels) {
-        (1, 3 | 4) if inside => {
-            let convert = vocab::Channels {
-                from: src.channels as u8,
-                to: 1,
-            };
-            let mut px = Vec::with_capacity(r.w as usize * r.h as usize);
-            for y in r.y..r.y + r.h {
-                let row = (y - src.rect.y) as usize * src.stride;
-                for x in r.x..r.x + r.w {
-                    let at = row + (x - src.rect.x) as usize * src.channels;
-                    px.push(convert.convert(&src.px[at..at + src.channels])[0]);
-                }
-            }
-            luma = px;
-            &Source {
-                px: &luma,
+    let luma = match (spec.channels, src.channels) {
+        (1, 3 | 4) => src.luma(r),
+        _ => None,
+    };
+    let converted;
+    let src = match &luma {
+        Some(px) => {
+            converted = Source {
+                px,
                 rect: r,
                 channels: 1,
                 stride: r.w as usize,
-            }
+            };
+            &converted
         }
-        _ => src,
+        None => src,
     };
     if !plan.apply(src, buffers, out) {
         // The source always holds what the plan reads (it was decoded for it): reaching this is a bug,

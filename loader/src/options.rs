@@ -182,19 +182,25 @@ impl LoaderOptions {
                 "none with a CUDA device (the GPU path does not resample yet; use device cpu)",
             ));
         }
-        if self.device.is_cuda() && self.sample.channels != 3 {
-            return Err(Invalid::new(
+        // What the GPU path writes: RGB samples padded with 0.
+        let gpu_only = [
+            (
                 "channels",
                 self.sample.channels,
+                3,
                 "3 with a CUDA device (the GPU path writes RGB samples; use device cpu)",
-            ));
-        }
-        if self.device.is_cuda() && self.sample.fill != 0 {
-            return Err(Invalid::new(
+            ),
+            (
                 "fill",
                 self.sample.fill,
+                0,
                 "0 with a CUDA device (the GPU path pads with 0; use device cpu)",
-            ));
+            ),
+        ];
+        for (option, value, wanted, why) in gpu_only {
+            if self.device.is_cuda() && value != wanted {
+                return Err(Invalid::new(option, value, why));
+            }
         }
         self.targets.validate()?;
         if self.targets.masks.is_some() && self.device.is_cuda() {

@@ -317,41 +317,48 @@ mod tests {
         }
     }
 
+    /// `img`'s window `src`, placed at `dx` (mirrored when `flip`), as a `h`×`w` u8 sample of
+    /// `channels` channels padded with 9.
+    #[allow(clippy::too_many_arguments)]
+    fn written(
+        img: &Image,
+        src: Rect,
+        dx: u32,
+        flip: bool,
+        h: u32,
+        w: u32,
+        layout: Layout,
+        channels: u8,
+    ) -> Vec<u8> {
+        let mut s = spec(h, w, layout, DType::U8);
+        s.channels = channels;
+        s.fill = 9;
+        let win = Window {
+            src,
+            dx,
+            dy: 0,
+            flip,
+        };
+        let mut out = vec![0u8; s.sample_bytes()];
+        s.write_image(img, &win, &mut out);
+        out
+    }
+
     #[test]
     fn luma_and_rgba_samples_in_both_layouts_with_flip_and_padding() {
         let luma = |p: &[u8]| vocab::Channels { from: 4, to: 1 }.convert(p)[0];
         let i = rgba();
         let px = |x: usize, y: usize| &i.pixels[(y * 2 + x) * 4..][..4];
         for layout in [Layout::Nhwc, Layout::Nchw] {
-            // One channel: a 2x3 sample (one padding column on each side), mirrored.
-            let mut s = spec(2, 4, layout, DType::U8);
-            s.channels = 1;
-            s.fill = 9;
-            let win = Window {
-                src: Rect::new(0, 0, 2, 2),
-                dx: 1,
-                dy: 0,
-                flip: true,
-            };
-            let mut out = vec![0u8; s.sample_bytes()];
-            s.write_image(&i, &win, &mut out);
+            // One channel: a 2x4 sample (one padding column on each side), mirrored.
+            let out = written(&i, Rect::new(0, 0, 2, 2), 1, true, 2, 4, layout, 1);
             let want = [
                 [9, luma(px(1, 0)), luma(px(0, 0)), 9],
                 [9, luma(px(1, 1)), luma(px(0, 1)), 9],
             ];
             assert_eq!(out, want.concat(), "{layout:?}");
             // Four channels: alpha kept, padding `fill` in every channel.
-            let mut s = spec(1, 3, layout, DType::U8);
-            s.channels = 4;
-            s.fill = 9;
-            let win = Window {
-                src: Rect::new(0, 1, 2, 1),
-                dx: 0,
-                dy: 0,
-                flip: false,
-            };
-            let mut out = vec![0u8; s.sample_bytes()];
-            s.write_image(&i, &win, &mut out);
+            let out = written(&i, Rect::new(0, 1, 2, 1), 0, false, 1, 3, layout, 4);
             let nhwc: Vec<u8> = [px(0, 1), px(1, 1), &[9, 9, 9, 9]].concat();
             let want: Vec<u8> = match layout {
                 Layout::Nhwc => nhwc,

@@ -32,6 +32,32 @@ impl<T> Source<'_, T> {
     }
 }
 
+impl Source<'_, u8> {
+    /// The pixels of `r` as one-channel luma ([`vocab::Channels`]), rows `r.w` apart: what a luma sample
+    /// resamples, converted first as Pillow's `convert("L").resize(...)` does. `None` when `r` is not
+    /// inside this source.
+    pub fn luma(&self, r: Rect) -> Option<Vec<u8>> {
+        if !self.covers((r.x, r.x + r.w), (r.y, r.y + r.h)) {
+            return None;
+        }
+        let convert = vocab::Channels {
+            from: self.channels as u8,
+            to: 1,
+        };
+        let mut out = Vec::with_capacity(r.w as usize * r.h as usize);
+        for y in r.y..r.y + r.h {
+            let row = &self.px[(y - self.rect.y) as usize * self.stride..];
+            let row = &row[(r.x - self.rect.x) as usize * self.channels..]
+                [..r.w as usize * self.channels];
+            out.extend(
+                row.chunks_exact(self.channels)
+                    .map(|p| convert.convert(p)[0]),
+            );
+        }
+        Some(out)
+    }
+}
+
 /// Reusable memory of the passes.
 #[derive(Debug, Default)]
 pub struct Buffers {
