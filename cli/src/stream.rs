@@ -137,15 +137,19 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     for w in ds.warnings() {
         eprintln!("l3: warning: {w}");
     }
-    let (height, width) = (opts.sample.height, opts.sample.width);
+    let size = match opts.sample.recipe.option() {
+        Some(("crop", whole)) => {
+            format!("whole images ({})", whole.replacen("none", "crop none", 1))
+        }
+        _ => format!("{}x{}", opts.sample.height, opts.sample.width),
+    };
     let threads = opts.decode_threads;
     println!("stream: {}", ds.describe());
     println!(
-        "  {} stored bytes; batch {} of {}x{}; {} decode + {} I/O threads; rank {} of {}; seed {}",
+        "  {} stored bytes; batch {} of {}; {} decode + {} I/O threads; rank {} of {}; seed {}",
         ds.stored_bytes(),
         opts.batch_size,
-        height,
-        width,
+        size,
         threads,
         opts.io_threads,
         opts.rank,
@@ -283,7 +287,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     );
     if masks > 0 || boxes > 0 {
         println!(
-            "  targets: {masks} masks of {height}x{width} {}, {boxes} boxes",
+            "  targets: {masks} masks of {size} {}, {boxes} boxes",
             if wide { "uint16" } else { "uint8" }
         );
     }

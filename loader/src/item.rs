@@ -92,6 +92,48 @@ pub struct Scratch {
     resampled: Vec<u8>,
     buffers: Buffers,
     pub(crate) mask: crate::targets::masks::MaskImage,
+    /// The sample of a whole image (no crop), whose size is known only once the image's is: written
+    /// here instead of into a batch slot, and moved into the batch by the assembler.
+    pub(crate) sample: Vec<u8>,
+}
+
+/// The spec and the memory one sample is written with: the batch's `slot`, or — for whole images —
+/// `own`, sized now for the sample of geometry `g` (this spec at the sample's own size).
+fn target<'a>(
+    spec: &SampleSpec,
+    g: &Geometry,
+    path: &Path,
+    slot: &'a mut [u8],
+    own: &'a mut Vec<u8>,
+) -> Result<(SampleSpec, &'a mut [u8])> {
+    if !spec.recipe.is_whole() {
+        return Ok((*spec, slot));
+    }
+    let (width, height) = g.size();
+    let sized = SampleSpec {
+        width,
+        height,
+        ..*spec
+    };
+    if width.max(height) > vocab::MAX_SAMPLE_SIDE {
+        return Err(Error::decode(
+            path,
+            "sample",
+            format!(
+                "a whole-image sample of {width}x{height} (sides of at most {}; set max_size)",
+                vocab::MAX_SAMPLE_SIDE
+            ),
+        ));
+    }
+    let bytes = sized.sample_bytes();
+    stdx::mem::check(
+        bytes as u64,
+        format!("the {width}x{height} sample of {}", path.display()),
+    )
+    .map_err(|e| Error::decode(path, "sample", e))?;
+    own.clear();
+    own.resize(bytes, 0);
+    Ok((sized, own.as_mut_slice()))
 }
 
 /// What decoding one item did.
@@ -126,15 +168,19 @@ pub fn decode_sample(
         Stored::L3Region { index, fragments } => {
             let shape = req.shape(index.width(), index.height());
             let geometry = Some(shape.geometry());
+            let mut own = std::mem::take(&mut scratch.sample);
+            let (spec, slot) = target(req.spec, &shape.geometry(), path, slot, &mut own)?;
             let pixels = write_region(
-                req.spec,
+                &spec,
                 &shape,
                 index.channels(),
                 path,
                 scratch,
                 slot,
                 |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
-            )?;
+            );
+            scratch.sample = own;
+            let pixels = pixels?;
             Ok(Decoded {
                 pixels,
                 partial: false,
@@ -146,15 +192,19 @@ pub fn decode_sample(
             let file = l3_format::L3File::parse(bytes).map_err(l3_err)?;
             let shape = req.shape(file.width(), file.height());
             let geometry = Some(shape.geometry());
+            let mut own = std::mem::take(&mut scratch.sample);
+            let (spec, slot) = target(req.spec, &shape.geometry(), path, slot, &mut own)?;
             let pixels = write_region(
-                req.spec,
+                &spec,
                 &shape,
                 file.channels(),
                 path,
                 scratch,
                 slot,
                 |r, out, l| file.decode_region(r, out, l).map_err(l3_err),
-            )?;
+            );
+            scratch.sample = own;
+            let pixels = pixels?;
             Ok(Decoded {
                 pixels,
                 partial: false,
@@ -166,17 +216,7 @@ pub fn decode_sample(
             // Raw pixels are already what a window is cut from: no copy of the whole frame first.
             let view = crate::raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
             let dims = (view.width, view.height, view.channels);
-            let (resampled, buffers) = (&mut scratch.resampled, &mut scratch.buffers);
-            write_pixels_with(
-                view.pixels,
-                dims,
-                path,
-                format,
-                req,
-                slot,
-                buffers,
-                resampled,
-            )
+            write_pixels(view.pixels, dims, path, format, req, scratch, slot)
         }
         Stored::Whole(bytes) => {
             let options = image::DecodeOptions {
@@ -186,37 +226,44 @@ pub fn decode_sample(
                 image::decode_with_options(format, bytes, path, &options, &mut scratch.image)?;
             let img = &scratch.image;
             let dims = (img.width, img.height, img.channels);
-            let (resampled, buffers) = (&mut scratch.resampled, &mut scratch.buffers);
-            let done = write_pixels_with(
-                &img.pixels,
-                dims,
-                path,
-                format,
-                req,
-                slot,
-                buffers,
-                resampled,
-            )?;
+            let out = Out {
+                buffers: &mut scratch.buffers,
+                resampled: &mut scratch.resampled,
+                own: &mut scratch.sample,
+            };
+            let done = write_pixels_with(&img.pixels, dims, path, format, req, slot, out)?;
             Ok(Decoded { partial, ..done })
         }
     }
 }
 
 /// Writes the sample of a whole decoded image — `px` interleaved, `(width, height, channels)` — into
-/// `slot` (for datasets with decoders of their own).
+/// `slot` (for datasets with decoders of their own), with `scratch`'s buffers.
 pub fn write_pixels(
     px: &[u8],
     dims: (u32, u32, u8),
     path: &Path,
     format: Format,
     req: &SampleRequest,
+    scratch: &mut Scratch,
     slot: &mut [u8],
 ) -> Result<Decoded> {
-    let (mut buffers, mut out) = (Buffers::default(), Vec::new());
-    write_pixels_with(px, dims, path, format, req, slot, &mut buffers, &mut out)
+    let out = Out {
+        buffers: &mut scratch.buffers,
+        resampled: &mut scratch.resampled,
+        own: &mut scratch.sample,
+    };
+    write_pixels_with(px, dims, path, format, req, slot, out)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The scratch memory [`write_pixels_with`] writes through (the decoded image may live in the rest of
+/// the [`Scratch`]).
+struct Out<'a> {
+    buffers: &'a mut Buffers,
+    resampled: &'a mut Vec<u8>,
+    own: &'a mut Vec<u8>,
+}
+
 fn write_pixels_with(
     px: &[u8],
     (width, height, channels): (u32, u32, u8),
@@ -224,8 +271,7 @@ fn write_pixels_with(
     format: Format,
     req: &SampleRequest,
     slot: &mut [u8],
-    buffers: &mut Buffers,
-    resampled: &mut Vec<u8>,
+    out: Out,
 ) -> Result<Decoded> {
     let len = width as usize * height as usize * channels as usize;
     if width == 0 || height == 0 || !(1..=4).contains(&channels) || px.len() < len {
@@ -241,12 +287,12 @@ fn write_pixels_with(
     let stride = width as usize * channels as usize;
     let shape = req.shape(width, height);
     let geometry = Some(shape.geometry());
+    let (spec, slot) = target(req.spec, &shape.geometry(), path, slot, out.own)?;
     match shape {
         Shape::Copy(win) => {
-            req.spec.fill_padding(&win, slot);
+            spec.fill_padding(&win, slot);
             let start = win.src.y as usize * stride + win.src.x as usize * channels as usize;
-            req.spec
-                .write_window(&win, &px[start..], channels, stride, slot);
+            spec.write_window(&win, &px[start..], channels, stride, slot);
         }
         Shape::Resample(g, plan) => {
             let src = Source {
@@ -255,7 +301,16 @@ fn write_pixels_with(
                 channels: channels as usize,
                 stride,
             };
-            write_resampled(req.spec, &g, &plan, &src, path, buffers, resampled, slot)?;
+            write_resampled(
+                &spec,
+                &g,
+                &plan,
+                &src,
+                path,
+                out.buffers,
+                out.resampled,
+                slot,
+            )?;
         }
     }
     Ok(Decoded {

@@ -67,7 +67,7 @@ pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
 pub use options::clap_values;
 pub use options::{
     Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, Pair, PerChannel,
-    SETTING_NAMES, Sampler, Settings, Size, parse_setting,
+    SETTING_NAMES, SampleSize, Sampler, Settings, Size, parse_setting,
 };
 pub use pipeline::schedule::ShardedOrder;
 pub use sample::DecodeScope;
@@ -98,10 +98,16 @@ struct ReadmeDoctests;
 #[doc(hidden)]
 pub fn fuzz_decode_sample(data: &[u8]) {
     let mut scratch = Scratch::default();
-    for (h, w, crop) in [
-        (5, 7, Crop::Center),
-        (64, 64, Crop::Random),
-        (3, 300, Crop::Center),
+    // The last is whole images (no crop), each sample at its own size, at most 64 on a side.
+    let whole = vocab::Recipe::Whole(vocab::Whole {
+        max_size: Some(64),
+        ..vocab::Whole::default()
+    });
+    for (h, w, crop, recipe) in [
+        (5, 7, Crop::Center, vocab::Recipe::Crop),
+        (64, 64, Crop::Random, vocab::Recipe::Crop),
+        (3, 300, Crop::Center, vocab::Recipe::Crop),
+        (64, 64, Crop::Center, whole),
     ] {
         for (layout, dtype) in [(Layout::Nhwc, DType::U8), (Layout::Nchw, DType::F16)] {
             let spec = SampleSpec {
@@ -112,6 +118,7 @@ pub fn fuzz_decode_sample(data: &[u8]) {
                 layout,
                 dtype,
                 normalize: None,
+                recipe,
                 ..SampleSpec::default()
             };
             let mut slot = vec![0u8; spec.sample_bytes()];

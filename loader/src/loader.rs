@@ -67,11 +67,14 @@ impl LoaderState {
                 _ => format!("{k}:none"),
             })
             .join(";");
+        // Whole images: `crop:none` with their sizing (`none/resize 800/max_size 1333`).
+        let size = match &active {
+            Some(("crop", v)) => v.clone(),
+            _ => format!("{}x{}", s.height, s.width),
+        };
         format!(
-            "crop:{}x{},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
+            "crop:{size},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
              {recipe};interpolation:{};fill:{};channels:{};order:{}{}",
-            s.height,
-            s.width,
             s.crop,
             u8::from(s.hflip),
             u8::from(o.shuffle),
@@ -379,10 +382,13 @@ impl Loader {
             ));
         }
         let run = Run::plan(&*dataset, &o, state)?;
+        let whole = o.sample.recipe.is_whole();
         let mask_pool = match &targets {
             Some(t) if t.has_masks() => {
-                let bytes =
-                    t.mask_bytes((o.sample.width, o.sample.height)) as u64 * o.batch_size as u64;
+                // Whole images have no size until decoded; bounded by max_size, their largest is checked.
+                let bytes = t.mask_bytes((o.sample.width, o.sample.height)) as u64
+                    * o.batch_size as u64
+                    * u64::from(!whole || o.sample.whole_bound().is_some());
                 let buffers = run.credits + o.prefetch + 1;
                 stdx::mem::check(
                     bytes.saturating_mul(buffers as u64),
@@ -416,9 +422,21 @@ impl Loader {
         let (out_tx, out_rx) = bounded::<Result<Batch>>(o.prefetch);
 
         let mut threads = Threads::default();
+        // Whole images are decoded at their own size and padded into their batch by the assembler: the
+        // order stage hands out empty slots, and the batch memory goes to the assembler.
+        let (pool, mask_pool, whole_pools) = if whole {
+            let empty = Pool::new(0, 0, HostMemory::Pageable);
+            let pools = assemble::WholePools {
+                pixels: run.pool,
+                masks: mask_pool,
+            };
+            (empty, None, Some(pools))
+        } else {
+            (run.pool, mask_pool, None)
+        };
         let order = order::Dispatch {
             schedule: run.schedule,
-            pool: run.pool,
+            pool,
             mask_pool,
             ctx: ctx.clone(),
             credits: credit_tx,
@@ -458,8 +476,14 @@ impl Loader {
             }
         }
         drop((decode_rx, asm_tx));
-        let asm =
-            assemble::Assembler::new(ctx.spec, o.skip_errors, dataset, counters.clone(), targets);
+        let asm = assemble::Assembler::new(
+            ctx.spec,
+            o.skip_errors,
+            dataset,
+            counters.clone(),
+            targets,
+            whole_pools,
+        );
         let stop2 = stop.clone();
         threads.spawn("l3-assemble", move || {
             assemble::run(asm, asm_rx, out_tx, credit_rx, stop2)
@@ -791,8 +815,10 @@ impl Run {
         // CPU fallback may have to fill one).
         let buffers = credits + o.prefetch + 1;
         let host_batches = o.device == Device::Cpu || o.gpu_fallback;
+        // Whole images (no crop) are sized when decoded: only a max_size bounds their batch in advance.
+        let known = !o.sample.recipe.is_whole() || o.sample.whole_bound().is_some();
         let batch_bytes = (o.sample.sample_bytes() as u64).saturating_mul(o.batch_size as u64)
-            * u64::from(host_batches);
+            * u64::from(host_batches && known);
         stdx::mem::check(
             batch_bytes.saturating_mul(buffers as u64),
             format!(

@@ -153,17 +153,22 @@ impl Pool {
         })
     }
 
-    /// A buffer of `len` bytes (at most the pool's capacity): a recycled one if any (once the GPU has
-    /// finished reading it, for pinned memory), else a new one; the reason if none can be had.
+    /// A buffer of `len` bytes: a recycled one that holds them if any (once the GPU has finished
+    /// reading it, for pinned memory), else a new one of the pool's capacity or `len` if that is more
+    /// (whole-image batches differ in size: the pool keeps the larger blocks); the reason if none can be
+    /// had.
     pub fn take(self: &Arc<Self>, len: usize) -> Result<HostBuffer, String> {
-        debug_assert!(len <= self.cap);
-        let recycled = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let recycled = {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let fits = free.iter().rposition(|b| b.cap >= len);
+            fits.map(|i| free.swap_remove(i))
+        };
         let block = match recycled {
             Some(b) => {
                 b.reuse()?;
                 b
             }
-            None => Block::new(self.cap, &self.memory)?,
+            None => Block::new(self.cap.max(len), &self.memory)?,
         };
         Ok(HostBuffer {
             block: Some(block),
@@ -177,8 +182,15 @@ impl Pool {
             return;
         }
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.len() < self.keep && block.cap == self.cap {
+        if block.cap < self.cap {
+            return;
+        }
+        if free.len() < self.keep {
             free.push(block);
+        } else if let Some(small) = free.iter_mut().min_by_key(|b| b.cap)
+            && small.cap < block.cap
+        {
+            *small = block;
         }
     }
 
@@ -333,6 +345,29 @@ mod tests {
         assert_eq!(again.len(), 10);
         drop(pool);
         drop(again); // the pool is gone: freed, not leaked or panicking
+    }
+
+    #[test]
+    fn buffers_of_varying_sizes_keep_the_larger_blocks() {
+        // Whole-image batches: each its own size, above the pool's capacity.
+        let pool = Pool::new(16, 2, HostMemory::Pageable);
+        let (big, small) = (pool.take(1000).unwrap(), pool.take(100).unwrap());
+        assert_eq!((big.len(), small.len()), (1000, 100));
+        let big_at = big.as_ptr();
+        drop((small, big));
+        assert_eq!(pool.idle(), 2);
+        let bigger = pool.take(2000).unwrap();
+        assert_eq!(pool.idle(), 2, "nothing idle holds 2000 bytes: a new block");
+        drop(bigger);
+        assert_eq!(
+            pool.idle(),
+            2,
+            "the pool keeps 2: the 2000 replaces the 100"
+        );
+        let mid = pool.take(900).unwrap();
+        let again = pool.take(900).unwrap();
+        assert!(mid.as_ptr() == big_at || again.as_ptr() == big_at);
+        assert_eq!(pool.idle(), 0);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use vocab::{
     Crop, DEFAULT_RATIO, DType, Device, Interpolation, Invalid, Layout, Normalize, Recipe,
-    SampleSpec, ShardPolicy,
+    SampleSpec, ShardPolicy, Whole,
 };
 
 /// The most items a batch may hold.
@@ -176,11 +176,12 @@ impl LoaderOptions {
         }
         if let (true, Some((option, value))) = (self.device.is_cuda(), self.sample.recipe.option())
         {
-            return Err(Invalid::new(
-                option,
-                value,
-                "none with a CUDA device (the GPU path does not resample yet; use device cpu)",
-            ));
+            let expected = if self.sample.recipe.is_whole() {
+                "a crop size with a CUDA device (the GPU path writes fixed-size samples; use device cpu)"
+            } else {
+                "none with a CUDA device (the GPU path does not resample yet; use device cpu)"
+            };
+            return Err(Invalid::new(option, value, expected));
         }
         // What the GPU path writes: RGB samples padded with 0.
         let gpu_only = [
@@ -319,6 +320,38 @@ impl std::str::FromStr for Size {
             }
         };
         Ok(Size { height, width })
+    }
+}
+
+/// The `crop` setting: a sample size, or `none` for whole images (each at its own size, or resized by
+/// `resize` / `jitter` / `max_size`; a batch is padded to its largest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleSize {
+    Fixed(Size),
+    Whole,
+}
+
+impl std::fmt::Display for SampleSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SampleSize::Fixed(s) => s.fmt(f),
+            SampleSize::Whole => f.write_str("none"),
+        }
+    }
+}
+
+impl std::str::FromStr for SampleSize {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<SampleSize, Invalid> {
+        if s.trim().eq_ignore_ascii_case("none") {
+            return Ok(SampleSize::Whole);
+        }
+        s.parse()
+            .map(SampleSize::Fixed)
+            .map_err(|e: Invalid| Invalid {
+                expected: "N, HxW (positive integers) or none (whole images)".into(),
+                ..e
+            })
     }
 }
 
@@ -494,9 +527,11 @@ pub struct Settings {
     /// Samples per batch.
     #[cfg_attr(feature = "clap", arg(long, visible_alias = "batch", default_value_t = Settings::default().batch_size))]
     pub batch_size: usize,
-    /// Sample size, `N` (square) or `HxW`: every item is cropped (or padded) to it.
-    #[cfg_attr(feature = "clap", arg(long = "size", value_name = "N|HxW", value_parser = Text::<Size>::new("crop"), default_value_t = Settings::default().crop))]
-    pub crop: Size,
+    /// Sample size, `N` (square) or `HxW`: every item is cropped (or padded) to it; `none`: whole
+    /// images (after `resize`, `jitter` or `max_size` if given), each batch padded (bottom and right)
+    /// to its largest height and width.
+    #[cfg_attr(feature = "clap", arg(long = "size", value_name = "N|HxW|none", value_parser = Text::<SampleSize>::new("crop"), default_value_t = Settings::default().crop))]
+    pub crop: SampleSize,
     /// Random crop windows (seeded per item) instead of centre crops.
     #[cfg_attr(feature = "clap", arg(long))]
     pub random_crop: bool,
@@ -617,6 +652,10 @@ pub struct Settings {
     /// `random_crop`, else centre); where the crop reaches past the image the sample holds `fill`.
     #[cfg_attr(feature = "clap", arg(long, value_name = "A,B", value_parser = Text::<Pair>::new("jitter")))]
     pub jitter: Option<Pair>,
+    /// With `crop=None`: shrink each image whose longer side exceeds this many pixels so that it is
+    /// this long (aspect kept; after `resize` or `jitter`), as torchvision's `max_size`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "M"))]
+    pub max_size: Option<u32>,
     /// How `scale`, `resize` and `jitter` resample: `bilinear` (antialiased when shrinking) or `nearest`.
     #[cfg_attr(feature = "clap", arg(long, value_parser = Choice::<Interpolation>::default(), default_value_t = Settings::default().interpolation))]
     pub interpolation: Interpolation,
@@ -657,10 +696,10 @@ impl Default for Settings {
         let o = LoaderOptions::default();
         Settings {
             batch_size: o.batch_size,
-            crop: Size {
+            crop: SampleSize::Fixed(Size {
                 height: o.sample.height,
                 width: o.sample.width,
-            },
+            }),
             random_crop: o.sample.crop == Crop::Random,
             flip: o.sample.hflip,
             shuffle: o.shuffle,
@@ -697,6 +736,7 @@ impl Default for Settings {
             ratio: None,
             resize: None,
             jitter: None,
+            max_size: None,
             interpolation: o.sample.interpolation,
             fill: o.sample.fill,
             channels: o.sample.channels,
@@ -750,6 +790,7 @@ pub const SETTING_NAMES: &[&str] = &[
     "ratio",
     "resize",
     "jitter",
+    "max_size",
     "interpolation",
     "fill",
     "channels",
@@ -806,6 +847,7 @@ impl Settings {
             opt(d.ratio.map(|v| v.to_string())),
             opt(d.resize.map(|v| v.to_string())),
             opt(d.jitter.map(|v| v.to_string())),
+            opt(d.max_size.map(|v| v.to_string())),
             d.interpolation.to_string(),
             d.fill.to_string(),
             d.channels.to_string(),
@@ -893,11 +935,30 @@ impl Settings {
         }
         let (rank, world_size) = self.rank_and_world_size()?;
         let recipe = self.recipe()?;
+        // Whole images have no fixed size: the spec holds their bound (max_size, else the largest side).
+        let (height, width) = match (self.crop, recipe) {
+            (SampleSize::Fixed(s), _) => (s.height, s.width),
+            (SampleSize::Whole, r) => {
+                let bound = match r {
+                    Recipe::Whole(w) => w.max_size,
+                    _ => None,
+                };
+                let side = bound.unwrap_or(vocab::MAX_SAMPLE_SIDE);
+                (side, side)
+            }
+        };
+        if self.crop == SampleSize::Whole && self.random_crop {
+            return Err(Invalid::new(
+                "random_crop",
+                true,
+                "False with crop=None (whole images are not cropped)",
+            ));
+        }
         let options = LoaderOptions {
             batch_size: self.batch_size,
             sample: SampleSpec {
-                height: self.crop.height,
-                width: self.crop.width,
+                height,
+                width,
                 crop: if self.random_crop {
                     Crop::Random
                 } else {
@@ -950,7 +1011,8 @@ impl Settings {
         Ok((options, open))
     }
 
-    /// The recipe `scale` / `ratio`, `resize` or `jitter` name (at most one of them), or the plain crop.
+    /// The recipe `scale` / `ratio`, `resize` or `jitter` name (at most one of them), or the plain crop;
+    /// with `crop=None`, whole images sized by `resize`, `jitter` and `max_size`.
     pub fn recipe(&self) -> Result<Recipe, Invalid> {
         let given: Vec<(&'static str, String)> = [
             ("scale", self.scale.map(|v| v.to_string())),
@@ -972,6 +1034,27 @@ impl Settings {
                 "ratio",
                 r,
                 "none without scale (it shapes the random-resized crop's window)",
+            ));
+        }
+        if self.crop == SampleSize::Whole {
+            if let Some(scale) = self.scale {
+                return Err(Invalid::new(
+                    "scale",
+                    scale,
+                    "none with crop=None (a random-resized crop needs a crop size)",
+                ));
+            }
+            return Ok(Recipe::Whole(Whole {
+                shorter: self.resize,
+                jitter: self.jitter.map(|j| j.0),
+                max_size: self.max_size,
+            }));
+        }
+        if let Some(m) = self.max_size {
+            return Err(Invalid::new(
+                "max_size",
+                m,
+                "none unless crop=None (it bounds whole images)",
             ));
         }
         Ok(if let Some(scale) = self.scale {

@@ -36,6 +36,7 @@ pub(crate) trait SampleWrite {
     );
     fn direct_layout(&self, win: &Window, channels: u8) -> Option<(usize, PixelLayout)>;
     fn mirror_window(&self, win: &Window, slot: &mut [u8]);
+    fn place_sample(&self, sample: &[u8], size: (u32, u32), slot: &mut [u8]);
 }
 
 impl SampleWrite for SampleSpec {
@@ -160,6 +161,36 @@ impl SampleWrite for SampleSpec {
                 },
             ),
         })
+    }
+
+    /// Copies a sample of `size` (width, height; this spec's layout, type and channels) into the top-left
+    /// of this spec's larger slot, and pads the rest (bottom and right) with `fill`: a whole image in its
+    /// padded batch.
+    fn place_sample(&self, sample: &[u8], (sw, sh): (u32, u32), slot: &mut [u8]) {
+        let win = Window::new(vocab::Rect::new(0, 0, sw, sh), 0, 0, false);
+        self.fill_padding(&win, slot);
+        let (w, h) = (self.width as usize, self.height as usize);
+        let (sw, sh) = (sw as usize, sh as usize);
+        let (size, c) = (self.dtype.size(), usize::from(self.channels));
+        match self.layout {
+            Layout::Nhwc => {
+                let row = sw * c * size;
+                for y in 0..sh {
+                    let at = y * w * c * size;
+                    slot[at..at + row].copy_from_slice(&sample[y * row..(y + 1) * row]);
+                }
+            }
+            Layout::Nchw => {
+                let row = sw * size;
+                for ch in 0..c {
+                    for y in 0..sh {
+                        let at = (ch * w * h + y * w) * size;
+                        let from = (ch * sw * sh + y * sw) * size;
+                        slot[at..at + row].copy_from_slice(&sample[from..from + row]);
+                    }
+                }
+            }
+        }
     }
 
     /// Mirrors the window's rows in place (after a direct write of an unflipped window).

@@ -21,6 +21,49 @@ pub enum Recipe {
     /// Rescale the whole image by a factor uniform in `range`, then crop; the crop may reach past the
     /// rescaled image, where the sample holds the fill value.
     Jitter { range: [f64; 2] },
+    /// The whole image, no crop (`crop=None`): each sample has its own size, and a batch is padded
+    /// (bottom and right) to its largest. See [`Whole`].
+    Whole(Whole),
+}
+
+/// How a whole image is sized when there is no crop: at its own size, resized so that its shorter side
+/// is `shorter` (torchvision's `Resize(shorter)`) or rescaled by a factor uniform in `jitter`; then, when
+/// the longer side exceeds `max_size`, shrunk so that it is `max_size` (aspect kept, torchvision's
+/// `max_size` rule). An image never grows because of `max_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Whole {
+    pub shorter: Option<u32>,
+    pub jitter: Option<[f64; 2]>,
+    pub max_size: Option<u32>,
+}
+
+impl Whole {
+    /// The size of a `width`×`height` image's sample, drawing the jitter factor (if any) from `rng`.
+    pub fn size(&self, (width, height): (u32, u32), rng: &mut SplitMix64) -> (u32, u32) {
+        let (w, h) = if let Some(s) = self.shorter {
+            resize_shorter(width, height, s)
+        } else if let Some(range) = self.jitter {
+            let f = range[0] + (range[1] - range[0]) * rng.unit_f64();
+            let side = |v: u32| ((f64::from(v) * f) as u32).max(1);
+            (side(width), side(height))
+        } else {
+            (width, height)
+        };
+        match self.max_size {
+            Some(m) if w.max(h) > m => {
+                // torchvision: new_short = int(max_size * short / long), new_long = max_size.
+                let short =
+                    ((u64::from(m) * u64::from(w.min(h))) / u64::from(w.max(h))).max(1) as u32;
+                if w <= h { (short, m) } else { (m, short) }
+            }
+            _ => (w, h),
+        }
+    }
+
+    /// The largest sample side, when bounded: `max_size`.
+    pub fn bound(&self) -> Option<u32> {
+        self.max_size
+    }
 }
 
 /// The default `ratio` of [`Recipe::ResizedCrop`]: torchvision's.
@@ -188,6 +231,19 @@ impl Geometry {
     }
 }
 
+/// Checks a `jitter` range: two factors `0 < a <= b <= 64`.
+fn jitter(range: [f64; 2]) -> Result<(), Invalid> {
+    let ok = range.iter().all(|x| x.is_finite() && *x > 0.0) && range[0] <= range[1];
+    let shown = format!("({}, {})", range[0], range[1]);
+    if !ok {
+        return Err(Invalid::new("jitter", shown, "two factors 0 < a <= b"));
+    }
+    if range[1] > 64.0 {
+        return Err(Invalid::new("jitter", shown, "factors of at most 64"));
+    }
+    Ok(())
+}
+
 /// Python's `round`: halves to even, as torchvision's arithmetic rounds.
 fn round_even(v: f64) -> f64 {
     v.round_ties_even()
@@ -291,6 +347,19 @@ impl Recipe {
             )),
             Recipe::Resize { shorter } => Some(("resize", shorter.to_string())),
             Recipe::Jitter { range } => Some(("jitter", format!("{},{}", range[0], range[1]))),
+            Recipe::Whole(w) => {
+                let mut v = "none".to_string();
+                if let Some(s) = w.shorter {
+                    v += &format!("/resize {s}");
+                }
+                if let Some(r) = w.jitter {
+                    v += &format!("/jitter {},{}", r[0], r[1]);
+                }
+                if let Some(m) = w.max_size {
+                    v += &format!("/max_size {m}");
+                }
+                Some(("crop", v))
+            }
         }
     }
 
@@ -327,13 +396,36 @@ impl Recipe {
                     ))
                 }
             }
-            Recipe::Jitter { range } => {
-                pair("jitter", range, 0.0, "two factors 0 < a <= b")?;
-                if range[1] > 64.0 {
+            Recipe::Jitter { range } => jitter(range),
+            Recipe::Whole(w) => {
+                let side = |option: &'static str, v: Option<u32>, what: &str| match v {
+                    Some(v) if !(1..=crate::MAX_SAMPLE_SIDE).contains(&v) => Err(Invalid::new(
+                        option,
+                        v,
+                        format!("{what} of 1 to {}", crate::MAX_SAMPLE_SIDE),
+                    )),
+                    _ => Ok(()),
+                };
+                side("resize", w.shorter, "a shorter side")?;
+                side("max_size", w.max_size, "a longer side")?;
+                if let Some(r) = w.jitter {
+                    jitter(r)?;
+                    if let Some(s) = w.shorter {
+                        return Err(Invalid::new(
+                            "jitter",
+                            format!("({}, {})", r[0], r[1]),
+                            format!("none with resize ({s}): one resize at a time"),
+                        ));
+                    }
+                }
+                if let (Some(s), Some(m)) = (w.shorter, w.max_size)
+                    && m <= s
+                {
+                    // torchvision refuses it too: the longer side could never reach `resize`.
                     return Err(Invalid::new(
-                        "jitter",
-                        format!("({}, {})", range[0], range[1]),
-                        "factors of at most 64",
+                        "max_size",
+                        m,
+                        format!("a longer side above resize ({s})"),
                     ));
                 }
                 Ok(())
@@ -397,7 +489,22 @@ impl Recipe {
                 let size = (side(width), side(height));
                 Self::resize_then_crop((width, height), size, (crop_w, crop_h), random, flip, rng)
             }
+            Recipe::Whole(w) => {
+                let (ow, oh) = w.size((width, height), rng);
+                Geometry {
+                    x: resized(0, width, ow),
+                    y: resized(0, height, oh),
+                    dx: 0,
+                    dy: 0,
+                    flip: flip(rng),
+                }
+            }
         }
+    }
+
+    /// Whether samples keep each image's own size (no crop): batches are then padded to their largest.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, Recipe::Whole(_))
     }
 
     fn resize_then_crop(
@@ -490,6 +597,48 @@ mod tests {
             assert!(g.x.offset + g.x.len <= g.x.dst_len && g.y.offset + g.y.len <= g.y.dst_len);
             assert!(g.window().fits(300, 200), "{:?}", g.window());
         }
+    }
+
+    #[test]
+    fn whole_images_follow_torchvisions_max_size_rule_and_never_grow_for_it() {
+        let mut rng = SplitMix64::new(1);
+        let size = |w: Whole, dims| w.size(dims, &mut SplitMix64::new(1));
+        let bounded = Whole {
+            max_size: Some(500),
+            ..Whole::default()
+        };
+        assert_eq!(size(bounded, (640, 480)), (500, 375));
+        assert_eq!(size(bounded, (480, 640)), (375, 500));
+        assert_eq!(
+            size(bounded, (100, 50)),
+            (100, 50),
+            "max_size never enlarges"
+        );
+        assert_eq!(size(bounded, (5000, 1)), (500, 1), "a side never reaches 0");
+        // The detection recipe, Resize(800, max_size=1333), on a Cityscapes frame.
+        let detection = Whole {
+            shorter: Some(800),
+            max_size: Some(1333),
+            ..Whole::default()
+        };
+        assert_eq!(size(detection, (2048, 1024)), (1333, 666));
+        assert_eq!(size(detection, (1024, 768)), (1066, 800));
+        let g = Recipe::Whole(Whole::default()).geometry((7, 3), (1, 1), false, false, &mut rng);
+        assert!(g.is_copy());
+        assert_eq!((g.size(), g.window()), ((7, 3), Rect::new(0, 0, 7, 3)));
+        let g = Recipe::Whole(detection).geometry((2048, 1024), (1, 1), false, true, &mut rng);
+        assert_eq!(
+            (g.size(), g.window()),
+            ((1333, 666), Rect::new(0, 0, 2048, 1024))
+        );
+        let e = Recipe::Whole(Whole {
+            shorter: Some(800),
+            max_size: Some(800),
+            ..Whole::default()
+        })
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.option, "max_size");
     }
 
     #[test]

@@ -30,7 +30,7 @@ mod tensor;
 
 pub use device::Device;
 pub use error::Invalid;
-pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, resize_shorter};
+pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, Whole, resize_shorter};
 pub use image::Image;
 pub use rect::{Rect, Window};
 pub use sample::{Channels, Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};

@@ -148,6 +148,15 @@ impl SampleSpec {
         self.recipe.validate()
     }
 
+    /// For whole images (no crop), the largest sample side when one is set (`max_size`): the spec's
+    /// height and width are then that bound.
+    pub fn whole_bound(&self) -> Option<u32> {
+        match self.recipe {
+            crate::Recipe::Whole(w) => w.max_size,
+            _ => None,
+        }
+    }
+
     /// Values per sample: height × width × channels.
     pub fn sample_len(&self) -> usize {
         self.height as usize * self.width as usize * usize::from(self.channels)

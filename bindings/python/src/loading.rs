@@ -158,7 +158,8 @@ impl Batch {
 /// so that the state survives a JSON round trip.
 #[derive(Clone, Debug)]
 struct Recorded {
-    crop: (u32, u32),
+    /// `None` for whole images.
+    crop: Option<(u32, u32)>,
     random_crop: bool,
     flip: bool,
     shuffle: bool,
@@ -168,8 +169,8 @@ struct Recorded {
     mean: Option<[f32; 3]>,
     std: Option<[f32; 3]>,
     sampler: &'static str,
-    /// The resampling recipe's option and value (`scale`, `resize` or `jitter`), if any.
-    recipe: Option<(&'static str, String)>,
+    /// The resampling recipe.
+    recipe: vocab::Recipe,
     interpolation: String,
     fill: u8,
     channels: u8,
@@ -180,7 +181,7 @@ struct Recorded {
 impl Recorded {
     fn of(o: &LoaderOptions) -> Recorded {
         Recorded {
-            crop: (o.sample.height, o.sample.width),
+            crop: (!o.sample.recipe.is_whole()).then_some((o.sample.height, o.sample.width)),
             random_crop: o.sample.crop == Crop::Random,
             flip: o.sample.hflip,
             shuffle: o.shuffle,
@@ -193,7 +194,7 @@ impl Recorded {
                 Order::Seeded => "uniform",
                 Order::Liquid { .. } => "liquid",
             },
-            recipe: o.sample.recipe.option(),
+            recipe: o.sample.recipe,
             interpolation: o.sample.interpolation.to_string(),
             fill: o.sample.fill,
             channels: o.sample.channels,
@@ -203,7 +204,7 @@ impl Recorded {
 
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        d.set_item("crop", [self.crop.0, self.crop.1])?;
+        d.set_item("crop", self.crop.map(|c| [c.0, c.1]))?;
         d.set_item("random_crop", self.random_crop)?;
         d.set_item("flip", self.flip)?;
         d.set_item("shuffle", self.shuffle)?;
@@ -213,14 +214,22 @@ impl Recorded {
         d.set_item("mean", self.mean)?;
         d.set_item("std", self.std)?;
         d.set_item("sampler", self.sampler)?;
-        for key in ["scale", "resize", "jitter"] {
-            let v = self
-                .recipe
-                .as_ref()
-                .filter(|(k, _)| *k == key)
-                .map(|(_, v)| v);
-            d.set_item(key, v)?;
-        }
+        // The recipe's options as text, the way states have always recorded them; whole images
+        // record their resize, jitter and max_size under the same keys (crop is None).
+        let (resize, jitter, max_size) = match self.recipe {
+            vocab::Recipe::Whole(w) => (w.shorter, w.jitter, w.max_size),
+            vocab::Recipe::Resize { shorter } => (Some(shorter), None, None),
+            vocab::Recipe::Jitter { range } => (None, Some(range), None),
+            _ => (None, None, None),
+        };
+        let scale = match self.recipe.option() {
+            Some(("scale", v)) => Some(v),
+            _ => None,
+        };
+        d.set_item("scale", scale)?;
+        d.set_item("resize", resize.map(|v| v.to_string()))?;
+        d.set_item("jitter", jitter.map(|r| format!("{},{}", r[0], r[1])))?;
+        d.set_item("max_size", max_size)?;
         d.set_item("interpolation", &self.interpolation)?;
         d.set_item("fill", self.fill)?;
         d.set_item("channels", self.channels)?;
@@ -292,7 +301,11 @@ enum Step {
 ///
 /// The keywords are the loader's one options model, shared with ``l3 stream`` (same names with ``-`` for
 /// ``_``, same defaults and values, the same words for a refused value); :func:`loader_options` lists them
-/// with their defaults. ``decode="whole"`` decodes whole images instead of only what each crop covers;
+/// with their defaults. ``crop=None`` delivers whole images: each sample keeps its image's size (after
+/// ``resize``, ``jitter`` or ``max_size``, which shrinks an image whose longer side exceeds it), and
+/// each batch is padded bottom and right to its largest height and width — images with ``fill``, masks
+/// with ``ignore_index``; ``batch.sizes`` gives each sample's valid height and width.
+/// ``decode="whole"`` decodes whole images instead of only what each crop covers;
 /// ``shard_tail="drop"`` drops an epoch's uneven tail across ranks; ``pin_memory=True`` allocates host
 /// batches page-locked so that a copy to the GPU is asynchronous (it needs a CUDA driver).
 ///
@@ -425,7 +438,7 @@ impl Loader {
         partial_images=False, storage_mbps=None, retry_secs=60, cache_dir=None, cache_limit=None, pcr_window=4, \
         pcr_partial=False, decode=\"region\", \
         gpu_fallback=False, pin_memory=False, shard_tail=\"pad\", scale=None, ratio=None, resize=None, \
-        jitter=None, interpolation=\"bilinear\", fill=0, channels=3, masks=None, image_suffix=None, \
+        jitter=None, max_size=None, interpolation=\"bilinear\", fill=0, channels=3, masks=None, image_suffix=None, \
         mask_suffix=None, ignore_index=255, boxes=None, min_box_size=1)"
     )]
     #[pyo3(signature = (source, batch_size, **kwargs))]
@@ -576,11 +589,12 @@ impl Loader {
             .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
         let ours = self.recorded.to_dict(py)?;
         for (key, want) in ours.iter() {
-            // States saved before targets and channels existed had none and 3.
+            // States saved before targets, channels and max_size existed had none, 3 and none.
             let got = saved.get_item(&key).ok().or_else(|| {
                 match key.extract::<String>().ok()?.as_str() {
                     "targets" => Some(pyo3::types::PyString::new(py, "").into_any()),
                     "channels" => Some(3u8.into_pyobject(py).ok()?.into_any()),
+                    "max_size" => Some(py.None().into_bound(py)),
                     _ => None,
                 }
             });

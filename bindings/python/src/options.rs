@@ -3,7 +3,7 @@
 //! model's [`vocab::Invalid`], raised as `OptionsError`).
 
 use crate::errors::{Kind, raise};
-use loader::{Bytes, Pair, PerChannel, Settings, Size, parse_setting};
+use loader::{Bytes, Pair, PerChannel, SampleSize, Settings, Size, parse_setting};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -63,8 +63,11 @@ pub fn device(v: &Bound<'_, PyAny>) -> PyResult<vocab::Device> {
     parsed("device", v)
 }
 
-/// `crop=`: an int (square), `(height, width)`, or text `N` / `HxW`.
-fn size(v: &Bound<'_, PyAny>) -> PyResult<Size> {
+/// `crop=`: an int (square), `(height, width)`, text `N` / `HxW` / `none`, or `None`: whole images.
+fn size(v: &Bound<'_, PyAny>) -> PyResult<SampleSize> {
+    if v.is_none() {
+        return Ok(SampleSize::Whole);
+    }
     if v.is_instance_of::<PyString>() {
         return parsed("crop", v);
     }
@@ -82,7 +85,7 @@ fn size(v: &Bound<'_, PyAny>) -> PyResult<Size> {
             ),
         ));
     }
-    Ok(Size { height, width })
+    Ok(SampleSize::Fixed(Size { height, width }))
 }
 
 /// `mean=` / `std=`: three numbers, one (a luma sample's, or the same for every channel), or text.
@@ -143,9 +146,7 @@ pub fn settings(
         let flag = |o: &'static str| expect::<bool>(o, v, "True or False");
         match name.as_str() {
             "crop" => {
-                if !v.is_none() {
-                    s.crop = size(v)?;
-                }
+                s.crop = size(v)?;
             }
             "random_crop" => s.random_crop = flag("random_crop")?,
             "flip" => s.flip = flag("flip")?,
@@ -190,6 +191,9 @@ pub fn settings(
             "scale" => s.scale = optional(v, |v| pair("scale", v))?,
             "ratio" => s.ratio = optional(v, |v| pair("ratio", v))?,
             "jitter" => s.jitter = optional(v, |v| pair("jitter", v))?,
+            "max_size" => {
+                s.max_size = optional(v, |v| expect("max_size", v, "a longer side in pixels"))?
+            }
             "resize" => {
                 s.resize = optional(v, |v| expect("resize", v, "a shorter side in pixels"))?
             }

@@ -221,6 +221,7 @@ impl Dataset for LiquidShards {
                     &path,
                     Format::Raw,
                     req,
+                    scratch,
                     slot,
                 )
             }

@@ -285,7 +285,7 @@ impl Dataset for PcrRecords {
         index: usize,
         stored: &Stored,
         req: &SampleRequest,
-        _scratch: &mut Scratch,
+        scratch: &mut Scratch,
         slot: &mut [u8],
     ) -> Result<Decoded> {
         let Stored::Whole(bytes) = stored else {
@@ -309,6 +309,7 @@ impl Dataset for PcrRecords {
             &source,
             Format::Pcr,
             req,
+            scratch,
             slot,
         )?;
         done.partial = self.degraded[index].load(Ordering::Relaxed);

@@ -3,12 +3,12 @@
 //! interleave. Items that failed are left out when skipping is on (the batch is compacted), otherwise the
 //! batch's first failure is delivered in its turn and ends the run.
 
-use super::{BatchStart, DeviceBatch, ItemDone, ToAssembler, device_tensor};
+use super::{BatchStart, DeviceBatch, ItemDone, OwnSample, ToAssembler, device_tensor};
 use crate::batch::{Batch, Masks, Tensor};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
-use crate::memory::Filling;
-use crate::sample::{Layout, SampleSpec};
+use crate::memory::{Filling, Pool};
+use crate::sample::{Layout, SampleSpec, SampleWrite};
 use crate::stats::Counters;
 use crate::targets::Targets;
 use crate::targets::boxes::SampleBoxes;
@@ -34,6 +34,8 @@ struct Partial {
     device: Option<DeviceBatch>,
     /// Each slot's boxes, when the batch has boxes.
     boxes: Vec<Option<SampleBoxes>>,
+    /// Each slot's whole-image sample, for batches without a crop.
+    own: Vec<Option<OwnSample>>,
 }
 
 /// The assembler's state: testable without threads (feed it starts and items, take batches).
@@ -45,6 +47,8 @@ pub(crate) struct Assembler {
     ds: Arc<dyn Dataset>,
     counters: Arc<Counters>,
     targets: Option<Arc<Targets>>,
+    /// For whole images: where each batch's padded tensors are allocated.
+    whole: Option<WholePools>,
 }
 
 impl Assembler {
@@ -54,6 +58,7 @@ impl Assembler {
         ds: Arc<dyn Dataset>,
         counters: Arc<Counters>,
         targets: Option<Arc<Targets>>,
+        whole: Option<WholePools>,
     ) -> Self {
         Assembler {
             pending: BTreeMap::new(),
@@ -63,6 +68,7 @@ impl Assembler {
             ds,
             counters,
             targets,
+            whole,
         }
     }
 
@@ -83,6 +89,7 @@ impl Assembler {
                     error,
                     device: None,
                     boxes: (0..n).map(|_| None).collect(),
+                    own: (0..n).map(|_| None).collect(),
                     start: s,
                 };
                 self.pending.insert(seq, p);
@@ -113,6 +120,7 @@ impl Assembler {
                 p.filled[d.slot_index] = true;
                 p.geometry[d.slot_index] = done.geometry;
                 p.boxes[d.slot_index] = d.boxes;
+                p.own[d.slot_index] = d.own;
             }
             Err(e) if self.skip && !d.fatal => {
                 Counters::add(&self.counters.items_skipped, 1);
@@ -144,90 +152,29 @@ impl Assembler {
             return Err(e);
         }
         let t0 = Instant::now();
-        let filling = p
-            .start
-            .filling
-            .take()
-            .ok_or_else(|| Error::Pipeline("a batch without a buffer".into()))?;
-        let mut buf = Filling::finish(filling)
-            .map_err(|_| Error::Pipeline("a batch slot outlived its item".into()))?;
         let n = p.start.ids.len();
-        let sample = self.spec.sample_bytes();
-        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
-        let mut masks = match p.start.mask_filling.take() {
-            Some(f) => Some(
-                Filling::finish(f)
-                    .map_err(|_| Error::Pipeline("a mask slot outlived its item".into()))?,
-            ),
-            None => None,
+        // The samples that decoded, in order (a device batch holds only those).
+        let keep: Vec<usize> = (0..n).filter(|&i| p.filled[i]).collect();
+        let (pixels, masks) = match &self.whole {
+            Some(pools) if p.device.is_none() => self.padded(&mut p, &keep, pools)?,
+            _ => self.in_slots(&mut p, &keep)?,
         };
-        let wide = self.targets.as_ref().is_some_and(|t| t.wide());
-        let mask_bytes = h * w * if wide { 2 } else { 1 };
-        let mut ids = std::mem::take(&mut p.start.ids);
-        let mut cached = p
+        let ids: Vec<usize> = keep.iter().map(|&i| p.start.ids[i]).collect();
+        let cached = p
             .start
             .liquid
             .take()
             .map_or_else(|| vec![false; n], |l| l.0);
-        if p.filled.iter().any(|f| !f) {
-            // Compact: keep the samples that decoded, in order (a device batch holds only those).
-            let keep: Vec<usize> = (0..n).filter(|&i| p.filled[i]).collect();
-            if p.device.is_none() && buf.len() >= n * sample {
-                let bytes = buf.as_mut_slice();
-                for (to, &from) in keep.iter().enumerate() {
-                    bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
-                }
-            }
-            if let Some(m) = &mut masks {
-                let bytes = m.as_mut_slice();
-                for (to, &from) in keep.iter().enumerate() {
-                    bytes.copy_within(from * mask_bytes..(from + 1) * mask_bytes, to * mask_bytes);
-                }
-            }
-            p.boxes = keep.iter().map(|&i| p.boxes[i].take()).collect();
-            ids = keep.iter().map(|&i| ids[i]).collect();
-            cached = keep.iter().map(|&i| cached[i]).collect();
-            p.geometry = keep.iter().map(|&i| p.geometry[i]).collect();
-        }
-        let geometry: Vec<Geometry> = p.geometry.iter().flatten().copied().collect();
+        let cached = keep.iter().map(|&i| cached[i]).collect();
+        let geometry: Vec<Geometry> = keep.iter().filter_map(|&i| p.geometry[i]).collect();
         if geometry.len() != ids.len() {
             return Err(Error::Pipeline("a sample without its geometry".into()));
         }
-        let k = ids.len();
-        let pixels = match p.device.take() {
-            Some(dev) => {
-                drop(buf);
-                device_tensor(dev, self.spec.layout, self.spec.dtype)
-                    .filter(|t| t.shape()[0] == k)
-                    .ok_or_else(|| {
-                        Error::Pipeline("the GPU's batch does not match its items".into())
-                    })?
-            }
-            None if buf.len() < k * sample => {
-                return Err(Error::Pipeline(
-                    "a batch of the GPU without its device tensor".into(),
-                ));
-            }
-            None => {
-                buf.truncate(k * sample);
-                let c = usize::from(self.spec.channels);
-                let shape = match self.spec.layout {
-                    Layout::Nhwc => [k, h, w, c],
-                    Layout::Nchw => [k, c, h, w],
-                };
-                Tensor::new(buf, shape, self.spec.layout, self.spec.dtype)
-            }
-        };
-        let masks = masks.map(|mut m| {
-            m.truncate(k * mask_bytes);
-            Masks::new(m, [k, h, w], wide)
-        });
         let (boxes, box_labels) = if self.targets.as_ref().is_some_and(|t| t.has_boxes()) {
-            let (b, l) = p
-                .boxes
-                .into_iter()
-                .map(|b| {
-                    let b = b.unwrap_or_default();
+            let (b, l) = keep
+                .iter()
+                .map(|&i| {
+                    let b = p.boxes[i].take().unwrap_or_default();
                     (b.boxes, b.labels)
                 })
                 .unzip();
@@ -255,6 +202,167 @@ impl Assembler {
         Counters::add_time(&self.counters.assemble_ns, t0);
         Ok(batch)
     }
+
+    /// The tensors of a batch whose samples were written into the slots of its buffer (or by the GPU
+    /// into device memory): compacted to the `keep` slots.
+    fn in_slots(&self, p: &mut Partial, keep: &[usize]) -> Result<(Tensor, Option<Masks>)> {
+        let filling = p
+            .start
+            .filling
+            .take()
+            .ok_or_else(|| Error::Pipeline("a batch without a buffer".into()))?;
+        let mut buf = Filling::finish(filling)
+            .map_err(|_| Error::Pipeline("a batch slot outlived its item".into()))?;
+        let n = p.start.ids.len();
+        let sample = self.spec.sample_bytes();
+        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+        let mut masks = match p.start.mask_filling.take() {
+            Some(f) => Some(
+                Filling::finish(f)
+                    .map_err(|_| Error::Pipeline("a mask slot outlived its item".into()))?,
+            ),
+            None => None,
+        };
+        let wide = self.targets.as_ref().is_some_and(|t| t.wide());
+        let mask_bytes = h * w * if wide { 2 } else { 1 };
+        if keep.len() < n {
+            if p.device.is_none() && buf.len() >= n * sample {
+                let bytes = buf.as_mut_slice();
+                for (to, &from) in keep.iter().enumerate() {
+                    bytes.copy_within(from * sample..(from + 1) * sample, to * sample);
+                }
+            }
+            if let Some(m) = &mut masks {
+                let bytes = m.as_mut_slice();
+                for (to, &from) in keep.iter().enumerate() {
+                    bytes.copy_within(from * mask_bytes..(from + 1) * mask_bytes, to * mask_bytes);
+                }
+            }
+        }
+        let k = keep.len();
+        let pixels = match p.device.take() {
+            Some(dev) => {
+                drop(buf);
+                device_tensor(dev, self.spec.layout, self.spec.dtype)
+                    .filter(|t| t.shape()[0] == k)
+                    .ok_or_else(|| {
+                        Error::Pipeline("the GPU's batch does not match its items".into())
+                    })?
+            }
+            None if buf.len() < k * sample => {
+                return Err(Error::Pipeline(
+                    "a batch of the GPU without its device tensor".into(),
+                ));
+            }
+            None => {
+                buf.truncate(k * sample);
+                Tensor::new(buf, self.shape(k, h, w), self.spec.layout, self.spec.dtype)
+            }
+        };
+        let masks = masks.map(|mut m| {
+            m.truncate(k * mask_bytes);
+            Masks::new(m, [k, h, w], wide)
+        });
+        Ok((pixels, masks))
+    }
+
+    /// The tensors of a batch of whole images, each decoded at its own size: the `keep` samples padded
+    /// (bottom and right) to the largest height and width among them — images with `fill`, masks with
+    /// `ignore_index` — in a buffer of `pools`.
+    fn padded(
+        &self,
+        p: &mut Partial,
+        keep: &[usize],
+        pools: &WholePools,
+    ) -> Result<(Tensor, Option<Masks>)> {
+        drop(p.start.filling.take());
+        let lost = || Error::Pipeline("a whole-image sample without its pixels or size".into());
+        let mut sizes = Vec::with_capacity(keep.len());
+        for &i in keep {
+            sizes.push(p.geometry[i].ok_or_else(lost)?.size());
+        }
+        let w = sizes.iter().map(|s| s.0).max().unwrap_or(0);
+        let h = sizes.iter().map(|s| s.1).max().unwrap_or(0);
+        let batch = SampleSpec {
+            width: w,
+            height: h,
+            ..self.spec
+        };
+        let k = keep.len();
+        let what = |kind: &str| format!("a batch of {k} whole {kind} padded to {h}x{w}");
+        let sample = batch.sample_bytes();
+        stdx::mem::check((k * sample) as u64, what("images"))?;
+        let mut buf = pools
+            .pixels
+            .take(k * sample)
+            .map_err(|why| Error::Pipeline(format!("cannot allocate {}: {why}", what("images"))))?;
+        for (j, &i) in keep.iter().enumerate() {
+            let own = p.own[i].as_ref().ok_or_else(lost)?;
+            let slot = &mut buf.as_mut_slice()[j * sample..(j + 1) * sample];
+            batch.place_sample(&own.pixels, sizes[j], slot);
+        }
+        let pixels = Tensor::new(
+            buf,
+            self.shape(k, h as usize, w as usize),
+            batch.layout,
+            batch.dtype,
+        );
+        let masks = match (&pools.masks, &self.targets) {
+            (Some(pool), Some(t)) => {
+                let (wide, ignore) = (t.wide(), t.ignore_index());
+                let per = t.mask_bytes((w, h));
+                stdx::mem::check((k * per) as u64, what("masks"))?;
+                let mut m = pool.take(k * per).map_err(|why| {
+                    Error::Pipeline(format!("cannot allocate {}: {why}", what("masks")))
+                })?;
+                for (j, &i) in keep.iter().enumerate() {
+                    let own = p.own[i].as_ref().and_then(|o| o.mask.as_deref());
+                    let slot = &mut m.as_mut_slice()[j * per..(j + 1) * per];
+                    place_mask(own.ok_or_else(lost)?, sizes[j], (w, h), wide, ignore, slot);
+                }
+                Some(Masks::new(m, [k, h as usize, w as usize], wide))
+            }
+            _ => None,
+        };
+        Ok((pixels, masks))
+    }
+
+    /// A batch tensor's shape in the spec's layout.
+    fn shape(&self, k: usize, h: usize, w: usize) -> [usize; 4] {
+        let c = usize::from(self.spec.channels);
+        match self.spec.layout {
+            Layout::Nhwc => [k, h, w, c],
+            Layout::Nchw => [k, c, h, w],
+        }
+    }
+}
+
+/// Copies a `size` (width, height) mask into the top-left of a `batch` (width, height) mask slot, the
+/// rest `ignore` (one byte per value, or two little-endian ones when `wide`).
+fn place_mask(
+    mask: &[u8],
+    (w, h): (u32, u32),
+    (bw, bh): (u32, u32),
+    wide: bool,
+    ignore: u16,
+    slot: &mut [u8],
+) {
+    let v = if wide { 2 } else { 1 };
+    let pad = ignore.to_le_bytes();
+    for px in slot.chunks_exact_mut(v) {
+        px.copy_from_slice(&pad[..v]);
+    }
+    let row = w as usize * v;
+    for y in 0..(h.min(bh) as usize) {
+        let at = y * bw as usize * v;
+        slot[at..at + row].copy_from_slice(&mask[y * row..(y + 1) * row]);
+    }
+}
+
+/// Where whole-image batches get their memory: their sizes are known only when their last item is.
+pub(crate) struct WholePools {
+    pub pixels: Arc<Pool>,
+    pub masks: Option<Arc<Pool>>,
 }
 
 /// The assembler thread: delivers batches in sequence into the prefetch queue, and returns one credit
@@ -298,7 +406,6 @@ mod tests {
     use super::*;
     use crate::format::Format;
     use crate::item::{Decoded, SampleRequest, Stored};
-    use crate::memory::Pool;
     use crate::sample::DType;
     use std::path::PathBuf;
     use vocab::Crop;
@@ -375,13 +482,14 @@ mod tests {
             result,
             fatal: false,
             boxes: None,
+            own: None,
         })
     }
 
     #[test]
     fn batches_leave_in_sequence_whatever_order_items_finish() {
         let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
-        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None);
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None, None);
         asm.accept(start(&pool, 0, &[3, 4, 5]));
         asm.accept(start(&pool, 1, &[6, 7]));
         asm.accept(item(1, 1, Ok(Decoded::default())));
@@ -406,10 +514,70 @@ mod tests {
     }
 
     #[test]
+    fn whole_images_are_padded_to_the_largest_of_their_batch() {
+        let spec = SampleSpec {
+            recipe: vocab::Recipe::Whole(vocab::Whole::default()),
+            fill: 9,
+            layout: Layout::Nchw,
+            ..SPEC
+        };
+        let pools = WholePools {
+            pixels: Pool::new(0, 2, crate::memory::HostMemory::Pageable),
+            masks: None,
+        };
+        let mut asm = Assembler::new(
+            spec,
+            true,
+            Arc::new(Labels),
+            Arc::default(),
+            None,
+            Some(pools),
+        );
+        let empty = Pool::new(0, 0, crate::memory::HostMemory::Pageable);
+        let (filling, _) = Filling::split(empty.take(0).unwrap(), 3, 0);
+        asm.accept(ToAssembler::Start(BatchStart {
+            seq: 0,
+            epoch: 0,
+            batch: 0,
+            ids: vec![4, 5, 6],
+            filling: Some(filling),
+            mask_filling: None,
+            liquid: None,
+            failure: None,
+        }));
+        // Item 4 is 2 wide and 1 high, item 6 is 1 wide and 2 high (NCHW planes of value 10 + id),
+        // item 5 failed: the batch is 2x2, each sample padded with 9 below and to the right.
+        for (slot, (w, h)) in [(0, (2u32, 1u32)), (2, (1, 2))] {
+            let g = Geometry::from_window(&vocab::Window::whole(w, h));
+            let pixels = vec![10 + slot as u8; (w * h * 3) as usize];
+            asm.accept(ToAssembler::Item(ItemDone {
+                seq: 0,
+                slot_index: slot,
+                read: Some(1),
+                result: Ok(Decoded {
+                    geometry: Some(g),
+                    ..Decoded::default()
+                }),
+                fatal: false,
+                boxes: None,
+                own: Some(OwnSample { pixels, mask: None }),
+            }));
+        }
+        asm.accept(item(0, 1, Err(Error::decode("item5", "png", "bad"))));
+        let b = asm.pop_ready().unwrap().unwrap();
+        assert_eq!(b.ids, [4, 6]);
+        assert_eq!(b.shape(), [2, 3, 2, 2]);
+        assert_eq!(b.sizes(), [(1, 2), (2, 1)]);
+        let plane = |s: usize| &b.pixels.bytes().unwrap()[s * 12..s * 12 + 4];
+        assert_eq!(plane(0), [10, 10, 9, 9]);
+        assert_eq!(plane(1), [12, 9, 12, 9]);
+    }
+
+    #[test]
     fn failed_items_are_compacted_away_when_skipping_else_fail_in_turn() {
         let pool = Pool::new(18, 4, crate::memory::HostMemory::Pageable);
         let counters = Arc::new(Counters::default());
-        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone(), None);
+        let mut asm = Assembler::new(SPEC, true, Arc::new(Labels), counters.clone(), None, None);
         asm.accept(start(&pool, 0, &[1, 2, 3]));
         asm.accept(item(0, 1, Err(Error::decode("item2", "png", "bad"))));
         asm.accept(item(0, 0, Ok(Decoded::default())));
@@ -427,7 +595,7 @@ mod tests {
         assert_eq!(counters.items_skipped.load(Ordering::Relaxed), 1);
 
         // Without skipping, batch 1's failure waits for batch 0 to leave first.
-        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None);
+        let mut asm = Assembler::new(SPEC, false, Arc::new(Labels), Arc::default(), None, None);
         asm.accept(start(&pool, 0, &[1]));
         asm.accept(start(&pool, 1, &[2]));
         asm.accept(item(1, 0, Err(Error::decode("item2", "png", "bad"))));

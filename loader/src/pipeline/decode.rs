@@ -1,7 +1,7 @@
 //! The decode stage: CPU threads that turn each item's stored bytes into its sample, written straight
 //! into the item's slot of the batch buffer ([`Dataset::decode`]).
 
-use super::{Ctx, ItemDone, Job, ToAssembler};
+use super::{Ctx, ItemDone, Job, OwnSample, ToAssembler};
 use crate::error::{Error, Result};
 use crate::item::{Decoded, Scratch};
 use crate::stats::Counters;
@@ -14,14 +14,23 @@ use std::time::Instant;
 pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone {
     let t0 = Instant::now();
     let mut boxes = None;
+    let whole = ctx.spec.recipe.is_whole();
+    let mut own = None;
     let (read, result) = match job.stored.take() {
         Some(Ok((stored, n))) => {
             let req = ctx.request(job.key);
             let r = super::guarded("decoding", || {
                 let slot = job.slot.bytes();
                 let d = ctx.ds.decode(job.index, &stored, &req, scratch, slot)?;
+                let mut mask = None;
                 if let Some(t) = &ctx.targets {
-                    boxes = targets(ctx, t, &mut job, &d, scratch)?;
+                    boxes = targets(ctx, t, &mut job, &d, scratch, whole.then_some(&mut mask))?;
+                }
+                if whole {
+                    own = Some(OwnSample {
+                        pixels: std::mem::take(&mut scratch.sample),
+                        mask,
+                    });
                 }
                 Ok(d)
             });
@@ -45,23 +54,29 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
     Counters::add_time(&ctx.counters.decode_ns, t0);
     ItemDone {
         boxes,
+        own,
         ..ItemDone::of(&job, read, result)
     }
 }
 
 /// An item's targets, after its image: its mask (read now when the read stage did not, as under the
-/// Liquid order) written into its mask slot with the image's geometry, and its boxes.
+/// Liquid order) written into its mask slot with the image's geometry — or, for a whole image, into
+/// `own` at the sample's own size —, and its boxes.
 fn targets(
     ctx: &Ctx,
     t: &Targets,
     job: &mut Job,
     d: &Decoded,
     scratch: &mut Scratch,
+    own: Option<&mut Option<Vec<u8>>>,
 ) -> Result<Option<SampleBoxes>> {
     let g = d
         .geometry
         .ok_or_else(|| Error::Pipeline("a decoded item without its geometry".into()))?;
-    let out = (ctx.spec.width, ctx.spec.height);
+    let out = match own {
+        Some(_) => g.size(),
+        None => (ctx.spec.width, ctx.spec.height),
+    };
     if t.has_masks() && job.mask.is_none() {
         let bytes = t.read_mask(job.index);
         if let Some(Ok(b)) = &bytes {
@@ -71,9 +86,10 @@ fn targets(
     }
     let mask = job.mask.take().transpose()?;
     let empty: &mut [u8] = &mut [];
-    let slot = match &mut job.mask_slot {
-        Some(s) => s.bytes(),
-        None => empty,
+    let slot = match (own, &mut job.mask_slot) {
+        (Some(own), _) if t.has_masks() => own.insert(vec![0; t.mask_bytes(out)]).as_mut_slice(),
+        (_, Some(s)) => s.bytes(),
+        _ => empty,
     };
     let path = ctx.ds.source(job.index);
     t.make(

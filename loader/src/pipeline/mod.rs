@@ -189,6 +189,16 @@ pub(crate) struct ItemDone {
     pub fatal: bool,
     /// Its boxes in output pixels, when the batch has boxes.
     pub boxes: Option<SampleBoxes>,
+    /// Its sample (and mask sample) at its own size, for whole images: the assembler pads them into the
+    /// batch.
+    pub own: Option<OwnSample>,
+}
+
+/// A whole-image sample, written outside the batch buffer because its size is known only once its image
+/// is decoded: pixels in the batch's layout and type at the geometry's size, and its mask.
+pub(crate) struct OwnSample {
+    pub pixels: Vec<u8>,
+    pub mask: Option<Vec<u8>>,
 }
 
 impl ItemDone {
@@ -200,6 +210,7 @@ impl ItemDone {
             result: result.map_err(|e| Error::item(job.index, e)),
             fatal: false,
             boxes: None,
+            own: None,
         }
     }
 }

@@ -28,7 +28,8 @@ pub(crate) struct Dispatch {
 
 impl Dispatch {
     pub fn run(mut self) {
-        let sample_bytes = if self.ctx.host_slots {
+        // Whole images are written outside the batch (their size is not known yet): empty slots.
+        let sample_bytes = if self.ctx.host_slots && !self.ctx.spec.recipe.is_whole() {
             self.ctx.spec.sample_bytes()
         } else {
             0

@@ -186,6 +186,11 @@ impl Targets {
         self.boxes.is_some()
     }
 
+    /// The mask value where a sample shows no image.
+    pub fn ignore_index(&self) -> u16 {
+        self.ignore_index
+    }
+
     /// Whether masks are 16-bit.
     pub fn wide(&self) -> bool {
         self.wide

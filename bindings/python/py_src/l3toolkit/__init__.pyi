@@ -273,6 +273,7 @@ class Loader:
         ratio: Union[Tuple[float, float], str, None] = None,
         resize: Optional[int] = None,
         jitter: Union[Tuple[float, float], str, None] = None,
+        max_size: Optional[int] = None,
         interpolation: Literal["bilinear", "nearest"] = "bilinear",
         fill: int = 0,
         channels: Literal[1, 3, 4] = 3,
