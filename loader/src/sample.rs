@@ -96,7 +96,10 @@ impl SampleWrite for SampleSpec {
 
     /// Writes the window's pixels from `px` — the window's region, interleaved with `channels` channels,
     /// rows `row_stride` bytes apart — into `slot`, converting channels (as [`vocab::Channels`]), type
-    /// and layout, mirroring when `win.flip`. The general path: any layout, type and channel count.
+    /// and layout, mirroring when `win.flip`. The general path: any layout, type and channel count. Row
+    /// by row, each output channel is one lane of the slot (contiguous in NCHW, every `channels`-th
+    /// element in NHWC) written from a 256-entry table of encoded values; u8 rows of the sample's own
+    /// channel count in NHWC, unmirrored, are plain copies.
     fn write_window(
         &self,
         win: &Window,
@@ -107,12 +110,21 @@ impl SampleWrite for SampleSpec {
     ) {
         let c_n = channels as usize;
         let (ww, wh) = (win.src.w as usize, win.src.h as usize);
+        let (w, h) = (self.width as usize, self.height as usize);
+        let (dx, dy) = (win.dx as usize, win.dy as usize);
         let size = self.dtype.size();
         let out_n = usize::from(self.channels);
         let convert = vocab::Channels {
             from: channels,
             to: self.channels,
         };
+        if self.dtype == DType::U8 && c_n == out_n && self.layout == Layout::Nhwc && !win.flip {
+            for row in 0..wh {
+                let at = ((dy + row) * w + dx) * out_n;
+                slot[at..at + ww * out_n].copy_from_slice(&px[row * row_stride..][..ww * out_n]);
+            }
+            return;
+        }
         // One lookup table per channel: 256 encoded values, so the inner loop is a copy.
         let mut table = [[[0u8; 4]; 256]; 4];
         for (c, t) in table.iter_mut().enumerate().take(out_n) {
@@ -120,19 +132,37 @@ impl SampleWrite for SampleSpec {
                 *e = self.encode(v as u8, c);
             }
         }
+        let mut converted = Vec::new();
         for row in 0..wh {
             let src = &px[row * row_stride..][..ww * c_n];
-            let y = win.dy as usize + row;
-            for col in 0..ww {
-                let values = convert.convert(&src[col * c_n..col * c_n + c_n]);
-                let x = if win.flip {
-                    win.dx as usize + ww - 1 - col
-                } else {
-                    win.dx as usize + col
+            // The row in the sample's channels (as it is when the counts agree).
+            let values = if c_n == out_n {
+                src
+            } else {
+                converted.clear();
+                converted.extend(
+                    src.chunks_exact(c_n)
+                        .flat_map(|p| convert.convert(p).into_iter().take(out_n)),
+                );
+                &converted[..]
+            };
+            let y = dy + row;
+            for (c, t) in table.iter().enumerate().take(out_n) {
+                // Element index of (dx, y, c) and the step between neighbouring x.
+                let (start, step) = match self.layout {
+                    Layout::Nhwc => ((y * w + dx) * out_n + c, out_n),
+                    Layout::Nchw => (c * w * h + y * w + dx, 1),
                 };
-                for (c, &v) in values[..out_n].iter().enumerate() {
-                    let i = self.at(x, y, c) * size;
-                    slot[i..i + size].copy_from_slice(&table[c][v as usize][..size]);
+                let lane = Lane {
+                    start,
+                    step,
+                    len: ww,
+                    flip: win.flip,
+                };
+                match size {
+                    1 => lane.write::<1>(values, out_n, c, t, slot),
+                    2 => lane.write::<2>(values, out_n, c, t, slot),
+                    _ => lane.write::<4>(values, out_n, c, t, slot),
                 }
             }
         }
@@ -205,6 +235,35 @@ impl SampleWrite for SampleSpec {
                     slot.swap(self.at(a, y, c), self.at(b, y, c));
                 }
             }
+        }
+    }
+}
+
+/// One channel of one sample row in the slot: `len` elements from element `start`, `step` apart,
+/// filled right to left when mirrored.
+struct Lane {
+    start: usize,
+    step: usize,
+    len: usize,
+    flip: bool,
+}
+
+impl Lane {
+    /// Writes channel `c` of `values` (interleaved, `n` per pixel) as `S`-byte elements from `table`.
+    #[inline(always)]
+    fn write<const S: usize>(
+        &self,
+        values: &[u8],
+        n: usize,
+        c: usize,
+        table: &[[u8; 4]; 256],
+        slot: &mut [u8],
+    ) {
+        for col in 0..self.len {
+            let v = values[col * n + c];
+            let x = if self.flip { self.len - 1 - col } else { col };
+            let i = (self.start + x * self.step) * S;
+            slot[i..i + S].copy_from_slice(&table[usize::from(v)][..S]);
         }
     }
 }

@@ -2,7 +2,7 @@
 
 /// A rectangle of pixels, `(x, y)` its top-left corner: a patch's place in an image (edge patches are
 /// partial), a crop, or a region to decode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Rect {
     pub x: u32,
     pub y: u32,

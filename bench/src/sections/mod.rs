@@ -11,6 +11,7 @@ mod python;
 mod resample;
 #[allow(unsafe_code)]
 mod storage;
+mod tasks;
 
 pub use storage::serve as serve_s3;
 
@@ -64,6 +65,11 @@ const SECTIONS: &[Section] = &[
         name: "resample",
         about: "Resampling a sample: the loader's integer resampler vs Pillow's resize",
         run: resample::run,
+    },
+    Section {
+        name: "tasks",
+        about: "Segmentation and classification recipes: the loader vs DataLoader + torchvision.transforms.v2",
+        run: tasks::run,
     },
 ];
 

@@ -7,6 +7,7 @@
 //! on every core through `RecordPrefix::decode_all`; it measures pread + checksum/structure verification +
 //! stream rebuild + decode, not disk speed. `L3_BENCH_QUICK=1` runs four small images, fewer passes.
 
+use super::python::load_average;
 use crate::report::{Report, Series, Table, corpus_dir, line_plot};
 use anyhow::{Context, bail};
 use pcr::{BuildOptions, Dataset, Decoder, Image, Input};
@@ -19,14 +20,6 @@ struct GroupResult {
     /// Per decoder (in `Decoder::ALL` order): best seconds for one pass, per-image MSSIM.
     seconds: Vec<f64>,
     mssim: Vec<Vec<f64>>,
-}
-
-/// The 1-minute load average, to say how shared the machine was while timing.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn mean(v: &[f64]) -> f64 {

@@ -159,6 +159,12 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
 /// `pip install spdl` into the benchmark's environment: its version, or why it did not install (pip's
 /// last lines), which the report quotes.
 fn install_spdl(python: &Path) -> Result<String, String> {
+    pip_install(python, &["spdl"]).map(|v| v.join(", "))
+}
+
+/// `pip install PACKAGES` into the benchmark's environment (a peer some machines cannot have): each
+/// package as `name version`, or why they did not install (pip's last lines), which reports quote.
+pub(super) fn pip_install(python: &Path, packages: &[&str]) -> Result<Vec<String>, String> {
     let out = Command::new(python)
         .args([
             "-m",
@@ -166,8 +172,8 @@ fn install_spdl(python: &Path) -> Result<String, String> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            "spdl",
         ])
+        .args(packages)
         .output()
         .map_err(|e| format!("running pip: {e}"))?;
     if !out.status.success() {
@@ -175,19 +181,33 @@ fn install_spdl(python: &Path) -> Result<String, String> {
         let tail: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = tail[tail.len().saturating_sub(3)..].join(" ");
         return Err(format!(
-            "pip install spdl exited with {}: {tail}",
+            "pip install {} exited with {}: {tail}",
+            packages.join(" "),
             out.status
         ));
     }
     let v = Command::new(python)
-        .args(["-m", "pip", "show", "--disable-pip-version-check", "spdl"])
+        .args(["-m", "pip", "show", "--disable-pip-version-check"])
+        .args(packages)
         .output()
         .map_err(|e| format!("running pip show: {e}"))?;
-    let version = String::from_utf8_lossy(&v.stdout)
+    let text = String::from_utf8_lossy(&v.stdout);
+    let versions = text
         .lines()
-        .find_map(|l| l.strip_prefix("Version: ").map(str::to_string))
-        .unwrap_or_else(|| "version unknown".into());
-    Ok(format!("spdl {version}"))
+        .filter_map(|l| l.strip_prefix("Version: "))
+        .zip(packages)
+        .map(|(v, p)| format!("{p} {v}"))
+        .collect();
+    Ok(versions)
+}
+
+/// The 1-minute load average (`/proc/loadavg`), which the report quotes: on a shared machine it says how
+/// much of the cores the run had.
+pub(super) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown (no /proc/loadavg)".into())
 }
 
 /// The loader's images/s from Rust with the options the Python rows use.
@@ -263,13 +283,4 @@ fn python_rows(
         rows.push((row.to_string(), value));
     }
     Ok(rows)
-}
-
-/// The 1-minute load average (`/proc/loadavg`), which the report quotes: on a shared machine it says how
-/// much of the cores the run had.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown (no /proc/loadavg)".into())
 }

@@ -164,13 +164,27 @@ pub struct MaskImage {
     pub height: u32,
     /// Stored with 16 bits per value.
     pub wide: bool,
+    /// The values of `rect`, row by row: the whole mask, or — for an L3 mask decoded for one sample —
+    /// only the part the sample picks from.
     pub values: Vec<u16>,
+    pub rect: vocab::Rect,
 }
 
 /// Decodes a label map: an 8- or 16-bit gray PNG, an 8-bit PGM (or a PPM whose three channels agree),
 /// or a one-channel L3 file. Anything else — colour, alpha, a palette — is an error naming `path`: a
 /// label is a class index, and no conversion of colours into indices would be the user's.
 pub fn decode_mask(bytes: &[u8], path: &Path, out: &mut MaskImage) -> Result<()> {
+    decode_mask_region(bytes, path, None, out)
+}
+
+/// [`decode_mask`], decoding of an L3 mask only the patches under `want` (when it lies inside the mask):
+/// what one sample picks from. Other formats decode whole; `out.rect` says what was decoded.
+pub fn decode_mask_region(
+    bytes: &[u8],
+    path: &Path,
+    want: Option<vocab::Rect>,
+    out: &mut MaskImage,
+) -> Result<()> {
     let format = Format::sniff(bytes);
     let name = format.map_or("mask", Format::name);
     let bad = |why: String| Error::decode(path, name, why);
@@ -252,13 +266,18 @@ pub fn decode_mask(bytes: &[u8], path: &Path, out: &mut MaskImage) -> Result<()>
                 )));
             }
             check_size(w, h, 1)?;
-            let mut buf = vec![0u8; w as usize * h as usize];
-            let layout = l3_format::PixelLayout::packed(w, h, 1, false);
-            file.decode_region(l3_format::Rect::new(0, 0, w, h), &mut buf, layout)
+            let r = want
+                .filter(|r| r.fits(w, h))
+                .unwrap_or(vocab::Rect::new(0, 0, w, h));
+            let mut buf = vec![0u8; r.w as usize * r.h as usize];
+            let layout = l3_format::PixelLayout::packed(r.w, r.h, 1, false);
+            file.decode_region(l3_format::Rect::new(r.x, r.y, r.w, r.h), &mut buf, layout)
                 .map_err(l3_err)?;
             out.values.clear();
             out.values.extend(buf.iter().map(|&v| u16::from(v)));
             (out.width, out.height, out.wide) = (w, h, false);
+            out.rect = r;
+            return Ok(());
         }
         _ => {
             return Err(bad(
@@ -266,7 +285,20 @@ pub fn decode_mask(bytes: &[u8], path: &Path, out: &mut MaskImage) -> Result<()>
             ));
         }
     }
+    out.rect = vocab::Rect::new(0, 0, out.width, out.height);
     Ok(())
+}
+
+/// The source rectangle a mask sample of geometry `g` picks from ([`Axis::nearest`](vocab::Axis::nearest)
+/// is monotonic: its first and last kept outputs bound it).
+pub fn picked(g: &Geometry) -> vocab::Rect {
+    let span = |a: &vocab::Axis| {
+        let lo = a.nearest(0);
+        let hi = a.nearest(a.len.saturating_sub(1));
+        (lo, hi - lo + 1)
+    };
+    let ((x, w), (y, h)) = (span(&g.x), span(&g.y));
+    vocab::Rect::new(x, y, w, h)
 }
 
 /// Writes `mask`'s sample into `slot` (`out` = width × height values, one byte each, or two
@@ -296,19 +328,26 @@ pub fn write_mask(
     let cols: Vec<usize> = (0..kw)
         .map(|j| g.x.nearest(if g.flip { kw - 1 - j } else { j }) as usize)
         .collect();
-    let mw = mask.width as usize;
+    // Positions within the decoded part (`mask.rect`); a sample never picks outside it, and if it did
+    // the value would be `ignore`, never a panic.
+    let (rx, ry, mw) = (
+        mask.rect.x as usize,
+        mask.rect.y as usize,
+        mask.rect.w as usize,
+    );
+    let cols: Vec<Option<usize>> = cols.iter().map(|&c| c.checked_sub(rx)).collect();
     for y in 0..oh {
         let row = &mut slot[y * ow * size..(y + 1) * ow * size];
         let src = y
             .checked_sub(y0)
             .filter(|&r| r < kh as usize)
-            .map(|r| g.y.nearest(r as u32) as usize)
+            .and_then(|r| (g.y.nearest(r as u32) as usize).checked_sub(ry))
             .and_then(|sy| mask.values.get(sy * mw..(sy + 1) * mw));
         for x in 0..ow {
             let v = src
                 .and_then(|src| {
-                    let c = cols.get(x.checked_sub(x0)?)?;
-                    src.get(*c).copied()
+                    let c = (*cols.get(x.checked_sub(x0)?)?)?;
+                    src.get(c).copied()
                 })
                 .unwrap_or(ignore);
             put(row, x, v);
@@ -320,6 +359,46 @@ pub fn write_mask(
 mod tests {
     use super::*;
     use vocab::Rect;
+
+    #[test]
+    fn an_l3_mask_decoded_for_its_sample_gives_what_the_whole_mask_gives() {
+        let (w, h) = (77u32, 45u32);
+        let img = crate::image::Image {
+            width: w,
+            height: h,
+            channels: 1,
+            pixels: (0..w * h).map(|i| (i * 7 % 251) as u8).collect(),
+        };
+        let l3 = crate::convert::encode(&img, crate::convert::Target::L3_DEFAULT).unwrap();
+        let path = Path::new("m.l3");
+        let mut whole = MaskImage::default();
+        decode_mask(&l3, path, &mut whole).unwrap();
+        assert_eq!(whole.rect, Rect::new(0, 0, w, h));
+        let mut rng = stdx::SplitMix64::new(4);
+        let recipes = [
+            vocab::Recipe::Crop,
+            vocab::Recipe::Jitter { range: [0.5, 2.0] },
+            vocab::Recipe::ResizedCrop {
+                scale: [0.05, 0.5],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+        ];
+        for recipe in recipes {
+            for _ in 0..20 {
+                let g = recipe.geometry((w, h), (31, 20), true, true, &mut rng);
+                let mut part = MaskImage::default();
+                decode_mask_region(&l3, path, Some(picked(&g)), &mut part).unwrap();
+                assert!(
+                    part.values.len() < whole.values.len() || part.rect == whole.rect,
+                    "{recipe:?}: only what the sample picks from is decoded"
+                );
+                let (mut a, mut b) = (vec![0u8; 31 * 20], vec![0u8; 31 * 20]);
+                write_mask(&whole, &g, (31, 20), 255, false, &mut a);
+                write_mask(&part, &g, (31, 20), 255, false, &mut b);
+                assert_eq!(a, b, "{recipe:?} {g:?}");
+            }
+        }
+    }
 
     #[test]
     fn names_pair_by_path_and_stem_with_suffixes() {
@@ -434,6 +513,7 @@ mod tests {
             height: 2,
             wide: false,
             values: (0..8).collect(),
+            rect: Rect::new(0, 0, 4, 2),
         };
         // The 4x2 mask centred in a 6x3 sample, mirrored.
         let g = Geometry::from_window(&vocab::Window::new(Rect::new(0, 0, 4, 2), 1, 0, true));

@@ -231,7 +231,7 @@ impl Targets {
                     path.display()
                 ))
             })?;
-            masks::decode_mask(bytes, &path, scratch)?;
+            masks::decode_mask_region(bytes, &path, Some(masks::picked(g)), scratch)?;
             if (scratch.width, scratch.height) != image {
                 return Err(Error::dataset(
                     &path,
