@@ -288,9 +288,43 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             scale: req.out_scale,
         })
     };
-    let info = match out_ext.as_str() {
+    let info = write_output(&out_ext, &tmp, (c, oh, ow), req, run, run_scaled);
+    // A failed run leaves nothing behind: neither the output nor its temporary.
+    let info = match info.and_then(|info| {
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("syncing {}", tmp.display()))?;
+        Ok(info)
+    }) {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, &req.output)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
+    Ok(InferReport {
+        input: (g.channels, h, w),
+        output: (c, oh, ow),
+        info,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs the network into the output file `tmp` of type `out_ext`: `.npy` and `.png` written as tiles
+/// finish, the 8-bit formats encoded whole at the end.
+fn write_output(
+    out_ext: &str,
+    tmp: &Path,
+    (c, oh, ow): (usize, usize, usize),
+    req: &InferRequest,
+    run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
+    run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
+) -> anyhow::Result<bsp_tiling::RunInfo> {
+    Ok(match out_ext {
         "npy" => {
-            let wr = npy::NpyWriter::create(&tmp, c, oh, ow)
+            let wr = npy::NpyWriter::create(tmp, c, oh, ow)
                 .with_context(|| format!("creating {}", tmp.display()))?;
             let info = run(&wr)?;
             wr.finish()
@@ -298,13 +332,13 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             info
         }
         "png" => {
-            let sink = PngRows::create(&tmp, c, oh, ow)?;
+            let sink = PngRows::create(tmp, c, oh, ow)?;
             let info = run_scaled(&sink)?;
             sink.finish()?;
             info
         }
         "l3" | "ppm" | "pgm" | "jpg" | "jpeg" => {
-            let target = match out_ext.as_str() {
+            let target = match out_ext {
                 "l3" => loader::convert::Target::L3_DEFAULT,
                 "jpg" | "jpeg" => loader::convert::Target::Jpeg(95),
                 _ => loader::convert::Target::Raw,
@@ -314,21 +348,13 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             let img = sink.into_image();
             let bytes = loader::convert::encode(&img, target)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
-            std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+            std::fs::write(tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
             info
         }
         other => bail!(
             "{}: unknown output type {other:?}: use .npy (float32 C×H×W), .png, .l3, .ppm/.pgm or .jpg",
             req.output.display()
         ),
-    };
-    std::fs::rename(&tmp, &req.output)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
-    Ok(InferReport {
-        input: (g.channels, h, w),
-        output: (c, oh, ow),
-        info,
-        seconds: t0.elapsed().as_secs_f64(),
     })
 }
 

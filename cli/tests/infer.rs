@@ -151,4 +151,15 @@ fn refusals_are_clear() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("multiple of 4"));
     assert!(!out.exists(), "a failed run leaves no output");
+    let png = dir.path().join("y.png");
+    let o = l3(&[&"--model", &data("unet_gn.onnx"), &"--tile", &"6", &x, &png]);
+    assert!(!o.status.success());
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "failed runs leave no temporaries: {left:?}"
+    );
 }
