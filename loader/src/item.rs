@@ -168,19 +168,15 @@ pub fn decode_sample(
         Stored::L3Region { index, fragments } => {
             let shape = req.shape(index.width(), index.height());
             let geometry = Some(shape.geometry());
-            let mut own = std::mem::take(&mut scratch.sample);
-            let (spec, slot) = target(req.spec, &shape.geometry(), path, slot, &mut own)?;
             let pixels = write_region(
-                &spec,
+                req.spec,
                 &shape,
                 index.channels(),
                 path,
                 scratch,
                 slot,
                 |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
-            );
-            scratch.sample = own;
-            let pixels = pixels?;
+            )?;
             Ok(Decoded {
                 pixels,
                 partial: false,
@@ -192,19 +188,15 @@ pub fn decode_sample(
             let file = l3_format::L3File::parse(bytes).map_err(l3_err)?;
             let shape = req.shape(file.width(), file.height());
             let geometry = Some(shape.geometry());
-            let mut own = std::mem::take(&mut scratch.sample);
-            let (spec, slot) = target(req.spec, &shape.geometry(), path, slot, &mut own)?;
             let pixels = write_region(
-                &spec,
+                req.spec,
                 &shape,
                 file.channels(),
                 path,
                 scratch,
                 slot,
                 |r, out, l| file.decode_region(r, out, l).map_err(l3_err),
-            );
-            scratch.sample = own;
-            let pixels = pixels?;
+            )?;
             Ok(Decoded {
                 pixels,
                 partial: false,
@@ -374,6 +366,24 @@ fn write_resampled(
 /// a plain window straight into the slot when the sample's layout allows it (u8 RGB), else into scratch
 /// and converted; a resampled one from the window plus the filter's margin. Returns the pixels decoded.
 fn write_region(
+    spec: &SampleSpec,
+    shape: &Shape,
+    channels: u8,
+    path: &Path,
+    scratch: &mut Scratch,
+    slot: &mut [u8],
+    decode: impl FnOnce(Rect, &mut [u8], PixelLayout) -> Result<()>,
+) -> Result<u64> {
+    // A whole image's sample goes to `scratch.sample`, sized now (see `target`).
+    let mut own = std::mem::take(&mut scratch.sample);
+    let written = target(spec, &shape.geometry(), path, slot, &mut own).and_then(|(spec, slot)| {
+        write_region_into(&spec, shape, channels, path, scratch, slot, decode)
+    });
+    scratch.sample = own;
+    written
+}
+
+fn write_region_into(
     spec: &SampleSpec,
     shape: &Shape,
     channels: u8,
