@@ -31,6 +31,10 @@
 #   overlap      a ResNet-50 training step with L3 batches decoded alongside vs a synthetic batch
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
 #   bsp-bench    `l3-bench bsp` on the device: exact, sampled and whole, 2048² to 16384², and PyTorch
+#   tasks        `cargo xtask bench tasks`'s recipes on the device machine: torch's DataLoader with
+#                transforms.v2 (a worker per core), l3toolkit.Loader on all cores, and device="cuda"
+#                (images/s; tasks.tsv); each file listed TASKS_COPIES times (default 64), so an
+#                epoch holds enough batches for every worker
 #
 # Every step runs under `timeout`; with --deadline, no step runs past SECS seconds from the start (a step
 # that cannot get 20 s is not started, and the summary says so). Writes one log per step under
@@ -56,7 +60,7 @@ while [ $# -gt 0 ]; do
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     run1) STEPS+=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
     run2) STEPS+=(env prepare kernel fig7a overlap ncu bsp-bench) ;;
-    all) STEPS+=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench) ;;
+    all) STEPS+=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
@@ -260,6 +264,24 @@ run_step() {
         step bsp-bench 300 env L3_WORKSPACE_ROOT="$ROOT" "$BIN/l3-bench" bsp
         keep "$ROOT/target/bench/bsp.md" "$ROOT"/target/bench/bsp*.svg
         ;;
+    tasks)
+        if python_ready; then
+            GPU_STEP=0 step tasks-prepare 150 env PYTHONPATH="$SITE" python3 "$ROOT/bench/src/sections/tasks_bench.py" \
+                prepare "$L3_CORPUS" "$DATA/tasks" "${TASKS_COPIES:-64}"
+            step tasks 300 env PYTHONPATH="$SITE" TASKS_PY="$ROOT/bench/src/sections/tasks_bench.py" \
+                TASKS_DATA="$DATA/tasks" TASKS_OUT="$LOGS/tasks.tsv" bash -c '
+                printf "recipe\tsource\trow\timages_per_sec\tbytes_per_epoch\n" >"$TASKS_OUT"
+                for row in "imagenet png dataloader" "imagenet png loader" "imagenet l3 loader" \
+                           "imagenet l3 loader-cuda" "deeplab png dataloader" "deeplab l3 loader" \
+                           "deeplab l3 loader-images" "deeplab l3 loader-cuda"; do
+                    set -- $row
+                    r=$(python3 "$TASKS_PY" run "$TASKS_DATA" "$1" "$2" "$3" "$(nproc)" 3 2)
+                    printf "%s\t%s\t%s\t%s\n" "$1" "$2" "$3" "$r" | tee -a "$TASKS_OUT"
+                done
+                ! grep -q "error" "$TASKS_OUT"'
+        else
+            note "| tasks | FAILED: the wheel did not install (pip.log) | 0 |"; FAILED=1; write_summary
+        fi ;;
     *) note "| $s | FAILED: unknown step | 0 |"; FAILED=1 ;;
     esac
 }
@@ -292,7 +314,7 @@ dry_run() {
     done
     ls "$BUNDLE"/wheels/*abi3*.whl >/dev/null 2>&1 && ok "wheel $(basename "$BUNDLE"/wheels/*.whl)" || miss "abi3 wheel"
     for s in l3-cuda/scripts/prepare_data.py l3-cuda/scripts/fig7a_peers.py l3-cuda/scripts/overlap_l3toolkit.py \
-             bsp-tiling/benches/torch_peer.py; do
+             bsp-tiling/benches/torch_peer.py bench/src/sections/tasks_bench.py; do
         python3 -m py_compile "$ROOT/$s" 2>/dev/null && ok "$s" || miss "$s"
     done
     for t in "${PY_TESTS[@]}"; do [ -f "$ROOT/bindings/python/tests/$t" ] && ok "tests/$t" || miss "bindings/python/tests/$t"; done
@@ -307,7 +329,7 @@ dry_run() {
         command -v "$tool" >/dev/null && ok "$tool" || echo "  --    $tool not on this machine (the device has it)"
     done
     for s in "${STEPS[@]}"; do
-        case " env l3-gpu l3-lib cuda-setup loader-gpu bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench " in
+        case " env l3-gpu l3-lib cuda-setup loader-gpu bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks " in
         *" $s "*) ;; *) miss "step $s (unknown)" ;; esac
     done
     [ $bad = 0 ] && echo "dry run: the bundle is complete; steps: ${STEPS[*]}" || echo "dry run: the bundle is NOT complete"

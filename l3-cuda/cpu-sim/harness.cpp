@@ -7,6 +7,10 @@
 //   u64 len + data bytes, u64 len + descriptor bytes, u64 len + padding-table bytes,
 //   u64 len + scale/bias f32 bytes, u64 output bytes, then for version-2 patches: u32 n_v2,
 //   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes.
+//   Mode 2 (a resampled batch: l3_samples_u8 into the intermediate, then l3_resample_h and
+//   l3_resample_{u8,f32,f16}) appends: u32 out_kind, u32 n, u32 rows, u32 width, u32 height, u32 nchw,
+//   u32 fill, u32 h_blocks, u32 v_blocks, u64 len + ResampleDesc bytes, u64 len + scale/bias bytes,
+//   u64 len + table bytes, u64 tmp bytes, u64 output bytes; the first part's output is the intermediate.
 // OUT_FILE: u32 err, then the output bytes. Output starts filled with FILL_BYTE (optional third argument,
 // default 0xA5) so unwritten elements show.
 #include "cuda_sim.h"
@@ -17,8 +21,9 @@
 // The tables the tests write must match the kernel's structs byte for byte.
 static_assert(sizeof(PatchDesc) == 40, "PatchDesc: 40 bytes, as src/plan.rs writes it");
 static_assert(sizeof(SampleDesc) == 48, "SampleDesc: 48 bytes, as src/sample.rs writes it");
-static_assert(sizeof(FillDesc) == 32, "FillDesc: 32 bytes, as src/sample.rs writes it");
+static_assert(sizeof(FillDesc) == 40, "FillDesc: 40 bytes, as src/sample.rs writes it");
 static_assert(sizeof(V2Desc) == 104, "V2Desc: 104 bytes, as src/v2.rs writes it");
+static_assert(sizeof(ResampleDesc) == 80, "ResampleDesc: 80 bytes, as src/resample.rs writes it");
 
 // The launch main() read, for run_block.
 static struct {
@@ -31,6 +36,31 @@ static struct {
     const u8* tables;
     u32 err;
 } L;
+
+// A resampled batch's passes, for run_h and run_v.
+static struct {
+    u32 kind, n, rows, width, height, nchw, fill;
+    const ResampleDesc* rd;
+    const float* sb;
+    const int* tab;
+    u8 *tmp, *out;
+} R;
+
+static void run_h() { l3_resample_h(L.out, R.tmp, R.rd, R.n, R.rows, R.tab); }
+
+static void run_v() {
+    switch (R.kind) {
+    case 0:
+        l3_resample_u8(L.out, R.tmp, R.rd, R.n, R.tab, R.out, R.sb, R.width, R.height, R.nchw, R.fill);
+        break;
+    case 1:
+        l3_resample_f32(L.out, R.tmp, R.rd, R.n, R.tab, (float*)R.out, R.sb, R.width, R.height, R.nchw, R.fill);
+        break;
+    default:
+        l3_resample_f16(L.out, R.tmp, R.rd, R.n, R.tab, (u16*)R.out, R.sb, R.width, R.height, R.nchw, R.fill);
+        break;
+    }
+}
 
 static void run_block() {
     if (L.mode == 0) {
@@ -81,13 +111,36 @@ int main(int argc, char** argv) {
     u32 n_v2 = r.get<u32>();
     std::vector<u8> v2_v = r.blob(), tables_v = r.blob();
     u64 scratch_bytes = r.get<u64>();
+    u32 h_blocks = 0, v_blocks = 0;
+    u64 final_bytes = 0;
+    std::vector<u8> rd_v, rsb_v, tab_v;
+    if (mode == 2) {
+        R.kind = r.get<u32>();
+        R.n = r.get<u32>();
+        R.rows = r.get<u32>();
+        R.width = r.get<u32>();
+        R.height = r.get<u32>();
+        R.nchw = r.get<u32>();
+        R.fill = r.get<u32>();
+        h_blocks = r.get<u32>();
+        v_blocks = r.get<u32>();
+        rd_v = r.blob();
+        rsb_v = r.blob();
+        tab_v = r.blob();
+        u64 tmp_bytes = r.get<u64>();
+        final_bytes = r.get<u64>();
+        R.tmp = (u8*)malloc(tmp_bytes ? tmp_bytes : 1);
+        memset(R.tmp, fill_byte, tmp_bytes);
+        R.out = (u8*)malloc(final_bytes ? final_bytes : 1);
+        memset(R.out, fill_byte, final_bytes);
+    }
     // memcpy from an empty vector's data() (null) is undefined even for 0 bytes: copy only what there is.
     auto copy = [](const std::vector<u8>& v) {
         void* p = malloc(v.empty() ? 1 : v.size());
         if (!v.empty()) memcpy(p, v.data(), v.size());
         return p;
     };
-    L.mode = mode;
+    L.mode = mode == 2 ? 1 : mode;
     L.kind = kind;
     L.n_descs = n_descs;
     L.n_fills = n_fills;
@@ -113,11 +166,24 @@ int main(int argc, char** argv) {
         return 2;
     }
     cuda_sim_launch(dim3{grid, 1, 1}, block, run_block);
+    if (mode == 2) {
+        // Exact-size copies, as above.
+        R.rd = (const ResampleDesc*)copy(rd_v);
+        R.sb = (const float*)copy(rsb_v);
+        R.tab = (const int*)copy(tab_v);
+        if (h_blocks) cuda_sim_launch(dim3{h_blocks, 1, 1}, 256, run_h);
+        cuda_sim_launch(dim3{v_blocks, 1, 1}, 256, run_v);
+    }
 
     FILE* f = fopen(argv[2], "wb");
     if (!f) { perror(argv[2]); return 2; }
     fwrite(&L.err, 4, 1, f);
-    fwrite(L.out, 1, out_bytes, f);
+    if (mode == 2) {
+        fwrite(R.out, 1, final_bytes, f);
+        free((void*)R.rd); free((void*)R.sb); free((void*)R.tab); free(R.tmp); free(R.out);
+    } else {
+        fwrite(L.out, 1, out_bytes, f);
+    }
     fclose(f);
     free(L.data); free(L.descs); free(L.fills); free(L.sb); free(L.out); free(cuda_sim_dyn_smem);
     free((void*)L.v2); free((void*)L.tables); free(L.scratch);

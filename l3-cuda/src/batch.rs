@@ -97,9 +97,10 @@ pub struct DecodedBatch {
     pub(crate) readback: Arc<CudaStream>,
     /// The streams made to wait with [`wait_in`](Self::wait_in) (as addresses: `CUstream` is a pointer).
     pub(crate) consumers: Mutex<Vec<usize>>,
-    /// Where the launch's ANS blocks left their residual codes: kept until the batch is dropped (freed
-    /// in stream order after the launch).
-    pub(crate) _scratch: CudaSlice<u8>,
+    /// Device memory the kernels use besides the output — the ANS blocks' residual codes; a resampled
+    /// batch's intermediate and horizontal pass — kept until the batch is dropped (freed in stream
+    /// order after the launches).
+    pub(crate) _scratch: Vec<CudaSlice<u8>>,
 }
 
 impl DecodedBatch {

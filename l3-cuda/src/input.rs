@@ -1,5 +1,6 @@
 //! The packed device input of one launch: the patch bytes first, then the descriptor tables, the
-//! version-2 ANS context tables and the scale/bias pairs, each at an aligned offset ([`InputOffsets`]).
+//! version-2 ANS context tables, the scale/bias pairs and a resampled batch's passes, each at an aligned
+//! offset ([`InputOffsets`]).
 //! Host code only: the decoder fills pinned staging with it, the CPU simulation a file.
 
 use crate::error::Error;
@@ -18,6 +19,8 @@ pub(crate) struct InputOffsets {
     /// Version-2 ANS context tables (4-byte aligned).
     pub(crate) tables: usize,
     pub(crate) scale_bias: usize,
+    /// A resampled batch's passes ([`ResampleStage::bytes`](crate::resample::ResampleStage::bytes); 8-aligned).
+    pub(crate) resample: usize,
     pub(crate) total: usize,
 }
 
@@ -28,6 +31,7 @@ impl InputOffsets {
         v2_bytes: usize,
         fill_bytes: usize,
         table_bytes: usize,
+        resample_bytes: usize,
     ) -> Self {
         // Every section is a whole number of 8-byte descriptors, so each starts 8-aligned.
         let descs = data_len.next_multiple_of(16);
@@ -35,6 +39,7 @@ impl InputOffsets {
         let fills = v2 + v2_bytes;
         let tables = fills + fill_bytes;
         let scale_bias = (tables + table_bytes).next_multiple_of(4);
+        let resample = (scale_bias + 8 * 4).next_multiple_of(8);
         InputOffsets {
             data_len,
             descs,
@@ -42,7 +47,8 @@ impl InputOffsets {
             fills,
             tables,
             scale_bias,
-            total: scale_bias + 8 * 4,
+            resample,
+            total: resample + resample_bytes,
         }
     }
 
@@ -53,6 +59,7 @@ impl InputOffsets {
             plan.v2.descs.len() * crate::v2::V2_DESC_BYTES,
             0,
             plan.v2.tables.len(),
+            0,
         )
     }
 
@@ -63,6 +70,7 @@ impl InputOffsets {
             plan.v2.descs.len() * crate::v2::V2_DESC_BYTES,
             plan.fills.len() * crate::sample::FILL_DESC_BYTES,
             plan.v2.tables.len(),
+            plan.resample.as_ref().map_or(0, |r| r.byte_len()),
         )
     }
 }
@@ -75,6 +83,7 @@ pub(crate) struct Tables<'a> {
     fills: Vec<u8>,
     ans: &'a [u8],
     scale_bias: &'a [f32; 8],
+    resample: Vec<u8>,
 }
 
 impl<'a> Tables<'a> {
@@ -85,6 +94,7 @@ impl<'a> Tables<'a> {
             fills: Vec::new(),
             ans: &plan.v2.tables,
             scale_bias: &plan.scale_bias,
+            resample: Vec::new(),
         }
     }
 
@@ -95,6 +105,7 @@ impl<'a> Tables<'a> {
             fills: plan.fill_bytes(),
             ans: &plan.v2.tables,
             scale_bias: &plan.scale_bias,
+            resample: plan.resample.as_ref().map_or(Vec::new(), |r| r.bytes()),
         }
     }
 }
@@ -131,4 +142,6 @@ pub(crate) fn pack_tables(t: &Tables<'_>, off: InputOffsets, dst: &mut [u8]) {
     for (i, v) in t.scale_bias.iter().enumerate() {
         dst[s + 4 * i..s + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
+    dst[s + 32..at(off.resample)].fill(0);
+    dst[at(off.resample)..at(off.total)].copy_from_slice(&t.resample);
 }

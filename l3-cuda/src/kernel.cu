@@ -22,6 +22,10 @@
 //     above the window are decoded, not written; rows below are not decoded), only the window's columns
 //     are written, mirrored when the sample is flipped, gray copied to R, G, B, alpha never read. Blocks
 //     past the descriptors write the padding around each window, in the same launch.
+//   * l3_resample_h and l3_resample_{u8,f32,f16}: a resampled sample batch (crop, resize, scale jitter),
+//     after l3_samples_u8 decoded each sample's source rectangle (window plus filter margin) into an
+//     NHWC u8 intermediate: Pillow's separable passes in integers, from the host's tables (vocab's
+//     `Resampling`, the CPU loader's own), so the two compute the same bytes.
 // Output element types: u8 as decoded; f32 = fmaf(v, scale[c], bias[c]); f16 = that f32 rounded to
 // nearest even. Every layout is a matter of the strides in the descriptors.
 //
@@ -621,11 +625,13 @@ struct SampleDesc {
     u8 reserved[3];
 };
 
-// Must match `FillDesc` in src/sample.rs (32 bytes).
+// Must match `FillDesc` in src/sample.rs (40 bytes).
 struct FillDesc {
     u64 out_offset;    // first element of the sample
     u32 y0, y1;        // sample rows this block pads
     u32 dx, dy, w, h;  // the window, which is not padded
+    u32 fill;          // the padding's pixel value (0..=255), normalised like any pixel
+    u32 reserved;
 };
 
 template <typename Out>
@@ -681,7 +687,7 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
             for (u32 k = threadIdx.x; k < n; k += blockDim.x) {
                 u32 e = k < a ? k : k + gap;
                 u32 ch = nchw ? p : e % 3u;
-                l3_store(out, row + e, 0u, scale_bias + 2u * ch);
+                l3_store(out, row + e, f.fill, scale_bias + 2u * ch);
             }
         }
     }
@@ -698,3 +704,105 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
 L3_SAMPLES_KERNEL(l3_samples_u8, u8)
 L3_SAMPLES_KERNEL(l3_samples_f32, float)
 L3_SAMPLES_KERNEL(l3_samples_f16, u16)
+
+// ---- Resampled samples: the separable passes over the decoded source rectangles (3 channels, NHWC u8),
+// ---- from the host's integer tables; Pillow's arithmetic, as the CPU loader's transform/resample.rs.
+// Per axis, at `tab + offset`: bilinear = first[n] (source index), taps[n], weights[n * k] (22-bit fixed
+// point); nearest = index[n]. Output value = clamp((2^21 + sum v * w) >> 22, 0, 255) per pass.
+
+#define L3_PRECISION_BITS 22
+
+// Must match `ResampleDesc` in src/resample.rs (80 bytes).
+struct ResampleDesc {
+    u64 in_offset;     // first element of the sample's decoded rectangle in the intermediate
+    u64 tmp_offset;    // first element of its horizontally resampled rows
+    u32 in_stride;     // elements between two rows of the intermediate
+    u32 tmp_stride;    // elements between two rows of the horizontal pass's output
+    u32 rx, ry;        // the rectangle's origin in the image (the tables index the image)
+    u32 rows;          // rows of the rectangle
+    u32 w, h;          // kept outputs
+    u32 dx, dy;        // where they land in the sample
+    u32 flip;          // 1: mirrored
+    u32 nearest;       // 1: index tables, one pass
+    u32 kx, ky;        // weights per output, per axis (bilinear)
+    u32 x_tab, y_tab;  // the axes' tables in `tab`
+    u32 reserved;
+};
+
+__device__ __forceinline__ u32 l3_clip8(int acc) {
+    int v = acc >> L3_PRECISION_BITS;
+    return v < 0 ? 0u : (v > 255 ? 255u : (u32)v);
+}
+
+// The horizontal pass: block = (sample, row of its rectangle); every kept column of every channel.
+extern "C" __global__ void l3_resample_h(const u8* __restrict__ inter, u8* __restrict__ tmp,
+                                         const ResampleDesc* __restrict__ rd, u32 n, u32 rows,
+                                         const int* __restrict__ tab) {
+    u32 s = blockIdx.x / rows, row = blockIdx.x % rows;
+    if (s >= n) return;
+    ResampleDesc d = rd[s];
+    if (d.nearest || row >= d.rows) return;
+    const u8* src = inter + d.in_offset + (u64)row * d.in_stride;
+    u8* dst = tmp + d.tmp_offset + (u64)row * d.tmp_stride;
+    const int* first = tab + d.x_tab;
+    const int* taps = first + d.w;
+    const int* wts = taps + d.w;
+    for (u32 e = threadIdx.x; e < d.w * 3u; e += blockDim.x) {
+        u32 j = e / 3u, c = e - j * 3u;
+        const u8* p = src + (u64)(first[j] - (int)d.rx) * 3u + c;
+        const int* k = wts + (u64)j * d.kx;
+        int acc = 1 << (L3_PRECISION_BITS - 1);
+        for (int t = 0; t < taps[j]; t++) acc += (int)p[3 * t] * k[t];
+        dst[e] = (u8)l3_clip8(acc);
+    }
+}
+
+// The vertical pass (or the nearest pick) and the placement: block = (sample, output row); every element
+// of the row, in the batch's layout and element type: kept outputs where they land (mirrored when
+// flipped), `fill` everywhere else.
+template <typename Out>
+__device__ void l3_resample_v(const u8* __restrict__ inter, const u8* __restrict__ tmp,
+                              const ResampleDesc* __restrict__ rd, u32 n, const int* __restrict__ tab,
+                              Out* __restrict__ out, const float* __restrict__ sb, u32 width, u32 height,
+                              u32 nchw, u32 fill) {
+    u32 s = blockIdx.x / height, y = blockIdx.x % height;
+    if (s >= n) return;
+    ResampleDesc d = rd[s];
+    u64 plane = (u64)width * height;
+    u64 base = (u64)s * plane * 3u;
+    bool row_in = y >= d.dy && y - d.dy < d.h;
+    u32 i = y - d.dy;
+    for (u32 e = threadIdx.x; e < width * 3u; e += blockDim.x) {
+        u32 x = nchw ? e % width : e / 3u;
+        u32 c = nchw ? e / width : e % 3u;
+        u32 v = fill;
+        if (row_in && x >= d.dx && x - d.dx < d.w) {
+            u32 jj = x - d.dx;
+            u32 j = d.flip ? d.w - 1u - jj : jj;
+            if (d.nearest) {
+                int sy = tab[d.y_tab + i] - (int)d.ry, sx = tab[d.x_tab + j] - (int)d.rx;
+                v = inter[d.in_offset + (u64)sy * d.in_stride + (u64)sx * 3u + c];
+            } else {
+                const int* first = tab + d.y_tab;
+                const int* taps = first + d.h;
+                const int* k = taps + d.h + (u64)i * d.ky;
+                const u8* p = tmp + d.tmp_offset + (u64)(first[i] - (int)d.ry) * d.tmp_stride + j * 3u + c;
+                int acc = 1 << (L3_PRECISION_BITS - 1);
+                for (int t = 0; t < taps[i]; t++) acc += (int)p[(u64)t * d.tmp_stride] * k[t];
+                v = l3_clip8(acc);
+            }
+        }
+        u64 at = nchw ? base + (u64)c * plane + (u64)y * width + x : base + ((u64)y * width + x) * 3u + c;
+        l3_store(out, at, v, sb + 2u * c);
+    }
+}
+
+#define L3_RESAMPLE_KERNEL(name, Out)                                                                      \
+    extern "C" __global__ void name(const u8* inter, const u8* tmp, const ResampleDesc* rd, u32 n,          \
+                                    const int* tab, Out* out, const float* sb, u32 width, u32 height,      \
+                                    u32 nchw, u32 fill) {                                                  \
+        l3_resample_v<Out>(inter, tmp, rd, n, tab, out, sb, width, height, nchw, fill);                    \
+    }
+L3_RESAMPLE_KERNEL(l3_resample_u8, u8)
+L3_RESAMPLE_KERNEL(l3_resample_f32, float)
+L3_RESAMPLE_KERNEL(l3_resample_f16, u16)

@@ -18,15 +18,18 @@ pub fn device_count() -> Result<usize, Error> {
     Ok(cuda_setup::device_count()?)
 }
 
-/// The decode kernels of one element type: whole images and samples.
+/// The kernels of one element type: whole images, samples, and a resampled batch's last pass.
 pub(crate) struct KernelPair {
     pub(crate) images: CudaFunction,
     pub(crate) samples: CudaFunction,
+    pub(crate) resample: CudaFunction,
 }
 pub(crate) struct Kernels {
     u8: KernelPair,
     f32: KernelPair,
     f16: KernelPair,
+    /// A resampled batch's horizontal pass (u8 to u8, whatever the batch's type).
+    pub(crate) resample_h: CudaFunction,
 }
 
 impl Kernels {
@@ -48,29 +51,35 @@ impl Kernels {
                 .load_function(name)
                 .map_err(|e| Error::driver("cuModuleGetFunction", e))
         };
-        let pair = |images, samples| -> Result<KernelPair, Error> {
+        let pair = |images, samples, resample| -> Result<KernelPair, Error> {
             Ok(KernelPair {
                 images: load(images)?,
                 samples: load(samples)?,
+                resample: load(resample)?,
             })
         };
         Ok(Kernels {
-            u8: pair("l3_decode_u8", "l3_samples_u8")?,
-            f32: pair("l3_decode_f32", "l3_samples_f32")?,
-            f16: pair("l3_decode_f16", "l3_samples_f16")?,
+            u8: pair("l3_decode_u8", "l3_samples_u8", "l3_resample_u8")?,
+            f32: pair("l3_decode_f32", "l3_samples_f32", "l3_resample_f32")?,
+            f16: pair("l3_decode_f16", "l3_samples_f16", "l3_resample_f16")?,
+            resample_h: load("l3_resample_h")?,
         })
     }
 }
 
 /// The entry points of kernel.cu, as the NVRTC test checks them.
 #[cfg(test)]
-pub(crate) const KERNEL_NAMES: [&str; 6] = [
+pub(crate) const KERNEL_NAMES: [&str; 10] = [
     "l3_decode_u8",
     "l3_decode_f32",
     "l3_decode_f16",
     "l3_samples_u8",
     "l3_samples_f32",
     "l3_samples_f16",
+    "l3_resample_h",
+    "l3_resample_u8",
+    "l3_resample_f32",
+    "l3_resample_f16",
 ];
 
 #[cfg(test)]
@@ -82,7 +91,7 @@ mod tests {
         Ok(PROGRAM.compile(Arch::new(major, minor))?)
     }
 
-    /// The real NVRTC compiles kernel.cu for every architecture CUDA 13 supports, with all six entry
+    /// The real NVRTC compiles kernel.cu for every architecture CUDA 13 supports, with all ten entry
     /// points (runs wherever libnvrtc loads, GPU or not; e.g. with the `nvidia-cuda-nvrtc` wheel's lib
     /// folder on LD_LIBRARY_PATH). `L3_PTX_DIR=dir` writes the PTX there, for `ptxas -v` (registers,
     /// spills, shared memory) where a CUDA toolkit is at hand.

@@ -71,7 +71,7 @@ pub(crate) fn launch(
     let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
     let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
     let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
-    let sb = input.slice(off.scale_bias..off.total);
+    let sb = input.slice(off.scale_bias..off.resample);
     let stage_cap = plan.stage_cap;
     let kernel = &kernels.for_dtype(plan.dtype).images;
     macro_rules! go {
@@ -113,11 +113,12 @@ pub(crate) fn launch(
         origin: Origin::Images(plan),
         readback: readback.clone(),
         consumers: Mutex::new(Vec::new()),
-        _scratch: scratch,
+        _scratch: vec![scratch],
     })
 }
 
-/// Queues the one launch decoding every window of a sample batch and padding around them.
+/// Queues the one launch decoding every window of a sample batch and padding around them — for a
+/// resampled batch, into the intermediate, followed by the two passes.
 pub(crate) fn launch_samples(
     kernels: &Kernels,
     (stream, readback): (&Arc<CudaStream>, &Arc<CudaStream>),
@@ -140,16 +141,14 @@ pub(crate) fn launch_samples(
     let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
     let fills = input.slice(off.fills..off.tables.max(off.fills + 1));
     let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
-    let sb = input.slice(off.scale_bias..off.total);
+    let sb = input.slice(off.scale_bias..off.resample);
     let stage_cap = plan.stage_cap;
     let (width, height) = plan.sample_size();
     let nchw = plan.nchw();
-    let kernel = &kernels.for_dtype(plan.tensor.dtype).samples;
-    let len = plan.output_len();
-    macro_rules! go {
-        ($out:expr) => {{
+    macro_rules! decode {
+        ($kernel:expr, $out:expr) => {{
             let mut out = $out;
-            let mut b = stream.launch_builder(kernel);
+            let mut b = stream.launch_builder($kernel);
             b.arg(&data)
                 .arg(&descs)
                 .arg(&n_descs)
@@ -173,15 +172,97 @@ pub(crate) fn launch_samples(
             out
         }};
     }
-    let output = match plan.tensor.dtype {
-        DType::U8 => DeviceOutput::U8(go!(alloc_output::<u8>(stream, len)?)),
-        DType::F32 => DeviceOutput::F32(go!(alloc_output::<f32>(stream, len)?)),
-        DType::F16 => DeviceOutput::F16(go!(alloc_output::<u16>(stream, len)?)),
+    let mut keep = Vec::new();
+    let output = match &plan.resample {
+        None => {
+            let kernel = &kernels.for_dtype(plan.tensor.dtype).samples;
+            let len = plan.output_len();
+            match plan.tensor.dtype {
+                DType::U8 => DeviceOutput::U8(decode!(kernel, alloc_output::<u8>(stream, len)?)),
+                DType::F32 => DeviceOutput::F32(decode!(kernel, alloc_output::<f32>(stream, len)?)),
+                DType::F16 => DeviceOutput::F16(decode!(kernel, alloc_output::<u16>(stream, len)?)),
+            }
+        }
+        Some(stage) => {
+            let kernel = &kernels.for_dtype(DType::U8).samples;
+            // SAFETY (allocation): the passes read only the rectangles the decode writes.
+            let inter = decode!(kernel, alloc_output::<u8>(stream, plan.tensor.len())?);
+            let mut tmp = alloc_output::<u8>(stream, stage.tmp_len)?;
+            let (sb_at, tab_at) = stage.sections();
+            let rd = input.slice(off.resample..off.resample + sb_at.max(1));
+            let rsb = input.slice(off.resample + sb_at..off.resample + tab_at);
+            let tab = input.slice(off.resample + tab_at..off.total.max(off.resample + tab_at + 1));
+            let n = stage.descs.len() as u32;
+            let rows = stage.rows;
+            let block = (crate::resample::RESAMPLE_BLOCK, 1, 1);
+            if stage.h_blocks() > 0 {
+                let cfg = LaunchConfig {
+                    grid_dim: (stage.h_blocks(), 1, 1),
+                    block_dim: block,
+                    shared_mem_bytes: 0,
+                };
+                let mut b = stream.launch_builder(&kernels.resample_h);
+                b.arg(&inter)
+                    .arg(&mut tmp)
+                    .arg(&rd)
+                    .arg(&n)
+                    .arg(&rows)
+                    .arg(&tab);
+                // SAFETY: argument order and types match kernel.cu's l3_resample_h; every table index
+                // reads inside the sample's decoded rectangle and every write is inside its rows of
+                // `tmp` (`ResampleStage::in_bounds`).
+                unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            }
+            let (sw, sh) = stage.size();
+            let (nchw, fill) = (stage.nchw(), u32::from(stage.fill));
+            let cfg = LaunchConfig {
+                grid_dim: (stage.v_blocks(), 1, 1),
+                block_dim: block,
+                shared_mem_bytes: 0,
+            };
+            let kernel = &kernels.for_dtype(stage.tensor.dtype).resample;
+            macro_rules! pass {
+                ($out:expr) => {{
+                    let mut out = $out;
+                    let mut b = stream.launch_builder(kernel);
+                    b.arg(&inter)
+                        .arg(&tmp)
+                        .arg(&rd)
+                        .arg(&n)
+                        .arg(&tab)
+                        .arg(&mut out)
+                        .arg(&rsb)
+                        .arg(&sw)
+                        .arg(&sh)
+                        .arg(&nchw)
+                        .arg(&fill);
+                    // SAFETY: argument order and types match kernel.cu's l3_resample_*; the blocks
+                    // write every element of their own sample row of `out`, and read inside the
+                    // intermediate, `tmp` and the tables (`ResampleStage::in_bounds`).
+                    unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+                    out
+                }};
+            }
+            let len = stage.tensor.len();
+            let out = match stage.tensor.dtype {
+                DType::U8 => DeviceOutput::U8(pass!(alloc_output::<u8>(stream, len)?)),
+                DType::F32 => DeviceOutput::F32(pass!(alloc_output::<f32>(stream, len)?)),
+                DType::F16 => DeviceOutput::F16(pass!(alloc_output::<u16>(stream, len)?)),
+            };
+            keep.push(inter);
+            keep.push(tmp);
+            out
+        }
     };
+    keep.push(scratch);
     let ready = stream
         .record_event(None)
         .map_err(|e| Error::driver("cuEventRecord", e))?;
-    let (w, h) = plan.sample_size();
+    let tensor = plan.tensor();
+    let (w, h) = match tensor.layout {
+        vocab::Layout::Nhwc => (tensor.shape[2] as u32, tensor.shape[1] as u32),
+        vocab::Layout::Nchw => (tensor.shape[3] as u32, tensor.shape[2] as u32),
+    };
     let images = (0..plan.sample_count())
         .map(|i| ImageSlot {
             offset: i * plan.sample_len(),
@@ -193,12 +274,12 @@ pub(crate) fn launch_samples(
     Ok(DecodedBatch {
         output: Some(output),
         images,
-        tensor: Some(plan.tensor()),
+        tensor: Some(tensor),
         err,
         ready,
         origin: Origin::Samples(plan),
         readback: readback.clone(),
         consumers: Mutex::new(Vec::new()),
-        _scratch: scratch,
+        _scratch: keep,
     })
 }

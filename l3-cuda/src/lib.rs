@@ -14,7 +14,10 @@
 //!   [`SampleSource`]): ONE `[n, h, w, 3]` / `[n, 3, h, w]` tensor, sample i a window of image i (crop or
 //!   padding, mirrored or not, gray copied to RGB, alpha dropped), bit-identical to the CPU loader's
 //!   batches; only the patches under each window are copied and decoded, from whole files or from an
-//!   [`L3Index`] + [`Fragments`] (just the byte ranges read from storage).
+//!   [`L3Index`] + [`Fragments`] (just the byte ranges read from storage). A resampled batch
+//!   ([`SamplePlan::resampled`]: random-resized crop, resize, scale jitter, as `vocab::Geometry`s) decodes
+//!   each sample's window plus the filter's margin and resamples it in two more kernels with the CPU
+//!   loader's integer tables, padding with `fill`: bit-identical too.
 //!
 //! [`DecodedBatch`] is the device-resident result: raw device pointer, [`TensorInfo`] (shape, strides,
 //! type), device ordinal and ready event for a DLPack export or a consumer stream. [`Error`]: no driver,
@@ -24,7 +27,8 @@
 //! crate builds anywhere, and without a GPU every entry point returns [`Error::NoDriver`] (or
 //! [`Error::NoNvrtc`]) instead of panicking. The host-side plans need no GPU at all.
 //!
-//! Modules, host side: `plan` (whole-image batches), `sample` (sample batches), `v2` (version-2
+//! Modules, host side: `plan` (whole-image batches), `sample` (sample batches), `resample` (a resampled
+//! batch's passes), `v2` (version-2
 //! descriptors and ANS tables), `input` (the packed device input of a launch). Device side: `kernels`
 //! (`kernel.cu`, compiled once per architecture), `decoder` ([`BatchDecoder`]: streams, pinned staging, the
 //! in-flight bound), `launch` (the one launch per batch), `batch` ([`DecodedBatch`], [`DeviceOutput`],
@@ -41,6 +45,7 @@ mod launch;
 mod measure;
 mod pinned;
 mod plan;
+mod resample;
 mod sample;
 mod v2;
 #[cfg(test)]

@@ -8,14 +8,18 @@
 //! The window semantics are the CPU loader's, so a batch from the GPU equals one assembled on the CPU bit
 //! for bit: source column `src.x + col` of row `src.y + row` goes to sample column `dx + col` (mirrored:
 //! `dx + src.w - 1 - col`) of row `dy + row`; gray is copied to R, G and B, alpha is dropped; padding is
-//! the value of a zero pixel (`0`, or [`Normalize::apply`]`(0, c)` for floats).
+//! the value of a pixel of value `fill` (`fill`, or [`Normalize::apply`]`(fill, c)` for floats).
+//!
+//! A resampled batch ([`SamplePlan::resampled`]) decodes each sample's source rectangle this way into an
+//! intermediate, then resamples it (`resample`).
 
 use crate::error::Error;
 use crate::plan::{STAGE_CAP, scale_bias_for};
+use crate::resample::{ResampleStage, Sources};
 use crate::v2::{V2Batch, V2Desc};
 use l3_format::{AnsTables, Fragments, L3File, L3Index, PatchId, PixelLayout, Profile, Rect};
 use std::ops::Range;
-use vocab::{DType, Layout, Normalize, Window};
+use vocab::{DType, Geometry, Interpolation, Layout, Normalize, Window};
 
 /// The compressed bytes of one image of a sample batch.
 #[derive(Debug, Clone, Copy)]
@@ -58,11 +62,16 @@ pub struct SampleOptions {
     pub height: u32,
     pub layout: Layout,
     pub dtype: DType,
-    /// Only for the float types; float samples without it hold pixel / 255 (padding 0.0).
+    /// Only for the float types; float samples without it hold pixel / 255.
     pub normalize: Option<Normalize>,
+    /// The pixel value of the padding (every channel), normalised like any pixel in float batches: the
+    /// CPU loader's `fill`.
+    pub fill: u8,
     /// Walk the row headers the decode will read on the host, for every channel of every patch under each
     /// window (alpha included), so corrupt rows are rejected with their batch index before any GPU work:
-    /// exactly what [`L3File::decode_region`] / [`L3Index::decode_region`] reject for the window. Off by
+    /// exactly what [`L3File::decode_region`] / [`L3Index::decode_region`] reject for the window. A
+    /// version-2 file with entry CRCs is checked by its CRCs instead (always, this option or not); one
+    /// without is decoded on the host. Off by
     /// default: the kernel bounds every read anyway and reports a corrupt patch after the decode
     /// ([`Error::CorruptRows`]); it never reads alpha, so without this a corrupt alpha plane goes unnoticed.
     pub check_rows_on_host: bool,
@@ -77,6 +86,7 @@ impl SampleOptions {
             layout: Layout::Nchw,
             dtype: DType::U8,
             normalize: None,
+            fill: 0,
             check_rows_on_host: false,
         }
     }
@@ -163,9 +173,10 @@ pub(crate) struct FillDesc {
     pub dy: u32,
     pub w: u32,
     pub h: u32,
+    pub fill: u32,
 }
 
-pub(crate) const FILL_DESC_BYTES: usize = 32;
+pub(crate) const FILL_DESC_BYTES: usize = 40;
 
 /// Output elements one padding block writes at most (whole rows; at least one row).
 const FILL_ELEMS_PER_BLOCK: usize = 16 * 1024;
@@ -197,6 +208,8 @@ pub struct SamplePlan {
     /// Version-2 sources' patches (one descriptor per patch under a window), decoded by the blocks after
     /// the version-1 ones.
     pub(crate) v2: V2Batch,
+    /// A resampled batch: the passes after the decode, which then writes the intermediate `tensor`.
+    pub(crate) resample: Option<Box<ResampleStage>>,
 }
 
 /// An image's patch grid and where its patch bytes are, whichever kind of source holds them.
@@ -504,7 +517,15 @@ impl SamplePlan {
     ) -> Result<(), Error> {
         let r = win.src;
         let image = |source| Error::Image { index, source };
-        if opts.check_rows_on_host {
+        // Entry CRCs stand for the walk: every entry uploaded is checked against its CRC-32C below (a
+        // whole file's were by its parse), so its bytes are the encoder's. Decoding each window on the
+        // host as well cost a single-threaded CPU decode per sample: slower than the CPU loader.
+        let crcs = match &grid.ranges {
+            PatchRanges::File(f) => f.has_entry_crcs(),
+            PatchRanges::Index(idx) => idx.has_entry_crcs(),
+            PatchRanges::Single(_) => false,
+        };
+        if opts.check_rows_on_host && !crcs {
             // An entropy-coded chunk has no cheap walk: decode the window on the host, exactly as the
             // CPU's region decoder accepts it.
             let layout = PixelLayout::packed(r.w, r.h, grid.channels, false);
@@ -754,6 +775,7 @@ impl SamplePlan {
             stage_cap: 0,
             scale_bias,
             v2: V2Batch::default(),
+            resample: None,
         };
         let rows_per_fill = (FILL_ELEMS_PER_BLOCK / (sw as usize * 3)).clamp(1, sh as usize) as u32;
         let (mut max_w, mut max_len) = (1u32, 0u32);
@@ -825,6 +847,7 @@ impl SamplePlan {
                         dy: win.dy,
                         w: r.w,
                         h: r.h,
+                        fill: u32::from(opts.fill),
                     });
                     y = y1;
                 }
@@ -838,9 +861,55 @@ impl SamplePlan {
         Ok(plan)
     }
 
+    /// Validates and plans a resampled batch: sample `i` is `geometries[i]` of `sources[i]` (a
+    /// random-resized crop, a resize or a scale jitter, then the crop; vocab's [`Geometry`]), resampled
+    /// with `interpolation` — the CPU loader's samples, bit for bit, padded with `opts.fill`. Only the
+    /// patches under each sample's source rectangle (its window plus the filter's margin) are copied and
+    /// decoded. The errors of [`new`](Self::new), and [`Error::BadWindow`] for kept outputs that do not
+    /// fit the sample.
+    pub fn resampled(
+        sources: &[SampleSource<'_>],
+        geometries: &[Geometry],
+        interpolation: Interpolation,
+        opts: &SampleOptions,
+    ) -> Result<Self, Error> {
+        if geometries.len() != sources.len() {
+            return Err(Error::WindowCount {
+                sources: sources.len(),
+                windows: geometries.len(),
+            });
+        }
+        if opts.width == 0 || opts.height == 0 {
+            return Err(Error::BadSampleSize {
+                width: opts.width,
+                height: opts.height,
+            });
+        }
+        let src = Sources::new(geometries, interpolation);
+        let decode = SampleOptions {
+            width: src.size.0,
+            height: src.size.1,
+            layout: Layout::Nhwc,
+            dtype: DType::U8,
+            normalize: None,
+            fill: 0,
+            check_rows_on_host: opts.check_rows_on_host,
+        };
+        let mut plan = SamplePlan::new(sources, &src.windows, &decode)?;
+        // The passes read each rectangle only: the intermediate's padding is never written nor read.
+        plan.fills.clear();
+        plan.resample = Some(Box::new(ResampleStage::new(geometries, &src, opts)?));
+        Ok(plan)
+    }
+
     /// The batch tensor: `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW), contiguous.
     pub fn tensor(&self) -> TensorInfo {
-        self.tensor
+        self.resample.as_ref().map_or(self.tensor, |r| r.tensor)
+    }
+
+    /// Whether the batch is resampled ([`resampled`](Self::resampled)).
+    pub fn is_resampled(&self) -> bool {
+        self.resample.is_some()
     }
 
     /// Samples in the batch.
@@ -850,12 +919,12 @@ impl SamplePlan {
 
     /// Output elements of one sample.
     pub fn sample_len(&self) -> usize {
-        self.tensor.strides[0]
+        self.tensor().strides[0]
     }
 
     /// Output elements of the whole batch.
     pub fn output_len(&self) -> usize {
-        self.tensor.len()
+        self.tensor().len()
     }
 
     /// Bytes of compressed patch data copied to the device: only the patches under the windows.
@@ -879,7 +948,7 @@ impl SamplePlan {
     /// on every plan they build.
     #[doc(hidden)]
     pub fn descriptors_in_bounds(&self) -> bool {
-        let sample_len = self.sample_len() as i128;
+        let sample_len = self.tensor.strides[0] as i128;
         let n = self.sample_count();
         let (sh, sw) = match self.tensor.layout {
             Layout::Nhwc => (self.tensor.shape[1] as i128, self.tensor.shape[2] as i128),
@@ -931,7 +1000,11 @@ impl SamplePlan {
                 && c.file.end <= self.file_lens[c.sample]
                 && c.at as u64 + (c.file.end - c.file.start) <= self.data_len as u64
         });
-        descs_ok && fills_ok && copies_ok
+        let passes_ok = self
+            .resample
+            .as_ref()
+            .is_none_or(|r| r.in_bounds(self.tensor.len()));
+        descs_ok && fills_ok && copies_ok && passes_ok
     }
 
     /// Whether `sources` are (by count and file length) the sources this plan was built from.
@@ -986,7 +1059,7 @@ impl SamplePlan {
         let mut out = Vec::with_capacity(self.fills.len() * FILL_DESC_BYTES);
         for f in &self.fills {
             out.extend_from_slice(&f.out_offset.to_le_bytes());
-            for v in [f.y0, f.y1, f.dx, f.dy, f.w, f.h] {
+            for v in [f.y0, f.y1, f.dx, f.dy, f.w, f.h, f.fill, 0] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
@@ -1020,12 +1093,12 @@ impl SamplePlan {
         self.stage_cap
     }
 
-    /// Kernel argument: 1 for NCHW output, 0 for NHWC.
+    /// Kernel argument of the decode launch: 1 for NCHW output, 0 for NHWC.
     pub(crate) fn nchw(&self) -> u32 {
         u32::from(self.tensor.layout == Layout::Nchw)
     }
 
-    /// Sample width and height.
+    /// Sample width and height of the decode launch (the intermediate's, for a resampled batch).
     pub(crate) fn sample_size(&self) -> (u32, u32) {
         match self.tensor.layout {
             Layout::Nhwc => (self.tensor.shape[2] as u32, self.tensor.shape[1] as u32),

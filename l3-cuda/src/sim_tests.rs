@@ -59,6 +59,8 @@ struct Launch<'a> {
     v2: Vec<u8>,
     tables: Vec<u8>,
     scratch: u64,
+    /// Mode 2 (a resampled batch): the passes' part of the launch file, after the decode's.
+    resample: Option<Vec<u8>>,
 }
 
 /// Runs the launch `plan` describes over the device input bytes `data`.
@@ -87,6 +89,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         v2: plan.v2.descriptor_bytes(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
+        resample: None,
     };
     run_launch(exe, &launch, tag, 0xA5)
 }
@@ -109,7 +112,7 @@ fn run_sim_samples(
     let (w, h) = plan.sample_size();
     let launch = Launch {
         samples: true,
-        dtype: plan.tensor().dtype,
+        dtype: plan.tensor.dtype,
         grid: (plan.descs.len() + plan.v2.descs.len() + plan.fills.len()) as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
@@ -121,11 +124,43 @@ fn run_sim_samples(
         descs: plan.descriptor_bytes(),
         fills: plan.fill_bytes(),
         scale_bias: plan.scale_bias,
-        out_bytes: plan.output_len() * plan.tensor().dtype.size(),
+        out_bytes: plan.tensor.len() * plan.tensor.dtype.size(),
         n_v2: plan.v2.descs.len() as u32,
         v2: plan.v2.descriptor_bytes(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
+        resample: plan.resample.as_ref().map(|r| {
+            let mut t = Vec::new();
+            let kind: u32 = match r.tensor.dtype {
+                DType::U8 => 0,
+                DType::F32 => 1,
+                DType::F16 => 2,
+            };
+            let (sw, sh) = r.size();
+            let n = r.descs.len() as u32;
+            for v in [
+                kind,
+                n,
+                r.rows,
+                sw,
+                sh,
+                r.nchw(),
+                u32::from(r.fill),
+                r.h_blocks(),
+                r.v_blocks(),
+            ] {
+                t.extend_from_slice(&v.to_le_bytes());
+            }
+            let bytes = r.bytes();
+            let (sb_at, tab_at) = r.sections();
+            for blob in [&bytes[..sb_at], &bytes[sb_at..tab_at], &bytes[tab_at..]] {
+                t.extend_from_slice(&(blob.len() as u64).to_le_bytes());
+                t.extend_from_slice(blob);
+            }
+            t.extend_from_slice(&(r.tmp_len as u64).to_le_bytes());
+            t.extend_from_slice(&((r.tensor.len() * r.tensor.dtype.size()) as u64).to_le_bytes());
+            t
+        }),
     };
     run_launch(exe, &launch, tag, fill_byte)
 }
@@ -138,8 +173,13 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
     };
     let sb: Vec<u8> = l.scale_bias.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut f = Vec::new();
+    let mode = if l.resample.is_some() {
+        2
+    } else {
+        u32::from(l.samples)
+    };
     for v in [
-        u32::from(l.samples),
+        mode,
         kind,
         l.grid,
         l.block,
@@ -164,6 +204,9 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
         f.extend_from_slice(blob);
     }
     f.extend_from_slice(&l.scratch.to_le_bytes());
+    if let Some(tail) = &l.resample {
+        f.extend_from_slice(tail);
+    }
     let fill = fill_byte.to_string();
     let bytes = cuda_sim::run(exe, tag, &f, &[&fill]).unwrap_or_else(|e| panic!("{e}"));
     SimRun {
@@ -312,6 +355,15 @@ fn sim_asan_clean() {
         },
         "asan-f16",
     );
+    // A resampled batch: the decode into the intermediate and both passes read and write inside their
+    // buffers (each allocated to its exact size by the harness).
+    for interpolation in [
+        vocab::Interpolation::Bilinear,
+        vocab::Interpolation::Nearest,
+    ] {
+        let case = common::resampled_case(77, 8, Layout::Nchw, DType::F16, None, interpolation);
+        check_resampled_case(exe, &case, &format!("asan-resampled-{interpolation:?}"));
+    }
 }
 
 /// ThreadSanitizer: the kernel's barriers order every shared-memory write before the reads of it.
@@ -462,6 +514,61 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
             );
         }
     }
+}
+
+/// Resampled batches — random-resized crops, shorter-side resizes and scale jitter (with padding where
+/// the crop reaches past the rescaled image), bilinear and nearest, random and centre crops, flips, a
+/// `fill` value; gray, RGB and RGBA, versions 1 and 2, 1×1 and 7×3 images; every layout and element
+/// type — equal, bit for bit, to Pillow's integer passes over `vocab::Resampling`'s tables (the CPU
+/// loader's), written out plainly in `common::reference_resampled`.
+#[test]
+fn sim_resampled_samples_match_reference() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    let mut seed = 0x7e5a;
+    for interpolation in [
+        vocab::Interpolation::Bilinear,
+        vocab::Interpolation::Nearest,
+    ] {
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F16, Some(Normalize::IMAGENET)),
+                (DType::F32, None),
+            ] {
+                seed += 1;
+                let case =
+                    common::resampled_case(seed, 14, layout, dtype, normalize, interpolation);
+                let tag = format!("{interpolation:?}-{layout:?}-{dtype:?}");
+                check_resampled_case(exe, &case, &tag);
+            }
+        }
+    }
+}
+
+/// Plans `case` as a resampled batch from whole files, runs the simulated launches and compares every
+/// element with `common::reference_resampled`.
+fn check_resampled_case(exe: &Path, case: &common::ResampledCase, tag: &str) -> SamplePlan {
+    let files = case.imgs.iter().map(|i| i.file.as_slice());
+    let sources: Vec<SampleSource> = files.map(SampleSource::File).collect();
+    let plan = SamplePlan::resampled(&sources, &case.geometries, case.interpolation, &case.opts)
+        .unwrap_or_else(|e| panic!("{tag}: plan: {e}"));
+    assert!(plan.is_resampled());
+    let run = run_sim_samples(exe, &plan, &sources, tag, 0xA5);
+    assert_eq!(
+        run.err,
+        u32::MAX,
+        "{tag}: kernel flagged {:?}",
+        plan.kernel_error(run.err)
+    );
+    let want = common::reference_resampled(case);
+    let labels: Vec<String> = case
+        .imgs
+        .iter()
+        .zip(&case.geometries)
+        .map(|(i, g)| format!("{} geometry {g:?}", i.label))
+        .collect();
+    common::check_samples(&run.out, &want, &case.opts, &labels, tag);
+    plan
 }
 
 /// Hand-picked windows: the whole image exactly filling the sample (no padding block at all), 1×1 into

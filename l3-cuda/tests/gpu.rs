@@ -384,6 +384,132 @@ fn gpu_samples_every_layout_and_dtype_match_reference() {
     }
 }
 
+/// Resampled batches (random-resized crops, resizes, scale jitter with `fill` padding; bilinear and
+/// nearest; gray/RGB/RGBA, versions 1 and 2, 1×1 and 7×3 images; every layout and element type): equal
+/// to Pillow's integer passes over `vocab::Resampling`'s tables (`common::reference_resampled`) bit for
+/// bit — the CPU loader's bytes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_resampled_samples_match_reference() {
+    let mut dec = decoder();
+    let mut seed = 0x7e5a;
+    for interpolation in [
+        vocab::Interpolation::Bilinear,
+        vocab::Interpolation::Nearest,
+    ] {
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F16, Some(Normalize::IMAGENET)),
+                (DType::F32, None),
+            ] {
+                seed += 1;
+                let case =
+                    common::resampled_case(seed, 20, layout, dtype, normalize, interpolation);
+                let tag = format!("{interpolation:?} {layout:?} {dtype:?}");
+                resampled_and_check(&mut dec, &case, false, &tag);
+            }
+        }
+    }
+}
+
+/// The DeepLab recipe at full size: corpus photos scale-jittered by 0.5 to 2.0 and cropped to 512×1024
+/// (padding with 114 where the crop reaches past), flipped at random, NCHW f16 normalised, read as
+/// fragments (only the patches under each sample's source rectangle): equal to the reference.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_resampled_corpus_jitter_matches_reference() {
+    let mut dec = decoder();
+    let mut case = common::ResampledCase {
+        imgs: Vec::new(),
+        geometries: Vec::new(),
+        interpolation: vocab::Interpolation::Bilinear,
+        opts: SampleOptions {
+            dtype: DType::F16,
+            normalize: Some(Normalize::IMAGENET),
+            fill: 114,
+            ..SampleOptions::new(1024, 512)
+        },
+    };
+    let spec = vocab::SampleSpec {
+        width: 1024,
+        height: 512,
+        crop: vocab::Crop::Random,
+        hflip: true,
+        recipe: vocab::Recipe::Jitter { range: [0.5, 2.0] },
+        fill: 114,
+        ..vocab::SampleSpec::default()
+    };
+    for (k, name) in [
+        "Altai.png",
+        "Cascade.png",
+        "Gulp-rgba.png",
+        "UbuntuMateCold.png",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let Some((px, w, h, c)) = common::corpus_png(name) else {
+            panic!("corpus image {name} not found (L3_CORPUS)");
+        };
+        case.imgs.push(TestImage {
+            file: l3_format::encode(&px, w, h, c, 64).unwrap(),
+            label: (*name).to_string(),
+        });
+        let key = vocab::ItemKey {
+            seed: 3,
+            epoch: 0,
+            index: k,
+        };
+        case.geometries.push(spec.geometry(w, h, &key));
+    }
+    resampled_and_check(&mut dec, &case, true, "corpus jitter");
+}
+
+/// Submits `case` as a resampled batch (from fragments of each sample's source rectangle, or whole
+/// files) and compares the device's bytes with the reference.
+fn resampled_and_check(
+    dec: &mut BatchDecoder,
+    case: &common::ResampledCase,
+    fragments: bool,
+    tag: &str,
+) -> l3_cuda::DecodedBatch {
+    let parts: Vec<Option<common::FragmentSource>> = case
+        .imgs
+        .iter()
+        .zip(&case.geometries)
+        .map(|(img, g)| {
+            let r = vocab::Resampling::new(g, case.interpolation).source();
+            fragments.then(|| common::read_fragments(&img.file, r, 64))
+        })
+        .collect();
+    let sources: Vec<SampleSource> = case
+        .imgs
+        .iter()
+        .zip(&parts)
+        .map(|(img, p)| match p {
+            Some(p) => SampleSource::Fragments {
+                index: &p.index,
+                data: &p.data,
+            },
+            None => SampleSource::File(&img.file),
+        })
+        .collect();
+    let plan = SamplePlan::resampled(&sources, &case.geometries, case.interpolation, &case.opts)
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    assert!(plan.descriptors_in_bounds(), "{tag}");
+    let batch = dec
+        .submit_sample_plan(std::sync::Arc::new(plan), &sources)
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let got = batch
+        .to_host_bytes()
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let want = common::reference_resampled(case);
+    let labels: Vec<String> = case.imgs.iter().map(|i| i.label.clone()).collect();
+    common::check_samples(&got, &want, &case.opts, &labels, tag);
+    batch
+}
+
 /// Training-sized samples (224×224 crops of full-size corpus images, mirrored at random, NCHW f16
 /// normalised) from fragments: what the loader asks for.
 #[test]

@@ -6,12 +6,12 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::image::{self, Image};
 use crate::sample::{DecodeScope, ItemKey, SampleSpec, SampleWrite, Window};
-use crate::transform::Plan;
 use crate::transform::resample::{Buffers, Source};
 use l3_format::{Fragments, L3Index, PixelLayout, Rect};
 use std::path::Path;
 use std::sync::Arc;
 use vocab::Geometry;
+use vocab::Resampling;
 
 /// What the I/O stage hands the decode stage for one item.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ impl SampleRequest<'_> {
         let g = self.geometry(w, h);
         match g.as_window() {
             Some(win) => Shape::Copy(win),
-            None => Shape::Resample(g, Plan::new(&g, self.spec.interpolation)),
+            None => Shape::Resample(g, Resampling::new(&g, self.spec.interpolation)),
         }
     }
 
@@ -72,7 +72,7 @@ pub(crate) enum Shape {
     /// A window copied as it is (crop, pad, flip).
     Copy(Window),
     /// A geometry that resamples, with its tables.
-    Resample(Geometry, Plan),
+    Resample(Geometry, Resampling),
 }
 
 impl Shape {
@@ -318,7 +318,7 @@ fn write_pixels_with(
 fn write_resampled(
     spec: &SampleSpec,
     g: &Geometry,
-    plan: &Plan,
+    plan: &Resampling,
     src: &Source<u8>,
     path: &Path,
     buffers: &mut Buffers,
@@ -345,7 +345,7 @@ fn write_resampled(
         }
         None => src,
     };
-    if !plan.apply(src, buffers, out) {
+    if !crate::transform::apply(plan, src, buffers, out) {
         // The source always holds what the plan reads (it was decoded for it): reaching this is a bug,
         // reported as an error on the item rather than a panic.
         return Err(Error::decode(

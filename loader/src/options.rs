@@ -174,34 +174,23 @@ impl LoaderOptions {
                 "a CUDA device (it decodes on the CPU only the batches the GPU fails on)",
             ));
         }
-        if let (true, Some((option, value))) = (self.device.is_cuda(), self.sample.recipe.option())
-        {
-            let expected = if self.sample.recipe.is_whole() {
-                "a crop size with a CUDA device (the GPU path writes fixed-size samples; use device cpu)"
-            } else {
-                "none with a CUDA device (the GPU path does not resample yet; use device cpu)"
-            };
-            return Err(Invalid::new(option, value, expected));
+        if let (true, true, Some((option, value))) = (
+            self.device.is_cuda(),
+            self.sample.recipe.is_whole(),
+            self.sample.recipe.option(),
+        ) {
+            return Err(Invalid::new(
+                option,
+                value,
+                "a crop size with a CUDA device (the GPU path writes fixed-size samples; use device cpu)",
+            ));
         }
-        // What the GPU path writes: RGB samples padded with 0.
-        let gpu_only = [
-            (
+        if self.device.is_cuda() && self.sample.channels != 3 {
+            return Err(Invalid::new(
                 "channels",
                 self.sample.channels,
-                3,
                 "3 with a CUDA device (the GPU path writes RGB samples; use device cpu)",
-            ),
-            (
-                "fill",
-                self.sample.fill,
-                0,
-                "0 with a CUDA device (the GPU path pads with 0; use device cpu)",
-            ),
-        ];
-        for (option, value, wanted, why) in gpu_only {
-            if self.device.is_cuda() && value != wanted {
-                return Err(Invalid::new(option, value, why));
-            }
+            ));
         }
         self.targets.validate()?;
         if self.targets.masks.is_some() && self.device.is_cuda() {
@@ -1239,24 +1228,24 @@ mod tests {
                 },
                 "scale",
             ),
-            (
-                Settings {
-                    resize: Some(256),
-                    device: Device::Cuda(0),
-                    ..base.clone()
-                },
-                "resize",
-            ),
-            (
-                Settings {
-                    fill: 3,
-                    device: Device::Cuda(0),
-                    ..base.clone()
-                },
-                "fill",
-            ),
         ] {
             assert_eq!(bad(s), name);
+        }
+        // The GPU path resamples and pads with any fill.
+        for s in [
+            Settings {
+                resize: Some(256),
+                device: Device::Cuda(0),
+                ..base.clone()
+            },
+            Settings {
+                jitter: pair(0.5, 2.0),
+                fill: 3,
+                device: Device::Cuda(0),
+                ..base.clone()
+            },
+        ] {
+            s.resolve().unwrap();
         }
         let (o, _) = Settings {
             scale: pair(0.08, 1.0),

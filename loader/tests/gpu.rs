@@ -59,6 +59,7 @@ fn same_batches(gpu: &[Batch], cpu: &[Batch], tag: &str) {
             "{tag}"
         );
         assert_eq!((&g.labels, &g.skipped), (&c.labels, &c.skipped), "{tag}");
+        assert_eq!(g.geometry, c.geometry, "{tag}");
         assert_eq!(g.pixels.device(), Device::Cuda(0), "{tag}");
         assert!(g.pixels.bytes().is_none() && g.pixels.cuda().is_some());
         assert_eq!(g.shape(), c.shape(), "{tag}");
@@ -86,6 +87,70 @@ fn device_batches_equal_cpu_batches() {
         };
         let cpu = run(ds.clone(), options(Device::Cpu, layout, dtype)).unwrap();
         same_batches(&gpu, &cpu, &format!("{layout:?} {dtype:?}"));
+    }
+}
+
+/// Resampled batches on the device — random-resized crops, shorter-side resizes then random crops,
+/// scale jitter with padding in a `fill` value; bilinear and nearest; every layout and element type —
+/// equal the CPU loader's byte for byte (the kernels apply the CPU's integer tables), from region
+/// reads and whole files.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resampled_device_batches_equal_cpu_batches() {
+    use loader::{DecodeScope, Interpolation, Recipe};
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&common::fixture().l3).unwrap());
+    let cases = [
+        (
+            Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: loader::DEFAULT_RATIO,
+            },
+            Interpolation::Bilinear,
+            Layout::Nchw,
+            DType::F16,
+            0,
+        ),
+        (
+            Recipe::Resize { shorter: 200 },
+            Interpolation::Nearest,
+            Layout::Nhwc,
+            DType::U8,
+            0,
+        ),
+        (
+            Recipe::Jitter { range: [0.5, 2.0] },
+            Interpolation::Bilinear,
+            Layout::Nhwc,
+            DType::F32,
+            114,
+        ),
+        (
+            Recipe::Jitter { range: [0.3, 1.5] },
+            Interpolation::Nearest,
+            Layout::Nchw,
+            DType::U8,
+            255,
+        ),
+    ];
+    for (recipe, interpolation, layout, dtype, fill) in cases {
+        for scope in [DecodeScope::Region, DecodeScope::Whole] {
+            let with = |device| {
+                let mut o = options(device, layout, dtype);
+                o.sample.recipe = recipe;
+                o.sample.interpolation = interpolation;
+                o.sample.fill = fill;
+                o.decode = scope;
+                o
+            };
+            let tag = format!("{recipe:?} {interpolation:?} {layout:?} {dtype:?} {scope:?}");
+            let Some(gpu) = run(ds.clone(), with(Device::Cuda(0))) else {
+                panic!(
+                    "needs a CUDA GPU: the loader refused device 0 (the reason is printed above)"
+                );
+            };
+            let cpu = run(ds.clone(), with(Device::Cpu)).unwrap();
+            same_batches(&gpu, &cpu, &tag);
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`Window`]: where a rectangle of an image lands in a fixed-size sample, mirrored or not.
 //! - [`Recipe`], [`Interpolation`] and [`Geometry`]: how an image is cropped and resampled into a sample,
 //!   and the one per-item description (per-axis [`Axis`] resampling, placement, flip) that images, masks,
-//!   boxes and the GPU kernel all follow.
+//!   boxes and the GPU kernel all follow; [`Resampling`]: its integer tables (Pillow's bilinear weights,
+//!   torchvision's nearest indices), which the CPU passes and the GPU kernels apply alike.
 //! - [`Layout`], [`DType`], [`Normalize`]: how a batch tensor is laid out, its element type and the
 //!   per-channel arithmetic of float batches — shared by the CPU loader and the GPU kernel so that their
 //!   batches are bit-identical.
@@ -24,6 +25,7 @@ mod error;
 mod geometry;
 mod image;
 mod rect;
+mod resampling;
 mod sample;
 mod shard;
 mod tensor;
@@ -33,6 +35,7 @@ pub use error::Invalid;
 pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, Whole, resize_shorter};
 pub use image::Image;
 pub use rect::{Rect, Window};
+pub use resampling::{Coeffs, PRECISION_BITS, Resampling, nearest};
 pub use sample::{Channels, Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};
 pub use shard::ShardPolicy;
 pub use tensor::{DType, Layout, Normalize};

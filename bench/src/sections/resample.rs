@@ -1,5 +1,5 @@
 //! `cargo xtask bench resample`: what resampling costs per sample — the loader's integer resampler
-//! (`loader::transform`: tables on the host, then the two passes) beside Pillow's `Image.resize` of the
+//! (`Resampling`'s tables on the host, then `loader::transform`'s two passes) beside Pillow's `Image.resize` of the
 //! same sizes, measured in the same run on the same machine, one thread each.
 //!
 //! Three shapes of the recipes users train with: a random-resized crop of a large photo to 224×224
@@ -9,9 +9,8 @@
 //! with PIL images; the loader computes only the kept outputs, from the window plus the filter's margin.
 
 use crate::report::{Report, Table};
-use loader::transform::Plan;
 use loader::transform::resample::{Buffers, Source};
-use loader::{Axis, Geometry, Interpolation, Rect};
+use loader::{Axis, Geometry, Interpolation, Rect, Resampling};
 use std::process::Command;
 use std::time::Instant;
 
@@ -137,7 +136,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         let (w, h) = case.image;
         let px = pixels(w, h);
         let g = case.geometry;
-        let plan = Plan::new(&g, Interpolation::Bilinear);
+        let plan = Resampling::new(&g, Interpolation::Bilinear);
         let need = plan.source();
         let stride = w as usize * 3;
         let src = Source {
@@ -148,11 +147,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         };
         let (mut buf, mut out) = (Buffers::default(), Vec::new());
         let ours = best_us(seconds, runs, || {
-            let plan = Plan::new(&g, Interpolation::Bilinear);
-            assert!(plan.apply(&src, &mut buf, &mut out));
+            let plan = Resampling::new(&g, Interpolation::Bilinear);
+            assert!(loader::transform::apply(&plan, &src, &mut buf, &mut out));
         });
         let tables = best_us(seconds / 4.0, runs, || {
-            std::hint::black_box(Plan::new(&g, Interpolation::Bilinear));
+            std::hint::black_box(Resampling::new(&g, Interpolation::Bilinear));
         });
         let out = Command::new(&python)
             .args(["-c", PILLOW])
@@ -183,8 +182,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     }
     r.para(&format!(
         "Each cell the best of {runs} timings of about {seconds} s, one thread, in this run on this \
-         machine. Loader = `loader::transform::Plan::new` (the integer tables, computed on the host) and \
-         `Plan::apply` (horizontal then vertical pass, Pillow's arithmetic) from a decoded source; Pillow = \
+         machine. Loader = `loader::Resampling::new` (the integer tables, computed on the host) and \
+         `loader::transform::apply` (horizontal then vertical pass, Pillow's arithmetic) from a decoded source; Pillow = \
          `Image.resize(..., Image.BILINEAR, reducing_gap=None)` of the same sizes in the benchmark's \
          Python environment, the window resized (ImageNet) or the whole image resized and then cropped \
          (the others, as torchvision does with PIL images). The loader's samples equal Pillow's within \

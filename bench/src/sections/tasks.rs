@@ -134,7 +134,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     }
     r.para(&format!(
         "Source: {} resized to 2048×1024, label maps by colour quantisation into 19 classes (8-bit PNG for \
-         the PNG and raw rows of the DeepLab recipe, one-channel L3 for its L3 rows). Each cell: the best of {runs} timings of whole \
+         the PNG and raw rows of the DeepLab recipe, one-channel L3 for its L3 rows); every file listed 8 \
+         times (symbolic links), so an epoch holds many batches for the workers to share. Each cell: the best of {runs} timings of whole \
          epochs filling about {seconds} s, after a warm-up epoch, each row in its own process; files \
          just written (page cache). The DataLoader row: `torch.utils.data.DataLoader(num_workers={cores}, \
          persistent_workers=True, shuffle=True)` over a Dataset that opens each file with Pillow, wraps it \

@@ -1,16 +1,21 @@
 """`cargo xtask bench tasks`, the Python side.
 
-    tasks_bench.py prepare CORPUS DIR
+    tasks_bench.py prepare CORPUS DIR [COPIES]
         A Cityscapes-like segmentation set from the corpus: every image resized to 2048x1024 (Pillow,
         bilinear) under DIR/png/train/, its label map (19 classes by colour quantisation) under
         DIR/masks/train/ as 8-bit PNG and DIR/masks-l3/ as one-channel L3, the images converted to L3
-        (DIR/l3) and raw (DIR/raw).
+        (DIR/l3) and raw (DIR/raw). Every file then appears COPIES times (default 8) in its folder,
+        through symbolic links, so that an epoch holds many batches: with the corpus alone an ImageNet
+        epoch is a single batch, which one DataLoader worker builds while the others wait.
 
     tasks_bench.py run DIR RECIPE SOURCE ROW THREADS SECONDS RUNS
         Times one row — RECIPE `deeplab` (scale jitter 0.5-2.0, crop 512x1024, flip, masks) or `imagenet`
         (random-resized crop 224, scale (0.08, 1), flip) — on SOURCE (png, l3, raw), with ROW `loader`
         (l3toolkit.Loader), `loader-whole` (the same, decode="whole") or `dataloader` (torch DataLoader with
-        torchvision.transforms.v2 on tv_tensors Image/Mask, PIL decode, THREADS workers). Prints
+        torchvision.transforms.v2 on tv_tensors Image/Mask, PIL decode, THREADS workers); on a machine with
+        a GPU also `loader-cuda` (device="cuda": every transform in the kernels, each batch handed to torch
+        and its stream synchronised) and `loader-images` (the CPU loader with the same work: DeepLab
+        without masks, which the device path does not produce yet). Prints
         `images_per_sec<TAB>bytes_read_per_epoch`, or `error<TAB>why`.
 """
 
@@ -33,7 +38,7 @@ def classes(rgb):
     return ((r.astype(np.int32) * 9 + g * 3 + b) % 19).astype(np.uint8)
 
 
-def prepare(corpus, out):
+def prepare(corpus, out, copies):
     from PIL import Image
 
     import l3toolkit as l3
@@ -53,6 +58,11 @@ def prepare(corpus, out):
     # One-channel L3 label maps, lossless: what the L3 rows read (only the patches a sample picks from).
     l3.convert(os.path.join(out, "masks"), os.path.join(out, "masks-l3"), to="l3", progress=False)
     l3.convert(os.path.join(out, "png"), os.path.join(out, "raw"), to="raw", progress=False)
+    for folder in ["png", "masks", "l3", "masks-l3", "raw"]:
+        train = os.path.join(out, folder, "train")
+        for name in sorted(os.listdir(train)):
+            for k in range(1, copies):
+                os.symlink(name, os.path.join(train, f"c{k:03}_{name}"))
 
 
 def files(folder):
@@ -62,22 +72,31 @@ def files(folder):
     return sorted(out)
 
 
-def loader_row(data, recipe, source, threads, decode):
+def loader_row(data, recipe, source, threads, decode, device="cpu", masks=True):
     import l3toolkit as l3
 
-    kw = dict(flip=True, layout="NCHW", threads=threads, rank=0, world_size=1, decode=decode, shuffle=True)
+    kw = dict(flip=True, layout="NCHW", threads=threads, rank=0, world_size=1, decode=decode, shuffle=True,
+              device=device)
     if recipe == "deeplab":
-        masks = os.path.join(data, "masks-l3" if source == "l3" else "masks")
-        kw.update(crop=DEEPLAB_CROP, jitter=(0.5, 2.0), random_crop=True, masks=masks,
-                  image_suffix="_leftImg8bit", mask_suffix="_gtFine_labelIds")
+        kw.update(crop=DEEPLAB_CROP, jitter=(0.5, 2.0), random_crop=True)
+        if masks:
+            kw.update(masks=os.path.join(data, "masks-l3" if source == "l3" else "masks"),
+                      image_suffix="_leftImg8bit", mask_suffix="_gtFine_labelIds")
     else:
         kw.update(crop=IMAGENET_CROP, scale=(0.08, 1.0))
     loader = l3.Loader(os.path.join(data, source), BATCH[recipe], **kw)
+    torch = None
+    if device != "cpu":
+        import torch
 
     def epoch():
         n = 0
         for b in loader:
-            x = np.from_dlpack(b.images)
+            if torch is not None:
+                x = torch.from_dlpack(b.images)
+                torch.cuda.current_stream().synchronize()
+            else:
+                x = np.from_dlpack(b.images)
             if b.masks is not None:
                 np.from_dlpack(b.masks)
             n += x.shape[0]
@@ -86,7 +105,11 @@ def loader_row(data, recipe, source, threads, decode):
     def bytes_read():
         return loader.stats()["bytes_read"]
 
-    return epoch, bytes_read, loader.close
+    def close():
+        print(f"{recipe} {source} {device}: {loader.stats()}", file=sys.stderr)
+        loader.close()
+
+    return epoch, bytes_read, close
 
 
 class Segmentation:
@@ -172,6 +195,10 @@ def run(data, recipe, source, row, threads, seconds, runs):
     n = len(files(os.path.join(data, "png")))
     if row == "dataloader":
         epoch, bytes_read, close = dataloader_row(data, recipe, source, threads)
+    elif row == "loader-cuda":
+        epoch, bytes_read, close = loader_row(data, recipe, source, threads, "region", "cuda", masks=False)
+    elif row == "loader-images":
+        epoch, bytes_read, close = loader_row(data, recipe, source, threads, "region", masks=False)
     else:
         epoch, bytes_read, close = loader_row(data, recipe, source, threads, "whole" if row == "loader-whole" else "region")
     try:
@@ -183,7 +210,7 @@ def run(data, recipe, source, row, threads, seconds, runs):
 
 def main():
     if sys.argv[1] == "prepare":
-        prepare(sys.argv[2], sys.argv[3])
+        prepare(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 8)
         return
     data, recipe, source, row, threads, seconds, runs = sys.argv[2:]
     try:

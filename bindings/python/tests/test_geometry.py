@@ -221,8 +221,38 @@ def test_options_are_checked_by_name(images):
     ]:
         with pytest.raises(l3.OptionsError, match=name):
             l3.Loader(root / "png", 2, **kw)
-    with pytest.raises(l3.OptionsError, match="jitter"):
-        l3.Loader(root / "l3", 2, jitter=(0.5, 2.0), device="cuda")
+    with pytest.raises(l3.OptionsError, match="crop"):
+        l3.Loader(root / "l3", 2, crop=None, jitter=(0.5, 2.0), device="cuda")
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        dict(scale=(0.08, 1.0), flip=True),
+        dict(resize=40, random_crop=True, interpolation="nearest", layout="NHWC"),
+        dict(jitter=(0.5, 2.0), random_crop=True, fill=114, dtype="float16",
+             mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+    ],
+    ids=["resized-crop", "resize-nearest", "jitter-fill-f16"],
+)
+def test_cuda_resampled_batches_equal_cpu_batches(images, recipe):
+    """device="cuda" applies every transform in the kernels (resampling with the CPU's integer tables,
+    padding with ``fill``): each device batch, viewed by torch without a copy, equals the CPU loader's
+    batch bit for bit, and so do the reported windows and flips."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    root, _ = images
+    kw = dict(seed=7, epochs=1, **recipe)
+    gpu, cpu = batches(root / "l3", device="cuda", **kw), batches(root / "l3", **kw)
+    assert len(gpu) == len(cpu) > 0
+    for g, c in zip(gpu, cpu):
+        assert g.images.device == "cuda:0"
+        t = torch.from_dlpack(g.images)
+        assert t.device.type == "cuda"
+        assert np.array_equal(t.cpu().numpy(), np.from_dlpack(c.images))
+        assert np.array_equal(np.asarray(g.windows), np.asarray(c.windows))
+        assert np.array_equal(np.asarray(g.flipped), np.asarray(c.flipped))
 
 
 def test_torchvision_v2_agrees_where_it_is_installed(images):

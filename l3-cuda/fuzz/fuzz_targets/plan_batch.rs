@@ -1,7 +1,8 @@
 //! Host validation of a batch of untrusted files: `BatchPlan::new` (with and without the host row walk) and
 //! `SamplePlan::new` (windows taken from the input too; files whole and as fragments) must return an error
 //! or a plan whose every descriptor lies inside the packed input and the output (for samples: inside its
-//! own sample), never panic.
+//! own sample), never panic; and so must `SamplePlan::resampled` (geometries of a recipe chosen by the
+//! input, over each file's own size).
 //! Input: first byte = number of files (1..=4), then 16 bytes of window parameters, then the files split at
 //! evenly spaced cut points; valid seed files (version 1, version 2 BP and ANS) are mixed in so the fuzzer
 //! reaches the row walk and the version-2 planning quickly. A version-2 file's CRC-32C would refuse almost
@@ -132,6 +133,55 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(plan.output_len(), plan.sample_count() * plan.sample_len());
             assert!(plan.patch_count() > 0);
             assert!(plan.descriptors_in_bounds());
+        }
+    }
+    // Resampled batches: a recipe's geometries over each file's size, as the loader draws them.
+    let dims: Option<Vec<(u32, u32)>> = files
+        .iter()
+        .map(|f| l3_format::L3File::parse(f).ok().map(|p| (p.width(), p.height())))
+        .collect();
+    if let Some(dims) = dims {
+        let recipe = match params[0] % 3 {
+            0 => vocab::Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+            1 => vocab::Recipe::Resize {
+                shorter: 1 + u32::from(params[1]),
+            },
+            _ => vocab::Recipe::Jitter { range: [0.5, 2.0] },
+        };
+        let spec = vocab::SampleSpec {
+            width: sw,
+            height: sh,
+            crop: vocab::Crop::Random,
+            hflip: true,
+            recipe,
+            ..vocab::SampleSpec::default()
+        };
+        let geometries: Vec<vocab::Geometry> = dims
+            .iter()
+            .enumerate()
+            .map(|(index, &(w, h))| {
+                let key = vocab::ItemKey {
+                    seed: u64::from(params[2]),
+                    epoch: 0,
+                    index,
+                };
+                spec.geometry(w, h, &key)
+            })
+            .collect();
+        let whole: Vec<SampleSource<'_>> = files.iter().map(|f| SampleSource::File(f)).collect();
+        for interpolation in [vocab::Interpolation::Bilinear, vocab::Interpolation::Nearest] {
+            let opts = SampleOptions {
+                fill: params[3],
+                ..SampleOptions::new(sw, sh)
+            };
+            if let Ok(plan) = SamplePlan::resampled(&whole, &geometries, interpolation, &opts) {
+                assert!(plan.is_resampled());
+                assert_eq!(plan.output_len(), plan.sample_count() * plan.sample_len());
+                assert!(plan.descriptors_in_bounds());
+            }
         }
     }
 });

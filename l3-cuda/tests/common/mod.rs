@@ -437,6 +437,7 @@ pub fn random_sample_case(
             layout,
             dtype,
             normalize,
+            fill: [0u8, 255, 114][rng.below(3) as usize],
             ..l3_cuda::SampleOptions::new(sw, sh)
         },
     };
@@ -459,7 +460,7 @@ pub fn random_sample_case(
 
 /// The CPU reference of a sample batch, as raw little-endian element bytes: each window decoded by
 /// `l3-format`'s region decoder, placed by plain loops (mirroring, gray to RGB, alpha dropped), padding
-/// the value of a zero pixel, floats `Normalize::apply`, f16 through the `half` crate.
+/// the value of a pixel of value `opts.fill`, floats `Normalize::apply`, f16 through the `half` crate.
 pub fn reference_samples(
     files: &[&[u8]],
     windows: &[vocab::Window],
@@ -490,7 +491,7 @@ pub fn reference_samples(
             for x in 0..sw {
                 for c in 0..3 {
                     let at = idx(x, y, c) * eb;
-                    s[at..at + eb].copy_from_slice(&value(0, c));
+                    s[at..at + eb].copy_from_slice(&value(opts.fill, c));
                 }
             }
         }
@@ -560,4 +561,201 @@ pub fn check_samples(
         &got[i * eb..(i + 1) * eb],
         &want[i * eb..(i + 1) * eb],
     );
+}
+
+// ---- Resampled sample batches: vocab's recipes (random-resized crop, resize, scale jitter) ----
+
+/// A resampled test batch: images, each sample's `Geometry` (from a `vocab::SampleSpec` recipe, as the
+/// loader draws it), and the options.
+pub struct ResampledCase {
+    pub imgs: Vec<TestImage>,
+    pub geometries: Vec<vocab::Geometry>,
+    pub interpolation: vocab::Interpolation,
+    pub opts: l3_cuda::SampleOptions,
+}
+
+/// Gray, RGB and RGBA images of mixed (and odd: 1×1, 7×3) sizes and patch sizes, each with a geometry of
+/// one of the recipes — random-resized crop, shorter-side resize then crop, scale jitter then crop
+/// (padding where the crop reaches past the rescaled image) — random or centre crops, flipped or not,
+/// as `vocab::SampleSpec::geometry` draws them for (seed, epoch, item).
+pub fn resampled_case(
+    seed: u64,
+    n: usize,
+    layout: Layout,
+    dtype: DType,
+    normalize: Option<vocab::Normalize>,
+    interpolation: vocab::Interpolation,
+) -> ResampledCase {
+    let mut rng = Rng(seed | 1);
+    let (sw, sh) = (16 + rng.below(24) as u32, 12 + rng.below(24) as u32);
+    let fill = [0u8, 255, 114][rng.below(3) as usize];
+    let mut case = ResampledCase {
+        imgs: Vec::new(),
+        geometries: Vec::new(),
+        interpolation,
+        opts: l3_cuda::SampleOptions {
+            layout,
+            dtype,
+            normalize,
+            fill,
+            ..l3_cuda::SampleOptions::new(sw, sh)
+        },
+    };
+    for i in 0..n {
+        let c = [1u8, 3, 4][i % 3];
+        let (iw, ih) = match i % 7 {
+            0 => (1, 1),
+            1 => (7, 3),
+            _ => (1 + rng.below(90) as u32, 1 + rng.below(70) as u32),
+        };
+        let patch = [3u8, 8, 16, 17, 32, 64, 255][rng.below(7) as usize];
+        let content = match rng.below(3) {
+            0 => Content::Random,
+            1 => Content::Smooth,
+            _ => Content::Constant(rng.next() as u8),
+        };
+        case.imgs.push(match i % 4 {
+            3 => {
+                let profile =
+                    [l3_format::Profile::Bp, l3_format::Profile::Ans][rng.below(2) as usize];
+                image_v2(iw, ih, c, [32, 64][i % 2], profile, content, &mut rng)
+            }
+            _ => image(iw, ih, c, patch, content, &mut rng),
+        });
+        let recipe = match rng.below(3) {
+            0 => vocab::Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+            // Every seventh a resize to the size the image has: a sample that resamples nothing.
+            1 if i % 7 == 2 => vocab::Recipe::Resize {
+                shorter: iw.min(ih),
+            },
+            1 => vocab::Recipe::Resize {
+                shorter: 1 + rng.below(48) as u32,
+            },
+            _ => vocab::Recipe::Jitter { range: [0.5, 2.0] },
+        };
+        let spec = vocab::SampleSpec {
+            width: sw,
+            height: sh,
+            crop: if rng.below(2) == 0 {
+                vocab::Crop::Random
+            } else {
+                vocab::Crop::Center
+            },
+            hflip: true,
+            layout,
+            dtype,
+            normalize,
+            recipe,
+            interpolation,
+            fill,
+            ..vocab::SampleSpec::default()
+        };
+        let key = vocab::ItemKey {
+            seed,
+            epoch: 1,
+            index: i,
+        };
+        case.geometries.push(spec.geometry(iw, ih, &key));
+    }
+    case
+}
+
+/// The CPU reference of a resampled batch: each image decoded whole by `l3-format`, gray copied to RGB
+/// and alpha dropped, resampled by `vocab::Resampling`'s tables with Pillow's integer arithmetic written
+/// out plainly (horizontal pass over every row, then vertical, `(2^21 + Σ v·w) >> 22` clamped; or the
+/// nearest pick), placed and mirrored by the geometry, padding `opts.fill`, then the element type as
+/// `reference_samples` does.
+pub fn reference_resampled(case: &ResampledCase) -> Vec<u8> {
+    let opts = &case.opts;
+    let (sw, sh) = (opts.width as usize, opts.height as usize);
+    let norm = opts.normalize.unwrap_or(vocab::Normalize::UNIT);
+    let eb = opts.dtype.size();
+    let value = |v: u8, c: usize| -> Vec<u8> {
+        match opts.dtype {
+            DType::U8 => vec![v],
+            DType::F32 => norm.apply(v, c).to_le_bytes().to_vec(),
+            DType::F16 => half::f16::from_f32(norm.apply(v, c))
+                .to_bits()
+                .to_le_bytes()
+                .to_vec(),
+        }
+    };
+    let idx = |x: usize, y: usize, c: usize| match opts.layout {
+        Layout::Nhwc => (y * sw + x) * 3 + c,
+        Layout::Nchw => c * sw * sh + y * sw + x,
+    };
+    let sample = sw * sh * 3;
+    let mut out = vec![0u8; case.imgs.len() * sample * eb];
+    let clip = |acc: i32| (acc >> 22).clamp(0, 255) as u8;
+    for (i, (img, g)) in case.imgs.iter().zip(&case.geometries).enumerate() {
+        let f = l3_format::L3File::parse(&img.file).unwrap();
+        let (iw, ic) = (f.width() as usize, f.channels() as usize);
+        let raw = cpu_decode(&img.file, Layout::Nhwc);
+        let rgb: Vec<u8> = raw
+            .chunks_exact(ic)
+            .flat_map(|p| {
+                if ic >= 3 {
+                    [p[0], p[1], p[2]]
+                } else {
+                    [p[0]; 3]
+                }
+            })
+            .collect();
+        let px = |x: usize, y: usize, c: usize| rgb[(y * iw + x) * 3 + c];
+        let t = vocab::Resampling::new(g, case.interpolation);
+        let (kw, kh) = t.size();
+        let (kw, kh) = (kw as usize, kh as usize);
+        let mut kept = vec![0u8; kw * kh * 3];
+        match &t {
+            vocab::Resampling::Bilinear { x, y } => {
+                for oy in 0..kh {
+                    for ox in 0..kw {
+                        for c in 0..3 {
+                            let mut acc = 1i32 << 21;
+                            for ty in 0..y.taps[oy] as usize {
+                                let sy = y.first[oy] as usize + ty;
+                                let mut h = 1i32 << 21;
+                                for tx in 0..x.taps[ox] as usize {
+                                    let sx = x.first[ox] as usize + tx;
+                                    h += i32::from(px(sx, sy, c)) * x.weights[ox * x.ksize + tx];
+                                }
+                                acc += i32::from(clip(h)) * y.weights[oy * y.ksize + ty];
+                            }
+                            kept[(oy * kw + ox) * 3 + c] = clip(acc);
+                        }
+                    }
+                }
+            }
+            vocab::Resampling::Nearest { x, y } => {
+                for oy in 0..kh {
+                    for ox in 0..kw {
+                        for c in 0..3 {
+                            kept[(oy * kw + ox) * 3 + c] = px(x[ox] as usize, y[oy] as usize, c);
+                        }
+                    }
+                }
+            }
+        }
+        let s = &mut out[i * sample * eb..(i + 1) * sample * eb];
+        for yy in 0..sh {
+            for xx in 0..sw {
+                for c in 0..3 {
+                    let (dx, dy) = (g.dx as usize, g.dy as usize);
+                    let v = if (dy..dy + kh).contains(&yy) && (dx..dx + kw).contains(&xx) {
+                        let j = xx - dx;
+                        let j = if g.flip { kw - 1 - j } else { j };
+                        kept[((yy - dy) * kw + j) * 3 + c]
+                    } else {
+                        opts.fill
+                    };
+                    let at = idx(xx, yy, c) * eb;
+                    s[at..at + eb].copy_from_slice(&value(v, c));
+                }
+            }
+        }
+    }
+    out
 }

@@ -1,8 +1,9 @@
 //! The GPU decode stage: one thread in place of the CPU decode pool. It gathers every item of a batch
-//! from the read stage, gives each item its window (the CPU path's windows: same crop, padding and flip
-//! for the same (seed, epoch, item)), and decodes the batch in ONE `l3-cuda` launch straight into a
-//! device tensor: only the patches under each window are copied and decoded, and padding, mirroring,
-//! layout, element type and normalisation happen in the kernel. The batch stays on the device; the
+//! from the read stage, gives each item its geometry (the CPU path's: same crop, resize, padding and flip
+//! for the same (seed, epoch, item)), and decodes the batch in ONE `l3-cuda` submission straight into a
+//! device tensor: only the patches under each sample's source rectangle are copied and decoded, and
+//! resampling (the CPU's integer tables), padding with `fill`, mirroring, layout, element type and
+//! normalisation happen in the kernels. The batch stays on the device; the
 //! assembler delivers it as a CUDA [`Tensor`](crate::Tensor) with its ready event.
 //!
 //! While one batch decodes, the stage gathers, plans and queues the next (the decoder's pinned staging
@@ -28,6 +29,7 @@ use l3_format::L3Index;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
+use vocab::Geometry;
 
 /// Proves that the GPU can decode `dataset` (every item L3; driver, device, context and NVRTC-compiled
 /// kernels all working) by opening the decoder the stage will use.
@@ -45,12 +47,12 @@ pub(crate) fn open(dataset: &dyn Dataset, ordinal: usize) -> Result<l3_cuda::Bat
         .map_err(|e| Error::gpu(Some(format!("device {ordinal}")), e))
 }
 
-/// One item of a batch on its way to the device: what was read, and its window.
+/// One item of a batch on its way to the device: what was read, and its geometry.
 struct Entry {
     job: Job,
     stored: Stored,
     read: u64,
-    window: Window,
+    geometry: Geometry,
     /// The image's width and height.
     image: (u32, u32),
 }
@@ -162,12 +164,12 @@ impl GpuStage {
             };
             match dims(&stored) {
                 Ok((w, h)) => {
-                    let window = self.ctx.request(job.key).window(w, h);
+                    let geometry = self.ctx.request(job.key).geometry(w, h);
                     entries.push(Entry {
                         job,
                         stored,
                         read,
-                        window,
+                        geometry,
                         image: (w, h),
                     });
                 }
@@ -196,11 +198,12 @@ impl GpuStage {
         entries: &mut Vec<Entry>,
         msgs: &mut Vec<ToAssembler>,
     ) -> std::result::Result<Option<DecodedBatch>, l3_cuda::Error> {
-        let opts = sample_options(&self.ctx.spec);
+        let spec = &self.ctx.spec;
+        let opts = sample_options(spec);
         while !entries.is_empty() {
             let sources: Vec<SampleSource> = entries.iter().map(Entry::source).collect();
-            let windows: Vec<Window> = entries.iter().map(|e| e.window).collect();
-            let submitted = SamplePlan::new(&sources, &windows, &opts)
+            let geometries: Vec<Geometry> = entries.iter().map(|e| e.geometry).collect();
+            let submitted = plan(&sources, &geometries, spec, &opts)
                 .and_then(|plan| self.decoder.submit_sample_plan(Arc::new(plan), &sources));
             drop(sources);
             match submitted {
@@ -261,10 +264,14 @@ impl GpuStage {
             batch: Box::new(batch),
         });
         for e in entries {
-            let pixels = u64::from(e.window.src.w) * u64::from(e.window.src.h);
+            let src = self
+                .ctx
+                .request(e.job.key)
+                .source_rect(e.image.0, e.image.1);
+            let pixels = u64::from(src.w) * u64::from(src.h);
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
-            let geometry = vocab::Geometry::from_window(&e.window);
+            let geometry = e.geometry;
             let image = e.image;
             // Boxes are the host's part of a device batch (masks are refused on a device).
             let boxes = self
@@ -360,6 +367,24 @@ fn source(stored: &Stored) -> SampleSource<'_> {
     }
 }
 
+/// The `l3-cuda` plan of a batch: one launch of windows when no sample resamples (the plain crop
+/// recipe, or images already at their resized size), else the resampled batch's launches.
+fn plan(
+    sources: &[SampleSource<'_>],
+    geometries: &[Geometry],
+    spec: &SampleSpec,
+    opts: &SampleOptions,
+) -> std::result::Result<SamplePlan, l3_cuda::Error> {
+    match geometries
+        .iter()
+        .map(Geometry::as_window)
+        .collect::<Option<Vec<Window>>>()
+    {
+        Some(windows) => SamplePlan::new(sources, &windows, opts),
+        None => SamplePlan::resampled(sources, geometries, spec.interpolation, opts),
+    }
+}
+
 /// The batch shape of `spec` for `l3-cuda`.
 fn sample_options(spec: &SampleSpec) -> SampleOptions {
     SampleOptions {
@@ -368,6 +393,7 @@ fn sample_options(spec: &SampleSpec) -> SampleOptions {
         layout: spec.layout,
         dtype: spec.dtype,
         normalize: spec.normalize,
+        fill: spec.fill,
         // Corrupt rows are the item's error before anything is launched, exactly as the CPU path's
         // region decode reports them.
         check_rows_on_host: true,
@@ -394,6 +420,7 @@ mod tests {
     use crate::sample::{DType, DecodeScope, ItemKey, Layout, Normalize};
     use l3_format::{EncodeOptions, Profile};
     use vocab::Crop;
+    use vocab::Interpolation;
 
     /// A gradient with a little noise: compressible, but not trivially.
     fn pixels(w: u32, h: u32, seed: u32) -> Vec<u8> {
@@ -429,9 +456,10 @@ mod tests {
     };
 
     /// What the stage hands `l3-cuda` for a batch is a valid plan, from region reads as from whole
-    /// files: every patch under every window was read (the read stage and the kernel's plan agree on
-    /// the patches), each image gets the CPU path's window, and every kernel block stays inside its own
-    /// sample. Versions 1 and 2 (both profiles), images smaller and larger than the sample.
+    /// files, for every recipe and interpolation: every patch under every sample's source rectangle was
+    /// read (the read stage and the kernel's plan agree on the patches, filter margin included), each
+    /// image gets the CPU path's geometry, and every kernel block stays inside its own sample. Versions
+    /// 1 and 2 (both profiles), images smaller and larger than the sample.
     #[test]
     fn the_read_stages_items_plan_a_device_batch() {
         let tmp = tempfile::tempdir().unwrap();
@@ -452,40 +480,66 @@ mod tests {
         }
         let ds = ImageFolder::open(tmp.path()).unwrap();
         assert_eq!(ds.len(), 15);
-        for scope in [DecodeScope::Region, DecodeScope::Whole] {
-            let (mut stored, mut windows, mut read) = (Vec::new(), Vec::new(), 0u64);
-            for i in 0..ds.len() {
-                let key = ItemKey {
-                    seed: 9,
-                    epoch: 1,
-                    index: i,
-                };
-                let req = SampleRequest {
-                    spec: &SPEC,
-                    key,
-                    scope,
-                    partial_images: false,
-                };
-                let (s, n) = ds.read(i, &req).unwrap();
-                assert_eq!(
-                    matches!(s, Stored::L3Region { .. }),
-                    scope == DecodeScope::Region
-                );
-                let (w, h) = dims(&s).unwrap();
-                windows.push(req.window(w, h));
-                stored.push(s);
-                read += n;
+        let recipes = [
+            vocab::Recipe::Crop,
+            vocab::Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+            vocab::Recipe::Resize { shorter: 64 },
+            vocab::Recipe::Jitter { range: [0.5, 2.0] },
+        ];
+        for (recipe, interpolation) in recipes
+            .into_iter()
+            .flat_map(|r| [(r, Interpolation::Bilinear), (r, Interpolation::Nearest)])
+        {
+            let spec = SampleSpec {
+                recipe,
+                interpolation,
+                fill: 9,
+                ..SPEC
+            };
+            for scope in [DecodeScope::Region, DecodeScope::Whole] {
+                let tag = format!("{recipe:?} {interpolation:?} {scope:?}");
+                let (mut stored, mut geometries, mut read) = (Vec::new(), Vec::new(), 0u64);
+                for i in 0..ds.len() {
+                    let key = ItemKey {
+                        seed: 9,
+                        epoch: 1,
+                        index: i,
+                    };
+                    let req = SampleRequest {
+                        spec: &spec,
+                        key,
+                        scope,
+                        partial_images: false,
+                    };
+                    let (s, n) = ds.read(i, &req).unwrap();
+                    assert_eq!(
+                        matches!(s, Stored::L3Region { .. }),
+                        scope == DecodeScope::Region
+                    );
+                    let (w, h) = dims(&s).unwrap();
+                    geometries.push(req.geometry(w, h));
+                    stored.push(s);
+                    read += n;
+                }
+                let sources: Vec<_> = stored.iter().map(source).collect();
+                let plan = plan(&sources, &geometries, &spec, &sample_options(&spec))
+                    .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                assert_eq!(plan.is_resampled(), recipe != vocab::Recipe::Crop, "{tag}");
+                assert_eq!(plan.sample_count(), 15);
+                assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
+                assert!(plan.descriptors_in_bounds(), "{tag}");
+                assert!(plan.input_len() as u64 <= read, "{tag}");
+                if recipe == vocab::Recipe::Crop {
+                    // Images smaller than the sample are padded around, larger ones cropped.
+                    let w0 = geometries[0].as_window().unwrap();
+                    assert_eq!((w0.src.w, w0.dx), (1, 63));
+                    let w3 = geometries[3].as_window().unwrap();
+                    assert_eq!((w3.src.w, w3.src.h), (128, 96));
+                }
             }
-            let sources: Vec<_> = stored.iter().map(source).collect();
-            let plan = SamplePlan::new(&sources, &windows, &sample_options(&SPEC))
-                .unwrap_or_else(|e| panic!("{scope:?}: {e}"));
-            assert_eq!(plan.sample_count(), 15);
-            assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
-            assert!(plan.descriptors_in_bounds(), "{scope:?}");
-            assert!(plan.input_len() as u64 <= read, "{scope:?}");
-            // Images smaller than the sample are padded around, larger ones cropped.
-            assert_eq!((windows[0].src.w, windows[0].dx), (1, 63));
-            assert_eq!((windows[3].src.w, windows[3].src.h), (128, 96));
         }
     }
 

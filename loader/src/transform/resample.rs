@@ -6,8 +6,8 @@
 //! The inner loops are written so that the compiler vectorises them: the horizontal pass per channel
 //! count as a constant, the vertical pass as whole-row multiply-adds into an `i32` accumulator row.
 
-use super::coeffs::{Coeffs, PRECISION_BITS};
 use vocab::Rect;
+use vocab::{Coeffs, PRECISION_BITS};
 
 /// Interleaved source pixels: `px` holds `rect` of the image (row `y` of the image at
 /// `(y - rect.y) * stride`), `channels` values per pixel.
@@ -207,9 +207,9 @@ pub fn nearest<T: Copy + Default>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::coeffs::nearest as nearest_index;
     use super::*;
     use vocab::Axis;
+    use vocab::nearest as nearest_index;
 
     /// Pillow's bilinear resize of a span, written out plainly in `f64` from its definition — the
     /// triangle filter scaled by the shrink factor, weights normalised — with one rounding per pass at
@@ -302,6 +302,43 @@ mod tests {
                 ));
                 assert!(bilinear(&src, &cx, &cy, &mut Buffers::default(), &mut b));
                 assert_eq!(a, b, "{c_n} channels");
+            }
+        }
+    }
+
+    /// The passes compute exactly Pillow's integer arithmetic over the tables, written out plainly
+    /// (`(2^21 + Σ v·w) >> 22` clamped, the horizontal pass's rows rounded before the vertical): the
+    /// formula `l3-cuda`'s kernel is checked against on its CPU simulation, so the GPU's samples and
+    /// these are the same bytes.
+    #[test]
+    fn bilinear_is_the_plain_integer_formula() {
+        let clip = |acc: i32| (acc >> PRECISION_BITS).clamp(0, 255) as u8;
+        for (c_n, seed) in [(1, 7), (3, 8), (4, 9)] {
+            let (w, h) = (53u32, 37u32);
+            let img = noise(w as usize * h as usize * c_n, seed);
+            for (ax, ay) in [
+                (resized(3, 40, 17), resized(0, 37, 90)),
+                (resized(0, 53, 200), resized(10, 20, 7)),
+            ] {
+                let (cx, cy) = (Coeffs::bilinear(&ax), Coeffs::bilinear(&ay));
+                let got = run(&img, w, h, c_n, &ax, &ay);
+                let (kw, kh) = (cx.first.len(), cy.first.len());
+                for (i, v) in got.iter().enumerate() {
+                    let (c, ox, oy) = (i % c_n, (i / c_n) % kw, i / c_n / kw);
+                    assert!(oy < kh);
+                    let mut acc = HALF;
+                    for ty in 0..cy.taps[oy] as usize {
+                        let sy = cy.first[oy] as usize + ty;
+                        let mut hacc = HALF;
+                        for tx in 0..cx.taps[ox] as usize {
+                            let sx = cx.first[ox] as usize + tx;
+                            let p = img[(sy * w as usize + sx) * c_n + c];
+                            hacc += i32::from(p) * cx.weights[ox * cx.ksize + tx];
+                        }
+                        acc += i32::from(clip(hacc)) * cy.weights[oy * cy.ksize + ty];
+                    }
+                    assert_eq!(*v, clip(acc), "{c_n} channels, output ({ox}, {oy}, {c})");
+                }
             }
         }
     }

@@ -1,8 +1,11 @@
-//! The resampling tables of one axis, computed on the host: for each kept output, the first source pixel
-//! it reads and its integer weights. They are Pillow's (`precompute_coeffs` and `normalize_coeffs_8bpc`
+//! How a sample is resampled out of its image, as integer tables computed on the host: [`Resampling`]
+//! (one item's two axes, bilinear or nearest, and the source rectangle they read) and [`Coeffs`] (the
+//! tables of one bilinear axis: for each kept output, the first source pixel it reads and its integer
+//! weights). They are Pillow's (`precompute_coeffs` and `normalize_coeffs_8bpc`
 //! in `libImaging/Resample.c`) so that a sample equals Pillow's resize to the value, and they are plain
 //! integers so that any other executor — the CPU passes here, a GPU kernel given the same tables —
-//! computes the same bytes. Only this file uses floating point; the passes are integer-only.
+//! computes the same bytes: the loader's CPU passes and `l3-cuda`'s kernel both take their tables from here.
+//! Only this file uses floating point; the passes are integer-only.
 //!
 //! For output `j` of an [`Axis`], with `scale = src_len / dst_len` (in `f64`, from the `f32` span length
 //! as Pillow computes it), `filterscale = max(scale, 1)` and `support = 1 * filterscale` (the triangle's
@@ -16,7 +19,57 @@
 //!
 //! A pass then computes `clamp((2^21 + Σ v·k) >> 22, 0, 255)` per channel.
 
-use vocab::Axis;
+use crate::{Axis, Geometry, Interpolation, Rect};
+
+/// The tables of one item's resampling: what its passes read and with which weights.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resampling {
+    Bilinear {
+        x: Coeffs,
+        y: Coeffs,
+    },
+    /// The source index of each kept output ([`Axis::nearest`]).
+    Nearest {
+        x: Vec<u32>,
+        y: Vec<u32>,
+    },
+}
+
+impl Resampling {
+    pub fn new(g: &Geometry, interpolation: Interpolation) -> Resampling {
+        match interpolation {
+            Interpolation::Bilinear => Resampling::Bilinear {
+                x: Coeffs::bilinear(&g.x),
+                y: Coeffs::bilinear(&g.y),
+            },
+            Interpolation::Nearest => Resampling::Nearest {
+                x: nearest(&g.x),
+                y: nearest(&g.y),
+            },
+        }
+    }
+
+    /// The source pixels the sample reads: what a region read decodes.
+    pub fn source(&self) -> Rect {
+        let span = |v: &[u32]| {
+            let lo = v.iter().copied().min().unwrap_or(0);
+            (lo, v.iter().copied().max().map_or(lo + 1, |m| m + 1))
+        };
+        let ((x0, x1), (y0, y1)) = match self {
+            Resampling::Bilinear { x, y } => (x.span(), y.span()),
+            Resampling::Nearest { x, y } => (span(x), span(y)),
+        };
+        Rect::new(x0, y0, x1 - x0, y1 - y0)
+    }
+
+    /// The kept outputs: width and height.
+    pub fn size(&self) -> (u32, u32) {
+        match self {
+            Resampling::Bilinear { x, y } => (x.first.len() as u32, y.first.len() as u32),
+            Resampling::Nearest { x, y } => (x.len() as u32, y.len() as u32),
+        }
+    }
+}
 
 /// Fractional bits of the integer weights: Pillow's `PRECISION_BITS` (32 − 8 − 2), which leaves room for a
 /// sum of 8-bit values times weights that may exceed one.
