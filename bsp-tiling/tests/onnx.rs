@@ -97,6 +97,12 @@ fn unet_groupnorm_skips() {
     check_model("unet_gn", &[4, 8, 12, 16, 24]);
 }
 
+/// A normalisation of the graph input itself: its statistics come from the input's own tiles.
+#[test]
+fn normalisations_of_the_input_itself() {
+    check_model("norm_first", &[4, 8, 16]);
+}
+
 #[test]
 fn esrgan_pixel_shuffle() {
     check_model("esrgan_x4", &[1, 5, 8, 16]);

@@ -14,7 +14,8 @@
 //! tiled GPU modes in bytes, default 8 GiB; whole-image runs may use the whole device),
 //! `L3_BSP_COMPARE_MAX` (largest side whose GPU outputs are compared, default 16384), `L3_BSP_TORCH`
 //! (`0` skips the PyTorch peer), `L3_BSP_TORCH_PEER` (the peer script, default
-//! `bsp-tiling/benches/torch_peer.py`), `L3_BSP_SCRATCH` (scratch folder, default under `target/`).
+//! `bsp-tiling/benches/torch_peer.py`), `L3_BSP_SCRATCH` (scratch folder, default under `target/`),
+//! `L3_BSP_ONNX` (`0` skips the ONNX models, which `onnx.rs` measures after the TransformerNet).
 
 use crate::report::{Report, Series, Table, corpus_dir, line_plot, workspace_root};
 use anyhow::{Context, bail};
@@ -711,6 +712,10 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
+    }
+    // The ONNX models (`cargo xtask bench onnx` alone), unless L3_BSP_ONNX=0.
+    if std::env::var("L3_BSP_ONNX").as_deref() != Ok("0") {
+        super::onnx::run(r)?;
     }
     Ok(())
 }

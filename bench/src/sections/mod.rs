@@ -6,6 +6,7 @@ mod l3;
 #[allow(unsafe_code)]
 mod liquid;
 mod loader;
+mod onnx;
 mod pcr;
 mod python;
 mod resample;
@@ -45,6 +46,11 @@ const SECTIONS: &[Section] = &[
         name: "bsp",
         about: "BSP tiling for CNN inference (bsp-cnn-cikm17)",
         run: bsp::run,
+    },
+    Section {
+        name: "onnx",
+        about: "ONNX CNNs through BSP tiling vs onnxruntime (bsp-cnn-cikm17; also the end of `bsp`)",
+        run: onnx::run,
     },
     Section {
         name: "loader",

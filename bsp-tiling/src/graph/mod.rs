@@ -551,6 +551,17 @@ pub fn run_graph_exact(
         ..RunInfo::default()
     };
     let spill = spill_err(budget);
+    // A normalisation of the graph input itself: the input's statistics, tile by tile, first.
+    if plan.feeds_norm[0] {
+        let g0 = &grids[0];
+        let local = superstep(g0.len(), workers, |t| {
+            let (y0, y1, x0, x1) = g0.tile(t);
+            let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+            let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+            Ok(tensor_stats(&crate::field::gather(input, &ys, &xs)?))
+        })?;
+        stats[0] = Some(merge_all(&local));
+    }
     for (i, n) in g.nodes.iter().enumerate() {
         let v = i + 1;
         let gv = &grids[v];

@@ -195,6 +195,15 @@ def ops_mix():
     return b.model(y, 16), [(40, 50), (33, 46)]
 
 
+def norm_first():
+    """Normalisations of the graph input itself (an InstanceNorm, then a GroupNorm of one group), before
+    any convolution: the statistics superstep over the input's own tiles."""
+    b = B("norm_first", 3, 6)
+    x = b.gn(b.inorm("image", 3), 3, 1)
+    y = b.conv(b.node("Relu", [b.conv(x, 3, 8, 3)]), 8, 3, 3)
+    return b.model(y, 3), [(41, 29)]
+
+
 def bad_models():
     out = {}
     b = B("bad_gap", 3, 5)
@@ -262,7 +271,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
 
-    models = [unet(), esrgan(), resnet_fcn(), ops_mix()]
+    models = [unet(), esrgan(), resnet_fcn(), ops_mix(), norm_first()]
     args = sys.argv[2:]
     while args:
         assert args[0] == "--transformer"

@@ -1,0 +1,416 @@
+//! `cargo xtask bench onnx`, also the last part of `cargo xtask bench bsp`: bsp-tiling on ONNX CNNs —
+//! bsp-tiling's test models (a U-Net with GroupNorm and skips, an ESRGAN-style 4× upscaler, a ResNet FCN
+//! with BatchNorm and strides) and the candy TransformerNet exported to ONNX — in the exact, sampled and
+//! naive modes, beside onnxruntime (CPU) on the whole image, in the same run: time, peak RSS, and each
+//! output's largest difference from onnxruntime's over onnxruntime's largest magnitude.
+//!
+//! Every run is its own process, so its peak RSS is its own: ours is this binary re-executed with
+//! `L3_ONNX_CHILD` set (`l3_cli::infer::infer_paths`, what `l3 infer` runs: `.npy` in, `.npy` out written
+//! tile by tile), onnxruntime's a Python process (`onnx_bench.py`). Environment: `L3_BENCH_QUICK=1` (512²
+//! only), `L3_ONNX_SIZES` (comma-separated sides; default 2048,8192), `L3_ONNX_MODES` (default
+//! exact,sampled,naive), `L3_ONNX_MODELS` (default all four), `L3_ONNX_TILE` (default 1024),
+//! `L3_ONNX_UPSCALER_MAX` (largest side the 4× upscaler runs at, default 2048: its 8192² output alone is
+//! 12 GiB of float32).
+
+use super::python::pip_install;
+use crate::report::{Report, Table, corpus_dir, machine, workspace_root};
+use anyhow::{Context, bail};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+const SCRIPT: &str = include_str!("onnx_bench.py");
+const TRANSFORMER: &str = "candy_nc8.safetensors";
+/// The input: this corpus photo's centre, mirrored out to the side (as `bench bsp` makes its input).
+const PHOTO: &str = "Wood.jpg";
+
+/// (model, what it is, input scale: 0..1 or 0..255).
+const MODELS: &[(&str, &str, f32)] = &[
+    (
+        "unet_gn",
+        "U-Net: GroupNorm, SiLU, skips, 2 resolutions",
+        1.0,
+    ),
+    (
+        "resnet_fcn",
+        "ResNet FCN: BatchNorm, stride 8, ConvTranspose",
+        1.0,
+    ),
+    (
+        "esrgan_x4",
+        "ESRGAN-style 4× upscaler: dense blocks, pixel shuffle",
+        1.0,
+    ),
+    (
+        "transformer",
+        "candy TransformerNet (InstanceNorm), exported",
+        255.0,
+    ),
+];
+
+fn env_list(k: &str, default: &str) -> Vec<String> {
+    std::env::var(k)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The child: one `l3 infer` run, one line of results on stdout.
+fn child(spec: &str) -> anyhow::Result<()> {
+    let kv: HashMap<&str, &str> = spec.split(';').filter_map(|p| p.split_once('=')).collect();
+    let get = |k: &str| {
+        kv.get(k)
+            .copied()
+            .with_context(|| format!("child spec lacks {k}"))
+    };
+    let graph = l3_cli::infer::load_model(Path::new(get("model")?), None)?;
+    let req = l3_cli::infer::InferRequest {
+        input: get("in")?.into(),
+        output: get("out")?.into(),
+        mode: bsp_tiling::Mode::parse(get("mode")?).context("mode")?,
+        tile: get("tile")?.parse()?,
+        threads: get("threads")?.parse()?,
+        budget: bsp_tiling::Budget {
+            ram: 2048 << 20,
+            disk: None,
+            spill_dir: get("spill")?.into(),
+        },
+        full: true,
+        in_scale: 1.0,
+        out_scale: 1.0,
+    };
+    let report = l3_cli::infer::infer_paths(&graph, &req)?;
+    let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));
+    println!(
+        "ONNXCHILD secs={:.3} peak={peak} tiles={}",
+        report.seconds, report.info.tiles
+    );
+    Ok(())
+}
+
+/// `KEY=value` pairs of the line starting with `tag` in a process's stdout, or why there is none.
+fn line_of(o: &std::process::Output, tag: &str) -> Result<HashMap<String, String>, String> {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let Some(line) = stdout.lines().find(|l| l.starts_with(tag)) else {
+        let err = String::from_utf8_lossy(&o.stderr);
+        return Err(err
+            .lines()
+            .last()
+            .unwrap_or("the process printed nothing")
+            .to_string());
+    };
+    let kv: HashMap<String, String> = line[tag.len()..]
+        .split(' ')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    match kv.get("error") {
+        Some(e) => Err(e.replace('_', " ")),
+        None => Ok(kv),
+    }
+}
+
+fn num(kv: &HashMap<String, String>, k: &str) -> f64 {
+    kv.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+struct Timed {
+    secs: f64,
+    peak: f64,
+    tiles: Option<usize>,
+}
+
+fn python(py: &Path, script: &Path, args: &[&str]) -> anyhow::Result<std::process::Output> {
+    Command::new(py)
+        .arg(script)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {} {}", script.display(), args.join(" ")))
+}
+
+pub fn run(r: &mut Report) -> anyhow::Result<()> {
+    if let Ok(spec) = std::env::var("L3_ONNX_CHILD") {
+        match child(&spec) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("onnx child: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
+    let sizes: Vec<usize> = env_list("L3_ONNX_SIZES", if quick { "512" } else { "2048,8192" })
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let modes = env_list("L3_ONNX_MODES", "exact,sampled,naive");
+    let wanted = env_list("L3_ONNX_MODELS", "unet_gn,resnet_fcn,esrgan_x4,transformer");
+    let tile: usize = std::env::var("L3_ONNX_TILE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let upscaler_max: usize = std::env::var("L3_ONNX_UPSCALER_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2048);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let py = xtask::python::venv_python(&xtask::python::venv_dir())?;
+    let ort_version = pip_install(&py, &["onnx", "onnxruntime"])
+        .map_err(|e| anyhow::anyhow!("onnx and onnxruntime did not install: {e}"))?;
+    let work = tempfile::Builder::new()
+        .prefix("l3-bench-onnx-")
+        .tempdir_in(workspace_root().join("target"))?;
+    let script = work.path().join("onnx_bench.py");
+    std::fs::write(&script, SCRIPT)?;
+    let models_dir = work.path().join("models");
+    let make = workspace_root().join("bsp-tiling/tests/onnx/make_models.py");
+    let safetensors = corpus_dir().join("..").join("models").join(TRANSFORMER);
+    let o = python(
+        &py,
+        &script,
+        &[
+            "models",
+            &make.to_string_lossy(),
+            &models_dir.to_string_lossy(),
+            &safetensors.to_string_lossy(),
+        ],
+    )?;
+    if !o.status.success() {
+        bail!(
+            "building the models failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let exe = std::env::current_exe()?;
+    let mut table = Table::new(
+        &format!(
+            "ONNX CNNs: bsp-tiling (tile {tile}) vs onnxruntime on the whole image; {threads} threads"
+        ),
+        &[
+            "model",
+            "side",
+            "pipeline",
+            "seconds",
+            "÷ onnxruntime",
+            "peak RSS MiB",
+            "max |diff| ÷ max |onnxruntime|",
+        ],
+    );
+    let mut notes = Vec::new();
+    let mut norms = Table::new(
+        "Normalisation statistics against float64: max |diff| ÷ max |float64 result| of one node on the \
+         same input (0..1)",
+        &["node", "side", "onnxruntime", "bsp-tiling exact"],
+    );
+    for &(name, about, scale) in MODELS {
+        if !wanted.iter().any(|w| w == name) {
+            continue;
+        }
+        let model = models_dir.join(format!("{name}.onnx"));
+        for &side in &sizes {
+            if name == "esrgan_x4" && side > upscaler_max {
+                notes.push(format!(
+                    "{name} is not run at {side}² (L3_ONNX_UPSCALER_MAX = {upscaler_max}): its \
+                     output alone would be {:.0} GiB of float32.",
+                    (side * 4) as f64 * (side * 4) as f64 * 12.0 / (1u64 << 30) as f64
+                ));
+                continue;
+            }
+            let input = work.path().join(format!("in{side}-{scale}.npy"));
+            if !input.exists() {
+                let o = python(
+                    &py,
+                    &script,
+                    &[
+                        "input",
+                        &corpus_dir().join(PHOTO).to_string_lossy(),
+                        &side.to_string(),
+                        &scale.to_string(),
+                        &input.to_string_lossy(),
+                    ],
+                )?;
+                if !o.status.success() {
+                    bail!(
+                        "making the {side}² input failed: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+            eprintln!("  {name} {side}²: onnxruntime ...");
+            let ort_out = work.path().join("ort.npy");
+            let o = python(
+                &py,
+                &script,
+                &[
+                    "ort",
+                    &model.to_string_lossy(),
+                    &input.to_string_lossy(),
+                    &ort_out.to_string_lossy(),
+                    &threads.to_string(),
+                ],
+            )?;
+            let ort = line_of(&o, "ORT ").map(|kv| Timed {
+                secs: num(&kv, "secs"),
+                peak: num(&kv, "peak"),
+                tiles: None,
+            });
+            let label = format!("{name} ({about})");
+            match &ort {
+                Ok(t) => table.row(vec![
+                    label.clone(),
+                    format!("{side}²"),
+                    "onnxruntime, whole image".into(),
+                    format!("{:.2}", t.secs),
+                    "1.00×".into(),
+                    format!("{:.0}", t.peak / 1048576.0),
+                    "—".into(),
+                ]),
+                Err(why) => {
+                    notes.push(format!("onnxruntime on {name} at {side}²: {why}"));
+                    table.row(vec![
+                        label.clone(),
+                        format!("{side}²"),
+                        "onnxruntime, whole image".into(),
+                        "failed".into(),
+                        "n/a".into(),
+                        "n/a".into(),
+                        "—".into(),
+                    ]);
+                }
+            }
+            for mode in &modes {
+                eprintln!("  {name} {side}²: {mode} ...");
+                let out = work.path().join("ours.npy");
+                let spill = work.path().join("spill");
+                std::fs::create_dir_all(&spill)?;
+                let spec = format!(
+                    "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={}",
+                    model.display(),
+                    input.display(),
+                    out.display(),
+                    spill.display()
+                );
+                let o = Command::new(&exe)
+                    .arg("onnx")
+                    .env("L3_ONNX_CHILD", &spec)
+                    .output()
+                    .context("starting the child")?;
+                let ours = line_of(&o, "ONNXCHILD ").map(|kv| Timed {
+                    secs: num(&kv, "secs"),
+                    peak: num(&kv, "peak"),
+                    tiles: Some(num(&kv, "tiles") as usize),
+                });
+                let t = match ours {
+                    Ok(t) => t,
+                    Err(why) => {
+                        notes.push(format!("{mode} on {name} at {side}²: {why}"));
+                        table.row(vec![
+                            label.clone(),
+                            format!("{side}²"),
+                            format!("bsp-tiling {mode}"),
+                            "failed".into(),
+                            "n/a".into(),
+                            "n/a".into(),
+                            "n/a".into(),
+                        ]);
+                        continue;
+                    }
+                };
+                let diff = if ort.is_ok() {
+                    let o = python(
+                        &py,
+                        &script,
+                        &[
+                            "compare",
+                            &out.to_string_lossy(),
+                            &ort_out.to_string_lossy(),
+                        ],
+                    )?;
+                    match line_of(&o, "CMP ") {
+                        Ok(kv) => format!("{:.1e}", num(&kv, "rel")),
+                        Err(why) => why,
+                    }
+                } else {
+                    "n/a".into()
+                };
+                let _ = std::fs::remove_file(&out);
+                table.row(vec![
+                    label.clone(),
+                    format!("{side}²"),
+                    format!(
+                        "bsp-tiling {mode} ({} tiles)",
+                        t.tiles.map_or("?".into(), |n| n.to_string())
+                    ),
+                    format!("{:.2}", t.secs),
+                    ort.as_ref()
+                        .map_or("n/a".into(), |o| format!("{:.2}×", t.secs / o.secs)),
+                    format!("{:.0}", t.peak / 1048576.0),
+                    diff,
+                ]);
+            }
+            let _ = std::fs::remove_file(&ort_out);
+        }
+    }
+    for &side in &sizes {
+        let input = work.path().join(format!("in{side}-1.npy"));
+        if !input.exists() {
+            continue;
+        }
+        eprintln!("  normalisations at {side}² ...");
+        let o = python(
+            &py,
+            &script,
+            &[
+                "norms",
+                &input.to_string_lossy(),
+                &work.path().to_string_lossy(),
+                &exe.to_string_lossy(),
+                &threads.to_string(),
+            ],
+        )?;
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        for line in stdout.lines().filter(|l| l.starts_with("NORM ")) {
+            let kv: HashMap<&str, &str> = line[5..]
+                .split(' ')
+                .filter_map(|p| p.split_once('='))
+                .collect();
+            let get = |k: &str| kv.get(k).copied().unwrap_or("?").to_string();
+            norms.row(vec![get("op"), format!("{side}²"), get("ort"), get("ours")]);
+        }
+        if !o.status.success() {
+            notes.push(format!(
+                "the normalisation check at {side}² failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+    }
+    r.table(&table);
+    r.table(&norms);
+    r.para(&format!(
+        "Models: bsp-tiling/tests/onnx/make_models.py (the onnx helper API, seeded weights, opset 21), the \
+         candy TransformerNet exported by the same script. Input: a float32 3×side×side array of {PHOTO}'s \
+         centre, mirrored out to the side (0..1, or 0..255 for the TransformerNet). onnxruntime {} (CPU execution provider, \
+         {threads} intra-op threads) runs the whole image in one `InferenceSession.run`, timed without \
+         the session's creation; bsp-tiling is `l3 infer`'s code (`.npy` in, the `.npy` output written \
+         tile by tile, a 2 GiB activation budget, the timed run includes reading the input and writing the \
+         output). exact = whole-image statistics by the BSP supersteps (the whole-image result up to float \
+         summation order), sampled = statistics of the image downsampled 2× (the paper's BSP-sample: \
+         approximate, its error depends on the content), naive = each tile with its own statistics and \
+         no halo (seams; equal to exact when one tile covers the image). The differences from \
+         onnxruntime in the models with image-wide normalisations grow with the image because \
+         onnxruntime's float32 statistics drift from the float64 result (second table); bsp-tiling merges \
+         its statistics in float64 (Chan/Welford), and its exact output equals its own whole-image \
+         output. Peak RSS: each run's own process (VmHWM; ru_maxrss for Python). Machine: {}.",
+        ort_version.join(", "),
+        machine()
+    ));
+    for n in notes {
+        r.para(&format!("Note: {n}"));
+    }
+    Ok(())
+}
