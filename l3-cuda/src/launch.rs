@@ -213,7 +213,7 @@ pub(crate) fn launch_samples(
                 // `tmp` (`ResampleStage::in_bounds`).
                 unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
             }
-            let (sw, sh) = stage.size();
+            let (sw, sh) = stage.tensor.sample_size();
             let (nchw, fill) = (stage.nchw(), u32::from(stage.fill));
             let cfg = LaunchConfig {
                 grid_dim: (stage.v_blocks(), 1, 1),
@@ -259,10 +259,7 @@ pub(crate) fn launch_samples(
         .record_event(None)
         .map_err(|e| Error::driver("cuEventRecord", e))?;
     let tensor = plan.tensor();
-    let (w, h) = match tensor.layout {
-        vocab::Layout::Nhwc => (tensor.shape[2] as u32, tensor.shape[1] as u32),
-        vocab::Layout::Nchw => (tensor.shape[3] as u32, tensor.shape[2] as u32),
-    };
+    let (w, h) = tensor.sample_size();
     let images = (0..plan.sample_count())
         .map(|i| ImageSlot {
             offset: i * plan.sample_len(),

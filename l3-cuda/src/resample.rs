@@ -217,15 +217,7 @@ impl ResampleStage {
 
     /// Thread blocks of the vertical pass.
     pub(crate) fn v_blocks(&self) -> u32 {
-        self.descs.len() as u32 * self.size().1
-    }
-
-    /// Sample width and height.
-    pub(crate) fn size(&self) -> (u32, u32) {
-        match self.tensor.layout {
-            vocab::Layout::Nhwc => (self.tensor.shape[2] as u32, self.tensor.shape[1] as u32),
-            vocab::Layout::Nchw => (self.tensor.shape[3] as u32, self.tensor.shape[2] as u32),
-        }
+        self.descs.len() as u32 * self.tensor.sample_size().1
     }
 
     /// Kernel argument: 1 for NCHW output.
@@ -285,7 +277,7 @@ impl ResampleStage {
     /// True when every read of the passes stays inside the intermediate (`inter_len` elements), the
     /// horizontal pass's rows and the tables, and every sample's kept outputs inside the sample.
     pub(crate) fn in_bounds(&self, inter_len: usize) -> bool {
-        let (sw, sh) = self.size();
+        let (sw, sh) = self.tensor.sample_size();
         let tab = |off: u32, len: u64| u64::from(off) + len <= self.tab.len() as u64;
         self.descs.iter().all(|d| {
             let placed = u64::from(d.dx) + u64::from(d.w) <= u64::from(sw)

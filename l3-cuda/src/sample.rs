@@ -126,6 +126,14 @@ impl TensorInfo {
         self.shape.iter().product()
     }
 
+    /// Width and height of one sample (or image) of the tensor.
+    pub fn sample_size(&self) -> (u32, u32) {
+        match self.layout {
+            Layout::Nhwc => (self.shape[2] as u32, self.shape[1] as u32),
+            Layout::Nchw => (self.shape[3] as u32, self.shape[2] as u32),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -1100,10 +1108,7 @@ impl SamplePlan {
 
     /// Sample width and height of the decode launch (the intermediate's, for a resampled batch).
     pub(crate) fn sample_size(&self) -> (u32, u32) {
-        match self.tensor.layout {
-            Layout::Nhwc => (self.tensor.shape[2] as u32, self.tensor.shape[1] as u32),
-            Layout::Nchw => (self.tensor.shape[3] as u32, self.tensor.shape[2] as u32),
-        }
+        self.tensor.sample_size()
     }
 }
 

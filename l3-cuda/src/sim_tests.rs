@@ -136,7 +136,7 @@ fn run_sim_samples(
                 DType::F32 => 1,
                 DType::F16 => 2,
             };
-            let (sw, sh) = r.size();
+            let (sw, sh) = r.tensor.sample_size();
             let n = r.descs.len() as u32;
             for v in [
                 kind,
@@ -524,24 +524,8 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
 #[test]
 fn sim_resampled_samples_match_reference() {
     let exe = harness_or_skip!(HARNESS, Flavour::Plain);
-    let mut seed = 0x7e5a;
-    for interpolation in [
-        vocab::Interpolation::Bilinear,
-        vocab::Interpolation::Nearest,
-    ] {
-        for layout in [Layout::Nhwc, Layout::Nchw] {
-            for (dtype, normalize) in [
-                (DType::U8, None),
-                (DType::F16, Some(Normalize::IMAGENET)),
-                (DType::F32, None),
-            ] {
-                seed += 1;
-                let case =
-                    common::resampled_case(seed, 14, layout, dtype, normalize, interpolation);
-                let tag = format!("{interpolation:?}-{layout:?}-{dtype:?}");
-                check_resampled_case(exe, &case, &tag);
-            }
-        }
+    for (tag, case) in common::resampled_cases(14) {
+        check_resampled_case(exe, &case, &tag);
     }
 }
 

@@ -392,24 +392,8 @@ fn gpu_samples_every_layout_and_dtype_match_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_resampled_samples_match_reference() {
     let mut dec = decoder();
-    let mut seed = 0x7e5a;
-    for interpolation in [
-        vocab::Interpolation::Bilinear,
-        vocab::Interpolation::Nearest,
-    ] {
-        for layout in [Layout::Nhwc, Layout::Nchw] {
-            for (dtype, normalize) in [
-                (DType::U8, None),
-                (DType::F16, Some(Normalize::IMAGENET)),
-                (DType::F32, None),
-            ] {
-                seed += 1;
-                let case =
-                    common::resampled_case(seed, 20, layout, dtype, normalize, interpolation);
-                let tag = format!("{interpolation:?} {layout:?} {dtype:?}");
-                resampled_and_check(&mut dec, &case, false, &tag);
-            }
-        }
+    for (tag, case) in common::resampled_cases(20) {
+        resampled_and_check(&mut dec, &case, false, &tag);
     }
 }
 

@@ -17,8 +17,9 @@
 //! `bsp-tiling/benches/torch_peer.py`), `L3_BSP_SCRATCH` (scratch folder, default under `target/`),
 //! `L3_BSP_ONNX` (`0` skips the ONNX models, which `onnx.rs` measures after the TransformerNet).
 
+use super::child::{line_of, num, run_if_child};
 use crate::report::{Report, Series, Table, corpus_dir, line_plot, workspace_root};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bsp_tiling::metrics::{compare, seams};
 use bsp_tiling::{
     Backend, Budget, CpuBackend, CudaBackend, Image, Mode, Net, Options, PaddingMode, Precision,
@@ -198,25 +199,8 @@ fn spawn(exe: &Path, spec: &str) -> anyhow::Result<Run> {
         .env("L3_BSP_CHILD", spec)
         .output()
         .context("starting the child")?;
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let Some(line) = stdout.lines().find(|l| l.starts_with("BSPCHILD ")) else {
-        bail!(
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-                .lines()
-                .last()
-                .unwrap_or("the child printed nothing")
-        );
-    };
-    let kv: HashMap<&str, &str> = line[9..]
-        .split(' ')
-        .filter_map(|p| p.split_once('='))
-        .collect();
-    let num = |k: &str| {
-        kv.get(k)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let kv = line_of(&o, "BSPCHILD ").map_err(anyhow::Error::msg)?;
+    let num = |k: &str| num(&kv, k);
     Ok(Run {
         secs: num("secs"),
         peak: num("peak") as u64,
@@ -295,16 +279,8 @@ fn torch_available() -> Result<String, String> {
 }
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
-    if let Ok(spec) = std::env::var("L3_BSP_CHILD") {
-        // Child mode: do one run and leave without touching the report.
-        match child(&spec) {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                eprintln!("bsp child: {e:#}");
-                std::process::exit(1);
-            }
-        }
-    }
+    // Child mode: one run, and leave without touching the report.
+    run_if_child("L3_BSP_CHILD", "bsp", child);
     let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
     let max_side = env_usize("L3_BSP_MAX_SIDE", if quick { 1024 } else { 16384 });
     let max_secs = env_usize("L3_BSP_MAX_SECS", 300) as f64;

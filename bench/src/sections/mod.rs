@@ -1,6 +1,7 @@
 //! The benchmark sections, one module each, and the runner that writes the report.
 
 mod bsp;
+mod child;
 #[allow(unsafe_code)]
 mod l3;
 #[allow(unsafe_code)]

@@ -12,6 +12,7 @@
 //! `L3_ONNX_UPSCALER_MAX` (largest side the 4× upscaler runs at, default 2048: its 8192² output alone is
 //! 12 GiB of float32).
 
+use super::child::{line_of, num, run_if_child};
 use super::python::pip_install;
 use crate::report::{Report, Table, corpus_dir, machine, workspace_root};
 use anyhow::{Context, bail};
@@ -90,32 +91,6 @@ fn child(spec: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `KEY=value` pairs of the line starting with `tag` in a process's stdout, or why there is none.
-fn line_of(o: &std::process::Output, tag: &str) -> Result<HashMap<String, String>, String> {
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let Some(line) = stdout.lines().find(|l| l.starts_with(tag)) else {
-        let err = String::from_utf8_lossy(&o.stderr);
-        return Err(err
-            .lines()
-            .last()
-            .unwrap_or("the process printed nothing")
-            .to_string());
-    };
-    let kv: HashMap<String, String> = line[tag.len()..]
-        .split(' ')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    match kv.get("error") {
-        Some(e) => Err(e.replace('_', " ")),
-        None => Ok(kv),
-    }
-}
-
-fn num(kv: &HashMap<String, String>, k: &str) -> f64 {
-    kv.get(k).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
-}
-
 struct Timed {
     secs: f64,
     peak: f64,
@@ -131,15 +106,7 @@ fn python(py: &Path, script: &Path, args: &[&str]) -> anyhow::Result<std::proces
 }
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
-    if let Ok(spec) = std::env::var("L3_ONNX_CHILD") {
-        match child(&spec) {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                eprintln!("onnx child: {e:#}");
-                std::process::exit(1);
-            }
-        }
-    }
+    run_if_child("L3_ONNX_CHILD", "onnx", child);
     let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
     let sizes: Vec<usize> = env_list("L3_ONNX_SIZES", if quick { "512" } else { "2048,8192" })
         .iter()

@@ -459,11 +459,48 @@ pub fn random_sample_case(
 }
 
 /// The CPU reference of a sample batch, as raw little-endian element bytes: each window decoded by
-/// `l3-format`'s region decoder, placed by plain loops (mirroring, gray to RGB, alpha dropped), padding
-/// the value of a pixel of value `opts.fill`, floats `Normalize::apply`, f16 through the `half` crate.
+/// `l3-format`'s region decoder (gray to RGB, alpha dropped) and placed by [`place_samples`].
 pub fn reference_samples(
     files: &[&[u8]],
     windows: &[vocab::Window],
+    opts: &l3_cuda::SampleOptions,
+) -> Vec<u8> {
+    let samples = files.iter().zip(windows).map(|(file, win)| {
+        let f = l3_format::L3File::parse(file).unwrap();
+        let ic = f.channels() as usize;
+        let r = win.src;
+        let (w, h) = (r.w as usize, r.h as usize);
+        let mut px = vec![0u8; w * h * ic];
+        f.decode_region(
+            r,
+            &mut px,
+            l3_format::PixelLayout::Interleaved { row_stride: w * ic },
+        )
+        .unwrap();
+        (rgb(&px, ic), (r.w, r.h), (win.dx, win.dy, win.flip))
+    });
+    place_samples(samples, opts)
+}
+
+/// Interleaved pixels of `channels` as RGB: gray copied to R, G and B, alpha dropped.
+fn rgb(px: &[u8], channels: usize) -> Vec<u8> {
+    px.chunks_exact(channels)
+        .flat_map(|p| {
+            if channels >= 3 {
+                [p[0], p[1], p[2]]
+            } else {
+                [p[0]; 3]
+            }
+        })
+        .collect()
+}
+
+/// A batch of samples as raw little-endian element bytes, by plain loops: each sample's interleaved RGB
+/// pixels (`w`×`h`) land at (dx, dy), mirrored when flipped; everything else is a pixel of value
+/// `opts.fill`; floats are `Normalize::apply`, f16 through the `half` crate.
+#[allow(clippy::type_complexity)]
+fn place_samples(
+    samples: impl Iterator<Item = (Vec<u8>, (u32, u32), (u32, u32, bool))>,
     opts: &l3_cuda::SampleOptions,
 ) -> Vec<u8> {
     let (sw, sh) = (opts.width as usize, opts.height as usize);
@@ -479,53 +516,30 @@ pub fn reference_samples(
         }
     };
     let eb = opts.dtype.size();
-    let sample = sw * sh * 3;
+    let sample = sw * sh * 3 * eb;
     let idx = |x: usize, y: usize, c: usize| match opts.layout {
         Layout::Nhwc => (y * sw + x) * 3 + c,
         Layout::Nchw => c * sw * sh + y * sw + x,
     };
-    let mut out = vec![0u8; files.len() * sample * eb];
-    for (i, (file, win)) in files.iter().zip(windows).enumerate() {
-        let s = &mut out[i * sample * eb..(i + 1) * sample * eb];
+    let mut out = Vec::new();
+    for (px, (w, h), (dx, dy, flip)) in samples {
+        let (w, h, dx, dy) = (w as usize, h as usize, dx as usize, dy as usize);
+        let mut s = vec![0u8; sample];
         for y in 0..sh {
             for x in 0..sw {
                 for c in 0..3 {
+                    let v = if (dy..dy + h).contains(&y) && (dx..dx + w).contains(&x) {
+                        let col = if flip { dx + w - 1 - x } else { x - dx };
+                        px[((y - dy) * w + col) * 3 + c]
+                    } else {
+                        opts.fill
+                    };
                     let at = idx(x, y, c) * eb;
-                    s[at..at + eb].copy_from_slice(&value(opts.fill, c));
-                }
-            }
-        }
-        let f = l3_format::L3File::parse(file).unwrap();
-        let ic = f.channels() as usize;
-        let r = win.src;
-        let (w, h) = (r.w as usize, r.h as usize);
-        let mut px = vec![0u8; w * h * ic];
-        f.decode_region(
-            r,
-            &mut px,
-            l3_format::PixelLayout::Interleaved { row_stride: w * ic },
-        )
-        .unwrap();
-        for row in 0..h {
-            for col in 0..w {
-                let p = &px[(row * w + col) * ic..][..ic];
-                let rgb = if ic >= 3 {
-                    [p[0], p[1], p[2]]
-                } else {
-                    [p[0]; 3]
-                };
-                let dx = if win.flip {
-                    win.dx as usize + w - 1 - col
-                } else {
-                    win.dx as usize + col
-                };
-                let dy = win.dy as usize + row;
-                for (c, &v) in rgb.iter().enumerate() {
-                    let at = idx(dx, dy, c) * eb;
                     s[at..at + eb].copy_from_slice(&value(v, c));
                 }
             }
         }
+        out.extend_from_slice(&s);
     }
     out
 }
@@ -663,99 +677,71 @@ pub fn resampled_case(
     case
 }
 
-/// The CPU reference of a resampled batch: each image decoded whole by `l3-format`, gray copied to RGB
-/// and alpha dropped, resampled by `vocab::Resampling`'s tables with Pillow's integer arithmetic written
-/// out plainly (horizontal pass over every row, then vertical, `(2^21 + Σ v·w) >> 22` clamped; or the
-/// nearest pick), placed and mirrored by the geometry, padding `opts.fill`, then the element type as
-/// `reference_samples` does.
-pub fn reference_resampled(case: &ResampledCase) -> Vec<u8> {
-    let opts = &case.opts;
-    let (sw, sh) = (opts.width as usize, opts.height as usize);
-    let norm = opts.normalize.unwrap_or(vocab::Normalize::UNIT);
-    let eb = opts.dtype.size();
-    let value = |v: u8, c: usize| -> Vec<u8> {
-        match opts.dtype {
-            DType::U8 => vec![v],
-            DType::F32 => norm.apply(v, c).to_le_bytes().to_vec(),
-            DType::F16 => half::f16::from_f32(norm.apply(v, c))
-                .to_bits()
-                .to_le_bytes()
-                .to_vec(),
-        }
-    };
-    let idx = |x: usize, y: usize, c: usize| match opts.layout {
-        Layout::Nhwc => (y * sw + x) * 3 + c,
-        Layout::Nchw => c * sw * sh + y * sw + x,
-    };
-    let sample = sw * sh * 3;
-    let mut out = vec![0u8; case.imgs.len() * sample * eb];
-    let clip = |acc: i32| (acc >> 22).clamp(0, 255) as u8;
-    for (i, (img, g)) in case.imgs.iter().zip(&case.geometries).enumerate() {
-        let f = l3_format::L3File::parse(&img.file).unwrap();
-        let (iw, ic) = (f.width() as usize, f.channels() as usize);
-        let raw = cpu_decode(&img.file, Layout::Nhwc);
-        let rgb: Vec<u8> = raw
-            .chunks_exact(ic)
-            .flat_map(|p| {
-                if ic >= 3 {
-                    [p[0], p[1], p[2]]
-                } else {
-                    [p[0]; 3]
-                }
-            })
-            .collect();
-        let px = |x: usize, y: usize, c: usize| rgb[(y * iw + x) * 3 + c];
-        let t = vocab::Resampling::new(g, case.interpolation);
-        let (kw, kh) = t.size();
-        let (kw, kh) = (kw as usize, kh as usize);
-        let mut kept = vec![0u8; kw * kh * 3];
-        match &t {
-            vocab::Resampling::Bilinear { x, y } => {
-                for oy in 0..kh {
-                    for ox in 0..kw {
-                        for c in 0..3 {
-                            let mut acc = 1i32 << 21;
-                            for ty in 0..y.taps[oy] as usize {
-                                let sy = y.first[oy] as usize + ty;
-                                let mut h = 1i32 << 21;
-                                for tx in 0..x.taps[ox] as usize {
-                                    let sx = x.first[ox] as usize + tx;
-                                    h += i32::from(px(sx, sy, c)) * x.weights[ox * x.ksize + tx];
-                                }
-                                acc += i32::from(clip(h)) * y.weights[oy * y.ksize + ty];
-                            }
-                            kept[(oy * kw + ox) * 3 + c] = clip(acc);
-                        }
-                    }
-                }
-            }
-            vocab::Resampling::Nearest { x, y } => {
-                for oy in 0..kh {
-                    for ox in 0..kw {
-                        for c in 0..3 {
-                            kept[(oy * kw + ox) * 3 + c] = px(x[ox] as usize, y[oy] as usize, c);
-                        }
-                    }
-                }
-            }
-        }
-        let s = &mut out[i * sample * eb..(i + 1) * sample * eb];
-        for yy in 0..sh {
-            for xx in 0..sw {
-                for c in 0..3 {
-                    let (dx, dy) = (g.dx as usize, g.dy as usize);
-                    let v = if (dy..dy + kh).contains(&yy) && (dx..dx + kw).contains(&xx) {
-                        let j = xx - dx;
-                        let j = if g.flip { kw - 1 - j } else { j };
-                        kept[((yy - dy) * kw + j) * 3 + c]
-                    } else {
-                        opts.fill
-                    };
-                    let at = idx(xx, yy, c) * eb;
-                    s[at..at + eb].copy_from_slice(&value(v, c));
-                }
+/// The resampled batches every device test runs: both interpolations × both layouts × u8, f16
+/// (normalised) and f32, `n` images each, with their tags.
+pub fn resampled_cases(n: usize) -> Vec<(String, ResampledCase)> {
+    let mut out = Vec::new();
+    let mut seed = 0x7e5a;
+    for interpolation in [
+        vocab::Interpolation::Bilinear,
+        vocab::Interpolation::Nearest,
+    ] {
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F16, Some(vocab::Normalize::IMAGENET)),
+                (DType::F32, None),
+            ] {
+                seed += 1;
+                let tag = format!("{interpolation:?} {layout:?} {dtype:?}");
+                let case = resampled_case(seed, n, layout, dtype, normalize, interpolation);
+                out.push((tag, case));
             }
         }
     }
     out
+}
+
+/// The CPU reference of a resampled batch: each image decoded whole by `l3-format`, gray copied to RGB
+/// and alpha dropped, resampled by `vocab::Resampling`'s tables with Pillow's integer arithmetic written
+/// out plainly (horizontal pass over every row, then vertical, `(2^21 + Σ v·w) >> 22` clamped; or the
+/// nearest pick), then placed by the geometry as [`reference_samples`] places windows.
+pub fn reference_resampled(case: &ResampledCase) -> Vec<u8> {
+    let clip = |acc: i32| (acc >> 22).clamp(0, 255) as u8;
+    let samples = case.imgs.iter().zip(&case.geometries).map(|(img, g)| {
+        let f = l3_format::L3File::parse(&img.file).unwrap();
+        let (iw, ic) = (f.width() as usize, f.channels() as usize);
+        let rgb = rgb(&cpu_decode(&img.file, Layout::Nhwc), ic);
+        let px = |x: usize, y: usize, c: usize| rgb[(y * iw + x) * 3 + c];
+        let t = vocab::Resampling::new(g, case.interpolation);
+        let (kw, kh) = t.size();
+        let (w, h) = (kw as usize, kh as usize);
+        let mut kept = vec![0u8; w * h * 3];
+        for oy in 0..h {
+            for ox in 0..w {
+                for c in 0..3 {
+                    kept[(oy * w + ox) * 3 + c] = match &t {
+                        vocab::Resampling::Bilinear { x, y } => {
+                            let mut acc = 1i32 << 21;
+                            for ty in 0..y.taps[oy] as usize {
+                                let sy = y.first[oy] as usize + ty;
+                                let mut hacc = 1i32 << 21;
+                                for tx in 0..x.taps[ox] as usize {
+                                    let sx = x.first[ox] as usize + tx;
+                                    hacc += i32::from(px(sx, sy, c)) * x.weights[ox * x.ksize + tx];
+                                }
+                                acc += i32::from(clip(hacc)) * y.weights[oy * y.ksize + ty];
+                            }
+                            clip(acc)
+                        }
+                        vocab::Resampling::Nearest { x, y } => {
+                            px(x[ox] as usize, y[oy] as usize, c)
+                        }
+                    };
+                }
+            }
+        }
+        (kept, (kw, kh), (g.dx, g.dy, g.flip))
+    });
+    place_samples(samples, &case.opts)
 }
