@@ -66,6 +66,13 @@ pub(crate) enum Origin {
 }
 
 impl Origin {
+    fn samples(&self) -> Option<&SamplePlan> {
+        match self {
+            Origin::Samples(p) => Some(p),
+            Origin::Images(_) => None,
+        }
+    }
+
     pub(crate) fn kernel_error(&self, err: u32) -> Result<(), Error> {
         match self {
             Origin::Images(p) => p.kernel_error(err),
@@ -237,6 +244,12 @@ impl DecodedBatch {
         }
     }
 
+    /// The plan of a sample batch (what each sample decoded: [`SamplePlan::source_rects`]); `None` for a
+    /// whole-image batch.
+    pub fn sample_plan(&self) -> Option<&SamplePlan> {
+        self.origin.samples()
+    }
+
     /// Blocks until the decode finished and reports a patch the kernel found corrupt
     /// ([`Error::CorruptRows`], naming the image's batch index). Later batches queued on the decode
     /// stream are not waited for.
@@ -311,10 +324,7 @@ impl ResidentBatch {
     /// ([`BatchDecoder::upload_samples`](crate::BatchDecoder::upload_samples)); `None` for a whole-image
     /// batch.
     pub fn sample_plan(&self) -> Option<&SamplePlan> {
-        match &self.origin {
-            Origin::Samples(p) => Some(p),
-            Origin::Images(_) => None,
-        }
+        self.origin.samples()
     }
 
     /// Bytes of device input (patch data and tables).

@@ -208,6 +208,8 @@ pub struct SamplePlan {
     pub(crate) copies: Vec<CopyRun>,
     /// Per sample: the file length of its source.
     pub(crate) file_lens: Vec<u64>,
+    /// Per sample: the image rectangle it decodes.
+    pub(crate) rects: Vec<Rect>,
     pub(crate) data_len: usize,
     pub(crate) block_dim: u32,
     pub(crate) stage_cap: u32,
@@ -778,6 +780,7 @@ impl SamplePlan {
             fills: Vec::new(),
             copies: Vec::new(),
             file_lens: sources.iter().map(SampleSource::file_len).collect(),
+            rects: windows.iter().map(|w| w.src).collect(),
             data_len: 0,
             block_dim: 32,
             stage_cap: 0,
@@ -913,6 +916,12 @@ impl SamplePlan {
     /// The batch tensor: `[n, h, w, 3]` (NHWC) or `[n, 3, h, w]` (NCHW), contiguous.
     pub fn tensor(&self) -> TensorInfo {
         self.resample.as_ref().map_or(self.tensor, |r| r.tensor)
+    }
+
+    /// The image rectangle each sample decodes: its window, or for a resampled batch its window plus the
+    /// filter's margin.
+    pub fn source_rects(&self) -> &[Rect] {
+        &self.rects
     }
 
     /// Whether the batch is resampled ([`resampled`](Self::resampled)).

@@ -259,16 +259,15 @@ impl GpuStage {
             }
         }
         let seq = entries.first().map_or(0, |e| e.job.seq);
+        let rects = batch
+            .sample_plan()
+            .map_or(Vec::new(), |p| p.source_rects().to_vec());
         msgs.push(ToAssembler::Device {
             seq,
             batch: Box::new(batch),
         });
-        for e in entries {
-            let src = self
-                .ctx
-                .request(e.job.key)
-                .source_rect(e.image.0, e.image.1);
-            let pixels = u64::from(src.w) * u64::from(src.h);
+        for (i, e) in entries.into_iter().enumerate() {
+            let pixels = rects.get(i).map_or(0, |r| u64::from(r.w) * u64::from(r.h));
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
             let geometry = e.geometry;
@@ -502,6 +501,7 @@ mod tests {
             for scope in [DecodeScope::Region, DecodeScope::Whole] {
                 let tag = format!("{recipe:?} {interpolation:?} {scope:?}");
                 let (mut stored, mut geometries, mut read) = (Vec::new(), Vec::new(), 0u64);
+                let mut rects = Vec::new();
                 for i in 0..ds.len() {
                     let key = ItemKey {
                         seed: 9,
@@ -521,6 +521,7 @@ mod tests {
                     );
                     let (w, h) = dims(&s).unwrap();
                     geometries.push(req.geometry(w, h));
+                    rects.push(req.source_rect(w, h));
                     stored.push(s);
                     read += n;
                 }
@@ -532,6 +533,7 @@ mod tests {
                 assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
                 assert!(plan.descriptors_in_bounds(), "{tag}");
                 assert!(plan.input_len() as u64 <= read, "{tag}");
+                assert_eq!(plan.source_rects(), &rects[..], "{tag}");
                 if recipe == vocab::Recipe::Crop {
                     // Images smaller than the sample are padded around, larger ones cropped.
                     let w0 = geometries[0].as_window().unwrap();
