@@ -24,8 +24,9 @@
 //     past the descriptors write the padding around each window, in the same launch.
 //   * l3_resample_h and l3_resample_{u8,f32,f16}: a resampled sample batch (crop, resize, scale jitter),
 //     after l3_samples_u8 decoded each sample's source rectangle (window plus filter margin) into an
-//     NHWC u8 intermediate: Pillow's separable passes in integers, from the host's tables (vocab's
-//     `Resampling`, the CPU loader's own), so the two compute the same bytes.
+//     NHWC u8 intermediate (1, 3 or 4 channels; alpha decoded only for 4): Pillow's separable passes in
+//     integers, from the host's tables (vocab's `Resampling`, the CPU loader's own), so the two compute
+//     the same bytes. Batches of 1 or 4 channels (luma, RGBA) and label maps always take this path.
 // Output element types: u8 as decoded; f32 = fmaf(v, scale[c], bias[c]); f16 = that f32 rounded to
 // nearest even. Every layout is a matter of the strides in the descriptors.
 //
@@ -705,10 +706,16 @@ L3_SAMPLES_KERNEL(l3_samples_u8, u8)
 L3_SAMPLES_KERNEL(l3_samples_f32, float)
 L3_SAMPLES_KERNEL(l3_samples_f16, u16)
 
-// ---- Resampled samples: the separable passes over the decoded source rectangles (3 channels, NHWC u8),
-// ---- from the host's integer tables; Pillow's arithmetic, as the CPU loader's transform/resample.rs.
-// Per axis, at `tab + offset`: bilinear = first[n] (source index), taps[n], weights[n * k] (22-bit fixed
-// point); nearest = index[n]. Output value = clamp((2^21 + sum v * w) >> 22, 0, 255) per pass.
+// ---- Resampled samples: the separable passes over the decoded source rectangles (NHWC u8, 1, 3 or 4
+// ---- channels), from the host's integer tables; Pillow's arithmetic, as the CPU loader's
+// ---- transform/resample.rs. Per axis, at `tab + offset`: bilinear = first[n] (source index), taps[n],
+// weights[n * k] (22-bit fixed point); nearest = index[n]. Output value = clamp((2^21 + sum v * w) >> 22,
+// 0, 255) per pass.
+//
+// Channels are converted where the CPU converts them: a luma sample (out_ch 1) takes Pillow's `L` of
+// each intermediate pixel as it is read, before any resampling (gray is stored as R = G = B, whose luma
+// is the gray value itself); an RGBA sample (out_ch 4) resamples alpha like any channel when the image
+// has one, and is 255 (never resampled) when it has none.
 
 #define L3_PRECISION_BITS 22
 
@@ -726,8 +733,21 @@ struct ResampleDesc {
     u32 nearest;       // 1: index tables, one pass
     u32 kx, ky;        // weights per output, per axis (bilinear)
     u32 x_tab, y_tab;  // the axes' tables in `tab`
-    u32 reserved;
+    u8 in_ch;          // channels per pixel of the intermediate: 1, 3 or 4
+    u8 out_ch;         // channels per pixel of the batch (and of the horizontal pass's rows): 1, 3 or 4
+    u8 alpha;          // 1: the image has alpha (channel 3 of the intermediate); 0: alpha is 255
+    u8 reserved;
 };
+
+// Pillow's RGB -> L (`L24` in Convert.c), as vocab's Channels.
+__device__ __forceinline__ u32 l3_luma(const u8* p) {
+    return ((u32)p[0] * 19595u + (u32)p[1] * 38470u + (u32)p[2] * 7471u + 0x8000u) >> 16;
+}
+
+// Channel c of the intermediate pixel at p, as the batch's channels see it (luma for one channel).
+__device__ __forceinline__ u32 l3_pick(const u8* p, u32 c, u32 in_ch, u32 out_ch) {
+    return out_ch == 1u && in_ch >= 3u ? l3_luma(p) : (u32)p[c];
+}
 
 __device__ __forceinline__ u32 l3_clip8(int acc) {
     int v = acc >> L3_PRECISION_BITS;
@@ -747,12 +767,17 @@ extern "C" __global__ void l3_resample_h(const u8* __restrict__ inter, u8* __res
     const int* first = tab + d.x_tab;
     const int* taps = first + d.w;
     const int* wts = taps + d.w;
-    for (u32 e = threadIdx.x; e < d.w * 3u; e += blockDim.x) {
-        u32 j = e / 3u, c = e - j * 3u;
-        const u8* p = src + (u64)(first[j] - (int)d.rx) * 3u + c;
+    u32 ci = d.in_ch, co = d.out_ch;
+    for (u32 e = threadIdx.x; e < d.w * co; e += blockDim.x) {
+        u32 j = e / co, c = e - j * co;
+        if (c == 3u && !d.alpha) {
+            dst[e] = 255u;
+            continue;
+        }
+        const u8* p = src + (u64)(first[j] - (int)d.rx) * ci;
         const int* k = wts + (u64)j * d.kx;
         int acc = 1 << (L3_PRECISION_BITS - 1);
-        for (int t = 0; t < taps[j]; t++) acc += (int)p[3 * t] * k[t];
+        for (int t = 0; t < taps[j]; t++) acc += (int)l3_pick(p + (u64)t * ci, c, ci, co) * k[t];
         dst[e] = (u8)l3_clip8(acc);
     }
 }
@@ -768,31 +793,34 @@ __device__ void l3_resample_v(const u8* __restrict__ inter, const u8* __restrict
     u32 s = blockIdx.x / height, y = blockIdx.x % height;
     if (s >= n) return;
     ResampleDesc d = rd[s];
+    u32 ci = d.in_ch, co = d.out_ch;
     u64 plane = (u64)width * height;
-    u64 base = (u64)s * plane * 3u;
+    u64 base = (u64)s * plane * co;
     bool row_in = y >= d.dy && y - d.dy < d.h;
     u32 i = y - d.dy;
-    for (u32 e = threadIdx.x; e < width * 3u; e += blockDim.x) {
-        u32 x = nchw ? e % width : e / 3u;
-        u32 c = nchw ? e / width : e % 3u;
+    for (u32 e = threadIdx.x; e < width * co; e += blockDim.x) {
+        u32 x = nchw ? e % width : e / co;
+        u32 c = nchw ? e / width : e % co;
         u32 v = fill;
         if (row_in && x >= d.dx && x - d.dx < d.w) {
             u32 jj = x - d.dx;
             u32 j = d.flip ? d.w - 1u - jj : jj;
-            if (d.nearest) {
+            if (c == 3u && !d.alpha) {
+                v = 255u;
+            } else if (d.nearest) {
                 int sy = tab[d.y_tab + i] - (int)d.ry, sx = tab[d.x_tab + j] - (int)d.rx;
-                v = inter[d.in_offset + (u64)sy * d.in_stride + (u64)sx * 3u + c];
+                v = l3_pick(inter + d.in_offset + (u64)sy * d.in_stride + (u64)sx * ci, c, ci, co);
             } else {
                 const int* first = tab + d.y_tab;
                 const int* taps = first + d.h;
                 const int* k = taps + d.h + (u64)i * d.ky;
-                const u8* p = tmp + d.tmp_offset + (u64)(first[i] - (int)d.ry) * d.tmp_stride + j * 3u + c;
+                const u8* p = tmp + d.tmp_offset + (u64)(first[i] - (int)d.ry) * d.tmp_stride + j * co + c;
                 int acc = 1 << (L3_PRECISION_BITS - 1);
                 for (int t = 0; t < taps[i]; t++) acc += (int)p[(u64)t * d.tmp_stride] * k[t];
                 v = l3_clip8(acc);
             }
         }
-        u64 at = nchw ? base + (u64)c * plane + (u64)y * width + x : base + ((u64)y * width + x) * 3u + c;
+        u64 at = nchw ? base + (u64)c * plane + (u64)y * width + x : base + ((u64)y * width + x) * co + c;
         l3_store(out, at, v, sb + 2u * c);
     }
 }

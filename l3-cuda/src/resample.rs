@@ -7,9 +7,11 @@
 //!
 //! The integer tables are `vocab`'s [`Resampling`], the very tables the CPU loader's passes apply, and the
 //! kernels compute Pillow's arithmetic on them as the CPU does (`(2^21 + Σ v·w) >> 22`, clamped, per
-//! pass, horizontal first), so a batch equals the CPU loader's bit for bit. Colour conversion happens at
-//! the decode (gray copied to R, G, B; alpha dropped): channels are resampled independently, so that is
-//! the CPU's resample-then-convert.
+//! pass, horizontal first), so a batch equals the CPU loader's bit for bit. Channels are converted where
+//! the CPU converts them: gray is copied to R, G, B at the decode (channels are resampled independently,
+//! so that is the CPU's resample-then-convert); a luma batch takes Pillow's `L` of each pixel as the
+//! passes read the intermediate, before resampling (the CPU's convert-then-resample); an RGBA batch
+//! resamples an image's alpha like any channel, and gives an image without alpha 255 (not resampled).
 
 use crate::error::Error;
 use crate::plan::scale_bias_for;
@@ -37,6 +39,11 @@ pub(crate) struct ResampleDesc {
     pub ky: u32,
     pub x_tab: u32,
     pub y_tab: u32,
+    /// Channels per pixel of the intermediate (1, 3 or 4) and of the batch (1, 3 or 4).
+    pub in_ch: u8,
+    pub out_ch: u8,
+    /// 1 when the image has alpha (channel 3 of the intermediate); 0: the batch's alpha is 255.
+    pub alpha: u8,
 }
 
 pub(crate) const RESAMPLE_DESC_BYTES: usize = 80;
@@ -95,19 +102,31 @@ impl Sources {
 }
 
 impl ResampleStage {
-    /// The passes that turn the intermediate (`src.size` per sample, NHWC u8) into the batch `opts`
-    /// describes. Errors name the batch index: a sample whose kept outputs do not fit the sample
+    /// The passes that turn the intermediate (`src.size` per sample, NHWC u8 with `in_ch` channels) into
+    /// the batch `opts` describes; `alpha[i]`: image `i` has alpha (in the intermediate's channel 3).
+    /// Errors name the batch index: a sample whose kept outputs do not fit the sample
     /// ([`Error::BadWindow`]); and for the batch: sizes and tables past the kernel's integers.
     pub(crate) fn new(
         geometries: &[Geometry],
         src: &Sources,
         opts: &SampleOptions,
+        in_ch: u8,
+        alpha: &[bool],
     ) -> Result<Self, Error> {
         let too_large = |what| Error::TooLarge { what };
         let (sw, sh) = (opts.width, opts.height);
         let n = geometries.len();
         let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
-        let tensor = TensorInfo::dense(opts.layout, opts.dtype, n, sh as usize, sw as usize, 3);
+        let out_ch = opts.channels;
+        let (ci, co) = (u32::from(in_ch), u32::from(out_ch));
+        let tensor = TensorInfo::dense(
+            opts.layout,
+            opts.dtype,
+            n,
+            sh as usize,
+            sw as usize,
+            co as usize,
+        );
         let (iw, ih) = src.size;
         let kept_w = src
             .tables
@@ -116,8 +135,8 @@ impl ResampleStage {
             .max()
             .unwrap_or(1)
             .max(1);
-        let in_sample = u64::from(iw) * u64::from(ih) * 3;
-        let tmp_sample = u64::from(kept_w) * u64::from(ih) * 3;
+        let in_sample = u64::from(iw) * u64::from(ih) * u64::from(ci);
+        let tmp_sample = u64::from(kept_w) * u64::from(ih) * u64::from(co);
         let mut stage = ResampleStage {
             tensor,
             descs: Vec::with_capacity(n),
@@ -145,8 +164,8 @@ impl ResampleStage {
             let mut desc = ResampleDesc {
                 in_offset: index as u64 * in_sample,
                 tmp_offset: index as u64 * tmp_sample,
-                in_stride: iw * 3,
-                tmp_stride: kept_w * 3,
+                in_stride: iw * ci,
+                tmp_stride: kept_w * co,
                 rx: r.x,
                 ry: r.y,
                 rows: r.h,
@@ -155,6 +174,9 @@ impl ResampleStage {
                 dx: g.dx,
                 dy: g.dy,
                 flip: u32::from(g.flip),
+                in_ch,
+                out_ch,
+                alpha: u8::from(out_ch == 4 && alpha.get(index).copied().unwrap_or(false)),
                 ..ResampleDesc::default()
             };
             let at = |tab: &Vec<i32>| u32::try_from(tab.len()).map_err(|_| too_large("tables"));
@@ -199,9 +221,9 @@ impl ResampleStage {
             .ok()
             .and(u32::try_from(n as u64 * u64::from(sh)).ok())
             .ok_or(too_large("more than 2^32 - 1 thread blocks in one pass"))?;
-        u32::try_from(u64::from(sw) * 3)
+        u32::try_from(u64::from(sw) * u64::from(co))
             .ok()
-            .and(u32::try_from(u64::from(iw) * 3).ok())
+            .and(u32::try_from(u64::from(iw) * u64::from(ci)).ok())
             .ok_or(too_large("a row exceeds the kernel's strides"))?;
         Ok(stage)
     }
@@ -249,10 +271,10 @@ impl ResampleStage {
                 d.ky,
                 d.x_tab,
                 d.y_tab,
-                0,
             ] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
+            out.extend_from_slice(&[d.in_ch, d.out_ch, d.alpha, 0]);
         }
         for v in self.scale_bias {
             out.extend_from_slice(&v.to_le_bytes());
@@ -280,6 +302,15 @@ impl ResampleStage {
         let (sw, sh) = self.tensor.sample_size();
         let tab = |off: u32, len: u64| u64::from(off) + len <= self.tab.len() as u64;
         self.descs.iter().all(|d| {
+            let (ci, co) = (u32::from(d.in_ch), u32::from(d.out_ch));
+            let channels_ok = matches!(d.in_ch, 1 | 3 | 4)
+                && matches!(d.out_ch, 1 | 3 | 4)
+                && (d.out_ch == 1 || d.in_ch >= 3)
+                && (d.alpha == 0 || (d.in_ch == 4 && d.out_ch == 4))
+                && usize::from(d.out_ch) == self.tensor.channels();
+            if !channels_ok {
+                return false;
+            }
             let placed = u64::from(d.dx) + u64::from(d.w) <= u64::from(sw)
                 && u64::from(d.dy) + u64::from(d.h) <= u64::from(sh);
             let rows_in = d.in_offset
@@ -292,7 +323,11 @@ impl ResampleStage {
                     && tab(d.y_tab, h)
                     && self.tab[d.x_tab as usize..][..d.w as usize]
                         .iter()
-                        .all(|&v| v >= d.rx as i32 && ((v as u32 - d.rx) * 3) < d.in_stride)
+                        .all(|&v| {
+                            v >= d.rx as i32
+                                && (u64::from(v as u32 - d.rx) * u64::from(ci))
+                                    < u64::from(d.in_stride)
+                        })
                     && self.tab[d.y_tab as usize..][..d.h as usize]
                         .iter()
                         .all(|&v| v >= d.ry as i32 && (v as u32 - d.ry) < d.rows)
@@ -308,11 +343,11 @@ impl ResampleStage {
                                 && u64::from(f as u32 - lo) + t as u64 <= end
                         })
                 };
-                axis_ok(d.x_tab, d.w, d.kx, d.rx, u64::from(d.in_stride / 3))
+                axis_ok(d.x_tab, d.w, d.kx, d.rx, u64::from(d.in_stride / ci))
                     && axis_ok(d.y_tab, d.h, d.ky, d.ry, u64::from(d.rows))
                     && d.tmp_offset + u64::from(d.rows) * u64::from(d.tmp_stride)
                         <= self.tmp_len as u64
-                    && w * 3 <= u64::from(d.tmp_stride)
+                    && w * u64::from(co) <= u64::from(d.tmp_stride)
             };
             placed && rows_in && tables
         })

@@ -57,9 +57,14 @@ impl SampleSource<'_> {
 /// How a batch of samples is shaped.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampleOptions {
-    /// Sample width and height in pixels (every sample has 3 channels).
+    /// Sample width and height in pixels.
     pub width: u32,
     pub height: u32,
+    /// Channels per pixel, the CPU loader's `channels`: 3 (RGB: gray copied, alpha dropped), 1 (luma,
+    /// Pillow's `L` of an RGB or RGBA image, taken before any resampling; a gray image as is — also
+    /// what a one-channel label map needs) or 4 (RGBA: alpha 255 for an image without it). Batches of
+    /// 1 or 4 channels are always made by the resampling kernels (a window is a resampling that copies).
+    pub channels: u8,
     pub layout: Layout,
     pub dtype: DType,
     /// Only for the float types; float samples without it hold pixel / 255.
@@ -83,6 +88,7 @@ impl SampleOptions {
         SampleOptions {
             width,
             height,
+            channels: 3,
             layout: Layout::Nchw,
             dtype: DType::U8,
             normalize: None,
@@ -124,6 +130,14 @@ impl TensorInfo {
     /// Elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// Channels per pixel.
+    pub fn channels(&self) -> usize {
+        match self.layout {
+            Layout::Nhwc => self.shape[3],
+            Layout::Nchw => self.shape[1],
+        }
     }
 
     /// Width and height of one sample (or image) of the tensor.
@@ -435,8 +449,14 @@ impl SamplePlan {
     ) -> Result<(), Error> {
         let too_large = |what| Error::TooLarge { what };
         let r = win.src;
-        // Gray is decoded once and copied to R, G, B; alpha is never decoded.
-        let (decoded, copies) = if grid.channels == 1 { (1, 3u8) } else { (3, 1) };
+        // Gray is decoded once and copied to R, G, B (kept as is in a one-channel batch); alpha is
+        // decoded only into a four-channel intermediate.
+        let (decoded, copies) = match (grid.channels, self.tensor.channels()) {
+            (1, 1) => (1, 1u8),
+            (1, _) => (1, 3),
+            (4, 4) => (4, 1),
+            _ => (3, 1),
+        };
         for (first, count) in r.patch_rows(grid.n, grid.patches_x) {
             let mut ranges = Vec::with_capacity(count);
             for p in first..first + count {
@@ -558,7 +578,15 @@ impl SamplePlan {
             }
             (Profile::Bp, _) => 0,
         };
-        let (planes, decoded) = (grid.channels, grid.channels.min(3));
+        let ci = self.tensor.channels() as u8;
+        let planes = grid.channels;
+        let decoded = if ci == 4 { planes } else { planes.min(3) };
+        // Gray copied to R, G, B unless the batch is one channel; alpha only into four.
+        let out_channels = match (ci, decoded) {
+            (1, _) => 1,
+            (4, 4) => 4,
+            _ => 3,
+        };
         let entries = match profile {
             Profile::Ans => 1,
             Profile::Bp => decoded as usize,
@@ -619,7 +647,7 @@ impl SamplePlan {
                     planes,
                     decoded,
                     profile,
-                    out_channels: 3,
+                    out_channels,
                     exact: profile == Profile::Bp && oy1 == pr.y + pr.h,
                     ..V2Desc::default()
                 };
@@ -730,27 +758,47 @@ impl SamplePlan {
         windows: &[Window],
         opts: &SampleOptions,
     ) -> Result<Self, Error> {
-        if sources.is_empty() {
-            return Err(Error::EmptyBatch);
+        check_batch(sources.len(), windows.len(), opts)?;
+        if opts.channels == 3 {
+            return Self::plan_windows(sources, windows, opts, Intermediate::Rgb).map(|(p, _)| p);
         }
-        if windows.len() != sources.len() {
-            return Err(Error::WindowCount {
-                sources: sources.len(),
-                windows: windows.len(),
-            });
+        // Luma and RGBA batches are made by the resampling kernels, which convert channels as the CPU
+        // does; a window is a resampling that copies. Windows are checked here, so that an error names
+        // the window asked for.
+        for (index, (src, win)) in sources.iter().zip(windows).enumerate() {
+            let grid = Grid::open(src).map_err(|e| e.at(index))?;
+            check_window(index, win, (grid.width, grid.height), opts)?;
         }
+        let geometries: Vec<Geometry> = windows.iter().map(Geometry::from_window).collect();
+        Self::resampled(sources, &geometries, Interpolation::Nearest, opts)
+    }
+
+    /// [`new`](Self::new) for `opts.channels` = 3 (the batch itself), or the decode of a resampled
+    /// batch into its intermediate (`into`). Also returns whether each image has alpha.
+    fn plan_windows(
+        sources: &[SampleSource<'_>],
+        windows: &[Window],
+        opts: &SampleOptions,
+        into: Intermediate,
+    ) -> Result<(Self, Vec<bool>), Error> {
         let (sw, sh) = (opts.width, opts.height);
-        if sw == 0 || sh == 0 {
-            return Err(Error::BadSampleSize {
-                width: sw,
-                height: sh,
-            });
-        }
         let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
         let too_large = |what| Error::TooLarge { what };
         let n = sources.len();
+        let grids = sources
+            .iter()
+            .enumerate()
+            .map(|(index, src)| Grid::open(src).map_err(|e| e.at(index)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let alpha: Vec<bool> = grids.iter().map(|g| g.channels == 4).collect();
+        let ci: u32 = match into {
+            Intermediate::Rgb => 3,
+            Intermediate::For(1) if grids.iter().all(|g| g.channels == 1) => 1,
+            Intermediate::For(4) if alpha.iter().any(|&a| a) => 4,
+            Intermediate::For(_) => 3,
+        };
         let plane = u64::from(sw) * u64::from(sh);
-        let sample_len = plane * 3;
+        let sample_len = plane * u64::from(ci);
         sample_len
             .checked_mul(n as u64)
             .filter(|&l| {
@@ -758,23 +806,32 @@ impl SamplePlan {
                     .is_some_and(|b| b <= isize::MAX as u64)
             })
             .ok_or(too_large("output size overflows"))?;
-        if i32::try_from(u64::from(sw) * 3).is_err() || u32::try_from(plane).is_err() {
+        if i32::try_from(u64::from(sw) * u64::from(ci)).is_err() || u32::try_from(plane).is_err() {
             return Err(too_large(
                 "a sample row or plane exceeds the kernel's strides",
             ));
         }
         let (row_stride, col_step, copy_stride) = match opts.layout {
-            Layout::Nhwc => (sw as i32 * 3, 3i32, 1u32),
+            Layout::Nhwc => (sw as i32 * ci as i32, ci as i32, 1u32),
             Layout::Nchw => (sw as i32, 1i32, plane as u32),
         };
         let elem = |x: u32, y: u32, c: u32| -> u64 {
             match opts.layout {
-                Layout::Nhwc => (u64::from(y) * u64::from(sw) + u64::from(x)) * 3 + u64::from(c),
+                Layout::Nhwc => {
+                    (u64::from(y) * u64::from(sw) + u64::from(x)) * u64::from(ci) + u64::from(c)
+                }
                 Layout::Nchw => u64::from(c) * plane + u64::from(y) * u64::from(sw) + u64::from(x),
             }
         };
         let mut plan = SamplePlan {
-            tensor: TensorInfo::dense(opts.layout, opts.dtype, n, sh as usize, sw as usize, 3),
+            tensor: TensorInfo::dense(
+                opts.layout,
+                opts.dtype,
+                n,
+                sh as usize,
+                sw as usize,
+                ci as usize,
+            ),
             descs: Vec::new(),
             ids: Vec::new(),
             fills: Vec::new(),
@@ -788,31 +845,12 @@ impl SamplePlan {
             v2: V2Batch::default(),
             resample: None,
         };
-        let rows_per_fill = (FILL_ELEMS_PER_BLOCK / (sw as usize * 3)).clamp(1, sh as usize) as u32;
+        let rows_per_fill =
+            (FILL_ELEMS_PER_BLOCK / (sw as usize * ci as usize)).clamp(1, sh as usize) as u32;
         let (mut max_w, mut max_len) = (1u32, 0u32);
-        for (index, (src, win)) in sources.iter().zip(windows).enumerate() {
-            let grid = Grid::open(src).map_err(|e| e.at(index))?;
+        for (index, ((src, win), grid)) in sources.iter().zip(windows).zip(&grids).enumerate() {
             let r = win.src;
-            if !r.fits(grid.width, grid.height) {
-                return Err(Error::BadWindow {
-                    index,
-                    window: *win,
-                    what: "image",
-                    width: grid.width,
-                    height: grid.height,
-                });
-            }
-            if u64::from(win.dx) + u64::from(r.w) > u64::from(sw)
-                || u64::from(win.dy) + u64::from(r.h) > u64::from(sh)
-            {
-                return Err(Error::BadWindow {
-                    index,
-                    window: *win,
-                    what: "sample",
-                    width: sw,
-                    height: sh,
-                });
-            }
+            check_window(index, win, (grid.width, grid.height), opts)?;
             let base = index as u64 * sample_len;
             if let Some((profile, tables)) = &grid.v2 {
                 let layout = V2Layout {
@@ -824,7 +862,7 @@ impl SamplePlan {
                 };
                 plan.plan_v2(
                     src,
-                    &grid,
+                    grid,
                     index,
                     win,
                     *profile,
@@ -835,7 +873,7 @@ impl SamplePlan {
             } else {
                 plan.plan_v1(
                     src,
-                    &grid,
+                    grid,
                     index,
                     win,
                     base,
@@ -869,7 +907,7 @@ impl SamplePlan {
         }
         plan.block_dim = crate::plan::block_dim(max_w, !plan.v2.descs.is_empty());
         plan.stage_cap = max_len.min(STAGE_CAP);
-        Ok(plan)
+        Ok((plan, alpha))
     }
 
     /// Validates and plans a resampled batch: sample `i` is `geometries[i]` of `sources[i]` (a
@@ -884,32 +922,25 @@ impl SamplePlan {
         interpolation: Interpolation,
         opts: &SampleOptions,
     ) -> Result<Self, Error> {
-        if geometries.len() != sources.len() {
-            return Err(Error::WindowCount {
-                sources: sources.len(),
-                windows: geometries.len(),
-            });
-        }
-        if opts.width == 0 || opts.height == 0 {
-            return Err(Error::BadSampleSize {
-                width: opts.width,
-                height: opts.height,
-            });
-        }
+        check_batch(sources.len(), geometries.len(), opts)?;
         let src = Sources::new(geometries, interpolation);
         let decode = SampleOptions {
             width: src.size.0,
             height: src.size.1,
+            channels: 3,
             layout: Layout::Nhwc,
             dtype: DType::U8,
             normalize: None,
             fill: 0,
             check_rows_on_host: opts.check_rows_on_host,
         };
-        let mut plan = SamplePlan::new(sources, &src.windows, &decode)?;
+        let into = Intermediate::For(opts.channels);
+        let (mut plan, alpha) = SamplePlan::plan_windows(sources, &src.windows, &decode, into)?;
         // The passes read each rectangle only: the intermediate's padding is never written nor read.
         plan.fills.clear();
-        plan.resample = Some(Box::new(ResampleStage::new(geometries, &src, opts)?));
+        let ci = plan.tensor.channels() as u8;
+        let stage = ResampleStage::new(geometries, &src, opts, ci, &alpha)?;
+        plan.resample = Some(Box::new(stage));
         Ok(plan)
     }
 
@@ -986,7 +1017,7 @@ impl SamplePlan {
                     && c0 < c1
                     && c1 <= w
                     && matches!(d.copies, 1 | 3)
-                    && usize::from(d.channel) + usize::from(d.copies) <= 3
+                    && usize::from(d.channel) + usize::from(d.copies) <= self.tensor.channels()
                     && d.row_stride > 0
                     && (s as usize) < n;
                 if !shape_ok {
@@ -1119,6 +1150,69 @@ impl SamplePlan {
     pub(crate) fn sample_size(&self) -> (u32, u32) {
         self.tensor.sample_size()
     }
+}
+
+/// What a window plan decodes into.
+#[derive(Clone, Copy)]
+enum Intermediate {
+    /// RGB: the batch of a plain 3-channel window batch, or a resampled one's intermediate.
+    Rgb,
+    /// The intermediate of a resampled batch of these channels: 1 when every image is gray (a batch of
+    /// label maps), 4 when an image has alpha, else 3 (gray copied to R, G, B).
+    For(u8),
+}
+
+/// The checks every batch starts with: sources, one window or geometry each, a sample size, channels.
+fn check_batch(sources: usize, windows: usize, opts: &SampleOptions) -> Result<(), Error> {
+    if sources == 0 {
+        return Err(Error::EmptyBatch);
+    }
+    if windows != sources {
+        return Err(Error::WindowCount { sources, windows });
+    }
+    if opts.width == 0 || opts.height == 0 {
+        return Err(Error::BadSampleSize {
+            width: opts.width,
+            height: opts.height,
+        });
+    }
+    if !matches!(opts.channels, 1 | 3 | 4) {
+        return Err(Error::Unsupported {
+            what: "channels other than 1 (luma), 3 (RGB) or 4 (RGBA)",
+        });
+    }
+    Ok(())
+}
+
+/// `win` lies inside its image (`width`, `height`) and its sample.
+fn check_window(
+    index: usize,
+    win: &Window,
+    (width, height): (u32, u32),
+    opts: &SampleOptions,
+) -> Result<(), Error> {
+    let r = win.src;
+    if !r.fits(width, height) {
+        return Err(Error::BadWindow {
+            index,
+            window: *win,
+            what: "image",
+            width,
+            height,
+        });
+    }
+    if u64::from(win.dx) + u64::from(r.w) > u64::from(opts.width)
+        || u64::from(win.dy) + u64::from(r.h) > u64::from(opts.height)
+    {
+        return Err(Error::BadWindow {
+            index,
+            window: *win,
+            what: "sample",
+            width: opts.width,
+            height: opts.height,
+        });
+    }
+    Ok(())
 }
 
 fn missing(index: usize, patch: Option<PatchId>, r: &Range<u64>) -> Error {

@@ -355,15 +355,28 @@ fn sim_asan_clean() {
         },
         "asan-f16",
     );
-    // A resampled batch: the decode into the intermediate and both passes read and write inside their
-    // buffers (each allocated to its exact size by the harness).
-    for interpolation in [
-        vocab::Interpolation::Bilinear,
-        vocab::Interpolation::Nearest,
+    // Resampled batches: the decode into the intermediate and both passes read and write inside their
+    // buffers (each allocated to its exact size by the harness), for RGB, luma and RGBA batches (whose
+    // intermediates hold 3, 3 and 4 channels) and a batch of label maps (one channel throughout).
+    for (interpolation, channels) in [
+        (vocab::Interpolation::Bilinear, 3),
+        (vocab::Interpolation::Bilinear, 1),
+        (vocab::Interpolation::Bilinear, 4),
+        (vocab::Interpolation::Nearest, 4),
     ] {
-        let case = common::resampled_case(77, 8, Layout::Nchw, DType::F16, None, interpolation);
-        check_resampled_case(exe, &case, &format!("asan-resampled-{interpolation:?}"));
+        let case = common::resampled_case(
+            77,
+            12,
+            channels,
+            Layout::Nchw,
+            DType::F16,
+            None,
+            interpolation,
+        );
+        let tag = format!("asan-resampled-{interpolation:?}-{channels}");
+        check_resampled_case(exe, &case, &tag);
     }
+    check_label_maps(exe, 0x3a5a, 10, "asan-label-maps");
 }
 
 /// ThreadSanitizer: the kernel's barriers order every shared-memory write before the reads of it.
@@ -524,9 +537,159 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
 #[test]
 fn sim_resampled_samples_match_reference() {
     let exe = harness_or_skip!(HARNESS, Flavour::Plain);
-    for (tag, case) in common::resampled_cases(14) {
+    for (tag, case) in common::resampled_cases(14, &[3, 1, 4]) {
         check_resampled_case(exe, &case, &tag);
     }
+}
+
+/// Plain window batches of 1 channel (luma) and 4 (RGBA) — made by the resampling kernels, a window
+/// being a resampling that copies — from gray, RGB and RGBA images, whole files and fragments, every
+/// layout and element type: equal to the CPU reference (the window converted pixel by pixel) bit for bit.
+#[test]
+fn sim_window_samples_of_1_and_4_channels_match_reference() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    let mut seed = 0x1c4a;
+    for channels in [1u8, 4] {
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F16, Some(Normalize::IMAGENET)),
+                (DType::F32, None),
+            ] {
+                seed += 1;
+                let mut case = common::random_sample_case(seed, 12, layout, dtype, normalize);
+                case.opts.channels = channels;
+                let tag = format!("windows channels {channels} {layout:?} {dtype:?}");
+                let plan = check_samples_case(exe, &case, &tag, 0xA5);
+                assert!(plan.is_resampled(), "{tag}");
+                assert_eq!(plan.tensor().channels(), usize::from(channels), "{tag}");
+            }
+        }
+    }
+}
+
+/// Label maps (one-channel L3 files, versions 1 and 2, 1×1 and 7×3 among them) through a batch of
+/// 1 channel, `u8`, nearest, filled with an ignore index — what the loader makes for `masks` on a
+/// device — with the image recipes' geometries (scale jitter whose crop reaches past the rescaled
+/// image, random-resized crops, resizes; flips), half of them read as fragments of the picked
+/// rectangle: equal to the CPU loader's mask rule, written out here from `vocab::Axis::nearest`
+/// (torchvision's index), bit for bit.
+#[test]
+fn sim_label_maps_match_the_cpu_mask_rule() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    for (k, seed) in [0x3a5b_u64, 0x3a5c, 0x3a5d].into_iter().enumerate() {
+        check_label_maps(exe, seed, 14, &format!("label maps {k}"));
+    }
+}
+
+/// One batch of `n` label maps (see [`sim_label_maps_match_the_cpu_mask_rule`]).
+fn check_label_maps(exe: &Path, seed: u64, n: usize, tag: &str) {
+    let mut rng = Rng(seed);
+    let (sw, sh) = (9 + rng.below(30) as u32, 7 + rng.below(30) as u32);
+    let ignore = [255u8, 0, 19][rng.below(3) as usize];
+    let opts = crate::SampleOptions {
+        channels: 1,
+        fill: ignore,
+        ..crate::SampleOptions::new(sw, sh)
+    };
+    let (mut imgs, mut geometries) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let (iw, ih) = match i % 5 {
+            0 => (1, 1),
+            1 => (7, 3),
+            _ => (1 + rng.below(80) as u32, 1 + rng.below(60) as u32),
+        };
+        // Class indices: a few values in blocks, with some noise.
+        let content = [Content::Random, Content::Smooth, Content::Constant(7)][i % 3];
+        imgs.push(match i % 4 {
+            3 => {
+                let profile = [l3_format::Profile::Bp, l3_format::Profile::Ans][i % 2];
+                common::image_v2(iw, ih, 1, 32, profile, content, &mut rng)
+            }
+            _ => image(iw, ih, 1, [3u8, 16, 64][i % 3], content, &mut rng),
+        });
+        let recipe = match i % 3 {
+            0 => vocab::Recipe::Jitter { range: [0.5, 2.0] },
+            1 => vocab::Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+            _ => vocab::Recipe::Resize {
+                shorter: 1 + rng.below(40) as u32,
+            },
+        };
+        let spec = vocab::SampleSpec {
+            width: sw,
+            height: sh,
+            crop: [vocab::Crop::Random, vocab::Crop::Center][rng.below(2) as usize],
+            hflip: true,
+            recipe,
+            ..vocab::SampleSpec::default()
+        };
+        let key = vocab::ItemKey {
+            seed,
+            epoch: 3,
+            index: i,
+        };
+        geometries.push(spec.geometry(iw, ih, &key));
+    }
+    let parts: Vec<Option<common::FragmentSource>> = imgs
+        .iter()
+        .zip(&geometries)
+        .enumerate()
+        .map(|(i, (img, g))| {
+            let r = vocab::Resampling::new(g, vocab::Interpolation::Nearest).source();
+            (i % 2 == 1).then(|| common::read_fragments(&img.file, r, 64))
+        })
+        .collect();
+    let sources: Vec<SampleSource> = imgs
+        .iter()
+        .zip(&parts)
+        .map(|(img, p)| match p {
+            Some(p) => SampleSource::Fragments {
+                index: &p.index,
+                data: &p.data,
+            },
+            None => SampleSource::File(&img.file),
+        })
+        .collect();
+    let plan = SamplePlan::resampled(&sources, &geometries, vocab::Interpolation::Nearest, &opts)
+        .unwrap_or_else(|e| panic!("{tag}: plan: {e}"));
+    assert_eq!(plan.tensor().shape, [n, 1, sh as usize, sw as usize]);
+    let run = run_sim_samples(exe, &plan, &sources, tag, 0xA5);
+    assert_eq!(
+        run.err,
+        u32::MAX,
+        "{tag}: kernel flagged {:?}",
+        plan.kernel_error(run.err)
+    );
+    // The CPU loader's `write_mask`: source (nearest(j), nearest(i)) of each kept output, mirrored
+    // within the kept columns with the image, `ignore` wherever the sample shows no image.
+    let mut want = Vec::with_capacity(run.out.len());
+    for (img, g) in imgs.iter().zip(&geometries) {
+        let px = common::cpu_decode(&img.file, Layout::Nhwc);
+        let iw = l3_format::L3File::parse(&img.file).unwrap().width() as usize;
+        let (kw, kh) = g.size();
+        for y in 0..sh {
+            for x in 0..sw {
+                let inside = (g.dx..g.dx + kw).contains(&x) && (g.dy..g.dy + kh).contains(&y);
+                want.push(if inside {
+                    let j = x - g.dx;
+                    let j = if g.flip { kw - 1 - j } else { j };
+                    let (sx, sy) = (g.x.nearest(j) as usize, g.y.nearest(y - g.dy) as usize);
+                    px[sy * iw + sx]
+                } else {
+                    ignore
+                });
+            }
+        }
+    }
+    let labels: Vec<String> = imgs
+        .iter()
+        .zip(&geometries)
+        .map(|(i, g)| format!("{} geometry {g:?}", i.label))
+        .collect();
+    common::check_samples(&run.out, &want, &opts, &labels, tag);
 }
 
 /// Plans `case` as a resampled batch from whole files, runs the simulated launches and compares every

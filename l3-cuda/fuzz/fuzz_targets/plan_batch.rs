@@ -123,13 +123,26 @@ fuzz_target!(|data: &[u8]| {
         1 + u32::from(params[14] % 96),
         1 + u32::from(params[15] % 96),
     );
-    for (layout, check_rows_on_host) in [(Layout::Nchw, false), (Layout::Nhwc, true)] {
+    // Windows into RGB batches, and (through the resampling kernels) into luma and RGBA ones; a
+    // channel count the batch cannot have must be refused, never planned.
+    let other = [1u8, 4, 0, 2][usize::from(params[4] % 4)];
+    for (layout, check_rows_on_host, channels) in [
+        (Layout::Nchw, false, 3),
+        (Layout::Nhwc, true, 3),
+        (Layout::Nhwc, false, other),
+    ] {
         let opts = SampleOptions {
             layout,
             check_rows_on_host,
+            channels,
             ..SampleOptions::new(sw, sh)
         };
-        if let Ok(plan) = SamplePlan::new(&sources, &windows, &opts) {
+        let planned = SamplePlan::new(&sources, &windows, &opts);
+        if !matches!(channels, 1 | 3 | 4) {
+            assert!(planned.is_err());
+        }
+        if let Ok(plan) = planned {
+            assert_eq!(plan.tensor().channels(), usize::from(channels));
             assert_eq!(plan.output_len(), plan.sample_count() * plan.sample_len());
             assert!(plan.patch_count() > 0);
             assert!(plan.descriptors_in_bounds());
@@ -172,9 +185,14 @@ fuzz_target!(|data: &[u8]| {
             })
             .collect();
         let whole: Vec<SampleSource<'_>> = files.iter().map(|f| SampleSource::File(f)).collect();
-        for interpolation in [vocab::Interpolation::Bilinear, vocab::Interpolation::Nearest] {
+        for (interpolation, channels) in [
+            (vocab::Interpolation::Bilinear, 3),
+            (vocab::Interpolation::Nearest, 3),
+            (vocab::Interpolation::Bilinear, [1, 4][usize::from(params[5] % 2)]),
+        ] {
             let opts = SampleOptions {
                 fill: params[3],
+                channels,
                 ..SampleOptions::new(sw, sh)
             };
             if let Ok(plan) = SamplePlan::resampled(&whole, &geometries, interpolation, &opts) {

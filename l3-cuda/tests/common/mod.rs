@@ -459,7 +459,8 @@ pub fn random_sample_case(
 }
 
 /// The CPU reference of a sample batch, as raw little-endian element bytes: each window decoded by
-/// `l3-format`'s region decoder (gray to RGB, alpha dropped) and placed by [`place_samples`].
+/// `l3-format`'s region decoder, converted to the batch's channels ([`convert`]) and placed by
+/// [`place_samples`].
 pub fn reference_samples(
     files: &[&[u8]],
     windows: &[vocab::Window],
@@ -477,27 +478,45 @@ pub fn reference_samples(
             l3_format::PixelLayout::Interleaved { row_stride: w * ic },
         )
         .unwrap();
-        (rgb(&px, ic), (r.w, r.h), (win.dx, win.dy, win.flip))
+        let px = convert(&px, ic, opts.channels);
+        (px, (r.w, r.h), (win.dx, win.dy, win.flip))
     });
     place_samples(samples, opts)
 }
 
-/// Interleaved pixels of `channels` as RGB: gray copied to R, G and B, alpha dropped.
-fn rgb(px: &[u8], channels: usize) -> Vec<u8> {
-    px.chunks_exact(channels)
+/// Interleaved pixels of `from` channels as `to` channels, written out plainly: 3 = RGB (gray copied to
+/// R, G and B, alpha dropped); 4 = RGBA (gray copied, alpha 255 where there is none); 1 = luma, Pillow's
+/// `L` (`(19595 R + 38470 G + 7471 B + 2^15) >> 16`), a gray image as is.
+pub fn convert(px: &[u8], from: usize, to: u8) -> Vec<u8> {
+    px.chunks_exact(from)
         .flat_map(|p| {
-            if channels >= 3 {
-                [p[0], p[1], p[2]]
+            let rgba = match from {
+                1 => [p[0], p[0], p[0], 255],
+                3 => [p[0], p[1], p[2], 255],
+                _ => [p[0], p[1], p[2], p[3]],
+            };
+            let luma = if from == 1 {
+                p[0]
             } else {
-                [p[0]; 3]
+                ((u32::from(p[0]) * 19595
+                    + u32::from(p[1]) * 38470
+                    + u32::from(p[2]) * 7471
+                    + 32768)
+                    >> 16) as u8
+            };
+            match to {
+                1 => vec![luma],
+                3 => rgba[..3].to_vec(),
+                _ => rgba.to_vec(),
             }
         })
         .collect()
 }
 
-/// A batch of samples as raw little-endian element bytes, by plain loops: each sample's interleaved RGB
-/// pixels (`w`×`h`) land at (dx, dy), mirrored when flipped; everything else is a pixel of value
-/// `opts.fill`; floats are `Normalize::apply`, f16 through the `half` crate.
+/// A batch of samples as raw little-endian element bytes, by plain loops: each sample's interleaved
+/// pixels of `opts.channels` (`w`×`h`) land at (dx, dy), mirrored when flipped; everything else is a
+/// pixel of value `opts.fill` (every channel); floats are `Normalize::apply`, f16 through the `half`
+/// crate.
 #[allow(clippy::type_complexity)]
 fn place_samples(
     samples: impl Iterator<Item = (Vec<u8>, (u32, u32), (u32, u32, bool))>,
@@ -516,9 +535,10 @@ fn place_samples(
         }
     };
     let eb = opts.dtype.size();
-    let sample = sw * sh * 3 * eb;
+    let cn = usize::from(opts.channels);
+    let sample = sw * sh * cn * eb;
     let idx = |x: usize, y: usize, c: usize| match opts.layout {
-        Layout::Nhwc => (y * sw + x) * 3 + c,
+        Layout::Nhwc => (y * sw + x) * cn + c,
         Layout::Nchw => c * sw * sh + y * sw + x,
     };
     let mut out = Vec::new();
@@ -527,10 +547,10 @@ fn place_samples(
         let mut s = vec![0u8; sample];
         for y in 0..sh {
             for x in 0..sw {
-                for c in 0..3 {
+                for c in 0..cn {
                     let v = if (dy..dy + h).contains(&y) && (dx..dx + w).contains(&x) {
                         let col = if flip { dx + w - 1 - x } else { x - dx };
-                        px[((y - dy) * w + col) * 3 + c]
+                        px[((y - dy) * w + col) * cn + c]
                     } else {
                         opts.fill
                     };
@@ -563,10 +583,11 @@ pub fn check_samples(
         .position(|(a, b)| a != b)
         .unwrap();
     let (sw, sh) = (opts.width as usize, opts.height as usize);
-    let sample = sw * sh * 3;
+    let cn = usize::from(opts.channels);
+    let sample = sw * sh * cn;
     let (n, e) = (i / sample, i % sample);
     let (x, y, c) = match opts.layout {
-        Layout::Nhwc => ((e / 3) % sw, e / 3 / sw, e % 3),
+        Layout::Nhwc => ((e / cn) % sw, e / cn / sw, e % cn),
         Layout::Nchw => (e % sw, (e / sw) % sh, e / (sw * sh)),
     };
     panic!(
@@ -592,9 +613,11 @@ pub struct ResampledCase {
 /// one of the recipes — random-resized crop, shorter-side resize then crop, scale jitter then crop
 /// (padding where the crop reaches past the rescaled image) — random or centre crops, flipped or not,
 /// as `vocab::SampleSpec::geometry` draws them for (seed, epoch, item).
+#[allow(clippy::too_many_arguments)]
 pub fn resampled_case(
     seed: u64,
     n: usize,
+    channels: u8,
     layout: Layout,
     dtype: DType,
     normalize: Option<vocab::Normalize>,
@@ -608,6 +631,7 @@ pub fn resampled_case(
         geometries: Vec::new(),
         interpolation,
         opts: l3_cuda::SampleOptions {
+            channels,
             layout,
             dtype,
             normalize,
@@ -678,49 +702,71 @@ pub fn resampled_case(
 }
 
 /// The resampled batches every device test runs: both interpolations × both layouts × u8, f16
-/// (normalised) and f32, `n` images each, with their tags.
-pub fn resampled_cases(n: usize) -> Vec<(String, ResampledCase)> {
+/// (normalised) and f32, `n` images each, for each of `channels` (3 = RGB, 1 = luma, 4 = RGBA), with
+/// their tags.
+pub fn resampled_cases(n: usize, channels: &[u8]) -> Vec<(String, ResampledCase)> {
     let mut out = Vec::new();
     let mut seed = 0x7e5a;
-    for interpolation in [
-        vocab::Interpolation::Bilinear,
-        vocab::Interpolation::Nearest,
-    ] {
-        for layout in [Layout::Nhwc, Layout::Nchw] {
-            for (dtype, normalize) in [
-                (DType::U8, None),
-                (DType::F16, Some(vocab::Normalize::IMAGENET)),
-                (DType::F32, None),
-            ] {
-                seed += 1;
-                let tag = format!("{interpolation:?} {layout:?} {dtype:?}");
-                let case = resampled_case(seed, n, layout, dtype, normalize, interpolation);
-                out.push((tag, case));
+    for &c in channels {
+        for interpolation in [
+            vocab::Interpolation::Bilinear,
+            vocab::Interpolation::Nearest,
+        ] {
+            for layout in [Layout::Nhwc, Layout::Nchw] {
+                for (dtype, normalize) in [
+                    (DType::U8, None),
+                    (DType::F16, Some(vocab::Normalize::IMAGENET)),
+                    (DType::F32, None),
+                ] {
+                    seed += 1;
+                    // A luma batch is normalised by one mean and std (the loader's rule).
+                    let normalize = normalize.map(|n| {
+                        if c == 1 {
+                            vocab::Normalize {
+                                mean: [n.mean[1]; 3],
+                                std: [n.std[1]; 3],
+                            }
+                        } else {
+                            n
+                        }
+                    });
+                    let tag = format!("channels {c} {interpolation:?} {layout:?} {dtype:?}");
+                    let case = resampled_case(seed, n, c, layout, dtype, normalize, interpolation);
+                    out.push((tag, case));
+                }
             }
         }
     }
     out
 }
 
-/// The CPU reference of a resampled batch: each image decoded whole by `l3-format`, gray copied to RGB
-/// and alpha dropped, resampled by `vocab::Resampling`'s tables with Pillow's integer arithmetic written
-/// out plainly (horizontal pass over every row, then vertical, `(2^21 + Σ v·w) >> 22` clamped; or the
-/// nearest pick), then placed by the geometry as [`reference_samples`] places windows.
+/// The CPU reference of a resampled batch, in the CPU loader's order: each image decoded whole by
+/// `l3-format`; for a luma batch converted to luma first (Pillow's `convert("L").resize(...)`), else
+/// resampled in the image's own channels and converted after ([`convert`]); resampled by
+/// `vocab::Resampling`'s tables with Pillow's integer arithmetic written out plainly (horizontal pass
+/// over every row, then vertical, `(2^21 + Σ v·w) >> 22` clamped; or the nearest pick), then placed by
+/// the geometry as [`reference_samples`] places windows.
 pub fn reference_resampled(case: &ResampledCase) -> Vec<u8> {
     let clip = |acc: i32| (acc >> 22).clamp(0, 255) as u8;
+    let co = case.opts.channels;
     let samples = case.imgs.iter().zip(&case.geometries).map(|(img, g)| {
         let f = l3_format::L3File::parse(&img.file).unwrap();
         let (iw, ic) = (f.width() as usize, f.channels() as usize);
-        let rgb = rgb(&cpu_decode(&img.file, Layout::Nhwc), ic);
-        let px = |x: usize, y: usize, c: usize| rgb[(y * iw + x) * 3 + c];
+        let decoded = cpu_decode(&img.file, Layout::Nhwc);
+        let (src, wc) = if co == 1 {
+            (convert(&decoded, ic, 1), 1)
+        } else {
+            (decoded, ic)
+        };
+        let px = |x: usize, y: usize, c: usize| src[(y * iw + x) * wc + c];
         let t = vocab::Resampling::new(g, case.interpolation);
         let (kw, kh) = t.size();
         let (w, h) = (kw as usize, kh as usize);
-        let mut kept = vec![0u8; w * h * 3];
+        let mut kept = vec![0u8; w * h * wc];
         for oy in 0..h {
             for ox in 0..w {
-                for c in 0..3 {
-                    kept[(oy * w + ox) * 3 + c] = match &t {
+                for c in 0..wc {
+                    kept[(oy * w + ox) * wc + c] = match &t {
                         vocab::Resampling::Bilinear { x, y } => {
                             let mut acc = 1i32 << 21;
                             for ty in 0..y.taps[oy] as usize {
@@ -741,6 +787,7 @@ pub fn reference_resampled(case: &ResampledCase) -> Vec<u8> {
                 }
             }
         }
+        let kept = convert(&kept, wc, co);
         (kept, (kw, kh), (g.dx, g.dy, g.flip))
     });
     place_samples(samples, &case.opts)
