@@ -163,10 +163,12 @@ impl PartialEq for Tensor {
 }
 
 /// A batch's label maps: `(n, h, w)` values, `u8` or (for 16-bit masks) `u16` little-endian, in
-/// 64-byte-aligned host memory recycled like a [`Tensor`]'s; each follows its sample's geometry exactly.
+/// 64-byte-aligned host memory recycled like a [`Tensor`]'s, or — with a CUDA device — `u8` in the memory
+/// of the GPU that decoded them beside their images ([`cuda`](Masks::cuda)); each follows its sample's
+/// geometry exactly.
 #[derive(Debug)]
 pub struct Masks {
-    buf: HostBuffer,
+    memory: Memory,
     shape: [usize; 3],
     wide: bool,
 }
@@ -177,7 +179,23 @@ impl Masks {
             buf.len(),
             shape.iter().product::<usize>() * if wide { 2 } else { 1 }
         );
-        Masks { buf, shape, wide }
+        Masks {
+            memory: Memory::Host(buf),
+            shape,
+            wide,
+        }
+    }
+
+    /// Label maps decoded by `l3-cuda` (a one-channel `u8` batch), left in device memory.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn on_device(batch: Box<l3_cuda::DecodedBatch>) -> Option<Masks> {
+        let t = batch.tensor()?;
+        let (w, h) = t.sample_size();
+        (t.dtype == DType::U8 && t.channels() == 1).then_some(Masks {
+            shape: [t.shape[0], h as usize, w as usize],
+            memory: Memory::Cuda(batch),
+            wide: false,
+        })
     }
     /// `(n, h, w)`.
     pub fn shape(&self) -> [usize; 3] {
@@ -187,23 +205,59 @@ impl Masks {
     pub fn is_wide(&self) -> bool {
         self.wide
     }
-    /// The raw little-endian bytes.
-    pub fn bytes(&self) -> &[u8] {
-        self.buf.as_slice()
+    /// Where the values are: [`Device::Cpu`] (host memory) or [`Device::Cuda`] (that GPU's memory).
+    pub fn device(&self) -> Device {
+        match &self.memory {
+            Memory::Host(_) => Device::Cpu,
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
+        }
     }
-    /// The first byte (64-byte aligned): what a zero-copy export hands out.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.buf.as_ptr()
+    /// The raw little-endian bytes of host masks (`None` on a device: see [`to_host`](Self::to_host)).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.memory {
+            Memory::Host(b) => Some(b.as_slice()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(_) => None,
+        }
     }
-    /// The values of 8-bit masks.
+    /// The first byte of host masks (64-byte aligned): what a zero-copy export hands out.
+    pub fn as_ptr(&self) -> Option<*const u8> {
+        match &self.memory {
+            Memory::Host(b) => Some(b.as_ptr()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(_) => None,
+        }
+    }
+    /// The device batch behind masks on a GPU: its device pointer, its ready event, and
+    /// [`wait_in`](l3_cuda::DecodedBatch::wait_in) for a consumer's stream.
+    #[cfg(feature = "gpu")]
+    pub fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
+        match &self.memory {
+            Memory::Host(_) => None,
+            Memory::Cuda(b) => Some(b),
+        }
+    }
+    /// The raw little-endian bytes in host memory: a copy, and for masks on a device a wait for their
+    /// decode and a device-to-host copy.
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        match &self.memory {
+            Memory::Host(b) => Ok(b.as_slice().to_vec()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(b) => b
+                .to_host_bytes()
+                .map_err(|e| crate::Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
+        }
+    }
+    /// The values of 8-bit host masks.
     pub fn as_u8(&self) -> Option<&[u8]> {
-        (!self.wide).then(|| self.buf.as_slice())
+        self.bytes().filter(|_| !self.wide)
     }
-    /// The values of 16-bit masks.
+    /// The values of 16-bit host masks.
     pub fn as_u16(&self) -> Option<&[u16]> {
-        self.wide.then(|| bytemuck::cast_slice(self.buf.as_slice()))
+        self.bytes().filter(|_| self.wide).map(bytemuck::cast_slice)
     }
-    /// Mask `i`'s values, widened to `u16`.
+    /// Host mask `i`'s values, widened to `u16`.
     pub fn mask(&self, i: usize) -> Option<Vec<u16>> {
         let n = self.shape[1] * self.shape[2];
         if i >= self.shape[0] {
@@ -211,7 +265,7 @@ impl Masks {
         }
         Some(match self.as_u16() {
             Some(v) => v[i * n..(i + 1) * n].to_vec(),
-            None => self.bytes()[i * n..(i + 1) * n]
+            None => self.bytes()?[i * n..(i + 1) * n]
                 .iter()
                 .map(|&v| u16::from(v))
                 .collect(),

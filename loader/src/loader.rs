@@ -381,6 +381,11 @@ impl Loader {
                 "the opened targets do not match the options' targets".into(),
             ));
         }
+        // Masks the GPU cannot decode are refused by name before the device is even opened.
+        #[cfg(feature = "gpu")]
+        if let (true, Some(t)) = (o.device.is_cuda(), &targets) {
+            crate::pipeline::gpu::check_masks(t, dataset.len())?;
+        }
         let run = Run::plan(&*dataset, &o, state)?;
         let whole = o.sample.recipe.is_whole();
         let mask_pool = match &targets {

@@ -185,24 +185,7 @@ impl LoaderOptions {
                 "a crop size with a CUDA device (the GPU path writes fixed-size samples; use device cpu)",
             ));
         }
-        if self.device.is_cuda() && self.sample.channels != 3 {
-            return Err(Invalid::new(
-                "channels",
-                self.sample.channels,
-                "3 with a CUDA device (the GPU path writes RGB samples; use device cpu)",
-            ));
-        }
         self.targets.validate()?;
-        if self.targets.masks.is_some() && self.device.is_cuda() {
-            return Err(Invalid::new(
-                "masks",
-                self.targets
-                    .masks
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string()),
-                "device cpu: the GPU decode path does not produce masks yet (boxes work on either)",
-            ));
-        }
         if let Order::Liquid { budget_bytes } = self.order {
             if budget_bytes == 0 {
                 return Err(Invalid::new("budget", 0, "a positive number of bytes"));

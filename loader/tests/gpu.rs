@@ -214,3 +214,71 @@ fn pinned_batches_equal_pageable_ones_through_recycling() {
     }
     assert_eq!(n, pageable.len());
 }
+
+/// Luma (`channels` 1) and RGBA (`channels` 4) batches on the device — plain crops (a window is a
+/// resampling that copies), scale jitter with `fill`, random-resized crops; every layout and element
+/// type — equal the CPU loader's byte for byte: luma taken before resampling as Pillow's `L`, alpha 255
+/// for images without it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn luma_and_rgba_device_batches_equal_cpu_batches() {
+    use loader::{DecodeScope, Interpolation, Recipe};
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&common::fixture().l3).unwrap());
+    let recipes = [
+        (Recipe::Crop, Interpolation::Bilinear, 0),
+        (
+            Recipe::Jitter { range: [0.5, 2.0] },
+            Interpolation::Bilinear,
+            114,
+        ),
+        (
+            Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: loader::DEFAULT_RATIO,
+            },
+            Interpolation::Nearest,
+            0,
+        ),
+    ];
+    for channels in [1u8, 4] {
+        for (k, (layout, dtype)) in [
+            (Layout::Nhwc, DType::U8),
+            (Layout::Nchw, DType::F16),
+            (Layout::Nchw, DType::F32),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (recipe, interpolation, fill) = recipes[k];
+            let scope = [DecodeScope::Region, DecodeScope::Whole][k % 2];
+            let with = |device| {
+                let mut o = options(device, layout, dtype);
+                o.sample.channels = channels;
+                o.sample.recipe = recipe;
+                o.sample.interpolation = interpolation;
+                o.sample.fill = fill;
+                // A luma sample is normalised by one mean and std.
+                if channels == 1 {
+                    o.sample.normalize = o.sample.normalize.map(|_| Normalize {
+                        mean: [0.45; 3],
+                        std: [0.225; 3],
+                    });
+                }
+                o.decode = scope;
+                o
+            };
+            let tag = format!("channels {channels} {recipe:?} {layout:?} {dtype:?} {scope:?}");
+            let Some(gpu) = run(ds.clone(), with(Device::Cuda(0))) else {
+                panic!(
+                    "needs a CUDA GPU: the loader refused device 0 (the reason is printed above)"
+                );
+            };
+            let cpu = run(ds.clone(), with(Device::Cpu)).unwrap();
+            assert_eq!(
+                gpu[0].shape()[if layout == Layout::Nchw { 1 } else { 3 }],
+                channels as usize
+            );
+            same_batches(&gpu, &cpu, &tag);
+        }
+    }
+}

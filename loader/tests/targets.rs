@@ -293,8 +293,8 @@ fn resume_with_targets_repeats_the_run() {
     for (a, b) in all[2..].iter().zip(&rest) {
         assert_eq!(a.ids, b.ids);
         assert_eq!(
-            a.masks.as_ref().unwrap().bytes(),
-            b.masks.as_ref().unwrap().bytes()
+            a.masks.as_ref().unwrap().bytes().unwrap(),
+            b.masks.as_ref().unwrap().bytes().unwrap()
         );
         assert_eq!(a.boxes, b.boxes);
         assert_eq!(a.box_labels, b.box_labels);
@@ -388,4 +388,127 @@ fn a_boxes_file_naming_images_outside_the_source_or_malformed_is_named() {
     assert!(e.contains("b.json") && e.contains("train/nowhere/x"), "{e}");
     let e = run(b"{\"images\": [");
     assert!(e.contains("b.json") && e.contains("COCO"), "{e}");
+}
+
+/// The tree's images and masks as L3 (masks one-channel): what a device run reads.
+#[cfg(feature = "gpu")]
+fn l3_tree(dir: &Path) -> (PathBuf, PathBuf) {
+    let t = tree();
+    let conv = ConvertOptions {
+        threads: 2,
+        to_8bit: false,
+    };
+    let (images, masks) = (dir.join("images"), dir.join("masks"));
+    convert_folder(&t.images, &images, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
+    convert_folder(&t.masks, &masks, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
+    (images, masks)
+}
+
+/// The GPU decodes L3 only: masks in any other format (here PNG, with L3 images) are refused on a
+/// device when the loader opens — before any device is opened, so also here without one — naming the
+/// mask and the conversion that fixes it; never a silent CPU decode.
+#[cfg(feature = "gpu")]
+#[test]
+fn device_masks_must_be_l3_and_are_refused_by_name() {
+    let t = tree();
+    let tmp = tempfile::tempdir().unwrap();
+    let (images, _) = l3_tree(tmp.path());
+    let ds = Arc::new(ImageFolder::open(&images).unwrap());
+    let o = LoaderOptions {
+        device: loader::Device::Cuda(0),
+        ..options(t, &t.masks)
+    };
+    let e = match Loader::new(ds, o) {
+        Ok(_) => panic!("PNG masks on a device were accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("gtFine") && e.contains("_gtFine_labelIds.png"),
+        "{e}"
+    );
+    assert!(e.contains("l3 convert --to l3"), "{e}");
+}
+
+/// Masks on the device: one-channel L3 masks decoded and nearest-resampled in the kernels with their
+/// images' geometries, `ignore_index` where a crop reaches past the image — every recipe, region and
+/// whole reads, with luma images too — equal the CPU loader's masks (and images) byte for byte.
+#[cfg(feature = "gpu")]
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_masks_equal_cpu_masks() {
+    use loader::{DecodeScope, Device, Interpolation, Recipe};
+    let t = tree();
+    let tmp = tempfile::tempdir().unwrap();
+    let (images, masks) = l3_tree(tmp.path());
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&images).unwrap());
+    let cases = [
+        (
+            Recipe::Crop,
+            Interpolation::Bilinear,
+            3u8,
+            DecodeScope::Region,
+        ),
+        (
+            Recipe::Jitter { range: [0.5, 2.0] },
+            Interpolation::Bilinear,
+            3,
+            DecodeScope::Region,
+        ),
+        (
+            Recipe::Jitter { range: [0.3, 1.5] },
+            Interpolation::Nearest,
+            1,
+            DecodeScope::Whole,
+        ),
+        (
+            Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: loader::DEFAULT_RATIO,
+            },
+            Interpolation::Bilinear,
+            4,
+            DecodeScope::Region,
+        ),
+    ];
+    for (recipe, interpolation, channels, scope) in cases {
+        let with = |device| {
+            let mut o = options(t, &masks);
+            o.device = device;
+            o.decode = scope;
+            o.sample.recipe = recipe;
+            o.sample.interpolation = interpolation;
+            o.sample.channels = channels;
+            o.targets.ignore_index = 250;
+            o
+        };
+        let tag = format!("{recipe:?} {interpolation:?} channels {channels} {scope:?}");
+        let gpu: Vec<_> = match Loader::new(ds.clone(), with(Device::Cuda(0))) {
+            Ok(l) => l.map(|b| b.unwrap()).collect(),
+            Err(e) => panic!("needs a CUDA GPU: {e}"),
+        };
+        let cpu: Vec<_> = Loader::new(ds.clone(), with(Device::Cpu))
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect();
+        assert_eq!(gpu.len(), cpu.len(), "{tag}");
+        for (g, c) in gpu.iter().zip(&cpu) {
+            assert_eq!((&g.ids, &g.geometry), (&c.ids, &c.geometry), "{tag}");
+            let (gm, cm) = (g.masks.as_ref().unwrap(), c.masks.as_ref().unwrap());
+            assert_eq!(gm.device(), Device::Cuda(0), "{tag}");
+            assert_eq!(gm.shape(), cm.shape(), "{tag}");
+            assert!(
+                cm.bytes() == Some(&gm.to_host().unwrap()[..]),
+                "{tag}: masks of epoch {} batch {}",
+                g.epoch,
+                g.index
+            );
+            assert!(
+                c.pixels.bytes() == Some(&g.pixels.to_host().unwrap()[..]),
+                "{tag}: images of epoch {} batch {}",
+                g.epoch,
+                g.index
+            );
+            assert_eq!(g.boxes, c.boxes, "{tag}");
+        }
+    }
 }

@@ -3,7 +3,9 @@
 //! interleave. Items that failed are left out when skipping is on (the batch is compacted), otherwise the
 //! batch's first failure is delivered in its turn and ends the run.
 
-use super::{BatchStart, DeviceBatch, ItemDone, OwnSample, ToAssembler, device_tensor};
+use super::{
+    BatchStart, DeviceBatch, ItemDone, OwnSample, ToAssembler, device_masks, device_tensor,
+};
 use crate::batch::{Batch, Masks, Tensor};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
@@ -32,6 +34,8 @@ struct Partial {
     error: Option<Error>,
     /// The samples the GPU decoded into device memory, one per filled slot.
     device: Option<DeviceBatch>,
+    /// Their label maps, decoded beside them, when the batch has masks.
+    device_masks: Option<DeviceBatch>,
     /// Each slot's boxes, when the batch has boxes.
     boxes: Vec<Option<SampleBoxes>>,
     /// Each slot's whole-image sample, for batches without a crop.
@@ -88,6 +92,7 @@ impl Assembler {
                     skipped: Vec::new(),
                     error,
                     device: None,
+                    device_masks: None,
                     boxes: (0..n).map(|_| None).collect(),
                     own: (0..n).map(|_| None).collect(),
                     start: s,
@@ -95,9 +100,10 @@ impl Assembler {
                 self.pending.insert(seq, p);
             }
             ToAssembler::Item(d) => self.item(d),
-            ToAssembler::Device { seq, batch } => {
+            ToAssembler::Device { seq, batch, masks } => {
                 if let Some(p) = self.pending.get_mut(&seq) {
                     p.device = Some(batch);
+                    p.device_masks = masks;
                 }
             }
         }
@@ -259,10 +265,26 @@ impl Assembler {
                 Tensor::new(buf, self.shape(k, h, w), self.spec.layout, self.spec.dtype)
             }
         };
-        let masks = masks.map(|mut m| {
-            m.truncate(k * mask_bytes);
-            Masks::new(m, [k, h, w], wide)
-        });
+        let masks = match (pixels.device(), p.device_masks.take()) {
+            (_, Some(dev)) => {
+                drop(masks);
+                let m = device_masks(dev)
+                    .filter(|m| m.shape() == [k, h, w])
+                    .ok_or_else(|| {
+                        Error::Pipeline("the GPU's masks do not match their items".into())
+                    })?;
+                Some(m)
+            }
+            (vocab::Device::Cuda(_), None) if masks.is_some() => {
+                return Err(Error::Pipeline(
+                    "a batch of the GPU without its masks".into(),
+                ));
+            }
+            _ => masks.map(|mut m| {
+                m.truncate(k * mask_bytes);
+                Masks::new(m, [k, h, w], wide)
+            }),
+        };
         Ok((pixels, masks))
     }
 

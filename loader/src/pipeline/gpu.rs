@@ -6,6 +6,12 @@
 //! normalisation happen in the kernels. The batch stays on the device; the
 //! assembler delivers it as a CUDA [`Tensor`](crate::Tensor) with its ready event.
 //!
+//! With `masks`, the label maps are a second submission of the same machinery: the same geometries over
+//! the mask files, nearest (torchvision's index rule, as on the CPU), one channel, `u8`, padded with
+//! `ignore_index`, into a second device tensor `(n, h, w)` ([`Masks`](crate::Masks) on the device).
+//! The GPU decodes L3 only, so masks must be one-channel L3 files (what `l3 convert --to l3` writes
+//! for an 8-bit mask folder): any other mask is refused when the loader opens, naming it.
+//!
 //! While one batch decodes, the stage gathers, plans and queues the next (the decoder's pinned staging
 //! alternates and bounds the batches in flight); the batch in flight is checked — the kernel's error
 //! word — and delivered as soon as nothing else is ready to queue.
@@ -23,13 +29,42 @@ use crate::format::Format;
 use crate::item::{Decoded, Scratch, Stored};
 use crate::sample::{SampleSpec, Window};
 use crate::stats::Counters;
+use crate::targets::Targets;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use l3_cuda::{DecodedBatch, SampleOptions, SamplePlan, SampleSource};
 use l3_format::L3Index;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use vocab::Geometry;
+use vocab::{Geometry, Interpolation};
+
+/// Why a mask cannot go to the device, after its name.
+const DEVICE_MASKS: &str = "masks decoded on a CUDA device must be one-channel L3 files, decoded by the \
+    GPU beside their images: convert the mask folder with `l3 convert --to l3` (16-bit masks stay PNG \
+    there, and need device cpu)";
+
+/// Refuses, before anything runs, masks the GPU cannot decode: every paired mask must be an L3 file.
+/// (Each one's header is checked again when it is read: one channel, its image's size.)
+pub(crate) fn check_masks(targets: &Targets, items: usize) -> Result<()> {
+    if !targets.has_masks() {
+        return Ok(());
+    }
+    if targets.wide() {
+        return Err(Error::Options(format!(
+            "masks: 16-bit masks cannot be decoded on a CUDA device ({DEVICE_MASKS})"
+        )));
+    }
+    for i in 0..items {
+        if let Some(Ok(path)) = targets.mask_path(i) {
+            let ext = path.extension().and_then(|e| e.to_str());
+            if !ext.is_some_and(|e| e.eq_ignore_ascii_case("l3")) {
+                return Err(Error::dataset(path, DEVICE_MASKS));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Proves that the GPU can decode `dataset` (every item L3; driver, device, context and NVRTC-compiled
 /// kernels all working) by opening the decoder the stage will use.
@@ -55,11 +90,18 @@ struct Entry {
     geometry: Geometry,
     /// The image's width and height.
     image: (u32, u32),
+    /// Its mask (a one-channel L3 file of the image's size) and where it lives, when the batch has
+    /// masks.
+    mask: Option<(Vec<u8>, PathBuf)>,
 }
 
 impl Entry {
     fn source(&self) -> SampleSource<'_> {
         source(&self.stored)
+    }
+
+    fn mask_source(&self) -> Option<SampleSource<'_>> {
+        self.mask.as_ref().map(|(b, _)| SampleSource::File(b))
     }
 
     /// The item's result, and the job dropped first: a batch is finished only once every slot of its
@@ -71,10 +113,11 @@ impl Entry {
     }
 }
 
-/// A batch whose copy and launch are queued.
+/// A batch whose copy and launch are queued: its images, and its masks when it has masks.
 struct InFlight {
     entries: Vec<Entry>,
     batch: DecodedBatch,
+    masks: Option<DecodedBatch>,
 }
 
 pub(crate) struct GpuStage {
@@ -164,6 +207,13 @@ impl GpuStage {
             };
             match dims(&stored) {
                 Ok((w, h)) => {
+                    let mask = match self.mask_of(&mut job, (w, h)) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            msgs.push(item(job, Some(read), Err(e)));
+                            continue;
+                        }
+                    };
                     let geometry = self.ctx.request(job.key).geometry(w, h);
                     entries.push(Entry {
                         job,
@@ -171,6 +221,7 @@ impl GpuStage {
                         read,
                         geometry,
                         image: (w, h),
+                        mask,
                     });
                 }
                 Err(e) => {
@@ -181,7 +232,11 @@ impl GpuStage {
         }
         let queued = match self.launch(&mut entries, &mut msgs) {
             Ok(None) => None,
-            Ok(Some(batch)) => Some(InFlight { entries, batch }),
+            Ok(Some((batch, masks))) => Some(InFlight {
+                entries,
+                batch,
+                masks,
+            }),
             Err(failure) => {
                 msgs.extend(self.device_failed(failure, entries, warned));
                 None
@@ -191,32 +246,80 @@ impl GpuStage {
         (msgs, queued)
     }
 
-    /// Plans `entries` and queues their launch; an item the plan rejects is reported into `msgs` and
-    /// left out. `Ok(None)` when no item is left; `Err` is a failure of the device, not of an item.
+    /// An item's mask, when the batch has masks: the bytes the read stage read (or read now, as under
+    /// the Liquid order), refused unless the GPU can decode it as its image's label map.
+    fn mask_of(&self, job: &mut Job, image: (u32, u32)) -> Result<Option<(Vec<u8>, PathBuf)>> {
+        let Some(t) = self.ctx.targets.as_ref().filter(|t| t.has_masks()) else {
+            return Ok(None);
+        };
+        let path = match t.mask_path(job.index) {
+            Some(p) => p?,
+            None => return Ok(None),
+        };
+        let bytes = match job.mask.take() {
+            Some(read) => read?,
+            None => {
+                let read = t.read_mask(job.index).transpose()?.unwrap_or_default();
+                Counters::add(&self.ctx.counters.bytes_read, read.len() as u64);
+                read
+            }
+        };
+        let image_path = self.ctx.ds.source(job.index);
+        device_mask(&bytes, &path, (&image_path, image))?;
+        Ok(Some((bytes, path)))
+    }
+
+    /// Plans `entries` and queues their launch (and their masks', when the batch has masks); an item
+    /// the plans reject is reported into `msgs` and left out. `Ok(None)` when no item is left; `Err` is
+    /// a failure of the device, not of an item.
+    #[allow(clippy::type_complexity)]
     fn launch(
         &mut self,
         entries: &mut Vec<Entry>,
         msgs: &mut Vec<ToAssembler>,
-    ) -> std::result::Result<Option<DecodedBatch>, l3_cuda::Error> {
+    ) -> std::result::Result<Option<(DecodedBatch, Option<DecodedBatch>)>, l3_cuda::Error> {
         let spec = &self.ctx.spec;
         let opts = sample_options(spec);
+        let mask_opts = self.ctx.targets.as_deref().map(mask_options(spec));
         while !entries.is_empty() {
             let sources: Vec<SampleSource> = entries.iter().map(Entry::source).collect();
             let geometries: Vec<Geometry> = entries.iter().map(|e| e.geometry).collect();
             let submitted = plan(&sources, &geometries, spec, &opts)
                 .and_then(|plan| self.decoder.submit_sample_plan(Arc::new(plan), &sources));
             drop(sources);
-            match submitted {
-                Ok(batch) => {
-                    Counters::add(&self.ctx.counters.gpu_batches, 1);
-                    return Ok(Some(batch));
-                }
+            let batch = match submitted {
+                Ok(batch) => batch,
                 Err(e) => match e.image_index() {
                     Some(i) if i < entries.len() => {
-                        msgs.push(self.item_failed(entries.remove(i), e))
+                        msgs.push(self.item_failed(entries.remove(i), e, false));
+                        continue;
                     }
                     _ => return Err(e),
                 },
+            };
+            let masks: Option<Vec<SampleSource>> = entries.iter().map(Entry::mask_source).collect();
+            let (Some(masks), Some(mask_opts)) = (masks, mask_opts) else {
+                Counters::add(&self.ctx.counters.gpu_batches, 1);
+                return Ok(Some((batch, None)));
+            };
+            let submitted =
+                SamplePlan::resampled(&masks, &geometries, Interpolation::Nearest, &mask_opts)
+                    .and_then(|plan| self.decoder.submit_sample_plan(Arc::new(plan), &masks));
+            drop(masks);
+            match submitted {
+                Ok(m) => {
+                    Counters::add(&self.ctx.counters.gpu_batches, 1);
+                    return Ok(Some((batch, Some(m))));
+                }
+                Err(e) => {
+                    drop(batch);
+                    match e.image_index() {
+                        Some(i) if i < entries.len() => {
+                            msgs.push(self.item_failed(entries.remove(i), e, true))
+                        }
+                        _ => return Err(e),
+                    }
+                }
             }
         }
         Ok(None)
@@ -229,22 +332,28 @@ impl GpuStage {
         let InFlight {
             mut entries,
             mut batch,
+            mut masks,
         } = f;
         let mut msgs = Vec::new();
         loop {
-            match batch.wait() {
+            let waited = batch.wait().map_err(|e| (e, false)).and_then(|()| {
+                masks
+                    .as_mut()
+                    .map_or(Ok(()), |m| m.wait().map_err(|e| (e, true)))
+            });
+            match waited {
                 Ok(()) => break,
-                Err(e) => {
+                Err((e, in_mask)) => {
                     let failure = match e.image_index() {
                         Some(i) if i < entries.len() => {
-                            msgs.push(self.item_failed(entries.remove(i), e));
-                            drop(batch);
+                            msgs.push(self.item_failed(entries.remove(i), e, in_mask));
+                            drop((batch, masks));
                             self.launch(&mut entries, &mut msgs)
                         }
                         _ => Err(e),
                     };
                     match failure {
-                        Ok(Some(again)) => batch = again,
+                        Ok(Some(again)) => (batch, masks) = again,
                         Ok(None) => {
                             Counters::add_time(&self.ctx.counters.decode_ns, t0);
                             return msgs;
@@ -265,6 +374,7 @@ impl GpuStage {
         msgs.push(ToAssembler::Device {
             seq,
             batch: Box::new(batch),
+            masks: masks.map(Box::new),
         });
         for (i, e) in entries.into_iter().enumerate() {
             let pixels = rects.get(i).map_or(0, |r| u64::from(r.w) * u64::from(r.h));
@@ -272,7 +382,7 @@ impl GpuStage {
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
             let geometry = e.geometry;
             let image = e.image;
-            // Boxes are the host's part of a device batch (masks are refused on a device).
+            // Boxes are the host's part of a device batch.
             let boxes = self
                 .ctx
                 .targets
@@ -291,10 +401,14 @@ impl GpuStage {
         msgs
     }
 
-    /// An item the GPU decoder rejected (corrupt file, rows or patch), as that item's decode error. A
-    /// file the host plan rejects gets the CPU decoder's words: the batch index means nothing here.
-    fn item_failed(&self, e: Entry, why: l3_cuda::Error) -> ToAssembler {
-        let path = self.ctx.ds.source(e.job.index);
+    /// An item the GPU decoder rejected (corrupt file, rows or patch — of its image, or `in_mask` of
+    /// its mask), as that item's decode error naming the file. A file the host plan rejects gets the
+    /// CPU decoder's words: the batch index means nothing here.
+    fn item_failed(&self, e: Entry, why: l3_cuda::Error, in_mask: bool) -> ToAssembler {
+        let path = match (&e.mask, in_mask) {
+            (Some((_, mask)), true) => mask.clone(),
+            _ => self.ctx.ds.source(e.job.index),
+        };
         let error = match why {
             l3_cuda::Error::Image { source, .. } => Error::decode(path, "l3", source),
             other => Error::decode(path, "l3", other),
@@ -342,6 +456,7 @@ impl GpuStage {
             .into_iter()
             .map(|mut e| {
                 e.job.stored = Some(Ok((e.stored, e.read)));
+                e.job.mask = e.mask.map(|(bytes, _)| Ok(bytes));
                 ToAssembler::Item(super::decode::decode(&self.ctx, &mut scratch, e.job))
             })
             .collect()
@@ -389,6 +504,7 @@ fn sample_options(spec: &SampleSpec) -> SampleOptions {
     SampleOptions {
         width: spec.width,
         height: spec.height,
+        channels: spec.channels,
         layout: spec.layout,
         dtype: spec.dtype,
         normalize: spec.normalize,
@@ -397,6 +513,61 @@ fn sample_options(spec: &SampleSpec) -> SampleOptions {
         // region decode reports them.
         check_rows_on_host: true,
     }
+}
+
+/// The label-map batch of `spec` for `l3-cuda`: one channel, `u8`, padded with `ignore_index`.
+fn mask_options(spec: &SampleSpec) -> impl Fn(&Targets) -> SampleOptions + '_ {
+    move |t| SampleOptions {
+        channels: 1,
+        layout: vocab::Layout::Nchw,
+        dtype: vocab::DType::U8,
+        normalize: None,
+        // 16-bit masks are refused on a device (`check_masks`), so the ignore index fits a byte.
+        fill: u8::try_from(t.ignore_index()).unwrap_or(u8::MAX),
+        ..sample_options(spec)
+    }
+}
+
+/// Checks, from its header alone, that a mask is what the GPU decodes as its image's label map: a
+/// one-channel L3 file of the image's size. The errors are the CPU path's, naming the mask (and the
+/// image).
+fn device_mask(bytes: &[u8], path: &Path, (image_path, image): (&Path, (u32, u32))) -> Result<()> {
+    match Format::sniff(bytes) {
+        Some(Format::L3) => {}
+        other => {
+            return Err(Error::decode(
+                path,
+                other.map_or("mask", Format::name),
+                DEVICE_MASKS,
+            ));
+        }
+    }
+    let n = L3Index::prefix_len(bytes).map_err(|e| Error::decode(path, "l3", e))?;
+    let index = L3Index::parse(&bytes[..n.min(bytes.len())], bytes.len() as u64)
+        .map_err(|e| Error::decode(path, "l3", e))?;
+    if index.channels() != 1 {
+        return Err(Error::decode(
+            path,
+            "l3",
+            format!(
+                "a mask is one channel of class indices; this L3 file has {}",
+                index.channels()
+            ),
+        ));
+    }
+    let (w, h) = (index.width(), index.height());
+    if (w, h) != image {
+        return Err(Error::dataset(
+            path,
+            format!(
+                "the mask is {w}x{h} but its image {} is {}x{}",
+                image_path.display(),
+                image.0,
+                image.1
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Width and height of a stored L3 item, from its header alone.
@@ -543,6 +714,118 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Luma and RGBA batches plan through the resampling kernels with the batch's channel count, and a
+    /// batch's masks plan beside its images: the same geometries over one-channel L3 masks, nearest,
+    /// `u8`, padded with the ignore index, `(n, 1, h, w)`, every block inside its own sample.
+    #[test]
+    fn luma_rgba_and_mask_batches_plan_beside_their_images() {
+        let sizes = [(1u32, 1u32), (7, 3), (300, 200), (64, 64), (129, 77)];
+        let recipes = [
+            vocab::Recipe::Crop,
+            vocab::Recipe::Jitter { range: [0.5, 2.0] },
+            vocab::Recipe::ResizedCrop {
+                scale: [0.08, 1.0],
+                ratio: vocab::DEFAULT_RATIO,
+            },
+        ];
+        let images: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &(w, h))| encode(w, h, k as u32, l3_format::Format::V1, 32))
+            .collect();
+        let masks: Vec<Vec<u8>> = sizes
+            .iter()
+            .map(|&(w, h)| {
+                let labels: Vec<u8> = (0..w * h).map(|i| (i % 19) as u8).collect();
+                l3_format::encode(&labels, w, h, 1, 32).unwrap()
+            })
+            .collect();
+        for (r, recipe) in recipes.into_iter().enumerate() {
+            for channels in [1u8, 3, 4] {
+                let spec = SampleSpec {
+                    recipe,
+                    channels,
+                    normalize: None,
+                    dtype: DType::U8,
+                    ..SPEC
+                };
+                let geometries: Vec<Geometry> = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(w, h))| {
+                        let key = ItemKey {
+                            seed: 5,
+                            epoch: r,
+                            index: i,
+                        };
+                        spec.geometry(w, h, &key)
+                    })
+                    .collect();
+                let tag = format!("{recipe:?} channels {channels}");
+                let sources: Vec<_> = images.iter().map(|b| SampleSource::File(b)).collect();
+                let p = plan(&sources, &geometries, &spec, &sample_options(&spec))
+                    .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                assert_eq!(p.tensor().shape, [5, channels as usize, 96, 128], "{tag}");
+                assert_eq!(p.is_resampled(), channels != 3 || r != 0, "{tag}");
+                assert!(p.descriptors_in_bounds(), "{tag}");
+                let opts = SampleOptions {
+                    channels: 1,
+                    layout: Layout::Nchw,
+                    dtype: DType::U8,
+                    normalize: None,
+                    fill: 250,
+                    ..sample_options(&spec)
+                };
+                let mask_sources: Vec<_> = masks.iter().map(|b| SampleSource::File(b)).collect();
+                let m = SamplePlan::resampled(
+                    &mask_sources,
+                    &geometries,
+                    Interpolation::Nearest,
+                    &opts,
+                )
+                .unwrap_or_else(|e| panic!("{tag} masks: {e}"));
+                assert_eq!(m.tensor().shape, [5, 1, 96, 128], "{tag}");
+                assert!(m.descriptors_in_bounds(), "{tag}");
+            }
+        }
+    }
+
+    /// A mask the GPU cannot decode as its image's label map is that item's error, naming the mask (and
+    /// the image when the sizes differ), in the CPU path's words.
+    #[test]
+    fn masks_the_gpu_cannot_decode_are_named() {
+        let (mask, image) = (Path::new("gt/a_labelIds.l3"), Path::new("img/a.l3"));
+        let gray = l3_format::encode(&[3u8; 12], 4, 3, 1, 32).unwrap();
+        assert!(device_mask(&gray, mask, (image, (4, 3))).is_ok());
+        let e = device_mask(&gray, mask, (image, (5, 3)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a_labelIds.l3") && e.contains("img/a.l3") && e.contains("4x3"),
+            "{e}"
+        );
+        let rgb = l3_format::encode(&[3u8; 36], 4, 3, 3, 32).unwrap();
+        let e = device_mask(&rgb, mask, (image, (4, 3)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a_labelIds.l3") && e.contains("one channel"),
+            "{e}"
+        );
+        let pgm = b"P5 4 3 255\n............".to_vec();
+        let e = device_mask(&pgm, mask, (image, (4, 3)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a_labelIds.l3") && e.contains("l3 convert --to l3"),
+            "{e}"
+        );
+        let e = device_mask(&gray[..20], mask, (image, (4, 3)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a_labelIds.l3"), "{e}");
     }
 
     /// A corrupt item is named by its place in the batch (the stage drops it and decodes the rest), and

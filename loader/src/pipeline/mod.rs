@@ -109,11 +109,12 @@ pub(crate) enum ToAssembler {
     Start(BatchStart),
     Item(ItemDone),
     /// Batch `seq`'s samples, decoded by the GPU into device memory, one per item that decoded, in slot
-    /// order; sent before those items.
+    /// order, and their label maps when the batch has masks; sent before those items.
     #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     Device {
         seq: u64,
         batch: DeviceBatch,
+        masks: Option<DeviceBatch>,
     },
 }
 
@@ -160,6 +161,17 @@ pub(crate) fn device_tensor(
     _: vocab::Layout,
     _: vocab::DType,
 ) -> Option<crate::batch::Tensor> {
+    match batch {}
+}
+
+/// The label maps of a device batch, if they are the one-channel `u8` batch masks are.
+#[cfg(feature = "gpu")]
+pub(crate) fn device_masks(batch: DeviceBatch) -> Option<crate::batch::Masks> {
+    crate::batch::Masks::on_device(batch)
+}
+
+#[cfg(not(feature = "gpu"))]
+pub(crate) fn device_masks(batch: DeviceBatch) -> Option<crate::batch::Masks> {
     match batch {}
 }
 

@@ -204,6 +204,12 @@ impl Targets {
         out.0 as usize * out.1 as usize * if self.wide { 2 } else { 1 }
     }
 
+    /// Where item `index`'s mask lives (or the error naming the image without one), if masks are on.
+    pub fn mask_path(&self, index: usize) -> Option<Result<PathBuf>> {
+        let m = self.masks.as_ref()?;
+        Some(m.key(index).map(|k| m.name(k)))
+    }
+
     /// The read stage's part: item `index`'s mask bytes (with the bytes read), if masks are on.
     pub fn read_mask(&self, index: usize) -> Option<Result<Vec<u8>>> {
         let m = self.masks.as_ref()?;
