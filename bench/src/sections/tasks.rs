@@ -8,10 +8,26 @@
 //! the images stored as PNG, L3 and raw.
 //! Two recipes: DeepLab (scale jitter 0.5–2.0, random 512×1024 crop padded where it reaches past the
 //! image, flip, masks) and ImageNet (random-resized crop 224, scale (0.08, 1), flip). The loader rows
-//! report the bytes they read per epoch (`stats()["bytes_read"]`); the DataLoader reads whole files.
-//! torch and torchvision are installed into the benchmark's environment with pip (about 3 GB of wheels
-//! with their CUDA libraries); where that fails the peer's column says why. `L3_BENCH_QUICK=1`: shorter
-//! timings.
+//! report the bytes they read per epoch (`stats()["bytes_read"]`); the peers read whole files.
+//!
+//! The peers, all on the PNG files with the same recipe and as many threads or workers as cores:
+//! - DataLoader: the row above, torch and torchvision from pip (about 3 GB of wheels with their CUDA
+//!   libraries).
+//! - NVIDIA DALI's CPU pipeline (`nvidia-dali-cuda120` from pip, used with `device_id=None`: no GPU, no
+//!   CUDA runtime): `fn.readers.file` over the same file list, `fn.decoders.image(device="cpu")` (masks
+//!   as GRAY), DALI's own operators — `fn.resize` by a uniform factor (masks nearest) and
+//!   `fn.crop(out_of_bounds_policy="pad")` with fill 0 / 255 for DeepLab, `fn.random_resized_crop` for
+//!   ImageNet — and `fn.flip` driven by one `fn.random.coin_flip` shared by image and mask.
+//! - SPDL (`spdl` from pip): `spdl.pipeline.PipelineBuilder` threads decoding with `spdl.io` (FFmpeg),
+//!   the recipe as FFmpeg filters in the decode call (`scale`, `crop`, `hflip`; masks with
+//!   `flags=neighbor`), as SPDL's documentation transforms while decoding. SPDL loads FFmpeg's shared
+//!   libraries at run time; where they are missing the bench installs them with `apt-get`
+//!   (`libavfilterN`, `libavdeviceN`: Debian's names, the newest the package index has).
+//!
+//! Before a peer row is timed the script checks one epoch of it against the recipe (every file once,
+//! shapes and dtypes, mask values, padding, image and mask sharing window and flip), so a pipeline that
+//! skips work cannot post a figure. Where a peer does not install, import or pass its check, its row
+//! says why. `L3_BENCH_QUICK=1`: shorter timings.
 
 use super::python::{load_average, pip_install};
 use crate::report::{Report, Table, corpus_dir, machine};
@@ -34,8 +50,10 @@ const RECIPES: [(&str, &str); 2] = [
 ];
 
 /// (source, row, label) in table order; the DataLoader on PNG is every ratio's denominator.
-const ROWS: [(&str, &str, &str); 5] = [
+const ROWS: [(&str, &str, &str); 7] = [
     ("png", "dataloader", "DataLoader + transforms.v2, PNG"),
+    ("png", "dali", "NVIDIA DALI (CPU pipeline), PNG"),
+    ("png", "spdl", "SPDL (FFmpeg filters), PNG"),
     ("png", "loader", "l3toolkit.Loader, PNG"),
     ("raw", "loader", "l3toolkit.Loader, raw"),
     ("l3", "loader", "l3toolkit.Loader, L3 (region reads)"),
@@ -54,6 +72,18 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let torch = pip_install(&python, &["torch", "torchvision"]);
     if let Err(why) = &torch {
         eprintln!("tasks bench: torch did not install ({why}); its rows stay empty");
+    }
+    eprintln!(
+        "tasks bench: pip install nvidia-dali-cuda120 (about 0.5 GB, cached after the first time) ..."
+    );
+    let dali = pip_install(&python, &["nvidia-dali-cuda120"]);
+    eprintln!("tasks bench: pip install spdl, and FFmpeg's libraries where they are missing ...");
+    let spdl = pip_install(&python, &["spdl"])
+        .and_then(|v| ffmpeg_libraries().map(|libs| [v, libs].concat()));
+    for (name, result) in [("DALI", &dali), ("SPDL", &spdl)] {
+        if let Err(why) = result {
+            eprintln!("tasks bench: {name} did not install ({why}); its rows stay empty");
+        }
     }
     let work = tempfile::Builder::new()
         .prefix("l3-bench-tasks-")
@@ -74,6 +104,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .context("running the data preparation")?;
     anyhow::ensure!(status.success(), "preparing the data failed: {status}");
     let load_before = load_average();
+    let ours = Ok(Vec::new());
     let mut notes = Vec::new();
     for (recipe, about) in RECIPES {
         let mut table = Table::new(
@@ -88,8 +119,14 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         let mut base = None;
         let mut whole_read = None;
         for (source, row, label) in ROWS {
-            let result = if row == "dataloader" && torch.is_err() {
-                Err("torch is not installed".to_string())
+            let installed = match row {
+                "dataloader" => &torch,
+                "dali" => &dali,
+                "spdl" => &spdl,
+                _ => &ours,
+            };
+            let result = if let Err(why) = installed {
+                Err(format!("not installed: {why}"))
             } else {
                 one_row(
                     &python, &script, &data, recipe, source, row, cores, seconds, runs,
@@ -142,15 +179,27 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          as `tv_tensors.Image` (and `tv_tensors.Mask`) and applies `transforms.v2` — `RandomResize(512, \
          2048)` of the shorter side, `RandomCrop((512, 1024), pad_if_needed=True)` with fill 0 / 255 and \
          `RandomHorizontalFlip()` for DeepLab, `RandomResizedCrop(224)` and the flip for ImageNet — and \
-         the default collate; {}. The loader rows: `l3toolkit.Loader` with the same recipe (`jitter=(0.5, \
-         2.0), random_crop=True, crop=(512, 1024), masks=...` or `scale=(0.08, 1), crop=224`), `flip=True`, \
-         NCHW uint8, {cores} decode threads, batches taken through `numpy.from_dlpack`. Machine: {}; load \
-         (1-minute average) {} at the start and {} at the end.",
+         the default collate (pip: {}). The DALI row (pip: {}): a CPU-only pipeline (`device_id=None`, \
+         `num_threads={cores}`, batches as ours) — `fn.readers.file` (image and mask readers shuffled alike), \
+         `fn.decoders.image(device=\"cpu\")` (masks as GRAY), for DeepLab `fn.resize` of the whole image by \
+         `fn.random.uniform(0.5, 2.0)` (linear, antialiased; masks nearest) and `fn.crop` 512×1024 at a \
+         uniform position with `out_of_bounds_policy=\"pad\"` (fill 0 / 255), for ImageNet \
+         `fn.random_resized_crop(224, random_area=[0.08, 1])`, then `fn.flip` with one `fn.random.coin_flip` \
+         for image and mask and `fn.transpose` to CHW; batches as NumPy (`as_array`). The SPDL row (pip: {}): \
+         `PipelineBuilder` with decode concurrency {cores} on {cores} threads, `spdl.io` FFmpeg decoding \
+         with the recipe as filters (`scale` bilinear, masks `flags=neighbor`; `crop`; `hflip`), parameters \
+         drawn as torchvision draws them, NumPy pasting padded windows, CHW and batches. Each peer row is \
+         checked first: one epoch must hold every file once, with its own mask, in the recipe's shapes and \
+         dtypes, mask values in the 19 classes or 255, zero pixels under padding, and each mask agreeing \
+         with its image's classes better than with the mirror image's (same window, same flip). The loader \
+         rows: `l3toolkit.Loader` with the same recipe (`jitter=(0.5, 2.0), random_crop=True, crop=(512, \
+         1024), masks=...` or `scale=(0.08, 1), crop=224`), `flip=True`, NCHW uint8, {cores} decode \
+         threads, batches taken through `numpy.from_dlpack`. Machine: {}; load (1-minute average) {} at \
+         the start and {} at the end.",
         corpus_dir().display(),
-        match &torch {
-            Ok(v) => format!("{} (pip)", v.join(", ")),
-            Err(why) => format!("torch did not install here ({why})"),
-        },
+        installed_as(&torch),
+        installed_as(&dali),
+        installed_as(&spdl),
         machine(),
         load_before,
         load_average()
@@ -159,6 +208,79 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         r.para(&format!("Note: {n}"));
     }
     Ok(())
+}
+
+/// A peer's packages and versions as the report names them, or why it did not install.
+fn installed_as(peer: &Result<Vec<String>, String>) -> String {
+    match peer {
+        Ok(v) => v.join(", "),
+        Err(why) => format!("did not install here: {why}"),
+    }
+}
+
+/// FFmpeg's shared libraries, which SPDL's `spdl.io` loads at run time (any FFmpeg from 4 on): nothing
+/// when the dynamic linker already knows `libavfilter` and `libavdevice`, else Debian's packages of
+/// the newest versions the package index lists, installed with `apt-get` (root only; the index is
+/// refreshed once if the first try fails). Returns the packages installed, as the report names them.
+fn ffmpeg_libraries() -> Result<Vec<String>, String> {
+    let stems = ["libavfilter", "libavdevice"];
+    let known = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if stems.iter().all(|s| known.contains(&format!("{s}.so."))) {
+        return Ok(Vec::new());
+    }
+    let newest = |stem: &str| -> Option<String> {
+        let out = Command::new("apt-cache")
+            .args(["pkgnames", stem])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| Some((l.strip_prefix(stem)?.parse::<u32>().ok()?, l.to_string())))
+            .max()
+            .map(|(_, name)| name)
+    };
+    let install = || -> Result<Vec<String>, String> {
+        let packages: Vec<String> = stems
+            .iter()
+            .map(|s| newest(s).ok_or_else(|| format!("apt-cache lists no {s}N package")))
+            .collect::<Result<_, _>>()?;
+        let out = Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .map_err(|e| format!("running apt-get: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+            return Err(format!(
+                "apt-get install {} exited with {}: {last}",
+                packages.join(" "),
+                out.status
+            ));
+        }
+        Ok(packages
+            .into_iter()
+            .map(|p| format!("{p} (apt-get)"))
+            .collect())
+    };
+    install().or_else(|first| {
+        let updated = Command::new("apt-get")
+            .args(["update", "-q"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if updated {
+            install()
+        } else {
+            Err(format!(
+                "FFmpeg's libraries are missing and could not be installed: {first}"
+            ))
+        }
+    })
 }
 
 /// One row of the script: (images/s, bytes read per epoch), or why it failed.
