@@ -261,8 +261,11 @@ fn every_item_once_with_its_mask_and_boxes_in_every_format() {
     assert_eq!(png, l3);
 }
 
+/// Each batch's masks and images, as bytes.
+type BatchBytes = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One run over the L3 tree: its batches' masks and images, and the bytes it read.
-fn l3_run(opts: LoaderOptions) -> (Vec<(Vec<u8>, Vec<u8>)>, u64) {
+fn l3_run(opts: LoaderOptions) -> (BatchBytes, u64) {
     let ds = Arc::new(ImageFolder::open(&l3_tree().0).unwrap());
     let mut l = Loader::new(ds, opts).unwrap();
     let mut got = Vec::new();
@@ -371,7 +374,10 @@ fn a_truncated_or_corrupt_l3_mask_read_by_region_is_named() {
         opts.targets.boxes = None;
         opts.sample.recipe = loader::Recipe::Jitter { range: [0.5, 2.0] };
         let mut l = Loader::new(ds.clone(), opts).unwrap();
-        let e = l.next().unwrap().err().expect("an error").to_string();
+        let Err(e) = l.next().unwrap() else {
+            panic!("{damage}: the first batch decoded");
+        };
+        let e = e.to_string();
         assert!(
             e.contains("gtFine") && e.contains("_gtFine_labelIds.l3"),
             "{damage}: {e}"

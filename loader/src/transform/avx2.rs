@@ -54,9 +54,9 @@ pub(super) unsafe fn horizontal_34<const C: usize>(
         let spread = _mm_loadu_si128(SPREAD3.as_ptr().cast());
         // Lanes 0-3 take the first weight of a pair, lanes 4-7 the second.
         let pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-        for j in 0..n {
-            let f = (cx.first[j] - x0) as usize;
-            let taps = cx.taps[j] as usize;
+        for (j, (&first, &taps)) in cx.first.iter().zip(&cx.taps).enumerate().take(n) {
+            let f = (first - x0) as usize;
+            let taps = taps as usize;
             let k = &cx.weights[j * cx.ksize..][..taps];
             // The last load, at the last pair's or the odd tap's pixel, reads 8 bytes.
             if taps == 0 || (f + taps - 1) * C + 8 > row.len() {
