@@ -132,10 +132,10 @@ t0 = time.perf_counter(); f(); once = max(time.perf_counter() - t0, 1e-6)
 n = max(1, int(seconds / once))
 best = float("inf")
 for _ in range(runs):
-    t = time.perf_counter()
+    start = time.perf_counter()
     for _ in range(n):
         f()
-    best = min(best, (time.perf_counter() - t) / n)
+    best = min(best, (time.perf_counter() - start) / n)
 print(best * 1e6)
 "#;
 
