@@ -27,7 +27,8 @@
 //! # Ok::<(), loader::Error>(())
 //! ```
 // `unsafe` lives only in `memory.rs` (aligned batch memory, disjoint slots filled by several
-// threads) and the test that makes a FIFO.
+// threads), `transform/avx2.rs` (the resampler's AVX2 kernels) and their call sites in
+// `transform/resample.rs`, and the test that makes a FIFO.
 #![deny(unsafe_code)]
 
 mod batch;

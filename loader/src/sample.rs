@@ -96,10 +96,9 @@ impl SampleWrite for SampleSpec {
 
     /// Writes the window's pixels from `px` — the window's region, interleaved with `channels` channels,
     /// rows `row_stride` bytes apart — into `slot`, converting channels (as [`vocab::Channels`]), type
-    /// and layout, mirroring when `win.flip`. The general path: any layout, type and channel count. Row
-    /// by row, each output channel is one lane of the slot (contiguous in NCHW, every `channels`-th
-    /// element in NHWC) written from a 256-entry table of encoded values; u8 rows of the sample's own
-    /// channel count in NHWC, unmirrored, are plain copies.
+    /// and layout, mirroring when `win.flip`. u8 rows of the sample's own channel count are plain
+    /// copies in NHWC (unmirrored) and split into their planes in NCHW; everything else takes the
+    /// general path ([`write_lanes`]).
     fn write_window(
         &self,
         win: &Window,
@@ -112,12 +111,7 @@ impl SampleWrite for SampleSpec {
         let (ww, wh) = (win.src.w as usize, win.src.h as usize);
         let (w, h) = (self.width as usize, self.height as usize);
         let (dx, dy) = (win.dx as usize, win.dy as usize);
-        let size = self.dtype.size();
         let out_n = usize::from(self.channels);
-        let convert = vocab::Channels {
-            from: channels,
-            to: self.channels,
-        };
         if self.dtype == DType::U8 && c_n == out_n && self.layout == Layout::Nhwc && !win.flip {
             for row in 0..wh {
                 let at = ((dy + row) * w + dx) * out_n;
@@ -125,47 +119,25 @@ impl SampleWrite for SampleSpec {
             }
             return;
         }
-        // One lookup table per channel: 256 encoded values, so the inner loop is a copy.
-        let mut table = [[[0u8; 4]; 256]; 4];
-        for (c, t) in table.iter_mut().enumerate().take(out_n) {
-            for (v, e) in t.iter_mut().enumerate() {
-                *e = self.encode(v as u8, c);
-            }
-        }
-        let mut converted = Vec::new();
-        for row in 0..wh {
-            let src = &px[row * row_stride..][..ww * c_n];
-            // The row in the sample's channels (as it is when the counts agree).
-            let values = if c_n == out_n {
-                src
-            } else {
-                converted.clear();
-                converted.extend(
-                    src.chunks_exact(c_n)
-                        .flat_map(|p| convert.convert(p).into_iter().take(out_n)),
-                );
-                &converted[..]
-            };
-            let y = dy + row;
-            for (c, t) in table.iter().enumerate().take(out_n) {
-                // Element index of (dx, y, c) and the step between neighbouring x.
-                let (start, step) = match self.layout {
-                    Layout::Nhwc => ((y * w + dx) * out_n + c, out_n),
-                    Layout::Nchw => (c * w * h + y * w + dx, 1),
-                };
-                let lane = Lane {
-                    start,
-                    step,
-                    len: ww,
-                    flip: win.flip,
-                };
-                match size {
-                    1 => lane.write::<1>(values, out_n, c, t, slot),
-                    2 => lane.write::<2>(values, out_n, c, t, slot),
-                    _ => lane.write::<4>(values, out_n, c, t, slot),
+        if self.dtype == DType::U8
+            && c_n == out_n
+            && self.layout == Layout::Nchw
+            && matches!(c_n, 1 | 3 | 4)
+        {
+            // u8 NCHW of the image's own channels (what PyTorch training takes): each row split into
+            // its planes, with no table and no per-element index.
+            for row in 0..wh {
+                let src = &px[row * row_stride..][..ww * c_n];
+                let at = (dy + row) * w + dx;
+                match c_n {
+                    1 => split_row::<1>(src, at, w * h, win.flip, slot),
+                    3 => split_row::<3>(src, at, w * h, win.flip, slot),
+                    _ => split_row::<4>(src, at, w * h, win.flip, slot),
                 }
             }
+            return;
         }
+        write_lanes(self, win, px, channels, row_stride, slot);
     }
 
     /// Where a region decoder can write the window straight into the slot: u8 samples with the image's
@@ -235,6 +207,86 @@ impl SampleWrite for SampleSpec {
                     slot.swap(self.at(a, y, c), self.at(b, y, c));
                 }
             }
+        }
+    }
+}
+
+/// The general path of [`SampleWrite::write_window`]: any layout, type and channel count. Row by row,
+/// each output channel is one lane of the slot (contiguous in NCHW, every `channels`-th element in NHWC)
+/// written from a 256-entry table of encoded values.
+fn write_lanes(
+    spec: &SampleSpec,
+    win: &Window,
+    px: &[u8],
+    channels: u8,
+    row_stride: usize,
+    slot: &mut [u8],
+) {
+    let c_n = channels as usize;
+    let (ww, wh) = (win.src.w as usize, win.src.h as usize);
+    let (w, h) = (spec.width as usize, spec.height as usize);
+    let (dx, dy) = (win.dx as usize, win.dy as usize);
+    let size = spec.dtype.size();
+    let out_n = usize::from(spec.channels);
+    let convert = vocab::Channels {
+        from: channels,
+        to: spec.channels,
+    };
+    // One lookup table per channel: 256 encoded values, so the inner loop is a copy.
+    let mut table = [[[0u8; 4]; 256]; 4];
+    for (c, t) in table.iter_mut().enumerate().take(out_n) {
+        for (v, e) in t.iter_mut().enumerate() {
+            *e = spec.encode(v as u8, c);
+        }
+    }
+    let mut converted = Vec::new();
+    for row in 0..wh {
+        let src = &px[row * row_stride..][..ww * c_n];
+        // The row in the sample's channels (as it is when the counts agree).
+        let values = if c_n == out_n {
+            src
+        } else {
+            converted.clear();
+            converted.extend(
+                src.chunks_exact(c_n)
+                    .flat_map(|p| convert.convert(p).into_iter().take(out_n)),
+            );
+            &converted[..]
+        };
+        let y = dy + row;
+        for (c, t) in table.iter().enumerate().take(out_n) {
+            // Element index of (dx, y, c) and the step between neighbouring x.
+            let (start, step) = match spec.layout {
+                Layout::Nhwc => ((y * w + dx) * out_n + c, out_n),
+                Layout::Nchw => (c * w * h + y * w + dx, 1),
+            };
+            let lane = Lane {
+                start,
+                step,
+                len: ww,
+                flip: win.flip,
+            };
+            match size {
+                1 => lane.write::<1>(values, out_n, c, t, slot),
+                2 => lane.write::<2>(values, out_n, c, t, slot),
+                _ => lane.write::<4>(values, out_n, c, t, slot),
+            }
+        }
+    }
+}
+
+/// One interleaved row of `C` channels (`src`) into its `C` planes of a u8 NCHW slot: element `at` of
+/// each plane on, planes `plane` elements apart, right to left when `flip`.
+#[inline(always)]
+fn split_row<const C: usize>(src: &[u8], at: usize, plane: usize, flip: bool, slot: &mut [u8]) {
+    let n = src.len() / C;
+    for c in 0..C {
+        let dst = &mut slot[c * plane + at..][..n];
+        let values = src.chunks_exact(C).map(|p| p[c]);
+        if flip {
+            dst.iter_mut().rev().zip(values).for_each(|(d, v)| *d = v);
+        } else {
+            dst.iter_mut().zip(values).for_each(|(d, v)| *d = v);
         }
     }
 }
@@ -458,6 +510,35 @@ mod tests {
                     .collect(),
             };
             assert_eq!(out, want, "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn u8_nchw_rows_split_into_planes_equal_the_general_path() {
+        let mut rng = stdx::SplitMix64::new(3);
+        for (c_n, flip, (iw, ih)) in [
+            (3u8, true, (37, 5)),
+            (3, false, (37, 5)),
+            (1, true, (9, 4)),
+            (4, true, (16, 3)),
+            (4, false, (1, 1)),
+        ] {
+            let mut s = spec(7, 41, Layout::Nchw, DType::U8);
+            s.channels = c_n;
+            let stride = iw * usize::from(c_n) + 5;
+            let px: Vec<u8> = (0..stride * ih).map(|_| rng.next_u64() as u8).collect();
+            let win = Window {
+                src: Rect::new(0, 0, iw as u32, ih as u32),
+                dx: 2,
+                dy: 1,
+                flip,
+            };
+            let (mut fast, mut general) =
+                (vec![0u8; s.sample_bytes()], vec![0u8; s.sample_bytes()]);
+            s.write_window(&win, &px, c_n, stride, &mut fast);
+            write_lanes(&s, &win, &px, c_n, stride, &mut general);
+            assert_eq!(fast, general, "{c_n} channels, flip {flip}");
+            assert!(fast.iter().any(|&v| v != 0));
         }
     }
 

@@ -231,24 +231,158 @@ fn check_run(images: &Path, opts: LoaderOptions) -> HashMap<(usize, String), Vec
     masks
 }
 
+/// The tree's images and masks converted to L3 (masks one-channel, lossless), once.
+fn l3_tree() -> &'static (PathBuf, PathBuf) {
+    static T: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    T.get_or_init(|| {
+        let t = tree();
+        let dir = t._tmp.path();
+        let conv = ConvertOptions {
+            threads: 2,
+            to_8bit: false,
+        };
+        let (l3_images, l3_masks) = (dir.join("l3-images"), dir.join("l3-masks"));
+        convert_folder(&t.images, &l3_images, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
+        convert_folder(&t.masks, &l3_masks, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
+        (l3_images, l3_masks)
+    })
+}
+
 #[test]
 fn every_item_once_with_its_mask_and_boxes_in_every_format() {
     let t = tree();
     let png = check_run(&t.images, options(t, &t.masks));
-    // Images and masks as L3 (masks one-channel, lossless): the same masks.
-    let dir = t._tmp.path();
-    let conv = ConvertOptions {
-        threads: 2,
-        to_8bit: false,
-    };
-    let (l3_images, l3_masks) = (dir.join("l3-images"), dir.join("l3-masks"));
-    convert_folder(&t.images, &l3_images, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
-    convert_folder(&t.masks, &l3_masks, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
-    let one = loader::image_files(&l3_masks).unwrap().files[0].0.clone();
+    // Images and masks as L3 (masks one-channel, lossless, read by region): the same masks.
+    let (l3_images, l3_masks) = l3_tree();
+    let one = loader::image_files(l3_masks).unwrap().files[0].0.clone();
     let bytes = std::fs::read(l3_masks.join(one)).unwrap();
     assert_eq!(l3_format::L3File::parse(&bytes).unwrap().channels(), 1);
-    let l3 = check_run(&l3_images, options(t, &l3_masks));
+    let l3 = check_run(l3_images, options(t, l3_masks));
     assert_eq!(png, l3);
+}
+
+/// Each batch's masks and images, as bytes.
+type BatchBytes = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// One run over the L3 tree: its batches' masks and images, and the bytes it read.
+fn l3_run(opts: LoaderOptions) -> (BatchBytes, u64) {
+    let ds = Arc::new(ImageFolder::open(&l3_tree().0).unwrap());
+    let mut l = Loader::new(ds, opts).unwrap();
+    let mut got = Vec::new();
+    for b in l.by_ref() {
+        let b = b.unwrap();
+        got.push((
+            b.masks.as_ref().unwrap().bytes().to_vec(),
+            b.pixels.bytes().unwrap().to_vec(),
+        ));
+    }
+    (got, l.stats().bytes_read)
+}
+
+#[test]
+fn l3_masks_read_by_region_equal_whole_reads_and_read_fewer_bytes() {
+    let t = tree();
+    let (_, l3_masks) = l3_tree();
+    let mask_files: u64 = loader::image_files(l3_masks)
+        .unwrap()
+        .files
+        .iter()
+        .map(|(rel, _)| std::fs::metadata(l3_masks.join(rel)).unwrap().len())
+        .sum();
+    for recipe in [
+        loader::Recipe::Crop,
+        loader::Recipe::Jitter { range: [0.5, 2.0] },
+        loader::Recipe::ResizedCrop {
+            scale: [0.08, 1.0],
+            ratio: loader::DEFAULT_RATIO,
+        },
+        loader::Recipe::Resize { shorter: 40 },
+    ] {
+        let mut opts = options(t, l3_masks);
+        opts.targets.boxes = None;
+        opts.sample.recipe = recipe;
+        let with = |decode, masks: bool| {
+            let mut o = opts.clone();
+            o.decode = decode;
+            if !masks {
+                o.targets = TargetOptions::default();
+                o.targets.boxes = Some(t.coco.clone());
+            }
+            o
+        };
+        let (region, region_bytes) = l3_run(with(loader::DecodeScope::Region, true));
+        let (whole, whole_bytes) = l3_run(with(loader::DecodeScope::Whole, true));
+        assert_eq!(region.len(), whole.len());
+        for (i, (r, w)) in region.iter().zip(&whole).enumerate() {
+            assert!(r.0 == w.0, "{recipe:?}: batch {i}'s masks differ");
+            assert!(r.1 == w.1, "{recipe:?}: batch {i}'s images differ");
+        }
+        // The masks' share of the bytes: what the same run reads without them, taken away.
+        let images_only = |decode| {
+            let ds = Arc::new(ImageFolder::open(&l3_tree().0).unwrap());
+            let mut l = Loader::new(ds, with(decode, false)).unwrap();
+            l.by_ref().for_each(|b| drop(b.unwrap()));
+            l.stats().bytes_read
+        };
+        let region_masks = region_bytes - images_only(loader::DecodeScope::Region);
+        let whole_masks = whole_bytes - images_only(loader::DecodeScope::Whole);
+        assert_eq!(whole_masks, 2 * mask_files, "two epochs of whole masks");
+        let about =
+            format!("{recipe:?}: masks read by region {region_masks} bytes, whole {whole_masks}");
+        assert!(region_masks > 0, "{about}");
+        // A crop of a large image (DeepLab's jitter, a plain crop) reads a part of its mask; a
+        // random-resized crop of these small images, or a resize, most or all of it (and then the
+        // prefix's read-ahead makes a region read of these few-kilobyte masks a little larger than
+        // the file).
+        if matches!(recipe, loader::Recipe::Crop | loader::Recipe::Jitter { .. }) {
+            assert!(region_masks * 10 < whole_masks * 7, "{about}");
+        }
+    }
+}
+
+#[test]
+fn a_truncated_or_corrupt_l3_mask_read_by_region_is_named() {
+    let t = tree();
+    let (l3_images, l3_masks) = l3_tree();
+    let ds = Arc::new(ImageFolder::open(l3_images).unwrap());
+    let files = loader::image_files(l3_masks).unwrap().files;
+    for damage in ["truncated", "corrupt"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let masks = tmp.path().join("gtFine");
+        copy_tree(l3_masks, &masks);
+        // Every mask damaged but item 0's (the first paired mask, which the loader reads whole when it
+        // starts to learn the masks' bit depth), so that the first batch meets damaged ones.
+        let first = ds
+            .name(0)
+            .unwrap()
+            .replace("_leftImg8bit", "_gtFine_labelIds");
+        for (rel, _) in &files {
+            if rel.to_string_lossy() == first {
+                continue;
+            }
+            let p = masks.join(rel);
+            let mut bytes = std::fs::read(&p).unwrap();
+            let prefix = l3_format::L3Index::prefix_len(&bytes).unwrap();
+            if damage == "truncated" {
+                bytes.truncate(prefix / 2);
+            } else {
+                bytes[prefix..].iter_mut().for_each(|b| *b ^= 0xa5);
+            }
+            std::fs::write(&p, bytes).unwrap();
+        }
+        let mut opts = options(t, &masks);
+        opts.targets.boxes = None;
+        opts.sample.recipe = loader::Recipe::Jitter { range: [0.5, 2.0] };
+        let mut l = Loader::new(ds.clone(), opts).unwrap();
+        let Err(e) = l.next().unwrap() else {
+            panic!("{damage}: the first batch decoded");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("gtFine") && e.contains("_gtFine_labelIds.l3"),
+            "{damage}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -102,6 +102,18 @@ pub(crate) fn read_region(
     (base, len): (u64, u64),
     req: &SampleRequest,
 ) -> Result<(Stored, u64)> {
+    read_rect(cache, item, file, (base, len), |w, h| req.source_rect(w, h))
+}
+
+/// [`read_region`] for the source rectangle `rect(width, height)` of the image (for an item's mask:
+/// what its nearest pick reads).
+pub(crate) fn read_rect(
+    cache: &IndexCache,
+    item: usize,
+    file: &Opened,
+    (base, len): (u64, u64),
+    rect: impl FnOnce(u32, u32) -> l3_format::Rect,
+) -> Result<(Stored, u64)> {
     let l3 = |e: l3_format::Error| Error::decode(file.name(), "l3", e);
     let (index, mut read) = cache.get_or_read(item, || {
         // The header says how long the offset table is (and a v2-ANS file's tables how long they are):
@@ -121,7 +133,7 @@ pub(crate) fn read_region(
         }
         Ok((Arc::new(L3Index::parse(&prefix, len).map_err(l3)?), read))
     })?;
-    let rect = req.source_rect(index.width(), index.height());
+    let rect = rect(index.width(), index.height());
     let ranges = index.region_ranges(rect, LOCAL_GAP).map_err(l3)?;
     let mut fragments = Fragments::new();
     fragments.reset(&ranges);

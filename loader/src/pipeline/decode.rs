@@ -78,13 +78,13 @@ fn targets(
         None => (ctx.spec.width, ctx.spec.height),
     };
     if t.has_masks() && job.mask.is_none() {
-        let bytes = t.read_mask(job.index);
-        if let Some(Ok(b)) = &bytes {
-            Counters::add(&ctx.counters.bytes_read, b.len() as u64);
+        let read = t.read_mask(job.index, &ctx.request(job.key));
+        if let Some(Ok((_, n))) = &read {
+            Counters::add(&ctx.counters.bytes_read, *n);
         }
-        job.mask = bytes;
+        job.mask = read;
     }
-    let mask = job.mask.take().transpose()?;
+    let mask = job.mask.take().transpose()?.map(|(stored, _)| stored);
     let empty: &mut [u8] = &mut [];
     let slot = match (own, &mut job.mask_slot) {
         (Some(own), _) if t.has_masks() => own.insert(vec![0; t.mask_bytes(out)]).as_mut_slice(),
@@ -94,7 +94,7 @@ fn targets(
     let path = ctx.ds.source(job.index);
     t.make(
         job.index,
-        mask.as_deref(),
+        mask.as_ref(),
         (&path, d.image),
         (&g, out),
         &mut scratch.mask,

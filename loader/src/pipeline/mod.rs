@@ -100,8 +100,9 @@ pub(crate) struct Job {
     pub stored: Option<Result<(Stored, u64)>>,
     /// Where its mask sample goes, when the batch has masks.
     pub mask_slot: Option<Slot>,
-    /// Its mask's stored bytes, read with the item (`None` until read, or without masks).
-    pub mask: Option<Result<Vec<u8>>>,
+    /// What was read of its mask and how many bytes that took, read with the item (`None` until
+    /// read, or without masks).
+    pub mask: Option<Result<(Stored, u64)>>,
 }
 
 /// The assembler's inbox.

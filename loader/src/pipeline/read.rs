@@ -8,11 +8,12 @@ use std::time::Instant;
 /// Reads one item into its job.
 pub(crate) fn read(ctx: &Ctx, job: &mut Job) {
     let t0 = Instant::now();
-    let mut r = super::guarded("reading", || ctx.ds.read(job.index, &ctx.request(job.key)));
+    let req = ctx.request(job.key);
+    let mut r = super::guarded("reading", || ctx.ds.read(job.index, &req));
     if let (Ok((_, n)), Some(t)) = (&mut r, &ctx.targets)
-        && let Some(mask) = t.read_mask(job.index)
+        && let Some(mask) = t.read_mask(job.index, &req)
     {
-        *n += mask.as_ref().map_or(0, |m| m.len() as u64);
+        *n += mask.as_ref().map_or(0, |m| m.1);
         job.mask = Some(mask);
     }
     Counters::add_time(&ctx.counters.read_ns, t0);

@@ -2,8 +2,11 @@
 //! 16-bit single-channel PNG, 8-bit PGM/PPM, one-channel L3), and writing it into its sample with exactly
 //! the image's geometry and nearest interpolation ([`write_mask`]).
 
+use crate::dataset::regions::{IndexCache, read_rect};
 use crate::error::{Error, Result};
 use crate::format::Format;
+use crate::item::{SampleRequest, Stored};
+use crate::sample::DecodeScope;
 use crate::storage::Storage;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -151,6 +154,32 @@ impl MaskIndex {
         self.storage.read(key, limit)
     }
 
+    /// What item `item`'s mask `key` contributes to the sample `req` asks for, with the bytes read: an
+    /// L3 mask under a region-scoped request as L3 images are read (header, offset table — kept in
+    /// `indexes` — and only the patches under the source rectangle the sample's nearest pick reads),
+    /// any other mask whole.
+    pub(crate) fn read_for(
+        &self,
+        item: usize,
+        key: &str,
+        req: &SampleRequest,
+        indexes: &IndexCache,
+    ) -> Result<(Stored, u64)> {
+        let l3 = key
+            .rsplit_once('.')
+            .is_some_and(|(_, e)| e.eq_ignore_ascii_case("l3"));
+        if l3 && req.scope == DecodeScope::Region {
+            let file = self.storage.open_key(key)?;
+            let len = file.size()?;
+            return read_rect(indexes, item, &file, (0, len), |w, h| {
+                picked(&req.geometry(w, h))
+            });
+        }
+        let bytes = self.read(key)?;
+        let n = bytes.len() as u64;
+        Ok((Stored::Whole(bytes), n))
+    }
+
     /// Where mask `key` lives, for messages.
     pub fn name(&self, key: &str) -> PathBuf {
         self.storage.name(key)
@@ -256,28 +285,11 @@ pub fn decode_mask_region(
             (out.width, out.height, out.wide) = (view.width, view.height, false);
         }
         Some(Format::L3) => {
-            let l3_err = |e: l3_format::Error| Error::decode(path, "l3", e);
-            let file = l3_format::L3File::parse(bytes).map_err(l3_err)?;
-            let (w, h) = (file.width(), file.height());
-            if file.channels() != 1 {
-                return Err(bad(format!(
-                    "a mask is one channel of class indices; this L3 file has {}",
-                    file.channels()
-                )));
-            }
-            check_size(w, h, 1)?;
-            let r = want
-                .filter(|r| r.fits(w, h))
-                .unwrap_or(vocab::Rect::new(0, 0, w, h));
-            let mut buf = vec![0u8; r.w as usize * r.h as usize];
-            let layout = l3_format::PixelLayout::packed(r.w, r.h, 1, false);
-            file.decode_region(l3_format::Rect::new(r.x, r.y, r.w, r.h), &mut buf, layout)
-                .map_err(l3_err)?;
-            out.values.clear();
-            out.values.extend(buf.iter().map(|&v| u16::from(v)));
-            (out.width, out.height, out.wide) = (w, h, false);
-            out.rect = r;
-            return Ok(());
+            let file = l3_format::L3File::parse(bytes).map_err(|e| Error::decode(path, "l3", e))?;
+            let dims = (file.width(), file.height(), file.channels());
+            return decode_l3_mask(dims, path, want, out, |r, buf, layout| {
+                file.decode_region(r, buf, layout)
+            });
         }
         _ => {
             return Err(bad(
@@ -286,6 +298,64 @@ pub fn decode_mask_region(
         }
     }
     out.rect = vocab::Rect::new(0, 0, out.width, out.height);
+    Ok(())
+}
+
+/// [`decode_mask_region`] of what the read stage stored for a mask: its whole bytes, or the header,
+/// offset table and patches of an L3 mask that a region read fetched (then `want` must lie inside what
+/// was read, or the decode is an error naming `path`).
+pub fn decode_stored_mask(
+    stored: &Stored,
+    path: &Path,
+    want: Option<vocab::Rect>,
+    out: &mut MaskImage,
+) -> Result<()> {
+    match stored {
+        Stored::Whole(bytes) => decode_mask_region(bytes, path, want, out),
+        Stored::L3Region { index, fragments } => {
+            let dims = (index.width(), index.height(), index.channels());
+            decode_l3_mask(dims, path, want, out, |r, buf, layout| {
+                index.decode_region(fragments, r, buf, layout)
+            })
+        }
+    }
+}
+
+/// An L3 mask of `(width, height, channels)`: the part `want` (the whole mask when `want` is `None` or
+/// does not fit) decoded by `decode` into `out`.
+fn decode_l3_mask(
+    (w, h, channels): (u32, u32, u8),
+    path: &Path,
+    want: Option<vocab::Rect>,
+    out: &mut MaskImage,
+    decode: impl FnOnce(
+        l3_format::Rect,
+        &mut [u8],
+        l3_format::PixelLayout,
+    ) -> std::result::Result<(), l3_format::Error>,
+) -> Result<()> {
+    let bad = |why: String| Error::decode(path, "l3", why);
+    if channels != 1 {
+        return Err(bad(format!(
+            "a mask is one channel of class indices; this L3 file has {channels}"
+        )));
+    }
+    if w == 0 || h == 0 || u64::from(w) * u64::from(h) > crate::image::max_image_bytes() {
+        return Err(bad(format!(
+            "a {w}x{h} mask: empty or over the image size limit"
+        )));
+    }
+    let r = want
+        .filter(|r| r.fits(w, h))
+        .unwrap_or(vocab::Rect::new(0, 0, w, h));
+    let mut buf = vec![0u8; r.w as usize * r.h as usize];
+    let layout = l3_format::PixelLayout::packed(r.w, r.h, 1, false);
+    decode(l3_format::Rect::new(r.x, r.y, r.w, r.h), &mut buf, layout)
+        .map_err(|e| Error::decode(path, "l3", e))?;
+    out.values.clear();
+    out.values.extend(buf.iter().map(|&v| u16::from(v)));
+    (out.width, out.height, out.wide) = (w, h, false);
+    out.rect = r;
     Ok(())
 }
 
@@ -315,19 +385,12 @@ pub fn write_mask(
 ) {
     let (ow, oh) = (out.0 as usize, out.1 as usize);
     let size = if wide { 2 } else { 1 };
-    let put = |slot: &mut [u8], i: usize, v: u16| {
-        if wide {
-            slot[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
-        } else {
-            slot[i] = v as u8;
-        }
-    };
+    if ow == 0 || oh == 0 {
+        return;
+    }
     let (kw, kh) = g.size();
+    let (kw, kh) = (kw as usize, kh as usize);
     let (x0, y0) = (g.dx as usize, g.dy as usize);
-    // Source column of each kept output column, mirrored within the kept columns with the image.
-    let cols: Vec<usize> = (0..kw)
-        .map(|j| g.x.nearest(if g.flip { kw - 1 - j } else { j }) as usize)
-        .collect();
     // Positions within the decoded part (`mask.rect`); a sample never picks outside it, and if it did
     // the value would be `ignore`, never a panic.
     let (rx, ry, mw) = (
@@ -335,22 +398,39 @@ pub fn write_mask(
         mask.rect.y as usize,
         mask.rect.w as usize,
     );
-    let cols: Vec<Option<usize>> = cols.iter().map(|&c| c.checked_sub(rx)).collect();
-    for y in 0..oh {
-        let row = &mut slot[y * ow * size..(y + 1) * ow * size];
+    // Per output column, once per mask: its source column within the decoded part (mirrored within
+    // the kept columns with the image), or `usize::MAX` (no value: `ignore`) where it shows no image.
+    let cols: Vec<usize> = (0..ow)
+        .map(|x| {
+            x.checked_sub(x0)
+                .filter(|&j| j < kw)
+                .and_then(|j| {
+                    let j = if g.flip { kw - 1 - j } else { j };
+                    (g.x.nearest(j as u32) as usize).checked_sub(rx)
+                })
+                .unwrap_or(usize::MAX)
+        })
+        .collect();
+    let pick = |src: &[u16], c: usize| src.get(c).copied().unwrap_or(ignore);
+    for (y, row) in slot.chunks_exact_mut(ow * size).take(oh).enumerate() {
         let src = y
             .checked_sub(y0)
-            .filter(|&r| r < kh as usize)
+            .filter(|&r| r < kh)
             .and_then(|r| (g.y.nearest(r as u32) as usize).checked_sub(ry))
             .and_then(|sy| mask.values.get(sy * mw..(sy + 1) * mw));
-        for x in 0..ow {
-            let v = src
-                .and_then(|src| {
-                    let c = (*cols.get(x.checked_sub(x0)?)?)?;
-                    src.get(c).copied()
-                })
-                .unwrap_or(ignore);
-            put(row, x, v);
+        match (src, wide) {
+            (None, false) => row.fill(ignore as u8),
+            (None, true) => row
+                .chunks_exact_mut(2)
+                .for_each(|o| o.copy_from_slice(&ignore.to_le_bytes())),
+            (Some(src), false) => row
+                .iter_mut()
+                .zip(&cols)
+                .for_each(|(o, &c)| *o = pick(src, c) as u8),
+            (Some(src), true) => row
+                .chunks_exact_mut(2)
+                .zip(&cols)
+                .for_each(|(o, &c)| o.copy_from_slice(&pick(src, c).to_le_bytes())),
         }
     }
 }

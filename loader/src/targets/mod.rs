@@ -6,7 +6,9 @@ pub mod boxes;
 pub mod masks;
 
 use crate::dataset::Dataset;
+use crate::dataset::regions::IndexCache;
 use crate::error::{Error, Result};
+use crate::item::{SampleRequest, Stored};
 use crate::storage::{Storage, StorageOptions};
 use boxes::{CocoBoxes, ItemBoxes, SampleBoxes};
 use masks::{MaskImage, MaskIndex, MaskNaming};
@@ -106,7 +108,12 @@ pub struct Targets {
     ignore_index: u16,
     boxes: Option<Vec<ItemBoxes>>,
     min_box_size: f64,
+    /// The offset tables of the L3 masks read by region so far.
+    indexes: IndexCache,
 }
+
+/// The byte budget of the masks' cached offset tables (a one-channel table is a third of its image's).
+const MASK_INDEX_CACHE_BYTES: usize = 16 << 20;
 
 impl Targets {
     /// Pairs `ds`'s items with their masks and boxes. The masks are read through a storage opened with
@@ -173,6 +180,7 @@ impl Targets {
             ignore_index: o.ignore_index,
             boxes,
             min_box_size: o.min_box_size,
+            indexes: IndexCache::new(MASK_INDEX_CACHE_BYTES),
         }))
     }
 
@@ -210,10 +218,15 @@ impl Targets {
         Some(m.key(index).map(|k| m.name(k)))
     }
 
-    /// The read stage's part: item `index`'s mask bytes (with the bytes read), if masks are on.
-    pub fn read_mask(&self, index: usize) -> Option<Result<Vec<u8>>> {
+    /// The read stage's part: what item `index`'s mask contributes to the sample `req` asks for (only
+    /// the patches its pick reads, for an L3 mask under region reads), with the bytes read, if masks
+    /// are on.
+    pub fn read_mask(&self, index: usize, req: &SampleRequest) -> Option<Result<(Stored, u64)>> {
         let m = self.masks.as_ref()?;
-        Some(m.key(index).and_then(|k| m.read(k)))
+        Some(
+            m.key(index)
+                .and_then(|k| m.read_for(index, k, req, &self.indexes)),
+        )
     }
 
     /// The decode stage's part for item `index`, whose image (`image`: its path and its width and height)
@@ -222,7 +235,7 @@ impl Targets {
     pub fn make(
         &self,
         index: usize,
-        mask_bytes: Option<&[u8]>,
+        mask: Option<&Stored>,
         (image_path, image): (&Path, (u32, u32)),
         (g, out): (&Geometry, (u32, u32)),
         scratch: &mut MaskImage,
@@ -231,25 +244,33 @@ impl Targets {
         if let Some(m) = &self.masks {
             let key = m.key(index)?;
             let path = m.name(key);
-            let bytes = mask_bytes.ok_or_else(|| {
+            let stored = mask.ok_or_else(|| {
                 Error::Pipeline(format!(
                     "{}: a mask reached decoding unread",
                     path.display()
                 ))
             })?;
-            masks::decode_mask_region(bytes, &path, Some(masks::picked(g)), scratch)?;
-            if (scratch.width, scratch.height) != image {
-                return Err(Error::dataset(
+            let other_size = |(w, h): (u32, u32)| {
+                Error::dataset(
                     &path,
                     format!(
-                        "the mask is {}x{} but its image {} is {}x{}",
-                        scratch.width,
-                        scratch.height,
+                        "the mask is {w}x{h} but its image {} is {}x{}",
                         image_path.display(),
                         image.0,
                         image.1
                     ),
-                ));
+                )
+            };
+            // A region read fetched the patches of the mask's own size's geometry: a mask of another
+            // size is that error, not a decode of patches never read.
+            if let Stored::L3Region { index, .. } = stored
+                && (index.width(), index.height()) != image
+            {
+                return Err(other_size((index.width(), index.height())));
+            }
+            masks::decode_stored_mask(stored, &path, Some(masks::picked(g)), scratch)?;
+            if (scratch.width, scratch.height) != image {
+                return Err(other_size((scratch.width, scratch.height)));
             }
             if scratch.wide && !self.wide {
                 return Err(Error::dataset(

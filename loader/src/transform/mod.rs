@@ -2,6 +2,9 @@
 //! [`Resampling`]'s host-computed integer tables (`vocab`, shared with the GPU kernel) to the window plus
 //! the filter's margin.
 
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx2;
 pub mod resample;
 
 use resample::{Buffers, Source};

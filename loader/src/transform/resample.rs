@@ -3,8 +3,9 @@
 //! vertical — Pillow's order, so that the intermediate rows, their rounding and clipping, and so the
 //! result, are Pillow's. Nearest-neighbour picks by index tables, for 8- and 16-bit values alike.
 //!
-//! The inner loops are written so that the compiler vectorises them: the horizontal pass per channel
-//! count as a constant, the vertical pass as whole-row multiply-adds into an `i32` accumulator row.
+//! The portable loops are written so that the compiler vectorises what it can (the vertical pass as
+//! whole-row multiply-adds into an `i32` accumulator row); on CPUs with AVX2 both passes run the
+//! hand-written kernels of [`avx2`](super::avx2) instead, which give the same bytes.
 
 use vocab::Rect;
 use vocab::{Coeffs, PRECISION_BITS};
@@ -72,9 +73,10 @@ fn clip8(v: i32) -> u8 {
     (v >> PRECISION_BITS).clamp(0, 255) as u8
 }
 
+/// The portable horizontal pass over one row, from output pixel `from` on.
 #[inline(always)]
-fn horizontal<const C: usize>(row: &[u8], x0: u32, cx: &Coeffs, out: &mut [u8]) {
-    for (j, o) in out.chunks_exact_mut(C).enumerate() {
+fn horizontal<const C: usize>(row: &[u8], x0: u32, cx: &Coeffs, out: &mut [u8], from: usize) {
+    for (j, o) in out.chunks_exact_mut(C).enumerate().skip(from) {
         let f = (cx.first[j] - x0) as usize;
         let taps = cx.taps[j] as usize;
         let k = &cx.weights[j * cx.ksize..][..taps];
@@ -95,9 +97,8 @@ fn horizontal<const C: usize>(row: &[u8], x0: u32, cx: &Coeffs, out: &mut [u8]) 
 /// `cx.first.len()` × `cy.first.len()` pixels, interleaved and packed. `false` if the tables read outside
 /// `src` (a caller's bug, never a panic).
 ///
-/// The same integer code is compiled twice — for the baseline x86-64 (SSE2) and for AVX2, chosen at run
-/// time — so the compiler's vectorisation of the vertical pass's multiply-adds gets twice the lanes
-/// where the CPU has them. Integer arithmetic: both give the same bytes.
+/// Where the CPU runs AVX2 (checked at run time) the passes use the hand-written kernels of
+/// [`avx2`](super::avx2); integer arithmetic: they give the portable passes' bytes.
 pub fn bilinear(
     src: &Source<u8>,
     cx: &Coeffs,
@@ -109,26 +110,113 @@ pub fn bilinear(
     if std::arch::is_x86_feature_detected!("avx2") {
         #[allow(unsafe_code)]
         // SAFETY: the CPU runs AVX2 (checked just above); the function is otherwise safe code.
-        return unsafe { bilinear_avx2(src, cx, cy, buf, out) };
+        return unsafe { bilinear_avx2::<true>(src, cx, cy, buf, out) };
     }
-    bilinear_passes(src, cx, cy, buf, out)
+    bilinear_passes::<false>(src, cx, cy, buf, out)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn bilinear_avx2(
+/// [`bilinear`] without the hand-written kernels: the portable passes, compiled for AVX2 where the CPU
+/// has it (what the compiler's own vectorisation makes of them). The same bytes; for the benchmark that
+/// measures the kernels against it.
+pub fn bilinear_portable(
     src: &Source<u8>,
     cx: &Coeffs,
     cy: &Coeffs,
     buf: &mut Buffers,
     out: &mut Vec<u8>,
 ) -> bool {
-    bilinear_passes(src, cx, cy, buf, out)
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[allow(unsafe_code)]
+        // SAFETY: the CPU runs AVX2 (checked just above); the function is otherwise safe code.
+        return unsafe { bilinear_avx2::<false>(src, cx, cy, buf, out) };
+    }
+    bilinear_passes::<false>(src, cx, cy, buf, out)
 }
 
-/// The two passes of [`bilinear`], inlined into each of its instruction-set variants.
+/// The passes compiled for AVX2: with the hand-written kernels where `SIMD`, else the portable loops
+/// (vectorised by the compiler with AVX2's lanes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn bilinear_avx2<const SIMD: bool>(
+    src: &Source<u8>,
+    cx: &Coeffs,
+    cy: &Coeffs,
+    buf: &mut Buffers,
+    out: &mut Vec<u8>,
+) -> bool {
+    bilinear_passes::<SIMD>(src, cx, cy, buf, out)
+}
+
+/// One intermediate row of the horizontal pass: the AVX2 kernel where `SIMD` (the outputs it can
+/// load for), the portable loop for the rest.
 #[inline(always)]
-fn bilinear_passes(
+fn horizontal_row<const SIMD: bool>(c_n: usize, row: &[u8], x0: u32, cx: &Coeffs, dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    let done = if SIMD {
+        #[allow(unsafe_code)]
+        // SAFETY: `SIMD` is set only in `bilinear_avx2::<true>`, which runs after the CPU check.
+        unsafe {
+            match c_n {
+                1 => super::avx2::horizontal_1(row, x0, cx, dst),
+                3 => super::avx2::horizontal_34::<3>(row, x0, cx, dst),
+                4 => super::avx2::horizontal_34::<4>(row, x0, cx, dst),
+                _ => 0,
+            }
+        }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    match c_n {
+        1 => horizontal::<1>(row, x0, cx, dst, done),
+        2 => horizontal::<2>(row, x0, cx, dst, done),
+        3 => horizontal::<3>(row, x0, cx, dst, done),
+        _ => horizontal::<4>(row, x0, cx, dst, done),
+    }
+}
+
+/// One output row of the vertical pass from the intermediate `rows` (from the first it reads,
+/// `row_len` apart) with weights `k`: the AVX2 kernel where `SIMD`, the portable loop for the rest.
+#[inline(always)]
+fn vertical_row<const SIMD: bool>(
+    rows: &[u8],
+    row_len: usize,
+    k: &[i32],
+    acc: &mut Vec<i32>,
+    dst: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    let done = if SIMD {
+        #[allow(unsafe_code)]
+        // SAFETY: `SIMD` is set only in `bilinear_avx2::<true>`, which runs after the CPU check.
+        unsafe {
+            super::avx2::vertical(rows, row_len, k, dst)
+        }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    let dst = &mut dst[done..];
+    acc.clear();
+    acc.resize(dst.len(), HALF);
+    for (t, &wt) in k.iter().enumerate() {
+        let row = &rows[t * row_len + done..][..dst.len()];
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a += i32::from(v) * wt;
+        }
+    }
+    for (d, &a) in dst.iter_mut().zip(acc.iter()) {
+        *d = clip8(a);
+    }
+}
+
+/// The two passes of [`bilinear`], inlined into each of its instruction-set variants; `SIMD` (the
+/// AVX2 kernels) only in the AVX2 one.
+#[inline(always)]
+fn bilinear_passes<const SIMD: bool>(
     src: &Source<u8>,
     cx: &Coeffs,
     cy: &Coeffs,
@@ -149,30 +237,15 @@ fn bilinear_passes(
         let y = y0 as usize + i;
         let start = (y - src.rect.y as usize) * src.stride;
         let row = &src.px[start..start + src.rect.w as usize * c_n];
-        match c_n {
-            1 => horizontal::<1>(row, src.rect.x, cx, dst),
-            2 => horizontal::<2>(row, src.rect.x, cx, dst),
-            3 => horizontal::<3>(row, src.rect.x, cx, dst),
-            _ => horizontal::<4>(row, src.rect.x, cx, dst),
-        }
+        horizontal_row::<SIMD>(c_n, row, src.rect.x, cx, dst);
     }
     // Vertical pass: each output row a weighted sum of whole intermediate rows.
     out.resize(h * row_len, 0);
-    buf.acc.resize(row_len, 0);
     for (i, dst) in out.chunks_exact_mut(row_len.max(1)).enumerate() {
         let first = (cy.first[i] - y0) as usize;
         let taps = cy.taps[i] as usize;
         let k = &cy.weights[i * cy.ksize..][..taps];
-        buf.acc.fill(HALF);
-        for (t, &wt) in k.iter().enumerate() {
-            let row = &buf.rows[(first + t) * row_len..][..row_len];
-            for (a, &v) in buf.acc.iter_mut().zip(row) {
-                *a += i32::from(v) * wt;
-            }
-        }
-        for (d, &a) in dst.iter_mut().zip(&buf.acc) {
-            *d = clip8(a);
-        }
+        vertical_row::<SIMD>(&buf.rows[first * row_len..], row_len, k, &mut buf.acc, dst);
     }
     true
 }
@@ -293,7 +366,7 @@ mod tests {
             ] {
                 let (cx, cy) = (Coeffs::bilinear(&ax), Coeffs::bilinear(&ay));
                 let (mut a, mut b) = (Vec::new(), Vec::new());
-                assert!(bilinear_passes(
+                assert!(bilinear_passes::<false>(
                     &src,
                     &cx,
                     &cy,
@@ -303,6 +376,109 @@ mod tests {
                 assert!(bilinear(&src, &cx, &cy, &mut Buffers::default(), &mut b));
                 assert_eq!(a, b, "{c_n} channels");
             }
+        }
+    }
+
+    /// Random tables of `n` outputs reading inside `0..len`: each output's first tap anywhere its taps
+    /// fit, 1 to `ksize` taps, weights of up to 22 bits summing to at most `2^22` (so that no sum leaves
+    /// `i32`, as Pillow's normalised weights guarantee).
+    fn random_coeffs(rng: &mut stdx::SplitMix64, len: u32, n: usize, ksize: usize) -> Coeffs {
+        let mut c = Coeffs {
+            ksize,
+            first: Vec::new(),
+            taps: Vec::new(),
+            weights: vec![0; n * ksize],
+        };
+        for j in 0..n {
+            let taps = 1 + (rng.next_u64() % ksize.min(len as usize) as u64) as u32;
+            let first = (rng.next_u64() % u64::from(len - taps + 1)) as u32;
+            let budget = (1u64 << PRECISION_BITS) / u64::from(taps);
+            for t in 0..taps as usize {
+                c.weights[j * ksize + t] = (rng.next_u64() % (budget + 1)) as i32;
+            }
+            c.first.push(first);
+            c.taps.push(taps);
+        }
+        c
+    }
+
+    /// The AVX2 kernels against the portable passes, value for value: Pillow's tables of shrinks and
+    /// enlargements, and random tables (any first tap, any tap count, any weights), over odd widths,
+    /// one to four channels and sources that start inside the image.
+    #[test]
+    fn the_avx2_passes_give_the_portable_passes_bytes() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::arch::is_x86_feature_detected!("avx2") {
+                eprintln!("skipped: this CPU has no AVX2");
+                return;
+            }
+            let mut rng = stdx::SplitMix64::new(25);
+            let mut compared = 0usize;
+            for case in 0..300 {
+                let c_n = [1, 2, 3, 4][case % 4];
+                let w = 1 + (rng.next_u64() % 300) as u32;
+                let h = 1 + (rng.next_u64() % 40) as u32;
+                let (cx, cy) = if case % 3 == 0 {
+                    let n = 1 + (rng.next_u64() % 200) as usize;
+                    let m = 1 + (rng.next_u64() % 30) as usize;
+                    let k = 1 + (rng.next_u64() % 12) as usize;
+                    (
+                        random_coeffs(&mut rng, w, n, k),
+                        random_coeffs(&mut rng, h, m, 1 + k % 5),
+                    )
+                } else {
+                    let axis = |rng: &mut stdx::SplitMix64, len: u32, most: u32| {
+                        let src = (rng.next_u64() % u64::from(len)) as u32;
+                        let src_len = 1 + (rng.next_u64() % u64::from(len - src)) as u32;
+                        let dst_len = 1 + (rng.next_u64() % u64::from(most)) as u32;
+                        let offset = (rng.next_u64() % u64::from(dst_len)) as u32;
+                        let kept = 1 + (rng.next_u64() % u64::from(dst_len - offset)) as u32;
+                        Coeffs::bilinear(&Axis {
+                            src,
+                            src_len,
+                            dst_len,
+                            offset,
+                            len: kept,
+                        })
+                    };
+                    (axis(&mut rng, w, 3 * w), axis(&mut rng, h, 3 * h))
+                };
+                // A source holding exactly the span the tables read, inside a wider image.
+                let ((x0, x1), (y0, y1)) = (cx.span(), cy.span());
+                let stride = (w as usize + 3) * c_n;
+                let img = noise(stride * h as usize, case as u64);
+                let src = Source {
+                    px: &img[y0 as usize * stride + x0 as usize * c_n..],
+                    rect: Rect::new(x0, y0, x1 - x0, y1 - y0),
+                    channels: c_n,
+                    stride,
+                };
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                assert!(bilinear_passes::<false>(
+                    &src,
+                    &cx,
+                    &cy,
+                    &mut Buffers::default(),
+                    &mut a
+                ));
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU runs AVX2 (checked above).
+                let ok = unsafe {
+                    bilinear_avx2::<true>(&src, &cx, &cy, &mut Buffers::default(), &mut b)
+                };
+                assert!(ok);
+                assert_eq!(a.len(), cx.first.len() * cy.first.len() * c_n);
+                if let Some(at) = a.iter().zip(&b).position(|(x, y)| x != y) {
+                    panic!(
+                        "case {case}: {c_n} channels, {w}x{h}, value {at}: portable {} vs AVX2 {}",
+                        a[at], b[at]
+                    );
+                }
+                assert_eq!(a, b);
+                compared += a.len();
+            }
+            assert!(compared > 100_000, "{compared} values compared");
         }
     }
 
