@@ -319,7 +319,10 @@ enum Step {
 /// read, copied and decoded; crop, padding, flip, layout, dtype and normalisation happen in the kernel,
 /// and the batch stays in device memory (``batch.images.device == "cuda:N"``): ``torch.from_dlpack``
 /// (or JAX's) takes it without a copy, its stream ordered after the decode. Its bytes equal the CPU
-/// loader's batch (``images.tobytes()``).
+/// loader's batch (``images.tobytes()``), for ``channels`` 1, 3 and 4. With ``masks``, the label maps
+/// are decoded on the GPU beside their images (``batch.masks.device == "cuda:N"``, equal to the CPU's
+/// masks): they must then be one-channel L3 files (``l3 convert --to l3`` of the mask folder), and any
+/// other mask is refused when the loader opens, naming it.
 #[pyclass(frozen, module = "l3toolkit")]
 pub struct Loader {
     dataset: Arc<dyn Dataset>,

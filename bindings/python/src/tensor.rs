@@ -279,9 +279,11 @@ impl Tensor {
 }
 
 /// A batch's label maps: ``(N, H, W)``, ``uint8`` (``uint16`` for 16-bit masks), in 64-byte-aligned host
-/// memory owned by the loader, each following its image's geometry exactly (nearest interpolation,
-/// ``ignore_index`` where the sample lies outside the image). Exported like :class:`Tensor`:
-/// ``torch.from_dlpack(m)`` and ``numpy.from_dlpack(m)`` view it without a copy.
+/// memory owned by the loader, or — from a ``Loader(device="cuda")`` — ``uint8`` in the memory of the GPU
+/// that decoded them beside their images (``device == "cuda:N"``); each follows its image's geometry
+/// exactly (nearest interpolation, ``ignore_index`` where the sample lies outside the image). Exported
+/// like :class:`Tensor`: ``torch.from_dlpack(m)`` views it without a copy (and waits for the decode on
+/// the consumer's stream), ``numpy.from_dlpack(m)`` too for host masks.
 #[pyclass(frozen, module = "l3toolkit")]
 pub struct Masks {
     inner: Arc<loader::Masks>,
@@ -290,6 +292,23 @@ pub struct Masks {
 impl Masks {
     pub fn new(m: loader::Masks) -> Masks {
         Masks { inner: Arc::new(m) }
+    }
+
+    /// Address of the first value: in host memory, or on the device.
+    fn address(&self) -> usize {
+        match (self.inner.as_ptr(), self.inner.cuda()) {
+            (Some(p), _) => p as usize,
+            (None, Some(b)) => b.device_ptr() as usize,
+            (None, None) => 0,
+        }
+    }
+
+    /// ``"cpu"`` or ``"cuda:N"``.
+    fn device_name(&self) -> String {
+        match self.inner.device() {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(n) => format!("cuda:{n}"),
+        }
     }
 
     fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
@@ -302,11 +321,12 @@ impl Masks {
         let mut t = Fixed::new([n, h, w], [h * w, w, 1])
             .initialize_as::<M>(self.inner.clone())
             .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
-        t.set_data(self.inner.as_ptr() as *mut c_void)
+        t.set_data(self.address() as *mut c_void)
             .set_dtype(dtype)
-            .set_device(DLDevice::CPU);
-        // SAFETY: as for `Tensor::managed`: the pointer is the start of the host buffer of `shape` ×
-        // `dtype` bytes owned by the installed context (an `Arc` of the masks), valid until the deleter
+            .set_device(DlpackExporter::device(self));
+        // SAFETY: as for `Tensor::managed`: the pointer is the start of the host buffer or device
+        // allocation of `shape` × `dtype` bytes owned by the installed context (an `Arc` of the masks,
+        // which frees device memory only after the consumers' queued work), valid until the deleter
         // runs; the strides are the dense row-major ones copied by `Fixed::new`.
         Ok(unsafe { t.finish() })
     }
@@ -314,16 +334,38 @@ impl Masks {
 
 impl DlpackExporter for Masks {
     fn device(&self) -> DLDevice {
-        DLDevice::CPU
+        match self.inner.device() {
+            Device::Cpu => DLDevice::CPU,
+            Device::Cuda(n) => DLDevice {
+                device_type: DLDeviceType::CUDA,
+                device_id: n as i32,
+            },
+        }
     }
 
     fn flags(&self) -> DlpackFlags {
         DlpackFlags::empty()
     }
 
-    /// Host masks are complete when delivered: nothing to wait for.
-    fn prepare_export(&self, _py: Python<'_>, _request: &ExportRequest<'_>) -> PyResult<()> {
-        Ok(())
+    /// Host masks are complete when delivered; masks on a device make the consumer's stream wait for
+    /// their decode, exactly as a device [`Tensor`] does.
+    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        let Some(batch) = self.inner.cuda() else {
+            return Ok(());
+        };
+        let stream: usize = match request.cuda_stream()? {
+            CudaStreamRequest::NoSync => return Ok(()),
+            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => 1,
+            CudaStreamRequest::PerThreadDefault => 2,
+            CudaStreamRequest::Pointer(p) => p,
+        };
+        // SAFETY: as for `Tensor::prepare_export`: DLPack's contract gives a live stream of the device
+        // (or the driver's default-stream sentinels 1 and 2), on which the consumer uses the masks.
+        unsafe { batch.wait_in(stream as CUstream) }.map_err(|e| {
+            PyBufferError::new_err(format!(
+                "DLPack export: cannot order the consumer's stream after the decode: {e}"
+            ))
+        })
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
@@ -351,13 +393,23 @@ impl Masks {
         export_dlpack(self, py, request)
     }
 
-    /// ``(1, 0)``: host memory.
+    /// ``(device_type, device_id)`` as DLPack numbers them: ``(1, 0)`` for host memory, ``(2, N)`` for
+    /// CUDA device N.
     fn __dlpack_device__(&self) -> (u32, i32) {
-        (DLDeviceType::CPU.0, 0)
+        let d = DlpackExporter::device(self);
+        (d.device_type.0, d.device_id)
     }
 
-    /// ``numpy.from_dlpack(self)``: a NumPy view (no copy).
+    /// ``numpy.from_dlpack(self)``: a NumPy view of host masks (no copy); ``TypeError`` for masks on a
+    /// GPU.
     fn numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        if slf.get().inner.cuda().is_some() {
+            return Err(PyTypeError::new_err(format!(
+                "numpy() needs host memory, and these masks are on {}: use torch.from_dlpack(m) (or \
+                 jax.dlpack.from_dlpack), or a Loader on the CPU",
+                slf.get().device_name()
+            )));
+        }
         slf.py()
             .import("numpy")?
             .call_method1("from_dlpack", (slf,))
@@ -397,10 +449,18 @@ impl Masks {
         }
     }
 
-    /// ``"cpu"``.
+    /// Where the values are: ``"cpu"`` or ``"cuda:N"``.
     #[getter]
-    fn device(&self) -> &'static str {
-        "cpu"
+    fn device(&self) -> String {
+        self.device_name()
+    }
+
+    /// The values' raw little-endian bytes in host memory: a copy (for masks on a device, after
+    /// waiting for their decode).
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let inner = self.inner.clone();
+        let bytes = crate::errors::detached(py, move || Ok(inner.to_host()?))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 
     fn __len__(&self) -> usize {

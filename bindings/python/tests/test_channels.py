@@ -123,8 +123,6 @@ def test_bad_channels_are_refused_by_name(folder):
     for bad in (0, 2, 5):
         with pytest.raises(l3.OptionsError, match="channels"):
             l3.Loader(folder / "png", 2, channels=bad, rank=0, world_size=1)
-    with pytest.raises(l3.OptionsError, match="channels"):
-        l3.Loader(folder / "l3", 2, channels=1, device="cuda", rank=0, world_size=1)
 
 
 def test_a_state_resumes_only_with_the_same_channels(folder):

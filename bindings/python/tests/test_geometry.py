@@ -232,8 +232,15 @@ def test_options_are_checked_by_name(images):
         dict(resize=40, random_crop=True, interpolation="nearest", layout="NHWC"),
         dict(jitter=(0.5, 2.0), random_crop=True, fill=114, dtype="float16",
              mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+        dict(scale=(0.08, 1.0), flip=True, channels=1),
+        dict(jitter=(0.5, 2.0), random_crop=True, fill=7, channels=1, dtype="float32", mean=0.5, std=0.25),
+        dict(resize=40, random_crop=True, interpolation="nearest", channels=4, layout="NHWC"),
+        dict(jitter=(0.5, 2.0), random_crop=True, fill=9, channels=4, dtype="float16"),
+        dict(random_crop=True, flip=True, channels=1),
+        dict(random_crop=True, flip=True, channels=4, layout="NHWC"),
     ],
-    ids=["resized-crop", "resize-nearest", "jitter-fill-f16"],
+    ids=["resized-crop", "resize-nearest", "jitter-fill-f16", "luma-resized-crop", "luma-jitter-f32",
+         "rgba-resize-nearest", "rgba-jitter-f16", "luma-crop", "rgba-crop"],
 )
 def test_cuda_resampled_batches_equal_cpu_batches(images, recipe):
     """device="cuda" applies every transform in the kernels (resampling with the CPU's integer tables,

@@ -166,8 +166,43 @@ def test_target_errors_name_the_files(tree, tmp_path):
         l3.Loader(root / "leftImg8bit", 2, crop=CROP, boxes=other)
     with pytest.raises(l3.FormatError, match="mask .*gtFine.* is missing"):
         l3.Loader(root / "leftImg8bit", 2, crop=CROP, masks=root / "gtFine")  # no suffix mapping
-    with pytest.raises(l3.OptionsError, match="masks"):
-        l3.Loader(root / "leftImg8bit", 2, crop=CROP, masks=root / "gtFine", device="cuda")
+    # The GPU decodes L3 only: PNG masks on a device are refused by name, before any device is opened.
+    with pytest.raises(l3.FormatError, match="(?s)gtFine.*l3 convert --to l3"):
+        loader(root, device="cuda")
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        dict(flip=True),
+        dict(jitter=(0.5, 2.0), random_crop=True, flip=True, fill=7, ignore_index=250),
+        dict(scale=(0.08, 1.0), flip=True, interpolation="nearest", channels=1),
+    ],
+    ids=["crop", "jitter", "resized-crop-luma"],
+)
+def test_cuda_masks_equal_cpu_masks(tree, tmp_path, recipe):
+    """device="cuda" decodes one-channel L3 masks in the kernels beside their images, with the images'
+    geometries: each device batch's images and masks, viewed by torch without a copy, equal the CPU
+    loader's byte for byte."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    root, _ = tree
+    l3.convert(root / "leftImg8bit", tmp_path / "img", to="l3", progress=False)
+    l3.convert(root / "gtFine", tmp_path / "gt", to="l3", progress=False)
+    kw = dict(crop=CROP, seed=3, threads=2, epochs=2, masks=tmp_path / "gt", image_suffix="_leftImg8bit",
+              mask_suffix="_gtFine_labelIds", **recipe)
+    with l3.Loader(tmp_path / "img", 3, device="cuda", **kw) as g, l3.Loader(tmp_path / "img", 3, **kw) as c:
+        gpu, cpu = list(g), list(c)
+    assert len(gpu) == len(cpu) > 0
+    for a, b in zip(gpu, cpu):
+        assert a.masks.device == "cuda:0" and a.masks.dtype == "uint8"
+        m = torch.from_dlpack(a.masks)
+        assert m.device.type == "cuda" and tuple(m.shape) == a.masks.shape
+        assert np.array_equal(m.cpu().numpy(), np.from_dlpack(b.masks))
+        assert a.masks.tobytes() == b.masks.tobytes()
+        assert np.array_equal(torch.from_dlpack(a.images).cpu().numpy(), np.from_dlpack(b.images))
+        assert np.array_equal(np.asarray(a.windows), np.asarray(b.windows))
 
 
 def test_against_torchvision_where_installed(tree):
