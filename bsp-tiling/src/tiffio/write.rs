@@ -16,10 +16,11 @@
 //! The IFD: a `u64` entry count, then 20-byte entries sorted by tag (`u16` tag, `u16` type — 3 SHORT, 4
 //! LONG, 16 LONG8 —, `u64` count, 8 bytes holding the value when it fits, else its offset), then a `u64` 0
 //! (no next IFD). Tags: ImageWidth (256), ImageLength (257), BitsPerSample (258: 8 or 32 per sample),
-//! Compression (259: 1, none), PhotometricInterpretation (262: 2 RGB for 3 or more samples, else 1
+//! Compression (259: 1, none), PhotometricInterpretation (262: 2 RGB for 3 or 4 samples, else 1
 //! BlackIsZero), SamplesPerPixel (277), PlanarConfiguration (284: 1, chunky), TileWidth (322), TileLength
-//! (323), TileOffsets (324), TileByteCounts (325), ExtraSamples (338: 0, unspecified, for each sample
-//! beyond RGB or gray) and SampleFormat (339: 1 unsigned integer, 3 IEEE float).
+//! (323), TileOffsets (324), TileByteCounts (325), ExtraSamples (338: with 4 samples 2, unassociated
+//! alpha, after RGB; otherwise 0, unspecified, for each sample after the first, gray) and SampleFormat
+//! (339: 1 unsigned integer, 3 IEEE float).
 
 use crate::error::{Error, Result};
 use crate::field::Sink;
@@ -190,8 +191,11 @@ impl TiffWriter {
             OutDType::U8 => (8u16, 1u16),
             OutDType::F32 => (32, 3),
         };
-        let color = if c_n >= 3 { 3 } else { 1 };
+        // RGB for 3 samples, RGB + alpha for 4; otherwise gray with the rest as unspecified extra samples
+        // (the `tiff` crate reads those as multi-band, while it would drop an unspecified 4th sample of RGB).
+        let color = if matches!(c_n, 3 | 4) { 3 } else { 1 };
         let extra = c_n - color;
+        let extra_kind = if c_n == 4 { 2 } else { 0 };
         // (tag, type, count, value bytes).
         let mut entries: Vec<(u16, u16, u64, Vec<u8>)> = vec![
             (256, 4, 1, (w as u32).to_le_bytes().to_vec()),
@@ -207,7 +211,7 @@ impl TiffWriter {
             (325, 16, n, le8(&vec![tile_bytes; st.offsets.len()])),
         ];
         if extra > 0 {
-            entries.push((338, 3, extra as u64, le2(&vec![0; extra])));
+            entries.push((338, 3, extra as u64, le2(&vec![extra_kind; extra])));
         }
         entries.push((339, 3, c, le2(&vec![format; c_n])));
         let mut ifd_entries = Vec::with_capacity(entries.len());
