@@ -112,9 +112,9 @@ impl TiffWriter {
         head.extend_from_slice(&8u16.to_le_bytes());
         head.extend_from_slice(&0u16.to_le_bytes());
         head.extend_from_slice(&0u64.to_le_bytes());
-        file.write_all_at(&head, 0).map_err(|source| Error::Io {
+        file.write_all_at(&head, 0).map_err(|e| Error::Tiff {
             path: path.to_path_buf(),
-            source,
+            reason: format!("writing: {e}"),
         })?;
         let (across, down) = (w.div_ceil(TILE), h.div_ceil(TILE));
         Ok(TiffWriter {
@@ -138,10 +138,10 @@ impl TiffWriter {
         TILE * TILE * self.c * self.dtype.bytes()
     }
 
-    fn io(&self, source: std::io::Error) -> Error {
-        Error::Io {
+    fn io(&self, e: std::io::Error) -> Error {
+        Error::Tiff {
             path: self.path.clone(),
-            source,
+            reason: format!("writing: {e}"),
         }
     }
 
@@ -236,7 +236,10 @@ impl TiffWriter {
         tail.extend_from_slice(&0u64.to_le_bytes());
         file.write_all_at(&tail, st.end)
             .and_then(|()| file.write_all_at(&ifd_at.to_le_bytes(), 8))
-            .map_err(|source| Error::Io { path, source })
+            .map_err(|e| Error::Tiff {
+                path,
+                reason: format!("writing: {e}"),
+            })
     }
 }
 
