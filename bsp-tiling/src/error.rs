@@ -17,6 +17,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A TIFF that cannot be read by region, or is damaged, or a TIFF output that cannot be written.
+    #[error("{path}: {reason}")]
+    Tiff { path: PathBuf, reason: String },
     #[error("{path}: not a safetensors file: {reason}")]
     Format { path: PathBuf, reason: String },
     #[error("{path}: tensor `{key}` is missing")]

@@ -22,6 +22,8 @@
 //! * `naive` — the no-halo, per-tile-statistics baseline ([`run_naive`]).
 //! * `field` — inputs and outputs of any size ([`Input`], [`OutputSink`], [`Output`]).
 //! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
+//! * [`npy`], [`tiffio`] — files read by region and written tile by tile: float32 `.npy`; TIFF/BigTIFF in
+//!   (tiles or strips under a window), tiled BigTIFF out.
 //!
 //! [`stylize`] picks one of these by [`Mode`]. Only [`backend`] (the trait and what implementing or
 //! driving it takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
@@ -50,6 +52,7 @@ mod stats;
 #[allow(unsafe_code)]
 mod store;
 mod tensor;
+pub mod tiffio;
 mod whole;
 
 /// The README's example runs as a doctest.

@@ -126,7 +126,18 @@ pub struct NpyWriter {
 impl NpyWriter {
     /// Creates `path` with its header, sized for the whole array (a sparse file until written).
     pub fn create(path: &Path, c: usize, h: usize, w: usize) -> std::io::Result<NpyWriter> {
-        let mut file = File::create(path)?;
+        NpyWriter::from_file(File::create(path)?, path, c, h, w)
+    }
+
+    /// As [`create`](Self::create), into `file` (empty, opened for writing; `path` names it in errors):
+    /// e.g. the temporary of a `stdx::fs::AtomicFile`.
+    pub fn from_file(
+        mut file: File,
+        path: &Path,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> std::io::Result<NpyWriter> {
         let head = header(&[c, h, w]);
         file.write_all(&head)?;
         file.set_len(head.len() as u64 + (c * h * w * 4) as u64)?;

@@ -2,17 +2,28 @@
 //! ([`bsp_tiling::onnx`]) or a TransformerNet in safetensors — over an image of any size with BSP tiling,
 //! the output written tile by tile.
 //!
-//! Inputs: `.npy` (float32 `C×H×W` or `1×C×H×W`, taken as is), or any image the loader reads (decoded
-//! whole, as 0..255 floats times `in_scale`). Outputs by extension: `.npy` (float32 `C×H×W`, the raw
-//! network output, written tile by tile at its offsets), `.png` (8-bit after `out_scale` and clamping,
-//! rows streamed as soon as a band of tiles is complete), or `.l3` / `.ppm` / `.jpg` (8-bit, encoded
-//! whole: those encoders take a whole image).
+//! Inputs, by extension: `.npy` (float32 `C×H×W` or `1×C×H×W`, taken as is), `.l3` (read by region: a
+//! tile's window decodes the patches under it), `.tif`/`.tiff` (TIFF or BigTIFF, tiled or striped, read
+//! by region through [`bsp_tiling::tiffio`]: integer samples as their values times `in_scale`, float
+//! samples as they are), or any other image the loader reads (decoded whole, as 0..255 floats times
+//! `in_scale`: PNG, JPEG and the rest cannot be read by region; the run's notes say so).
+//!
+//! Outputs by extension: `.npy` (float32 `C×H×W`, the raw network output, written tile by tile at its
+//! offsets), `.png` (8-bit after `out_scale` and clamping, rows streamed as soon as a band of tiles is
+//! complete), `.tif`/`.tiff` (a tiled BigTIFF, tiles written as they complete: 8-bit like PNG, or the raw
+//! float32 output with [`OutDType::F32`]), or `.l3` / `.ppm` / `.jpg` (8-bit, encoded whole: those encoders
+//! take a whole image — L3's default ANS profile puts frequency tables counted over the whole image before
+//! its offset table, so its patches cannot be written before the last tile is known).
+//! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]).
 
 use anyhow::{Context, bail};
+use bsp_tiling::tiffio::{OutDType, TiffRegions, TiffWriter};
 use bsp_tiling::{
-    Budget, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled, ScaledSink, Sink, Tensor, npy,
+    Budget, Field, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled, ScaledSink, Sink, Tensor,
+    npy,
 };
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -52,11 +63,16 @@ pub struct InferRequest {
     pub in_scale: f32,
     /// Factor applied to the output before 8-bit clamping (image outputs; `.npy` gets the raw output).
     pub out_scale: f32,
+    /// The output's sample type, where the format offers a choice (`.tif`: uint8 by default, or float32);
+    /// `None` is the format's own. A type the format cannot hold is refused.
+    pub out_dtype: Option<OutDType>,
 }
 
 /// What a run did.
 #[derive(Clone, Debug)]
 pub struct InferReport {
+    /// What the user should know about how the input was read (a whole decode, and why).
+    pub notes: Vec<String>,
     pub input: (usize, usize, usize),
     pub output: (usize, usize, usize),
     pub info: RunInfo,
@@ -85,11 +101,9 @@ fn ext(p: &Path) -> String {
         .to_ascii_lowercase()
 }
 
-/// Reads an input file for a network taking `channels` channels: `.npy` as float32, anything else through
-/// the loader as an 8-bit image (gray widened to RGB for a 3-channel network).
-///
-/// Inputs are decoded whole: the loader's decoders (and L3's) produce whole images; region reads are not
-/// wired in yet.
+/// Reads an input file whole for a network taking `channels` channels: `.npy` as float32, anything else
+/// through the loader as an 8-bit image (gray widened to RGB for a 3-channel network). Runs on paths read
+/// L3 and TIFF by region instead ([`with_input`]).
 pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
     if ext(path) == "npy" {
         return Ok(InputData::Tensor(npy::read(path)?));
@@ -108,40 +122,156 @@ pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
     Ok(InputData::Image(img))
 }
 
-/// Runs `g` over `req.input`, writing `req.output`. An L3 input is read by region: each tile's window
-/// decodes only the patches under it (the file memory-mapped); other formats are decoded whole first.
+/// Bytes of decoded TIFF chunks kept between tile windows: a quarter of the RAM budget, within 16 MiB ..
+/// 256 MiB (a row of strips or tiles across a wide image fits; more only saves re-decoding).
+fn tiff_cache_bytes(req: &InferRequest) -> usize {
+    (req.budget.ram / 4).clamp(16 << 20, 256 << 20) as usize
+}
+
+/// Opens `req.input` for a network taking `channels` channels and calls `f` with it (scaled as the
+/// request says) and the notes on how it is read: `.npy` whole (it is float32 already), L3 and TIFF by
+/// region, other images decoded whole — with a note saying so.
+pub fn with_input<T>(
+    req: &InferRequest,
+    channels: usize,
+    f: impl FnOnce(&dyn Input, Vec<String>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let path = &req.input;
+    let map;
+    let tensor;
+    let whole;
+    let tiff;
+    let l3;
+    // The source, the scale of its values, notes, and whether its channels may be fitted as an image's.
+    let (source, scale, notes, widen): (&dyn Input, f32, Vec<String>, bool) =
+        match ext(path).as_str() {
+            "l3" => {
+                let file = std::fs::File::open(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                // SAFETY: the file is only read; a concurrent truncation by another process is the usual
+                // mmap caveat (a SIGBUS), as for every memory-mapped reader of the toolkit.
+                #[allow(unsafe_code)]
+                let m = unsafe { memmap2::Mmap::map(&file) }
+                    .with_context(|| format!("mapping {}", path.display()))?;
+                map = m;
+                let file = l3_format::L3File::parse(&map)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                l3 = L3Regions {
+                    file,
+                    path: path.clone(),
+                };
+                (&l3, req.in_scale, Vec::new(), true)
+            }
+            "tif" | "tiff" => {
+                tiff = TiffRegions::open(path, tiff_cache_bytes(req))?;
+                let notes = tiff.note().map(str::to_owned).into_iter().collect();
+                let scale = match tiff.sample_type() {
+                    bsp_tiling::tiffio::SampleType::F32 => 1.0,
+                    _ => req.in_scale,
+                };
+                (&tiff, scale, notes, true)
+            }
+            "npy" => {
+                tensor = npy::read(path)?;
+                (&tensor, 1.0, Vec::new(), false)
+            }
+            e => {
+                whole = read_input(path, channels)?;
+                let note = format!(
+                    "{}: decoded whole ({} files cannot be read by region: L3 and TIFF can)",
+                    path.display(),
+                    if e.is_empty() { "such" } else { e }
+                );
+                (whole.base(), req.in_scale, vec![note], true)
+            }
+        };
+    let fit = if widen {
+        Channels::fit(source, channels, path)?
+    } else {
+        Channels {
+            inner: source,
+            map: None,
+        }
+    };
+    f(&Scaled { inner: &fit, scale }, notes)
+}
+
+/// An input's channels fitted to the network's, as 8-bit images are: gray (with or without alpha)
+/// replicated to RGB for a 3-channel network, alpha dropped from RGBA; any other mismatch is refused.
+struct Channels<'a> {
+    inner: &'a dyn Input,
+    /// Source channel of each output channel; `None`: taken as they are.
+    map: Option<[usize; 3]>,
+}
+
+impl<'a> Channels<'a> {
+    fn fit(inner: &'a dyn Input, channels: usize, path: &Path) -> anyhow::Result<Channels<'a>> {
+        let map = match (channels, inner.channels()) {
+            (a, b) if a == b => None,
+            (3, 1 | 2) => Some([0, 0, 0]),
+            (3, 4) => Some([0, 1, 2]),
+            (a, b) => bail!("{}: {b} channels, the model takes {a}", path.display()),
+        };
+        Ok(Channels { inner, map })
+    }
+}
+
+impl Field for Channels<'_> {
+    fn channels(&self) -> usize {
+        if self.map.is_some() {
+            3
+        } else {
+            self.inner.channels()
+        }
+    }
+    fn gather(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> bsp_tiling::Result<()> {
+        let Some(map) = self.map else {
+            return self.inner.gather(ys, xs, out);
+        };
+        let n = ys.len() * xs.len();
+        let mut src = vec![0f32; self.inner.channels() * n];
+        self.inner.gather(ys, xs, &mut src)?;
+        for (c, &s) in map.iter().enumerate() {
+            out[c * n..(c + 1) * n].copy_from_slice(&src[s * n..(s + 1) * n]);
+        }
+        Ok(())
+    }
+}
+
+impl Input for Channels<'_> {
+    fn height(&self) -> usize {
+        self.inner.height()
+    }
+    fn width(&self) -> usize {
+        self.inner.width()
+    }
+}
+
+/// Runs `g` over `req.input`, writing `req.output`: the input read as [`with_input`] says, the output
+/// written tile by tile where its format allows.
 pub fn infer_paths(g: &Graph, req: &InferRequest) -> anyhow::Result<InferReport> {
     crate_refuse_overwrite(&req.input, &req.output)?;
-    if ext(&req.input) == "l3" {
-        let f = std::fs::File::open(&req.input)
-            .with_context(|| format!("reading {}", req.input.display()))?;
-        // SAFETY: the file is only read; a concurrent truncation by another process is the usual mmap
-        // caveat (a SIGBUS), as for every memory-mapped reader of the toolkit.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&f) }
-            .with_context(|| format!("mapping {}", req.input.display()))?;
-        let file = l3_format::L3File::parse(&map)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", req.input.display()))?;
-        let region = L3Regions {
-            file,
-            path: req.input.clone(),
-        };
-        if bsp_tiling::Field::channels(&region) != g.channels {
-            bail!(
-                "{}: {} channels, the model takes {}",
-                req.input.display(),
-                bsp_tiling::Field::channels(&region),
-                g.channels
-            );
-        }
-        let scaled = Scaled {
-            inner: &region,
-            scale: req.in_scale,
-        };
-        return infer_input(g, &scaled, req);
-    }
-    let data = read_input(&req.input, g.channels)?;
-    infer_to_path(g, &data, req)
+    with_input(req, g.channels, |input, notes| {
+        let mut r = infer_input(g, input, req)?;
+        r.notes = notes;
+        Ok(r)
+    })
+}
+
+/// Runs `g` over `req.input` (read as [`with_input`] says) into a float32 tensor.
+pub fn infer_path_to_tensor(
+    g: &Graph,
+    req: &InferRequest,
+) -> anyhow::Result<(Tensor, RunInfo, Vec<String>)> {
+    with_input(req, g.channels, |input, notes| {
+        let (t, info) = run_to_tensor(g, input, req)?;
+        Ok((t, info, notes))
+    })
 }
 
 /// An L3 file read by region: a window decodes the rectangle its indices span (the patches under it).
@@ -241,11 +371,19 @@ pub fn infer_to_tensor(
             req.in_scale
         },
     };
-    let (c, oh, ow) = output_shape(g, scaled.height(), scaled.width(), req.full)?;
+    run_to_tensor(g, &scaled, req)
+}
+
+fn run_to_tensor(
+    g: &Graph,
+    input: &dyn Input,
+    req: &InferRequest,
+) -> anyhow::Result<(Tensor, RunInfo)> {
+    let (c, oh, ow) = output_shape(g, input.height(), input.width(), req.full)?;
     let sink = bsp_tiling::OutputSink::f32(c, oh, ow);
     let info = bsp_tiling::run_graph(
         g,
-        &scaled,
+        input,
         req.mode,
         req.tile,
         req.threads,
@@ -272,39 +410,74 @@ pub fn infer_to_path(
     infer_input(g, &scaled, req)
 }
 
+/// The output sample types each format can hold; the first is its default.
+fn output_dtypes(out_ext: &str) -> Option<&'static [OutDType]> {
+    Some(match out_ext {
+        "npy" => &[OutDType::F32],
+        "tif" | "tiff" => &[OutDType::U8, OutDType::F32],
+        "png" | "l3" | "ppm" | "pgm" | "jpg" | "jpeg" => &[OutDType::U8],
+        _ => return None,
+    })
+}
+
 fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Result<InferReport> {
     let (h, w) = (input.height(), input.width());
     let (c, oh, ow) = output_shape(g, h, w, req.full)?;
     let t0 = std::time::Instant::now();
     let out_ext = ext(&req.output);
-    let tmp = stdx_tmp(&req.output);
+    let Some(dtypes) = output_dtypes(&out_ext) else {
+        bail!(
+            "{}: unknown output type {out_ext:?}: use .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or float32), .png, .l3, .ppm/.pgm or .jpg",
+            req.output.display()
+        );
+    };
+    let dtype = req.out_dtype.unwrap_or(dtypes[0]);
+    if !dtypes.contains(&dtype) {
+        bail!(
+            "{}: a .{out_ext} output holds {}, not {}",
+            req.output.display(),
+            if dtypes[0] == OutDType::F32 {
+                "float32"
+            } else {
+                "uint8"
+            },
+            if dtype == OutDType::F32 {
+                "float32"
+            } else {
+                "uint8"
+            }
+        );
+    }
     let run = |sink: &dyn Sink| {
         bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, sink)
     };
-    // Image outputs get `out_scale` before 8-bit clamping; `.npy` gets the raw output.
+    // 8-bit outputs get `out_scale` before clamping; float32 ones the raw output.
     let run_scaled = |sink: &dyn Sink| {
         run(&ScaledSink {
             inner: sink,
             scale: req.out_scale,
         })
     };
-    let info = write_output(&out_ext, &tmp, (c, oh, ow), req, run, run_scaled);
-    // A failed run leaves nothing behind: neither the output nor its temporary.
-    let info = match info.and_then(|info| {
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .with_context(|| format!("syncing {}", tmp.display()))?;
-        Ok(info)
-    }) {
-        Ok(info) => info,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    std::fs::rename(&tmp, &req.output)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), req.output.display()))?;
+    // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`.
+    let mut out = stdx::fs::AtomicFile::create(&req.output)
+        .with_context(|| format!("creating {}", req.output.display()))?;
+    let file = out
+        .file()
+        .try_clone()
+        .with_context(|| format!("creating {}", req.output.display()))?;
+    let info = write_output(
+        &out_ext,
+        file,
+        &req.output,
+        (c, oh, ow),
+        dtype,
+        run,
+        run_scaled,
+    )?;
+    out.commit()
+        .with_context(|| format!("writing {}", req.output.display()))?;
     Ok(InferReport {
+        notes: Vec::new(),
         input: (g.channels, h, w),
         output: (c, oh, ow),
         info,
@@ -312,32 +485,42 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     })
 }
 
-/// Runs the network into the output file `tmp` of type `out_ext`: `.npy` and `.png` written as tiles
-/// finish, the 8-bit formats encoded whole at the end.
+/// Runs the network into `file` (the output `path`'s temporary) of type `out_ext`: `.npy`, `.tif` and
+/// `.png` written as tiles finish, the other 8-bit formats encoded whole at the end.
 fn write_output(
     out_ext: &str,
-    tmp: &Path,
+    file: File,
+    path: &Path,
     (c, oh, ow): (usize, usize, usize),
-    req: &InferRequest,
+    dtype: OutDType,
     run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
     run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
 ) -> anyhow::Result<bsp_tiling::RunInfo> {
     Ok(match out_ext {
         "npy" => {
-            let wr = npy::NpyWriter::create(tmp, c, oh, ow)
-                .with_context(|| format!("creating {}", tmp.display()))?;
+            let wr = npy::NpyWriter::from_file(file, path, c, oh, ow)
+                .with_context(|| format!("creating {}", path.display()))?;
             let info = run(&wr)?;
             wr.finish()
-                .with_context(|| format!("writing {}", tmp.display()))?;
+                .with_context(|| format!("writing {}", path.display()))?;
+            info
+        }
+        "tif" | "tiff" => {
+            let wr = TiffWriter::new(file, path, c, oh, ow, dtype)?;
+            let info = match dtype {
+                OutDType::U8 => run_scaled(&wr)?,
+                OutDType::F32 => run(&wr)?,
+            };
+            wr.finish()?;
             info
         }
         "png" => {
-            let sink = PngRows::create(tmp, c, oh, ow)?;
+            let sink = PngRows::create(file, path, c, oh, ow)?;
             let info = run_scaled(&sink)?;
             sink.finish()?;
             info
         }
-        "l3" | "ppm" | "pgm" | "jpg" | "jpeg" => {
+        _ => {
             let target = match out_ext {
                 "l3" => loader::convert::Target::L3_DEFAULT,
                 "jpg" | "jpeg" => loader::convert::Target::Jpeg(95),
@@ -347,14 +530,12 @@ fn write_output(
             let info = run_scaled(&sink)?;
             let img = sink.into_image();
             let bytes = loader::convert::encode(&img, target)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", req.output.display()))?;
-            std::fs::write(tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let mut file = file;
+            file.write_all(&bytes)
+                .with_context(|| format!("writing {}", path.display()))?;
             info
         }
-        other => bail!(
-            "{}: unknown output type {other:?}: use .npy (float32 C×H×W), .png, .l3, .ppm/.pgm or .jpg",
-            req.output.display()
-        ),
     })
 }
 
@@ -365,15 +546,6 @@ fn crate_refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {
         bail!("{}: the output would overwrite the input", output.display());
     }
     Ok(())
-}
-
-/// The temporary name beside `out` a run writes before renaming (no half-written output on failure).
-fn stdx_tmp(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 fn to_u8(v: f32) -> u8 {
@@ -452,10 +624,8 @@ struct PngState {
 }
 
 impl PngRows {
-    fn create(path: &Path, c: usize, h: usize, w: usize) -> anyhow::Result<PngRows> {
+    fn create(f: File, path: &Path, c: usize, h: usize, w: usize) -> anyhow::Result<PngRows> {
         check_8bit_channels(c)?;
-        let f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
         enc.set_color(if c == 3 {
             png::ColorType::Rgb

@@ -47,12 +47,19 @@ pub struct InferArgs {
     /// `.npy` inputs are taken as they are.
     #[arg(long, default_value_t = 1.0)]
     pub in_scale: f32,
-    /// Factor applied to the output before 8-bit clamping (255 for a 0..1 output); `.npy` is raw.
+    /// Factor applied to the output before 8-bit clamping (255 for a 0..1 output); float32 outputs are raw.
     #[arg(long, default_value_t = 1.0)]
     pub out_scale: f32,
-    /// An image the toolkit reads (PNG, JPEG, L3, ...) or a float32 `.npy` (C×H×W).
+    /// The output's samples where the format offers a choice: a .tif is uint8 (clamped, like PNG) by
+    /// default or float32 (the raw output); .npy is float32, the image formats uint8.
+    #[arg(long)]
+    pub out_dtype: Option<String>,
+    /// Read by region: .l3, .tif/.tiff (TIFF or BigTIFF, tiled or striped; 8/16-bit or float32 samples),
+    /// .npy (float32 C×H×W, taken as is). Decoded whole (said on stderr): any other image the toolkit reads
+    /// (PNG, JPEG, ...).
     pub input: PathBuf,
-    /// `.npy` (float32 C×H×W, written tile by tile), `.png` (rows streamed), `.l3`, `.ppm`, `.jpg`.
+    /// Written tile by tile: .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or --out-dtype
+    /// float32), .png (rows streamed). Encoded whole at the end: .l3, .ppm, .jpg.
     pub output: PathBuf,
 }
 
@@ -84,6 +91,13 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
     if a.gpu_memory.is_some() {
         bail!("--gpu-memory budgets a GPU: use it with `l3 stylize --device cuda`");
     }
+    let out_dtype =
+        match &a.out_dtype {
+            None => None,
+            Some(d) => Some(bsp_tiling::tiffio::OutDType::parse(d).ok_or_else(|| {
+                anyhow::anyhow!("unknown --out-dtype {d:?}: use uint8 or float32")
+            })?),
+        };
     let g = load_model(&a.model, padding)?;
     let defaults = bsp_tiling::Options::default();
     let req = InferRequest {
@@ -100,8 +114,12 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         full: !a.crop_to_input,
         in_scale: a.in_scale,
         out_scale: a.out_scale,
+        out_dtype,
     };
     let r = infer_paths(&g, &req)?;
+    for note in &r.notes {
+        eprintln!("infer: {note}");
+    }
     let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| {
         format!("{:.1} MiB", p as f64 / 1048576.0)
     });

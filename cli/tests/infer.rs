@@ -163,3 +163,155 @@ fn refusals_are_clear() {
         "failed runs leave no temporaries: {left:?}"
     );
 }
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn same_bits(a: &Tensor, b: &Tensor, what: &str) {
+    assert_eq!((a.c, a.h, a.w), (b.c, b.h, b.w), "{what}");
+    for (i, (x, y)) in a.data.iter().zip(&b.data).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "{what}: element {i}: {x} vs {y}");
+    }
+}
+
+fn read_tiff(p: &Path) -> Tensor {
+    use bsp_tiling::{Field, Input};
+    let r = bsp_tiling::tiffio::TiffRegions::open(p, 1 << 20).unwrap();
+    let ys: Vec<Option<usize>> = (0..r.height()).map(Some).collect();
+    let xs: Vec<Option<usize>> = (0..r.width()).map(Some).collect();
+    let mut t = Tensor::zeros(r.channels(), ys.len(), xs.len());
+    r.gather(&ys, &xs, &mut t.data).unwrap();
+    t
+}
+
+/// A tensor written as a tiled BigTIFF by the toolkit's writer.
+fn write_tiff(p: &Path, t: &Tensor, dtype: bsp_tiling::tiffio::OutDType) {
+    use bsp_tiling::Sink;
+    let f = std::fs::File::create(p).unwrap();
+    let w = bsp_tiling::tiffio::TiffWriter::new(f, p, t.c, t.h, t.w, dtype).unwrap();
+    w.put_tile(0, 0, t).unwrap();
+    w.finish().unwrap();
+}
+
+#[test]
+fn tiff_in_and_out_equal_npy_and_png_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| dir.path().join(f);
+    let model = data("norm_first.onnx");
+    for &(w, h, tile) in &[(37u32, 29u32, 16usize), (7, 3, 4), (1, 1, 8)] {
+        // 8-bit pixels as PNG, as a striped classic TIFF (the `image` crate's encoder) and as a tiled
+        // BigTIFF (ours): the same output, bit for bit, with and without tiling.
+        let px: Vec<u8> = (0..w * h * 3)
+            .map(|i| ((i * 7919 + w * 13) % 256) as u8)
+            .collect();
+        image::save_buffer(d("in.png"), &px, w, h, image::ExtendedColorType::Rgb8).unwrap();
+        image::save_buffer(
+            d("in_strips.tif"),
+            &px,
+            w,
+            h,
+            image::ExtendedColorType::Rgb8,
+        )
+        .unwrap();
+        let t8 = Tensor::from_vec(3, h as usize, w as usize, {
+            let mut v = vec![0f32; px.len()];
+            for (i, &b) in px.iter().enumerate() {
+                v[(i % 3) * (w * h) as usize + i / 3] = f32::from(b);
+            }
+            v
+        })
+        .unwrap();
+        write_tiff(&d("in_tiles.tif"), &t8, bsp_tiling::tiffio::OutDType::U8);
+        let tile = tile.to_string();
+        let run = |input: &Path, out: &Path, extra: &[&str]| {
+            let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+                vec![&"--model", &model, &"--tile", &tile, &"--in-scale", &"0.01"];
+            for a in extra {
+                args.push(a);
+            }
+            args.push(&input);
+            args.push(&out);
+            ok(l3(&args))
+        };
+        let o = run(&d("in.png"), &d("png.npy"), &[]);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("decoded whole"),
+            "a whole decode is said: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let reference = npy::read(&d("png.npy")).unwrap();
+        for input in ["in_strips.tif", "in_tiles.tif"] {
+            let o = run(&d(input), &d("tif.npy"), &[]);
+            assert!(!String::from_utf8_lossy(&o.stderr).contains("decoded whole"));
+            same_bits(&npy::read(&d("tif.npy")).unwrap(), &reference, input);
+        }
+        // Outputs: a float32 BigTIFF equals the .npy; a uint8 one equals the PNG.
+        run(&d("in.png"), &d("out_f.tif"), &["--out-dtype", "float32"]);
+        same_bits(
+            &read_tiff(&d("out_f.tif")),
+            &reference,
+            "float32 TIFF output",
+        );
+        run(&d("in_tiles.tif"), &d("out.png"), &["--out-scale", "60"]);
+        run(&d("in_tiles.tif"), &d("out8.tif"), &["--out-scale", "60"]);
+        let png = image::open(d("out.png")).unwrap().to_rgb8();
+        // Read back by the `image` crate (the `tiff` crate's whole-image decoder).
+        let tif = image::open(d("out8.tif")).unwrap().to_rgb8();
+        assert_eq!(png.dimensions(), (w, h));
+        assert_eq!(png.as_raw(), tif.as_raw(), "uint8 TIFF output vs PNG");
+        for f in ["out_f.tif", "out8.tif", "out.png", "tif.npy"] {
+            std::fs::remove_file(d(f)).unwrap();
+        }
+    }
+    // float32 samples are taken as they are, like a .npy input.
+    let x = npy::read(&data("norm_first.in.41x29.npy")).unwrap();
+    write_tiff(&d("in_f.tif"), &x, bsp_tiling::tiffio::OutDType::F32);
+    for (input, out) in [
+        (data("norm_first.in.41x29.npy"), d("a.npy")),
+        (d("in_f.tif"), d("b.npy")),
+    ] {
+        ok(l3(&[&"--model", &model, &"--tile", &"12", &input, &out]));
+    }
+    same_bits(
+        &npy::read(&d("b.npy")).unwrap(),
+        &npy::read(&d("a.npy")).unwrap(),
+        "float32 TIFF input vs .npy",
+    );
+}
+
+#[test]
+fn tiff_refusals_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = data("norm_first.onnx");
+    let x = data("norm_first.in.41x29.npy");
+    // A truncated TIFF input.
+    let t = npy::read(&x).unwrap();
+    let good = dir.path().join("good.tif");
+    write_tiff(&good, &t, bsp_tiling::tiffio::OutDType::F32);
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.path().join("cut.tif");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = dir.path().join("y.npy");
+    let o = l3(&[&"--model", &model, &cut, &out]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cut.tif"), "{err}");
+    // A dtype the output format cannot hold.
+    let png = dir.path().join("y.png");
+    let o = l3(&[&"--model", &model, &"--out-dtype", &"float32", &x, &png]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("y.png") && err.contains("float32"), "{err}");
+    let o = l3(&[&"--model", &model, &"--out-dtype", &"int7", &x, &out]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--out-dtype"));
+    std::fs::remove_file(&good).unwrap();
+    std::fs::remove_file(&cut).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "failed runs leave nothing: {left:?}");
+}

@@ -21,6 +21,8 @@ const REQUIREMENTS: &[&str] = &[
     // (the tests skip, saying so, where either is missing).
     "onnx>=1.16",
     "onnxruntime>=1.18",
+    // An independent TIFF reader and writer for `l3toolkit.infer`'s TIFF/BigTIFF input and output tests.
+    "tifffile>=2023.1",
 ];
 
 /// The test environment's folder, `target/python/venv`.

@@ -173,7 +173,8 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::UnexpectedTensor { .. }
         | E::Unsupported(_)
         | E::Node { .. }
-        | E::OnnxFormat { .. } => Kind::Format,
+        | E::OnnxFormat { .. }
+        | E::Tiff { .. } => Kind::Format,
         E::EmptyImage { .. }
         | E::ImageTooSmall { .. }
         | E::ImageTooSmallFor { .. }

@@ -5,7 +5,8 @@
 use crate::errors::{Failure, Kind, detached, raise};
 use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
 use l3_cli::infer::{
-    InferRequest, InputData, infer_to_path, infer_to_tensor, load_model, read_input,
+    InferRequest, InputData, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
+    load_model,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -82,20 +83,23 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 /// Runs a CNN over an image of any size with BSP tiling.
 ///
 /// ``image``: a ``float32`` array ``(C, H, W)`` (taken as is), a ``uint8`` array ``(H, W)`` or
-/// ``(H, W, C)`` (0..255, times ``in_scale``), or a path to an image the toolkit reads (PNG, JPEG, L3, ...)
-/// or a ``.npy``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
+/// ``(H, W, C)`` (0..255, times ``in_scale``), or a path: read by region from ``.l3`` and ``.tif``/``.tiff``
+/// (TIFF or BigTIFF, tiled or striped; integer samples times ``in_scale``, float32 as they are), a
+/// float32 ``.npy``, or any other image the toolkit reads (PNG, JPEG, ...: decoded whole, with a
+/// ``UserWarning`` saying so). ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
 /// ``mode``: ``"exact"`` (equal to the whole-image result), ``"sampled"`` / ``"sampled:N"``,
 /// ``"recompute"``, ``"naive"`` or ``"whole"``. ``tile``: tile side in pixels (a multiple of the network's
-/// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.png`` with rows
-/// streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are ``out_scale`` times the output, clamped) the
-/// result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
+/// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.tif``/``.tiff`` a
+/// tiled BigTIFF written tile by tile — uint8, or the raw output with ``out_dtype="float32"`` —, ``.png``
+/// with rows streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are ``out_scale`` times the output,
+/// clamped) the result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
 /// The output is the network's, as onnxruntime gives it; ``crop_to_input=True`` crops it to the input's size
 /// times the network's scale (what ``stylize`` does for a TransformerNet, which pads sides to a multiple of 4).
 /// ``device``: ``"cpu"`` only — graphs run on the CPU backend (``"cuda"`` raises, never runs on the CPU).
 #[pyfunction]
 #[pyo3(signature = (
     image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
-    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None
+    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn infer<'py>(
@@ -112,8 +116,17 @@ pub fn infer<'py>(
     in_scale: f32,
     out_scale: f32,
     device: Option<Bound<'py, PyAny>>,
+    out_dtype: Option<&str>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
+    let out_dtype = match out_dtype {
+        None => None,
+        Some(d) => Some(bsp_tiling::tiffio::OutDType::parse(d).ok_or_else(|| {
+            opt(format!(
+                "out_dtype={d:?}: expected \"uint8\" or \"float32\""
+            ))
+        })?),
+    };
     let Some(mode) = Mode::parse(mode) else {
         return Err(opt(format!(
             "mode={mode:?}: expected \"exact\", \"sampled\", \"sampled:N\", \"recompute\", \"naive\" or \"whole\""
@@ -209,21 +222,37 @@ pub fn infer<'py>(
         full: !crop_to_input,
         in_scale,
         out_scale,
+        out_dtype,
     };
     let g = graph.clone();
-    let result = detached(py, move || {
-        let data = match data {
-            Some(d) => d,
-            None => read_input(&req.input, g.channels).map_err(anyhow_failure)?,
-        };
-        if output.is_some() {
+    // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
+    let (result, notes) = detached(py, move || match (data, output.is_some()) {
+        (Some(data), true) => {
             infer_to_path(&g, &data, &req).map_err(anyhow_failure)?;
-            Ok(None)
-        } else {
+            Ok((None, Vec::new()))
+        }
+        (Some(data), false) => {
             let (t, _) = infer_to_tensor(&g, &data, &req).map_err(anyhow_failure)?;
-            Ok(Some(t))
+            Ok((Some(t), Vec::new()))
+        }
+        (None, true) => {
+            let r = infer_paths(&g, &req).map_err(anyhow_failure)?;
+            Ok((None, r.notes))
+        }
+        (None, false) => {
+            let (t, _, notes) = infer_path_to_tensor(&g, &req).map_err(anyhow_failure)?;
+            Ok((Some(t), notes))
         }
     })?;
+    for note in notes {
+        let msg = std::ffi::CString::new(note).unwrap_or_default();
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+            &msg,
+            1,
+        )?;
+    }
     match result {
         None => Ok(None),
         Some(t) => Ok(Some(

@@ -90,9 +90,9 @@ struct Entry {
     geometry: Geometry,
     /// The image's width and height.
     image: (u32, u32),
-    /// Its mask (a one-channel L3 file of the image's size) and where it lives, when the batch has
-    /// masks.
-    mask: Option<(Vec<u8>, PathBuf)>,
+    /// Its mask (a one-channel L3 file of the image's size: what was read of it, the bytes that took)
+    /// and where it lives, when the batch has masks.
+    mask: Option<(Stored, u64, PathBuf)>,
 }
 
 impl Entry {
@@ -101,7 +101,7 @@ impl Entry {
     }
 
     fn mask_source(&self) -> Option<SampleSource<'_>> {
-        self.mask.as_ref().map(|(b, _)| SampleSource::File(b))
+        self.mask.as_ref().map(|(m, _, _)| source(m))
     }
 
     /// The item's result, and the job dropped first: a batch is finished only once every slot of its
@@ -248,7 +248,7 @@ impl GpuStage {
 
     /// An item's mask, when the batch has masks: the bytes the read stage read (or read now, as under
     /// the Liquid order), refused unless the GPU can decode it as its image's label map.
-    fn mask_of(&self, job: &mut Job, image: (u32, u32)) -> Result<Option<(Vec<u8>, PathBuf)>> {
+    fn mask_of(&self, job: &mut Job, image: (u32, u32)) -> Result<Option<(Stored, u64, PathBuf)>> {
         let Some(t) = self.ctx.targets.as_ref().filter(|t| t.has_masks()) else {
             return Ok(None);
         };
@@ -256,17 +256,20 @@ impl GpuStage {
             Some(p) => p?,
             None => return Ok(None),
         };
-        let bytes = match job.mask.take() {
+        let (mask, n) = match job.mask.take() {
             Some(read) => read?,
             None => {
-                let read = t.read_mask(job.index).transpose()?.unwrap_or_default();
-                Counters::add(&self.ctx.counters.bytes_read, read.len() as u64);
-                read
+                let Some(read) = t.read_mask(job.index, &self.ctx.request(job.key)) else {
+                    return Ok(None);
+                };
+                let (mask, n) = read?;
+                Counters::add(&self.ctx.counters.bytes_read, n);
+                (mask, n)
             }
         };
         let image_path = self.ctx.ds.source(job.index);
-        device_mask(&bytes, &path, (&image_path, image))?;
-        Ok(Some((bytes, path)))
+        device_mask(&mask, &path, (&image_path, image))?;
+        Ok(Some((mask, n, path)))
     }
 
     /// Plans `entries` and queues their launch (and their masks', when the batch has masks); an item
@@ -406,7 +409,7 @@ impl GpuStage {
     /// CPU decoder's words: the batch index means nothing here.
     fn item_failed(&self, e: Entry, why: l3_cuda::Error, in_mask: bool) -> ToAssembler {
         let path = match (&e.mask, in_mask) {
-            (Some((_, mask)), true) => mask.clone(),
+            (Some((_, _, mask)), true) => mask.clone(),
             _ => self.ctx.ds.source(e.job.index),
         };
         let error = match why {
@@ -456,7 +459,7 @@ impl GpuStage {
             .into_iter()
             .map(|mut e| {
                 e.job.stored = Some(Ok((e.stored, e.read)));
-                e.job.mask = e.mask.map(|(bytes, _)| Ok(bytes));
+                e.job.mask = e.mask.map(|(m, n, _)| Ok((m, n)));
                 ToAssembler::Item(super::decode::decode(&self.ctx, &mut scratch, e.job))
             })
             .collect()
@@ -531,20 +534,31 @@ fn mask_options(spec: &SampleSpec) -> impl Fn(&Targets) -> SampleOptions + '_ {
 /// Checks, from its header alone, that a mask is what the GPU decodes as its image's label map: a
 /// one-channel L3 file of the image's size. The errors are the CPU path's, naming the mask (and the
 /// image).
-fn device_mask(bytes: &[u8], path: &Path, (image_path, image): (&Path, (u32, u32))) -> Result<()> {
-    match Format::sniff(bytes) {
-        Some(Format::L3) => {}
-        other => {
-            return Err(Error::decode(
-                path,
-                other.map_or("mask", Format::name),
-                DEVICE_MASKS,
-            ));
+fn device_mask(
+    mask: &Stored,
+    path: &Path,
+    (image_path, image): (&Path, (u32, u32)),
+) -> Result<()> {
+    let parsed;
+    let index = match mask {
+        Stored::L3Region { index, .. } => index.as_ref(),
+        Stored::Whole(bytes) => {
+            match Format::sniff(bytes) {
+                Some(Format::L3) => {}
+                other => {
+                    return Err(Error::decode(
+                        path,
+                        other.map_or("mask", Format::name),
+                        DEVICE_MASKS,
+                    ));
+                }
+            }
+            let n = L3Index::prefix_len(bytes).map_err(|e| Error::decode(path, "l3", e))?;
+            parsed = L3Index::parse(&bytes[..n.min(bytes.len())], bytes.len() as u64)
+                .map_err(|e| Error::decode(path, "l3", e))?;
+            &parsed
         }
-    }
-    let n = L3Index::prefix_len(bytes).map_err(|e| Error::decode(path, "l3", e))?;
-    let index = L3Index::parse(&bytes[..n.min(bytes.len())], bytes.len() as u64)
-        .map_err(|e| Error::decode(path, "l3", e))?;
+    };
     if index.channels() != 1 {
         return Err(Error::decode(
             path,

@@ -1,0 +1,121 @@
+"""l3toolkit.infer on TIFF paths: files written by tifffile (classic and BigTIFF, tiled and striped,
+chunky and planar, Deflate and uncompressed, uint8, uint16 and float32) are read by region and give the
+same output, bit for bit, as the same pixels passed as an array; tiled BigTIFF outputs read back through
+tifffile equal the array result (float32) and the PNG output (uint8). Skips where onnx or tifffile is
+missing."""
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import l3toolkit as l3
+
+onnx = pytest.importorskip("onnx")
+tifffile = pytest.importorskip("tifffile")
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("make_models", ROOT / "bsp-tiling/tests/onnx/make_models.py")
+mm = importlib.util.module_from_spec(spec)
+sys.modules["make_models"] = mm
+spec.loader.exec_module(mm)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    m, _ = mm.norm_first()
+    p = tmp_path_factory.mktemp("onnx") / "norm_first.onnx"
+    p.write_bytes(m.SerializeToString())
+    return l3.Model(p)
+
+
+LAYOUTS = [
+    dict(tile=(16, 16), compression="zlib"),
+    dict(bigtiff=True, rowsperstrip=5, compression="zlib"),
+    dict(bigtiff=True, tile=(16, 32), planarconfig="separate"),
+    dict(rowsperstrip=1),
+]
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+@pytest.mark.parametrize("h,w", [(37, 45), (7, 3), (1, 1)])
+def test_tiff_input_equals_the_array(model, tmp_path, layout, h, w):
+    kw = LAYOUTS[layout]
+    planar = kw.get("planarconfig") == "separate"
+
+    def write(p, a, **extra):
+        # tifffile takes a planar image as (samples, height, width).
+        tifffile.imwrite(p, np.ascontiguousarray(a.transpose(2, 0, 1)) if planar else a, **extra, **kw)
+
+    rng = np.random.default_rng(h * 100 + w)
+    x8 = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    p = tmp_path / "in8.tif"
+    write(p, x8, photometric="rgb")
+    want = l3.infer(x8, model, tile=8, in_scale=0.01)
+    got = l3.infer(p, model, tile=8, in_scale=0.01)
+    assert np.array_equal(got, want)
+
+    xf = rng.standard_normal((h, w, 3)).astype(np.float32)
+    p = tmp_path / "inf.tif"
+    write(p, xf, photometric="rgb")
+    want = l3.infer(np.ascontiguousarray(xf.transpose(2, 0, 1)), model, tile=8)
+    assert np.array_equal(l3.infer(p, model, tile=8, in_scale=0.01), want), "float32 is taken as is"
+
+    # 16-bit gray: the values times in_scale, replicated to the model's three channels.
+    x16 = rng.integers(0, 65536, (h, w), dtype=np.uint16)
+    p = tmp_path / "in16.tif"
+    tifffile.imwrite(p, x16, photometric="minisblack", **{k: v for k, v in kw.items() if k != "planarconfig"})
+    g = x16.astype(np.float32) * np.float32(0.001)
+    want = l3.infer(np.stack([g, g, g]), model, tile=8)
+    assert np.array_equal(l3.infer(p, model, tile=8, in_scale=0.001), want)
+
+
+def test_tiled_bigtiff_output(model, tmp_path):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (300, 270, 3), dtype=np.uint8)  # more than one 256² tile, not a multiple
+    want = l3.infer(x, model, tile=64, in_scale=0.01)
+    out = tmp_path / "out_f.tif"
+    l3.infer(x, model, tile=64, in_scale=0.01, output=out, out_dtype="float32")
+    with tifffile.TiffFile(out) as f:
+        assert f.is_bigtiff and f.pages[0].is_tiled
+        got = f.asarray()
+    assert got.dtype == np.float32
+    assert np.array_equal(got.transpose(2, 0, 1), want)
+
+    png, tif = tmp_path / "out.png", tmp_path / "out8.tif"
+    for o in (png, tif):
+        l3.infer(x, model, tile=64, in_scale=0.01, out_scale=60, output=o)
+    from PIL import Image
+
+    assert np.array_equal(tifffile.imread(tif), np.asarray(Image.open(png)))
+    with pytest.raises(l3.OptionsError):
+        l3.infer(x, model, output=tmp_path / "y.tif", out_dtype="int7")
+
+
+def test_whole_decode_is_said(model, tmp_path):
+    from PIL import Image
+
+    x = np.random.default_rng(1).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    p = tmp_path / "in.png"
+    Image.fromarray(x).save(p)
+    with pytest.warns(UserWarning, match="decoded whole"):
+        got = l3.infer(p, model, tile=8)
+    assert np.array_equal(got, l3.infer(x, model, tile=8))
+    t = tmp_path / "in.tif"
+    tifffile.imwrite(t, x, tile=(16, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        l3.infer(t, model, tile=8)
+
+
+def test_damaged_tiff_names_the_file(model, tmp_path):
+    x = np.random.default_rng(2).integers(0, 256, (40, 40, 3), dtype=np.uint8)
+    p = tmp_path / "cut.tif"
+    tifffile.imwrite(p, x, tile=(16, 16), compression="zlib")
+    b = p.read_bytes()
+    p.write_bytes(b[: len(b) // 2])
+    with pytest.raises(l3.Error, match="cut.tif"):
+        l3.infer(p, model, tile=8)

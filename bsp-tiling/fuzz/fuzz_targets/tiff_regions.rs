@@ -1,0 +1,32 @@
+//! Arbitrary bytes as a TIFF input read by region: opening must return a reader or a typed error, never
+//! panic; what opens is read window by window (overlapping windows with padding, as tiles read them).
+//! `cargo +nightly fuzz run tiff_regions` from bsp-tiling/ (seed it with TIFFs, e.g. the test outputs).
+#![no_main]
+
+use bsp_tiling::tiffio::TiffRegions;
+use bsp_tiling::{Field, Input};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    // The reader takes a path (it reopens the file per worker): a file per fuzzing process.
+    let path = std::env::temp_dir().join(format!("tiff_regions_fuzz.{}.tif", std::process::id()));
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let Ok(r) = TiffRegions::open(&path, 1 << 20) else {
+        return;
+    };
+    let (h, w, c) = (r.height(), r.width(), r.channels());
+    if h * w * c > 1 << 22 {
+        return;
+    }
+    let mut out = Vec::new();
+    for y0 in (0..h).step_by(13) {
+        for x0 in (0..w).step_by(13) {
+            let ys: Vec<Option<usize>> = (y0..y0 + 16).map(|y| (y < h).then_some(y)).collect();
+            let xs: Vec<Option<usize>> = (x0..x0 + 16).map(|x| (x < w).then_some(x)).collect();
+            out.resize(c * 256, 0.0);
+            let _ = r.gather(&ys, &xs, &mut out);
+        }
+    }
+});

@@ -1,0 +1,380 @@
+//! TIFF by region and tiled BigTIFF out (`bsp_tiling::tiffio`): region reads equal the pixels the file
+//! holds, for striped (the `tiff` crate's encoder: classic and BigTIFF, every compression it writes) and
+//! tiled files (our writer), odd sizes, 8/16-bit and float samples; the writer's files read back through
+//! the `tiff` crate's own whole-image decoder; damaged files are typed errors naming the file.
+
+use bsp_tiling::tiffio::{OutDType, TiffRegions, TiffWriter};
+use bsp_tiling::{Field, Input, Sink, Tensor};
+use std::path::{Path, PathBuf};
+use stdx::SplitMix64;
+use tiff::encoder::{Compression, DeflateLevel, TiffEncoder, colortype};
+
+fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> bsp_tiling::Result<Tensor> {
+    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
+    f.gather(ys, xs, &mut t.data)?;
+    Ok(t)
+}
+
+fn rng_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut r = SplitMix64::new(seed);
+    (0..n).map(|_| (r.next_u64() >> 56) as u8).collect()
+}
+
+fn rng_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = SplitMix64::new(seed);
+    (0..n)
+        .map(|_| (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0)
+        .collect()
+}
+
+/// Every pixel of `src` as a `C×H×W` tensor, through one window with padding (`None`) around it and
+/// one reflected window, checked against `expect(c, y, x)`.
+fn check_windows(src: &dyn Input, expect: impl Fn(usize, usize, usize) -> f32) {
+    let (h, w, c) = (src.height(), src.width(), src.channels());
+    // The whole image with a border of `None`, then windows of 5×3 stepping over it, reflected at the edge.
+    let ys: Vec<Option<usize>> = std::iter::once(None)
+        .chain((0..h).map(Some))
+        .chain(std::iter::once(None))
+        .collect();
+    let xs: Vec<Option<usize>> = std::iter::once(None)
+        .chain((0..w).map(Some))
+        .chain(std::iter::once(None))
+        .collect();
+    let t = gather(src, &ys, &xs).unwrap();
+    for ch in 0..c {
+        for (iy, y) in ys.iter().enumerate() {
+            for (ix, x) in xs.iter().enumerate() {
+                let want = match (y, x) {
+                    (Some(y), Some(x)) => expect(ch, *y, *x),
+                    _ => 0.0,
+                };
+                assert_eq!(
+                    t.at(ch, iy, ix).to_bits(),
+                    want.to_bits(),
+                    "({ch}, {y:?}, {x:?})"
+                );
+            }
+        }
+    }
+    for y0 in (0..h).step_by(3) {
+        for x0 in (0..w).step_by(5) {
+            let ys: Vec<Option<usize>> = (y0..y0 + 3).map(|y| Some(y.min(h - 1))).collect();
+            let xs: Vec<Option<usize>> = (x0..x0 + 5).rev().map(|x| Some(x.min(w - 1))).collect();
+            let t = gather(src, &ys, &xs).unwrap();
+            for ch in 0..c {
+                for (iy, y) in ys.iter().enumerate() {
+                    for (ix, x) in xs.iter().enumerate() {
+                        let want = expect(ch, y.unwrap(), x.unwrap());
+                        assert_eq!(t.at(ch, iy, ix).to_bits(), want.to_bits());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn striped<C: colortype::ColorType>(
+    path: &Path,
+    big: bool,
+    compression: Compression,
+    (w, h, rows): (u32, u32, u32),
+    data: &[C::Inner],
+) where
+    [C::Inner]: tiff::encoder::TiffValue,
+{
+    let f = std::fs::File::create(path).unwrap();
+    macro_rules! write {
+        ($enc:expr) => {{
+            let mut enc = $enc.unwrap().with_compression(compression);
+            let mut img = enc.new_image::<C>(w, h).unwrap();
+            img.rows_per_strip(rows).unwrap();
+            img.write_data(data).unwrap();
+        }};
+    }
+    if big {
+        write!(TiffEncoder::new_big(f))
+    } else {
+        write!(TiffEncoder::new(f))
+    }
+}
+
+#[test]
+fn striped_files_read_by_region_equal_their_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let compressions = [
+        Compression::Uncompressed,
+        Compression::Lzw,
+        Compression::Deflate(DeflateLevel::Fast),
+        Compression::Packbits,
+    ];
+    for (i, &(w, h, rows)) in [(37usize, 23usize, 4u32), (7, 3, 1), (1, 1, 1), (20, 9, 64)]
+        .iter()
+        .enumerate()
+    {
+        for (k, &comp) in compressions.iter().enumerate() {
+            let big = k % 2 == 1;
+            let seed = (i * 10 + k) as u64;
+            let p = dir.path().join(format!("rgb8_{i}_{k}.tif"));
+            let px = rng_bytes(w * h * 3, seed);
+            striped::<colortype::RGB8>(&p, big, comp, (w as u32, h as u32, rows), &px);
+            let r = TiffRegions::open(&p, 1 << 20).unwrap();
+            assert_eq!((r.width(), r.height(), r.channels()), (w, h, 3));
+            assert!(!r.is_tiled());
+            check_windows(&r, |c, y, x| f32::from(px[(y * w + x) * 3 + c]));
+
+            let p = dir.path().join(format!("gray16_{i}_{k}.tif"));
+            let mut g = SplitMix64::new(seed);
+            let px: Vec<u16> = (0..w * h).map(|_| (g.next_u64() >> 48) as u16).collect();
+            striped::<colortype::Gray16>(&p, !big, comp, (w as u32, h as u32, rows), &px);
+            let r = TiffRegions::open(&p, 1 << 20).unwrap();
+            check_windows(&r, |_, y, x| f32::from(px[y * w + x]));
+        }
+        let p = dir.path().join(format!("rgbf_{i}.tif"));
+        let px = rng_f32(w * h * 3, i as u64);
+        striped::<colortype::RGB32Float>(
+            &p,
+            false,
+            Compression::Lzw,
+            (w as u32, h as u32, rows),
+            &px,
+        );
+        let r = TiffRegions::open(&p, 1 << 20).unwrap();
+        check_windows(&r, |c, y, x| px[(y * w + x) * 3 + c]);
+        let p = dir.path().join(format!("rgba8_{i}.tif"));
+        let px = rng_bytes(w * h * 4, 99 + i as u64);
+        striped::<colortype::RGBA8>(
+            &p,
+            true,
+            Compression::Uncompressed,
+            (w as u32, h as u32, rows),
+            &px,
+        );
+        let r = TiffRegions::open(&p, 1 << 20).unwrap();
+        assert_eq!(r.channels(), 4);
+        check_windows(&r, |c, y, x| f32::from(px[(y * w + x) * 4 + c]));
+    }
+}
+
+/// A tensor written by the tiled writer in regions of `step` (shuffled order), as `dtype`.
+fn write_tiled(path: &Path, t: &Tensor, dtype: OutDType, step: (usize, usize), seed: u64) {
+    let f = std::fs::File::create(path).unwrap();
+    let wr = TiffWriter::new(f, path, t.c, t.h, t.w, dtype).unwrap();
+    let mut regions = Vec::new();
+    for y0 in (0..t.h).step_by(step.0) {
+        for x0 in (0..t.w).step_by(step.1) {
+            regions.push((y0, x0));
+        }
+    }
+    let mut r = SplitMix64::new(seed);
+    for i in (1..regions.len()).rev() {
+        regions.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
+    }
+    for (y0, x0) in regions {
+        // Regions may run past the image (the last tiles of a run): the writer clips them.
+        let mut part = Tensor::zeros(t.c, step.0, step.1);
+        for c in 0..t.c {
+            for y in 0..step.0.min(t.h - y0) {
+                for x in 0..step.1.min(t.w - x0) {
+                    part.data[(c * step.0 + y) * step.1 + x] = t.at(c, y0 + y, x0 + x);
+                }
+            }
+        }
+        wr.put_tile(y0, x0, &part).unwrap();
+    }
+    wr.finish().unwrap();
+}
+
+/// The `tiff` crate's whole-image decode, as floats in `C×H×W` order.
+fn decode_whole(path: &Path) -> (usize, usize, usize, Vec<f32>) {
+    let mut d = tiff::decoder::Decoder::new(std::fs::File::open(path).unwrap()).unwrap();
+    let (w, h) = d.dimensions().unwrap();
+    let (w, h) = (w as usize, h as usize);
+    let v: Vec<f32> = match d.read_image().unwrap() {
+        tiff::decoder::DecodingResult::U8(v) => v.into_iter().map(f32::from).collect(),
+        tiff::decoder::DecodingResult::F32(v) => v,
+        _ => panic!("unexpected sample type"),
+    };
+    let c = v.len() / (w * h);
+    let mut out = vec![0.0; v.len()];
+    for y in 0..h {
+        for x in 0..w {
+            for ch in 0..c {
+                out[(ch * h + y) * w + x] = v[(y * w + x) * c + ch];
+            }
+        }
+    }
+    (c, h, w, out)
+}
+
+#[test]
+fn tiled_bigtiff_output_reads_back_through_the_tiff_crate() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(c, h, w, step) in &[
+        (3usize, 300usize, 261usize, (64usize, 50usize)),
+        (1, 7, 3, (2, 2)),
+        (3, 1, 1, (1, 1)),
+        (4, 257, 256, (100, 256)),
+        (5, 20, 30, (7, 11)),
+    ] {
+        let vals = rng_f32(c * h * w, (c * h * w) as u64);
+        let f =
+            Tensor::from_vec(c, h, w, vals.iter().map(|v| v * 100.0 + 100.0).collect()).unwrap();
+        for dtype in [OutDType::F32, OutDType::U8] {
+            let p: PathBuf = dir.path().join(format!("out_{c}_{h}_{w}_{dtype:?}.tif"));
+            write_tiled(&p, &f, dtype, step, 7);
+            let expect = |ch: usize, y: usize, x: usize| {
+                let v = f.at(ch, y, x);
+                match dtype {
+                    OutDType::F32 => v,
+                    OutDType::U8 => v.clamp(0.0, 255.0).round(),
+                }
+            };
+            let (dc, dh, dw, whole) = decode_whole(&p);
+            assert_eq!((dc, dh, dw), (c, h, w));
+            for ch in 0..c {
+                for y in 0..h {
+                    for x in 0..w {
+                        assert_eq!(
+                            whole[(ch * h + y) * w + x].to_bits(),
+                            expect(ch, y, x).to_bits()
+                        );
+                    }
+                }
+            }
+            // And by region: a tiled BigTIFF input.
+            let r = TiffRegions::open(&p, 1 << 20).unwrap();
+            assert!(r.is_tiled());
+            check_windows(&r, expect);
+        }
+    }
+}
+
+#[test]
+fn an_unfinished_output_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("part.tif");
+    let wr = TiffWriter::new(
+        std::fs::File::create(&p).unwrap(),
+        &p,
+        1,
+        300,
+        300,
+        OutDType::U8,
+    )
+    .unwrap();
+    wr.put_tile(0, 0, &Tensor::zeros(1, 256, 256)).unwrap();
+    let e = wr.finish().unwrap_err().to_string();
+    assert!(e.contains("part.tif") && e.contains("1 of 4 tiles"), "{e}");
+}
+
+#[test]
+fn damaged_files_are_typed_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("good.tif");
+    let (w, h) = (40usize, 30usize);
+    let px = rng_bytes(w * h * 3, 5);
+    striped::<colortype::RGB8>(&p, false, Compression::Lzw, (w as u32, h as u32, 4), &px);
+    let good = std::fs::read(&p).unwrap();
+    let all_y: Vec<Option<usize>> = (0..h).map(Some).collect();
+    let all_x: Vec<Option<usize>> = (0..w).map(Some).collect();
+    let read_all = |path: &Path| -> bsp_tiling::Result<Tensor> {
+        let r = TiffRegions::open(path, 1 << 20)?;
+        gather(&r, &all_y, &all_x)
+    };
+    // Truncated anywhere: an error that names the file (or, cut past the pixel data, the same pixels).
+    let cut = dir.path().join("cut.tif");
+    for len in (0..good.len()).step_by(37) {
+        std::fs::write(&cut, &good[..len]).unwrap();
+        match read_all(&cut) {
+            Err(e) => assert!(e.to_string().contains("cut.tif"), "{e}"),
+            Ok(t) => {
+                for y in 0..h {
+                    for x in 0..w {
+                        for c in 0..3 {
+                            assert_eq!(t.at(c, y, x), f32::from(px[(y * w + x) * 3 + c]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Bytes flipped: no panic; an error names the file.
+    let bad = dir.path().join("bad.tif");
+    let mut r = SplitMix64::new(11);
+    for _ in 0..300 {
+        let mut b = good.clone();
+        for _ in 0..1 + r.next_u64() % 4 {
+            let i = (r.next_u64() % b.len() as u64) as usize;
+            b[i] ^= 1 << (r.next_u64() % 8);
+        }
+        std::fs::write(&bad, &b).unwrap();
+        if let Err(e) = read_all(&bad) {
+            assert!(e.to_string().contains("bad.tif"), "{e}");
+        }
+    }
+    // Not a TIFF at all, and a palette image.
+    std::fs::write(&bad, b"not a tiff file").unwrap();
+    let e = TiffRegions::open(&bad, 1 << 20).err().unwrap().to_string();
+    assert!(e.contains("bad.tif") && e.contains("TIFF"), "{e}");
+}
+
+#[test]
+fn one_strip_of_the_whole_image_is_read_once_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one_strip.tif");
+    let (w, h) = (300usize, 200usize);
+    let px = rng_bytes(w * h, 3);
+    striped::<colortype::Gray8>(
+        &p,
+        false,
+        Compression::Deflate(DeflateLevel::Fast),
+        (w as u32, h as u32, h as u32),
+        &px,
+    );
+    // A 1 KiB cache: the strip (60 KB) is kept anyway, and the reader says why.
+    let r = TiffRegions::open(&p, 1024).unwrap();
+    let note = r.note().expect("a note");
+    assert!(
+        note.contains("one_strip.tif") && note.contains("whole decode"),
+        "{note}"
+    );
+    check_windows(&r, |_, y, x| f32::from(px[y * w + x]));
+    // Under a memory limit smaller than the strip: refused by name before decoding.
+    // (L3_MEMORY_LIMIT is read per check; this test binary runs the check in a child to keep it
+    // from affecting the other tests.)
+    if std::env::var("TIFF_CHILD").is_ok() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "strip_over_the_memory_limit_child",
+            "--nocapture",
+        ])
+        .env("TIFF_CHILD", p.as_os_str())
+        .env(stdx::mem::LIMIT_VAR, "16K")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("refused:"));
+}
+
+#[test]
+fn strip_over_the_memory_limit_child() {
+    let Some(p) = std::env::var_os("TIFF_CHILD") else {
+        return;
+    };
+    let e = TiffRegions::open(Path::new(&p), 1024)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("one_strip.tif") && e.contains("memory limit"),
+        "{e}"
+    );
+    println!("refused: {e}");
+}
