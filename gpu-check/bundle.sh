@@ -9,6 +9,7 @@
 #                           l3_cuda_gpu, l3_cuda_lib   l3-cuda's device tests; its CPU simulation + NVRTC
 #                           cuda_setup_lib             the probe and pinned memory
 #                           loader_gpu                 device-resident loader batches against CPU batches
+#                           loader_targets             device masks against CPU masks
 #                           bsp_gpu, bsp_lib           bsp-tiling's device tests; NVRTC for every arch
 #                         and the programs l3-bench (`cargo xtask bench`) and fig7a (kernel speed and
 #                         Figure 7(a)'s L3 rows)
@@ -71,7 +72,7 @@ mkdir -p "$B/bin" "$B/wheels" "$B/shared/corpus" "$B/shared/models" "$B/shared/s
 echo "== test binaries"
 tests_into -p l3-cuda --lib --test gpu -- l3-cuda:lib=l3_cuda_lib l3-cuda:test:gpu=l3_cuda_gpu
 tests_into -p cuda-setup --lib -- cuda-setup:lib=cuda_setup_lib
-tests_into -p loader --test gpu -- loader:test:gpu=loader_gpu
+tests_into -p loader --test gpu --test targets -- loader:test:gpu=loader_gpu loader:test:targets=loader_targets
 tests_into -p bsp-tiling --lib --test gpu -- bsp-tiling:lib=bsp_lib bsp-tiling:test:gpu=bsp_gpu
 
 echo "== programs"

@@ -16,6 +16,7 @@
 #   cuda-setup   the probe and pinned host memory on the real driver
 #   loader-gpu   device-resident loader batches equal to CPU batches (layouts, dtypes, crops, flips, a
 #                corrupt item, pinned recycling)
+#   loader-targets  device masks (one-channel L3, nearest, ignore_index) equal to the CPU loader's masks
 #   bsp-gpu      bsp-tiling's device tests: op by op against the CPU backend, tiled == whole in f32, the
 #                f16 error, budgets, every mode
 #   bsp-lib      bsp-tiling's library tests (NVRTC for every architecture)
@@ -58,14 +59,14 @@ while [ $# -gt 0 ]; do
     --dry-run) DRY=1 ;;
     --deadline) DEADLINE=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    run1) STEPS+=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
+    run1) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
     run2) STEPS+=(env prepare kernel fig7a overlap ncu bsp-bench) ;;
-    all) STEPS+=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
+    all) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || STEPS=(env l3-gpu loader-gpu bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck)
+[ ${#STEPS[@]} -gt 0 ] || STEPS=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck)
 
 export L3_CORPUS="$BUNDLE/shared/corpus"
 export BSP_SHARED_DIR="$BUNDLE/shared"
@@ -87,7 +88,7 @@ rm -f "$LOGS"/*.log "$LOGS"/summary.md
 L3_RACE=(gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder gpu_v2_batches_match_cpu_decoder
     gpu_samples_every_layout_and_dtype_match_reference --test-threads=1)
 BSP_RACE=(gpu_ops_match_cpu_backend --test-threads=1)
-PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py)
+PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
 START=$SECONDS
@@ -201,6 +202,7 @@ run_step() {
     l3-lib) step l3-lib 120 "$BIN/l3_cuda_lib" --include-ignored --test-threads=8 ;;
     cuda-setup) step cuda-setup 60 "$BIN/cuda_setup_lib" --include-ignored --nocapture ;;
     loader-gpu) step loader-gpu 120 "$BIN/loader_gpu" --include-ignored --test-threads=3 --nocapture ;;
+    loader-targets) step loader-targets 120 "$BIN/loader_targets" --include-ignored --test-threads=3 --nocapture device_masks ;;
     bsp-gpu) step bsp-gpu 180 "$BIN/bsp_gpu" --include-ignored --test-threads=1 --nocapture ;;
     bsp-lib) step bsp-lib 120 "$BIN/bsp_lib" --include-ignored --test-threads=8 ;;
     python)

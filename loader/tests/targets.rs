@@ -272,7 +272,7 @@ fn l3_run(opts: LoaderOptions) -> (BatchBytes, u64) {
     for b in l.by_ref() {
         let b = b.unwrap();
         got.push((
-            b.masks.as_ref().unwrap().bytes().to_vec(),
+            b.masks.as_ref().unwrap().bytes().unwrap().to_vec(),
             b.pixels.bytes().unwrap().to_vec(),
         ));
     }
@@ -524,20 +524,6 @@ fn a_boxes_file_naming_images_outside_the_source_or_malformed_is_named() {
     assert!(e.contains("b.json") && e.contains("COCO"), "{e}");
 }
 
-/// The tree's images and masks as L3 (masks one-channel): what a device run reads.
-#[cfg(feature = "gpu")]
-fn l3_tree(dir: &Path) -> (PathBuf, PathBuf) {
-    let t = tree();
-    let conv = ConvertOptions {
-        threads: 2,
-        to_8bit: false,
-    };
-    let (images, masks) = (dir.join("images"), dir.join("masks"));
-    convert_folder(&t.images, &images, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
-    convert_folder(&t.masks, &masks, Target::L3_DEFAULT, &conv, &|_, _| {}).unwrap();
-    (images, masks)
-}
-
 /// The GPU decodes L3 only: masks in any other format (here PNG, with L3 images) are refused on a
 /// device when the loader opens — before any device is opened, so also here without one — naming the
 /// mask and the conversion that fixes it; never a silent CPU decode.
@@ -545,9 +531,8 @@ fn l3_tree(dir: &Path) -> (PathBuf, PathBuf) {
 #[test]
 fn device_masks_must_be_l3_and_are_refused_by_name() {
     let t = tree();
-    let tmp = tempfile::tempdir().unwrap();
-    let (images, _) = l3_tree(tmp.path());
-    let ds = Arc::new(ImageFolder::open(&images).unwrap());
+    let (images, _) = l3_tree();
+    let ds = Arc::new(ImageFolder::open(images).unwrap());
     let o = LoaderOptions {
         device: loader::Device::Cuda(0),
         ..options(t, &t.masks)
@@ -572,9 +557,8 @@ fn device_masks_must_be_l3_and_are_refused_by_name() {
 fn device_masks_equal_cpu_masks() {
     use loader::{DecodeScope, Device, Interpolation, Recipe};
     let t = tree();
-    let tmp = tempfile::tempdir().unwrap();
-    let (images, masks) = l3_tree(tmp.path());
-    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&images).unwrap());
+    let (images, masks) = l3_tree();
+    let ds: Arc<dyn Dataset> = Arc::new(ImageFolder::open(images).unwrap());
     let cases = [
         (
             Recipe::Crop,
@@ -606,7 +590,7 @@ fn device_masks_equal_cpu_masks() {
     ];
     for (recipe, interpolation, channels, scope) in cases {
         let with = |device| {
-            let mut o = options(t, &masks);
+            let mut o = options(t, masks);
             o.device = device;
             o.decode = scope;
             o.sample.recipe = recipe;

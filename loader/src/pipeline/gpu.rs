@@ -534,11 +534,7 @@ fn mask_options(spec: &SampleSpec) -> impl Fn(&Targets) -> SampleOptions + '_ {
 /// Checks, from its header alone, that a mask is what the GPU decodes as its image's label map: a
 /// one-channel L3 file of the image's size. The errors are the CPU path's, naming the mask (and the
 /// image).
-fn device_mask(
-    mask: &Stored,
-    path: &Path,
-    (image_path, image): (&Path, (u32, u32)),
-) -> Result<()> {
+fn device_mask(mask: &Stored, path: &Path, (image_path, image): (&Path, (u32, u32))) -> Result<()> {
     let parsed;
     let index = match mask {
         Stored::L3Region { index, .. } => index.as_ref(),
@@ -811,7 +807,7 @@ mod tests {
     #[test]
     fn masks_the_gpu_cannot_decode_are_named() {
         let (mask, image) = (Path::new("gt/a_labelIds.l3"), Path::new("img/a.l3"));
-        let gray = l3_format::encode(&[3u8; 12], 4, 3, 1, 32).unwrap();
+        let gray = Stored::Whole(l3_format::encode(&[3u8; 12], 4, 3, 1, 32).unwrap());
         assert!(device_mask(&gray, mask, (image, (4, 3))).is_ok());
         let e = device_mask(&gray, mask, (image, (5, 3)))
             .unwrap_err()
@@ -821,6 +817,20 @@ mod tests {
             "{e}"
         );
         let rgb = l3_format::encode(&[3u8; 36], 4, 3, 3, 32).unwrap();
+        // Read by region, the header is what decides (the patches are not needed to refuse it).
+        let n = L3Index::prefix_len(&rgb).unwrap();
+        let region = Stored::L3Region {
+            index: Arc::new(L3Index::parse(&rgb[..n], rgb.len() as u64).unwrap()),
+            fragments: l3_format::Fragments::new(),
+        };
+        let e = device_mask(&region, mask, (image, (4, 3)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a_labelIds.l3") && e.contains("one channel"),
+            "{e}"
+        );
+        let rgb = Stored::Whole(rgb);
         let e = device_mask(&rgb, mask, (image, (4, 3)))
             .unwrap_err()
             .to_string();
@@ -828,7 +838,7 @@ mod tests {
             e.contains("a_labelIds.l3") && e.contains("one channel"),
             "{e}"
         );
-        let pgm = b"P5 4 3 255\n............".to_vec();
+        let pgm = Stored::Whole(b"P5 4 3 255\n............".to_vec());
         let e = device_mask(&pgm, mask, (image, (4, 3)))
             .unwrap_err()
             .to_string();
@@ -836,7 +846,10 @@ mod tests {
             e.contains("a_labelIds.l3") && e.contains("l3 convert --to l3"),
             "{e}"
         );
-        let e = device_mask(&gray[..20], mask, (image, (4, 3)))
+        let Stored::Whole(bytes) = &gray else {
+            unreachable!()
+        };
+        let e = device_mask(&Stored::Whole(bytes[..20].to_vec()), mask, (image, (4, 3)))
             .unwrap_err()
             .to_string();
         assert!(e.contains("a_labelIds.l3"), "{e}");
