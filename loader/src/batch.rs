@@ -29,6 +29,47 @@ enum Memory {
     Cuda(Box<l3_cuda::DecodedBatch>),
 }
 
+/// Where a batch's tensor or masks live: what [`Tensor`] and [`Masks`] both answer from.
+impl Memory {
+    fn device(&self) -> Device {
+        match self {
+            Memory::Host(_) => Device::Cpu,
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
+        }
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Memory::Host(b) => Some(b.as_slice()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(_) => None,
+        }
+    }
+    fn as_ptr(&self) -> Option<*const u8> {
+        match self {
+            Memory::Host(b) => Some(b.as_ptr()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(_) => None,
+        }
+    }
+    #[cfg(feature = "gpu")]
+    fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
+        match self {
+            Memory::Host(_) => None,
+            Memory::Cuda(b) => Some(b),
+        }
+    }
+    fn to_host(&self) -> Result<Vec<u8>> {
+        match self {
+            Memory::Host(b) => Ok(b.as_slice().to_vec()),
+            #[cfg(feature = "gpu")]
+            Memory::Cuda(b) => b
+                .to_host_bytes()
+                .map_err(|e| crate::Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
+        }
+    }
+}
+
 impl Tensor {
     pub(crate) fn new(buf: HostBuffer, shape: [usize; 4], layout: Layout, dtype: DType) -> Self {
         debug_assert_eq!(
@@ -71,11 +112,7 @@ impl Tensor {
     }
     /// Where the elements are: [`Device::Cpu`] (host memory) or [`Device::Cuda`] (that GPU's memory).
     pub fn device(&self) -> Device {
-        match &self.memory {
-            Memory::Host(_) => Device::Cpu,
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
-        }
+        self.memory.device()
     }
     /// Whether a host tensor lives in page-locked memory (`pin_memory`): a copy to a GPU from it can be
     /// asynchronous. The memory is reused once the tensor is dropped, after the work queued by then on the
@@ -100,39 +137,22 @@ impl Tensor {
     }
     /// The raw little-endian bytes of a host tensor (`None` on a device: see [`to_host`](Self::to_host)).
     pub fn bytes(&self) -> Option<&[u8]> {
-        match &self.memory {
-            Memory::Host(b) => Some(b.as_slice()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(_) => None,
-        }
+        self.memory.bytes()
     }
     /// The first byte of a host tensor (64-byte aligned): what a zero-copy export hands out.
     pub fn as_ptr(&self) -> Option<*const u8> {
-        match &self.memory {
-            Memory::Host(b) => Some(b.as_ptr()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(_) => None,
-        }
+        self.memory.as_ptr()
     }
     /// The device batch behind a CUDA tensor: its device pointer, its ready event, and
     /// [`wait_in`](l3_cuda::DecodedBatch::wait_in) for a consumer's stream.
     #[cfg(feature = "gpu")]
     pub fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
-        match &self.memory {
-            Memory::Host(_) => None,
-            Memory::Cuda(b) => Some(b),
-        }
+        self.memory.cuda()
     }
     /// The raw little-endian bytes in host memory: a copy, and for a device tensor a wait for its decode
     /// and a device-to-host copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        match &self.memory {
-            Memory::Host(b) => Ok(b.as_slice().to_vec()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(b) => b
-                .to_host_bytes()
-                .map_err(|e| crate::Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
-        }
+        self.memory.to_host()
     }
     /// The elements, if this is a host `u8` tensor.
     pub fn as_u8(&self) -> Option<&[u8]> {
@@ -207,47 +227,26 @@ impl Masks {
     }
     /// Where the values are: [`Device::Cpu`] (host memory) or [`Device::Cuda`] (that GPU's memory).
     pub fn device(&self) -> Device {
-        match &self.memory {
-            Memory::Host(_) => Device::Cpu,
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(b) => Device::Cuda(b.device_ordinal()),
-        }
+        self.memory.device()
     }
     /// The raw little-endian bytes of host masks (`None` on a device: see [`to_host`](Self::to_host)).
     pub fn bytes(&self) -> Option<&[u8]> {
-        match &self.memory {
-            Memory::Host(b) => Some(b.as_slice()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(_) => None,
-        }
+        self.memory.bytes()
     }
     /// The first byte of host masks (64-byte aligned): what a zero-copy export hands out.
     pub fn as_ptr(&self) -> Option<*const u8> {
-        match &self.memory {
-            Memory::Host(b) => Some(b.as_ptr()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(_) => None,
-        }
+        self.memory.as_ptr()
     }
     /// The device batch behind masks on a GPU: its device pointer, its ready event, and
     /// [`wait_in`](l3_cuda::DecodedBatch::wait_in) for a consumer's stream.
     #[cfg(feature = "gpu")]
     pub fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
-        match &self.memory {
-            Memory::Host(_) => None,
-            Memory::Cuda(b) => Some(b),
-        }
+        self.memory.cuda()
     }
     /// The raw little-endian bytes in host memory: a copy, and for masks on a device a wait for their
     /// decode and a device-to-host copy.
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        match &self.memory {
-            Memory::Host(b) => Ok(b.as_slice().to_vec()),
-            #[cfg(feature = "gpu")]
-            Memory::Cuda(b) => b
-                .to_host_bytes()
-                .map_err(|e| crate::Error::gpu(Some(format!("device {}", b.device_ordinal())), e)),
-        }
+        self.memory.to_host()
     }
     /// The values of 8-bit host masks.
     pub fn as_u8(&self) -> Option<&[u8]> {

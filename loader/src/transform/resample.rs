@@ -106,13 +106,7 @@ pub fn bilinear(
     buf: &mut Buffers,
     out: &mut Vec<u8>,
 ) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[allow(unsafe_code)]
-        // SAFETY: the CPU runs AVX2 (checked just above); the function is otherwise safe code.
-        return unsafe { bilinear_avx2::<true>(src, cx, cy, buf, out) };
-    }
-    bilinear_passes::<false>(src, cx, cy, buf, out)
+    bilinear_dispatch::<true>(src, cx, cy, buf, out)
 }
 
 /// [`bilinear`] without the hand-written kernels: the portable passes, compiled for AVX2 where the CPU
@@ -125,11 +119,23 @@ pub fn bilinear_portable(
     buf: &mut Buffers,
     out: &mut Vec<u8>,
 ) -> bool {
+    bilinear_dispatch::<false>(src, cx, cy, buf, out)
+}
+
+/// The passes built for the CPU found at run time: for AVX2 (with the hand-written kernels where
+/// `KERNELS`), else the portable loops.
+fn bilinear_dispatch<const KERNELS: bool>(
+    src: &Source<u8>,
+    cx: &Coeffs,
+    cy: &Coeffs,
+    buf: &mut Buffers,
+    out: &mut Vec<u8>,
+) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[allow(unsafe_code)]
         // SAFETY: the CPU runs AVX2 (checked just above); the function is otherwise safe code.
-        return unsafe { bilinear_avx2::<false>(src, cx, cy, buf, out) };
+        return unsafe { bilinear_avx2::<KERNELS>(src, cx, cy, buf, out) };
     }
     bilinear_passes::<false>(src, cx, cy, buf, out)
 }
