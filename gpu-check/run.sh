@@ -301,7 +301,7 @@ dry_run() {
             [ -f "$BUNDLE/$path" ] && [ "$(stat -c %s "$BUNDLE/$path")" = "$size" ] || miss "$path ($size bytes in the manifest)"
         done < <(grep -E '^ *[0-9]+  ' "$BUNDLE/manifest.txt")
     fi
-    for b in l3_cuda_gpu l3_cuda_lib cuda_setup_lib loader_gpu bsp_gpu bsp_lib; do
+    for b in l3_cuda_gpu l3_cuda_lib cuda_setup_lib loader_gpu loader_targets bsp_gpu bsp_lib; do
         if [ -x "$BIN/$b" ] && "$BIN/$b" --list --include-ignored >"$WORK/$b.list" 2>&1; then
             ok "$b: $(grep -c ': test$' "$WORK/$b.list") tests"
         else
@@ -331,7 +331,7 @@ dry_run() {
         command -v "$tool" >/dev/null && ok "$tool" || echo "  --    $tool not on this machine (the device has it)"
     done
     for s in "${STEPS[@]}"; do
-        case " env l3-gpu l3-lib cuda-setup loader-gpu bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks " in
+        case " env l3-gpu l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks " in
         *" $s "*) ;; *) miss "step $s (unknown)" ;; esac
     done
     [ $bad = 0 ] && echo "dry run: the bundle is complete; steps: ${STEPS[*]}" || echo "dry run: the bundle is NOT complete"
