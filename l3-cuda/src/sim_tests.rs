@@ -542,6 +542,43 @@ fn sim_resampled_samples_match_reference() {
     }
 }
 
+/// Whole images (`crop=None`) resized by every whole-image sizing, mirrored within their own width and
+/// padded bottom and right to the batch's largest with `fill` — the loader's GPU batches of whole
+/// images — equal the CPU reference bit for bit: both interpolations, layouts, u8/f16/f32, 3 and 1
+/// channels; and the plans keep every block inside its own sample.
+#[test]
+fn sim_whole_images_padded_to_their_batch_match_reference() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    let mut seed = 0x3a11;
+    for channels in [3u8, 1] {
+        for interpolation in [
+            vocab::Interpolation::Bilinear,
+            vocab::Interpolation::Nearest,
+        ] {
+            for (layout, dtype, normalize) in [
+                (Layout::Nhwc, DType::U8, None),
+                (Layout::Nchw, DType::F16, Some(vocab::Normalize::IMAGENET)),
+                (Layout::Nchw, DType::F32, None),
+            ] {
+                seed += 1;
+                let normalize = normalize.filter(|_| channels == 3);
+                let case =
+                    common::whole_case(seed, 12, channels, layout, dtype, normalize, interpolation);
+                let padded = case
+                    .geometries
+                    .iter()
+                    .filter(|g| g.size() != (case.opts.width, case.opts.height))
+                    .count();
+                assert!(padded > 0, "the batch pads some sample");
+                let tag =
+                    format!("whole channels {channels} {interpolation:?} {layout:?} {dtype:?}");
+                let plan = check_resampled_case(exe, &case, &tag);
+                assert!(plan.descriptors_in_bounds(), "{tag}");
+            }
+        }
+    }
+}
+
 /// Plain window batches of 1 channel (luma) and 4 (RGBA) — made by the resampling kernels, a window
 /// being a resampling that copies — from gray, RGB and RGBA images, whole files and fragments, every
 /// layout and element type: equal to the CPU reference (the window converted pixel by pixel) bit for bit.

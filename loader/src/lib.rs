@@ -80,7 +80,7 @@ pub use storage::{
 pub use targets::TargetOptions;
 pub use vocab::{
     Axis, Crop, DEFAULT_RATIO, DType, Device, Geometry, Image, Interpolation, Invalid, ItemKey,
-    Layout, Normalize, Recipe, Rect, Resampling, SampleSpec, ShardPolicy, Window,
+    Layout, Normalize, Recipe, Rect, Resampling, SampleSpec, ShardPolicy, Whole, Window,
 };
 
 /// Why a build without the `gpu` feature refuses a CUDA device or page-locked memory.

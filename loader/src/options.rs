@@ -174,17 +174,6 @@ impl LoaderOptions {
                 "a CUDA device (it decodes on the CPU only the batches the GPU fails on)",
             ));
         }
-        if let (true, true, Some((option, value))) = (
-            self.device.is_cuda(),
-            self.sample.recipe.is_whole(),
-            self.sample.recipe.option(),
-        ) {
-            return Err(Invalid::new(
-                option,
-                value,
-                "a crop size with a CUDA device (the GPU path writes fixed-size samples; use device cpu)",
-            ));
-        }
         self.targets.validate()?;
         if let Order::Liquid { budget_bytes } = self.order {
             if budget_bytes == 0 {

@@ -587,6 +587,27 @@ fn device_masks_equal_cpu_masks() {
             4,
             DecodeScope::Region,
         ),
+        // Whole images (crop=None), each batch padded to its largest: images with fill, masks with
+        // the ignore index.
+        (
+            Recipe::Whole(loader::Whole {
+                max_size: Some(40),
+                ..loader::Whole::default()
+            }),
+            Interpolation::Bilinear,
+            3,
+            DecodeScope::Region,
+        ),
+        (
+            Recipe::Whole(loader::Whole {
+                jitter: Some([0.5, 1.5]),
+                max_size: Some(64),
+                ..loader::Whole::default()
+            }),
+            Interpolation::Nearest,
+            1,
+            DecodeScope::Whole,
+        ),
     ];
     for (recipe, interpolation, channels, scope) in cases {
         let with = |device| {
@@ -594,6 +615,11 @@ fn device_masks_equal_cpu_masks() {
             o.device = device;
             o.decode = scope;
             o.sample.recipe = recipe;
+            if recipe.is_whole() {
+                // What `Settings` makes of crop=None: not cropped, the spec holding the bound.
+                let side = o.sample.whole_bound().unwrap_or(64);
+                (o.sample.crop, o.sample.width, o.sample.height) = (Crop::Center, side, side);
+            }
             o.sample.interpolation = interpolation;
             o.sample.channels = channels;
             o.targets.ignore_index = 250;

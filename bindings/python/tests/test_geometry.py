@@ -221,8 +221,6 @@ def test_options_are_checked_by_name(images):
     ]:
         with pytest.raises(l3.OptionsError, match=name):
             l3.Loader(root / "png", 2, **kw)
-    with pytest.raises(l3.OptionsError, match="crop"):
-        l3.Loader(root / "l3", 2, crop=None, jitter=(0.5, 2.0), device="cuda")
 
 
 @pytest.mark.parametrize(

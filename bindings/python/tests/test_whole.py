@@ -4,6 +4,7 @@ batch padded bottom and right to its largest — checked against Pillow's resize
 and the refusals by name."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -173,8 +174,6 @@ def test_whole_image_options_are_refused_by_name(tree):
         l3.Loader(tree / "png", 2, crop=None, random_crop=True, **base)
     with pytest.raises(l3.OptionsError, match="max_size"):
         l3.Loader(tree / "png", 2, crop=None, resize=50, max_size=40, **base)
-    with pytest.raises(l3.OptionsError, match="crop"):
-        l3.Loader(tree / "l3", 2, crop=None, device="cuda", **base)
 
 
 def test_skipped_items_leave_the_padding_to_the_rest(tree, tmp_path):
@@ -217,3 +216,45 @@ def test_torchvision_v2_agrees_where_it_is_installed(tree):
             diff = np.abs(x[k, :oh, :ow].astype(int) - want.permute(1, 2, 0).numpy().astype(int)).max()
             assert diff <= 1, (name, diff)
             np.testing.assert_array_equal(m[k, :oh, :ow], want_mask[0].numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "sizing",
+    [
+        dict(),
+        dict(max_size=30, flip=True, fill=9, layout="NHWC"),
+        dict(resize=20, max_size=48, flip=True, dtype="float16", mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3)),
+        dict(jitter=(0.5, 1.5), max_size=60, interpolation="nearest", channels=1),
+    ],
+    ids=["own-size", "bounded-flip", "resize-f16", "jitter-nearest-luma"],
+)
+def test_cuda_whole_batches_equal_cpu_batches(tree, tmp_path, sizing):
+    """device="cuda" with crop=None: the kernels resample each whole image and pad its batch to the
+    largest (images with ``fill``, masks with ``ignore_index``), equal to the CPU loader byte for byte,
+    with the same sizes, windows, flips and boxes. Without a GPU the loader is refused with the device's
+    reason — never for the options."""
+    l3.convert(tree / "masks", tmp_path / "masks", to="l3", progress=False)
+    kw = dict(
+        crop=None, shuffle=True, seed=5, epochs=2, rank=0, world_size=1, threads=2, masks=tmp_path / "masks",
+        boxes=tree / "boxes.json", ignore_index=250, **sizing,
+    )
+    try:
+        gpu = l3.Loader(tree / "l3", 4, device="cuda", **kw)
+    except l3.GpuError as e:
+        assert "device 0" in str(e), str(e)
+        if os.environ.get("L3_EXPECT_GPU"):
+            raise  # the GPU bundle's run: this machine has a GPU, so a refusal is a failure
+        pytest.skip(f"no usable CUDA device: {e}")
+    torch = pytest.importorskip("torch")
+    with gpu, l3.Loader(tree / "l3", 4, **kw) as cpu:
+        on_gpu, on_cpu = list(gpu), list(cpu)
+    assert len(on_gpu) == len(on_cpu) > 0
+    for a, b in zip(on_gpu, on_cpu):
+        assert a.images.device == "cuda:0" and a.masks.device == "cuda:0"
+        assert a.images.shape == b.images.shape and a.masks.shape == b.masks.shape
+        assert np.array_equal(torch.from_dlpack(a.images).cpu().numpy(), np.from_dlpack(b.images))
+        assert np.array_equal(torch.from_dlpack(a.masks).cpu().numpy(), np.from_dlpack(b.masks))
+        for field in ("sizes", "windows", "flipped", "indices"):
+            assert np.array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field))), field
+        for x, y in zip(a.boxes, b.boxes):
+            assert np.array_equal(np.asarray(x), np.asarray(y))

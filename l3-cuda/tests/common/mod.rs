@@ -701,6 +701,89 @@ pub fn resampled_case(
     case
 }
 
+/// A batch of whole images (`crop=None`), as the loader's GPU stage shapes it: each image sized by one of
+/// the whole-image sizings — its own size, a `max_size` bound, a shorter-side resize or a scale jitter,
+/// bounded — flipped or not, at the top left of a sample as large as the batch's largest, the rest
+/// `fill`.
+pub fn whole_case(
+    seed: u64,
+    n: usize,
+    channels: u8,
+    layout: Layout,
+    dtype: DType,
+    normalize: Option<vocab::Normalize>,
+    interpolation: vocab::Interpolation,
+) -> ResampledCase {
+    let mut rng = Rng(seed | 1);
+    let fill = [0u8, 255, 114][rng.below(3) as usize];
+    let (mut imgs, mut geometries) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let c = [1u8, 3, 4][i % 3];
+        let (iw, ih) = match i % 5 {
+            0 => (1, 1),
+            1 => (7, 3),
+            _ => (1 + rng.below(80) as u32, 1 + rng.below(60) as u32),
+        };
+        let patch = [3u8, 8, 16, 17, 32, 64][rng.below(6) as usize];
+        let content = [Content::Random, Content::Smooth][rng.below(2) as usize];
+        imgs.push(match i % 4 {
+            3 => image_v2(iw, ih, c, 32, l3_format::Profile::Ans, content, &mut rng),
+            _ => image(iw, ih, c, patch, content, &mut rng),
+        });
+        let whole = match rng.below(4) {
+            0 => vocab::Whole::default(),
+            1 => vocab::Whole {
+                max_size: Some(8 + rng.below(40) as u32),
+                ..vocab::Whole::default()
+            },
+            2 => vocab::Whole {
+                shorter: Some(1 + rng.below(30) as u32),
+                max_size: Some(64),
+                ..vocab::Whole::default()
+            },
+            _ => vocab::Whole {
+                jitter: Some([0.5, 2.0]),
+                max_size: Some(72),
+                ..vocab::Whole::default()
+            },
+        };
+        let spec = vocab::SampleSpec {
+            width: 72,
+            height: 72,
+            crop: vocab::Crop::Center,
+            hflip: true,
+            layout,
+            dtype,
+            normalize,
+            recipe: vocab::Recipe::Whole(whole),
+            interpolation,
+            fill,
+            ..vocab::SampleSpec::default()
+        };
+        let key = vocab::ItemKey {
+            seed,
+            epoch: 1,
+            index: i,
+        };
+        geometries.push(spec.geometry(iw, ih, &key));
+    }
+    let bound = |f: fn(&vocab::Geometry) -> u32| geometries.iter().map(f).max().unwrap_or(1);
+    let (w, h) = (bound(|g| g.x.len), bound(|g| g.y.len));
+    ResampledCase {
+        imgs,
+        geometries,
+        interpolation,
+        opts: l3_cuda::SampleOptions {
+            channels,
+            layout,
+            dtype,
+            normalize,
+            fill,
+            ..l3_cuda::SampleOptions::new(w, h)
+        },
+    }
+}
+
 /// The resampled batches every device test runs: both interpolations × both layouts × u8, f16
 /// (normalised) and f32, `n` images each, for each of `channels` (3 = RGB, 1 = luma, 4 = RGBA), with
 /// their tags.

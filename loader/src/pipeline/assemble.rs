@@ -221,7 +221,13 @@ impl Assembler {
             .map_err(|_| Error::Pipeline("a batch slot outlived its item".into()))?;
         let n = p.start.ids.len();
         let sample = self.spec.sample_bytes();
-        let (h, w) = (self.spec.height as usize, self.spec.width as usize);
+        let (mut h, mut w) = (self.spec.height as usize, self.spec.width as usize);
+        if self.spec.recipe.is_whole() && p.device.is_some() {
+            // The GPU padded these whole images to the largest of the batch, as `padded` does.
+            let size = |i: &usize| p.geometry[*i].map_or((0, 0), |g| g.size());
+            w = keep.iter().map(|i| size(i).0 as usize).max().unwrap_or(0);
+            h = keep.iter().map(|i| size(i).1 as usize).max().unwrap_or(0);
+        }
         let mut masks = match p.start.mask_filling.take() {
             Some(f) => Some(
                 Filling::finish(f)
@@ -250,7 +256,7 @@ impl Assembler {
             Some(dev) => {
                 drop(buf);
                 device_tensor(dev, self.spec.layout, self.spec.dtype)
-                    .filter(|t| t.shape()[0] == k)
+                    .filter(|t| t.shape() == self.shape(k, h, w))
                     .ok_or_else(|| {
                         Error::Pipeline("the GPU's batch does not match its items".into())
                     })?

@@ -3,8 +3,9 @@
 //! for the same (seed, epoch, item)), and decodes the batch in ONE `l3-cuda` submission straight into a
 //! device tensor: only the patches under each sample's source rectangle are copied and decoded, and
 //! resampling (the CPU's integer tables), padding with `fill`, mirroring, layout, element type and
-//! normalisation happen in the kernels. The batch stays on the device; the
-//! assembler delivers it as a CUDA [`Tensor`](crate::Tensor) with its ready event.
+//! normalisation happen in the kernels. Whole images (no crop) make a batch as large as its largest
+//! sample, each at the top left and the rest `fill`, as the CPU assembler pads them. The batch stays on
+//! the device; the assembler delivers it as a CUDA [`Tensor`](crate::Tensor) with its ready event.
 //!
 //! With `masks`, the label maps are a second submission of the same machinery: the same geometries over
 //! the mask files, nearest (torchvision's index rule, as on the CPU), one channel, `u8`, padded with
@@ -282,11 +283,11 @@ impl GpuStage {
         msgs: &mut Vec<ToAssembler>,
     ) -> std::result::Result<Option<(DecodedBatch, Option<DecodedBatch>)>, l3_cuda::Error> {
         let spec = &self.ctx.spec;
-        let opts = sample_options(spec);
-        let mask_opts = self.ctx.targets.as_deref().map(mask_options(spec));
         while !entries.is_empty() {
             let sources: Vec<SampleSource> = entries.iter().map(Entry::source).collect();
             let geometries: Vec<Geometry> = entries.iter().map(|e| e.geometry).collect();
+            let opts = sample_options(spec, &geometries);
+            let mask_opts = self.ctx.targets.as_deref().map(|t| mask_options(&opts, t));
             let submitted = plan(&sources, &geometries, spec, &opts)
                 .and_then(|plan| self.decoder.submit_sample_plan(Arc::new(plan), &sources));
             drop(sources);
@@ -502,11 +503,21 @@ fn plan(
     }
 }
 
-/// The batch shape of `spec` for `l3-cuda`.
-fn sample_options(spec: &SampleSpec) -> SampleOptions {
+/// The shape of a batch of `geometries` for `l3-cuda`: the spec's sample size, or for whole images (no
+/// crop) the largest kept size among them, each sample at the top left and the rest `fill` — the CPU
+/// assembler's padding of a batch of whole images.
+fn sample_options(spec: &SampleSpec, geometries: &[Geometry]) -> SampleOptions {
+    let (width, height) = if spec.recipe.is_whole() {
+        geometries
+            .iter()
+            .map(Geometry::size)
+            .fold((1, 1), |(w, h), (gw, gh)| (w.max(gw), h.max(gh)))
+    } else {
+        (spec.width, spec.height)
+    };
     SampleOptions {
-        width: spec.width,
-        height: spec.height,
+        width,
+        height,
         channels: spec.channels,
         layout: spec.layout,
         dtype: spec.dtype,
@@ -518,16 +529,17 @@ fn sample_options(spec: &SampleSpec) -> SampleOptions {
     }
 }
 
-/// The label-map batch of `spec` for `l3-cuda`: one channel, `u8`, padded with `ignore_index`.
-fn mask_options(spec: &SampleSpec) -> impl Fn(&Targets) -> SampleOptions + '_ {
-    move |t| SampleOptions {
+/// The label maps beside a batch of `images` options for `l3-cuda`: the same size, one channel, `u8`,
+/// padded with `ignore_index`.
+fn mask_options(images: &SampleOptions, t: &Targets) -> SampleOptions {
+    SampleOptions {
         channels: 1,
         layout: vocab::Layout::Nchw,
         dtype: vocab::DType::U8,
         normalize: None,
         // 16-bit masks are refused on a device (`check_masks`), so the ignore index fits a byte.
         fill: u8::try_from(t.ignore_index()).unwrap_or(u8::MAX),
-        ..sample_options(spec)
+        ..*images
     }
 }
 
@@ -668,6 +680,17 @@ mod tests {
             },
             vocab::Recipe::Resize { shorter: 64 },
             vocab::Recipe::Jitter { range: [0.5, 2.0] },
+            // Whole images: at their own size (every sample a copy), bounded, resized then bounded.
+            vocab::Recipe::Whole(vocab::Whole::default()),
+            vocab::Recipe::Whole(vocab::Whole {
+                max_size: Some(100),
+                ..vocab::Whole::default()
+            }),
+            vocab::Recipe::Whole(vocab::Whole {
+                shorter: Some(40),
+                max_size: Some(300),
+                ..vocab::Whole::default()
+            }),
         ];
         for (recipe, interpolation) in recipes
             .into_iter()
@@ -707,11 +730,37 @@ mod tests {
                     read += n;
                 }
                 let sources: Vec<_> = stored.iter().map(source).collect();
-                let plan = plan(&sources, &geometries, &spec, &sample_options(&spec))
-                    .unwrap_or_else(|e| panic!("{tag}: {e}"));
-                assert_eq!(plan.is_resampled(), recipe != vocab::Recipe::Crop, "{tag}");
+                let plan = plan(
+                    &sources,
+                    &geometries,
+                    &spec,
+                    &sample_options(&spec, &geometries),
+                )
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                let copies = geometries.iter().all(Geometry::is_copy);
+                assert_eq!(plan.is_resampled(), !copies, "{tag}");
+                let own_size = vocab::Recipe::Whole(vocab::Whole::default());
+                assert_eq!(
+                    copies,
+                    matches!(recipe, vocab::Recipe::Crop) || recipe == own_size
+                );
                 assert_eq!(plan.sample_count(), 15);
-                assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
+                if recipe.is_whole() {
+                    // Each whole image at the top left of a batch as large as its largest.
+                    let bound = |f: fn(&Geometry) -> u32| geometries.iter().map(f).max().unwrap();
+                    let (w, h) = (bound(|g| g.x.len), bound(|g| g.y.len));
+                    assert_eq!(
+                        plan.tensor().shape,
+                        [15, 3, h as usize, w as usize],
+                        "{tag}"
+                    );
+                    if recipe == own_size {
+                        assert_eq!((w, h), (1031, 517), "{tag}");
+                    }
+                    assert!(geometries.iter().all(|g| (g.dx, g.dy) == (0, 0)), "{tag}");
+                } else {
+                    assert_eq!(plan.tensor().shape, [15, 3, 96, 128]);
+                }
                 assert!(plan.descriptors_in_bounds(), "{tag}");
                 assert!(plan.input_len() as u64 <= read, "{tag}");
                 assert_eq!(plan.source_rects(), &rects[..], "{tag}");
@@ -739,6 +788,11 @@ mod tests {
                 scale: [0.08, 1.0],
                 ratio: vocab::DEFAULT_RATIO,
             },
+            vocab::Recipe::Whole(vocab::Whole {
+                jitter: Some([0.5, 2.0]),
+                max_size: Some(256),
+                ..vocab::Whole::default()
+            }),
         ];
         let images: Vec<Vec<u8>> = sizes
             .iter()
@@ -775,9 +829,20 @@ mod tests {
                     .collect();
                 let tag = format!("{recipe:?} channels {channels}");
                 let sources: Vec<_> = images.iter().map(|b| SampleSource::File(b)).collect();
-                let p = plan(&sources, &geometries, &spec, &sample_options(&spec))
-                    .unwrap_or_else(|e| panic!("{tag}: {e}"));
-                assert_eq!(p.tensor().shape, [5, channels as usize, 96, 128], "{tag}");
+                let p = plan(
+                    &sources,
+                    &geometries,
+                    &spec,
+                    &sample_options(&spec, &geometries),
+                )
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                let (h, w) = if recipe.is_whole() {
+                    let bound = |f: fn(&Geometry) -> u32| geometries.iter().map(f).max().unwrap();
+                    (bound(|g| g.y.len) as usize, bound(|g| g.x.len) as usize)
+                } else {
+                    (96, 128)
+                };
+                assert_eq!(p.tensor().shape, [5, channels as usize, h, w], "{tag}");
                 assert_eq!(p.is_resampled(), channels != 3 || r != 0, "{tag}");
                 assert!(p.descriptors_in_bounds(), "{tag}");
                 let opts = SampleOptions {
@@ -786,7 +851,7 @@ mod tests {
                     dtype: DType::U8,
                     normalize: None,
                     fill: 250,
-                    ..sample_options(&spec)
+                    ..sample_options(&spec, &geometries)
                 };
                 let mask_sources: Vec<_> = masks.iter().map(|b| SampleSource::File(b)).collect();
                 let m = SamplePlan::resampled(
@@ -796,7 +861,7 @@ mod tests {
                     &opts,
                 )
                 .unwrap_or_else(|e| panic!("{tag} masks: {e}"));
-                assert_eq!(m.tensor().shape, [5, 1, 96, 128], "{tag}");
+                assert_eq!(m.tensor().shape, [5, 1, h, w], "{tag}");
                 assert!(m.descriptors_in_bounds(), "{tag}");
             }
         }
@@ -878,7 +943,7 @@ mod tests {
             })
             .collect();
         let sources: Vec<_> = stored.iter().map(source).collect();
-        let e = SamplePlan::new(&sources, &windows, &sample_options(&SPEC)).unwrap_err();
+        let e = SamplePlan::new(&sources, &windows, &sample_options(&SPEC, &[])).unwrap_err();
         assert_eq!(e.image_index(), Some(1), "{e}");
         assert!(dims(&Stored::Whole(b"not an L3 file".to_vec())).is_err());
         // A file cut short keeps a readable header; the plan refuses it, naming it.
@@ -887,7 +952,7 @@ mod tests {
         let e = SamplePlan::new(
             &[source(&stored[0]), source(&cut)],
             &[windows[0], SPEC.window(w, h, &key(1))],
-            &sample_options(&SPEC),
+            &sample_options(&SPEC, &[]),
         )
         .unwrap_err();
         assert_eq!(e.image_index(), Some(1), "{e}");
