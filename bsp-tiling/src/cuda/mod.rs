@@ -28,6 +28,8 @@ use cudarc::driver::{
 };
 use std::sync::{Arc, Mutex};
 
+mod graph;
+
 /// The CUDA C source of the kernels, embedded in the crate.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 
@@ -35,7 +37,7 @@ pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
-pub const KERNEL_NAMES: [&str; 13] = [
+pub const KERNEL_NAMES: [&str; 24] = [
     "bsp_gather",
     "bsp_paste",
     "bsp_pad",
@@ -49,6 +51,17 @@ pub const KERNEL_NAMES: [&str; 13] = [
     "bsp_scale_shift",
     "bsp_relu",
     "bsp_add",
+    "bsp_im2col_g",
+    "bsp_col2im",
+    "bsp_unary",
+    "bsp_binary",
+    "bsp_binary_const",
+    "bsp_copy",
+    "bsp_pool",
+    "bsp_resize_linear",
+    "bsp_fill_outside",
+    "bsp_depth_to_space",
+    "bsp_space_to_depth",
 ];
 
 /// Bytes of the workspace handed to cuBLAS (its recommendation for Hopper), counted on the meter.
@@ -191,6 +204,7 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     blas: Mutex<CudaBlas>,
     k: Kernels,
+    g: graph::GraphKernels,
     meter: Arc<Meter>,
     precision: Precision,
     band_bytes: usize,
@@ -232,6 +246,7 @@ impl CudaBackend {
             relu: load("bsp_relu")?,
             add: load("bsp_add")?,
         };
+        let g = graph::GraphKernels::load(&module)?;
         let stream = ctx.new_stream().map_err(drv("cuStreamCreate"))?;
         let (free, total) = ctx.mem_get_info().map_err(drv("cuMemGetInfo"))?;
         let budget = gpu_memory.unwrap_or((free as u64).saturating_sub(HEADROOM));
@@ -260,6 +275,7 @@ impl CudaBackend {
             stream,
             blas: Mutex::new(blas),
             k,
+            g,
             meter,
             precision,
             band_bytes: DEVICE_BAND_BYTES,
