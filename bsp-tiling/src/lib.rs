@@ -72,7 +72,7 @@ pub use field::{
 };
 pub use graph::{
     Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run_graph,
-    run_graph_exact, run_graph_on,
+    run_graph_device, run_graph_exact, run_graph_on,
 };
 pub use grid::{Grid, stage_grids};
 pub use meter::{Lease, Meter};

@@ -6,7 +6,6 @@
 //! simulation of the kernels checks against ops.rs. Every buffer takes a lease on the backend's meter.
 
 use super::{CudaBackend, CudaTensor, blas_err, drv, grid};
-use crate::device::DEVICE_BAND_BYTES;
 use crate::error::Result;
 use crate::graph::Node;
 use crate::graph::exec::{self, GraphOps};
@@ -157,7 +156,7 @@ impl CudaBackend {
         if plane == 0 {
             return Ok(out);
         }
-        let (rows, band_bytes) = exec::conv_band(c, ho, wo, DEVICE_BAND_BYTES);
+        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes);
         let _lease = self.meter.lease(band_bytes, "im2col columns")?;
         let cg = c.cin / c.groups;
         let kk = cg * c.win[0].k * c.win[1].k;
@@ -316,7 +315,12 @@ impl CudaBackend {
             Op::Pool(p) => {
                 let tb = ops::pool_tables(p, ctx);
                 let _lease = self.meter.lease(
-                    exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo)),
+                    exec::scratch_bytes(
+                        &node.op,
+                        &[(x.c, x.h, x.w)],
+                        (x.c, ho, wo),
+                        self.band_bytes,
+                    ),
                     "pooling tables",
                 )?;
                 let (yin, xin) = (
@@ -375,7 +379,12 @@ impl CudaBackend {
             Op::Resize(r) if r.linear => {
                 let [ty, tx] = ops::linear_tables(r, ctx);
                 let _lease = self.meter.lease(
-                    exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo)),
+                    exec::scratch_bytes(
+                        &node.op,
+                        &[(x.c, x.h, x.w)],
+                        (x.c, ho, wo),
+                        self.band_bytes,
+                    ),
                     "resize tables",
                 )?;
                 let ya = tables(&launch::ints(ty.iter().map(|t| t.0))?)?;
@@ -419,7 +428,12 @@ impl CudaBackend {
                 let mut out = self.copy_of(x, "a padded tile")?;
                 if p.mode.is_none() && p.value != 0.0 {
                     let _lease = self.meter.lease(
-                        exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo)),
+                        exec::scratch_bytes(
+                            &node.op,
+                            &[(x.c, x.h, x.w)],
+                            (x.c, ho, wo),
+                            self.band_bytes,
+                        ),
                         "padding tables",
                     )?;
                     let inside = |a: usize| {
@@ -505,27 +519,32 @@ impl CudaBackend {
             Op::Unary(u) => {
                 let mut out = self.copy_of(x, "a tile")?;
                 let (kind, a, b) = launch::unary_code(u);
-                let slope = match u {
-                    Unary::PRelu(s) => s.clone(),
-                    _ => vec![0.0],
-                };
-                let _lease = self.meter.lease(
-                    exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo)),
-                    "slopes",
-                )?;
-                let s = self.htod(&slope)?;
-                let (n, p, ns) = (
-                    x.len() as i64,
-                    (x.h * x.w) as i64,
-                    i32_of(slope.len(), "slopes")?,
-                );
-                launch!(
-                    self,
-                    self.g.unary,
-                    "bsp_unary",
-                    x.len(),
-                    [&mut out.data, &n, &p, &kind, &a, &b, &s, &ns]
-                );
+                let (n, p) = (x.len() as i64, (x.h * x.w) as i64);
+                match u {
+                    Unary::PRelu(slope) => {
+                        let _lease = self.meter.lease((slope.len() * 4) as u64, "slopes")?;
+                        let s = self.htod(slope)?;
+                        let ns = i32_of(slope.len(), "slopes")?;
+                        launch!(
+                            self,
+                            self.g.unary,
+                            "bsp_unary",
+                            x.len(),
+                            [&mut out.data, &n, &p, &kind, &a, &b, &s, &ns]
+                        );
+                    }
+                    // No slopes: the kernel never reads the pointer (the input stands in for it).
+                    _ => {
+                        let ns = 0i32;
+                        launch!(
+                            self,
+                            self.g.unary,
+                            "bsp_unary",
+                            x.len(),
+                            [&mut out.data, &n, &p, &kind, &a, &b, &x.data, &ns]
+                        );
+                    }
+                }
                 out
             }
             Op::Binary { op, lhs, rhs } => {

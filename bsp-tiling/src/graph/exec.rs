@@ -14,7 +14,7 @@
 use super::Node;
 use super::ops::{self, Ctx, Op, Unary};
 use crate::backend::CpuBackend;
-use crate::device::{DEVICE_BAND_BYTES, Precision, norm_scratch_bytes};
+use crate::device::{Precision, norm_scratch_bytes};
 use crate::error::{Error, Result};
 use crate::meter::{Lease, Meter};
 use crate::sim::{DeviceSim, SimBuf};
@@ -98,12 +98,18 @@ pub fn conv_band(c: &ops::ConvOp, ho: usize, wo: usize, band_bytes: usize) -> (u
 
 /// Device scratch one node's computation takes besides its windows and its output: im2col columns,
 /// a transposed convolution's `Wᵀ·x` columns, index and weight tables, per-channel parameters. The
-/// CUDA backend allocates exactly these; [`DeviceSim`] leases the same.
-pub fn scratch_bytes(op: &Op, ins: &[(usize, usize, usize)], out: (usize, usize, usize)) -> u64 {
+/// CUDA backend allocates exactly these; [`DeviceSim`] leases the same. `band_bytes`: the backend's im2col
+/// band size.
+pub fn scratch_bytes(
+    op: &Op,
+    ins: &[(usize, usize, usize)],
+    out: (usize, usize, usize),
+    band_bytes: usize,
+) -> u64 {
     let (c, ho, wo) = out;
     let (_, xh, xw) = ins[0];
     match op {
-        Op::Conv(cv) => conv_band(cv, ho, wo, DEVICE_BAND_BYTES).1,
+        Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes).1,
         Op::ConvTranspose(cv) => (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4) as u64,
         Op::Pool(_) => ((xh + xw + ho + wo) * 4) as u64,
         Op::Resize(r) if r.linear => ((ho + wo) * 12) as u64,
@@ -196,7 +202,7 @@ impl GraphOps for DeviceSim {
             .meter_arc()
             .lease(Tensor::bytes(out.0, out.1, out.2), &what)?;
         let scratch = self.meter_arc().lease(
-            scratch_bytes(&node.op, &dims, out),
+            scratch_bytes(&node.op, &dims, out, self.band_bytes),
             &format!("the scratch of `{}`", node.name),
         )?;
         let tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();

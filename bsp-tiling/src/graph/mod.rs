@@ -837,6 +837,34 @@ pub fn run_graph_on<B: GraphOps>(
     Ok(info)
 }
 
+/// [`run_graph`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
+/// budget and precision. Without a usable GPU, `Device::Cuda` fails with the probe's reason (no driver,
+/// no device, no NVRTC or cuBLAS); it never falls back to the CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_device(
+    dev: &crate::DeviceOptions,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    dev.validate()?;
+    match dev.device {
+        crate::Device::Cpu => {
+            run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
+        }
+        crate::Device::Cuda(ordinal) => {
+            let backend = crate::CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
+            // The peak this run reports is its own (cuBLAS's workspace is held from the start).
+            backend.memory().reset_peak();
+            run_graph_on(&backend, g, input, mode, tile, threads, budget, sink)
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_mode<B: GraphOps>(
     be: &Run<'_, B>,
