@@ -2,8 +2,10 @@
 //! CPU, against the CPU backend op by op: gather (windows and crops),
 //! paste, the four paddings, nearest upsampling, im2col (f32 and f16) with the bias fill and the cuBLAS
 //! band GEMM's parameters, the f64 statistics reduction, normalisation + ReLU, ReLU, residual add, and
-//! the f32 → binary16 rounding. Element-wise results must be equal bit for bit; sums (GEMM, statistics)
-//! to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
+//! the f32 → binary16 rounding; and the graph engine's kernels against ops.rs (`graph::*`: general
+//! im2col with groups, ConvTranspose's col2im, the unary and binary sets, pooling, linear resize, padding
+//! values, pixel shuffles, Concat). Element-wise results must be equal bit for bit; sums (GEMM,
+//! statistics, conv-transpose sums) to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
 //! the reduction under ThreadSanitizer (its shared-memory tree is ordered by its barriers).
 //!
 //! The kernels run through the toolkit's CUDA simulator (`cuda-sim`: every CUDA thread a fiber, barriers
