@@ -15,7 +15,7 @@ typedef long long i64;
 #ifdef CUDA_CPU_SIM
 #define BSP_NEG_INF (-HUGE_VALF)
 #else
-#define BSP_NEG_INF (__int_as_float(0xff800000))
+#define BSP_NEG_INF (__int_as_float((int)0xff800000u))
 #endif
 
 #define BSP_FOR(i, n)                                                                    \
