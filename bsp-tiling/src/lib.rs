@@ -70,7 +70,10 @@ pub use error::{Error, Result};
 pub use field::{
     Field, Input, Output, OutputSink, Scaled, ScaledSink, Sink, image_from_tensor, image_to_tensor,
 };
-pub use graph::{Graph, GraphPlan, GraphStats, Node, NodeHalo, infer, run_graph, run_graph_exact};
+pub use graph::{
+    Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run_graph,
+    run_graph_device, run_graph_exact, run_graph_on,
+};
 pub use grid::{Grid, stage_grids};
 pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};

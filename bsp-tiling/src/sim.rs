@@ -24,6 +24,12 @@ pub struct SimBuf {
     _lease: Lease,
 }
 
+impl SimBuf {
+    pub(crate) fn with_lease(t: Tensor, lease: Lease) -> SimBuf {
+        SimBuf { t, _lease: lease }
+    }
+}
+
 /// Weights as the device holds them.
 #[derive(Debug)]
 pub struct SimWeights {
@@ -61,6 +67,15 @@ impl DeviceSim {
     /// itself (the CUDA backend: cuBLAS's workspace).
     pub fn reserve(&self, bytes: u64) -> Result<Lease> {
         self.meter.lease(bytes, "a reservation")
+    }
+
+    pub(crate) fn meter_arc(&self) -> &Arc<Meter> {
+        &self.meter
+    }
+
+    /// `t` as a device buffer, leased.
+    pub(crate) fn hold(&self, t: Tensor, what: &str) -> Result<SimBuf> {
+        self.buf(t, what)
     }
 
     fn buf(&self, t: Tensor, what: &str) -> Result<SimBuf> {

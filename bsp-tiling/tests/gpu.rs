@@ -3,7 +3,9 @@
 //! memory within the budget. They need a CUDA GPU and are `#[ignore = "needs a CUDA GPU"]`, so that a
 //! machine without one lists them as ignored, not passed; on a GPU machine run them with
 //! `--include-ignored` (gpu-bin/run.sh, built by `cargo xtask gpu-bundle`, does), where a GPU that cannot be used fails them with the reason.
-//! The error-path test at the end needs no GPU and runs everywhere.
+//! The ONNX test models (embedded, so that the GPU bundle's binary needs no source tree) run on the CUDA
+//! backend's graph kernels against the CPU graph engine. The error-path tests at the end need no GPU and
+//! run everywhere.
 
 mod common;
 
@@ -347,4 +349,121 @@ fn device_cuda_without_gpu_says_why() {
         stylize_on(&dev, &net, &x, &Options::default(), false),
         Err(Error::Device(_))
     ));
+}
+
+/// The ONNX test models and one input each, embedded (the bundle's binary runs without the tree).
+const ONNX_MODELS: [(&str, &[u8], &[u8], usize); 5] = [
+    (
+        "unet_gn",
+        include_bytes!("data/onnx/unet_gn.onnx"),
+        include_bytes!("data/onnx/unet_gn.in.44x60.npy"),
+        8,
+    ),
+    (
+        "esrgan_x4",
+        include_bytes!("data/onnx/esrgan_x4.onnx"),
+        include_bytes!("data/onnx/esrgan_x4.in.23x37.npy"),
+        8,
+    ),
+    (
+        "resnet_fcn",
+        include_bytes!("data/onnx/resnet_fcn.onnx"),
+        include_bytes!("data/onnx/resnet_fcn.in.64x48.npy"),
+        16,
+    ),
+    (
+        "ops_mix",
+        include_bytes!("data/onnx/ops_mix.onnx"),
+        include_bytes!("data/onnx/ops_mix.in.40x50.npy"),
+        8,
+    ),
+    (
+        "norm_first",
+        include_bytes!("data/onnx/norm_first.onnx"),
+        include_bytes!("data/onnx/norm_first.in.41x29.npy"),
+        8,
+    ),
+];
+
+fn onnx_model(name: &str, model: &[u8], input: &[u8]) -> (bsp_tiling::Graph, Tensor) {
+    let g = bsp_tiling::graph_from_onnx(model, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.npy");
+    std::fs::write(&p, input).unwrap();
+    (g, bsp_tiling::npy::read(&p).unwrap())
+}
+
+/// Every ONNX test model with every node on the CUDA backend (whole image, exact tiles, recompute)
+/// against the CPU graph engine: within 1e-4 of the output's largest magnitude (the figure printed), and
+/// the metered device memory within the budget.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_onnx_graphs_match_cpu() {
+    let budget = 2u64 << 30;
+    let gpu = cuda(Some(budget), Precision::F32);
+    eprintln!("{}", gpu.name());
+    for (name, model, input, tile) in ONNX_MODELS {
+        let (g, x) = onnx_model(name, model, input);
+        for mode in [Mode::Whole, Mode::Exact, Mode::Recompute] {
+            let b = Budget::default();
+            let (want, _) = bsp_tiling::infer(&g, &x, mode, tile, 4, &b).unwrap();
+            let (got, info) = bsp_tiling::infer_on(&gpu, &g, &x, mode, tile, 4, &b)
+                .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+            assert_eq!((got.c, got.h, got.w), (want.c, want.h, want.w), "{name}");
+            let scale = want
+                .data
+                .iter()
+                .fold(0.0f32, |m, v| m.max(v.abs()))
+                .max(1e-30);
+            let err = got
+                .data
+                .iter()
+                .zip(&want.data)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()))
+                / scale;
+            eprintln!(
+                "{name} {}x{} {mode:?}: GPU vs CPU {err:.2e} of the largest magnitude, device peak {} bytes",
+                x.w, x.h, info.device_peak_bytes
+            );
+            assert!(err <= 1e-4, "{name} {mode:?}: GPU vs CPU {err}");
+            assert!(info.device_peak_bytes <= budget, "{name} {mode:?}");
+        }
+    }
+    // f16 graph convolutions have no kernels: refused by node, before anything runs.
+    let half = cuda(None, Precision::F16);
+    let (g, x) = onnx_model("unet_gn", ONNX_MODELS[0].1, ONNX_MODELS[0].2);
+    let e = bsp_tiling::infer_on(&half, &g, &x, Mode::Exact, 8, 1, &Budget::default())
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(&e, Error::Node { op, .. } if op == "Conv"), "{e}");
+}
+
+/// `run_graph_device` with `Device::Cuda` and no usable GPU fails with the probe's reason; it never runs
+/// the graph on the CPU instead.
+#[test]
+fn graph_device_cuda_without_gpu_says_why() {
+    let (g, x) = onnx_model("unet_gn", ONNX_MODELS[0].1, ONNX_MODELS[0].2);
+    let plan = g.plan(x.h, x.w).unwrap();
+    let (c, h, w) = plan.shape[g.output];
+    let dev = DeviceOptions {
+        device: Device::Cuda(0),
+        ..DeviceOptions::default()
+    };
+    let sink = OutputSink::f32(c, h, w);
+    let r =
+        bsp_tiling::run_graph_device(&dev, &g, &x, Mode::Exact, 8, 1, &Budget::default(), &sink);
+    match r {
+        Ok(_) => eprintln!("skipping: a GPU is present"),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                matches!(
+                    e,
+                    Error::NoDriver | Error::NoDevice { .. } | Error::NoCudaLibrary { .. }
+                ),
+                "{msg}"
+            );
+            assert!(msg.starts_with("--device cuda: "), "{msg}");
+        }
+    }
 }

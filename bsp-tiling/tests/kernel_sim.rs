@@ -2,8 +2,10 @@
 //! CPU, against the CPU backend op by op: gather (windows and crops),
 //! paste, the four paddings, nearest upsampling, im2col (f32 and f16) with the bias fill and the cuBLAS
 //! band GEMM's parameters, the f64 statistics reduction, normalisation + ReLU, ReLU, residual add, and
-//! the f32 → binary16 rounding. Element-wise results must be equal bit for bit; sums (GEMM, statistics)
-//! to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
+//! the f32 → binary16 rounding; and the graph engine's kernels against ops.rs (`graph::*`: general
+//! im2col with groups, ConvTranspose's col2im, the unary and binary sets, pooling, linear resize, padding
+//! values, pixel shuffles, Concat). Element-wise results must be equal bit for bit; sums (GEMM,
+//! statistics, conv-transpose sums) to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
 //! the reduction under ThreadSanitizer (its shared-memory tree is ordered by its barriers).
 //!
 //! The kernels run through the toolkit's CUDA simulator (`cuda-sim`: every CUDA thread a fiber, barriers
@@ -33,6 +35,8 @@ enum A {
     I(i64),
     /// A `long long`.
     L(i64),
+    /// A `float`.
+    F(f32),
 }
 
 /// Buffers and a sequence of launches for one harness run.
@@ -69,6 +73,7 @@ impl Sim {
                 A::B(i) => (0, i as i64),
                 A::I(v) => (1, v),
                 A::L(v) => (2, v),
+                A::F(v) => (3, v.to_bits() as i64),
             };
             l.extend(kind.to_le_bytes());
             l.extend(v.to_le_bytes());
@@ -113,12 +118,12 @@ fn u16s(b: &[u8]) -> Vec<u16> {
         .collect()
 }
 
-/// Equal bit for bit (a signed zero aside).
+/// Equal bit for bit (a signed zero aside, and NaN's payload).
 fn assert_same(got: &[f32], want: &[f32], tag: &str) {
     assert_eq!(got.len(), want.len(), "{tag}: length");
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
         assert!(
-            a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0),
+            a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0) || (a.is_nan() && b.is_nan()),
             "{tag}: element {i}: {a} vs {b}"
         );
     }
@@ -543,6 +548,645 @@ fn check_all(exe: &Path) {
     check_conv(exe);
     check_f16_rounding(exe);
     check_stats_and_elementwise(exe);
+    graph::check_graph_conv(exe);
+    graph::check_graph_conv_transpose(exe);
+    graph::check_graph_elementwise(exe);
+    graph::check_graph_windows(exe);
+}
+
+/// The graph engine's ops (src/graph/ops.rs) against their kernels, on windows gathered as the engine
+/// gathers them (`Op::in_map` over an output range) from odd-sized inputs.
+mod graph {
+    use super::*;
+    use bsp_tiling::graph::launch::{self, Gemm};
+    use bsp_tiling::graph::ops::{
+        self, AxisPad, BinOp, ConvOp, Coord, Ctx, Nearest, Op, Operand, PadOp, PoolOp, ResizeOp,
+        Unary, Win,
+    };
+
+    /// A node's windows for output range `range` of inputs `xs`, with the maps and input lengths.
+    pub struct Windows {
+        pub wins: Vec<Tensor>,
+        pub maps: Vec<[Vec<Option<usize>>; 2]>,
+        pub n_in: Vec<[usize; 2]>,
+    }
+
+    pub fn windows(op: &Op, xs: &[&Tensor], range: [(usize, usize); 2]) -> Windows {
+        let n_in: Vec<[usize; 2]> = xs.iter().map(|t| [t.h, t.w]).collect();
+        let mut wins = vec![];
+        let mut maps = vec![];
+        for (j, x) in xs.iter().enumerate() {
+            let m: [Vec<Option<usize>>; 2] = std::array::from_fn(|a| {
+                let lens: Vec<usize> = n_in.iter().map(|d| d[a]).collect();
+                let n_out = op.out_len(a, &lens).unwrap();
+                op.in_map(a, j, &lens, n_out, range[a].0, range[a].1)
+            });
+            wins.push(CpuBackend.gather(x, &m[0], &m[1]).unwrap());
+            maps.push(m);
+        }
+        Windows { wins, maps, n_in }
+    }
+
+    pub fn out_len(op: &Op, xs: &[&Tensor]) -> [usize; 2] {
+        std::array::from_fn(|a| {
+            let lens: Vec<usize> = xs.iter().map(|t| if a == 0 { t.h } else { t.w }).collect();
+            op.out_len(a, &lens).unwrap()
+        })
+    }
+
+    /// The host reference: ops.rs `compute` on the windows.
+    pub fn reference(op: &Op, w: &Windows, range: [(usize, usize); 2]) -> Tensor {
+        let ctx = Ctx {
+            range,
+            n_in: &w.n_in,
+            maps: &w.maps,
+            norm: None,
+            threads: 1,
+        };
+        ops::compute(op, &w.wins, &ctx)
+    }
+
+    fn ctx<'a>(w: &'a Windows, range: [(usize, usize); 2]) -> Ctx<'a> {
+        Ctx {
+            range,
+            n_in: &w.n_in,
+            maps: &w.maps,
+            norm: None,
+            threads: 1,
+        }
+    }
+
+    /// cuBLAS's column-major GEMM with `g`'s parameters, in f64.
+    fn gemm(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+        let u = |v: i32| v as usize;
+        let (a, b, c) = (&a[g.a_offset..], &b[g.b_offset..], &mut c[g.c_offset..]);
+        for j in 0..u(g.n) {
+            for r in 0..u(g.m) {
+                let mut acc = g.beta as f64 * c[r + j * u(g.ldc)] as f64;
+                for p in 0..u(g.k) {
+                    let bv = if g.trans_b {
+                        b[j + p * u(g.ldb)]
+                    } else {
+                        b[p + j * u(g.ldb)]
+                    };
+                    acc += a[r + p * u(g.lda)] as f64 * bv as f64;
+                }
+                c[r + j * u(g.ldc)] = acc as f32;
+            }
+        }
+    }
+
+    fn close(got: &[f32], want: &[f32], tag: &str) {
+        assert_eq!(got.len(), want.len(), "{tag}: length");
+        let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err <= 1e-5 * scale, "{tag}: {err} (of {scale})");
+    }
+
+    fn conv_op(rng: &mut Rng, transpose: bool, cin: usize, cout: usize, groups: usize) -> ConvOp {
+        let win = [
+            Win {
+                k: 3,
+                stride: 2,
+                dilation: 1,
+            },
+            Win {
+                k: 2,
+                stride: if transpose { 3 } else { 1 },
+                dilation: 2,
+            },
+        ];
+        let wlen = if transpose {
+            cin * (cout / groups) * 6
+        } else {
+            cout * (cin / groups) * 6
+        };
+        ConvOp {
+            cin,
+            cout,
+            groups,
+            win,
+            pad: [AxisPad::Explicit(1, 2), AxisPad::Explicit(0, 1)],
+            output_padding: if transpose { [1, 0] } else { [0, 0] },
+            weight: (0..wlen).map(|_| rng.f() * 0.1).collect(),
+            bias: (0..cout).map(|_| rng.f()).collect(),
+        }
+    }
+
+    /// General im2col (kh ≠ kw, per-axis stride and dilation, groups) + the bias fill, the GEMMs
+    /// `launch::conv_gemm` gives cuBLAS, against ops.rs `conv`, for a middle range and the whole output.
+    pub fn check_graph_conv(exe: &Path) {
+        let mut rng = Rng(21);
+        let c = conv_op(&mut rng, false, 4, 6, 2);
+        let op = Op::Conv(c.clone());
+        let x = rng.tensor(4, 13, 11);
+        let [ho_all, wo_all] = out_len(&op, &[&x]);
+        for range in [[(0, ho_all), (0, wo_all)], [(1, ho_all - 1), (2, wo_all)]] {
+            let w = windows(&op, &[&x], range);
+            let want = reference(&op, &w, range);
+            let (ho, wo) = (range[0].1 - range[0].0, range[1].1 - range[1].0);
+            let win = &w.wins[0];
+            let mut sim = Sim::default();
+            let xb = sim.f32s(&win.data);
+            let bias = sim.f32s(&c.bias);
+            let out = sim.zeros(c.cout * ho * wo * 4);
+            sim.launch(
+                "bsp_fill_bias",
+                GRID,
+                BLOCK,
+                &[A::B(out), i(c.cout), l(ho * wo), A::B(bias)],
+            );
+            let (cg, rows) = (c.cin / c.groups, 2);
+            let mut bands = vec![];
+            for g in 0..c.groups {
+                for y0 in (0..ho).step_by(rows) {
+                    let y1 = (y0 + rows).min(ho);
+                    let col = sim.zeros(cg * 6 * (y1 - y0) * wo * 4);
+                    sim.launch(
+                        "bsp_im2col_g",
+                        GRID,
+                        BLOCK,
+                        &[
+                            A::B(xb),
+                            i(g * cg),
+                            i(cg),
+                            i(win.h),
+                            i(win.w),
+                            i(3),
+                            i(2),
+                            i(2),
+                            i(1),
+                            i(1),
+                            i(2),
+                            i(y0),
+                            i(y1),
+                            i(wo),
+                            A::B(col),
+                        ],
+                    );
+                    bands.push((g, y0, y1, col));
+                }
+            }
+            let res = sim.run(exe, "graph-conv");
+            let mut got = f32s(&res[out]);
+            for (g, y0, y1, col) in bands {
+                let gm = launch::conv_gemm(&c, g, ho, wo, y0, y1).unwrap();
+                gemm(&gm, &f32s(&res[col]), &c.weight, &mut got);
+            }
+            close(&got, &want.data, &format!("graph conv {range:?}"));
+        }
+    }
+
+    /// ConvTranspose: the GEMM `launch::convt_gemm` gives cuBLAS, then the col2im kernel (fixed
+    /// summation order), against ops.rs `conv_transpose`.
+    pub fn check_graph_conv_transpose(exe: &Path) {
+        let mut rng = Rng(23);
+        let c = conv_op(&mut rng, true, 4, 6, 2);
+        let op = Op::ConvTranspose(c.clone());
+        let x = rng.tensor(4, 7, 6);
+        let [ho_all, wo_all] = out_len(&op, &[&x]);
+        for range in [[(0, ho_all), (0, wo_all)], [(3, ho_all - 2), (1, 9)]] {
+            let w = windows(&op, &[&x], range);
+            let want = reference(&op, &w, range);
+            let (ho, wo) = (range[0].1 - range[0].0, range[1].1 - range[1].0);
+            let win = &w.wins[0];
+            let mut cols = vec![0.0f32; c.cout * 6 * win.h * win.w];
+            for g in 0..c.groups {
+                let gm = launch::convt_gemm(&c, g, win.h, win.w).unwrap();
+                gemm(&gm, &win.data, &c.weight, &mut cols);
+            }
+            let off = ops::convt_offsets(&c, &ctx(&w, range));
+            let mut sim = Sim::default();
+            let cb = sim.f32s(&cols);
+            let bias = sim.f32s(&c.bias);
+            let out = sim.zeros(c.cout * ho * wo * 4);
+            sim.launch(
+                "bsp_col2im",
+                GRID,
+                BLOCK,
+                &[
+                    A::B(cb),
+                    A::B(bias),
+                    i(c.cout),
+                    i(win.h),
+                    i(win.w),
+                    i(3),
+                    i(2),
+                    i(2),
+                    i(3),
+                    i(1),
+                    i(2),
+                    A::L(off[0] as i64),
+                    A::L(off[1] as i64),
+                    i(ho),
+                    i(wo),
+                    A::B(out),
+                ],
+            );
+            let res = sim.run(exe, "graph-convt");
+            close(
+                &f32s(&res[out]),
+                &want.data,
+                &format!("conv transpose {range:?}"),
+            );
+        }
+    }
+
+    /// Every unary function (bit for bit, the erf/softplus helpers included), the binary ops with
+    /// every broadcast ops.rs supports, the per-channel affine map, Concat and Identity.
+    pub fn check_graph_elementwise(exe: &Path) {
+        let mut rng = Rng(29);
+        let (c, h, w) = (3, 9, 7);
+        let mut x = rng.tensor(c, h, w);
+        // Both erf branches, softplus's cut-off, zeros and infinities.
+        for (p, v) in [
+            0.3f32,
+            -0.2,
+            0.0,
+            -0.0,
+            25.0,
+            -25.0,
+            0.5,
+            -0.5,
+            f32::INFINITY,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            x.data[p * 5] = v;
+        }
+        let y = rng.tensor(c, h, w);
+        let y1 = rng.tensor(1, h, w);
+        let plane = h * w;
+        let unaries = [
+            Unary::Relu,
+            Unary::LeakyRelu(0.2),
+            Unary::PRelu(vec![0.1, -0.3, 2.0]),
+            Unary::PRelu(vec![0.25]),
+            Unary::Sigmoid,
+            Unary::Tanh,
+            Unary::Clip(-1.5, 2.25),
+            Unary::Softplus,
+            Unary::Mish,
+            Unary::HardSigmoid(0.2, 0.5),
+            Unary::HardSwish,
+            Unary::Elu(1.3),
+            Unary::Erf,
+            Unary::Gelu { tanh: false },
+            Unary::Gelu { tanh: true },
+            Unary::Neg,
+            Unary::Abs,
+            Unary::Exp,
+            Unary::Sqrt,
+        ];
+        let mut sim = Sim::default();
+        let mut checks: Vec<(usize, Tensor, String)> = vec![];
+        for u in &unaries {
+            let b = sim.f32s(&x.data);
+            let (kind, a, bb) = launch::unary_code(u);
+            let slope = match u {
+                Unary::PRelu(s) => s.clone(),
+                _ => vec![0.0],
+            };
+            let sb = sim.f32s(&slope);
+            sim.launch(
+                "bsp_unary",
+                GRID,
+                BLOCK,
+                &[
+                    A::B(b),
+                    l(c * plane),
+                    l(plane),
+                    A::I(kind as i64),
+                    A::F(a),
+                    A::F(bb),
+                    A::B(sb),
+                    i(slope.len()),
+                ],
+            );
+            let mut want = x.clone();
+            ops::unary(u, &mut want);
+            checks.push((b, want, format!("{u:?}")));
+        }
+        let all = [
+            BinOp::Add,
+            BinOp::Sub,
+            BinOp::Mul,
+            BinOp::Div,
+            BinOp::Max,
+            BinOp::Min,
+            BinOp::Pow,
+        ];
+        let range = [(0, h), (0, w)];
+        for op in all {
+            // Two images: same channels, and either side with one channel.
+            for (a, b) in [(&x, &y), (&x, &y1), (&y1, &x)] {
+                let node = Op::Binary {
+                    op,
+                    lhs: Operand::Input(0),
+                    rhs: Operand::Input(1),
+                };
+                let wd = windows(&node, &[a, b], range);
+                let want = reference(&node, &wd, range);
+                let (ab, bb) = (sim.f32s(&a.data), sim.f32s(&b.data));
+                let out = sim.zeros(want.data.len() * 4);
+                sim.launch(
+                    "bsp_binary",
+                    GRID,
+                    BLOCK,
+                    &[
+                        A::B(ab),
+                        i(a.c),
+                        A::B(bb),
+                        i(b.c),
+                        i(want.c),
+                        l(plane),
+                        A::I(launch::binop_code(op) as i64),
+                        A::B(out),
+                    ],
+                );
+                checks.push((out, want, format!("{op:?} {}+{}", a.c, b.c)));
+            }
+            // An image and a constant, per channel or scalar, on either side.
+            for k in [vec![1.5f32, -0.75, 3.0], vec![-2.5]] {
+                for const_first in [false, true] {
+                    let (lhs, rhs) = if const_first {
+                        (Operand::Const(k.clone()), Operand::Input(0))
+                    } else {
+                        (Operand::Input(0), Operand::Const(k.clone()))
+                    };
+                    let node = Op::Binary { op, lhs, rhs };
+                    let wd = windows(&node, &[&x], range);
+                    let want = reference(&node, &wd, range);
+                    let xb = sim.f32s(&x.data);
+                    let kb = sim.f32s(&k);
+                    sim.launch(
+                        "bsp_binary_const",
+                        GRID,
+                        BLOCK,
+                        &[
+                            A::B(xb),
+                            i(c),
+                            l(plane),
+                            A::B(kb),
+                            i(k.len()),
+                            i(const_first as usize),
+                            A::I(launch::binop_code(op) as i64),
+                        ],
+                    );
+                    checks.push((xb, want, format!("{op:?} const {k:?} first={const_first}")));
+                }
+            }
+        }
+        // The per-channel affine map (BatchNormalization without a convolution before it).
+        let affine = Op::Affine {
+            scale: vec![0.5],
+            shift: vec![1.0, -2.0, 0.125],
+        };
+        let wd = windows(&affine, &[&x], range);
+        let want = reference(&affine, &wd, range);
+        let xb = sim.f32s(&x.data);
+        let (sb, hb) = (
+            sim.f32s(&launch::per_channel(&[0.5], c)),
+            sim.f32s(&launch::per_channel(&[1.0, -2.0, 0.125], c)),
+        );
+        sim.launch(
+            "bsp_scale_shift",
+            GRID,
+            BLOCK,
+            &[A::B(xb), i(c), l(plane), A::B(sb), A::B(hb), i(0)],
+        );
+        checks.push((xb, want, "affine".into()));
+        // Concat: each input copied at its channel offset.
+        let wd = windows(&Op::Concat, &[&x, &y1, &y], range);
+        let want = reference(&Op::Concat, &wd, range);
+        let out = sim.zeros(want.data.len() * 4);
+        let mut off = 0;
+        for t in [&x, &y1, &y] {
+            let b = sim.f32s(&t.data);
+            sim.launch(
+                "bsp_copy",
+                GRID,
+                BLOCK,
+                &[A::B(out), l(off), A::B(b), l(t.data.len())],
+            );
+            off += t.data.len();
+        }
+        checks.push((out, want, "concat".into()));
+        let res = sim.run(exe, "graph-elementwise");
+        for (b, want, tag) in checks {
+            assert_same(&f32s(&res[b]), &want.data, &tag);
+        }
+    }
+
+    /// Ops that read a window other than their own pixels: max/average pooling (padding, dilation,
+    /// ceil_mode, count_include_pad), linear resize (up and down, two coordinate modes), constant padding
+    /// with a value, DepthToSpace (DCR and CRD) and SpaceToDepth — on middle and border ranges.
+    pub fn check_graph_windows(exe: &Path) {
+        let mut rng = Rng(31);
+        let x = rng.tensor(3, 11, 13);
+        let mut sim = Sim::default();
+        let mut checks: Vec<(usize, Tensor, String)> = vec![];
+        for (max, include, ceil) in [
+            (true, false, false),
+            (false, true, true),
+            (false, false, true),
+            (false, true, false),
+        ] {
+            let p = PoolOp {
+                max,
+                win: [
+                    Win {
+                        k: 3,
+                        stride: 2,
+                        dilation: 1,
+                    },
+                    Win {
+                        k: 2,
+                        stride: 2,
+                        dilation: 2,
+                    },
+                ],
+                pad: [AxisPad::Explicit(1, 1), AxisPad::Explicit(1, 0)],
+                ceil_mode: ceil,
+                count_include_pad: include,
+            };
+            let op = Op::Pool(p.clone());
+            let [ho_all, wo_all] = out_len(&op, &[&x]);
+            for range in [[(0, ho_all), (0, wo_all)], [(1, ho_all), (2, wo_all - 1)]] {
+                let wd = windows(&op, &[&x], range);
+                let want = reference(&op, &wd, range);
+                let tb = ops::pool_tables(&p, &ctx(&wd, range));
+                let win = &wd.wins[0];
+                let (ho, wo) = (want.h, want.w);
+                let xb = sim.f32s(&win.data);
+                let t: Vec<usize> = [
+                    launch::flags(&tb.inside[0]),
+                    launch::flags(&tb.inside[1]),
+                    launch::ints(tb.count[0].iter().copied()).unwrap(),
+                    launch::ints(tb.count[1].iter().copied()).unwrap(),
+                ]
+                .iter()
+                .map(|v| sim.i32s(v))
+                .collect();
+                let out = sim.zeros(want.data.len() * 4);
+                sim.launch(
+                    "bsp_pool",
+                    GRID,
+                    BLOCK,
+                    &[
+                        A::B(xb),
+                        i(3),
+                        i(win.h),
+                        i(win.w),
+                        i(ho),
+                        i(wo),
+                        i(3),
+                        i(2),
+                        i(2),
+                        i(2),
+                        i(1),
+                        i(2),
+                        i(max as usize),
+                        A::B(t[0]),
+                        A::B(t[1]),
+                        A::B(t[2]),
+                        A::B(t[3]),
+                        A::B(out),
+                    ],
+                );
+                checks.push((
+                    out,
+                    want,
+                    format!("pool max={max} include={include} {range:?}"),
+                ));
+            }
+        }
+        for (scale, coord) in [
+            ([2.0, 3.0], Coord::HalfPixel),
+            ([0.5, 2.0], Coord::PytorchHalfPixel),
+            ([2.0, 0.5], Coord::Asymmetric),
+        ] {
+            let r = ResizeOp {
+                linear: true,
+                scale,
+                coord,
+                nearest: Nearest::Floor,
+            };
+            let op = Op::Resize(r.clone());
+            let [ho_all, wo_all] = out_len(&op, &[&x]);
+            for range in [[(0, ho_all), (0, wo_all)], [(1, ho_all - 1), (2, wo_all)]] {
+                let wd = windows(&op, &[&x], range);
+                let want = reference(&op, &wd, range);
+                let [ty, tx] = ops::linear_tables(&r, &ctx(&wd, range));
+                let win = &wd.wins[0];
+                let xb = sim.f32s(&win.data);
+                let mut tabs = vec![];
+                for t in [&ty, &tx] {
+                    tabs.push(sim.i32s(&launch::ints(t.iter().map(|v| v.0)).unwrap()));
+                    tabs.push(sim.i32s(&launch::ints(t.iter().map(|v| v.1)).unwrap()));
+                    tabs.push(sim.f32s(&t.iter().map(|v| v.2).collect::<Vec<_>>()));
+                }
+                let out = sim.zeros(want.data.len() * 4);
+                let mut args = vec![A::B(xb), i(3), i(win.h), i(win.w), i(want.h), i(want.w)];
+                args.extend(tabs.iter().map(|&b| A::B(b)));
+                args.push(A::B(out));
+                sim.launch("bsp_resize_linear", GRID, BLOCK, &args);
+                checks.push((out, want, format!("resize {scale:?} {coord:?} {range:?}")));
+            }
+        }
+        let pad = PadOp {
+            pads: [(2, 1), (0, 3)],
+            mode: None,
+            value: 1.5,
+        };
+        let op = Op::Pad(pad);
+        let [ho_all, wo_all] = out_len(&op, &[&x]);
+        for range in [[(0, ho_all), (0, wo_all)], [(1, 6), (10, wo_all)]] {
+            let wd = windows(&op, &[&x], range);
+            let want = reference(&op, &wd, range);
+            let win = &wd.wins[0];
+            let xb = sim.f32s(&win.data);
+            let ys = sim.i32s(&launch::flags(
+                &wd.maps[0][0]
+                    .iter()
+                    .map(Option::is_some)
+                    .collect::<Vec<_>>(),
+            ));
+            let xs = sim.i32s(&launch::flags(
+                &wd.maps[0][1]
+                    .iter()
+                    .map(Option::is_some)
+                    .collect::<Vec<_>>(),
+            ));
+            sim.launch(
+                "bsp_fill_outside",
+                GRID,
+                BLOCK,
+                &[
+                    A::B(xb),
+                    i(3),
+                    i(win.h),
+                    i(win.w),
+                    A::B(ys),
+                    A::B(xs),
+                    A::F(1.5),
+                ],
+            );
+            checks.push((xb, want, format!("pad value {range:?}")));
+        }
+        let x8 = rng.tensor(8, 5, 7);
+        for crd in [false, true] {
+            let op = Op::DepthToSpace { block: 2, crd };
+            let [ho_all, wo_all] = out_len(&op, &[&x8]);
+            for range in [[(0, ho_all), (0, wo_all)], [(3, 8), (1, 12)]] {
+                let wd = windows(&op, &[&x8], range);
+                let want = reference(&op, &wd, range);
+                let xb = sim.f32s(&wd.wins[0].data);
+                let out = sim.zeros(want.data.len() * 4);
+                sim.launch(
+                    "bsp_depth_to_space",
+                    GRID,
+                    BLOCK,
+                    &[
+                        A::B(xb),
+                        i(2),
+                        i(want.h),
+                        i(want.w),
+                        i(2),
+                        i(crd as usize),
+                        i(range[0].0 % 2),
+                        i(range[1].0 % 2),
+                        A::B(out),
+                    ],
+                );
+                checks.push((out, want, format!("depth to space crd={crd} {range:?}")));
+            }
+        }
+        let x6 = rng.tensor(3, 9, 12);
+        let op = Op::SpaceToDepth { block: 3 };
+        for range in [[(0, 3), (0, 4)], [(1, 3), (2, 4)]] {
+            let wd = windows(&op, &[&x6], range);
+            let want = reference(&op, &wd, range);
+            let xb = sim.f32s(&wd.wins[0].data);
+            let out = sim.zeros(want.data.len() * 4);
+            sim.launch(
+                "bsp_space_to_depth",
+                GRID,
+                BLOCK,
+                &[A::B(xb), i(3), i(want.h), i(want.w), i(3), A::B(out)],
+            );
+            checks.push((out, want, format!("space to depth {range:?}")));
+        }
+        let res = sim.run(exe, "graph-windows");
+        for (b, want, tag) in checks {
+            assert_same(&f32s(&res[b]), &want.data, &tag);
+        }
+    }
 }
 
 #[test]

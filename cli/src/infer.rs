@@ -19,8 +19,8 @@
 use anyhow::{Context, bail};
 use bsp_tiling::tiffio::{OutDType, TiffRegions, TiffWriter};
 use bsp_tiling::{
-    Budget, Field, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled, ScaledSink, Sink, Tensor,
-    npy,
+    Budget, DeviceOptions, Field, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled,
+    ScaledSink, Sink, Tensor, npy,
 };
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -66,6 +66,9 @@ pub struct InferRequest {
     /// The output's sample type, where the format offers a choice (`.tif`: uint8 by default, or float32);
     /// `None` is the format's own. A type the format cannot hold is refused.
     pub out_dtype: Option<OutDType>,
+    /// Where the graph runs: the CPU, or a CUDA device with its memory budget and precision (no fallback
+    /// to the CPU: a device that cannot be used is an error).
+    pub device: DeviceOptions,
 }
 
 /// What a run did.
@@ -381,7 +384,8 @@ fn run_to_tensor(
 ) -> anyhow::Result<(Tensor, RunInfo)> {
     let (c, oh, ow) = output_shape(g, input.height(), input.width(), req.full)?;
     let sink = bsp_tiling::OutputSink::f32(c, oh, ow);
-    let info = bsp_tiling::run_graph(
+    let info = bsp_tiling::run_graph_device(
+        &req.device,
         g,
         input,
         req.mode,
@@ -449,7 +453,16 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
         );
     }
     let run = |sink: &dyn Sink| {
-        bsp_tiling::run_graph(g, input, req.mode, req.tile, req.threads, &req.budget, sink)
+        bsp_tiling::run_graph_device(
+            &req.device,
+            g,
+            input,
+            req.mode,
+            req.tile,
+            req.threads,
+            &req.budget,
+            sink,
+        )
     };
     // 8-bit outputs get `out_scale` before clamping; float32 ones the raw output.
     let run_scaled = |sink: &dyn Sink| {

@@ -1,7 +1,7 @@
 //! `l3 infer`: any supported network (ONNX, or a TransformerNet in safetensors) over an image of any size
 //! with BSP tiling; the library side is `l3_cli::infer`.
 use anyhow::bail;
-use bsp_tiling::{Budget, Device, Mode, PaddingMode, Precision};
+use bsp_tiling::{Budget, Device, DeviceOptions, Mode, PaddingMode, Precision};
 use l3_cli::infer::{InferRequest, infer_paths, load_model};
 use std::path::PathBuf;
 
@@ -18,13 +18,14 @@ pub struct InferArgs {
     /// per normalisation, nothing stored but the output)
     #[arg(long, default_value = "exact")]
     pub mode: String,
-    /// cpu. ONNX graphs run on the CPU backend: `cuda` is refused with the reason (no silent CPU run).
+    /// Where the graph runs: cpu, cuda (GPU 0) or cuda:N (every node on the CUDA backend's kernels). A
+    /// GPU that cannot be used is an error, never a CPU run.
     #[arg(long, default_value = "cpu", value_parser = loader::clap_values::Text::<Device>::new("device"))]
     pub device: Device,
-    /// Bytes of GPU memory (with --device cuda; refused for graphs, see --device).
+    /// Bytes of GPU memory the run may use (with --device cuda; default: what is free, less a margin).
     #[arg(long)]
     pub gpu_memory: Option<u64>,
-    /// f32 (the CPU computes in f32; f16 needs a GPU).
+    /// f32. Graph convolutions have f32 kernels only: f16 is refused naming the first convolution.
     #[arg(long, default_value = "f32")]
     pub precision: String,
     #[arg(long)]
@@ -76,21 +77,15 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("unknown --padding {p:?}: use reflect, circular, zero or replicate")
         })?),
     };
-    if Precision::parse(&a.precision) != Some(Precision::F32) {
-        bail!(
-            "--precision {}: the CPU backend that runs graphs computes in f32",
-            a.precision
-        );
-    }
-    if a.device != Device::Cpu {
-        bail!(
-            "--device {}: ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (`l3 stylize --device cuda`)",
-            a.device
-        );
-    }
-    if a.gpu_memory.is_some() {
-        bail!("--gpu-memory budgets a GPU: use it with `l3 stylize --device cuda`");
-    }
+    let Some(precision) = Precision::parse(&a.precision) else {
+        bail!("unknown --precision {:?}: use f32 or f16", a.precision);
+    };
+    let device = DeviceOptions {
+        device: a.device,
+        gpu_memory: a.gpu_memory,
+        precision,
+    };
+    device.validate()?;
     let out_dtype =
         match &a.out_dtype {
             None => None,
@@ -115,6 +110,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         in_scale: a.in_scale,
         out_scale: a.out_scale,
         out_dtype,
+        device,
     };
     let r = infer_paths(&g, &req)?;
     for note in &r.notes {

@@ -3,6 +3,7 @@
 //! tiling, on arrays and on paths (`l3_cli::infer`, the same code as `l3 infer`).
 
 use crate::errors::{Failure, Kind, detached, raise};
+use crate::stylize::gpu_words_of;
 use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
 use l3_cli::infer::{
     InferRequest, InputData, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
@@ -95,11 +96,15 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 /// clamped) the result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
 /// The output is the network's, as onnxruntime gives it; ``crop_to_input=True`` crops it to the input's size
 /// times the network's scale (what ``stylize`` does for a TransformerNet, which pads sides to a multiple of 4).
-/// ``device``: ``"cpu"`` only — graphs run on the CPU backend (``"cuda"`` raises, never runs on the CPU).
+/// ``device``: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (every node on bsp-tiling's CUDA backend; a GPU that
+/// cannot be used raises with the reason, never runs on the CPU). ``precision``: ``"f32"`` (graph
+/// convolutions have f32 kernels only: ``"f16"`` raises naming the first convolution). ``gpu_memory``:
+/// bytes of device memory the run may use (default: what is free, less a margin).
 #[pyfunction]
 #[pyo3(signature = (
     image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
-    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None
+    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None,
+    precision="f32", gpu_memory=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn infer<'py>(
@@ -117,6 +122,8 @@ pub fn infer<'py>(
     out_scale: f32,
     device: Option<Bound<'py, PyAny>>,
     out_dtype: Option<&str>,
+    precision: &str,
+    gpu_memory: Option<u64>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
     let out_dtype = match out_dtype {
@@ -132,18 +139,7 @@ pub fn infer<'py>(
             "mode={mode:?}: expected \"exact\", \"sampled\", \"sampled:N\", \"recompute\", \"naive\" or \"whole\""
         )));
     };
-    if let Some(d) = device.as_ref() {
-        let d = crate::options::device(d)?;
-        if d != bsp_tiling::Device::Cpu {
-            return Err(raise(
-                py,
-                Kind::Gpu,
-                format!(
-                    "device=\"{d}\": ONNX graphs run on the CPU backend only; the CUDA backend runs the TransformerNet's stages (l3toolkit.stylize)"
-                ),
-            ));
-        }
-    }
+    let dev = crate::stylize::device_options(py, device.as_ref(), precision, gpu_memory)?;
     let graph = match model.cast::<Model>() {
         Ok(m) => m.get().graph.clone(),
         Err(_) => {
@@ -223,8 +219,11 @@ pub fn infer<'py>(
         in_scale,
         out_scale,
         out_dtype,
+        device: dev.clone(),
     };
     let g = graph.clone();
+    let words = dev.clone();
+    let anyhow_failure = move |e: anyhow::Error| gpu_words_of(&words, anyhow_failure(e));
     // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
     let (result, notes) = detached(py, move || match (data, output.is_some()) {
         (Some(data), true) => {

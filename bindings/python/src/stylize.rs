@@ -177,7 +177,7 @@ pub fn stylize<'py>(
 
 /// `device=`, `precision=`, `gpu_memory=` as bsp-tiling's [`DeviceOptions`], checked here so that a
 /// refusal names the keyword arguments (bsp-tiling words its own checks for the command line).
-fn device_options(
+pub(crate) fn device_options(
     py: Python<'_>,
     device: Option<&Bound<'_, PyAny>>,
     precision: &str,
@@ -220,7 +220,11 @@ fn device_options(
 /// A bsp-tiling error as a [`Failure`], with the command-line flags its device errors mention
 /// (`--device cuda`, `--gpu-memory`) replaced by the keyword arguments of this call.
 fn gpu_words(dev: &DeviceOptions, e: bsp_tiling::Error) -> Failure {
-    let mut f = Failure::from(e);
+    gpu_words_of(dev, Failure::from(e))
+}
+
+/// [`gpu_words`] on a failure already made.
+pub(crate) fn gpu_words_of(dev: &DeviceOptions, mut f: Failure) -> Failure {
     if f.kind == Kind::Gpu || f.message.contains("--gpu-memory") {
         f.message = f
             .message

@@ -3,6 +3,7 @@
 paths; bad models raise naming the node. Skips where onnx or onnxruntime is missing."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -97,7 +98,23 @@ def test_bad_models_name_the_node(tmp_path):
         l3.Model(tmp_path / "cut.onnx")
 
 
-def test_cuda_is_refused_not_run_on_the_cpu(models):
-    path, _, _ = models["unet_gn"]
-    with pytest.raises(l3.GpuError, match="CPU backend only"):
-        l3.infer(np.zeros((3, 16, 16), np.float32), path, device="cuda")
+def test_cuda_runs_the_graph_or_says_why(models):
+    path, sizes, _ = models["unet_gn"]
+    h, w = sizes[0]
+    x = np.random.default_rng(5).random((3, h, w), dtype=np.float32)
+    with pytest.raises(l3.OptionsError, match="precision"):
+        l3.infer(x, path, precision="f16")
+    with pytest.raises(l3.OptionsError, match="gpu_memory"):
+        l3.infer(x, path, gpu_memory=1 << 30)
+    cpu = l3.infer(x, path, tile=8)
+    try:
+        gpu = l3.infer(x, path, tile=8, device="cuda:0")
+    except l3.GpuError as e:
+        # No usable GPU here: the probe's reason, in the call's own words; never a silent CPU run.
+        assert 'device="cuda:0"' in str(e) and "--" not in str(e), str(e)
+        if os.environ.get("L3_EXPECT_GPU"):
+            raise  # the GPU bundle's run: this machine has a GPU, so a refusal is a failure
+        return
+    # On a GPU: every node on the CUDA backend, within 1e-4 of the output's largest magnitude.
+    assert gpu.shape == cpu.shape
+    assert np.abs(gpu - cpu).max() <= 1e-4 * np.abs(cpu).max()

@@ -12,6 +12,12 @@ typedef unsigned short u16;
 typedef long long i64;
 #endif
 
+#ifdef CUDA_CPU_SIM
+#define BSP_NEG_INF (-HUGE_VALF)
+#else
+#define BSP_NEG_INF (__int_as_float((int)0xff800000u))
+#endif
+
 #define BSP_FOR(i, n)                                                                    \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(n);              \
          i += (i64)gridDim.x * blockDim.x)
@@ -217,4 +223,297 @@ extern "C" __global__ void bsp_relu(float* __restrict__ x, i64 n) {
 // x += y (the residual connection).
 extern "C" __global__ void bsp_add(float* __restrict__ x, const float* __restrict__ y, i64 n) {
     BSP_FOR(i, n) { x[i] = x[i] + y[i]; }
+}
+
+// ---- The graph engine's ops (src/graph/ops.rs), each computing a tile's output from its gathered window.
+
+// Columns of one group for output rows y0..y1 of a valid convolution with a kh×kw kernel, per-axis stride
+// and dilation: [cg·kh·kw, (y1-y0)·wo], rows in (channel, ky, kx) order, channels c0..c0+cg of x (c×h×w).
+// ops.rs `im2col`, element for element. A band has fewer than 2^31 elements (the host checks).
+extern "C" __global__ void bsp_im2col_g(const float* __restrict__ x, int c0, int cg, int h, int w,
+                                        int kh, int kw, int sy, int sx, int dy, int dx, int y0,
+                                        int y1, int wo, float* __restrict__ col) {
+    unsigned int n = (unsigned int)(y1 - y0) * (unsigned int)wo;
+    unsigned int kk2 = (unsigned int)(kh * kw);
+    unsigned int total = (unsigned int)cg * kk2 * n;
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        unsigned int r = i / n;
+        unsigned int p = i - r * n;
+        unsigned int ch = r / kk2;
+        unsigned int rk = r - ch * kk2;
+        unsigned int ky = rk / (unsigned int)kw;
+        unsigned int kx = rk - ky * (unsigned int)kw;
+        unsigned int oy = (unsigned int)y0 + p / (unsigned int)wo;
+        unsigned int ox = p % (unsigned int)wo;
+        col[i] = x[((i64)(c0 + (int)ch) * h + (i64)oy * sy + (i64)ky * dy) * w + (i64)ox * sx +
+                   (i64)kx * dx];
+    }
+}
+
+// Transposed convolution, second half: cols [cout·kh·kw, xh·xw] (row (co, ky, kx) = Wᵀ·x of the window,
+// from the GEMM) scattered to the outputs. Each output (co, oy, ox) starts from its bias and adds its
+// contributions in (ky, kx) order — a fixed order, no atomics: input row iy reaches output row oy when
+// oy + offy - ky·dy = iy·sy (offy = the output range's start + the begin padding - the window's first
+// input row · sy), likewise for columns.
+extern "C" __global__ void bsp_col2im(const float* __restrict__ cols, const float* __restrict__ bias,
+                                      int cout, int xh, int xw, int kh, int kw, int sy, int sx,
+                                      int dy, int dx, i64 offy, i64 offx, int ho, int wo,
+                                      float* __restrict__ out) {
+    i64 plane = (i64)ho * wo;
+    i64 n = (i64)xh * xw;
+    BSP_FOR(i, (i64)cout * plane) {
+        i64 co = i / plane;
+        i64 r = i - co * plane;
+        i64 oy = r / wo;
+        i64 ox = r - oy * wo;
+        float acc = bias[co];
+        for (int ky = 0; ky < kh; ky++) {
+            i64 ty = oy + offy - (i64)ky * dy;
+            if (ty < 0 || ty % sy != 0 || ty / sy >= xh) continue;
+            i64 iy = ty / sy;
+            for (int kx = 0; kx < kw; kx++) {
+                i64 tx = ox + offx - (i64)kx * dx;
+                if (tx < 0 || tx % sx != 0 || tx / sx >= xw) continue;
+                acc += cols[((co * kh + ky) * kw + kx) * n + iy * xw + tx / sx];
+            }
+        }
+        out[i] = acc;
+    }
+}
+
+// ops.rs `erf`: the same f64 operations in the same order (series below 0.5, Lentz's continued
+// fraction for erfc above).
+__device__ double bsp_erf(double x) {
+    const double pi = 3.141592653589793;
+    if (fabs(x) < 0.5) {
+        double sum = x;
+        double term = x;
+        double x2 = x * x;
+        for (int n = 1; n < 40; n++) {
+            term *= -x2 / (double)n;
+            double add = term / (double)(2 * n + 1);
+            sum += add;
+            if (fabs(add) < 1e-17) break;
+        }
+        return sum * 2.0 / sqrt(pi);
+    }
+    double sign = x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x);
+    double z = fabs(x);
+    const double tiny = 1e-300;
+    double f = z;
+    double c = f;
+    double d = 0.0;
+    for (int n = 1; n < 300; n++) {
+        double a = (double)n / 2.0;
+        double b = z;
+        d = b + a * d;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + a / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1.0 / d;
+        double delta = c * d;
+        f *= delta;
+        if (fabs(delta - 1.0) < 1e-16) break;
+    }
+    double erfc = exp(-z * z) / sqrt(pi) / f;
+    return sign * (1.0 - erfc);
+}
+
+__device__ __forceinline__ float bsp_softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+// Rust's f32::clamp (NaN passes through).
+__device__ __forceinline__ float bsp_clamp(float v, float lo, float hi) {
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return v;
+}
+
+// The unary functions, numbered as `ops::Unary` is listed: 0 Relu, 1 LeakyRelu(a), 2 PRelu (slope per
+// channel, ns = 1 or c), 3 Sigmoid, 4 Tanh, 5 Clip(a, b), 6 Softplus, 7 Mish, 8 HardSigmoid(a, b),
+// 9 HardSwish, 10 Elu(a), 11 Erf, 12 Gelu (erf), 13 Gelu (tanh), 14 Neg, 15 Abs, 16 Exp, 17 Sqrt.
+// In place, the same f32/f64 expressions as ops.rs `unary`.
+extern "C" __global__ void bsp_unary(float* __restrict__ x, i64 n, i64 plane, int kind, float a,
+                                     float b, const float* __restrict__ slope, int ns) {
+    BSP_FOR(i, n) {
+        float v = x[i];
+        float r;
+        switch (kind) {
+            case 0: r = fmaxf(v, 0.0f); break;
+            case 1: r = v < 0.0f ? v * a : v; break;
+            case 2: {
+                float s = slope[ns == 1 ? 0 : i / plane];
+                r = v < 0.0f ? v * s : v;
+                break;
+            }
+            case 3: r = 1.0f / (1.0f + expf(-v)); break;
+            case 4: r = tanhf(v); break;
+            case 5: r = fminf(fmaxf(v, a), b); break;
+            case 6: r = bsp_softplus(v); break;
+            case 7: r = v * tanhf(bsp_softplus(v)); break;
+            case 8: r = bsp_clamp(a * v + b, 0.0f, 1.0f); break;
+            case 9: r = v * bsp_clamp(v / 6.0f + 0.5f, 0.0f, 1.0f); break;
+            case 10: r = v < 0.0f ? a * (expf(v) - 1.0f) : v; break;
+            case 11: r = (float)bsp_erf((double)v); break;
+            case 12: r = (float)(0.5 * (double)v * (1.0 + bsp_erf((double)v / 1.4142135623730951))); break;
+            case 13: {
+                double z = (double)v;
+                r = (float)(0.5 * z *
+                            (1.0 + tanh(sqrt(2.0 / 3.141592653589793) * (z + 0.044715 * z * z * z))));
+                break;
+            }
+            case 14: r = -v; break;
+            case 15: r = fabsf(v); break;
+            case 16: r = expf(v); break;
+            default: r = sqrtf(v); break;
+        }
+        x[i] = r;
+    }
+}
+
+// The binary operations, numbered as `ops::BinOp`: 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Max, 5 Min, 6 Pow.
+__device__ __forceinline__ float bsp_binop(int op, float a, float b) {
+    switch (op) {
+        case 0: return a + b;
+        case 1: return a - b;
+        case 2: return a * b;
+        case 3: return a / b;
+        case 4: return fmaxf(a, b);
+        case 5: return fminf(a, b);
+        default: return powf(a, b);
+    }
+}
+
+// out (c×plane) = x op y, channel ch reading channel ch % xc of x and ch % yc of y (one of them may have
+// a single channel, broadcast).
+extern "C" __global__ void bsp_binary(const float* __restrict__ x, int xc, const float* __restrict__ y,
+                                      int yc, int c, i64 plane, int op, float* __restrict__ out) {
+    BSP_FOR(i, (i64)c * plane) {
+        i64 ch = i / plane;
+        i64 p = i - ch * plane;
+        out[i] = bsp_binop(op, x[(ch % xc) * plane + p], y[(ch % yc) * plane + p]);
+    }
+}
+
+// x = x op k[ch] (or k[ch] op x with const_first), k of length 1 or c, in place.
+extern "C" __global__ void bsp_binary_const(float* __restrict__ x, int c, i64 plane,
+                                            const float* __restrict__ k, int nk, int const_first,
+                                            int op) {
+    BSP_FOR(i, (i64)c * plane) {
+        float kv = k[nk == 1 ? 0 : i / plane];
+        x[i] = const_first ? bsp_binop(op, kv, x[i]) : bsp_binop(op, x[i], kv);
+    }
+}
+
+// dst[offset + i] = src[i]: Concat (an input pasted at its channel offset), Identity.
+extern "C" __global__ void bsp_copy(float* __restrict__ dst, i64 offset, const float* __restrict__ src,
+                                    i64 n) {
+    BSP_FOR(i, n) { dst[offset + i] = src[i]; }
+}
+
+// Max or average pooling of a gathered window x (c×xh×xw) to ho×wo: window rows/columns with
+// yin/xin = 0 are padding (skipped); an average divides by cy[y]·cx[x] (at least 1), the divisor counts
+// the host computed (count_include_pad as ops.rs). Sums in (ky, kx) order, as ops.rs `pool`.
+extern "C" __global__ void bsp_pool(const float* __restrict__ x, int c, int xh, int xw, int ho,
+                                    int wo, int kh, int kw, int sy, int sx, int dy, int dx,
+                                    int is_max, const int* __restrict__ yin,
+                                    const int* __restrict__ xin, const int* __restrict__ cy,
+                                    const int* __restrict__ cx, float* __restrict__ out) {
+    i64 plane = (i64)ho * wo;
+    BSP_FOR(i, (i64)c * plane) {
+        i64 ch = i / plane;
+        i64 r = i - ch * plane;
+        int y = (int)(r / wo);
+        int xo = (int)(r - (i64)y * wo);
+        const float* p = x + ch * xh * (i64)xw;
+        float acc = is_max ? BSP_NEG_INF : 0.0f;
+        for (int ky = 0; ky < kh; ky++) {
+            int wy = y * sy + ky * dy;
+            if (!yin[wy]) continue;
+            for (int kx = 0; kx < kw; kx++) {
+                int wx = xo * sx + kx * dx;
+                if (!xin[wx]) continue;
+                float v = p[(i64)wy * xw + wx];
+                acc = is_max ? fmaxf(acc, v) : acc + v;
+            }
+        }
+        if (!is_max) {
+            int cnt = cy[y] * cx[xo];
+            acc /= (float)(cnt > 1 ? cnt : 1);
+        }
+        out[i] = acc;
+    }
+}
+
+// Linear resize of a gathered window x (c×xh×xw) by per-axis tables from the host (ops.rs `taps`, made
+// relative to the window): output row y blends window rows ya[y], yb[y] with weight fy[y] of the second.
+extern "C" __global__ void bsp_resize_linear(const float* __restrict__ x, int c, int xh, int xw,
+                                             int ho, int wo, const int* __restrict__ ya,
+                                             const int* __restrict__ yb,
+                                             const float* __restrict__ fy,
+                                             const int* __restrict__ xa,
+                                             const int* __restrict__ xb,
+                                             const float* __restrict__ fx,
+                                             float* __restrict__ out) {
+    i64 plane = (i64)ho * wo;
+    BSP_FOR(i, (i64)c * plane) {
+        i64 ch = i / plane;
+        i64 r = i - ch * plane;
+        int y = (int)(r / wo);
+        int xo = (int)(r - (i64)y * wo);
+        const float* ra = x + (ch * xh + ya[y]) * (i64)xw;
+        const float* rb = x + (ch * xh + yb[y]) * (i64)xw;
+        float wx = fx[xo];
+        float wy = fy[y];
+        float top = ra[xa[xo]] * (1.0f - wx) + ra[xb[xo]] * wx;
+        float bot = rb[xa[xo]] * (1.0f - wx) + rb[xb[xo]] * wx;
+        out[i] = top * (1.0f - wy) + bot * wy;
+    }
+}
+
+// x (c×h×w) = value wherever its window row or column is padding (yin/xin = 0): constant Pad with a
+// value other than zero (the gather wrote zeros there).
+extern "C" __global__ void bsp_fill_outside(float* __restrict__ x, int c, int h, int w,
+                                            const int* __restrict__ yin,
+                                            const int* __restrict__ xin, float value) {
+    i64 plane = (i64)h * w;
+    BSP_FOR(i, (i64)c * plane) {
+        i64 r = i % plane;
+        if (!yin[r / w] || !xin[r % w]) x[i] = value;
+    }
+}
+
+// DepthToSpace of a gathered window x (c·b·b × ho × wo: row y holds input row (oy0 + y) / b): output
+// (ch, y, x) reads channel ch·b² + ry·b + rx (CRD) or (ry·b + rx)·c + ch (DCR), ry = (oy0 + y) mod b.
+extern "C" __global__ void bsp_depth_to_space(const float* __restrict__ x, int c, int ho, int wo,
+                                              int b, int crd, int ry0, int rx0,
+                                              float* __restrict__ out) {
+    i64 plane = (i64)ho * wo;
+    BSP_FOR(i, (i64)c * plane) {
+        i64 ch = i / plane;
+        i64 r = i - ch * plane;
+        int y = (int)(r / wo);
+        int xo = (int)(r - (i64)y * wo);
+        int ry = (ry0 + y) % b;
+        int rx = (rx0 + xo) % b;
+        i64 src = crd ? ch * b * b + ry * b + rx : (i64)(ry * b + rx) * c + ch;
+        out[i] = x[src * plane + r];
+    }
+}
+
+// SpaceToDepth of a gathered window x (c × ho·b × wo·b) to c·b² × ho × wo, channel (ry·b + rx)·c + ch.
+extern "C" __global__ void bsp_space_to_depth(const float* __restrict__ x, int c, int ho, int wo,
+                                              int b, float* __restrict__ out) {
+    i64 plane = (i64)ho * wo;
+    BSP_FOR(i, (i64)c * b * b * plane) {
+        i64 d = i / plane;
+        i64 r = i - d * plane;
+        int y = (int)(r / wo);
+        int xo = (int)(r - (i64)y * wo);
+        i64 ch = d % c;
+        i64 k = d / c;
+        int ry = (int)(k / b);
+        int rx = (int)(k % b);
+        out[i] = x[(ch * ho * b + (i64)y * b + ry) * ((i64)wo * b) + (i64)xo * b + rx];
+    }
 }

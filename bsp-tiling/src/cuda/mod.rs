@@ -28,6 +28,8 @@ use cudarc::driver::{
 };
 use std::sync::{Arc, Mutex};
 
+mod graph;
+
 /// The CUDA C source of the kernels, embedded in the crate.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 
@@ -35,7 +37,7 @@ pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
-pub const KERNEL_NAMES: [&str; 13] = [
+pub const KERNEL_NAMES: [&str; 24] = [
     "bsp_gather",
     "bsp_paste",
     "bsp_pad",
@@ -49,6 +51,17 @@ pub const KERNEL_NAMES: [&str; 13] = [
     "bsp_scale_shift",
     "bsp_relu",
     "bsp_add",
+    "bsp_im2col_g",
+    "bsp_col2im",
+    "bsp_unary",
+    "bsp_binary",
+    "bsp_binary_const",
+    "bsp_copy",
+    "bsp_pool",
+    "bsp_resize_linear",
+    "bsp_fill_outside",
+    "bsp_depth_to_space",
+    "bsp_space_to_depth",
 ];
 
 /// Bytes of the workspace handed to cuBLAS (its recommendation for Hopper), counted on the meter.
@@ -191,6 +204,7 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     blas: Mutex<CudaBlas>,
     k: Kernels,
+    g: graph::GraphKernels,
     meter: Arc<Meter>,
     precision: Precision,
     band_bytes: usize,
@@ -232,6 +246,7 @@ impl CudaBackend {
             relu: load("bsp_relu")?,
             add: load("bsp_add")?,
         };
+        let g = graph::GraphKernels::load(&module)?;
         let stream = ctx.new_stream().map_err(drv("cuStreamCreate"))?;
         let (free, total) = ctx.mem_get_info().map_err(drv("cuMemGetInfo"))?;
         let budget = gpu_memory.unwrap_or((free as u64).saturating_sub(HEADROOM));
@@ -260,6 +275,7 @@ impl CudaBackend {
             stream,
             blas: Mutex::new(blas),
             k,
+            g,
             meter,
             precision,
             band_bytes: DEVICE_BAND_BYTES,
@@ -833,10 +849,14 @@ mod tests {
         Ok(PROGRAM.compile(Arch::new(major, minor))?)
     }
 
+    /// Entry points that call CUDA's math library (`expf`, `tanhf`, `log1pf`, `powf`, `exp`, `tanh`), whose
+    /// implementations use fused multiply-adds of their own, explicitly, whatever `--fmad` says.
+    const MATH_LIBRARY_ENTRIES: [&str; 3] = ["bsp_unary", "bsp_binary", "bsp_binary_const"];
+
     /// The real NVRTC compiles kernels.cu for every architecture from Turing to Blackwell, with every
-    /// entry point and no fused multiply-add (runs wherever libnvrtc loads, GPU or not: e.g. with the
-    /// nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH). `BSP_PTX_DIR=dir` writes the PTX there,
-    /// for `ptxas -arch=sm_90 -v`.
+    /// entry point and no fused multiply-add outside CUDA's math library (runs wherever libnvrtc loads, GPU
+    /// or not: e.g. with the nvidia-cuda-nvrtc wheel's lib folder on LD_LIBRARY_PATH). `BSP_PTX_DIR=dir`
+    /// writes the PTX there, for `ptxas -arch=sm_90 -v`.
     #[test]
     fn nvrtc_compiles_kernels_for_every_arch() {
         if let Err(e) = Library::Nvrtc.require() {
@@ -846,8 +866,20 @@ mod tests {
         let dir = std::env::var_os("BSP_PTX_DIR").map(std::path::PathBuf::from);
         let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
         for (arch, src) in every.unwrap_or_else(|e| panic!("{e}")) {
-            // --fmad=false: no fused multiply-add anywhere (the CPU backend rounds x·a and + b apart).
-            assert!(!src.contains("fma.rn.f32"), "{arch}: fused multiply-add");
+            // --fmad=false: no contraction of x·a + b (the CPU backend rounds x·a and + b apart). Each
+            // entry's PTX runs from its `.entry` line to the next one.
+            let mut entries = src.split(".visible .entry ").skip(1).peekable();
+            assert!(entries.peek().is_some(), "{arch}: no entry points");
+            for body in entries {
+                let name = body.split('(').next().unwrap_or("").trim();
+                if MATH_LIBRARY_ENTRIES.contains(&name) {
+                    continue;
+                }
+                assert!(
+                    !body.contains("fma.rn.f32") && !body.contains("fma.rn.f64"),
+                    "{arch}: fused multiply-add in {name}"
+                );
+            }
         }
     }
 

@@ -13,10 +13,13 @@
 //! Values are numbered `0` (the input image) and `i + 1` (the output of node `i`); nodes are in
 //! topological order.
 
+pub mod exec;
+pub mod launch;
 #[allow(unsafe_code)]
 pub mod ops;
 
 use crate::Mode;
+use crate::backend::CpuBackend;
 use crate::bsp::{RunInfo, inner_threads, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, OutputSink, Region, Sink, gather};
@@ -26,6 +29,7 @@ use crate::padding::PaddingMode;
 use crate::stats::{ChannelStats, merge_all};
 use crate::store::{Budget, Layer};
 use crate::tensor::Tensor;
+pub use exec::GraphOps;
 use ops::{
     AxisPad, BinOp, ConvOp, Ctx, NormKind, NormOp, Op, Operand, PadOp, ResizeOp, Unary, Win,
 };
@@ -431,7 +435,9 @@ fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {
 
 /// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `field(u)` and computes.
 #[allow(clippy::too_many_arguments)]
-fn eval_node<'f>(
+fn eval_node<'f, B: GraphOps>(
+    be: &Run<'_, B>,
+    i: usize,
     n: &Node,
     plan: &GraphPlan,
     v: usize,
@@ -454,7 +460,7 @@ fn eval_node<'f>(
     for (j, &u) in n.inputs.iter().enumerate() {
         let ys = n.op.in_map(0, j, &nh, oh, ry.0, ry.1);
         let xs = n.op.in_map(1, j, &nw, ow, rx.0, rx.1);
-        wins.push(gather(field(u), &ys, &xs)?);
+        wins.push(be.backend.load(gather(field(u), &ys, &xs)?)?);
         maps.push([ys, xs]);
     }
     let ctx = Ctx {
@@ -464,7 +470,15 @@ fn eval_node<'f>(
         norm,
         threads,
     };
-    Ok(ops::compute(&n.op, &wins, &ctx))
+    let out = be.backend.compute(be.prep, i, n, &wins, &ctx)?;
+    drop(wins);
+    be.backend.store(out)
+}
+
+/// A backend and what it prepared for this run.
+pub struct Run<'a, B: GraphOps> {
+    pub backend: &'a B,
+    pub prep: &'a B::Prepared,
 }
 
 /// Per node: the statistics a normalisation applied (`None` elsewhere) — [`NetStats`]'s shape.
@@ -523,6 +537,25 @@ pub fn run_graph_exact(
     sink: &dyn Sink,
     fixed: Option<&GraphStats>,
 ) -> Result<RunInfo> {
+    let be = Run {
+        backend: &CpuBackend,
+        prep: &(),
+    };
+    exact_on(&be, g, input, grid, threads, budget, sink, fixed)
+}
+
+/// [`run_graph_exact`] with every node computed on `be`'s backend.
+#[allow(clippy::too_many_arguments)]
+pub fn exact_on<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    grid: &Grid,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+    fixed: Option<&GraphStats>,
+) -> Result<RunInfo> {
     let plan = prepare(g, input, grid)?;
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, grid, v))
@@ -538,7 +571,11 @@ pub fn run_graph_exact(
         });
     }
     let n_tiles = grid.len();
-    let workers = threads.clamp(1, n_tiles.max(1));
+    let workers = be
+        .backend
+        .tiles_at_once(threads)
+        .clamp(1, threads.max(1))
+        .clamp(1, n_tiles.max(1));
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
     let mut vals: Vec<Option<Val>> = Vec::with_capacity(plan.shape.len());
@@ -589,6 +626,8 @@ pub fn run_graph_exact(
         let local = superstep(gv.len(), workers, |t| {
             let (y0, y1, x0, x1) = gv.tile(t);
             let out = eval_node(
+                be,
+                i,
                 n,
                 &plan,
                 v,
@@ -618,6 +657,9 @@ pub fn run_graph_exact(
             }
         }
     }
+    if let Some(m) = be.backend.device_meter() {
+        info.device_peak_bytes = m.peak();
+    }
     Ok(info)
 }
 
@@ -627,7 +669,8 @@ type Range2 = ((usize, usize), (usize, usize));
 /// computed over the region its consumers' windows need (the receptive field), with the statistics in
 /// `stats` for the normalisations.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-pub fn eval_region(
+pub fn eval_region<B: GraphOps>(
+    be: &Run<'_, B>,
     g: &Graph,
     plan: &GraphPlan,
     input: &dyn Input,
@@ -701,7 +744,7 @@ pub fn eval_region(
                 })?),
                 _ => None,
             };
-            eval_node(n, plan, v, ry, rx, &field, norm, threads)?
+            eval_node(be, i, n, plan, v, ry, rx, &field, norm, threads)?
         };
         regions[v] = Some(out);
         for u in 1..v {
@@ -730,7 +773,9 @@ fn scale_shifts(g: &Graph, stats: &GraphStats) -> Vec<Option<(Vec<f32>, Vec<f32>
 }
 
 /// One pass per output tile with fixed statistics (sampled and recompute modes).
-fn run_fixed(
+#[allow(clippy::too_many_arguments)]
+fn run_fixed<B: GraphOps>(
+    be: &Run<'_, B>,
     g: &Graph,
     plan: &GraphPlan,
     input: &dyn Input,
@@ -740,12 +785,12 @@ fn run_fixed(
     sink: &dyn Sink,
 ) -> Result<()> {
     let go = g.value_grid(plan, grid, g.output)?;
-    let workers = threads.clamp(1, go.len());
+    let workers = be.backend.tiles_at_once(threads).clamp(1, go.len());
     let inner = inner_threads(threads, workers);
     let ss = scale_shifts(g, stats);
     superstep(go.len(), workers, |t| {
         let (y0, y1, x0, x1) = go.tile(t);
-        let out = eval_region(g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
+        let out = eval_region(be, g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
         sink.put_tile(y0, x0, &out)
     })?;
     Ok(())
@@ -754,6 +799,75 @@ fn run_fixed(
 /// Runs `g` over `input` in `mode` with `tile`-sided tiles, writing `sink` (which must have the output
 /// value's shape: [`Graph::plan`]'s last shape).
 pub fn run_graph(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
+}
+
+/// [`run_graph`] with every node computed on `backend` (the CPU, [`crate::DeviceSim`], CUDA): the
+/// backend first checks that it runs every node, then prepares the run (weights), and each superstep
+/// hands it the gathered windows. A device's memory peak is reported in [`RunInfo::device_peak_bytes`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_on<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    backend.check(&g.nodes)?;
+    let prep = backend.prepare(&g.nodes)?;
+    let be = &Run {
+        backend,
+        prep: &prep,
+    };
+    let mut info = run_mode(be, g, input, mode, tile, threads, budget, sink)?;
+    if let Some(m) = backend.device_meter() {
+        info.device_peak_bytes = m.peak();
+    }
+    Ok(info)
+}
+
+/// [`run_graph`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
+/// budget and precision. Without a usable GPU, `Device::Cuda` fails with the probe's reason (no driver,
+/// no device, no NVRTC or cuBLAS); it never falls back to the CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_device(
+    dev: &crate::DeviceOptions,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    dev.validate()?;
+    match dev.device {
+        crate::Device::Cpu => {
+            run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
+        }
+        crate::Device::Cuda(ordinal) => {
+            let backend = crate::CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
+            // The peak this run reports is its own (cuBLAS's workspace is held from the start).
+            backend.memory().reset_peak();
+            run_graph_on(&backend, g, input, mode, tile, threads, budget, sink)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_mode<B: GraphOps>(
+    be: &Run<'_, B>,
     g: &Graph,
     input: &dyn Input,
     mode: Mode,
@@ -775,14 +889,14 @@ pub fn run_graph(
                 disk: Some(0),
                 ..budget.clone()
             };
-            run_graph_exact(g, input, &whole, threads, &ram, sink, None)
+            exact_on(be, g, input, &whole, threads, &ram, sink, None)
         }
-        Mode::Exact => run_graph_exact(g, input, &grid()?, threads, budget, sink, None),
+        Mode::Exact => exact_on(be, g, input, &grid()?, threads, budget, sink, None),
         Mode::Naive => {
             let grid = grid()?;
             let plan = prepare(g, input, &grid)?;
             let go = g.value_grid(&plan, &grid, g.output)?;
-            let workers = threads.clamp(1, grid.len());
+            let workers = be.backend.tiles_at_once(threads).clamp(1, grid.len());
             let inner = inner_threads(threads, workers);
             superstep(grid.len(), workers, |t| {
                 let (y0, y1, x0, x1) = grid.tile(t);
@@ -801,7 +915,7 @@ pub fn run_graph(
                     disk: Some(0),
                     ..budget.clone()
                 };
-                run_graph_exact(g, &crop, &one, inner, &ram, &part, None)?;
+                exact_on(be, g, &crop, &one, inner, &ram, &part, None)?;
                 let (oy0, _, ox0, _) = go.tile(t);
                 sink.put_tile(oy0, ox0, &part.finish().into_tensor())
             })?;
@@ -826,9 +940,9 @@ pub fn run_graph(
                 disk: Some(0),
                 ..budget.clone()
             };
-            let sampled = run_graph_exact(g, &small, &one, threads, &ram, &scratch, None)?;
+            let sampled = exact_on(be, g, &small, &one, threads, &ram, &scratch, None)?;
             drop(scratch);
-            run_fixed(g, &plan, input, &grid, &sampled.stats, threads, sink)?;
+            run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
             Ok(RunInfo {
                 stats: sampled.stats,
                 tiles: grid.len(),
@@ -845,7 +959,7 @@ pub fn run_graph(
                 }
                 let u = n.inputs[0];
                 let gu = g.value_grid(&plan, &grid, u)?;
-                let workers = threads.clamp(1, gu.len());
+                let workers = be.backend.tiles_at_once(threads).clamp(1, gu.len());
                 let inner = inner_threads(threads, workers);
                 let ss = scale_shifts(g, &stats);
                 let tiles = superstep(gu.len(), workers, |t| {
@@ -857,13 +971,13 @@ pub fn run_graph(
                             &(x0..x1).map(Some).collect::<Vec<_>>(),
                         )?
                     } else {
-                        eval_region(g, &plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
+                        eval_region(be, g, &plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
                     };
                     Ok(tensor_stats(&x))
                 })?;
                 stats[i] = Some(merge_all(&tiles));
             }
-            run_fixed(g, &plan, input, &grid, &stats, threads, sink)?;
+            run_fixed(be, g, &plan, input, &grid, &stats, threads, sink)?;
             Ok(RunInfo {
                 stats,
                 tiles: grid.len(),
@@ -882,9 +996,22 @@ pub fn infer(
     threads: usize,
     budget: &Budget,
 ) -> Result<(Tensor, RunInfo)> {
+    infer_on(&CpuBackend, g, input, mode, tile, threads, budget)
+}
+
+/// [`infer`] on `backend` ([`run_graph_on`]).
+pub fn infer_on<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+) -> Result<(Tensor, RunInfo)> {
     let plan = g.plan(input.height(), input.width())?;
     let (c, h, w) = plan.shape[g.output];
     let sink = OutputSink::f32(c, h, w);
-    let info = run_graph(g, input, mode, tile, threads, budget, &sink)?;
+    let info = run_graph_on(backend, g, input, mode, tile, threads, budget, &sink)?;
     Ok((sink.finish().into_tensor(), info))
 }

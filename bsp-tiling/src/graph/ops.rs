@@ -997,47 +997,64 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
     out
 }
 
+/// A pooling window's per-axis tables for outputs `ctx.range`: whether each window row / column lies
+/// inside the input (padding is skipped), and each output's divisor count along the axis (an average
+/// divides by the product; `count_include_pad` counts the declared padding, not the extension
+/// `ceil_mode` adds). The CPU and the device kernels use the same tables.
+pub struct PoolTables {
+    pub inside: [Vec<bool>; 2],
+    pub count: [Vec<usize>; 2],
+}
+
+pub fn pool_tables(p: &PoolOp, ctx: &Ctx) -> PoolTables {
+    let nin = ctx.n_in[0];
+    let count = |axis: usize| -> Vec<usize> {
+        let w = &p.win[axis];
+        let n = nin[axis];
+        let (b, e) = p.pad[axis].resolve(n, w);
+        let (o0, o1) = ctx.range[axis];
+        (o0..o1)
+            .map(|o| {
+                (0..w.k)
+                    .filter(|&k| {
+                        let u = (o * w.stride + k * w.dilation) as isize - b as isize;
+                        if p.count_include_pad {
+                            u >= -(b as isize) && u < (n + e) as isize
+                        } else {
+                            u >= 0 && u < n as isize
+                        }
+                    })
+                    .count()
+            })
+            .collect()
+    };
+    let inside = |axis: usize| ctx.maps[0][axis].iter().map(Option::is_some).collect();
+    PoolTables {
+        inside: [inside(0), inside(1)],
+        count: [count(0), count(1)],
+    }
+}
+
 fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     let [(oy0, oy1), (ox0, ox1)] = ctx.range;
     let (ho, wo) = (oy1 - oy0, ox1 - ox0);
-    let [ys, xs] = &ctx.maps[0];
-    let nin = ctx.n_in[0];
-    let (by, ey) = p.pad[0].resolve(nin[0], &p.win[0]);
-    let (bx, ex) = p.pad[1].resolve(nin[1], &p.win[1]);
+    let tb = pool_tables(p, ctx);
+    let [ys, xs] = &tb.inside;
     let mut out = Tensor::zeros(x.c, ho, wo);
-    // Per output: the divisor of an average (count_include_pad counts the declared padding, not the
-    // extension ceil_mode adds).
-    let count = |o: usize, axis: usize, b: usize, e: usize, n: usize| -> usize {
-        let w = &p.win[axis];
-        (0..w.k)
-            .filter(|&k| {
-                let u = (o * w.stride + k * w.dilation) as isize - b as isize;
-                if p.count_include_pad {
-                    u >= -(b as isize) && u < (n + e) as isize
-                } else {
-                    u >= 0 && u < n as isize
-                }
-            })
-            .count()
-    };
     for ch in 0..x.c {
         let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for y in 0..ho {
-            let cy = if p.max {
-                0
-            } else {
-                count(oy0 + y, 0, by, ey, nin[0])
-            };
+            let cy = if p.max { 0 } else { tb.count[0][y] };
             for xx in 0..wo {
                 let mut acc = if p.max { f32::NEG_INFINITY } else { 0.0 };
                 for ky in 0..p.win[0].k {
                     let wy = y * p.win[0].stride + ky * p.win[0].dilation;
-                    if ys[wy].is_none() {
+                    if !ys[wy] {
                         continue;
                     }
                     for kx in 0..p.win[1].k {
                         let wx = xx * p.win[1].stride + kx * p.win[1].dilation;
-                        if xs[wx].is_none() {
+                        if !xs[wx] {
                             continue;
                         }
                         let v = plane[wy * x.w + wx];
@@ -1049,7 +1066,7 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
                     }
                 }
                 if !p.max {
-                    let cx = count(ox0 + xx, 1, bx, ex, nin[1]);
+                    let cx = tb.count[1][xx];
                     acc /= (cy * cx).max(1) as f32;
                 }
                 out.data[(ch * ho + y) * wo + xx] = acc;
@@ -1059,25 +1076,47 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     out
 }
 
-fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> Tensor {
-    let [(oy0, oy1), (ox0, ox1)] = ctx.range;
-    let (ho, wo) = (oy1 - oy0, ox1 - ox0);
+/// Linear resize's per-axis taps for outputs `ctx.range`, relative to the gathered window: `(first,
+/// second, weight of the second)` per output row (axis 0) and column (axis 1). The CPU and the device
+/// kernel blend with the same tables.
+pub fn linear_tables(r: &ResizeOp, ctx: &Ctx) -> [Vec<(usize, usize, f32)>; 2] {
     let nin = ctx.n_in[0];
-    let [ys, xs] = &ctx.maps[0];
-    let (wy0, wx0) = (ys[0].unwrap_or(0), xs[0].unwrap_or(0));
-    let n_out = [ctx_out(r, 0, nin[0]), ctx_out(r, 1, nin[1])];
-    let ty: Vec<_> = (oy0..oy1).map(|o| r.taps(0, o, nin[0], n_out[0])).collect();
-    let tx: Vec<_> = (ox0..ox1).map(|o| r.taps(1, o, nin[1], n_out[1])).collect();
+    let axis = |a: usize| {
+        let w0 = ctx.maps[0][a][0].unwrap_or(0);
+        let n_out = ctx_out(r, a, nin[a]);
+        let (o0, o1) = ctx.range[a];
+        (o0..o1)
+            .map(|o| {
+                let (p, q, f) = r.taps(a, o, nin[a], n_out);
+                (p - w0, q - w0, f)
+            })
+            .collect()
+    };
+    [axis(0), axis(1)]
+}
+
+/// ConvTranspose: per axis, `offset` such that window input `i` with kernel tap `k` reaches the local
+/// output `i·stride + k·dilation − offset` (the output range's start + the begin padding − the window's
+/// first input index · stride).
+pub fn convt_offsets(c: &ConvOp, ctx: &Ctx) -> [isize; 2] {
+    let nin = ctx.n_in[0];
+    let axis = |a: usize| {
+        let (o0, o1) = ctx.range[a];
+        let (lo, _) = convt_range(c, a, nin[a], o0, o1);
+        o0 as isize + convt_pad_begin(c, a, nin[a]) as isize - lo * c.win[a].stride as isize
+    };
+    [axis(0), axis(1)]
+}
+
+fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> Tensor {
+    let [ty, tx] = linear_tables(r, ctx);
+    let (ho, wo) = (ty.len(), tx.len());
     let mut out = Tensor::zeros(x.c, ho, wo);
     for ch in 0..x.c {
         let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for (y, &(a, b, fy)) in ty.iter().enumerate() {
-            let (ra, rb) = (
-                &plane[(a - wy0) * x.w..][..x.w],
-                &plane[(b - wy0) * x.w..][..x.w],
-            );
+            let (ra, rb) = (&plane[a * x.w..][..x.w], &plane[b * x.w..][..x.w]);
             for (xx, &(c, d, fx)) in tx.iter().enumerate() {
-                let (c, d) = (c - wx0, d - wx0);
                 let top = ra[c] * (1.0 - fx) + ra[d] * fx;
                 let bot = rb[c] * (1.0 - fx) + rb[d] * fx;
                 out.data[(ch * ho + y) * wo + xx] = top * (1.0 - fy) + bot * fy;

@@ -3,7 +3,8 @@
 // LAUNCHES_IN (written by tests/kernel_sim.rs, little-endian):
 //   u32 n_buffers, then per buffer: u64 bytes, the bytes;
 //   u32 n_launches, then per launch: u32 name length, the name, u32 grid_x, u32 grid_y, u32 block_x,
-//   u32 n_args, then per argument: u32 kind (0 = buffer index, 1 = int, 2 = long long), i64 value.
+//   u32 n_args, then per argument: u32 kind (0 = buffer index, 1 = int, 2 = long long, 3 = float: its bits in the low
+//   32 bits), i64 value.
 // BUFFERS_OUT: every buffer after the last launch, as u64 bytes + the bytes. Buffers are exact-size heap
 // allocations, so AddressSanitizer flags any access one element outside.
 #include "cuda_sim.h"
@@ -26,6 +27,12 @@ struct Launch {
     }
     int n(size_t i) { return (int)args.at(i).value; }
     i64 l(size_t i) { return (i64)args.at(i).value; }
+    float f(size_t i) {
+        uint32_t bits = (uint32_t)args.at(i).value;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        return v;
+    }
 };
 
 // One CUDA thread's work: calls the kernel `name` with the launch's arguments.
@@ -63,6 +70,41 @@ static void call(const std::string& name, Launch& a) {
         bsp_relu(a.p<float>(0), a.l(1));
     else if (name == "bsp_add")
         bsp_add(a.p<float>(0), a.p<const float>(1), a.l(2));
+    else if (name == "bsp_im2col_g")
+        bsp_im2col_g(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
+                     a.n(8), a.n(9), a.n(10), a.n(11), a.n(12), a.n(13), a.p<float>(14));
+    else if (name == "bsp_col2im")
+        bsp_col2im(a.p<const float>(0), a.p<const float>(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
+                   a.n(7), a.n(8), a.n(9), a.n(10), a.l(11), a.l(12), a.n(13), a.n(14),
+                   a.p<float>(15));
+    else if (name == "bsp_unary")
+        bsp_unary(a.p<float>(0), a.l(1), a.l(2), a.n(3), a.f(4), a.f(5), a.p<const float>(6),
+                  a.n(7));
+    else if (name == "bsp_binary")
+        bsp_binary(a.p<const float>(0), a.n(1), a.p<const float>(2), a.n(3), a.n(4), a.l(5), a.n(6),
+                   a.p<float>(7));
+    else if (name == "bsp_binary_const")
+        bsp_binary_const(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3), a.n(4), a.n(5),
+                         a.n(6));
+    else if (name == "bsp_copy")
+        bsp_copy(a.p<float>(0), a.l(1), a.p<const float>(2), a.l(3));
+    else if (name == "bsp_pool")
+        bsp_pool(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7), a.n(8),
+                 a.n(9), a.n(10), a.n(11), a.n(12), a.p<const int>(13), a.p<const int>(14),
+                 a.p<const int>(15), a.p<const int>(16), a.p<float>(17));
+    else if (name == "bsp_resize_linear")
+        bsp_resize_linear(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5),
+                          a.p<const int>(6), a.p<const int>(7), a.p<const float>(8),
+                          a.p<const int>(9), a.p<const int>(10), a.p<const float>(11),
+                          a.p<float>(12));
+    else if (name == "bsp_fill_outside")
+        bsp_fill_outside(a.p<float>(0), a.n(1), a.n(2), a.n(3), a.p<const int>(4), a.p<const int>(5),
+                         a.f(6));
+    else if (name == "bsp_depth_to_space")
+        bsp_depth_to_space(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
+                           a.n(7), a.p<float>(8));
+    else if (name == "bsp_space_to_depth")
+        bsp_space_to_depth(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.p<float>(5));
     else {
         fprintf(stderr, "unknown kernel %s\n", name.c_str());
         exit(2);

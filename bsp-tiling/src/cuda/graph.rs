@@ -1,0 +1,676 @@
+//! The graph engine's ops on the CUDA backend ([`GraphOps`]): each node's output range computed from its
+//! uploaded windows by the graph kernels of `kernels.cu` — general im2col + the cuBLAS band GEMM per
+//! group, transposed convolution as a GEMM `Wᵀ·x` and a col2im scatter in a fixed order, pooling, linear
+//! resize, padding values, pixel shuffles, the per-channel affine map, the unary and binary functions and
+//! channel concatenation — with the tables and GEMM parameters of [`crate::graph::launch`], which the CPU
+//! simulation of the kernels checks against ops.rs. Every buffer takes a lease on the backend's meter.
+
+use super::{CudaBackend, CudaTensor, blas_err, drv, grid};
+use crate::error::Result;
+use crate::graph::Node;
+use crate::graph::exec::{self, GraphOps};
+use crate::graph::launch::{self, Gemm, i32_of};
+use crate::graph::ops::{self, ConvOp, Ctx, Op, Operand, Unary};
+use crate::meter::{Lease, Meter};
+use crate::tensor::Tensor;
+use cudarc::cublas::{Gemm as _, GemmConfig};
+use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, PushKernelArg};
+use std::sync::Arc;
+
+/// The graph kernels, loaded with the backend's module.
+pub(super) struct GraphKernels {
+    im2col: CudaFunction,
+    col2im: CudaFunction,
+    unary: CudaFunction,
+    binary: CudaFunction,
+    binary_const: CudaFunction,
+    copy: CudaFunction,
+    pool: CudaFunction,
+    resize_linear: CudaFunction,
+    fill_outside: CudaFunction,
+    depth_to_space: CudaFunction,
+    space_to_depth: CudaFunction,
+}
+
+impl GraphKernels {
+    pub(super) fn load(module: &Arc<CudaModule>) -> Result<GraphKernels> {
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(drv("cuModuleGetFunction"))
+        };
+        Ok(GraphKernels {
+            im2col: f("bsp_im2col_g")?,
+            col2im: f("bsp_col2im")?,
+            unary: f("bsp_unary")?,
+            binary: f("bsp_binary")?,
+            binary_const: f("bsp_binary_const")?,
+            copy: f("bsp_copy")?,
+            pool: f("bsp_pool")?,
+            resize_linear: f("bsp_resize_linear")?,
+            fill_outside: f("bsp_fill_outside")?,
+            depth_to_space: f("bsp_depth_to_space")?,
+            space_to_depth: f("bsp_space_to_depth")?,
+        })
+    }
+}
+
+/// A convolution's weights and bias on the device.
+struct NodeWeights {
+    w: CudaSlice<f32>,
+    bias: CudaSlice<f32>,
+}
+
+/// The weights of a run's convolutions (by node), with their leases.
+pub struct GraphWeights {
+    nodes: Vec<Option<NodeWeights>>,
+    _leases: Vec<Lease>,
+}
+
+/// Launches `$f` with the arguments (bound to locals by the caller) over `$n` outputs.
+macro_rules! launch {
+    ($self:expr, $f:expr, $name:literal, $n:expr, [$($a:expr),* $(,)?]) => {{
+        let n: usize = $n;
+        let mut b = $self.stream.launch_builder(&$f);
+        $( b.arg($a); )*
+        // SAFETY: the arguments match the kernel's signature in kernels.cu (in order and type), every
+        // buffer holds the elements the kernel indexes (the caller sized them from the same dimensions).
+        unsafe { b.launch(grid(n)) }.map_err(drv(concat!("cuLaunchKernel ", $name)))?;
+    }};
+}
+
+impl CudaBackend {
+    fn htod<T: cudarc::driver::DeviceRepr>(&self, v: &[T]) -> Result<CudaSlice<T>> {
+        if v.is_empty() {
+            // SAFETY: an empty table is never read.
+            return unsafe { self.stream.alloc::<T>(1) }.map_err(drv("cuMemAllocAsync"));
+        }
+        self.stream.clone_htod(v).map_err(drv("cuMemcpyHtoDAsync"))
+    }
+
+    /// A leased copy of `x` (the in-place kernels work on the node's own output).
+    fn copy_of(&self, x: &CudaTensor, what: &str) -> Result<CudaTensor> {
+        let mut out = self.tensor(x.c, x.h, x.w, what)?;
+        let (off, n) = (0i64, x.len() as i64);
+        launch!(
+            self,
+            self.g.copy,
+            "bsp_copy",
+            x.len(),
+            [&mut out.data, &off, &x.data, &n]
+        );
+        Ok(out)
+    }
+
+    fn gemm(
+        &self,
+        g: &Gemm,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        // cuBLAS runs in the thread's current context, which nothing else here may have set.
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: if g.trans_b { CUBLAS_OP_T } else { CUBLAS_OP_N },
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            alpha: 1.0f32,
+            lda: g.lda,
+            ldb: g.ldb,
+            beta: g.beta,
+            ldc: g.ldc,
+        };
+        let a = a.slice(g.a_offset..);
+        let b = b.slice(g.b_offset..);
+        let mut c = c.slice_mut(g.c_offset..);
+        // SAFETY: `launch::conv_gemm` / `convt_gemm` describe operands inside these buffers (their
+        // callers sized the columns, weights and outputs from the same dimensions).
+        unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(blas_err("cublasGemm"))
+    }
+
+    fn graph_conv(
+        &self,
+        x: &CudaTensor,
+        c: &ConvOp,
+        wts: &NodeWeights,
+        ho: usize,
+        wo: usize,
+    ) -> Result<CudaTensor> {
+        let mut out = self.tensor(c.cout, ho, wo, "a convolution's output")?;
+        let plane = ho * wo;
+        {
+            let (co, p) = (i32_of(c.cout, "channels")?, plane as i64);
+            launch!(
+                self,
+                self.k.fill_bias,
+                "bsp_fill_bias",
+                c.cout * plane,
+                [&mut out.data, &co, &p, &wts.bias]
+            );
+        }
+        if plane == 0 {
+            return Ok(out);
+        }
+        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes);
+        let _lease = self.meter.lease(band_bytes, "im2col columns")?;
+        let cg = c.cin / c.groups;
+        let kk = cg * c.win[0].k * c.win[1].k;
+        // SAFETY: bsp_im2col_g writes the first (y1-y0)·wo·kk elements before the GEMM reads them.
+        let mut col = unsafe { self.stream.alloc::<f32>((rows * wo * kk).max(1)) }
+            .map_err(drv("cuMemAllocAsync"))?;
+        let geometry = [
+            x.h,
+            x.w,
+            c.win[0].k,
+            c.win[1].k,
+            c.win[0].stride,
+            c.win[1].stride,
+            c.win[0].dilation,
+            c.win[1].dilation,
+        ];
+        let t: Vec<i32> = geometry
+            .iter()
+            .map(|&d| i32_of(d, "a convolution's geometry"))
+            .collect::<Result<_>>()?;
+        let [h, w, kh, kw, sy, sx, dy, dx] = [t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]];
+        let (cgi, woi) = (i32_of(cg, "channels")?, i32_of(wo, "width")?);
+        for g in 0..c.groups {
+            let c0 = i32_of(g * cg, "channels")?;
+            for y0 in (0..ho).step_by(rows) {
+                let y1 = (y0 + rows).min(ho);
+                let gm = launch::conv_gemm(c, g, ho, wo, y0, y1)?;
+                let (a, b) = (y0 as i32, y1 as i32);
+                launch!(
+                    self,
+                    self.g.im2col,
+                    "bsp_im2col_g",
+                    (y1 - y0) * wo * kk,
+                    [
+                        &x.data, &c0, &cgi, &h, &w, &kh, &kw, &sy, &sx, &dy, &dx, &a, &b, &woi,
+                        &mut col
+                    ]
+                );
+                self.gemm(&gm, &col, &wts.w, &mut out.data)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn graph_conv_transpose(
+        &self,
+        x: &CudaTensor,
+        c: &ConvOp,
+        wts: &NodeWeights,
+        ctx: &Ctx,
+        ho: usize,
+        wo: usize,
+    ) -> Result<CudaTensor> {
+        let (kh, kw) = (c.win[0].k, c.win[1].k);
+        let n = x.h * x.w;
+        let mut out = self.tensor(c.cout, ho, wo, "a transposed convolution's output")?;
+        let (mut cols, _lease) =
+            self.alloc::<f32>(c.cout * kh * kw * n, "a transposed convolution's columns")?;
+        if n > 0 {
+            for g in 0..c.groups {
+                let gm = launch::convt_gemm(c, g, x.h, x.w)?;
+                self.gemm(&gm, &x.data, &wts.w, &mut cols)?;
+            }
+        } else {
+            self.stream
+                .memset_zeros(&mut cols)
+                .map_err(drv("cuMemsetD8Async"))?;
+        }
+        let off = ops::convt_offsets(c, ctx);
+        let v = [
+            c.cout,
+            x.h,
+            x.w,
+            kh,
+            kw,
+            c.win[0].stride,
+            c.win[1].stride,
+            c.win[0].dilation,
+            c.win[1].dilation,
+            ho,
+            wo,
+        ];
+        let t: Vec<i32> = v
+            .iter()
+            .map(|&d| i32_of(d, "a transposed convolution's geometry"))
+            .collect::<Result<_>>()?;
+        let (oy, ox) = (off[0] as i64, off[1] as i64);
+        launch!(
+            self,
+            self.g.col2im,
+            "bsp_col2im",
+            c.cout * ho * wo,
+            [
+                &cols,
+                &wts.bias,
+                &t[0],
+                &t[1],
+                &t[2],
+                &t[3],
+                &t[4],
+                &t[5],
+                &t[6],
+                &t[7],
+                &t[8],
+                &oy,
+                &ox,
+                &t[9],
+                &t[10],
+                &mut out.data
+            ]
+        );
+        Ok(out)
+    }
+
+    fn scale_shift(&self, x: &CudaTensor, scale: &[f32], shift: &[f32]) -> Result<CudaTensor> {
+        let mut out = self.copy_of(x, "a normalised tile")?;
+        let _lease = self
+            .meter
+            .lease(crate::device::norm_scratch_bytes(x.c), "scale and shift")?;
+        let s = self.htod(&launch::per_channel(scale, x.c))?;
+        let h = self.htod(&launch::per_channel(shift, x.c))?;
+        let (c, p, r) = (i32_of(x.c, "channels")?, (x.h * x.w) as i64, 0i32);
+        launch!(
+            self,
+            self.k.scale_shift,
+            "bsp_scale_shift",
+            x.len(),
+            [&mut out.data, &c, &p, &s, &h, &r]
+        );
+        Ok(out)
+    }
+
+    fn graph_node(
+        &self,
+        prep: &GraphWeights,
+        i: usize,
+        node: &Node,
+        ins: &[CudaTensor],
+        ctx: &Ctx,
+    ) -> Result<CudaTensor> {
+        let (ho, wo) = (
+            ctx.range[0].1 - ctx.range[0].0,
+            ctx.range[1].1 - ctx.range[1].0,
+        );
+        let weights = || {
+            prep.nodes
+                .get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| exec::refuse(node, "cuda", "its weights were not prepared"))
+        };
+        let x = &ins[0];
+        let tables = |v: &[i32]| self.htod(v);
+        Ok(match &node.op {
+            Op::Conv(c) => self.graph_conv(x, c, weights()?, ho, wo)?,
+            Op::ConvTranspose(c) => self.graph_conv_transpose(x, c, weights()?, ctx, ho, wo)?,
+            Op::Pool(p) => {
+                let tb = ops::pool_tables(p, ctx);
+                let _lease = self.meter.lease(
+                    exec::scratch_bytes(
+                        &node.op,
+                        &[(x.c, x.h, x.w)],
+                        (x.c, ho, wo),
+                        self.band_bytes,
+                    ),
+                    "pooling tables",
+                )?;
+                let (yin, xin) = (
+                    tables(&launch::flags(&tb.inside[0]))?,
+                    tables(&launch::flags(&tb.inside[1]))?,
+                );
+                let cy = tables(&launch::ints(tb.count[0].iter().copied())?)?;
+                let cx = tables(&launch::ints(tb.count[1].iter().copied())?)?;
+                let mut out = self.tensor(x.c, ho, wo, "a pooled tile")?;
+                let v = [
+                    x.c,
+                    x.h,
+                    x.w,
+                    ho,
+                    wo,
+                    p.win[0].k,
+                    p.win[1].k,
+                    p.win[0].stride,
+                    p.win[1].stride,
+                    p.win[0].dilation,
+                    p.win[1].dilation,
+                    p.max as usize,
+                ];
+                let t: Vec<i32> = v
+                    .iter()
+                    .map(|&d| i32_of(d, "a pooling's geometry"))
+                    .collect::<Result<_>>()?;
+                launch!(
+                    self,
+                    self.g.pool,
+                    "bsp_pool",
+                    x.c * ho * wo,
+                    [
+                        &x.data,
+                        &t[0],
+                        &t[1],
+                        &t[2],
+                        &t[3],
+                        &t[4],
+                        &t[5],
+                        &t[6],
+                        &t[7],
+                        &t[8],
+                        &t[9],
+                        &t[10],
+                        &t[11],
+                        &yin,
+                        &xin,
+                        &cy,
+                        &cx,
+                        &mut out.data
+                    ]
+                );
+                out
+            }
+            Op::Resize(r) if r.linear => {
+                let [ty, tx] = ops::linear_tables(r, ctx);
+                let _lease = self.meter.lease(
+                    exec::scratch_bytes(
+                        &node.op,
+                        &[(x.c, x.h, x.w)],
+                        (x.c, ho, wo),
+                        self.band_bytes,
+                    ),
+                    "resize tables",
+                )?;
+                let ya = tables(&launch::ints(ty.iter().map(|t| t.0))?)?;
+                let yb = tables(&launch::ints(ty.iter().map(|t| t.1))?)?;
+                let fy = self.htod(&ty.iter().map(|t| t.2).collect::<Vec<f32>>())?;
+                let xa = tables(&launch::ints(tx.iter().map(|t| t.0))?)?;
+                let xb = tables(&launch::ints(tx.iter().map(|t| t.1))?)?;
+                let fx = self.htod(&tx.iter().map(|t| t.2).collect::<Vec<f32>>())?;
+                let mut out = self.tensor(x.c, ho, wo, "a resized tile")?;
+                let v = [x.c, x.h, x.w, ho, wo];
+                let t: Vec<i32> = v
+                    .iter()
+                    .map(|&d| i32_of(d, "a resize's geometry"))
+                    .collect::<Result<_>>()?;
+                launch!(
+                    self,
+                    self.g.resize_linear,
+                    "bsp_resize_linear",
+                    x.c * ho * wo,
+                    [
+                        &x.data,
+                        &t[0],
+                        &t[1],
+                        &t[2],
+                        &t[3],
+                        &t[4],
+                        &ya,
+                        &yb,
+                        &fy,
+                        &xa,
+                        &xb,
+                        &fx,
+                        &mut out.data
+                    ]
+                );
+                out
+            }
+            // Nearest resize and every padding mode are index maps: the gathered window is the output.
+            Op::Resize(_) | Op::Identity => self.copy_of(x, "a copied tile")?,
+            Op::Pad(p) => {
+                let mut out = self.copy_of(x, "a padded tile")?;
+                if p.mode.is_none() && p.value != 0.0 {
+                    let _lease = self.meter.lease(
+                        exec::scratch_bytes(
+                            &node.op,
+                            &[(x.c, x.h, x.w)],
+                            (x.c, ho, wo),
+                            self.band_bytes,
+                        ),
+                        "padding tables",
+                    )?;
+                    let inside = |a: usize| {
+                        launch::flags(
+                            &ctx.maps[0][a]
+                                .iter()
+                                .map(Option::is_some)
+                                .collect::<Vec<_>>(),
+                        )
+                    };
+                    let (yin, xin) = (tables(&inside(0))?, tables(&inside(1))?);
+                    let t: Vec<i32> = [x.c, x.h, x.w]
+                        .iter()
+                        .map(|&d| i32_of(d, "a padding's geometry"))
+                        .collect::<Result<_>>()?;
+                    launch!(
+                        self,
+                        self.g.fill_outside,
+                        "bsp_fill_outside",
+                        x.len(),
+                        [&mut out.data, &t[0], &t[1], &t[2], &yin, &xin, &p.value]
+                    );
+                }
+                out
+            }
+            Op::DepthToSpace { block, crd } => {
+                let c = node.channels;
+                let mut out = self.tensor(c, ho, wo, "a pixel-shuffled tile")?;
+                let v = [
+                    c,
+                    ho,
+                    wo,
+                    *block,
+                    *crd as usize,
+                    ctx.range[0].0 % block,
+                    ctx.range[1].0 % block,
+                ];
+                let t: Vec<i32> = v
+                    .iter()
+                    .map(|&d| i32_of(d, "a pixel shuffle's geometry"))
+                    .collect::<Result<_>>()?;
+                launch!(
+                    self,
+                    self.g.depth_to_space,
+                    "bsp_depth_to_space",
+                    c * ho * wo,
+                    [
+                        &x.data,
+                        &t[0],
+                        &t[1],
+                        &t[2],
+                        &t[3],
+                        &t[4],
+                        &t[5],
+                        &t[6],
+                        &mut out.data
+                    ]
+                );
+                out
+            }
+            Op::SpaceToDepth { block } => {
+                let mut out = self.tensor(x.c * block * block, ho, wo, "a space-to-depth tile")?;
+                let t: Vec<i32> = [x.c, ho, wo, *block]
+                    .iter()
+                    .map(|&d| i32_of(d, "a space-to-depth geometry"))
+                    .collect::<Result<_>>()?;
+                launch!(
+                    self,
+                    self.g.space_to_depth,
+                    "bsp_space_to_depth",
+                    out.len(),
+                    [&x.data, &t[0], &t[1], &t[2], &t[3], &mut out.data]
+                );
+                out
+            }
+            Op::Norm(_) => {
+                let (scale, shift) = ctx
+                    .norm
+                    .ok_or_else(|| exec::refuse(node, "cuda", "its statistics are missing"))?;
+                self.scale_shift(x, scale, shift)?
+            }
+            Op::Affine { scale, shift } => self.scale_shift(x, scale, shift)?,
+            Op::Unary(u) => {
+                let mut out = self.copy_of(x, "a tile")?;
+                let (kind, a, b) = launch::unary_code(u);
+                let (n, p) = (x.len() as i64, (x.h * x.w) as i64);
+                match u {
+                    Unary::PRelu(slope) => {
+                        let _lease = self.meter.lease((slope.len() * 4) as u64, "slopes")?;
+                        let s = self.htod(slope)?;
+                        let ns = i32_of(slope.len(), "slopes")?;
+                        launch!(
+                            self,
+                            self.g.unary,
+                            "bsp_unary",
+                            x.len(),
+                            [&mut out.data, &n, &p, &kind, &a, &b, &s, &ns]
+                        );
+                    }
+                    // No slopes: the kernel never reads the pointer (the input stands in for it).
+                    _ => {
+                        let ns = 0i32;
+                        launch!(
+                            self,
+                            self.g.unary,
+                            "bsp_unary",
+                            x.len(),
+                            [&mut out.data, &n, &p, &kind, &a, &b, &x.data, &ns]
+                        );
+                    }
+                }
+                out
+            }
+            Op::Binary { op, lhs, rhs } => {
+                let code = launch::binop_code(*op);
+                match (lhs, rhs) {
+                    (Operand::Input(a), Operand::Input(b)) => {
+                        let (a, b) = (&ins[*a], &ins[*b]);
+                        let c = a.c.max(b.c);
+                        let mut out = self.tensor(c, a.h, a.w, "a tile")?;
+                        let (ac, bc, ci, p) = (
+                            i32_of(a.c, "channels")?,
+                            i32_of(b.c, "channels")?,
+                            i32_of(c, "channels")?,
+                            (a.h * a.w) as i64,
+                        );
+                        launch!(
+                            self,
+                            self.g.binary,
+                            "bsp_binary",
+                            out.len(),
+                            [&a.data, &ac, &b.data, &bc, &ci, &p, &code, &mut out.data]
+                        );
+                        out
+                    }
+                    (Operand::Input(a), Operand::Const(k))
+                    | (Operand::Const(k), Operand::Input(a)) => {
+                        let first = matches!(lhs, Operand::Const(_)) as i32;
+                        let a = &ins[*a];
+                        let mut out = self.copy_of(a, "a tile")?;
+                        let _lease = self.meter.lease((k.len() * 4) as u64, "a constant")?;
+                        let kb = self.htod(k)?;
+                        let (c, p, nk) = (
+                            i32_of(a.c, "channels")?,
+                            (a.h * a.w) as i64,
+                            i32_of(k.len(), "constants")?,
+                        );
+                        launch!(
+                            self,
+                            self.g.binary_const,
+                            "bsp_binary_const",
+                            out.len(),
+                            [&mut out.data, &c, &p, &kb, &nk, &first, &code]
+                        );
+                        out
+                    }
+                    (Operand::Const(_), Operand::Const(_)) => {
+                        return Err(exec::refuse(node, "cuda", "both operands are constants"));
+                    }
+                }
+            }
+            Op::Concat => {
+                let c = ins.iter().map(|t| t.c).sum();
+                let mut out = self.tensor(c, ho, wo, "a concatenated tile")?;
+                let mut off = 0i64;
+                for t in ins {
+                    let n = t.len() as i64;
+                    launch!(
+                        self,
+                        self.g.copy,
+                        "bsp_copy",
+                        t.len(),
+                        [&mut out.data, &off, &t.data, &n]
+                    );
+                    off += n;
+                }
+                out
+            }
+        })
+    }
+}
+
+impl GraphOps for CudaBackend {
+    type Buf = CudaTensor;
+    type Prepared = GraphWeights;
+
+    fn tiles_at_once(&self, _threads: usize) -> usize {
+        1
+    }
+    fn device_meter(&self) -> Option<&Meter> {
+        Some(&self.meter)
+    }
+    fn check(&self, nodes: &[Node]) -> Result<()> {
+        exec::check_precision(nodes, self.precision, "cuda")
+    }
+    fn prepare(&self, nodes: &[Node]) -> Result<GraphWeights> {
+        let mut leases = vec![];
+        let mut out = vec![];
+        for n in nodes {
+            out.push(match &n.op {
+                Op::Conv(c) | Op::ConvTranspose(c) => {
+                    leases.push(self.meter.lease(
+                        exec::weight_bytes(&n.op),
+                        &format!("the weights of `{}`", n.name),
+                    )?);
+                    Some(NodeWeights {
+                        w: self.htod(&c.weight)?,
+                        bias: self.htod(&c.bias)?,
+                    })
+                }
+                _ => None,
+            });
+        }
+        Ok(GraphWeights {
+            nodes: out,
+            _leases: leases,
+        })
+    }
+    fn load(&self, t: Tensor) -> Result<CudaTensor> {
+        crate::Backend::upload(self, t)
+    }
+    fn store(&self, x: CudaTensor) -> Result<Tensor> {
+        crate::Backend::download(self, x)
+    }
+    fn compute(
+        &self,
+        prep: &GraphWeights,
+        i: usize,
+        node: &Node,
+        ins: &[CudaTensor],
+        ctx: &Ctx,
+    ) -> Result<CudaTensor> {
+        // A size beyond the kernels' 32-bit indices is said of the node that has it.
+        self.graph_node(prep, i, node, ins, ctx)
+            .map_err(|e| match e {
+                crate::Error::Device(why) => exec::refuse(node, "cuda", &why),
+                e => e,
+            })
+    }
+}

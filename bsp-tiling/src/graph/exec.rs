@@ -1,0 +1,213 @@
+//! Where a graph's nodes compute: [`GraphOps`], the backend split of the graph engine.
+//!
+//! The engine (`super`) decides tiles, windows, statistics and storage once; a backend only computes one
+//! node's output range from its gathered windows. The windows are gathered on the host (from the input
+//! or the stored tiles of earlier nodes, by global coordinates), handed to the backend with
+//! [`GraphOps::load`], computed there and brought back with [`GraphOps::store`], where the engine takes
+//! the per-channel statistics in f64 and stores the tile. The CPU backend's `load`/`store` are moves and
+//! its `compute` is [`ops::compute`], so the CPU path is the engine as it was; [`crate::DeviceSim`]
+//! computes the same numbers with a device's memory accounting; [`crate::CudaBackend`] runs the kernels.
+//!
+//! A node a backend cannot run is refused by [`GraphOps::check`] before any work starts: a typed
+//! [`Error::Node`] naming it, never a fallback to the host.
+
+use super::Node;
+use super::ops::{self, Ctx, Op, Unary};
+use crate::backend::CpuBackend;
+use crate::device::{Precision, norm_scratch_bytes};
+use crate::error::{Error, Result};
+use crate::meter::{Lease, Meter};
+use crate::sim::{DeviceSim, SimBuf};
+use crate::tensor::Tensor;
+
+/// A backend the graph engine runs nodes on.
+pub trait GraphOps: Sync {
+    /// A `C×H×W` f32 activation where this backend computes.
+    type Buf: Send + Sync;
+    /// What a backend prepares once per run (a device: the weights uploaded).
+    type Prepared: Send + Sync;
+
+    /// Tiles worked on at once when the caller grants `threads` threads (a GPU: one).
+    fn tiles_at_once(&self, threads: usize) -> usize {
+        threads.max(1)
+    }
+
+    /// The meter of a backend with budgeted memory of its own (a device); `None` for the CPU.
+    fn device_meter(&self) -> Option<&Meter> {
+        None
+    }
+
+    /// `Ok` when every node of the graph runs here; else the first node that does not, and why.
+    fn check(&self, _nodes: &[Node]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Prepares a run of `nodes` (uploads weights).
+    fn prepare(&self, nodes: &[Node]) -> Result<Self::Prepared>;
+
+    /// A gathered host window into the backend.
+    fn load(&self, t: Tensor) -> Result<Self::Buf>;
+    /// A computed output back to the host.
+    fn store(&self, x: Self::Buf) -> Result<Tensor>;
+
+    /// Node `i`'s output range `ctx.range` from its windows (one per node input, gathered with
+    /// `ctx.maps`).
+    fn compute(
+        &self,
+        prep: &Self::Prepared,
+        i: usize,
+        node: &Node,
+        ins: &[Self::Buf],
+        ctx: &Ctx,
+    ) -> Result<Self::Buf>;
+}
+
+impl GraphOps for CpuBackend {
+    type Buf = Tensor;
+    type Prepared = ();
+
+    fn prepare(&self, _nodes: &[Node]) -> Result<()> {
+        Ok(())
+    }
+    fn load(&self, t: Tensor) -> Result<Tensor> {
+        Ok(t)
+    }
+    fn store(&self, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+    fn compute(&self, _: &(), _: usize, node: &Node, ins: &[Tensor], ctx: &Ctx) -> Result<Tensor> {
+        Ok(ops::compute(&node.op, ins, ctx))
+    }
+}
+
+/// Device bytes of a node's prepared parameters (convolution weights and biases, f32).
+pub fn weight_bytes(op: &Op) -> u64 {
+    match op {
+        Op::Conv(c) | Op::ConvTranspose(c) => ((c.weight.len() + c.bias.len()) * 4) as u64,
+        _ => 0,
+    }
+}
+
+/// Output rows per im2col band of a graph convolution producing `ho × wo`, and the band's bytes (f32
+/// columns of one group at a time).
+pub fn conv_band(c: &ops::ConvOp, ho: usize, wo: usize, band_bytes: usize) -> (usize, u64) {
+    let row = c.cin / c.groups.max(1) * c.win[0].k * c.win[1].k * wo * 4;
+    let rows = (band_bytes / row.max(1)).clamp(1, ho.max(1));
+    (rows, (rows * row) as u64)
+}
+
+/// Device scratch one node's computation takes besides its windows and its output: im2col columns,
+/// a transposed convolution's `Wᵀ·x` columns, index and weight tables, per-channel parameters. The
+/// CUDA backend allocates exactly these; [`DeviceSim`] leases the same. `band_bytes`: the backend's im2col
+/// band size.
+pub fn scratch_bytes(
+    op: &Op,
+    ins: &[(usize, usize, usize)],
+    out: (usize, usize, usize),
+    band_bytes: usize,
+) -> u64 {
+    let (c, ho, wo) = out;
+    let (_, xh, xw) = ins[0];
+    match op {
+        Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes).1,
+        Op::ConvTranspose(cv) => (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4) as u64,
+        Op::Pool(_) => ((xh + xw + ho + wo) * 4) as u64,
+        Op::Resize(r) if r.linear => ((ho + wo) * 12) as u64,
+        Op::Pad(p) if p.mode.is_none() && p.value != 0.0 => ((ho + wo) * 4) as u64,
+        Op::Norm(_) | Op::Affine { .. } => norm_scratch_bytes(c),
+        Op::Unary(Unary::PRelu(s)) => (s.len() * 4) as u64,
+        Op::Binary {
+            lhs: ops::Operand::Const(k),
+            ..
+        }
+        | Op::Binary {
+            rhs: ops::Operand::Const(k),
+            ..
+        } => (k.len() * 4) as u64,
+        _ => 0,
+    }
+}
+
+/// The refusal of a node on a device backend.
+pub fn refuse(node: &Node, backend: &str, why: &str) -> Error {
+    Error::Node {
+        node: node.name.clone(),
+        op: node.op_type.clone(),
+        reason: format!("does not run on the {backend} backend: {why}"),
+    }
+}
+
+/// The graph engine's precision rule on a device: the graph convolutions have f32 kernels only.
+pub fn check_precision(nodes: &[Node], precision: Precision, backend: &str) -> Result<()> {
+    if precision == Precision::F32 {
+        return Ok(());
+    }
+    match nodes
+        .iter()
+        .find(|n| matches!(n.op, Op::Conv(_) | Op::ConvTranspose(_)))
+    {
+        Some(n) => Err(refuse(
+            n,
+            backend,
+            "graph convolutions have f32 kernels only (use precision f32)",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases.
+impl GraphOps for DeviceSim {
+    type Buf = SimBuf;
+    type Prepared = Vec<Lease>;
+
+    fn tiles_at_once(&self, _threads: usize) -> usize {
+        self.concurrency.max(1)
+    }
+    fn device_meter(&self) -> Option<&Meter> {
+        crate::Backend::meter(self)
+    }
+    fn check(&self, nodes: &[Node]) -> Result<()> {
+        check_precision(nodes, self.precision, "device simulation")
+    }
+    fn prepare(&self, nodes: &[Node]) -> Result<Vec<Lease>> {
+        let m = self.meter_arc();
+        nodes
+            .iter()
+            .filter(|n| weight_bytes(&n.op) > 0)
+            .map(|n| m.lease(weight_bytes(&n.op), &format!("the weights of `{}`", n.name)))
+            .collect()
+    }
+    fn load(&self, t: Tensor) -> Result<SimBuf> {
+        self.hold(t, "a gathered window")
+    }
+    fn store(&self, x: SimBuf) -> Result<Tensor> {
+        Ok(x.t)
+    }
+    fn compute(
+        &self,
+        _: &Vec<Lease>,
+        _: usize,
+        node: &Node,
+        ins: &[SimBuf],
+        ctx: &Ctx,
+    ) -> Result<SimBuf> {
+        let dims: Vec<_> = ins.iter().map(|b| (b.t.c, b.t.h, b.t.w)).collect();
+        let out = (
+            node.channels,
+            ctx.range[0].1 - ctx.range[0].0,
+            ctx.range[1].1 - ctx.range[1].0,
+        );
+        let what = format!("the output of `{}`", node.name);
+        let lease = self
+            .meter_arc()
+            .lease(Tensor::bytes(out.0, out.1, out.2), &what)?;
+        let scratch = self.meter_arc().lease(
+            scratch_bytes(&node.op, &dims, out, self.band_bytes),
+            &format!("the scratch of `{}`", node.name),
+        )?;
+        let tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
+        let t = ops::compute(&node.op, &tensors, ctx);
+        drop(scratch);
+        Ok(SimBuf::with_lease(t, lease))
+    }
+}
