@@ -41,6 +41,8 @@ pub struct RunInfo {
     pub device_planned_bytes: u64,
     /// Device memory in use at its peak during the run, as metered (device backends).
     pub device_peak_bytes: u64,
+    /// What the run chose that its user should know (how an exact run kept within its budget).
+    pub notes: Vec<String>,
 }
 
 /// Threads each backend call may use when `workers` tiles run at once.

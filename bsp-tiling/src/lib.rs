@@ -94,7 +94,9 @@ pub use whole::whole_peak;
 pub enum Mode {
     /// The whole image at once: the reference (memory grows with the image).
     Whole,
-    /// BSP tiling, exact: halo exchange and merged statistics at every layer.
+    /// BSP tiling, exact: halo exchange and merged statistics at every layer. An ONNX graph whose stored
+    /// node outputs would not fit the RAM budget plus the spill space runs the [`Mode::Recompute`]
+    /// schedule instead (the same output), and its run's notes say so.
     Exact,
     /// Statistics from the image downsampled by this factor, then one pass per tile (approximate).
     Sampled(usize),

@@ -103,6 +103,33 @@ fn normalisations_of_the_input_itself() {
     check_model("norm_first", &[4, 8, 16]);
 }
 
+/// An exact run whose stored node outputs would exceed the RAM budget plus the spill space runs the
+/// recompute schedule instead: the same output bit for bit, and a note saying so and why. With room,
+/// nothing is noted.
+#[test]
+fn exact_over_its_budget_recomputes_the_same_output() {
+    let g = load("unet_gn");
+    for (size, x, _) in cases("unet_gn") {
+        let (stored, info) = infer(&g, &x, Mode::Exact, 8, 2, &Budget::default()).unwrap();
+        assert!(info.notes.is_empty(), "{size}: {:?}", info.notes);
+        assert!(info.peak_store_bytes > 0, "{size}");
+        let tight = Budget {
+            ram: 1024,
+            disk: Some(0),
+            ..Budget::default()
+        };
+        let (recomputed, info) = infer(&g, &x, Mode::Exact, 8, 2, &tight).unwrap();
+        assert_eq!(stored.data, recomputed.data, "{size}: not the same output");
+        assert_eq!(info.notes.len(), 1, "{size}: {:?}", info.notes);
+        assert!(
+            info.notes[0].contains("recomputed tile by tile") && info.notes[0].contains("spill"),
+            "{}",
+            info.notes[0]
+        );
+        assert_eq!(info.peak_store_bytes, 0, "{size}: nothing stored");
+    }
+}
+
 #[test]
 fn esrgan_pixel_shuffle() {
     check_model("esrgan_x4", &[1, 5, 8, 16]);

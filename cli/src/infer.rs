@@ -261,7 +261,7 @@ pub fn infer_paths(g: &Graph, req: &InferRequest) -> anyhow::Result<InferReport>
     crate_refuse_overwrite(&req.input, &req.output)?;
     with_input(req, g.channels, |input, notes| {
         let mut r = infer_input(g, input, req)?;
-        r.notes = notes;
+        r.notes.splice(0..0, notes);
         Ok(r)
     })
 }
@@ -273,6 +273,10 @@ pub fn infer_path_to_tensor(
 ) -> anyhow::Result<(Tensor, RunInfo, Vec<String>)> {
     with_input(req, g.channels, |input, notes| {
         let (t, info) = run_to_tensor(g, input, req)?;
+        let notes = notes
+            .into_iter()
+            .chain(info.notes.iter().cloned())
+            .collect();
         Ok((t, info, notes))
     })
 }
@@ -490,7 +494,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     out.commit()
         .with_context(|| format!("writing {}", req.output.display()))?;
     Ok(InferReport {
-        notes: Vec::new(),
+        notes: info.notes.clone(),
         input: (g.channels, h, w),
         output: (c, oh, ow),
         info,

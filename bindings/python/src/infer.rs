@@ -227,12 +227,12 @@ pub fn infer<'py>(
     // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
     let (result, notes) = detached(py, move || match (data, output.is_some()) {
         (Some(data), true) => {
-            infer_to_path(&g, &data, &req).map_err(anyhow_failure)?;
-            Ok((None, Vec::new()))
+            let r = infer_to_path(&g, &data, &req).map_err(anyhow_failure)?;
+            Ok((None, r.notes))
         }
         (Some(data), false) => {
-            let (t, _) = infer_to_tensor(&g, &data, &req).map_err(anyhow_failure)?;
-            Ok((Some(t), Vec::new()))
+            let (t, info) = infer_to_tensor(&g, &data, &req).map_err(anyhow_failure)?;
+            Ok((Some(t), info.notes))
         }
         (None, true) => {
             let r = infer_paths(&g, &req).map_err(anyhow_failure)?;

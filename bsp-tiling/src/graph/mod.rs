@@ -891,7 +891,33 @@ fn run_mode<B: GraphOps>(
             };
             exact_on(be, g, input, &whole, threads, &ram, sink, None)
         }
-        Mode::Exact => exact_on(be, g, input, &grid()?, threads, budget, sink, None),
+        Mode::Exact => match exact_on(be, g, input, &grid()?, threads, budget, sink, None) {
+            // Refused before anything was computed or written: the same output, exact, from the
+            // recompute schedule, which stores no activation.
+            Err(Error::OverBudget {
+                needed, ram, disk, ..
+            }) => {
+                let mut info =
+                    run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
+                let norms = g
+                    .nodes
+                    .iter()
+                    .filter(|n| matches!(n.op, Op::Norm(_)))
+                    .count();
+                let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
+                info.notes.push(format!(
+                    "exact: storing every node's output would take {} at its peak, more than the RAM \
+                     budget ({}) and the spill space ({}) together, so each normalisation's statistics \
+                     were recomputed tile by tile instead ({} passes over the input; the same output)",
+                    gb(needed),
+                    gb(ram),
+                    gb(disk),
+                    norms + 1
+                ));
+                Ok(info)
+            }
+            other => other,
+        },
         Mode::Naive => {
             let grid = grid()?;
             let plan = prepare(g, input, &grid)?;
