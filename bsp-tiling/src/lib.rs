@@ -47,6 +47,7 @@ mod onepass;
 pub mod onnx;
 mod padding;
 mod place;
+mod recycle;
 mod sim;
 mod stats;
 #[allow(unsafe_code)]

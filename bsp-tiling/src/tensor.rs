@@ -18,7 +18,7 @@ impl Tensor {
             c,
             h,
             w,
-            data: vec![0.0; c * h * w],
+            data: crate::recycle::zeros(c * h * w),
         }
     }
 

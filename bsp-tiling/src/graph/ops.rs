@@ -530,8 +530,18 @@ fn per_channel(v: &[f32], c: usize) -> f32 {
     if v.len() == 1 { v[0] } else { v[c] }
 }
 
-/// Computes the output range `ctx.range` from the gathered windows.
-pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
+/// Computes the output range `ctx.range` from the gathered windows (taken: element-wise ops work in place
+/// on the window they were given).
+pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
+    let out = compute_from(op, &mut ins, ctx);
+    for t in ins {
+        crate::recycle::give(t.data);
+    }
+    out
+}
+
+/// [`compute`]; element-wise ops take their window out of `ins`.
+fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
     let (ho, wo) = (
         ctx.range[0].1 - ctx.range[0].0,
         ctx.range[1].1 - ctx.range[1].0,
@@ -542,12 +552,12 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
         Op::Pool(p) => pool(&ins[0], p, ctx),
         Op::Resize(r) => {
             if !r.linear {
-                return ins[0].clone();
+                return ins.swap_remove(0);
             }
             resize_linear(&ins[0], r, ctx)
         }
         Op::Pad(p) => {
-            let mut t = ins[0].clone();
+            let mut t = ins.swap_remove(0);
             if p.mode.is_none() && p.value != 0.0 {
                 let [ys, xs] = &ctx.maps[0];
                 for ch in 0..t.c {
@@ -607,20 +617,22 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
             let (scale, shift) = ctx
                 .norm
                 .expect("a normalisation is computed with its statistics");
-            affine(&ins[0], scale, shift)
+            affine(ins.swap_remove(0), scale, shift)
         }
-        Op::Affine { scale, shift } => affine(&ins[0], scale, shift),
+        Op::Affine { scale, shift } => affine(ins.swap_remove(0), scale, shift),
         Op::Unary(u) => {
-            let mut t = ins[0].clone();
+            let mut t = ins.swap_remove(0);
             unary(u, &mut t);
             t
         }
         Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
         Op::Concat => {
             let c = ins.iter().map(|t| t.c).sum();
-            let mut data = Vec::with_capacity(c * ho * wo);
-            for t in ins {
-                data.extend_from_slice(&t.data);
+            let mut data = crate::recycle::zeros(c * ho * wo);
+            let mut at = 0;
+            for t in ins.iter() {
+                data[at..at + t.data.len()].copy_from_slice(&t.data);
+                at += t.data.len();
             }
             Tensor {
                 c,
@@ -629,12 +641,41 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
                 data,
             }
         }
-        Op::Identity => ins[0].clone(),
+        Op::Identity => ins.swap_remove(0),
     }
 }
 
-fn affine(x: &Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
-    let mut t = x.clone();
+/// Whether a node of `op` reading `inputs` values is element-wise on one input: then it can run in place on
+/// its producer's tile ([`apply_pointwise`]) instead of as a superstep of its own.
+pub fn fusable(op: &Op, inputs: usize) -> bool {
+    inputs == 1
+        && match op {
+            Op::Unary(_) | Op::Affine { .. } | Op::Identity => true,
+            Op::Binary { lhs, rhs, .. } => {
+                matches!(
+                    (lhs, rhs),
+                    (Operand::Input(0), Operand::Const(_)) | (Operand::Const(_), Operand::Input(0))
+                )
+            }
+            _ => false,
+        }
+}
+
+/// A [`fusable`] op on its one input, in place: the same arithmetic as [`compute`].
+pub fn apply_pointwise(op: &Op, t: Tensor) -> Tensor {
+    match op {
+        Op::Unary(u) => {
+            let mut t = t;
+            unary(u, &mut t);
+            t
+        }
+        Op::Affine { scale, shift } => affine(t, scale, shift),
+        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, &mut vec![t]),
+        _ => t,
+    }
+}
+
+fn affine(mut t: Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
     let plane = t.h * t.w;
     for ch in 0..t.c {
         let (a, b) = (per_channel(scale, ch), per_channel(shift, ch));
@@ -744,7 +785,7 @@ fn erf(x: f64) -> f64 {
     sign * (1.0 - erfc)
 }
 
-fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
+fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Tensor {
     let f = |a: f32, b: f32| match op {
         BinOp::Add => a + b,
         BinOp::Sub => a - b,
@@ -756,8 +797,12 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
     };
     match (lhs, rhs) {
         (Operand::Input(a), Operand::Input(b)) => {
-            let (x, y) = (&ins[*a], &ins[*b]);
-            let mut t = x.clone();
+            let mut t = if a == b {
+                ins[*a].clone()
+            } else {
+                std::mem::replace(&mut ins[*a], Tensor::zeros(0, 0, 0))
+            };
+            let (x, y) = (&t, &ins[*b]);
             if y.c == x.c {
                 for (v, w) in t.data.iter_mut().zip(&y.data) {
                     *v = f(*v, *w);
@@ -780,7 +825,7 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
         }
         (Operand::Input(a), Operand::Const(k)) | (Operand::Const(k), Operand::Input(a)) => {
             let const_first = matches!(lhs, Operand::Const(_));
-            let mut t = ins[*a].clone();
+            let mut t = ins.swap_remove(*a);
             let plane = t.h * t.w;
             for ch in 0..t.c {
                 let kv = per_channel(k, ch);
@@ -869,7 +914,13 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()
-            .unwrap_or_default();
+            .unwrap_or_else(|| {
+                if pointwise {
+                    Vec::new()
+                } else {
+                    crate::recycle::zeros(kk * rows * wo)
+                }
+            });
         let y0 = b * rows;
         let y1 = (y0 + rows).min(ho);
         let n = (y1 - y0) * wo;
@@ -912,6 +963,9 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
         spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
         Ok::<(), ()>(())
     });
+    for col in spare.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        crate::recycle::give(col);
+    }
     out
 }
 
