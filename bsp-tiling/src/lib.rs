@@ -38,6 +38,7 @@ mod error;
 mod field;
 pub mod graph;
 mod grid;
+mod hugepages;
 mod meter;
 pub mod metrics;
 mod model;
@@ -47,7 +48,6 @@ mod onepass;
 pub mod onnx;
 mod padding;
 mod place;
-mod recycle;
 mod sim;
 mod stats;
 #[allow(unsafe_code)]

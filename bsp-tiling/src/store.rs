@@ -180,16 +180,6 @@ impl Layer {
         }
     }
 
-    /// Hands the tiles held in RAM back to [`crate::recycle`] (the layer is done with).
-    pub fn recycle(self) {
-        if let Backing::Ram(v) = &self.backing {
-            for t in v {
-                let data = std::mem::take(&mut *t.write().unwrap_or_else(|e| e.into_inner()));
-                crate::recycle::give(data);
-            }
-        }
-    }
-
     /// Stores tile `t`'s data (`data` must have the tile's length): moved in when the layer is in RAM, written
     /// to the spill file otherwise.
     pub fn put(&self, t: usize, data: Vec<f32>) -> std::io::Result<()> {
@@ -243,7 +233,10 @@ impl Field for Layer {
     /// Dictionary padding: each window pixel comes from whichever tile stores it.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let n = ys.len() * xs.len();
-        out.fill(0.0);
+        // Without padding every window pixel is some tile's and written below.
+        if ys.contains(&None) || xs.contains(&None) {
+            out.fill(0.0);
+        }
         // Window rows (columns) grouped by the tile row (column) that holds them: (window index, local index).
         let group = |idx: &[Option<usize>], loc: &[(u32, u32)], tiles: usize| {
             let mut g: Vec<Vec<(usize, usize)>> = vec![vec![]; tiles];

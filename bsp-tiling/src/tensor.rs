@@ -18,7 +18,7 @@ impl Tensor {
             c,
             h,
             w,
-            data: crate::recycle::zeros(c * h * w),
+            data: crate::hugepages::zeros(c * h * w),
         }
     }
 

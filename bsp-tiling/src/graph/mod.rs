@@ -645,10 +645,7 @@ pub fn run_graph_exact(
             let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
             match &layer {
                 Some(l) => l.put(t, out.data).map_err(&spill)?,
-                None => {
-                    sink.put_tile(y0, x0, &out)?;
-                    crate::recycle::give(out.data);
-                }
+                None => sink.put_tile(y0, x0, &out)?,
             }
             Ok(st)
         })?;
@@ -659,17 +656,11 @@ pub fn run_graph_exact(
         vals[v] = layer.map(Val::Layer);
         let done = v - 1;
         for (u, val) in vals.iter_mut().enumerate() {
-            if u > 0
-                && plan.last_use[u] != usize::MAX
-                && plan.last_use[u] <= done
-                && let Some(Val::Layer(l)) = val.take()
-            {
-                l.recycle();
+            if u > 0 && plan.last_use[u] != usize::MAX && plan.last_use[u] <= done {
+                *val = None;
             }
         }
     }
-    drop(vals);
-    crate::recycle::clear();
     Ok(info)
 }
 
@@ -816,7 +807,7 @@ pub fn run_graph(
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
     let grid = || g.grid(h, w, tile);
-    let result = match mode {
+    match mode {
         Mode::Whole => {
             let whole = Grid {
                 rows: vec![0, h],
@@ -922,9 +913,7 @@ pub fn run_graph(
                 ..RunInfo::default()
             })
         }
-    };
-    crate::recycle::clear();
-    result
+    }
 }
 
 /// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).

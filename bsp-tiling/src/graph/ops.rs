@@ -533,15 +533,7 @@ fn per_channel(v: &[f32], c: usize) -> f32 {
 /// Computes the output range `ctx.range` from the gathered windows (taken: element-wise ops work in place
 /// on the window they were given).
 pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
-    let out = compute_from(op, &mut ins, ctx);
-    for t in ins {
-        crate::recycle::give(t.data);
-    }
-    out
-}
-
-/// [`compute`]; element-wise ops take their window out of `ins`.
-fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
+    let ins = &mut ins;
     let (ho, wo) = (
         ctx.range[0].1 - ctx.range[0].0,
         ctx.range[1].1 - ctx.range[1].0,
@@ -628,7 +620,7 @@ fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
         Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
         Op::Concat => {
             let c = ins.iter().map(|t| t.c).sum();
-            let mut data = crate::recycle::zeros(c * ho * wo);
+            let mut data = crate::hugepages::zeros(c * ho * wo);
             let mut at = 0;
             for t in ins.iter() {
                 data[at..at + t.data.len()].copy_from_slice(&t.data);
@@ -864,8 +856,10 @@ fn im2col(
 ) {
     let (kh, kw) = (w[0].k, w[1].k);
     let n = (y1 - y0) * wo;
-    col.clear();
-    col.resize(cg * kh * kw * n, 0.0);
+    // Every element of the first `cg·kh·kw·n` is written below: grow, never clear.
+    if col.len() < cg * kh * kw * n {
+        col.resize(cg * kh * kw * n, 0.0);
+    }
     let mut r = 0;
     for ci in c0..c0 + cg {
         let plane = &x.data[ci * x.h * x.w..(ci + 1) * x.h * x.w];
@@ -914,13 +908,7 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()
-            .unwrap_or_else(|| {
-                if pointwise {
-                    Vec::new()
-                } else {
-                    crate::recycle::zeros(kk * rows * wo)
-                }
-            });
+            .unwrap_or_default();
         let y0 = b * rows;
         let y1 = (y0 + rows).min(ho);
         let n = (y1 - y0) * wo;
@@ -963,9 +951,6 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
         spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
         Ok::<(), ()>(())
     });
-    for col in spare.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        crate::recycle::give(col);
-    }
     out
 }
 
