@@ -13,13 +13,13 @@ use vocab::Image;
 pub trait Field: Sync {
     fn channels(&self) -> usize;
     /// Fills `out` (`[channels, ys.len(), xs.len()]`) with the values at rows `ys` × columns `xs`;
-    /// `None` is a zero. Every `Some` index is inside the field. Fails only where the data lives on disk.
+    /// `None` is a zero. `out` may hold anything on entry: every element is written. Every `Some` index is inside the field. Fails only where the data lives on disk.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()>;
 }
 
 /// Gathers a window into a new tensor.
 pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Result<Tensor> {
-    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
+    let mut t = Tensor::scratch(f.channels(), ys.len(), xs.len());
     f.gather(ys, xs, &mut t.data)?;
     Ok(t)
 }

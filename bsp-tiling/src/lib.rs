@@ -31,6 +31,7 @@
 
 pub mod backend;
 mod bsp;
+mod buffers;
 #[allow(unsafe_code)]
 mod cuda;
 mod device;
@@ -38,7 +39,6 @@ mod error;
 mod field;
 pub mod graph;
 mod grid;
-mod hugepages;
 mod meter;
 pub mod metrics;
 mod model;

@@ -180,6 +180,16 @@ impl Layer {
         }
     }
 
+    /// Hands the tiles held in RAM back to [`crate::buffers`] (the layer is done with).
+    pub fn recycle(self) {
+        if let Backing::Ram(v) = &self.backing {
+            for t in v {
+                let data = std::mem::take(&mut *t.write().unwrap_or_else(|e| e.into_inner()));
+                crate::buffers::give(data);
+            }
+        }
+    }
+
     /// Stores tile `t`'s data (`data` must have the tile's length): moved in when the layer is in RAM, written
     /// to the spill file otherwise.
     pub fn put(&self, t: usize, data: Vec<f32>) -> std::io::Result<()> {

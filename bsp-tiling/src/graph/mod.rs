@@ -645,7 +645,10 @@ pub fn run_graph_exact(
             let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
             match &layer {
                 Some(l) => l.put(t, out.data).map_err(&spill)?,
-                None => sink.put_tile(y0, x0, &out)?,
+                None => {
+                    sink.put_tile(y0, x0, &out)?;
+                    crate::buffers::give(out.data);
+                }
             }
             Ok(st)
         })?;
@@ -656,11 +659,17 @@ pub fn run_graph_exact(
         vals[v] = layer.map(Val::Layer);
         let done = v - 1;
         for (u, val) in vals.iter_mut().enumerate() {
-            if u > 0 && plan.last_use[u] != usize::MAX && plan.last_use[u] <= done {
-                *val = None;
+            if u > 0
+                && plan.last_use[u] != usize::MAX
+                && plan.last_use[u] <= done
+                && let Some(Val::Layer(l)) = val.take()
+            {
+                l.recycle();
             }
         }
     }
+    drop(vals);
+    crate::buffers::clear();
     Ok(info)
 }
 
@@ -807,7 +816,7 @@ pub fn run_graph(
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
     let grid = || g.grid(h, w, tile);
-    match mode {
+    let result = match mode {
         Mode::Whole => {
             let whole = Grid {
                 rows: vec![0, h],
@@ -913,7 +922,9 @@ pub fn run_graph(
                 ..RunInfo::default()
             })
         }
-    }
+    };
+    crate::buffers::clear();
+    result
 }
 
 /// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).

@@ -533,7 +533,15 @@ fn per_channel(v: &[f32], c: usize) -> f32 {
 /// Computes the output range `ctx.range` from the gathered windows (taken: element-wise ops work in place
 /// on the window they were given).
 pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
-    let ins = &mut ins;
+    let out = compute_from(op, &mut ins, ctx);
+    for t in ins {
+        crate::buffers::give(t.data);
+    }
+    out
+}
+
+/// [`compute`]; element-wise ops take their window out of `ins`.
+fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
     let (ho, wo) = (
         ctx.range[0].1 - ctx.range[0].0,
         ctx.range[1].1 - ctx.range[1].0,
@@ -620,7 +628,7 @@ pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
         Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
         Op::Concat => {
             let c = ins.iter().map(|t| t.c).sum();
-            let mut data = crate::hugepages::zeros(c * ho * wo);
+            let mut data = crate::buffers::scratch(c * ho * wo);
             let mut at = 0;
             for t in ins.iter() {
                 data[at..at + t.data.len()].copy_from_slice(&t.data);
@@ -892,7 +900,8 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
     let cg = c.cin / c.groups;
     let og = c.cout / c.groups;
     let kk = cg * c.win[0].k * c.win[1].k;
-    let mut out = Tensor::zeros(c.cout, ho, wo);
+    // Every element is written: the bias fill of each band, then the GEMM adds to it.
+    let mut out = Tensor::scratch(c.cout, ho, wo);
     if ho == 0 || wo == 0 {
         return out;
     }
@@ -908,7 +917,13 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()
-            .unwrap_or_default();
+            .unwrap_or_else(|| {
+                if pointwise {
+                    Vec::new()
+                } else {
+                    crate::buffers::scratch(kk * rows * wo)
+                }
+            });
         let y0 = b * rows;
         let y1 = (y0 + rows).min(ho);
         let n = (y1 - y0) * wo;
@@ -951,6 +966,9 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
         spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
         Ok::<(), ()>(())
     });
+    for col in spare.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        crate::buffers::give(col);
+    }
     out
 }
 
