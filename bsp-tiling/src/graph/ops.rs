@@ -688,46 +688,46 @@ fn affine(mut t: Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
 
 /// Applies `u` in place.
 pub fn unary(u: &Unary, t: &mut Tensor) {
+    /// One monomorphised loop per function (not a call through `dyn Fn` per element), so the simple
+    /// ones vectorise.
+    fn map(d: &mut [f32], f: impl Fn(f32) -> f32) {
+        for v in d {
+            *v = f(*v);
+        }
+    }
     let plane = t.h * t.w;
-    let f: &dyn Fn(f32) -> f32 = match u {
-        Unary::Relu => &|v: f32| v.max(0.0),
-        Unary::LeakyRelu(a) => &move |v: f32| if v < 0.0 { v * a } else { v },
+    let d = &mut t.data[..];
+    match u {
+        Unary::Relu => map(d, |v| v.max(0.0)),
+        Unary::LeakyRelu(a) => map(d, |v| if v < 0.0 { v * a } else { v }),
         Unary::PRelu(slope) => {
-            for ch in 0..t.c {
+            for (ch, p) in d.chunks_mut(plane.max(1)).enumerate() {
                 let a = per_channel(slope, ch);
-                for v in &mut t.data[ch * plane..(ch + 1) * plane] {
-                    if *v < 0.0 {
-                        *v *= a;
-                    }
-                }
+                map(p, |v| if v < 0.0 { v * a } else { v });
             }
-            return;
         }
-        Unary::Sigmoid => &|v: f32| 1.0 / (1.0 + (-v).exp()),
-        Unary::Tanh => &|v: f32| v.tanh(),
-        Unary::Clip(lo, hi) => &move |v: f32| v.max(*lo).min(*hi),
-        Unary::Softplus => &softplus,
-        Unary::Mish => &|v: f32| v * softplus(v).tanh(),
-        Unary::HardSigmoid(a, b) => &move |v: f32| (a * v + b).clamp(0.0, 1.0),
-        Unary::HardSwish => &|v: f32| v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
-        Unary::Elu(a) => &move |v: f32| if v < 0.0 { a * (v.exp() - 1.0) } else { v },
-        Unary::Erf => &|v: f32| erf(v as f64) as f32,
-        Unary::Gelu { tanh: false } => {
-            &|v: f32| (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
-        }
-        Unary::Gelu { tanh: true } => &|v: f32| {
+        Unary::Sigmoid => map(d, |v| 1.0 / (1.0 + (-v).exp())),
+        Unary::Tanh => map(d, |v| v.tanh()),
+        Unary::Clip(lo, hi) => map(d, |v| v.max(*lo).min(*hi)),
+        Unary::Softplus => map(d, softplus),
+        Unary::Mish => map(d, |v| v * softplus(v).tanh()),
+        Unary::HardSigmoid(a, b) => map(d, |v| (a * v + b).clamp(0.0, 1.0)),
+        Unary::HardSwish => map(d, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
+        Unary::Elu(a) => map(d, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }),
+        Unary::Erf => map(d, |v| erf(v as f64) as f32),
+        Unary::Gelu { tanh: false } => map(d, |v| {
+            (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
+        }),
+        Unary::Gelu { tanh: true } => map(d, |v| {
             let x = v as f64;
             (0.5 * x
                 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()))
                 as f32
-        },
-        Unary::Neg => &|v: f32| -v,
-        Unary::Abs => &|v: f32| v.abs(),
-        Unary::Exp => &|v: f32| v.exp(),
-        Unary::Sqrt => &|v: f32| v.sqrt(),
-    };
-    for v in &mut t.data {
-        *v = f(*v);
+        }),
+        Unary::Neg => map(d, |v| -v),
+        Unary::Abs => map(d, |v| v.abs()),
+        Unary::Exp => map(d, |v| v.exp()),
+        Unary::Sqrt => map(d, |v| v.sqrt()),
     }
 }
 
