@@ -13,15 +13,38 @@ use vocab::Image;
 pub trait Field: Sync {
     fn channels(&self) -> usize;
     /// Fills `out` (`[channels, ys.len(), xs.len()]`) with the values at rows `ys` × columns `xs`;
-    /// `None` is a zero. Every `Some` index is inside the field. Fails only where the data lives on disk.
+    /// `None` is a zero. `out` may hold anything on entry: every element is written. Every `Some` index is inside the field. Fails only where the data lives on disk.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()>;
 }
 
 /// Gathers a window into a new tensor.
 pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Result<Tensor> {
-    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
+    let mut t = Tensor::scratch(f.channels(), ys.len(), xs.len());
     f.gather(ys, xs, &mut t.data)?;
     Ok(t)
+}
+
+/// Contiguous runs `(dst, src, len)` of an index map given as `(dst, Some(src))` pairs in `dst` order:
+/// windows are mostly plain ranges, so a gather copies slices instead of single values.
+pub(crate) fn runs(
+    map: impl Iterator<Item = (usize, Option<usize>)>,
+) -> Vec<(usize, usize, usize)> {
+    let mut out: Vec<(usize, usize, usize)> = Vec::new();
+    for (d, s) in map {
+        let Some(s) = s else { continue };
+        match out.last_mut() {
+            Some((d0, s0, len)) if *d0 + *len == d && *s0 + *len == s => *len += 1,
+            _ => out.push((d, s, 1)),
+        }
+    }
+    out
+}
+
+/// Copies `src[s..s + len]` to `dst[d..d + len]` for every run.
+pub(crate) fn copy_runs(runs: &[(usize, usize, usize)], src: &[f32], dst: &mut [f32]) {
+    for &(d, s, len) in runs {
+        dst[d..d + len].copy_from_slice(&src[s..s + len]);
+    }
 }
 
 /// A tensor holding the region of a larger activation whose top-left corner is `(y0, x0)`.
@@ -37,19 +60,20 @@ impl Field for Region<'_> {
     }
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let n = ys.len() * xs.len();
+        let cols = runs(
+            xs.iter()
+                .enumerate()
+                .map(|(i, x)| (i, x.map(|x| x - self.x0))),
+        );
         for c in 0..self.t.c {
             let p = self.t.plane(c);
             let o = &mut out[c * n..(c + 1) * n];
             for (iy, y) in ys.iter().enumerate() {
                 let row = &mut o[iy * xs.len()..(iy + 1) * xs.len()];
-                let Some(y) = y else {
-                    row.fill(0.0);
-                    continue;
-                };
+                row.fill(0.0);
+                let Some(y) = y else { continue };
                 let src = &p[(y - self.y0) * self.t.w..(y - self.y0 + 1) * self.t.w];
-                for (d, x) in row.iter_mut().zip(xs) {
-                    *d = x.map_or(0.0, |x| src[x - self.x0]);
-                }
+                copy_runs(&cols, src, row);
             }
         }
         Ok(())

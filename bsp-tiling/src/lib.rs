@@ -31,6 +31,7 @@
 
 pub mod backend;
 mod bsp;
+mod buffers;
 #[allow(unsafe_code)]
 mod cuda;
 mod device;

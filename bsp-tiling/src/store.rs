@@ -180,6 +180,30 @@ impl Layer {
         }
     }
 
+    /// Hands the tiles held in RAM back to [`crate::buffers`] (the layer is done with).
+    pub fn recycle(self) {
+        if let Backing::Ram(v) = &self.backing {
+            for t in v {
+                let data = std::mem::take(&mut *t.write().unwrap_or_else(|e| e.into_inner()));
+                crate::buffers::give(data);
+            }
+        }
+    }
+
+    /// Stores tile `t`'s data (`data` must have the tile's length): moved in when the layer is in RAM, written
+    /// to the spill file otherwise.
+    pub fn put(&self, t: usize, data: Vec<f32>) -> std::io::Result<()> {
+        match &self.backing {
+            Backing::Ram(v) => {
+                let mut g = v[t].write().unwrap_or_else(|e| e.into_inner());
+                debug_assert_eq!(g.len(), data.len());
+                *g = data;
+                Ok(())
+            }
+            Backing::Disk { .. } => self.modify(t, |d| d.copy_from_slice(&data)),
+        }
+    }
+
     /// Runs `f` on tile `t`'s data, mutable; written back to the spill file when it is mapped.
     pub fn modify<R>(&self, t: usize, f: impl FnOnce(&mut [f32]) -> R) -> std::io::Result<R> {
         match &self.backing {
@@ -219,7 +243,10 @@ impl Field for Layer {
     /// Dictionary padding: each window pixel comes from whichever tile stores it.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let n = ys.len() * xs.len();
-        out.fill(0.0);
+        // Without padding every window pixel is some tile's and written below.
+        if ys.contains(&None) || xs.contains(&None) {
+            out.fill(0.0);
+        }
         // Window rows (columns) grouped by the tile row (column) that holds them: (window index, local index).
         let group = |idx: &[Option<usize>], loc: &[(u32, u32)], tiles: usize| {
             let mut g: Vec<Vec<(usize, usize)>> = vec![vec![]; tiles];
@@ -234,6 +261,10 @@ impl Field for Layer {
         let gy = group(ys, &self.loc_y, self.grid.n_rows());
         let gx = group(xs, &self.loc_x, self.grid.n_cols());
         let nc = self.grid.n_cols();
+        let gx: Vec<Vec<(usize, usize, usize)>> = gx
+            .iter()
+            .map(|cols| crate::field::runs(cols.iter().map(|&(i, l)| (i, Some(l)))))
+            .collect();
         for (ti, rows) in gy.iter().enumerate().filter(|r| !r.1.is_empty()) {
             for (tj, cols) in gx.iter().enumerate().filter(|c| !c.1.is_empty()) {
                 let t = ti * nc + tj;
@@ -249,9 +280,7 @@ impl Field for Layer {
                     for &(iy, ly) in rows {
                         let src = &plane[ly * tw..(ly + 1) * tw];
                         let dst = &mut o[iy * xs.len()..(iy + 1) * xs.len()];
-                        for &(ix, lx) in cols {
-                            dst[ix] = src[lx];
-                        }
+                        crate::field::copy_runs(cols, src, dst);
                     }
                 }
             }

@@ -18,7 +18,18 @@ impl Tensor {
             c,
             h,
             w,
-            data: vec![0.0; c * h * w],
+            data: crate::buffers::zeros(c * h * w),
+        }
+    }
+
+    /// A `c × h × w` tensor for a caller that writes every element before reading any (its values are
+    /// left from a buffer's earlier use: [`crate::buffers::scratch`]).
+    pub(crate) fn scratch(c: usize, h: usize, w: usize) -> Tensor {
+        Tensor {
+            c,
+            h,
+            w,
+            data: crate::buffers::scratch(c * h * w),
         }
     }
 

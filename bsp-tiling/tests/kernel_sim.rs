@@ -603,7 +603,7 @@ mod graph {
             norm: None,
             threads: 1,
         };
-        ops::compute(op, &w.wins, &ctx)
+        ops::compute(op, w.wins.clone(), &ctx)
     }
 
     fn ctx<'a>(w: &'a Windows, range: [(usize, usize); 2]) -> Ctx<'a> {

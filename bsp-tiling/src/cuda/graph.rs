@@ -663,11 +663,11 @@ impl GraphOps for CudaBackend {
         prep: &GraphWeights,
         i: usize,
         node: &Node,
-        ins: &[CudaTensor],
+        ins: Vec<CudaTensor>,
         ctx: &Ctx,
     ) -> Result<CudaTensor> {
         // A size beyond the kernels' 32-bit indices is said of the node that has it.
-        self.graph_node(prep, i, node, ins, ctx)
+        self.graph_node(prep, i, node, &ins, ctx)
             .map_err(|e| match e {
                 crate::Error::Device(why) => exec::refuse(node, "cuda", &why),
                 e => e,

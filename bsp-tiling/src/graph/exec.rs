@@ -37,6 +37,12 @@ pub trait GraphOps: Sync {
         None
     }
 
+    /// Whether a chain of element-wise nodes may run in place on its producer's tile as it is stored
+    /// (the host's arithmetic, the same result): the CPU's case; a device computes each node itself.
+    fn fuses_pointwise(&self) -> bool {
+        false
+    }
+
     /// `Ok` when every node of the graph runs here; else the first node that does not, and why.
     fn check(&self, _nodes: &[Node]) -> Result<()> {
         Ok(())
@@ -57,7 +63,7 @@ pub trait GraphOps: Sync {
         prep: &Self::Prepared,
         i: usize,
         node: &Node,
-        ins: &[Self::Buf],
+        ins: Vec<Self::Buf>,
         ctx: &Ctx,
     ) -> Result<Self::Buf>;
 }
@@ -65,6 +71,10 @@ pub trait GraphOps: Sync {
 impl GraphOps for CpuBackend {
     type Buf = Tensor;
     type Prepared = ();
+
+    fn fuses_pointwise(&self) -> bool {
+        true
+    }
 
     fn prepare(&self, _nodes: &[Node]) -> Result<()> {
         Ok(())
@@ -75,7 +85,14 @@ impl GraphOps for CpuBackend {
     fn store(&self, x: Tensor) -> Result<Tensor> {
         Ok(x)
     }
-    fn compute(&self, _: &(), _: usize, node: &Node, ins: &[Tensor], ctx: &Ctx) -> Result<Tensor> {
+    fn compute(
+        &self,
+        _: &(),
+        _: usize,
+        node: &Node,
+        ins: Vec<Tensor>,
+        ctx: &Ctx,
+    ) -> Result<Tensor> {
         Ok(ops::compute(&node.op, ins, ctx))
     }
 }
@@ -188,7 +205,7 @@ impl GraphOps for DeviceSim {
         _: &Vec<Lease>,
         _: usize,
         node: &Node,
-        ins: &[SimBuf],
+        ins: Vec<SimBuf>,
         ctx: &Ctx,
     ) -> Result<SimBuf> {
         let dims: Vec<_> = ins.iter().map(|b| (b.t.c, b.t.h, b.t.w)).collect();
@@ -206,7 +223,8 @@ impl GraphOps for DeviceSim {
             &format!("the scratch of `{}`", node.name),
         )?;
         let tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
-        let t = ops::compute(&node.op, &tensors, ctx);
+        let t = ops::compute(&node.op, tensors, ctx);
+        drop(ins);
         drop(scratch);
         Ok(SimBuf::with_lease(t, lease))
     }

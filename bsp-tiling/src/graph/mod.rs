@@ -470,8 +470,7 @@ fn eval_node<'f, B: GraphOps>(
         norm,
         threads,
     };
-    let out = be.backend.compute(be.prep, i, n, &wins, &ctx)?;
-    drop(wins);
+    let out = be.backend.compute(be.prep, i, n, wins, &ctx)?;
     be.backend.store(out)
 }
 
@@ -525,6 +524,42 @@ fn peak_bytes(g: &Graph, plan: &GraphPlan, grids: &[Grid]) -> u64 {
         .unwrap_or(0)
 }
 
+/// Per node: the chain of element-wise nodes that follow it and are computed on its tiles in place
+/// (pointwise fusion: their inputs are never stored), and whether the node is itself part of such a chain.
+/// A node joins its predecessor's chain when it is the next node, it reads only the chain's last value,
+/// nothing else reads that value, and no normalisation needs that value's statistics.
+fn fusion(g: &Graph, plan: &GraphPlan) -> (Vec<Vec<usize>>, Vec<bool>) {
+    let mut readers = vec![0usize; g.nodes.len() + 1];
+    for n in &g.nodes {
+        for &u in &n.inputs {
+            readers[u] += 1;
+        }
+    }
+    let mut chains = vec![vec![]; g.nodes.len()];
+    let mut fused = vec![false; g.nodes.len()];
+    for i in 0..g.nodes.len() {
+        if fused[i] {
+            continue;
+        }
+        let mut last = i;
+        while let Some(next) = g.nodes.get(last + 1) {
+            let v = last + 1;
+            let ok = ops::fusable(&next.op, next.inputs.len())
+                && next.inputs[0] == v
+                && readers[v] == 1
+                && v != g.output
+                && !plan.feeds_norm[v];
+            if !ok {
+                break;
+            }
+            last += 1;
+            chains[i].push(last);
+            fused[last] = true;
+        }
+    }
+    (chains, fused)
+}
+
 /// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
 /// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
 /// normalisations apply those statistics instead of the image's own.
@@ -570,6 +605,7 @@ pub fn exact_on<B: GraphOps>(
             dir: budget.spill_dir.clone(),
         });
     }
+    crate::buffers::limit(budget.ram);
     let n_tiles = grid.len();
     let workers = be
         .backend
@@ -578,8 +614,14 @@ pub fn exact_on<B: GraphOps>(
         .clamp(1, n_tiles.max(1));
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
-    let mut vals: Vec<Option<Val>> = Vec::with_capacity(plan.shape.len());
-    vals.push(Some(Val::Input(input)));
+    // Element-wise chains run in place on their producer's tile where the backend computes on the host.
+    let (chains, fused) = if be.backend.fuses_pointwise() {
+        fusion(g, &plan)
+    } else {
+        (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
+    };
+    let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
+    vals[0] = Some(Val::Input(input));
     let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
     let mut info = RunInfo {
         stats: vec![None; g.nodes.len()],
@@ -600,7 +642,11 @@ pub fn exact_on<B: GraphOps>(
         stats[0] = Some(merge_all(&local));
     }
     for (i, n) in g.nodes.iter().enumerate() {
-        let v = i + 1;
+        if fused[i] {
+            continue;
+        }
+        // The value this superstep stores: the node's, or its chain's last.
+        let v = chains[i].last().map_or(i, |&j| j) + 1;
         let gv = &grids[v];
         let norm = if let Op::Norm(m) = &n.op {
             let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
@@ -618,31 +664,35 @@ pub fn exact_on<B: GraphOps>(
         let layer = if v == g.output {
             None
         } else {
-            let l = Layer::new(n.channels, gv.clone(), budget, &ram_used)?;
+            let l = Layer::new(plan.shape[v].0, gv.clone(), budget, &ram_used)?;
             info.spilled_layers += l.spilled() as usize;
             Some(l)
         };
         let field = |u: usize| vals[u].as_ref().expect("value alive").field();
         let local = superstep(gv.len(), workers, |t| {
             let (y0, y1, x0, x1) = gv.tile(t);
-            let out = eval_node(
+            let mut out = eval_node(
                 be,
                 i,
                 n,
                 &plan,
-                v,
+                i + 1,
                 (y0, y1),
                 (x0, x1),
                 &field,
                 norm.as_ref(),
                 inner,
             )?;
+            for &j in &chains[i] {
+                out = ops::apply_pointwise(&g.nodes[j].op, out);
+            }
             let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
             match &layer {
-                Some(l) => l
-                    .modify(t, |d| d.copy_from_slice(&out.data))
-                    .map_err(&spill)?,
-                None => sink.put_tile(y0, x0, &out)?,
+                Some(l) => l.put(t, out.data).map_err(&spill)?,
+                None => {
+                    sink.put_tile(y0, x0, &out)?;
+                    crate::buffers::give(out.data);
+                }
             }
             Ok(st)
         })?;
@@ -650,16 +700,23 @@ pub fn exact_on<B: GraphOps>(
             let tiles: Vec<Vec<ChannelStats>> = local.into_iter().flatten().collect();
             stats[v] = Some(merge_all(&tiles));
         }
-        vals.push(layer.map(Val::Layer));
+        vals[v] = layer.map(Val::Layer);
+        let done = v - 1;
         for (u, val) in vals.iter_mut().enumerate() {
-            if u > 0 && plan.last_use[u] != usize::MAX && plan.last_use[u] <= i {
-                *val = None;
+            if u > 0
+                && plan.last_use[u] != usize::MAX
+                && plan.last_use[u] <= done
+                && let Some(Val::Layer(l)) = val.take()
+            {
+                l.recycle();
             }
         }
     }
     if let Some(m) = be.backend.device_meter() {
         info.device_peak_bytes = m.peak();
     }
+    drop(vals);
+    crate::buffers::clear();
     Ok(info)
 }
 
@@ -878,7 +935,7 @@ fn run_mode<B: GraphOps>(
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
     let grid = || g.grid(h, w, tile);
-    match mode {
+    let result = match mode {
         Mode::Whole => {
             let whole = Grid {
                 rows: vec![0, h],
@@ -1010,7 +1067,9 @@ fn run_mode<B: GraphOps>(
                 ..RunInfo::default()
             })
         }
-    }
+    };
+    crate::buffers::clear();
+    result
 }
 
 /// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).

@@ -530,8 +530,18 @@ fn per_channel(v: &[f32], c: usize) -> f32 {
     if v.len() == 1 { v[0] } else { v[c] }
 }
 
-/// Computes the output range `ctx.range` from the gathered windows.
-pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
+/// Computes the output range `ctx.range` from the gathered windows (taken: element-wise ops work in place
+/// on the window they were given).
+pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
+    let out = compute_from(op, &mut ins, ctx);
+    for t in ins {
+        crate::buffers::give(t.data);
+    }
+    out
+}
+
+/// [`compute`]; element-wise ops take their window out of `ins`.
+fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
     let (ho, wo) = (
         ctx.range[0].1 - ctx.range[0].0,
         ctx.range[1].1 - ctx.range[1].0,
@@ -542,12 +552,12 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
         Op::Pool(p) => pool(&ins[0], p, ctx),
         Op::Resize(r) => {
             if !r.linear {
-                return ins[0].clone();
+                return ins.swap_remove(0);
             }
             resize_linear(&ins[0], r, ctx)
         }
         Op::Pad(p) => {
-            let mut t = ins[0].clone();
+            let mut t = ins.swap_remove(0);
             if p.mode.is_none() && p.value != 0.0 {
                 let [ys, xs] = &ctx.maps[0];
                 for ch in 0..t.c {
@@ -607,20 +617,22 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
             let (scale, shift) = ctx
                 .norm
                 .expect("a normalisation is computed with its statistics");
-            affine(&ins[0], scale, shift)
+            affine(ins.swap_remove(0), scale, shift)
         }
-        Op::Affine { scale, shift } => affine(&ins[0], scale, shift),
+        Op::Affine { scale, shift } => affine(ins.swap_remove(0), scale, shift),
         Op::Unary(u) => {
-            let mut t = ins[0].clone();
+            let mut t = ins.swap_remove(0);
             unary(u, &mut t);
             t
         }
         Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
         Op::Concat => {
             let c = ins.iter().map(|t| t.c).sum();
-            let mut data = Vec::with_capacity(c * ho * wo);
-            for t in ins {
-                data.extend_from_slice(&t.data);
+            let mut data = crate::buffers::scratch(c * ho * wo);
+            let mut at = 0;
+            for t in ins.iter() {
+                data[at..at + t.data.len()].copy_from_slice(&t.data);
+                at += t.data.len();
             }
             Tensor {
                 c,
@@ -629,12 +641,41 @@ pub fn compute(op: &Op, ins: &[Tensor], ctx: &Ctx) -> Tensor {
                 data,
             }
         }
-        Op::Identity => ins[0].clone(),
+        Op::Identity => ins.swap_remove(0),
     }
 }
 
-fn affine(x: &Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
-    let mut t = x.clone();
+/// Whether a node of `op` reading `inputs` values is element-wise on one input: then it can run in place on
+/// its producer's tile ([`apply_pointwise`]) instead of as a superstep of its own.
+pub fn fusable(op: &Op, inputs: usize) -> bool {
+    inputs == 1
+        && match op {
+            Op::Unary(_) | Op::Affine { .. } | Op::Identity => true,
+            Op::Binary { lhs, rhs, .. } => {
+                matches!(
+                    (lhs, rhs),
+                    (Operand::Input(0), Operand::Const(_)) | (Operand::Const(_), Operand::Input(0))
+                )
+            }
+            _ => false,
+        }
+}
+
+/// A [`fusable`] op on its one input, in place: the same arithmetic as [`compute`].
+pub fn apply_pointwise(op: &Op, t: Tensor) -> Tensor {
+    match op {
+        Op::Unary(u) => {
+            let mut t = t;
+            unary(u, &mut t);
+            t
+        }
+        Op::Affine { scale, shift } => affine(t, scale, shift),
+        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, &mut vec![t]),
+        _ => t,
+    }
+}
+
+fn affine(mut t: Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
     let plane = t.h * t.w;
     for ch in 0..t.c {
         let (a, b) = (per_channel(scale, ch), per_channel(shift, ch));
@@ -647,46 +688,46 @@ fn affine(x: &Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
 
 /// Applies `u` in place.
 pub fn unary(u: &Unary, t: &mut Tensor) {
+    /// One monomorphised loop per function (not a call through `dyn Fn` per element), so the simple
+    /// ones vectorise.
+    fn map(d: &mut [f32], f: impl Fn(f32) -> f32) {
+        for v in d {
+            *v = f(*v);
+        }
+    }
     let plane = t.h * t.w;
-    let f: &dyn Fn(f32) -> f32 = match u {
-        Unary::Relu => &|v: f32| v.max(0.0),
-        Unary::LeakyRelu(a) => &move |v: f32| if v < 0.0 { v * a } else { v },
+    let d = &mut t.data[..];
+    match u {
+        Unary::Relu => map(d, |v| v.max(0.0)),
+        Unary::LeakyRelu(a) => map(d, |v| if v < 0.0 { v * a } else { v }),
         Unary::PRelu(slope) => {
-            for ch in 0..t.c {
+            for (ch, p) in d.chunks_mut(plane.max(1)).enumerate() {
                 let a = per_channel(slope, ch);
-                for v in &mut t.data[ch * plane..(ch + 1) * plane] {
-                    if *v < 0.0 {
-                        *v *= a;
-                    }
-                }
+                map(p, |v| if v < 0.0 { v * a } else { v });
             }
-            return;
         }
-        Unary::Sigmoid => &|v: f32| 1.0 / (1.0 + (-v).exp()),
-        Unary::Tanh => &|v: f32| v.tanh(),
-        Unary::Clip(lo, hi) => &move |v: f32| v.max(*lo).min(*hi),
-        Unary::Softplus => &softplus,
-        Unary::Mish => &|v: f32| v * softplus(v).tanh(),
-        Unary::HardSigmoid(a, b) => &move |v: f32| (a * v + b).clamp(0.0, 1.0),
-        Unary::HardSwish => &|v: f32| v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
-        Unary::Elu(a) => &move |v: f32| if v < 0.0 { a * (v.exp() - 1.0) } else { v },
-        Unary::Erf => &|v: f32| erf(v as f64) as f32,
-        Unary::Gelu { tanh: false } => {
-            &|v: f32| (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
-        }
-        Unary::Gelu { tanh: true } => &|v: f32| {
+        Unary::Sigmoid => map(d, |v| 1.0 / (1.0 + (-v).exp())),
+        Unary::Tanh => map(d, |v| v.tanh()),
+        Unary::Clip(lo, hi) => map(d, |v| v.max(*lo).min(*hi)),
+        Unary::Softplus => map(d, softplus),
+        Unary::Mish => map(d, |v| v * softplus(v).tanh()),
+        Unary::HardSigmoid(a, b) => map(d, |v| (a * v + b).clamp(0.0, 1.0)),
+        Unary::HardSwish => map(d, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
+        Unary::Elu(a) => map(d, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }),
+        Unary::Erf => map(d, |v| erf(v as f64) as f32),
+        Unary::Gelu { tanh: false } => map(d, |v| {
+            (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
+        }),
+        Unary::Gelu { tanh: true } => map(d, |v| {
             let x = v as f64;
             (0.5 * x
                 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()))
                 as f32
-        },
-        Unary::Neg => &|v: f32| -v,
-        Unary::Abs => &|v: f32| v.abs(),
-        Unary::Exp => &|v: f32| v.exp(),
-        Unary::Sqrt => &|v: f32| v.sqrt(),
-    };
-    for v in &mut t.data {
-        *v = f(*v);
+        }),
+        Unary::Neg => map(d, |v| -v),
+        Unary::Abs => map(d, |v| v.abs()),
+        Unary::Exp => map(d, |v| v.exp()),
+        Unary::Sqrt => map(d, |v| v.sqrt()),
     }
 }
 
@@ -744,7 +785,7 @@ fn erf(x: f64) -> f64 {
     sign * (1.0 - erfc)
 }
 
-fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
+fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Tensor {
     let f = |a: f32, b: f32| match op {
         BinOp::Add => a + b,
         BinOp::Sub => a - b,
@@ -756,8 +797,12 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
     };
     match (lhs, rhs) {
         (Operand::Input(a), Operand::Input(b)) => {
-            let (x, y) = (&ins[*a], &ins[*b]);
-            let mut t = x.clone();
+            let mut t = if a == b {
+                ins[*a].clone()
+            } else {
+                std::mem::replace(&mut ins[*a], Tensor::zeros(0, 0, 0))
+            };
+            let (x, y) = (&t, &ins[*b]);
             if y.c == x.c {
                 for (v, w) in t.data.iter_mut().zip(&y.data) {
                     *v = f(*v, *w);
@@ -780,7 +825,7 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &[Tensor]) -> Tensor {
         }
         (Operand::Input(a), Operand::Const(k)) | (Operand::Const(k), Operand::Input(a)) => {
             let const_first = matches!(lhs, Operand::Const(_));
-            let mut t = ins[*a].clone();
+            let mut t = ins.swap_remove(*a);
             let plane = t.h * t.w;
             for ch in 0..t.c {
                 let kv = per_channel(k, ch);
@@ -819,8 +864,10 @@ fn im2col(
 ) {
     let (kh, kw) = (w[0].k, w[1].k);
     let n = (y1 - y0) * wo;
-    col.clear();
-    col.resize(cg * kh * kw * n, 0.0);
+    // Every element of the first `cg·kh·kw·n` is written below: grow, never clear.
+    if col.len() < cg * kh * kw * n {
+        col.resize(cg * kh * kw * n, 0.0);
+    }
     let mut r = 0;
     for ci in c0..c0 + cg {
         let plane = &x.data[ci * x.h * x.w..(ci + 1) * x.h * x.w];
@@ -853,7 +900,8 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
     let cg = c.cin / c.groups;
     let og = c.cout / c.groups;
     let kk = cg * c.win[0].k * c.win[1].k;
-    let mut out = Tensor::zeros(c.cout, ho, wo);
+    // Every element is written: the bias fill of each band, then the GEMM adds to it.
+    let mut out = Tensor::scratch(c.cout, ho, wo);
     if ho == 0 || wo == 0 {
         return out;
     }
@@ -869,7 +917,13 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()
-            .unwrap_or_default();
+            .unwrap_or_else(|| {
+                if pointwise {
+                    Vec::new()
+                } else {
+                    crate::buffers::scratch(kk * rows * wo)
+                }
+            });
         let y0 = b * rows;
         let y1 = (y0 + rows).min(ho);
         let n = (y1 - y0) * wo;
@@ -912,6 +966,9 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
         spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
         Ok::<(), ()>(())
     });
+    for col in spare.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        crate::buffers::give(col);
+    }
     out
 }
 

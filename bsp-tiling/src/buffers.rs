@@ -1,0 +1,143 @@
+//! The large f32 buffers of a run, handed back between supersteps and taken again.
+//!
+//! A tile's input window, its output and a stored value's tiles are tens of MiB each, made in every
+//! superstep. Buffers that large come straight from the kernel, which faults them in and zeroes them on
+//! first touch: profiles of the ONNX models at 2048² spent a third (U-Net) to a half (the 4× upscaler) of
+//! their time there, most of it zeroing. So buffers a run is done with are handed back ([`give`]) and
+//! reused, up to [`CAP_BYTES`] held, and a buffer its user overwrites whole is taken as it is
+//! ([`scratch`]): neither the kernel nor a memset zeroes it again. A run [`clear`]s what is left when it
+//! ends. (Transparent huge pages for fresh buffers were tried too: fewer faults, but more system time in
+//! zeroing and compacting 2 MiB pages — the 4× upscaler at 1024² took 9 s of system time instead of 3.5.)
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Bytes held for reuse at most; a buffer handed back past this is freed.
+pub const CAP_BYTES: usize = 1 << 30;
+
+/// The bound in force: [`CAP_BYTES`], or less for a run with a smaller RAM budget ([`limit`]).
+static LIMIT: AtomicUsize = AtomicUsize::new(CAP_BYTES);
+
+/// Holds at most half of a run's RAM budget (and never more than [`CAP_BYTES`]), so that the buffers
+/// kept for reuse do not take the memory a small budget asked to keep free. Process-wide: the last run
+/// to start sets it.
+pub fn limit(ram_budget: u64) {
+    let bytes = (ram_budget / 2).min(CAP_BYTES as u64) as usize;
+    LIMIT.store(bytes, Ordering::Relaxed);
+    let mut p = pool();
+    while p.bytes > bytes {
+        match p.bufs.pop() {
+            Some(v) => p.bytes -= v.capacity() * 4,
+            None => break,
+        }
+    }
+}
+
+/// Buffers shorter than this (256 KiB) are left to the allocator, whose own free lists serve them well.
+const MIN_LEN: usize = 1 << 16;
+
+struct Pool {
+    bufs: Vec<Vec<f32>>,
+    bytes: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    bufs: Vec::new(),
+    bytes: 0,
+});
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A held buffer of capacity `n` to `2n` (the smallest), its length set to `n`; old values stay.
+fn take(n: usize) -> Option<Vec<f32>> {
+    if n < MIN_LEN {
+        return None;
+    }
+    let mut p = pool();
+    let i = p
+        .bufs
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.capacity() >= n && b.capacity() / 2 <= n)
+        .min_by_key(|(_, b)| b.capacity())
+        .map(|(i, _)| i)?;
+    let mut v = p.bufs.swap_remove(i);
+    p.bytes -= v.capacity() * 4;
+    drop(p);
+    // Shrinking keeps the first n values; growing within the capacity writes zeros.
+    v.resize(n, 0.0);
+    Some(v)
+}
+
+/// A zeroed buffer of length `n`.
+pub fn zeros(n: usize) -> Vec<f32> {
+    match take(n) {
+        Some(mut v) => {
+            v.fill(0.0);
+            v
+        }
+        None => fresh(n),
+    }
+}
+
+/// A buffer of length `n` whose values are left from an earlier use (zeros when fresh): for a caller that
+/// writes every element before reading any.
+pub fn scratch(n: usize) -> Vec<f32> {
+    take(n).unwrap_or_else(|| fresh(n))
+}
+
+/// Hands `v` back for reuse (freed when it is small or the pool is full).
+pub fn give(v: Vec<f32>) {
+    let bytes = v.capacity() * 4;
+    if v.capacity() < MIN_LEN {
+        return;
+    }
+    let mut p = pool();
+    if p.bytes + bytes <= LIMIT.load(Ordering::Relaxed) {
+        p.bytes += bytes;
+        p.bufs.push(v);
+    }
+}
+
+/// Frees every buffer held.
+pub fn clear() {
+    let bufs = {
+        let mut p = pool();
+        p.bytes = 0;
+        std::mem::take(&mut p.bufs)
+    };
+    drop(bufs);
+}
+
+/// A new zeroed buffer (the allocator's: a large one is a fresh mapping the kernel zeroes as it is touched).
+fn fresh(n: usize) -> Vec<f32> {
+    vec![0.0f32; n]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_are_zero_fresh_or_reused() {
+        for n in [0, 1, 1000, MIN_LEN - 1, MIN_LEN + 12345] {
+            let v = zeros(n);
+            assert_eq!(v.len(), n);
+            assert!(v.iter().all(|&x| x == 0.0));
+        }
+        let mut v = zeros(MIN_LEN * 3);
+        v.iter_mut().for_each(|x| *x = 7.0);
+        give(v);
+        for n in [MIN_LEN * 2, MIN_LEN * 3] {
+            let w = zeros(n);
+            assert_eq!(w.len(), n);
+            assert!(w.iter().all(|&x| x == 0.0));
+            give(w);
+        }
+        let s = scratch(MIN_LEN * 2);
+        assert_eq!(s.len(), MIN_LEN * 2);
+        clear();
+    }
+}
