@@ -20,6 +20,13 @@ pub enum Error {
     /// A TIFF that cannot be read by region, or is damaged, or a TIFF output that cannot be written.
     #[error("{path}: {reason}")]
     Tiff { path: PathBuf, reason: String },
+    /// A TIFF page (image file directory, counted from 0) the file does not have.
+    #[error("{path}: there is no page {page}: the file has {pages} page{}", if *.pages == 1 { "" } else { "s" })]
+    NoSuchPage {
+        path: PathBuf,
+        page: usize,
+        pages: usize,
+    },
     #[error("{path}: not a safetensors file: {reason}")]
     Format { path: PathBuf, reason: String },
     #[error("{path}: tensor `{key}` is missing")]

@@ -1,13 +1,15 @@
 //! TIFF by region and tiled BigTIFF out (`bsp_tiling::tiffio`): region reads equal the pixels the file
 //! holds, for striped (the `tiff` crate's encoder: classic and BigTIFF, every compression it writes) and
 //! tiled files (our writer), odd sizes, 8/16-bit and float samples; the writer's files read back through
-//! the `tiff` crate's own whole-image decoder; damaged files are typed errors naming the file.
+//! the `tiff` crate's own whole-image decoder; any page of a multi-page file reads as that page decoded
+//! whole, and a page the file lacks is a typed error; damaged files are typed errors naming the file.
 
-use bsp_tiling::tiffio::{OutDType, TiffRegions, TiffWriter};
+use bsp_tiling::tiffio::{OutDType, PageInfo, SampleType, TiffRegions, TiffWriter};
 use bsp_tiling::{Field, Input, Sink, Tensor};
 use std::path::{Path, PathBuf};
 use stdx::SplitMix64;
-use tiff::encoder::{Compression, DeflateLevel, TiffEncoder, colortype};
+use tiff::encoder::{Compression, DeflateLevel, TiffEncoder, TiffKind, colortype};
+use tiff::tags::Tag;
 
 fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> bsp_tiling::Result<Tensor> {
     let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
@@ -377,4 +379,251 @@ fn strip_over_the_memory_limit_child() {
         "{e}"
     );
     println!("refused: {e}");
+}
+
+/// An uncompressed 8-bit RGB page in `tile`×`tile` tiles (the `tiff` crate's encoder writes strips only,
+/// so the tags and tiles are written by hand), marked full resolution (NewSubfileType = 0).
+fn tiled_rgb_page<W: std::io::Write + std::io::Seek, K: TiffKind>(
+    enc: &mut TiffEncoder<W, K>,
+    (w, h, tile): (u32, u32, u32),
+    px: &[u8],
+) {
+    let mut dir = enc.image_directory().unwrap();
+    let (mut offsets, mut counts) = (Vec::new(), Vec::new());
+    for ty in 0..h.div_ceil(tile) {
+        for tx in 0..w.div_ceil(tile) {
+            let mut buf = vec![0u8; (tile * tile * 3) as usize];
+            for y in 0..tile {
+                for x in 0..tile {
+                    let (iy, ix) = (ty * tile + y, tx * tile + x);
+                    if iy < h && ix < w {
+                        let (d, s) = (((y * tile + x) * 3) as usize, ((iy * w + ix) * 3) as usize);
+                        buf[d..d + 3].copy_from_slice(&px[s..s + 3]);
+                    }
+                }
+            }
+            offsets.push(u32::try_from(dir.write_data(&buf[..]).unwrap()).unwrap());
+            counts.push(buf.len() as u32);
+        }
+    }
+    dir.write_tag(Tag::NewSubfileType, 0u32).unwrap();
+    dir.write_tag(Tag::ImageWidth, w).unwrap();
+    dir.write_tag(Tag::ImageLength, h).unwrap();
+    dir.write_tag(Tag::BitsPerSample, &[8u16, 8, 8][..])
+        .unwrap();
+    dir.write_tag(Tag::Compression, 1u16).unwrap();
+    dir.write_tag(Tag::PhotometricInterpretation, 2u16).unwrap();
+    dir.write_tag(Tag::SamplesPerPixel, 3u16).unwrap();
+    dir.write_tag(Tag::PlanarConfiguration, 1u16).unwrap();
+    dir.write_tag(Tag::TileWidth, tile).unwrap();
+    dir.write_tag(Tag::TileLength, tile).unwrap();
+    dir.write_tag(Tag::TileOffsets, &offsets[..]).unwrap();
+    dir.write_tag(Tag::TileByteCounts, &counts[..]).unwrap();
+    dir.finish().unwrap();
+}
+
+/// A file laid out as a slide or a GeoTIFF with overviews: page 0 a 300×200 RGB image in 64×64 tiles,
+/// page 1 a 150×100 RGB reduced page (NewSubfileType = 1) in LZW strips of 7 rows, page 2 a 1-channel
+/// 16-bit page (no NewSubfileType) in Deflate strips of 16 rows.
+fn multi_page<W: std::io::Write + std::io::Seek, K: TiffKind>(
+    mut enc: TiffEncoder<W, K>,
+    seed: u64,
+) {
+    tiled_rgb_page(&mut enc, (300, 200, 64), &rng_bytes(300 * 200 * 3, seed));
+    let mut enc = enc.with_compression(Compression::Lzw);
+    let mut img = enc.new_image::<colortype::RGB8>(150, 100).unwrap();
+    img.encoder().write_tag(Tag::NewSubfileType, 1u32).unwrap();
+    img.rows_per_strip(7).unwrap();
+    img.write_data(&rng_bytes(150 * 100 * 3, seed + 1)).unwrap();
+    let mut enc = enc.with_compression(Compression::Deflate(DeflateLevel::Fast));
+    let mut g = SplitMix64::new(seed + 2);
+    let px: Vec<u16> = (0..77 * 45).map(|_| (g.next_u64() >> 48) as u16).collect();
+    let mut img = enc.new_image::<colortype::Gray16>(77, 45).unwrap();
+    img.rows_per_strip(16).unwrap();
+    img.write_data(&px).unwrap();
+}
+
+/// Page `page` decoded whole by the `tiff` crate, as floats in `C×H×W` order.
+fn decode_page(path: &Path, page: usize) -> (usize, usize, usize, Vec<f32>) {
+    let mut d = tiff::decoder::Decoder::new(std::fs::File::open(path).unwrap()).unwrap();
+    d.seek_to_image(page).unwrap();
+    let (w, h) = d.dimensions().unwrap();
+    let (w, h) = (w as usize, h as usize);
+    let v: Vec<f32> = match d.read_image().unwrap() {
+        tiff::decoder::DecodingResult::U8(v) => v.into_iter().map(f32::from).collect(),
+        tiff::decoder::DecodingResult::U16(v) => v.into_iter().map(f32::from).collect(),
+        _ => panic!("unexpected sample type"),
+    };
+    let c = v.len() / (w * h);
+    let mut out = vec![0.0; v.len()];
+    for y in 0..h {
+        for x in 0..w {
+            for ch in 0..c {
+                out[(ch * h + y) * w + x] = v[(y * w + x) * c + ch];
+            }
+        }
+    }
+    (c, h, w, out)
+}
+
+#[test]
+fn every_page_of_a_multi_page_file_reads_as_that_page_decoded_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    for big in [false, true] {
+        let p = dir.path().join(format!("slide_{big}.tif"));
+        let f = std::fs::File::create(&p).unwrap();
+        if big {
+            multi_page(TiffEncoder::new_big(f).unwrap(), 7);
+        } else {
+            multi_page(TiffEncoder::new(f).unwrap(), 7);
+        }
+        // Page 0 holds the pixels it was written with (the hand-written tiles are right).
+        let (_, _, _, whole0) = decode_page(&p, 0);
+        let px0 = rng_bytes(300 * 200 * 3, 7);
+        for (i, v) in whole0.iter().enumerate() {
+            let (c, y, x) = (i / (200 * 300), i / 300 % 200, i % 300);
+            assert_eq!(*v, f32::from(px0[(y * 300 + x) * 3 + c]));
+        }
+        let expect = [
+            (3, 200, 300, true),
+            (3, 100, 150, false),
+            (1, 45, 77, false),
+        ];
+        for (page, &(c, h, w, tiled)) in expect.iter().enumerate() {
+            let (dc, dh, dw, whole) = decode_page(&p, page);
+            assert_eq!((dc, dh, dw), (c, h, w));
+            // A small cache: chunks are decoded again as the windows move.
+            let r = TiffRegions::open_page(&p, page, 1 << 12).unwrap();
+            assert_eq!(r.page(), page);
+            assert_eq!((r.channels(), r.height(), r.width()), (c, h, w));
+            assert_eq!(r.is_tiled(), tiled);
+            check_windows(&r, |ch, y, x| whole[(ch * h + y) * w + x]);
+            // Windows read from four threads at once: decoders opened for them land on the same page.
+            std::thread::scope(|s| {
+                for t in 0..4usize {
+                    let (r, whole) = (&r, &whole);
+                    s.spawn(move || {
+                        for y0 in (t..h).step_by(4 * 7) {
+                            let ys: Vec<Option<usize>> = (y0..(y0 + 7).min(h)).map(Some).collect();
+                            let xs: Vec<Option<usize>> = (0..w).step_by(3).map(Some).collect();
+                            let got = gather(r, &ys, &xs).unwrap();
+                            for ch in 0..c {
+                                for (iy, y) in ys.iter().enumerate() {
+                                    for (ix, x) in xs.iter().enumerate() {
+                                        let want = whole[(ch * h + y.unwrap()) * w + x.unwrap()];
+                                        assert_eq!(got.at(ch, iy, ix), want);
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        // `open` is page 0.
+        let r = TiffRegions::open(&p, 1 << 20).unwrap();
+        assert_eq!((r.page(), r.width(), r.height()), (0, 300, 200));
+    }
+}
+
+#[test]
+fn pages_are_listed_from_their_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("slide.tif");
+    multi_page(
+        TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap(),
+        3,
+    );
+    let pages = bsp_tiling::tiffio::pages(&p).unwrap();
+    let page = |index, (width, height), spp, bits, st, tiled, (cw, ch), reduced| PageInfo {
+        index,
+        width,
+        height,
+        samples_per_pixel: spp,
+        bits_per_sample: bits,
+        sample_format: 1,
+        sample_type: Some(st),
+        tiled,
+        chunk_width: cw,
+        chunk_height: ch,
+        reduced,
+    };
+    assert_eq!(
+        pages,
+        [
+            page(
+                0,
+                (300, 200),
+                3,
+                8,
+                SampleType::U8,
+                true,
+                (64, 64),
+                Some(false)
+            ),
+            page(
+                1,
+                (150, 100),
+                3,
+                8,
+                SampleType::U8,
+                false,
+                (150, 7),
+                Some(true)
+            ),
+            page(2, (77, 45), 1, 16, SampleType::U16, false, (77, 16), None),
+        ]
+    );
+    assert_eq!(
+        pages[1].to_string(),
+        "page 1: 150x100, 3 channels, u8, striped 150x7, reduced"
+    );
+    assert_eq!(
+        pages[2].to_string(),
+        "page 2: 77x45, 1 channel, u16, striped 77x16, no NewSubfileType"
+    );
+    // A single-page file: one page.
+    let one = dir.path().join("one.tif");
+    striped::<colortype::Gray8>(&one, false, Compression::Uncompressed, (5, 4, 2), &[0; 20]);
+    assert_eq!(bsp_tiling::tiffio::pages(&one).unwrap().len(), 1);
+}
+
+#[test]
+fn a_page_the_file_lacks_is_a_typed_error_with_the_page_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("three.tif");
+    multi_page(
+        TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap(),
+        5,
+    );
+    for asked in [3usize, 4, 1000] {
+        match TiffRegions::open_page(&p, asked, 1 << 20) {
+            Err(e @ bsp_tiling::Error::NoSuchPage { .. }) => {
+                let text = e.to_string();
+                let bsp_tiling::Error::NoSuchPage { path, page, pages } = e else {
+                    unreachable!()
+                };
+                assert_eq!((path, page, pages), (p.clone(), asked, 3));
+                assert!(
+                    text.contains("three.tif")
+                        && text.contains(&format!("no page {asked}"))
+                        && text.contains("3 pages"),
+                    "{text}"
+                );
+            }
+            Err(e) => panic!("page {asked}: {e}"),
+            Ok(_) => panic!("page {asked} opened"),
+        }
+    }
+    // A single-page file: one page, said in the singular.
+    let one = dir.path().join("one.tif");
+    striped::<colortype::Gray8>(&one, true, Compression::Uncompressed, (5, 4, 2), &[0; 20]);
+    let e = TiffRegions::open_page(&one, 1, 1 << 20)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("one.tif") && e.contains("1 page") && !e.contains("1 pages"),
+        "{e}"
+    );
 }

@@ -5,7 +5,7 @@
 //! Inputs, by extension: `.npy` (float32 `C×H×W` or `1×C×H×W`, taken as is), `.l3` (read by region: a
 //! tile's window decodes the patches under it), `.tif`/`.tiff` (TIFF or BigTIFF, tiled or striped, read
 //! by region through [`bsp_tiling::tiffio`]: integer samples as their values times `in_scale`, float
-//! samples as they are), or any other image the loader reads (decoded whole, as 0..255 floats times
+//! samples as they are; one page of the file, [`InferRequest::page`], page 0 by default), or any other image the loader reads (decoded whole, as 0..255 floats times
 //! `in_scale`: PNG, JPEG and the rest cannot be read by region; the run's notes say so).
 //!
 //! Outputs by extension: `.npy` (float32 `C×H×W`, the raw network output, written tile by tile at its
@@ -69,6 +69,10 @@ pub struct InferRequest {
     /// Where the graph runs: the CPU, or a CUDA device with its memory budget and precision (no fallback
     /// to the CPU: a device that cannot be used is an error).
     pub device: DeviceOptions,
+    /// The page of a TIFF input (0 is the file's first image: a slide's full resolution; later pages are
+    /// reduced levels, overviews, thumbnails). `None` reads page 0; a page asked of any other input is
+    /// refused.
+    pub page: Option<usize>,
 }
 
 /// What a run did.
@@ -125,6 +129,17 @@ pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
     Ok(InputData::Image(img))
 }
 
+/// Why `page` cannot be asked of the input `path`, if it cannot: only TIFF inputs have pages.
+pub fn page_refusal(path: &Path, page: Option<usize>) -> Option<String> {
+    let page = page?;
+    (!matches!(ext(path).as_str(), "tif" | "tiff")).then(|| {
+        format!(
+            "{}: page {page} asked for, but only TIFF inputs (.tif, .tiff) have pages",
+            path.display()
+        )
+    })
+}
+
 /// Bytes of decoded TIFF chunks kept between tile windows: a quarter of the RAM budget, within 16 MiB ..
 /// 256 MiB (a row of strips or tiles across a wide image fits; more only saves re-decoding).
 fn tiff_cache_bytes(req: &InferRequest) -> usize {
@@ -140,6 +155,9 @@ pub fn with_input<T>(
     f: impl FnOnce(&dyn Input, Vec<String>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let path = &req.input;
+    if let Some(refusal) = page_refusal(path, req.page) {
+        bail!(refusal);
+    }
     let map;
     let tensor;
     let whole;
@@ -166,7 +184,7 @@ pub fn with_input<T>(
                 (&l3, req.in_scale, Vec::new(), true)
             }
             "tif" | "tiff" => {
-                tiff = TiffRegions::open(path, tiff_cache_bytes(req))?;
+                tiff = TiffRegions::open_page(path, req.page.unwrap_or(0), tiff_cache_bytes(req))?;
                 let notes = tiff.note().map(str::to_owned).into_iter().collect();
                 let scale = match tiff.sample_type() {
                     bsp_tiling::tiffio::SampleType::F32 => 1.0,

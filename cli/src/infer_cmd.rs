@@ -9,8 +9,8 @@ use std::path::PathBuf;
 pub struct InferArgs {
     /// The network: an ONNX model (.onnx: the tileable CNN subset, see bsp_tiling::onnx) or a
     /// TransformerNet in safetensors.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[arg(long, required_unless_present = "list_pages")]
+    pub model: Option<PathBuf>,
     /// Tile side in input pixels (a multiple of the network's total stride).
     #[arg(long, default_value_t = 512)]
     pub tile: usize,
@@ -55,16 +55,35 @@ pub struct InferArgs {
     /// default or float32 (the raw output); .npy is float32, the image formats uint8.
     #[arg(long)]
     pub out_dtype: Option<String>,
-    /// Read by region: .l3, .tif/.tiff (TIFF or BigTIFF, tiled or striped; 8/16-bit or float32 samples),
-    /// .npy (float32 C×H×W, taken as is). Decoded whole (said on stderr): any other image the toolkit reads
-    /// (PNG, JPEG, ...).
-    pub input: PathBuf,
+    /// The page of a TIFF input to read (default 0, the first: a slide's full resolution; later pages are
+    /// reduced levels, overviews, thumbnails, label images; see --list-pages). Refused for other inputs.
+    #[arg(long)]
+    pub page: Option<usize>,
+    /// Prints the pages of a TIFF file, one line each (index, WxH, channels, sample type, tiled or
+    /// striped with the chunk size, reduced resolution or not), and runs nothing.
+    #[arg(long, value_name = "TIFF", conflicts_with_all = ["model", "page", "input", "output"])]
+    pub list_pages: Option<PathBuf>,
+    /// Read by region: .l3, .tif/.tiff (TIFF or BigTIFF, tiled or striped; 8/16-bit or float32 samples;
+    /// the page --page says), .npy (float32 C×H×W, taken as is). Decoded whole (said on stderr): any other
+    /// image the toolkit reads (PNG, JPEG, ...).
+    #[arg(required_unless_present = "list_pages")]
+    pub input: Option<PathBuf>,
     /// Written tile by tile: .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or --out-dtype
     /// float32), .png (rows streamed). Encoded whole at the end: .l3, .ppm, .jpg.
-    pub output: PathBuf,
+    #[arg(required_unless_present = "list_pages")]
+    pub output: Option<PathBuf>,
 }
 
 pub fn run(a: InferArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.list_pages {
+        for page in bsp_tiling::tiffio::pages(path)? {
+            println!("{page}");
+        }
+        return Ok(());
+    }
+    let (Some(model), Some(input), Some(output)) = (a.model, a.input, a.output) else {
+        bail!("--model, an input and an output are required unless --list-pages is given");
+    };
     let Some(mode) = Mode::parse(&a.mode) else {
         bail!(
             "unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole",
@@ -93,11 +112,11 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
                 anyhow::anyhow!("unknown --out-dtype {d:?}: use uint8 or float32")
             })?),
         };
-    let g = load_model(&a.model, padding)?;
+    let g = load_model(&model, padding)?;
     let defaults = bsp_tiling::Options::default();
     let req = InferRequest {
-        input: a.input.clone(),
-        output: a.output.clone(),
+        input,
+        output,
         mode,
         tile: a.tile,
         threads: a.threads.unwrap_or(defaults.threads).max(1),
@@ -111,6 +130,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         out_scale: a.out_scale,
         out_dtype,
         device,
+        page: a.page,
     };
     let r = infer_paths(&g, &req)?;
     for note in &r.notes {

@@ -1,5 +1,6 @@
 //! `l3 infer` end to end on bsp-tiling's ONNX test models (onnxruntime's outputs beside them): `.npy` in
-//! and out (written tile by tile), an L3 input read by region, a PNG with rows streamed, the refusals.
+//! and out (written tile by tile), an L3 input read by region, a PNG with rows streamed, a page of a
+//! multi-page TIFF, the refusals.
 use bsp_tiling::{Tensor, npy};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -318,4 +319,104 @@ fn tiff_refusals_name_the_file() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "failed runs leave nothing: {left:?}");
+}
+
+/// A three-page TIFF: page 0 a 40×30 RGB image, page 1 the 23×17 RGB page `reduced` (NewSubfileType = 1,
+/// LZW strips of 5 rows), page 2 a 1-channel 9×8 page.
+fn three_pages(p: &Path, reduced: &[u8]) {
+    use tiff::encoder::{Compression, TiffEncoder, colortype};
+    let mut enc = TiffEncoder::new(std::fs::File::create(p).unwrap()).unwrap();
+    let px: Vec<u8> = (0..40 * 30 * 3).map(|i| (i * 31 % 251) as u8).collect();
+    enc.write_image::<colortype::RGB8>(40, 30, &px).unwrap();
+    let mut enc = enc.with_compression(Compression::Lzw);
+    let mut img = enc.new_image::<colortype::RGB8>(23, 17).unwrap();
+    img.encoder()
+        .write_tag(tiff::tags::Tag::NewSubfileType, 1u32)
+        .unwrap();
+    img.rows_per_strip(5).unwrap();
+    img.write_data(reduced).unwrap();
+    enc.write_image::<colortype::Gray8>(9, 8, &[7u8; 72])
+        .unwrap();
+}
+
+#[test]
+fn a_tiff_page_runs_as_that_page_written_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| dir.path().join(f);
+    let model = data("norm_first.onnx");
+    let reduced: Vec<u8> = (0..23 * 17 * 3).map(|i| (i * 7919 % 256) as u8).collect();
+    three_pages(&d("slide.tif"), &reduced);
+    tiff::encoder::TiffEncoder::new(std::fs::File::create(d("alone.tif")).unwrap())
+        .unwrap()
+        .write_image::<tiff::encoder::colortype::RGB8>(23, 17, &reduced)
+        .unwrap();
+    let run = |input: &Path, out: &Path, extra: &[&str]| {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&"--model", &model, &"--tile", &"8", &"--in-scale", &"0.01"];
+        for a in extra {
+            args.push(a);
+        }
+        args.push(&input);
+        args.push(&out);
+        l3(&args)
+    };
+    for (out, alone) in [("page1.npy", "alone.npy"), ("page1.png", "alone.png")] {
+        ok(run(&d("slide.tif"), &d(out), &["--page", "1"]));
+        ok(run(&d("alone.tif"), &d(alone), &[]));
+        let (a, b) = (
+            std::fs::read(d(out)).unwrap(),
+            std::fs::read(d(alone)).unwrap(),
+        );
+        assert!(a == b, "{out} and {alone} differ");
+    }
+    // Page 0 is the default and differs from page 1 (the pages are really told apart).
+    ok(run(&d("slide.tif"), &d("page0.npy"), &["--page", "0"]));
+    ok(run(&d("slide.tif"), &d("default.npy"), &[]));
+    assert_eq!(
+        std::fs::read(d("page0.npy")).unwrap(),
+        std::fs::read(d("default.npy")).unwrap()
+    );
+    assert_eq!(npy::read(&d("page0.npy")).unwrap().w, 40);
+    // The page list.
+    let o = ok(l3(&[&"--list-pages", &d("slide.tif")]));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "page 0: 40x30, 3 channels, u8, striped 40x30, no NewSubfileType\n\
+         page 1: 23x17, 3 channels, u8, striped 23x5, reduced\n\
+         page 2: 9x8, 1 channel, u8, striped 9x8, no NewSubfileType\n"
+    );
+}
+
+#[test]
+fn page_refusals_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| dir.path().join(f);
+    let model = data("norm_first.onnx");
+    three_pages(&d("slide.tif"), &[1u8; 23 * 17 * 3]);
+    let out = d("y.npy");
+    // A page the file lacks: the file, the page and the count.
+    let o = l3(&[&"--model", &model, &"--page", &"3", &d("slide.tif"), &out]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("slide.tif") && err.contains("no page 3") && err.contains("3 pages"),
+        "{err}"
+    );
+    // A page asked of an input without pages.
+    let x = data("norm_first.in.41x29.npy");
+    let o = l3(&[&"--model", &model, &"--page", &"0", &x, &out]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("norm_first.in.41x29.npy") && err.contains("only TIFF inputs"),
+        "{err}"
+    );
+    // The page list of a file that is not a TIFF.
+    let o = l3(&[&"--list-pages", &x]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("norm_first.in.41x29.npy"));
+    // --list-pages runs nothing: it takes no model or output.
+    let o = l3(&[&"--list-pages", &d("slide.tif"), &"--model", &model]);
+    assert!(!o.status.success());
+    assert!(!out.exists());
 }

@@ -183,7 +183,8 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::OverBudget { .. }
         | E::Channels { .. }
         | E::Device(_)
-        | E::DeviceBudget { .. } => Kind::Options,
+        | E::DeviceBudget { .. }
+        | E::NoSuchPage { .. } => Kind::Options,
         E::NoDriver
         | E::NoCudaLibrary { .. }
         | E::NoDevice { .. }

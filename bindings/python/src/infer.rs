@@ -7,7 +7,7 @@ use crate::stylize::gpu_words_of;
 use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
 use l3_cli::infer::{
     InferRequest, InputData, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
-    load_model,
+    load_model, page_refusal,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -87,7 +87,10 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 /// ``(H, W, C)`` (0..255, times ``in_scale``), or a path: read by region from ``.l3`` and ``.tif``/``.tiff``
 /// (TIFF or BigTIFF, tiled or striped; integer samples times ``in_scale``, float32 as they are), a
 /// float32 ``.npy``, or any other image the toolkit reads (PNG, JPEG, ...: decoded whole, with a
-/// ``UserWarning`` saying so). ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
+/// ``UserWarning`` saying so). ``page``: the page of a TIFF path to read (default 0, the file's first
+/// image: a slide's full resolution; later pages are reduced levels, overviews, thumbnails); a page the
+/// file lacks raises ``OptionsError`` with the file's page count, and ``page`` with an array or another
+/// kind of file raises ``OptionsError``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
 /// ``mode``: ``"exact"`` (equal to the whole-image result), ``"sampled"`` / ``"sampled:N"``,
 /// ``"recompute"``, ``"naive"`` or ``"whole"``. ``tile``: tile side in pixels (a multiple of the network's
 /// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.tif``/``.tiff`` a
@@ -104,7 +107,7 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 #[pyo3(signature = (
     image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
     spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None,
-    precision="f32", gpu_memory=None
+    precision="f32", gpu_memory=None, page=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn infer<'py>(
@@ -124,6 +127,7 @@ pub fn infer<'py>(
     out_dtype: Option<&str>,
     precision: &str,
     gpu_memory: Option<u64>,
+    page: Option<usize>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
     let out_dtype = match out_dtype {
@@ -203,6 +207,19 @@ pub fn infer<'py>(
     } else {
         None
     };
+    match &in_path {
+        None if page.is_some() => {
+            return Err(opt(
+                "page: applies to a TIFF path (.tif, .tiff), not to an array".into(),
+            ));
+        }
+        Some(p) => {
+            if let Some(refusal) = page_refusal(p, page) {
+                return Err(opt(refusal));
+            }
+        }
+        None => {}
+    }
     let defaults = bsp_tiling::Options::default();
     let req = InferRequest {
         input: in_path.clone().unwrap_or_default(),
@@ -220,6 +237,7 @@ pub fn infer<'py>(
         out_scale,
         out_dtype,
         device: dev.clone(),
+        page,
     };
     let g = graph.clone();
     let words = dev.clone();

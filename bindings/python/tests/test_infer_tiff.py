@@ -1,8 +1,8 @@
 """l3toolkit.infer on TIFF paths: files written by tifffile (classic and BigTIFF, tiled and striped,
 chunky and planar, Deflate and uncompressed, uint8, uint16 and float32) are read by region and give the
 same output, bit for bit, as the same pixels passed as an array; tiled BigTIFF outputs read back through
-tifffile equal the array result (float32) and the PNG output (uint8). Skips where onnx or tifffile is
-missing."""
+tifffile equal the array result (float32) and the PNG output (uint8); ``page=N`` of a multi-page file
+equals that page written alone. Skips where onnx or tifffile is missing."""
 
 import importlib.util
 import sys
@@ -119,3 +119,50 @@ def test_damaged_tiff_names_the_file(model, tmp_path):
     p.write_bytes(b[: len(b) // 2])
     with pytest.raises(l3.Error, match="cut.tif"):
         l3.infer(p, model, tile=8)
+
+
+def write_three_pages(p, reduced, rng):
+    """A slide-like file: page 0 a 120×90 RGB image in 32×32 tiles, page 1 ``reduced`` (NewSubfileType = 1,
+    Deflate strips of 6 rows), page 2 a 1-channel 16-bit page in strips."""
+    with tifffile.TiffWriter(p) as t:
+        t.write(rng.integers(0, 256, (90, 120, 3), dtype=np.uint8), photometric="rgb", tile=(32, 32))
+        t.write(reduced, photometric="rgb", subfiletype=1, rowsperstrip=6, compression="zlib")
+        t.write(rng.integers(0, 65536, (20, 25), dtype=np.uint16), photometric="minisblack")
+
+
+def test_a_page_equals_that_page_written_alone(model, tmp_path):
+    rng = np.random.default_rng(8)
+    reduced = rng.integers(0, 256, (45, 60, 3), dtype=np.uint8)
+    slide, alone = tmp_path / "slide.tif", tmp_path / "alone.tif"
+    write_three_pages(slide, reduced, rng)
+    tifffile.imwrite(alone, reduced, photometric="rgb")
+    with tifffile.TiffFile(slide) as f:
+        assert len(f.pages) == 3 and f.pages[1].subfiletype == 1
+
+    got = l3.infer(slide, model, tile=16, in_scale=0.01, page=1)
+    assert got.shape[1:] == (45, 60)
+    assert np.array_equal(got, l3.infer(alone, model, tile=16, in_scale=0.01))
+    assert np.array_equal(got, l3.infer(reduced, model, tile=16, in_scale=0.01))
+    # Written to a file: byte for byte the single-page file's output.
+    for name in ("a.npy", "b.npy"):
+        src = slide if name == "a.npy" else alone
+        l3.infer(src, model, tile=16, in_scale=0.01, output=tmp_path / name, page=1 if src == slide else None)
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+    # Page 0 is the default.
+    assert np.array_equal(l3.infer(slide, model, tile=16, page=0), l3.infer(slide, model, tile=16))
+    assert l3.infer(slide, model, tile=16).shape[1:] == (90, 120)
+
+
+def test_page_refusals(model, tmp_path):
+    rng = np.random.default_rng(9)
+    slide = tmp_path / "slide.tif"
+    write_three_pages(slide, rng.integers(0, 256, (45, 60, 3), dtype=np.uint8), rng)
+    with pytest.raises(l3.OptionsError, match=r"slide\.tif.*no page 3.*3 pages"):
+        l3.infer(slide, model, tile=16, page=3)
+    x = rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    with pytest.raises(l3.OptionsError, match="not to an array"):
+        l3.infer(x, model, tile=8, page=0)
+    npy = tmp_path / "x.npy"
+    np.save(npy, x.transpose(2, 0, 1).astype(np.float32))
+    with pytest.raises(l3.OptionsError, match=r"x\.npy.*only TIFF inputs"):
+        l3.infer(npy, model, tile=8, page=1)

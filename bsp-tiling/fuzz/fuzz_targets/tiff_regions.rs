@@ -1,5 +1,6 @@
-//! Arbitrary bytes as a TIFF input read by region: opening must return a reader or a typed error, never
-//! panic; what opens is read window by window (overlapping windows with padding, as tiles read them).
+//! Arbitrary bytes as a TIFF input read by region: listing the pages and opening a page (0 to 3, from
+//! the last byte) must return a result or a typed error, never panic; what opens is read window by
+//! window (overlapping windows with padding, as tiles read them).
 //! `cargo +nightly fuzz run tiff_regions` from bsp-tiling/ (seed it with TIFFs, e.g. the test outputs).
 #![no_main]
 
@@ -13,7 +14,9 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let Ok(r) = TiffRegions::open(&path, 1 << 20) else {
+    let _ = bsp_tiling::tiffio::pages(&path);
+    let page = data.last().map_or(0, |b| usize::from(b % 4));
+    let Ok(r) = TiffRegions::open_page(&path, page, 1 << 20) else {
         return;
     };
     let (h, w, c) = (r.height(), r.width(), r.channels());

@@ -1,5 +1,6 @@
-//! A TIFF or BigTIFF read by region: a window decodes only the tiles or strips (the file's *chunks*) it
-//! covers, through the `tiff` crate (uncompressed, LZW, Deflate, PackBits, JPEG — what the crate
+//! A TIFF or BigTIFF read by region: one page of the file (page 0 by default: a pyramidal slide's full
+//! resolution, a GeoTIFF's full image; later pages are reduced levels, overviews, thumbnails), of which a
+//! window decodes only the tiles or strips (the page's *chunks*) it covers, through the `tiff` crate (uncompressed, LZW, Deflate, PackBits, JPEG — what the crate
 //! decodes). Classic and BigTIFF, tiled or striped, chunky or planar; 8- and 16-bit unsigned and 32-bit
 //! float samples; any number of samples per pixel except palette and colour-space images (CMYK, YCbCr,
 //! Lab), which are refused by name.
@@ -33,6 +34,8 @@ pub enum SampleType {
 /// A TIFF input read by region (see the module documentation).
 pub struct TiffRegions {
     path: PathBuf,
+    /// The page read (image file directory, from 0); every pooled decoder is positioned on it.
+    page: usize,
     width: usize,
     height: usize,
     channels: usize,
@@ -51,7 +54,7 @@ pub struct TiffRegions {
     note: Option<String>,
 }
 
-fn tiff_error(path: &Path, what: &str, e: tiff::TiffError) -> Error {
+pub(super) fn tiff_error(path: &Path, what: &str, e: tiff::TiffError) -> Error {
     match e {
         tiff::TiffError::IoError(source) => Error::Io {
             path: path.to_path_buf(),
@@ -65,15 +68,28 @@ fn tiff_error(path: &Path, what: &str, e: tiff::TiffError) -> Error {
 }
 
 impl TiffRegions {
-    /// Opens `path` and checks what can be read: the first image of the file, its layout and sample
-    /// type, and its first chunk (so an unsupported compression fails here, not halfway through a run).
-    /// `cache_bytes` bounds the decoded chunks kept between windows.
+    /// Opens page 0 of `path` ([`TiffRegions::open_page`]).
     pub fn open(path: &Path, cache_bytes: usize) -> Result<TiffRegions> {
+        TiffRegions::open_page(path, 0, cache_bytes)
+    }
+
+    /// Opens page `page` of `path` (0 is the first image file directory) and checks what can be read:
+    /// the page's layout and sample type, and its first chunk (so an unsupported compression fails here,
+    /// not halfway through a run). A page the file does not have is [`Error::NoSuchPage`], with the
+    /// file's page count. `cache_bytes` bounds the decoded chunks kept between windows.
+    pub fn open_page(path: &Path, page: usize, cache_bytes: usize) -> Result<TiffRegions> {
+        let on_page = |reason: String| {
+            if page == 0 {
+                reason
+            } else {
+                format!("page {page}: {reason}")
+            }
+        };
         let bad = |reason: String| Error::Tiff {
             path: path.to_path_buf(),
-            reason,
+            reason: on_page(reason),
         };
-        let mut dec = open_decoder(path)?;
+        let mut dec = open_decoder_at(path, page)?;
         let (w, h) = dec
             .dimensions()
             .map_err(|e| tiff_error(path, "reading the image size", e))?;
@@ -166,6 +182,7 @@ impl TiffRegions {
         let dec = dec.with_limits(limits(decode_limit));
         let r = TiffRegions {
             path: path.to_path_buf(),
+            page,
             width,
             height,
             channels,
@@ -189,6 +206,11 @@ impl TiffRegions {
             Samples::F32(_) => SampleType::F32,
         };
         Ok(TiffRegions { sample, ..r })
+    }
+
+    /// The page read (0 is the file's first image file directory).
+    pub fn page(&self) -> usize {
+        self.page
     }
 
     /// Why this file is not read chunk by chunk in bounded memory, when it is not.
@@ -216,7 +238,9 @@ impl TiffRegions {
             .pop();
         match pooled {
             Some(d) => Ok(d),
-            None => Ok(open_decoder(&self.path)?.with_limits(limits(self.decode_limit))),
+            None => {
+                Ok(open_decoder_at(&self.path, self.page)?.with_limits(limits(self.decode_limit)))
+            }
         }
     }
 
@@ -227,8 +251,13 @@ impl TiffRegions {
         }
         let mut dec = self.decoder()?;
         let what = || {
+            let page = if self.page == 0 {
+                String::new()
+            } else {
+                format!(" of page {}", self.page)
+            };
             format!(
-                "decoding {} {index}",
+                "decoding {} {index}{page}",
                 if self.tiled { "tile" } else { "strip" }
             )
         };
@@ -280,12 +309,43 @@ fn limits(decoding_buffer_size: usize) -> Limits {
     l
 }
 
-fn open_decoder(path: &Path) -> Result<Dec> {
+pub(super) fn open_decoder(path: &Path) -> Result<Dec> {
     let f = stdx::fs::open_regular(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
     Decoder::new(BufReader::new(f)).map_err(|e| tiff_error(path, "not a readable TIFF", e))
+}
+
+/// A decoder of `path` positioned on page `page`; a page past the last is [`Error::NoSuchPage`].
+fn open_decoder_at(path: &Path, page: usize) -> Result<Dec> {
+    let mut dec = open_decoder(path)?;
+    if page == 0 {
+        return Ok(dec);
+    }
+    match dec.seek_to_image(page) {
+        Ok(()) => Ok(dec),
+        Err(tiff::TiffError::FormatError(tiff::TiffFormatError::ImageFileDirectoryNotFound)) => {
+            Err(Error::NoSuchPage {
+                path: path.to_path_buf(),
+                page,
+                pages: page_count(path)?,
+            })
+        }
+        Err(e) => Err(tiff_error(path, &format!("reading page {page}"), e)),
+    }
+}
+
+/// How many pages (image file directories in the main chain) `path` holds.
+pub(super) fn page_count(path: &Path) -> Result<usize> {
+    let mut dec = open_decoder(path)?;
+    let mut n = 1;
+    while dec.more_images() {
+        dec.next_image()
+            .map_err(|e| tiff_error(path, &format!("reading page {n}"), e))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 impl Field for TiffRegions {
