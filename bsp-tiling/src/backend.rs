@@ -7,7 +7,8 @@
 //! backend keeps a tile on the device from its window to its normalised output, and the BSP engine can keep
 //! whole layers resident there ([`crate::place`]).
 //!
-//! [`CpuBackend`] is the reference: im2col + `matrixmultiply`'s SGEMM, split over threads. The host
+//! [`CpuBackend`] is the reference: im2col + GEMM in a fixed summation order ([`crate::gemm`]), split over
+//! threads. The host
 //! operations it is made of are public functions ([`host`]) so that other host-side backends
 //! ([`crate::sim::DeviceSim`]) compute bit for bit the same.
 
@@ -216,20 +217,9 @@ pub mod host {
     use crate::padding::PaddingMode;
     use crate::stats::ChannelStats;
     use crate::tensor::Tensor;
-    use std::sync::Mutex;
 
-    /// im2col buffers are built for bands of output rows of about this many bytes, so that a whole-image
-    /// convolution never materialises the `k²·cin`-times larger column matrix.
-    pub const BAND_BYTES: usize = 4 << 20;
-
-    /// Output rows per im2col band.
-    pub fn rows_per_band(conv: &Conv2d, ho: usize, wo: usize, band_bytes: usize) -> usize {
-        let kk = conv.cin * conv.k * conv.k;
-        (band_bytes / (kk * wo * 4).max(1)).clamp(1, ho.max(1))
-    }
-
-    /// Valid convolution by im2col + SGEMM over bands of output rows, the bands shared among `threads`
-    /// workers of the workspace pool.
+    /// Valid convolution ([`crate::gemm`]: im2col into packed panels, products in a fixed order), bands
+    /// of output rows shared among `threads` workers of the workspace pool.
     pub fn conv2d_valid(x: &Tensor, conv: &Conv2d, threads: usize) -> Tensor {
         let (k, s) = (conv.k, conv.stride);
         assert!(
@@ -238,70 +228,28 @@ pub mod host {
         );
         let ho = (x.h - k) / s + 1;
         let wo = (x.w - k) / s + 1;
-        let kk = conv.cin * k * k;
-        let mut out = Tensor::zeros(conv.cout, ho, wo);
-        let rows = rows_per_band(conv, ho, wo, BAND_BYTES);
-        let bands = ho.div_ceil(rows);
-        let plane = ho * wo;
-        // Each band writes a disjoint set of output rows in every channel plane.
-        let out_ptr = SendPtr(out.data.as_mut_ptr());
-        // Column buffers are reused across bands (zeroing a fresh one per band showed up in profiles).
-        let spare: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
-        let _ = stdx::parallel::for_each(0..bands, threads.clamp(1, bands), |b| {
-            let mut col = spare
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop()
-                .unwrap_or_default();
-            let y0 = b * rows;
-            let y1 = (y0 + rows).min(ho);
-            let n = (y1 - y0) * wo;
-            im2col(x, k, s, y0, y1, wo, &mut col);
-            // SAFETY: band b owns rows y0..y1 of every output plane; the bias pass and the GEMM below
-            // touch only those rows, and `out` outlives the pool's scope.
-            unsafe {
-                let base = out_ptr.get().add(y0 * wo);
-                for co in 0..conv.cout {
-                    let row = std::slice::from_raw_parts_mut(base.add(co * plane), n);
-                    row.fill(conv.bias[co]);
-                }
-                matrixmultiply::sgemm(
-                    conv.cout,
-                    kk,
-                    n,
-                    1.0,
-                    conv.weight.as_ptr(),
-                    kk as isize,
-                    1,
-                    col.as_ptr(),
-                    n as isize,
-                    1,
-                    1.0,
-                    base,
-                    plane as isize,
-                    1,
-                );
-            }
-            spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
-            Ok::<(), ()>(())
-        });
-        out
-    }
-
-    #[derive(Clone, Copy)]
-    struct SendPtr(*mut f32);
-    // SAFETY: used only for disjoint writes, see `conv2d_valid`.
-    unsafe impl Send for SendPtr {}
-    unsafe impl Sync for SendPtr {}
-    impl SendPtr {
-        fn get(self) -> *mut f32 {
-            self.0
-        }
+        let win = crate::graph::ops::Win {
+            k,
+            stride: s,
+            dilation: 1,
+        };
+        crate::gemm::conv_valid(
+            x,
+            conv.cout,
+            1,
+            &[win; 2],
+            &conv.weight,
+            &conv.bias,
+            ho,
+            wo,
+            threads,
+        )
     }
 
     /// Column matrix `[cin·k·k, (y1-y0)·wo]` for output rows `y0..y1` of a valid `k × k` convolution with
     /// stride `s`: row `(c·k + ky)·k + kx`, column `(y - y0)·wo + x` holds input `(c, y·s + ky, x·s + kx)`.
-    /// `col` grows to fit (and is never shrunk or cleared).
+    /// `col` grows to fit (and is never shrunk or cleared). The row-major layout a device GEMM reads; the
+    /// host packs its columns itself ([`crate::gemm::im2col_panels`]).
     pub fn im2col(
         x: &Tensor,
         k: usize,
@@ -399,7 +347,7 @@ pub mod host {
     }
 }
 
-/// im2col + SGEMM on the CPU: the reference backend.
+/// im2col + GEMM on the CPU: the reference backend.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
 
@@ -408,7 +356,7 @@ impl Backend for CpuBackend {
     type Weights = ();
 
     fn name(&self) -> String {
-        "cpu (im2col + matrixmultiply sgemm)".into()
+        "cpu (im2col + packed GEMM)".into()
     }
 
     fn weights(&self, _conv: &Conv2d) -> Result<()> {

@@ -37,6 +37,8 @@ mod cuda;
 mod device;
 mod error;
 mod field;
+#[allow(unsafe_code)]
+mod gemm;
 pub mod graph;
 mod grid;
 mod meter;

@@ -7,7 +7,6 @@
 
 use crate::padding::PaddingMode;
 use crate::tensor::Tensor;
-use std::sync::Mutex;
 
 /// A convolution's geometry along one axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -839,137 +838,11 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Ten
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: used only for disjoint writes (each band its own output rows).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// im2col rows for one group and output rows `y0..y1`: `[cin_g·kh·kw, (y1−y0)·wo]`.
-#[allow(clippy::too_many_arguments)]
-fn im2col(
-    x: &Tensor,
-    c0: usize,
-    cg: usize,
-    w: &[Win; 2],
-    y0: usize,
-    y1: usize,
-    wo: usize,
-    col: &mut Vec<f32>,
-) {
-    let (kh, kw) = (w[0].k, w[1].k);
-    let n = (y1 - y0) * wo;
-    // Every element of the first `cg·kh·kw·n` is written below: grow, never clear.
-    if col.len() < cg * kh * kw * n {
-        col.resize(cg * kh * kw * n, 0.0);
-    }
-    let mut r = 0;
-    for ci in c0..c0 + cg {
-        let plane = &x.data[ci * x.h * x.w..(ci + 1) * x.h * x.w];
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let dst = &mut col[r * n..(r + 1) * n];
-                r += 1;
-                let mut i = 0;
-                for oy in y0..y1 {
-                    let iy = oy * w[0].stride + ky * w[0].dilation;
-                    let row = &plane[iy * x.w..(iy + 1) * x.w];
-                    let base = kx * w[1].dilation;
-                    if w[1].stride == 1 {
-                        dst[i..i + wo].copy_from_slice(&row[base..base + wo]);
-                    } else {
-                        for ox in 0..wo {
-                            dst[i + ox] = row[base + ox * w[1].stride];
-                        }
-                    }
-                    i += wo;
-                }
-            }
-        }
-    }
-}
-
-/// Valid convolution of a window (padding already gathered) to `ho × wo` outputs: im2col + SGEMM over
-/// bands of output rows, per group.
+/// Valid convolution of a window (padding already gathered) to `ho × wo` outputs ([`crate::gemm`]).
 pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Tensor {
-    let cg = c.cin / c.groups;
-    let og = c.cout / c.groups;
-    let kk = cg * c.win[0].k * c.win[1].k;
-    // Every element is written: the bias fill of each band, then the GEMM adds to it.
-    let mut out = Tensor::scratch(c.cout, ho, wo);
-    if ho == 0 || wo == 0 {
-        return out;
-    }
-    let rows = ((4usize << 20) / (kk * wo * 4).max(1)).clamp(1, ho);
-    let bands = ho.div_ceil(rows);
-    let plane = ho * wo;
-    let ptr = SendPtr(out.data.as_mut_ptr());
-    let spare: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
-    let pointwise =
-        c.win[0].k == 1 && c.win[1].k == 1 && c.win[0].stride == 1 && c.win[1].stride == 1;
-    let _ = stdx::parallel::for_each(0..bands, threads.clamp(1, bands), |b| {
-        let mut col = spare
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| {
-                if pointwise {
-                    Vec::new()
-                } else {
-                    crate::buffers::scratch(kk * rows * wo)
-                }
-            });
-        let y0 = b * rows;
-        let y1 = (y0 + rows).min(ho);
-        let n = (y1 - y0) * wo;
-        for g in 0..c.groups {
-            // A 1×1 stride-1 convolution reads its input rows as they are (x is exactly ho × wo).
-            let (bptr, bstride) = if pointwise {
-                (
-                    x.data[(g * cg * x.h * x.w) + y0 * wo..].as_ptr(),
-                    (x.h * x.w) as isize,
-                )
-            } else {
-                im2col(x, g * cg, cg, &c.win, y0, y1, wo, &mut col);
-                (col.as_ptr(), n as isize)
-            };
-            // SAFETY: band b writes rows y0..y1 of the group's output planes only; `out` outlives the pool.
-            unsafe {
-                let base = ptr.get().add(g * og * plane + y0 * wo);
-                for co in 0..og {
-                    std::slice::from_raw_parts_mut(base.add(co * plane), n)
-                        .fill(c.bias[g * og + co]);
-                }
-                matrixmultiply::sgemm(
-                    og,
-                    kk,
-                    n,
-                    1.0,
-                    c.weight[g * og * kk..].as_ptr(),
-                    kk as isize,
-                    1,
-                    bptr,
-                    bstride,
-                    1,
-                    1.0,
-                    base,
-                    plane as isize,
-                    1,
-                );
-            }
-        }
-        spare.lock().unwrap_or_else(|p| p.into_inner()).push(col);
-        Ok::<(), ()>(())
-    });
-    for col in spare.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        crate::buffers::give(col);
-    }
-    out
+    crate::gemm::conv_valid(
+        x, c.cout, c.groups, &c.win, &c.weight, &c.bias, ho, wo, threads,
+    )
 }
 
 /// Transposed convolution of outputs `ctx.range` from the window of contributing inputs: per band of
@@ -995,30 +868,36 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
     let by = convt_pad_begin(c, 0, nin[0]) as isize;
     let bx = convt_pad_begin(c, 1, nin[1]) as isize;
     let rows = ((8usize << 20) / (m * x.w * 4).max(1)).clamp(1, x.h);
-    let mut cols = vec![0.0f32; m * rows * x.w];
+    let mut cols = crate::buffers::scratch(m * rows * x.w);
+    let kernel = crate::gemm::kernel();
+    let pixels = crate::gemm::Rows::new(
+        x,
+        cg,
+        &[Win {
+            k: 1,
+            stride: 1,
+            dilation: 1,
+        }; 2],
+    );
     for g in 0..c.groups {
+        // cols[(co, ky, kx), pix] = Σ_ci W[ci, co, ky, kx] · x[ci, pix]
+        let a = crate::gemm::PackedA::new(&c.weight[g * cg * m..], m, cg, 1, m);
         let mut r0 = 0;
         while r0 < x.h {
             let r1 = (r0 + rows).min(x.h);
             let n = (r1 - r0) * x.w;
-            // cols[(co, ky, kx), pix] = Σ_ci W[ci, co, ky, kx] · x[ci, pix]
-            // SAFETY: the slices hold the extents sgemm reads and writes.
+            // SAFETY: `cols` holds m rows of n values.
             unsafe {
-                matrixmultiply::sgemm(
-                    m,
-                    cg,
-                    n,
-                    1.0,
-                    c.weight[g * cg * m..].as_ptr(),
-                    1,
-                    m as isize,
-                    x.data[g * cg * x.h * x.w + r0 * x.w..].as_ptr(),
-                    (x.h * x.w) as isize,
-                    1,
-                    0.0,
+                pixels.product(
+                    &a,
+                    g * cg,
+                    r0,
+                    r1,
+                    x.w,
                     cols.as_mut_ptr(),
-                    n as isize,
-                    1,
+                    n,
+                    crate::gemm::Init::Zero,
+                    kernel,
                 );
             }
             for co in 0..og {
@@ -1051,6 +930,7 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
             r0 = r1;
         }
     }
+    crate::buffers::give(cols);
     out
 }
 

@@ -1,0 +1,410 @@
+//! Convolution as a matrix product with a fixed summation order: every output is one running sum,
+//! started at its bias and fed one fused multiply-add per im2col row `k` in increasing order, whatever
+//! the image size, the tile, the blocking, the thread count or the kernel. That is what lets a
+//! convolution computed tile by tile equal the whole-image one bit for bit: an output pixel sees the
+//! same operations in any tile. (Faster GEMMs split the sum by the matrix shape, and then tiled and
+//! whole results differ.)
+//!
+//! The weights are packed once per call ([`PackedA`]). The input is read in place where it can be
+//! (stride 1 along rows: the kernel reads each im2col row straight from the window, [`input_offsets`])
+//! and packed one `NR`-pixel panel at a time where it cannot (column strides, a row's last pixels), so
+//! no column matrix is ever written out. The kernels (`kernel.rs`: portable and AVX2 + FMA side by side)
+//! agree bit for bit, so results do not depend on the CPU either. Both engines' convolutions
+//! ([`crate::graph`] and the TransformerNet stages) and the transposed convolution's products run here.
+
+mod kernel;
+mod pack;
+
+pub use kernel::Kernel;
+pub use pack::PackedA;
+
+use crate::graph::ops::Win;
+use crate::tensor::Tensor;
+
+/// Rows of the weights (output channels) per kernel call.
+pub const MR: usize = 6;
+/// Output pixels per kernel call.
+pub const NR: usize = 16;
+/// `k` per pass over a panel, so that its `KC·NR` input values stay in L1 while every row panel of
+/// the weights uses them.
+const KC: usize = 256;
+
+/// What each output channel starts from.
+#[derive(Clone, Copy)]
+pub enum Init<'a> {
+    /// `bias[i]` for output channel `i`.
+    Bias(&'a [f32]),
+    Zero,
+}
+
+/// The kernel this CPU runs.
+pub fn kernel() -> Kernel {
+    kernel::best()
+}
+
+/// A convolution's im2col rows, as read from its input window.
+pub struct Rows<'a> {
+    x: &'a Tensor,
+    win: [Win; 2],
+    /// Input offsets of each im2col row ([`pack::input_offsets`]).
+    offs: Vec<usize>,
+    /// `k·NR`: the same rows in a packed panel.
+    packed: Vec<usize>,
+}
+
+impl<'a> Rows<'a> {
+    /// The rows of a convolution with window `win` over `cg` channels of `x` (one group).
+    pub fn new(x: &'a Tensor, cg: usize, win: &[Win; 2]) -> Rows<'a> {
+        let offs = pack::input_offsets(x, cg, win);
+        let packed = (0..offs.len()).map(|r| r * NR).collect();
+        Rows {
+            x,
+            win: *win,
+            offs,
+            packed,
+        }
+    }
+
+    /// Output rows `y0..y1` (`wo` pixels each) of the product with `a` over the group whose first input
+    /// channel is `c0`: output channel `i`, pixel `(oy, ox)` at `c + i·ldc + (oy − y0)·wo + ox`.
+    ///
+    /// # Safety
+    /// Those `a.m × (y1 − y0)·wo` places of `c` are valid for writes and no one else touches them while
+    /// this runs; `(y0..y1) × (0..wo)` are valid outputs of the window.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn product(
+        &self,
+        a: &PackedA,
+        c0: usize,
+        y0: usize,
+        y1: usize,
+        wo: usize,
+        c: *mut f32,
+        ldc: usize,
+        init: Init,
+        kernel: Kernel,
+    ) {
+        let (m, k) = (a.m, a.k);
+        assert_eq!(k, self.offs.len(), "gemm: weights of another window");
+        if let Init::Bias(v) = init {
+            assert!(v.len() >= m, "gemm: short bias");
+        }
+        let x = self.x;
+        let (sy, sx) = (self.win[0].stride, self.win[1].stride);
+        let mut panel = vec![0f32; k * NR];
+        let mut tile = [0f32; MR * NR];
+        for oy in y0..y1 {
+            let mut ox = 0;
+            while ox < wo {
+                let nv = NR.min(wo - ox);
+                let (b, offs) = if sx == 1 && nv == NR {
+                    let at = c0 * x.h * x.w + oy * sy * x.w + ox;
+                    (x.data[at..].as_ptr(), &self.offs)
+                } else {
+                    pack::pack_panel(x, c0, &self.win, &self.offs, oy, ox, nv, &mut panel);
+                    (panel.as_ptr(), &self.packed)
+                };
+                let mut kc0 = 0;
+                loop {
+                    let kc = KC.min(k - kc0);
+                    let first = kc0 == 0;
+                    for mb in 0..m.div_ceil(MR) {
+                        let ap = a.data[(mb * k + kc0) * MR..].as_ptr();
+                        let mv = MR.min(m - mb * MR);
+                        let start = first.then(|| {
+                            let mut s = [0f32; MR];
+                            if let Init::Bias(v) = init {
+                                s[..mv].copy_from_slice(&v[mb * MR..mb * MR + mv]);
+                            }
+                            s
+                        });
+                        // SAFETY: the caller's contract on `c`; `ap` holds `kc·MR` values and every
+                        // `b + offs[k]` NR readable ones (a full row of the window, or the panel).
+                        unsafe {
+                            let cp = c.add(mb * MR * ldc + (oy - y0) * wo + ox);
+                            let op = offs.as_ptr().add(kc0);
+                            if mv == MR && nv == NR {
+                                kernel(kc, ap, b, op, cp, ldc, start.as_ref());
+                                continue;
+                            }
+                            // An edge tile: the whole kernel on a copy, then the valid part kept.
+                            if !first {
+                                for i in 0..mv {
+                                    let t = tile[i * NR..].as_mut_ptr();
+                                    std::ptr::copy_nonoverlapping(cp.add(i * ldc), t, nv);
+                                }
+                            }
+                            kernel(kc, ap, b, op, tile.as_mut_ptr(), NR, start.as_ref());
+                            for i in 0..mv {
+                                let t = tile[i * NR..].as_ptr();
+                                std::ptr::copy_nonoverlapping(t, cp.add(i * ldc), nv);
+                            }
+                        }
+                    }
+                    kc0 += kc;
+                    if kc0 >= k {
+                        break;
+                    }
+                }
+                ox += nv;
+            }
+        }
+    }
+}
+
+/// A valid convolution of `x` (its padding already gathered) to `ho × wo` outputs: `weight` is
+/// `[cout][cin/groups][kh][kw]`, `bias` `[cout]`. Bands of output rows are shared among `threads`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_valid(
+    x: &Tensor,
+    cout: usize,
+    groups: usize,
+    win: &[Win; 2],
+    weight: &[f32],
+    bias: &[f32],
+    ho: usize,
+    wo: usize,
+    threads: usize,
+) -> Tensor {
+    conv_valid_on(
+        kernel(),
+        x,
+        cout,
+        groups,
+        win,
+        weight,
+        bias,
+        ho,
+        wo,
+        threads,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_valid_on(
+    kernel: Kernel,
+    x: &Tensor,
+    cout: usize,
+    groups: usize,
+    win: &[Win; 2],
+    weight: &[f32],
+    bias: &[f32],
+    ho: usize,
+    wo: usize,
+    threads: usize,
+) -> Tensor {
+    let cg = x.c / groups;
+    let og = cout / groups;
+    let kk = cg * win[0].k * win[1].k;
+    // Every element is written: each output starts at its bias.
+    let mut out = Tensor::scratch(cout, ho, wo);
+    if ho == 0 || wo == 0 {
+        return out;
+    }
+    let packed: Vec<PackedA> = (0..groups)
+        .map(|g| PackedA::new(&weight[g * og * kk..], og, kk, kk, 1))
+        .collect();
+    let rows = Rows::new(x, cg, win);
+    // A few bands per thread, so that uneven bands even out.
+    let band = ho.div_ceil(4 * threads.max(1)).max(1);
+    let bands = ho.div_ceil(band);
+    let plane = ho * wo;
+    let ptr = SendPtr(out.data.as_mut_ptr());
+    let _ = stdx::parallel::for_each(0..bands, threads.clamp(1, bands), |b| {
+        let y0 = b * band;
+        let y1 = (y0 + band).min(ho);
+        for (g, a) in packed.iter().enumerate() {
+            // SAFETY: band b writes rows y0..y1 of the group's output planes only; `out` outlives the
+            // pool.
+            unsafe {
+                rows.product(
+                    a,
+                    g * cg,
+                    y0,
+                    y1,
+                    wo,
+                    ptr.get().add(g * og * plane + y0 * wo),
+                    plane,
+                    Init::Bias(&bias[g * og..(g + 1) * og]),
+                    kernel,
+                );
+            }
+        }
+        Ok::<(), ()>(())
+    });
+    out
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only for disjoint writes (each band its own output rows).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: &mut u32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 17;
+                *seed ^= *seed << 5;
+                (*seed as f32 / u32::MAX as f32) - 0.5
+            })
+            .collect()
+    }
+
+    struct Case {
+        cin: usize,
+        cout: usize,
+        groups: usize,
+        win: [Win; 2],
+        h: usize,
+        w: usize,
+    }
+
+    fn win(k: usize, stride: usize, dilation: usize) -> Win {
+        Win {
+            k,
+            stride,
+            dilation,
+        }
+    }
+
+    /// Odd sizes, remainders of MR and NR, several KC passes, groups, strides and dilations per axis.
+    fn cases() -> Vec<Case> {
+        let c = |cin, cout, groups, wy, wx, h, w| Case {
+            cin,
+            cout,
+            groups,
+            win: [wy, wx],
+            h,
+            w,
+        };
+        vec![
+            c(3, 5, 1, win(3, 1, 1), win(3, 1, 1), 9, 40),
+            c(4, 13, 1, win(3, 2, 1), win(3, 2, 1), 11, 37),
+            c(6, 6, 3, win(3, 1, 2), win(5, 1, 1), 12, 23),
+            c(2, 7, 1, win(1, 1, 1), win(1, 1, 1), 3, 17),
+            c(1, 1, 1, win(1, 1, 1), win(1, 1, 1), 1, 1),
+            c(2, 3, 1, win(7, 1, 1), win(2, 3, 1), 8, 9),
+            // 300 and 576 im2col rows: more than one KC pass.
+            c(12, 8, 1, win(5, 1, 1), win(5, 1, 1), 7, 35),
+            c(64, 6, 1, win(3, 1, 1), win(3, 1, 1), 4, 20),
+        ]
+    }
+
+    fn out_len(n: usize, w: &Win) -> usize {
+        (n - w.span()) / w.stride + 1
+    }
+
+    /// The definition, in f64.
+    fn direct(x: &Tensor, c: &Case, weight: &[f32], bias: &[f32]) -> Vec<f64> {
+        let (ho, wo) = (out_len(x.h, &c.win[0]), out_len(x.w, &c.win[1]));
+        let (cg, og) = (c.cin / c.groups, c.cout / c.groups);
+        let (kh, kw) = (c.win[0].k, c.win[1].k);
+        let mut out = vec![0f64; c.cout * ho * wo];
+        for co in 0..c.cout {
+            let g = co / og;
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut s = bias[co] as f64;
+                    for ci in 0..cg {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = oy * c.win[0].stride + ky * c.win[0].dilation;
+                                let ix = ox * c.win[1].stride + kx * c.win[1].dilation;
+                                s += weight[((co * cg + ci) * kh + ky) * kw + kx] as f64
+                                    * x.at(g * cg + ci, iy, ix) as f64;
+                            }
+                        }
+                    }
+                    out[(co * ho + oy) * wo + ox] = s;
+                }
+            }
+        }
+        out
+    }
+
+    fn run(
+        k: Kernel,
+        x: &Tensor,
+        c: &Case,
+        weight: &[f32],
+        bias: &[f32],
+        threads: usize,
+    ) -> Tensor {
+        let (ho, wo) = (out_len(x.h, &c.win[0]), out_len(x.w, &c.win[1]));
+        conv_valid_on(
+            k, x, c.cout, c.groups, &c.win, weight, bias, ho, wo, threads,
+        )
+    }
+
+    #[test]
+    fn convolutions_match_the_definition_and_every_kernel_gives_the_same_bits() {
+        let mut seed = 11;
+        for c in cases() {
+            let x =
+                Tensor::from_vec(c.cin, c.h, c.w, random(c.cin * c.h * c.w, &mut seed)).unwrap();
+            let kk = c.cin / c.groups * c.win[0].k * c.win[1].k;
+            let weight = random(c.cout * kk, &mut seed);
+            let bias = random(c.cout, &mut seed);
+            let want = direct(&x, &c, &weight, &bias);
+            let reference = run(kernel::portable, &x, &c, &weight, &bias, 1);
+            let err = reference
+                .data
+                .iter()
+                .zip(&want)
+                .map(|(&a, &b)| (a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            assert!(err < 1e-5, "{kk} rows: {err}");
+            for threads in [1, 3] {
+                let got = run(kernel(), &x, &c, &weight, &bias, threads);
+                assert!(
+                    got.data
+                        .iter()
+                        .zip(&reference.data)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{kk} rows, {threads} threads: the kernels disagree"
+                );
+            }
+        }
+    }
+
+    /// A window cut out of the input gives the outputs under it bit for bit, although its pixels fall
+    /// at other places of the kernel's panels (read in place in one, packed in the other).
+    #[test]
+    fn a_window_of_the_input_gives_the_same_bits_as_the_whole() {
+        let mut seed = 5;
+        for c in cases().into_iter().filter(|c| c.h >= 7 && c.w >= 20) {
+            let x =
+                Tensor::from_vec(c.cin, c.h, c.w, random(c.cin * c.h * c.w, &mut seed)).unwrap();
+            let kk = c.cin / c.groups * c.win[0].k * c.win[1].k;
+            let weight = random(c.cout * kk, &mut seed);
+            let bias = random(c.cout, &mut seed);
+            let whole = run(kernel(), &x, &c, &weight, &bias, 2);
+            // Outputs from (1, 3) on: the window starts at input (sy, 3·sx).
+            let (sy, sx) = (c.win[0].stride, c.win[1].stride);
+            let part = x.crop(sy, x.h, 3 * sx, x.w - 1);
+            let got = run(kernel(), &part, &c, &weight, &bias, 1);
+            for co in 0..c.cout {
+                for oy in 0..got.h {
+                    for ox in 0..got.w {
+                        assert_eq!(
+                            got.at(co, oy, ox).to_bits(),
+                            whole.at(co, oy + 1, ox + 3).to_bits(),
+                            "channel {co} at ({oy}, {ox})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
