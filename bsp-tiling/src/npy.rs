@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::fs::File;
+use std::io::Seek;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -87,18 +88,29 @@ pub fn read(path: &Path) -> Result<Tensor> {
             ));
         }
     };
-    let mut raw = vec![];
-    f.read_to_end(&mut raw).map_err(io)?;
-    if raw.len() != c * h * w * 4 {
-        return Err(bad(
-            path,
-            format!("{} data bytes for shape {shape:?}", raw.len()),
-        ));
+    // The length is checked before anything is allocated, so a header with an absurd shape is an error,
+    // not an allocation failure; the values are read in chunks straight into the tensor.
+    let start = f.stream_position().map_err(io)?;
+    let len = f.metadata().map_err(io)?.len().saturating_sub(start);
+    let want = (c as u64)
+        .checked_mul(h as u64)
+        .and_then(|n| n.checked_mul(w as u64))
+        .and_then(|n| n.checked_mul(4));
+    if want != Some(len) {
+        return Err(bad(path, format!("{len} data bytes for shape {shape:?}")));
     }
-    let data = raw
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let mut data = Vec::with_capacity(c * h * w);
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = len as usize;
+    while left > 0 {
+        let part = &mut chunk[..left.min(1 << 20)];
+        f.read_exact(part).map_err(io)?;
+        data.extend(
+            part.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        left -= part.len();
+    }
     Tensor::from_vec(c, h, w, data)
 }
 
@@ -175,5 +187,53 @@ impl crate::field::Sink for NpyWriter {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy_bytes(shape: &str, values: usize) -> Vec<u8> {
+        let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}");
+        while (10 + dict.len() + 1) % 64 != 0 {
+            dict.push(' ');
+        }
+        dict.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((dict.len() as u16).to_le_bytes());
+        b.extend(dict.as_bytes());
+        b.extend((0..values).flat_map(|i| (i as f32 * 0.5).to_le_bytes()));
+        b
+    }
+
+    #[test]
+    fn reads_what_it_writes_and_names_the_file_of_a_bad_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.npy");
+        // More than one read chunk.
+        let t =
+            Tensor::from_vec(3, 300, 500, (0..450_000).map(|i| i as f32 - 7.25).collect()).unwrap();
+        write(&p, &t).unwrap();
+        let back = read(&p).unwrap();
+        assert_eq!((back.c, back.h, back.w), (3, 300, 500));
+        assert_eq!(back.data, t.data);
+
+        for (name, bytes, says) in [
+            ("short.npy", npy_bytes("2, 3, 4", 23), "92 data bytes"),
+            ("long.npy", npy_bytes("2, 3, 4", 25), "100 data bytes"),
+            // 4·10¹⁵ bytes: refused before anything is allocated.
+            (
+                "absurd.npy",
+                npy_bytes("100000, 100000, 100000", 4),
+                "16 data bytes",
+            ),
+            ("magic.npy", b"NUMPY\x93\x01\x00".to_vec(), "magic"),
+        ] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let e = read(&p).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains(says), "{name}: {e}");
+        }
     }
 }

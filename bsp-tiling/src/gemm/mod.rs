@@ -28,6 +28,8 @@ pub const NR: usize = 16;
 /// `k` per pass over a panel, so that its `KC·NR` input values stay in L1 while every row panel of
 /// the weights uses them.
 const KC: usize = 256;
+/// Panels packed at a time where the input is not read in place.
+const BLOCK: usize = 8;
 
 /// What each output channel starts from.
 #[derive(Clone, Copy)]
@@ -91,53 +93,70 @@ impl<'a> Rows<'a> {
         }
         let x = self.x;
         let (sy, sx) = (self.win[0].stride, self.win[1].stride);
-        let mut panel = vec![0f32; k * NR];
-        let mut tile = [0f32; MR * NR];
+        let direct = sx == 1 && self.win[1].k > 1;
+        let mb_count = m.div_ceil(MR);
+        // The outputs of a block of pixels, all output channels: written to `c` a plane row at a time
+        // when the block is done (tile by tile straight into `c`, every store would go to another
+        // plane, far apart, and the planes' rows evict each other from the cache).
+        const LDB: usize = NR * BLOCK;
+        let mut out = vec![0f32; mb_count * MR * LDB];
+        let mut block = if direct {
+            Vec::new()
+        } else {
+            vec![0f32; k * LDB]
+        };
+        let mut tail = vec![0f32; k * NR];
         for oy in y0..y1 {
             let mut ox = 0;
             while ox < wo {
-                let nv = NR.min(wo - ox);
-                let (b, offs) = if sx == 1 && nv == NR {
-                    let at = c0 * x.h * x.w + oy * sy * x.w + ox;
-                    (x.data[at..].as_ptr(), &self.offs)
-                } else {
-                    pack::pack_panel(x, c0, &self.win, &self.offs, oy, ox, nv, &mut panel);
-                    (panel.as_ptr(), &self.packed)
-                };
+                let nb = LDB.min(wo - ox);
+                if !direct {
+                    pack::pack_panels(x, c0, &self.win, &self.offs, oy, ox, nb, &mut block);
+                }
                 let mut kc0 = 0;
                 loop {
                     let kc = KC.min(k - kc0);
                     let first = kc0 == 0;
-                    for mb in 0..m.div_ceil(MR) {
-                        let ap = a.data[(mb * k + kc0) * MR..].as_ptr();
-                        let mv = MR.min(m - mb * MR);
-                        let start = first.then(|| {
-                            let mut s = [0f32; MR];
-                            if let Init::Bias(v) = init {
-                                s[..mv].copy_from_slice(&v[mb * MR..mb * MR + mv]);
+                    for p in 0..nb.div_ceil(NR) {
+                        let nv = NR.min(nb - p * NR);
+                        // Read in place (stride 1 and a kernel wider than one column: neighbouring rows
+                        // of the im2col matrix share cache lines), else from the packed block; a row's
+                        // last, partial panel is packed alone.
+                        let (b, offs) = if !direct {
+                            (block[p * k * NR..].as_ptr(), &self.packed)
+                        } else if nv == NR {
+                            let at = c0 * x.h * x.w + oy * sy * x.w + ox + p * NR;
+                            (x.data[at..].as_ptr(), &self.offs)
+                        } else {
+                            if first {
+                                pack::pack_panels(
+                                    x,
+                                    c0,
+                                    &self.win,
+                                    &self.offs,
+                                    oy,
+                                    ox + p * NR,
+                                    nv,
+                                    &mut tail,
+                                );
                             }
-                            s
-                        });
-                        // SAFETY: the caller's contract on `c`; `ap` holds `kc·MR` values and every
-                        // `b + offs[k]` NR readable ones (a full row of the window, or the panel).
-                        unsafe {
-                            let cp = c.add(mb * MR * ldc + (oy - y0) * wo + ox);
-                            let op = offs.as_ptr().add(kc0);
-                            if mv == MR && nv == NR {
-                                kernel(kc, ap, b, op, cp, ldc, start.as_ref());
-                                continue;
-                            }
-                            // An edge tile: the whole kernel on a copy, then the valid part kept.
-                            if !first {
-                                for i in 0..mv {
-                                    let t = tile[i * NR..].as_mut_ptr();
-                                    std::ptr::copy_nonoverlapping(cp.add(i * ldc), t, nv);
+                            (tail.as_ptr(), &self.packed)
+                        };
+                        for mb in 0..mb_count {
+                            let ap = a.data[(mb * k + kc0) * MR..].as_ptr();
+                            let start = first.then(|| {
+                                let mut s = [0f32; MR];
+                                if let Init::Bias(v) = init {
+                                    let mv = MR.min(m - mb * MR);
+                                    s[..mv].copy_from_slice(&v[mb * MR..mb * MR + mv]);
                                 }
-                            }
-                            kernel(kc, ap, b, op, tile.as_mut_ptr(), NR, start.as_ref());
-                            for i in 0..mv {
-                                let t = tile[i * NR..].as_ptr();
-                                std::ptr::copy_nonoverlapping(t, cp.add(i * ldc), nv);
+                                s
+                            });
+                            // SAFETY: `ap` holds `kc·MR` values; every `b + offs[k]` NR readable ones (a
+                            // full row of the window, or a packed panel); `out` MR rows of LDB from here.
+                            unsafe {
+                                let cp = out.as_mut_ptr().add(mb * MR * LDB + p * NR);
+                                kernel(kc, ap, b, offs.as_ptr().add(kc0), cp, LDB, start.as_ref());
                             }
                         }
                     }
@@ -146,7 +165,14 @@ impl<'a> Rows<'a> {
                         break;
                     }
                 }
-                ox += nv;
+                for (i, row) in out.chunks_exact(LDB).take(m).enumerate() {
+                    // SAFETY: the caller's contract on `c`.
+                    unsafe {
+                        let cp = c.add(i * ldc + (oy - y0) * wo + ox);
+                        std::ptr::copy_nonoverlapping(row.as_ptr(), cp, nb);
+                    }
+                }
+                ox += nb;
             }
         }
     }

@@ -44,10 +44,13 @@ pub fn input_offsets(x: &Tensor, cg: usize, w: &[Win; 2]) -> Vec<usize> {
     offs
 }
 
-/// Writes the im2col columns of output pixels `(oy, ox..ox+nv)` as one panel: row `r` of `offs` (from
-/// [`input_offsets`]) at `dst[r·NR..]`, columns past `nv` zero.
+/// Writes the im2col columns of output pixels `(oy, ox..ox+nv)` as `nv.div_ceil(NR)` panels of
+/// `offs.len()` rows each: row `r` of `offs` (from [`input_offsets`]) of panel `p` at
+/// `dst[(p·k + r)·NR..]`, columns past `nv` zero. Each row is read as one run along the input row,
+/// which the prefetchers follow (panel by panel, a 1×1 convolution's rows are as many far-apart
+/// streams as it has input channels).
 #[allow(clippy::too_many_arguments)]
-pub fn pack_panel(
+pub fn pack_panels(
     x: &Tensor,
     c0: usize,
     w: &[Win; 2],
@@ -57,17 +60,23 @@ pub fn pack_panel(
     nv: usize,
     dst: &mut [f32],
 ) {
+    let k = offs.len();
     let sx = w[1].stride;
     let base = c0 * x.h * x.w + oy * w[0].stride * x.w + ox * sx;
-    for (&off, o) in offs.iter().zip(dst.chunks_exact_mut(NR)) {
+    let panels = nv.div_ceil(NR);
+    for (r, &off) in offs.iter().enumerate() {
         let src = &x.data[base + off..];
-        if sx == 1 {
-            o[..nv].copy_from_slice(&src[..nv]);
-        } else {
-            for (j, v) in o[..nv].iter_mut().enumerate() {
-                *v = src[j * sx];
+        for p in 0..panels {
+            let o = &mut dst[(p * k + r) * NR..][..NR];
+            let n = NR.min(nv - p * NR);
+            if sx == 1 {
+                o[..n].copy_from_slice(&src[p * NR..p * NR + n]);
+            } else {
+                for (j, v) in o[..n].iter_mut().enumerate() {
+                    *v = src[(p * NR + j) * sx];
+                }
             }
+            o[n..].fill(0.0);
         }
-        o[nv..].fill(0.0);
     }
 }

@@ -977,36 +977,56 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     let (ho, wo) = (oy1 - oy0, ox1 - ox0);
     let tb = pool_tables(p, ctx);
     let [ys, xs] = &tb.inside;
-    let mut out = Tensor::zeros(x.c, ho, wo);
+    let ([sy, sx], [dy, dx]) = (
+        [p.win[0].stride, p.win[1].stride],
+        [p.win[0].dilation, p.win[1].dilation],
+    );
+    // For each kernel column, the runs of outputs whose window column lies inside the input, so that
+    // the loops below run over whole output rows without a test per value.
+    let runs: Vec<Vec<(usize, usize)>> = (0..p.win[1].k)
+        .map(|kx| {
+            let mut r: Vec<(usize, usize)> = Vec::new();
+            for xx in (0..wo).filter(|&xx| xs[xx * sx + kx * dx]) {
+                match r.last_mut() {
+                    Some((_, hi)) if *hi == xx => *hi += 1,
+                    _ => r.push((xx, xx + 1)),
+                }
+            }
+            r
+        })
+        .collect();
+    let init = if p.max { f32::NEG_INFINITY } else { 0.0 };
+    // Every element is written: each output row starts at `init`.
+    let mut out = Tensor::scratch(x.c, ho, wo);
     for ch in 0..x.c {
         let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for y in 0..ho {
-            let cy = if p.max { 0 } else { tb.count[0][y] };
-            for xx in 0..wo {
-                let mut acc = if p.max { f32::NEG_INFINITY } else { 0.0 };
-                for ky in 0..p.win[0].k {
-                    let wy = y * p.win[0].stride + ky * p.win[0].dilation;
-                    if !ys[wy] {
-                        continue;
-                    }
-                    for kx in 0..p.win[1].k {
-                        let wx = xx * p.win[1].stride + kx * p.win[1].dilation;
-                        if !xs[wx] {
-                            continue;
-                        }
-                        let v = plane[wy * x.w + wx];
+            let acc = &mut out.data[(ch * ho + y) * wo..][..wo];
+            acc.fill(init);
+            // Each output takes its window's values in the same order (rows, then columns) in any tile.
+            for ky in 0..p.win[0].k {
+                let wy = y * sy + ky * dy;
+                if !ys[wy] {
+                    continue;
+                }
+                let row = &plane[wy * x.w..(wy + 1) * x.w];
+                for (kx, kruns) in runs.iter().enumerate() {
+                    for &(lo, hi) in kruns {
+                        let src = row[lo * sx + kx * dx..].iter().step_by(sx);
+                        let dst = acc[lo..hi].iter_mut();
                         if p.max {
-                            acc = acc.max(v);
+                            dst.zip(src).for_each(|(a, &v)| *a = a.max(v));
                         } else {
-                            acc += v;
+                            dst.zip(src).for_each(|(a, &v)| *a += v);
                         }
                     }
                 }
-                if !p.max {
-                    let cx = tb.count[1][xx];
-                    acc /= (cy * cx).max(1) as f32;
+            }
+            if !p.max {
+                let cy = tb.count[0][y];
+                for (a, &cx) in acc.iter_mut().zip(&tb.count[1]) {
+                    *a /= (cy * cx).max(1) as f32;
                 }
-                out.data[(ch * ho + y) * wo + xx] = acc;
             }
         }
     }
