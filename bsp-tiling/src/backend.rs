@@ -234,6 +234,7 @@ pub mod host {
             dilation: 1,
         };
         crate::gemm::conv_valid(
+            crate::gemm::kernel(),
             x,
             conv.cout,
             1,

@@ -78,24 +78,10 @@ pub unsafe fn portable(
 /// `a` per `k`.
 ///
 /// # Safety
-/// As [`Kernel`]; the CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn avx2(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    offs: *const usize,
-    c: *mut f32,
-    ldc: usize,
-    init: Option<&[f32; MR]>,
-) {
-    // SAFETY: forwarded contract; `best` hands this out only where AVX2 and FMA are present.
-    unsafe { avx2_impl(kc, a, b, offs, c, ldc, init) }
-}
-
+/// As [`Kernel`]; the CPU has AVX2 and FMA ([`best`] hands it out only then).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn avx2_impl(
+pub unsafe fn avx2(
     kc: usize,
     a: *const f32,
     b: *const f32,

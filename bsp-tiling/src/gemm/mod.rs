@@ -182,32 +182,6 @@ impl<'a> Rows<'a> {
 /// `[cout][cin/groups][kh][kw]`, `bias` `[cout]`. Bands of output rows are shared among `threads`.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_valid(
-    x: &Tensor,
-    cout: usize,
-    groups: usize,
-    win: &[Win; 2],
-    weight: &[f32],
-    bias: &[f32],
-    ho: usize,
-    wo: usize,
-    threads: usize,
-) -> Tensor {
-    conv_valid_on(
-        kernel(),
-        x,
-        cout,
-        groups,
-        win,
-        weight,
-        bias,
-        ho,
-        wo,
-        threads,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn conv_valid_on(
     kernel: Kernel,
     x: &Tensor,
     cout: usize,
@@ -368,7 +342,7 @@ mod tests {
         threads: usize,
     ) -> Tensor {
         let (ho, wo) = (out_len(x.h, &c.win[0]), out_len(x.w, &c.win[1]));
-        conv_valid_on(
+        conv_valid(
             k, x, c.cout, c.groups, &c.win, weight, bias, ho, wo, threads,
         )
     }

@@ -936,18 +936,7 @@ fn run_mode<B: GraphOps>(
     let (h, w) = (input.height(), input.width());
     let grid = || g.grid(h, w, tile);
     let result = match mode {
-        Mode::Whole => {
-            let whole = Grid {
-                rows: vec![0, h],
-                cols: vec![0, w],
-            };
-            let ram = Budget {
-                ram: u64::MAX / 4,
-                disk: Some(0),
-                ..budget.clone()
-            };
-            exact_on(be, g, input, &whole, threads, &ram, sink, None)
-        }
+        Mode::Whole => one_tile(be, g, input, threads, budget, sink),
         Mode::Exact => match exact_on(be, g, input, &grid()?, threads, budget, sink, None) {
             // Refused before anything was computed or written: the same output, exact, from the
             // recompute schedule, which stores no activation.
@@ -989,16 +978,7 @@ fn run_mode<B: GraphOps>(
                 let p = g.plan(y1 - y0, x1 - x0)?;
                 let (c, oh, ow) = p.shape[g.output];
                 let part = OutputSink::f32(c, oh, ow);
-                let one = Grid {
-                    rows: vec![0, y1 - y0],
-                    cols: vec![0, x1 - x0],
-                };
-                let ram = Budget {
-                    ram: u64::MAX / 4,
-                    disk: Some(0),
-                    ..budget.clone()
-                };
-                exact_on(be, g, &crop, &one, inner, &ram, &part, None)?;
+                one_tile(be, g, &crop, inner, budget, &part)?;
                 let (oy0, _, ox0, _) = go.tile(t);
                 sink.put_tile(oy0, ox0, &part.finish().into_tensor())
             })?;
@@ -1014,16 +994,7 @@ fn run_mode<B: GraphOps>(
             let p = g.plan(small.h, small.w)?;
             let (c, oh, ow) = p.shape[g.output];
             let scratch = OutputSink::f32(c, oh, ow);
-            let one = Grid {
-                rows: vec![0, small.h],
-                cols: vec![0, small.w],
-            };
-            let ram = Budget {
-                ram: u64::MAX / 4,
-                disk: Some(0),
-                ..budget.clone()
-            };
-            let sampled = exact_on(be, g, &small, &one, threads, &ram, &scratch, None)?;
+            let sampled = one_tile(be, g, &small, threads, budget, &scratch)?;
             drop(scratch);
             run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
             Ok(RunInfo {
@@ -1070,6 +1041,28 @@ fn run_mode<B: GraphOps>(
     };
     crate::buffers::clear();
     result
+}
+
+/// `g` over all of `input` as one tile with every value in RAM: the whole-image run, a naive tile, the
+/// sampled mode's small image.
+fn one_tile<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    let one = Grid {
+        rows: vec![0, input.height()],
+        cols: vec![0, input.width()],
+    };
+    let ram = Budget {
+        ram: u64::MAX / 4,
+        disk: Some(0),
+        ..budget.clone()
+    };
+    exact_on(be, g, input, &one, threads, &ram, sink, None)
 }
 
 /// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).

@@ -841,7 +841,16 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Ten
 /// Valid convolution of a window (padding already gathered) to `ho × wo` outputs ([`crate::gemm`]).
 pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Tensor {
     crate::gemm::conv_valid(
-        x, c.cout, c.groups, &c.win, &c.weight, &c.bias, ho, wo, threads,
+        crate::gemm::kernel(),
+        x,
+        c.cout,
+        c.groups,
+        &c.win,
+        &c.weight,
+        &c.bias,
+        ho,
+        wo,
+        threads,
     )
 }
 
