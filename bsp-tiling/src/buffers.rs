@@ -130,7 +130,11 @@ fn populate(v: &[f32]) {
         // SAFETY: the range lies within `v`'s allocation; MADV_POPULATE_WRITE only faults its pages in
         // (zero pages stay zero). A kernel without it (before 5.14) says EINVAL and nothing happens.
         unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE);
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            );
         }
     }
 }

@@ -274,6 +274,70 @@ fn tiles_must_align_with_the_strides() {
     assert!(e.to_string().contains("multiple of 4"), "{e}");
 }
 
+/// `g` with an Identity after every Pad: each Pad is then computed and stored (its Identity runs in place
+/// on it), never read through by the Conv after it.
+fn pads_stored(g: &Graph) -> Graph {
+    let mut out = Graph {
+        nodes: vec![],
+        ..g.clone()
+    };
+    // Old value id → new value id.
+    let mut id = vec![0usize];
+    for n in &g.nodes {
+        let mut m = n.clone();
+        m.inputs = n.inputs.iter().map(|&u| id[u]).collect();
+        out.nodes.push(m);
+        let mut v = out.nodes.len();
+        if matches!(n.op, Op::Pad(_)) {
+            out.nodes.push(bsp_tiling::graph::Node {
+                name: format!("{}_stored", n.name),
+                op_type: "Identity".into(),
+                op: Op::Identity,
+                inputs: vec![v],
+                channels: n.channels,
+            });
+            v += 1;
+        }
+        id.push(v);
+    }
+    out.output = id[g.output];
+    out
+}
+
+/// Pad fusion: a Pad that one Conv alone reads is read through (the Conv gathers its window from the
+/// Pad's input), never stored. The outputs equal those of the same graph with every Pad computed and
+/// stored, bit for bit, whole, tiled and recomputed: reflect padding at the image border (the
+/// TransformerNet), and ops_mix's reflect, constant (a value other than zero: not read through) and
+/// edge pads.
+#[test]
+fn pads_read_through_equal_pads_stored() {
+    let net = common::model("candy_nc8.safetensors");
+    let transformer = Graph::from_net(&net);
+    let mix = load("ops_mix");
+    for (g, x, tiles) in [
+        (&transformer, common::noise_image(3, 37, 53, 5), [8, 20]),
+        (&mix, cases("ops_mix").remove(0).1, [4, 12]),
+    ] {
+        let stored = pads_stored(g);
+        assert!(stored.nodes.len() > g.nodes.len(), "{}: no Pad", g.name);
+        let mut runs = vec![(Mode::Whole, 0)];
+        runs.extend(tiles.iter().map(|&t| (Mode::Exact, t)));
+        runs.push((Mode::Recompute, tiles[0]));
+        for (mode, t) in runs {
+            let a = run(g, &x, mode, t);
+            let b = run(&stored, &x, mode, t);
+            assert!(
+                a.data
+                    .iter()
+                    .zip(&b.data)
+                    .all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{} {mode:?} tile {t}: pads read through differ from pads stored",
+                g.name
+            );
+        }
+    }
+}
+
 /// The TransformerNet from safetensors run as a graph equals the stage engine's result.
 #[test]
 fn transformer_net_as_a_graph() {

@@ -444,6 +444,7 @@ fn eval_node<'f, B: GraphOps>(
     ry: (usize, usize),
     rx: (usize, usize),
     field: &dyn Fn(usize) -> &'f dyn Field,
+    through: &[Through],
     norm: Option<&(Vec<f32>, Vec<f32>)>,
     threads: usize,
 ) -> Result<Tensor> {
@@ -460,7 +461,16 @@ fn eval_node<'f, B: GraphOps>(
     for (j, &u) in n.inputs.iter().enumerate() {
         let ys = n.op.in_map(0, j, &nh, oh, ry.0, ry.1);
         let xs = n.op.in_map(1, j, &nw, ow, rx.0, rx.1);
-        wins.push(be.backend.load(gather(field(u), &ys, &xs)?)?);
+        let win = match through.get(u).and_then(Option::as_ref) {
+            Some((src, [my, mx])) => {
+                let via = |idx: &[Option<usize>], m: &[Option<usize>]| -> Vec<Option<usize>> {
+                    idx.iter().map(|o| o.and_then(|i| m[i])).collect()
+                };
+                gather(field(*src), &via(&ys, my), &via(&xs, mx))?
+            }
+            None => gather(field(u), &ys, &xs)?,
+        };
+        wins.push(be.backend.load(win)?);
         maps.push([ys, xs]);
     }
     let ctx = Ctx {
@@ -560,6 +570,50 @@ fn fusion(g: &Graph, plan: &GraphPlan) -> (Vec<Vec<usize>>, Vec<bool>) {
     (chains, fused)
 }
 
+/// A value read through: where its node's index maps lead, over the whole value (rows, columns).
+type Through = Option<(usize, [Vec<Option<usize>>; 2])>;
+
+/// Per value: whether it is read through rather than computed (pad fusion). A Pad that only copies or
+/// mirrors values (reflect, edge, wrap, or zeros) and whose output one Conv alone reads is not computed
+/// and stored: that Conv gathers its window from the Pad's input through the Pad's index maps (a zero
+/// pad's `None` is the zero the Conv's own padding reads). The window is the same, without a stored
+/// copy of the padded value and a second gather.
+fn pad_through(g: &Graph, plan: &GraphPlan, chains: &[Vec<usize>], fused: &[bool]) -> Vec<Through> {
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; plan.shape.len()];
+    for (r, n) in g.nodes.iter().enumerate() {
+        for &u in &n.inputs {
+            readers[u].push(r);
+        }
+    }
+    let mut through: Vec<Through> = vec![None; plan.shape.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let v = i + 1;
+        let Op::Pad(p) = &n.op else { continue };
+        let copies = p.mode.is_some() || p.value == 0.0;
+        let one_conv = matches!(readers[v][..], [r] if matches!(g.nodes[r].op, Op::Conv(_)));
+        if !copies
+            || !one_conv
+            || v == g.output
+            || plan.feeds_norm[v]
+            || fused[i]
+            || !chains[i].is_empty()
+        {
+            continue;
+        }
+        let u = n.inputs[0];
+        let (_, ih, iw) = plan.shape[u];
+        let (_, oh, ow) = plan.shape[v];
+        through[v] = Some((
+            u,
+            [
+                n.op.in_map(0, 0, &[ih], oh, 0, oh),
+                n.op.in_map(1, 0, &[iw], ow, 0, ow),
+            ],
+        ));
+    }
+    through
+}
+
 /// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
 /// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
 /// normalisations apply those statistics instead of the image's own.
@@ -620,6 +674,13 @@ pub fn exact_on<B: GraphOps>(
     } else {
         (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
     };
+    let through = pad_through(g, &plan, &chains, &fused);
+    let mut last_use = plan.last_use.clone();
+    for (v, t) in through.iter().enumerate() {
+        if let Some((u, _)) = t {
+            last_use[*u] = last_use[*u].max(plan.last_use[v]);
+        }
+    }
     let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
     vals[0] = Some(Val::Input(input));
     let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
@@ -642,7 +703,7 @@ pub fn exact_on<B: GraphOps>(
         stats[0] = Some(merge_all(&local));
     }
     for (i, n) in g.nodes.iter().enumerate() {
-        if fused[i] {
+        if fused[i] || through[i + 1].is_some() {
             continue;
         }
         // The value this superstep stores: the node's, or its chain's last.
@@ -680,6 +741,7 @@ pub fn exact_on<B: GraphOps>(
                 (y0, y1),
                 (x0, x1),
                 &field,
+                &through,
                 norm.as_ref(),
                 inner,
             )?;
@@ -704,8 +766,8 @@ pub fn exact_on<B: GraphOps>(
         let done = v - 1;
         for (u, val) in vals.iter_mut().enumerate() {
             if u > 0
-                && plan.last_use[u] != usize::MAX
-                && plan.last_use[u] <= done
+                && last_use[u] != usize::MAX
+                && last_use[u] <= done
                 && let Some(Val::Layer(l)) = val.take()
             {
                 l.recycle();
@@ -801,7 +863,7 @@ pub fn eval_region<B: GraphOps>(
                 })?),
                 _ => None,
             };
-            eval_node(be, i, n, plan, v, ry, rx, &field, norm, threads)?
+            eval_node(be, i, n, plan, v, ry, rx, &field, &[], norm, threads)?
         };
         regions[v] = Some(out);
         for u in 1..v {
