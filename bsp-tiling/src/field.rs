@@ -15,6 +15,12 @@ pub trait Field: Sync {
     /// Fills `out` (`[channels, ys.len(), xs.len()]`) with the values at rows `ys` × columns `xs`;
     /// `None` is a zero. `out` may hold anything on entry: every element is written. Every `Some` index is inside the field. Fails only where the data lives on disk.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()>;
+    /// The window at rows `ys` × columns `xs` moved out instead of copied, for its last reader: `Some`
+    /// only where the field holds exactly that window as one buffer in memory (a stored tile), which it
+    /// gives up (reading it again is a logic error).
+    fn take(&self, _ys: &[Option<usize>], _xs: &[Option<usize>]) -> Option<Vec<f32>> {
+        None
+    }
 }
 
 /// Gathers a window into a new tensor.

@@ -240,6 +240,29 @@ impl Field for Layer {
         self.c
     }
 
+    fn take(&self, ys: &[Option<usize>], xs: &[Option<usize>]) -> Option<Vec<f32>> {
+        let Backing::Ram(tiles) = &self.backing else {
+            return None;
+        };
+        let (y0, x0) = ((*ys.first()?)?, (*xs.first()?)?);
+        let ((ty, ly), (tx, lx)) = (self.loc_y[y0], self.loc_x[x0]);
+        let t = ty as usize * self.grid.n_cols() + tx as usize;
+        let (gy0, gy1, gx0, gx1) = self.grid.tile(t);
+        let exact = |idx: &[Option<usize>], a: usize, b: usize| {
+            idx.len() == b - a && idx.iter().zip(a..b).all(|(&i, g)| i == Some(g))
+        };
+        if ly != 0 || lx != 0 || !exact(ys, gy0, gy1) || !exact(xs, gx0, gx1) {
+            return None;
+        }
+        let data = std::mem::take(&mut *tiles[t].write().unwrap_or_else(|e| e.into_inner()));
+        assert_eq!(
+            data.len(),
+            self.c * (gy1 - gy0) * (gx1 - gx0),
+            "a stored tile taken twice"
+        );
+        Some(data)
+    }
+
     /// Dictionary padding: each window pixel comes from whichever tile stores it.
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let n = ys.len() * xs.len();

@@ -445,6 +445,7 @@ fn eval_node<'f, B: GraphOps>(
     rx: (usize, usize),
     field: &dyn Fn(usize) -> &'f dyn Field,
     through: &[Through],
+    moves: &[bool],
     norm: Option<&(Vec<f32>, Vec<f32>)>,
     threads: usize,
 ) -> Result<Tensor> {
@@ -468,7 +469,20 @@ fn eval_node<'f, B: GraphOps>(
                 };
                 gather(field(*src), &via(&ys, my), &via(&xs, mx))?
             }
-            None => gather(field(u), &ys, &xs)?,
+            None => match moves
+                .get(u)
+                .copied()
+                .unwrap_or(false)
+                .then(|| field(u).take(&ys, &xs))
+            {
+                Some(Some(data)) => Tensor {
+                    c: field(u).channels(),
+                    h: ys.len(),
+                    w: xs.len(),
+                    data,
+                },
+                _ => gather(field(u), &ys, &xs)?,
+            },
         };
         wins.push(be.backend.load(win)?);
         maps.push([ys, xs]);
@@ -614,6 +628,27 @@ fn pad_through(g: &Graph, plan: &GraphPlan, chains: &[Vec<usize>], fused: &[bool
     through
 }
 
+/// Per value: whether its one reader takes its stored tiles instead of copying them. That reader is
+/// the value's only one, reads it once, and reads each tile's own pixels alone (an element-wise node,
+/// a normalisation, a concatenation), so no other tile's window needs them.
+fn moved_values(g: &Graph, through: &[Through]) -> Vec<bool> {
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; through.len()];
+    for (r, n) in g.nodes.iter().enumerate() {
+        for &u in &n.inputs {
+            readers[u].push(r);
+        }
+    }
+    (0..through.len())
+        .map(|u| {
+            u != 0
+                && u != g.output
+                && through[u].is_none()
+                && matches!(readers[u][..], [r] if g.nodes[r].op.is_pointwise()
+                    || matches!(g.nodes[r].op, Op::Norm(_)))
+        })
+        .collect()
+}
+
 /// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
 /// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
 /// normalisations apply those statistics instead of the image's own.
@@ -675,6 +710,7 @@ pub fn exact_on<B: GraphOps>(
         (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
     };
     let through = pad_through(g, &plan, &chains, &fused);
+    let moves = moved_values(g, &through);
     let mut last_use = plan.last_use.clone();
     for (v, t) in through.iter().enumerate() {
         if let Some((u, _)) = t {
@@ -742,6 +778,7 @@ pub fn exact_on<B: GraphOps>(
                 (x0, x1),
                 &field,
                 &through,
+                &moves,
                 norm.as_ref(),
                 inner,
             )?;
@@ -863,7 +900,7 @@ pub fn eval_region<B: GraphOps>(
                 })?),
                 _ => None,
             };
-            eval_node(be, i, n, plan, v, ry, rx, &field, &[], norm, threads)?
+            eval_node(be, i, n, plan, v, ry, rx, &field, &[], &[], norm, threads)?
         };
         regions[v] = Some(out);
         for u in 1..v {
