@@ -210,7 +210,6 @@ pub trait Backend: Sync {
 }
 
 /// The host operations, on [`Tensor`]s: what [`CpuBackend`] is made of.
-#[allow(unsafe_code)]
 pub mod host {
     use super::{Conv2d, Norm, Pad};
     use crate::field::Region;

@@ -130,6 +130,39 @@ fn exact_over_its_budget_recomputes_the_same_output() {
     }
 }
 
+/// Every stored value spilled (no RAM budget) gives the bits of every value in RAM: windows read their
+/// rows from the spill files, and of a narrow strip beside a tile (a halo) only its columns.
+#[test]
+fn spilled_values_give_the_same_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, tile) in [
+        ("unet_gn", 16),
+        ("ops_mix", 12),
+        ("esrgan_x4", 8),
+        ("resnet_fcn", 16),
+    ] {
+        let g = load(name);
+        let (size, x, _) = cases(name).remove(0);
+        let (in_ram, info) = infer(&g, &x, Mode::Exact, tile, 2, &Budget::default()).unwrap();
+        assert_eq!(info.spilled_layers, 0, "{name}");
+        let spill = Budget {
+            ram: 0,
+            disk: None,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let (spilled, info) = infer(&g, &x, Mode::Exact, tile, 2, &spill).unwrap();
+        assert!(info.spilled_layers > 0, "{name}: nothing spilled");
+        assert!(
+            in_ram
+                .data
+                .iter()
+                .zip(&spilled.data)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name} {size}: spilled values give other bits"
+        );
+    }
+}
+
 #[test]
 fn esrgan_pixel_shuffle() {
     check_model("esrgan_x4", &[1, 5, 8, 16]);
