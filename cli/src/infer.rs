@@ -502,15 +502,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
         .file()
         .try_clone()
         .with_context(|| format!("creating {}", req.output.display()))?;
-    let info = write_output(
-        &out_ext,
-        file,
-        &req.output,
-        (c, oh, ow),
-        dtype,
-        run,
-        run_scaled,
-    )?;
+    let info = write_output(&out_ext, file, req, (c, oh, ow), dtype, run, run_scaled)?;
     out.commit()
         .with_context(|| format!("writing {}", req.output.display()))?;
     Ok(InferReport {
@@ -522,18 +514,19 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     })
 }
 
-/// Runs the network into `file` (the output `path`'s temporary) of type `out_ext`: `.npy`, `.tif`, `.png`,
+/// Runs the network into `file` (the temporary of `req.output`) of type `out_ext`: `.npy`, `.tif`, `.png`,
 /// `.ppm`/`.pgm` and `.l3` written as tiles finish (an L3 file's entries wait in its spill file until the
 /// end), `.jpg` encoded whole at the end.
 fn write_output(
     out_ext: &str,
     file: File,
-    path: &Path,
+    req: &InferRequest,
     (c, oh, ow): (usize, usize, usize),
     dtype: OutDType,
     run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
     run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
 ) -> anyhow::Result<bsp_tiling::RunInfo> {
+    let path = &req.output;
     Ok(match out_ext {
         "npy" => {
             let wr = npy::NpyWriter::from_file(file, path, c, oh, ow)
@@ -565,7 +558,7 @@ fn write_output(
         }
         "l3" => {
             check_8bit_channels(c)?;
-            let out = infer_rows::L3::create(file, path, c, oh, ow)?;
+            let out = infer_rows::L3::create(file, path, (c, oh, ow), req.threads)?;
             infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
         }
         _ => {

@@ -81,19 +81,22 @@ pub(crate) struct L3 {
 }
 
 impl L3 {
+    /// `threads` (0 = every core) encode each row of patches: the tile workers wait for it (the sink is
+    /// one), and the bytes do not depend on it.
     pub(crate) fn create(
         file: File,
         path: &Path,
-        c: usize,
-        h: usize,
-        w: usize,
+        (c, h, w): (usize, usize, usize),
+        threads: usize,
     ) -> anyhow::Result<L3> {
         let (w, h) = (
             u32::try_from(w).context("the output is too wide for L3")?,
             u32::try_from(h).context("the output is too tall for L3")?,
         );
-        // One thread, as `l3 convert` encodes a file (`loader::convert::encode`): the same bytes either way.
-        let opts = l3_format::EncodeOptions::default();
+        let opts = l3_format::EncodeOptions {
+            threads,
+            ..l3_format::EncodeOptions::default()
+        };
         let writer = l3_format::L3Writer::new(path, w, h, c as u8, &opts)?;
         Ok(L3 { writer, file })
     }
