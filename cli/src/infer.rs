@@ -9,11 +9,12 @@
 //! `in_scale`: PNG, JPEG and the rest cannot be read by region; the run's notes say so).
 //!
 //! Outputs by extension: `.npy` (float32 `C×H×W`, the raw network output, written tile by tile at its
-//! offsets), `.png` (8-bit after `out_scale` and clamping, rows streamed as soon as a band of tiles is
-//! complete), `.tif`/`.tiff` (a tiled BigTIFF, tiles written as they complete: 8-bit like PNG, or the raw
-//! float32 output with [`OutDType::F32`]), or `.l3` / `.ppm` / `.jpg` (8-bit, encoded whole: those encoders
-//! take a whole image — L3's default ANS profile puts frequency tables counted over the whole image before
-//! its offset table, so its patches cannot be written before the last tile is known).
+//! offsets), `.tif`/`.tiff` (a tiled BigTIFF, tiles written as they complete: 8-bit after `out_scale` and
+//! clamping, or the raw float32 output with [`OutDType::F32`]), or 8-bit images whose rows are streamed as
+//! soon as a band of tiles is complete: `.png`, `.ppm`/`.pgm` (raw, header first), `.l3` (the default
+//! format through [`l3_format::L3Writer`], whose spill file beside the output holds what the format writes
+//! last: for ANS the pixels, counted for its frequency tables, and the encoded chunks — memory stays bounded
+//! by a band, never the image). `.jpg` alone is encoded whole at the end: the encoder takes a whole image.
 //! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]).
 
 use anyhow::{Context, bail};
@@ -22,11 +23,12 @@ use bsp_tiling::{
     Budget, DeviceOptions, Field, Graph, Input, Mode, Net, PaddingMode, RunInfo, Scaled,
     ScaledSink, Sink, Tensor, npy,
 };
-use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use crate::infer_rows;
 
 /// Loads a network: `.onnx` through the ONNX importer, anything else as a TransformerNet in safetensors
 /// (with `padding` at its borders; ONNX models carry their own padding).
@@ -500,15 +502,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
         .file()
         .try_clone()
         .with_context(|| format!("creating {}", req.output.display()))?;
-    let info = write_output(
-        &out_ext,
-        file,
-        &req.output,
-        (c, oh, ow),
-        dtype,
-        run,
-        run_scaled,
-    )?;
+    let info = write_output(&out_ext, file, req, (c, oh, ow), dtype, run, run_scaled)?;
     out.commit()
         .with_context(|| format!("writing {}", req.output.display()))?;
     Ok(InferReport {
@@ -520,17 +514,19 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     })
 }
 
-/// Runs the network into `file` (the output `path`'s temporary) of type `out_ext`: `.npy`, `.tif` and
-/// `.png` written as tiles finish, the other 8-bit formats encoded whole at the end.
+/// Runs the network into `file` (the temporary of `req.output`) of type `out_ext`: `.npy`, `.tif`, `.png`,
+/// `.ppm`/`.pgm` and `.l3` written as tiles finish (an L3 file's entries wait in its spill file until the
+/// end), `.jpg` encoded whole at the end.
 fn write_output(
     out_ext: &str,
     file: File,
-    path: &Path,
+    req: &InferRequest,
     (c, oh, ow): (usize, usize, usize),
     dtype: OutDType,
     run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
     run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
 ) -> anyhow::Result<bsp_tiling::RunInfo> {
+    let path = &req.output;
     Ok(match out_ext {
         "npy" => {
             let wr = npy::NpyWriter::from_file(file, path, c, oh, ow)
@@ -550,21 +546,27 @@ fn write_output(
             info
         }
         "png" => {
-            let sink = PngRows::create(file, path, c, oh, ow)?;
-            let info = run_scaled(&sink)?;
-            sink.finish()?;
-            info
+            check_8bit_channels(c)?;
+            let out = infer_rows::Png::create(file, path, c, oh, ow)?;
+            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+        }
+        "ppm" | "pgm" => {
+            check_8bit_channels(c)?;
+            let out = infer_rows::Raw::create(file, c, oh, ow)
+                .with_context(|| format!("writing {}", path.display()))?;
+            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+        }
+        "l3" => {
+            check_8bit_channels(c)?;
+            let out = infer_rows::L3::create(file, path, (c, oh, ow), req.threads)?;
+            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
         }
         _ => {
-            let target = match out_ext {
-                "l3" => loader::convert::Target::L3_DEFAULT,
-                "jpg" | "jpeg" => loader::convert::Target::Jpeg(95),
-                _ => loader::convert::Target::Raw,
-            };
+            // JPEG: the encoder takes the whole image.
             let sink = Bytes8::new(c, oh, ow)?;
             let info = run_scaled(&sink)?;
             let img = sink.into_image();
-            let bytes = loader::convert::encode(&img, target)
+            let bytes = loader::convert::encode(&img, loader::convert::Target::Jpeg(95))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             let mut file = file;
             file.write_all(&bytes)
@@ -596,7 +598,7 @@ fn check_8bit_channels(c: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An 8-bit image built in memory (for encoders that take a whole image).
+/// An 8-bit image built in memory (for the JPEG encoder, which takes a whole image).
 struct Bytes8 {
     c: usize,
     h: usize,
@@ -635,113 +637,6 @@ impl Sink for Bytes8 {
                     px[((y0 + y) * self.w + x0 + x) * self.c + ch] = to_u8(t.at(ch, y, x));
                 }
             }
-        }
-        Ok(())
-    }
-}
-
-/// A PNG written row by row: tiles of a band of rows are collected until the band is complete and is the
-/// next one in the file, then its rows are compressed and written. Memory: the bands in flight (tiles
-/// finish roughly in row order), not the image.
-struct PngRows {
-    c: usize,
-    h: usize,
-    w: usize,
-    path: PathBuf,
-    state: Mutex<PngState>,
-}
-
-struct PngState {
-    writer: Option<png::StreamWriter<'static, BufWriter<std::fs::File>>>,
-    /// Band start row -> (band pixels, columns filled).
-    bands: BTreeMap<usize, (Vec<u8>, usize, usize)>,
-    next_row: usize,
-}
-
-impl PngRows {
-    fn create(f: File, path: &Path, c: usize, h: usize, w: usize) -> anyhow::Result<PngRows> {
-        check_8bit_channels(c)?;
-        let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
-        enc.set_color(if c == 3 {
-            png::ColorType::Rgb
-        } else {
-            png::ColorType::Grayscale
-        });
-        enc.set_depth(png::BitDepth::Eight);
-        let writer = enc
-            .write_header()
-            .and_then(|w| w.into_stream_writer())
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(PngRows {
-            c,
-            h,
-            w,
-            path: path.to_path_buf(),
-            state: Mutex::new(PngState {
-                writer: Some(writer),
-                bands: BTreeMap::new(),
-                next_row: 0,
-            }),
-        })
-    }
-
-    fn finish(self) -> anyhow::Result<()> {
-        let st = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
-        if st.next_row != self.h {
-            bail!(
-                "{}: internal: {} of {} rows were written",
-                self.path.display(),
-                st.next_row,
-                self.h
-            );
-        }
-        if let Some(w) = st.writer {
-            w.finish()
-                .with_context(|| format!("writing {}", self.path.display()))?;
-        }
-        Ok(())
-    }
-}
-
-impl Sink for PngRows {
-    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
-        let rows = t.h.min(self.h.saturating_sub(y0));
-        let cols = t.w.min(self.w.saturating_sub(x0));
-        if rows == 0 || cols == 0 {
-            return Ok(());
-        }
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (c, w) = (self.c, self.w);
-        let band = st
-            .bands
-            .entry(y0)
-            .or_insert_with(|| (vec![0; rows * w * c], 0, rows));
-        for y in 0..rows {
-            for x in 0..cols {
-                for ch in 0..c {
-                    band.0[(y * w + x0 + x) * c + ch] = to_u8(t.at(ch.min(t.c - 1), y, x));
-                }
-            }
-        }
-        band.1 += cols;
-        // Write every complete band that is next in the file.
-        loop {
-            let next = st.next_row;
-            match st.bands.get(&next) {
-                Some((_, filled, _)) if *filled >= w => {}
-                _ => break,
-            }
-            let (px, _, n) = st.bands.remove(&next).expect("present");
-            let io = |e: std::io::Error| bsp_tiling::Error::Io {
-                path: self.path.clone(),
-                source: e,
-            };
-            st.writer
-                .as_mut()
-                .expect("open")
-                .write_all(&px)
-                .map_err(io)?;
-            st.next_row += n;
         }
         Ok(())
     }

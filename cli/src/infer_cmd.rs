@@ -69,7 +69,8 @@ pub struct InferArgs {
     #[arg(required_unless_present = "list_pages")]
     pub input: Option<PathBuf>,
     /// Written tile by tile: .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or --out-dtype
-    /// float32), .png (rows streamed). Encoded whole at the end: .l3, .ppm, .jpg.
+    /// float32). Rows streamed (uint8): .png, .ppm/.pgm, .l3 (the default format; what it writes last
+    /// waits in a spill file beside the output). Encoded whole at the end: .jpg.
     #[arg(required_unless_present = "list_pages")]
     pub output: Option<PathBuf>,
 }

@@ -7,4 +7,5 @@
 #[allow(unsafe_code)]
 pub mod compare;
 pub mod infer;
+mod infer_rows;
 pub mod synth;

@@ -420,3 +420,71 @@ fn page_refusals_are_clear() {
     assert!(!o.status.success());
     assert!(!out.exists());
 }
+
+#[test]
+fn l3_and_ppm_outputs_stream_the_png_outputs_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| dir.path().join(f);
+    let model = data("norm_first.onnx");
+    // Bands of 48 rows against the default format's rows of patches of 128; 7×3 and 1×1 are one partial
+    // patch.
+    for &(w, h, tile) in &[(300u32, 270u32, 48usize), (7, 3, 4), (1, 1, 8)] {
+        let px: Vec<u8> = (0..w * h * 3)
+            .map(|i| ((i / 3 % w) * 3 + (i / 3 / w) * 2 + (i * 7919) % 23) as u8)
+            .collect();
+        image::save_buffer(d("in.png"), &px, w, h, image::ExtendedColorType::Rgb8).unwrap();
+        let tile = tile.to_string();
+        for out in ["out.png", "out.l3", "out.ppm"] {
+            ok(l3(&[
+                &"--model",
+                &model,
+                &"--tile",
+                &tile,
+                &"--threads",
+                &"2",
+                &"--in-scale",
+                &"0.01",
+                &"--out-scale",
+                &"60",
+                &d("in.png"),
+                &d(out),
+            ]));
+        }
+        // The PNG path streamed rows before this change: the reference pixels.
+        let png = image::open(d("out.png")).unwrap().to_rgb8();
+        assert_eq!(png.dimensions(), (w, h));
+        let ppm = image::open(d("out.ppm")).unwrap().to_rgb8();
+        assert_eq!(ppm.as_raw(), png.as_raw(), "{w}x{h}: .ppm vs .png");
+        // The .l3 decodes to the same pixels, and is byte for byte the file the whole-image encoder
+        // (what `l3 infer` wrote before: `loader::convert::encode`, the default format) makes of them.
+        let file = std::fs::read(d("out.l3")).unwrap();
+        let l3 = l3_format::L3File::parse(&file).unwrap();
+        let mut back = vec![0u8; l3.decoded_len()];
+        l3.decode_hwc(&mut back).unwrap();
+        assert_eq!(&back, png.as_raw(), "{w}x{h}: .l3 vs .png");
+        let whole = loader::convert::encode(
+            &bsp_tiling::Image {
+                width: w,
+                height: h,
+                channels: 3,
+                pixels: png.into_raw(),
+            },
+            loader::convert::Target::L3_DEFAULT,
+        )
+        .unwrap();
+        assert!(
+            file == whole,
+            "{w}x{h}: the streamed .l3 differs from the whole encode"
+        );
+        // Only what was written is left: no spill file, no temporary.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["in.png", "out.l3", "out.png", "out.ppm"]);
+        for f in names {
+            std::fs::remove_file(d(&f)).unwrap();
+        }
+    }
+}

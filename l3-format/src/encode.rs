@@ -79,6 +79,24 @@ fn check_input(
     channels: u8,
     patch_size: u8,
 ) -> Result<(), Error> {
+    let samples = check_shape(width, height, channels, patch_size)?;
+    if pixels.len() != samples {
+        return Err(Error::BufferSize {
+            expected: samples,
+            got: pixels.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The checks of the image's shape every encoder makes, the streaming one too: dimensions, channels,
+/// patch size, and the sample count within [`Limits::default`]. Returns the sample count.
+pub(crate) fn check_shape(
+    width: u32,
+    height: u32,
+    channels: u8,
+    patch_size: u8,
+) -> Result<usize, Error> {
     if width == 0 || height == 0 {
         return Err(Error::ZeroDimension { width, height });
     }
@@ -94,19 +112,12 @@ fn check_input(
         channels,
         limit: Limits::default().max_pixels,
     };
-    let samples = (width as u64)
+    (width as u64)
         .checked_mul(height as u64)
         .and_then(|p| p.checked_mul(channels as u64))
         .filter(|&s| s <= Limits::default().max_pixels)
         .and_then(|s| usize::try_from(s).ok())
-        .ok_or(too_large)?;
-    if pixels.len() != samples {
-        return Err(Error::BufferSize {
-            expected: samples,
-            got: pixels.len(),
-        });
-    }
-    Ok(())
+        .ok_or(too_large)
 }
 
 /// Encodes interleaved HWC pixels (`channels` = 1, 3 or 4) into a complete **version 1** L3 file with patch

@@ -2,6 +2,7 @@
 
 use crate::pixel_layout::PixelLayout;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use vocab::Rect;
 
 /// Which patch of which channel an error is about (absent when [`crate::decode_patch`] is called on bare bytes).
@@ -203,6 +204,40 @@ pub enum Error {
     /// Options that cannot be honoured (e.g. v2 with a patch size that is not a multiple of 32).
     #[error("encode options: {reason}")]
     BadOptions { reason: &'static str },
+
+    // ---- The streaming encoder ([`crate::L3Writer`]) ----
+    /// Reading or writing a file failed: the output, or the spill file beside it.
+    #[error("{}: {what}: {message}", path.display())]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        kind: std::io::ErrorKind,
+        message: String,
+    },
+    /// Rows given after the image's last row.
+    #[error("{given} rows given to an image of {height} rows")]
+    RowsPastEnd { height: u32, given: u64 },
+    /// Finishing before every row was given.
+    #[error("only {given} of the image's {height} rows were given")]
+    RowsMissing { height: u32, given: u32 },
+    /// Bytes that are not a whole number of rows.
+    #[error("{got} bytes are not whole rows of {row_bytes} bytes")]
+    PartialRow { row_bytes: usize, got: usize },
+    /// An error of the streaming encoder, with the output file it was writing.
+    #[error("{}: {source}", path.display())]
+    File { path: PathBuf, source: Box<Error> },
+}
+
+impl Error {
+    /// An I/O error on `path` while doing `what`.
+    pub(crate) fn io(path: &Path, what: &'static str, e: &std::io::Error) -> Error {
+        Error::Io {
+            path: path.to_path_buf(),
+            what,
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// How [`crate::L3File::parse_with`] reads a file: bounds, and whether to verify the v2 checksum.

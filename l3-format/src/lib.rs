@@ -6,6 +6,7 @@
 //! `SPEC.md` beside this crate.
 //!
 //! - [`encode`](fn@encode) / [`encode_parallel`]: interleaved HWC pixels to a complete file.
+//! - [`L3Writer`]: the same file from bands of rows, for images too large to hold in memory.
 //! - [`L3File`]: zero-copy, fully validated view of a file; decodes into caller buffers (HWC or CHW),
 //!   on one thread or patch-parallel.
 //! - [`L3File::decode_region`]: only the patches under a rectangle, straight into the caller's buffer at
@@ -47,6 +48,8 @@
 //! - `file`: [`L3File`], a whole file validated, and its decoders.
 //! - `index`: [`L3Index`] and [`Fragments`], the same from a file's prefix and the byte ranges a region
 //!   needs.
+//! - `stream/`: [`L3Writer`], the file `encode_with` writes, from bands of rows given in order, in memory
+//!   bounded by a row of patches (`spill`: what waits on disk until it can be written in file order).
 //
 // `unsafe` lives only in `simd/` (AVX2 row kernel, interleavers, the v2 rANS and BP decoders, the SSE4.2
 // CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites, after
@@ -74,6 +77,7 @@ mod encode;
 mod file;
 mod index;
 mod region;
+mod stream;
 
 pub use crc32c::{Crc32c, crc32c};
 pub use encode::{EncodeOptions, encode, encode_parallel, encode_with};
@@ -85,6 +89,7 @@ pub use format::{
 };
 pub use index::{Fragments, L3Index};
 pub use pixel_layout::PixelLayout;
+pub use stream::L3Writer;
 pub use v1::{decode_patch, encode_patch};
 pub use v2::encode::Choices;
 pub use v2::{AnsTables, V2Plan};

@@ -89,6 +89,26 @@ pub fn parse(bytes: &[u8]) -> Result<RawView<'_>, String> {
     })
 }
 
+/// The text header of a raw file of `channels` (1 to 4) interleaved 8-bit channels: P5 (1 channel), P6 (3)
+/// or P7 (2 or 4). The pixels follow it as they are, so a writer can stream them row by row.
+pub fn header(width: u32, height: u32, channels: u8) -> Vec<u8> {
+    match channels {
+        1 => format!("P5\n{width} {height}\n255\n"),
+        3 => format!("P6\n{width} {height}\n255\n"),
+        _ => {
+            let t = if channels == 2 {
+                "GRAYSCALE_ALPHA"
+            } else {
+                "RGB_ALPHA"
+            };
+            format!(
+                "P7\nWIDTH {width}\nHEIGHT {height}\nDEPTH {channels}\nMAXVAL 255\nTUPLTYPE {t}\nENDHDR\n"
+            )
+        }
+    }
+    .into_bytes()
+}
+
 /// Writes interleaved 8-bit pixels as P5 (1 channel), P6 (3) or P7 (2 or 4).
 pub fn write(
     out: &mut impl Write,
@@ -107,21 +127,7 @@ pub fn write(
             ),
         ));
     }
-    match channels {
-        1 => write!(out, "P5\n{width} {height}\n255\n")?,
-        3 => write!(out, "P6\n{width} {height}\n255\n")?,
-        _ => {
-            let t = if channels == 2 {
-                "GRAYSCALE_ALPHA"
-            } else {
-                "RGB_ALPHA"
-            };
-            write!(
-                out,
-                "P7\nWIDTH {width}\nHEIGHT {height}\nDEPTH {channels}\nMAXVAL 255\nTUPLTYPE {t}\nENDHDR\n"
-            )?
-        }
-    }
+    out.write_all(&header(width, height, channels))?;
     out.write_all(pixels)
 }
 

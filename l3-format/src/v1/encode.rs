@@ -63,6 +63,78 @@ fn encode_patch_strided(
     }
 }
 
+/// Encodes one row of patches — `src` holds its rows of interleaved HWC pixels, `w_px` wide — appending
+/// every patch of channel 0, then of channel 1, … (the file's channel-major order) to `buf` and each
+/// patch's length to `lens`. Patch columns spread over `threads` threads; the bytes do not depend on it.
+/// The whole-image encoder and the streaming one ([`crate::L3Writer`]) both encode through here.
+pub(crate) fn encode_band(
+    src: &[u8],
+    w_px: usize,
+    c_n: usize,
+    n: usize,
+    threads: usize,
+    buf: &mut Vec<u8>,
+    lens: &mut Vec<usize>,
+) {
+    let rows = src.len() / (w_px * c_n);
+    let px_n = w_px.div_ceil(n);
+    let patch = |ch: usize, px: usize, out: &mut Vec<u8>| {
+        let x = px * n;
+        encode_patch_strided(
+            &src[x * c_n + ch..],
+            n.min(w_px - x),
+            rows,
+            w_px * c_n,
+            c_n,
+            out,
+        );
+    };
+    if stdx::parallel::threads(threads) <= 1 {
+        buf.reserve(src.len() / 2);
+        for ch in 0..c_n {
+            for px in 0..px_n {
+                let before = buf.len();
+                patch(ch, px, buf);
+                lens.push(buf.len() - before);
+            }
+        }
+        return;
+    }
+    let cols: Vec<usize> = (0..px_n).collect();
+    let parts = stdx::parallel::map(&cols, threads, |_, &px| {
+        let per_ch: Vec<Vec<u8>> = (0..c_n)
+            .map(|ch| {
+                let mut out = Vec::new();
+                patch(ch, px, &mut out);
+                out
+            })
+            .collect();
+        Ok::<_, std::convert::Infallible>(per_ch)
+    });
+    let parts = match parts {
+        Ok(p) => p,
+        Err(never) => match never {},
+    };
+    for ch in 0..c_n {
+        for p in &parts {
+            buf.extend_from_slice(&p[ch]);
+            lens.push(p[ch].len());
+        }
+    }
+}
+
+/// The 20-byte version-1 header.
+pub(crate) fn header(width: u32, height: u32, channels: u8, patch_size: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&width.to_le_bytes());
+    out.extend_from_slice(&height.to_le_bytes());
+    out.extend_from_slice(&[channels, 8, patch_size, 0, 0, 0]);
+    debug_assert_eq!(out.len(), HEADER_LEN);
+    out
+}
+
 /// Encodes interleaved HWC pixels into a complete version-1 file with rows of patches spread over `threads`
 /// threads (0 = every core); the output does not depend on `threads`. The arguments were checked by the
 /// caller (`crate::encode`).
@@ -83,18 +155,8 @@ pub(crate) fn encode(
     let band_px = n * w_px * c_n;
     let tasks = bands.iter_mut().zip(pixels.chunks(band_px));
     stdx::parallel::for_each(tasks, threads, |((buf, lens), src)| {
-        let rows = src.len() / (w_px * c_n);
-        buf.reserve(src.len() / 2);
-        for ch in 0..c_n {
-            for px in 0..px_n {
-                let x = px * n;
-                let w = n.min(w_px - x);
-                let before = buf.len();
-                encode_patch_strided(&src[x * c_n + ch..], w, rows, w_px * c_n, c_n, buf);
-                lens.push(buf.len() - before);
-            }
-        }
-        Ok(())
+        encode_band(src, w_px, c_n, n, 1, buf, lens);
+        Ok::<(), Error>(())
     })?;
 
     let data_len: usize = bands.iter().map(|b| b.0.len()).sum();
@@ -103,12 +165,7 @@ pub(crate) fn encode(
     }
     let table_len = 4 * per * c_n;
     let mut out = Vec::with_capacity(HEADER_LEN + table_len + data_len);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&width.to_le_bytes());
-    out.extend_from_slice(&height.to_le_bytes());
-    out.extend_from_slice(&[channels, 8, patch_size, 0, 0, 0]);
-    debug_assert_eq!(out.len(), HEADER_LEN);
+    out.extend_from_slice(&header(width, height, channels, patch_size));
     // Offset table: channel-major, patches row-major. Band py holds channel ch's patch px at index
     // ch*px_n + px of its lengths, so the file order is (ch, py, px) and the data is gathered the same way.
     let mut starts: Vec<Vec<usize>> = Vec::with_capacity(py_n);

@@ -34,7 +34,7 @@ pub enum Choices {
 
 /// One patch after the front end: residual codes of every plane (`z[(p·ph + r)·pw + c]`) and selectors
 /// (`sel[(p·ph + r)·nsel + k]`, row 0 unused).
-struct Front {
+pub(crate) struct Front {
     pw: usize,
     ph: usize,
     z: Vec<u8>,
@@ -42,7 +42,7 @@ struct Front {
 }
 
 /// Bit costs (×256) of every symbol in every context, from tables; unseen symbols cost 16 bits.
-struct BitCosts(Vec<[u16; 256]>);
+pub(crate) struct BitCosts(Vec<[u16; 256]>);
 
 impl BitCosts {
     fn new(t: &AnsTables) -> Self {
@@ -206,6 +206,201 @@ fn symbols(f: &Front, c: usize, mut segment: impl FnMut(usize), mut each: impl F
     }
 }
 
+/// The fronts of one row of patches — `src` holds its rows of interleaved pixels, `w` wide — patch
+/// columns spread over `threads` threads (the result does not depend on it).
+pub(crate) fn band_fronts(
+    src: &[u8],
+    w: usize,
+    c: usize,
+    nn: usize,
+    cost: Cost,
+    costs: Option<&BitCosts>,
+    threads: usize,
+) -> Vec<Front> {
+    let ph = src.len() / (w * c);
+    let cols: Vec<usize> = (0..w.div_ceil(nn)).collect();
+    let fronts = stdx::parallel::map(&cols, threads, |_, &px| {
+        let x0 = px * nn;
+        Ok::<_, std::convert::Infallible>(front(src, w, c, x0, 0, nn.min(w - x0), ph, cost, costs))
+    });
+    match fronts {
+        Ok(f) => f,
+        Err(never) => match never {},
+    }
+}
+
+/// BP: encodes one row of patches (`src`, as [`band_fronts`]), appending its entries in the file's
+/// plane-major order to `bytes` and each entry's length to `lens`.
+pub(crate) fn bp_band(
+    src: &[u8],
+    w: usize,
+    c: usize,
+    nn: usize,
+    threads: usize,
+    bytes: &mut Vec<u8>,
+    lens: &mut Vec<usize>,
+) {
+    let fronts = band_fronts(src, w, c, nn, Cost::Bp, None, threads);
+    for p in 0..c {
+        for f in &fronts {
+            let before = bytes.len();
+            let nsel = runs(f.pw);
+            let mut nbit = [0u8; MAX_GROUPS];
+            for r in 0..f.ph {
+                let z = &f.z[(p * f.ph + r) * f.pw..(p * f.ph + r + 1) * f.pw];
+                let s = &f.sel[(p * f.ph + r) * nsel..(p * f.ph + r + 1) * nsel];
+                bp::pack_row(z, s, r == 0, &mut nbit, bytes);
+            }
+            lens.push(bytes.len() - before);
+        }
+    }
+}
+
+/// ANS: adds the context counts of `fronts` to `counts` (one `[u32; 256]` per context).
+pub(crate) fn count_fronts(fronts: &[Front], c: usize, counts: &mut [[u32; 256]]) {
+    for f in fronts {
+        symbols(f, c, |_| {}, |ctx, s| counts[ctx as usize][s as usize] += 1);
+    }
+}
+
+/// ANS: how `choices` turns counts into frequencies.
+pub(crate) fn normalization(choices: Choices) -> Normalize {
+    match choices {
+        Choices::Reference => Normalize::Reference,
+        Choices::Smallest => Normalize::Optimal,
+        Choices::FastDecode => Normalize::Coarse,
+    }
+}
+
+/// ANS: the costs the second front-end pass chooses selectors by — `None` for the reference choices,
+/// which make one pass — from the first pass's counts.
+pub(crate) fn second_pass_costs(counts: &[[u32; 256]], choices: Choices) -> Option<BitCosts> {
+    (choices != Choices::Reference)
+        .then(|| BitCosts::new(&AnsTables::from_counts(counts, normalization(choices))))
+}
+
+/// ANS: the final tables from the counts of the last front-end pass, and their bytes.
+pub(crate) fn final_tables(counts: &[[u32; 256]], choices: Choices) -> (EncTables, Vec<u8>) {
+    let tables = AnsTables::from_counts(counts, normalization(choices));
+    let mut bytes = Vec::new();
+    tables.write(&mut bytes);
+    (EncTables::new(&tables), bytes)
+}
+
+/// ANS: one chunk per patch of `fronts`, appended to `bytes`, each chunk's length to `lens`; patches
+/// spread over `threads` threads.
+pub(crate) fn ans_band(
+    fronts: &[Front],
+    c: usize,
+    enc: &EncTables,
+    threads: usize,
+    bytes: &mut Vec<u8>,
+    lens: &mut Vec<usize>,
+) {
+    let chunk = |f: &Front, out: &mut Vec<u8>| {
+        let mut ps = PatchSymbols {
+            syms: Vec::with_capacity(f.z.len() + f.sel.len()),
+            segments: Vec::with_capacity(c * (f.ph + 1)),
+        };
+        symbols(
+            f,
+            c,
+            |n| ps.segments.push(n as u32),
+            |ctx, s| ps.syms.push((ctx, s)),
+        );
+        ans::encode_chunk(&ps, enc, out);
+    };
+    if stdx::parallel::threads(threads) <= 1 {
+        for f in fronts {
+            let before = bytes.len();
+            chunk(f, bytes);
+            lens.push(bytes.len() - before);
+        }
+        return;
+    }
+    let chunks = stdx::parallel::map(fronts, threads, |_, f| {
+        let mut out = Vec::new();
+        chunk(f, &mut out);
+        Ok::<_, std::convert::Infallible>(out)
+    });
+    let chunks = match chunks {
+        Ok(ch) => ch,
+        Err(never) => match never {},
+    };
+    for ch in chunks {
+        bytes.extend_from_slice(&ch);
+        lens.push(ch.len());
+    }
+}
+
+/// The 20-byte version-2 header.
+pub(crate) fn header(
+    width: u32,
+    height: u32,
+    channels: u8,
+    n: u8,
+    profile: Profile,
+    entry_crcs: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&width.to_le_bytes());
+    out.extend_from_slice(&height.to_le_bytes());
+    let flags = if entry_crcs { FLAG_ENTRY_CRCS } else { 0 };
+    out.extend_from_slice(&[channels, 8, n, profile.byte(), flags, 0]);
+    out
+}
+
+/// Where the first entry starts: after the header, the ANS tables (`tables_len` bytes), the offset table
+/// of `entries` entries and, with `entry_crcs`, their CRC table and the prefix CRC.
+pub(crate) fn data_start(tables_len: usize, entries: usize, entry_crcs: bool) -> usize {
+    let crcs = if entry_crcs {
+        crc_table_len(entries)
+    } else {
+        0
+    };
+    HEADER_LEN + tables_len + 4 * entries + crcs
+}
+
+/// Refuses a file whose last entry would end past what `u32` offsets address.
+pub(crate) fn check_size(data_start: usize, data_len: usize) -> Result<(), Error> {
+    let total = data_start + data_len + CRC_LEN;
+    if u32::try_from(total - CRC_LEN).is_err() {
+        return Err(Error::EncodedTooLarge { bytes: total });
+    }
+    Ok(())
+}
+
+/// Every byte before the first entry: `header`, the ANS `tables`, the offset table made from each entry's
+/// length (`lens`, in file order) and, when `crcs` holds the entries' CRC-32Cs (file order), their table and
+/// the prefix CRC. The sizes were checked ([`check_size`]).
+pub(crate) fn prefix(
+    header: &[u8],
+    tables: &[u8],
+    lens: &[usize],
+    crcs: Option<&[u32]>,
+) -> Vec<u8> {
+    let start = data_start(tables.len(), lens.len(), crcs.is_some());
+    let mut out = Vec::with_capacity(start);
+    out.extend_from_slice(header);
+    out.extend_from_slice(tables);
+    let mut offset = start;
+    for l in lens {
+        out.extend_from_slice(&(offset as u32).to_le_bytes());
+        offset += l;
+    }
+    if let Some(crcs) = crcs {
+        for crc in crcs {
+            out.extend_from_slice(&crc.to_le_bytes());
+        }
+        let prefix = crc32c(&out);
+        out.extend_from_slice(&prefix.to_le_bytes());
+    }
+    debug_assert_eq!(out.len(), start);
+    out
+}
+
 /// Per-band results: BP rows of each (plane, patch) or ANS chunks, with each entry's length.
 #[derive(Default)]
 struct Band {
@@ -227,62 +422,28 @@ pub(crate) fn encode(
     entry_crcs: bool,
     threads: usize,
 ) -> Result<Vec<u8>, Error> {
-    let (w, h, c, nn) = (
-        width as usize,
-        height as usize,
-        channels as usize,
-        n as usize,
-    );
-    let (px_n, py_n) = (w.div_ceil(nn), h.div_ceil(nn));
-    let rect = |px: usize, py: usize| {
-        let (x0, y0) = (px * nn, py * nn);
-        (x0, y0, nn.min(w - x0), nn.min(h - y0))
-    };
-    let mut bands: Vec<Band> = (0..py_n).map(|_| Band::default()).collect();
+    let (w, c, nn) = (width as usize, channels as usize, n as usize);
+    let px_n = w.div_ceil(nn);
+    let band_px = nn * w * c;
+    let mut bands: Vec<Band> = pixels.chunks(band_px).map(|_| Band::default()).collect();
     let mut tables_bytes = Vec::new();
     match profile {
         Profile::Bp => {
-            stdx::parallel::for_each(bands.iter_mut().enumerate(), threads, |(py, band)| {
-                // Entries of this band in file order are (plane, px): plane-major.
-                let fronts: Vec<Front> = (0..px_n)
-                    .map(|px| {
-                        let (x0, y0, pw, ph) = rect(px, py);
-                        front(pixels, w, c, x0, y0, pw, ph, Cost::Bp, None)
-                    })
-                    .collect();
-                for p in 0..c {
-                    for f in &fronts {
-                        let before = band.bytes.len();
-                        let nsel = runs(f.pw);
-                        let mut nbit = [0u8; MAX_GROUPS];
-                        for r in 0..f.ph {
-                            let z = &f.z[(p * f.ph + r) * f.pw..(p * f.ph + r + 1) * f.pw];
-                            let s = &f.sel[(p * f.ph + r) * nsel..(p * f.ph + r + 1) * nsel];
-                            bp::pack_row(z, s, r == 0, &mut nbit, &mut band.bytes);
-                        }
-                        band.lens.push(band.bytes.len() - before);
-                    }
-                }
+            let tasks = bands.iter_mut().zip(pixels.chunks(band_px));
+            stdx::parallel::for_each(tasks, threads, |(band, src)| {
+                bp_band(src, w, c, nn, 1, &mut band.bytes, &mut band.lens);
                 Ok::<(), Error>(())
             })?;
         }
         Profile::Ans => {
             let k = ans::contexts(channels);
-            let count = |bands: &mut Vec<Band>,
-                         costs: Option<&BitCosts>|
-             -> Result<Vec<[u32; 256]>, Error> {
+            let count = |bands: &mut Vec<Band>, costs: Option<&BitCosts>| {
                 let partial = std::sync::Mutex::new(vec![[0u32; 256]; k]);
-                stdx::parallel::for_each(bands.iter_mut().enumerate(), threads, |(py, band)| {
+                let tasks = bands.iter_mut().zip(pixels.chunks(band_px));
+                stdx::parallel::for_each(tasks, threads, |(band, src)| {
                     let mut local = vec![[0u32; 256]; k];
-                    band.fronts = (0..px_n)
-                        .map(|px| {
-                            let (x0, y0, pw, ph) = rect(px, py);
-                            front(pixels, w, c, x0, y0, pw, ph, Cost::Ans, costs)
-                        })
-                        .collect();
-                    for f in &band.fronts {
-                        symbols(f, c, |_| {}, |ctx, s| local[ctx as usize][s as usize] += 1);
-                    }
+                    band.fronts = band_fronts(src, w, c, nn, Cost::Ans, costs, 1);
+                    count_fronts(&band.fronts, c, &mut local);
                     let mut all = partial.lock().unwrap_or_else(|p| p.into_inner());
                     for (a, l) in all.iter_mut().zip(&local) {
                         for (x, y) in a.iter_mut().zip(l) {
@@ -291,67 +452,28 @@ pub(crate) fn encode(
                     }
                     Ok::<(), Error>(())
                 })?;
-                Ok(partial.into_inner().unwrap_or_else(|p| p.into_inner()))
+                Ok::<_, Error>(partial.into_inner().unwrap_or_else(|p| p.into_inner()))
             };
             let mut counts = count(&mut bands, None)?;
-            let norm = match choices {
-                Choices::Reference => Normalize::Reference,
-                Choices::Smallest => Normalize::Optimal,
-                Choices::FastDecode => Normalize::Coarse,
-            };
-            if choices != Choices::Reference {
-                let first = AnsTables::from_counts(&counts, norm);
-                counts = count(&mut bands, Some(&BitCosts::new(&first)))?;
+            if let Some(costs) = second_pass_costs(&counts, choices) {
+                counts = count(&mut bands, Some(&costs))?;
             }
-            let tables = AnsTables::from_counts(&counts, norm);
-            tables.write(&mut tables_bytes);
-            let enc = EncTables::new(&tables);
+            let (enc, bytes) = final_tables(&counts, choices);
+            tables_bytes = bytes;
             stdx::parallel::for_each(bands.iter_mut(), threads, |band| {
                 let fronts = std::mem::take(&mut band.fronts);
-                for f in &fronts {
-                    let mut ps = PatchSymbols {
-                        syms: Vec::with_capacity(f.z.len() + f.sel.len()),
-                        segments: Vec::with_capacity(c * (f.ph + 1)),
-                    };
-                    symbols(
-                        f,
-                        c,
-                        |n| ps.segments.push(n as u32),
-                        |ctx, s| ps.syms.push((ctx, s)),
-                    );
-                    let before = band.bytes.len();
-                    ans::encode_chunk(&ps, &enc, &mut band.bytes);
-                    band.lens.push(band.bytes.len() - before);
-                }
+                ans_band(&fronts, c, &enc, 1, &mut band.bytes, &mut band.lens);
                 Ok::<(), Error>(())
             })?;
         }
     }
 
     // Assemble: header, [tables], offsets from the file start, [entry CRCs, prefix CRC], data, CRC.
-    let entries = match profile {
-        Profile::Bp => c * px_n * py_n,
-        Profile::Ans => px_n * py_n,
-    };
+    let planes = if profile == Profile::Bp { c } else { 1 };
+    let entries = planes * px_n * bands.len();
     let data_len: usize = bands.iter().map(|b| b.bytes.len()).sum();
-    let crcs_len = if entry_crcs {
-        crc_table_len(entries)
-    } else {
-        0
-    };
-    let data_start = HEADER_LEN + tables_bytes.len() + 4 * entries + crcs_len;
-    let total = data_start + data_len + CRC_LEN;
-    if u32::try_from(total - CRC_LEN).is_err() {
-        return Err(Error::EncodedTooLarge { bytes: total });
-    }
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&width.to_le_bytes());
-    out.extend_from_slice(&height.to_le_bytes());
-    let flags = if entry_crcs { FLAG_ENTRY_CRCS } else { 0 };
-    out.extend_from_slice(&[channels, 8, n, profile.byte(), flags, 0]);
-    out.extend_from_slice(&tables_bytes);
+    let start = data_start(tables_bytes.len(), entries, entry_crcs);
+    check_size(start, data_len)?;
     // Per band, the start of each entry within its bytes.
     let starts: Vec<Vec<usize>> = bands
         .iter()
@@ -366,35 +488,27 @@ pub(crate) fn encode(
             s
         })
         .collect();
-    let planes = if profile == Profile::Bp { c } else { 1 };
-    let mut offset = data_start;
+    let mut lens = Vec::with_capacity(entries);
+    let mut crcs = Vec::with_capacity(if entry_crcs { entries } else { 0 });
     for p in 0..planes {
-        for b in &bands {
+        for (b, s) in bands.iter().zip(&starts) {
             for px in 0..px_n {
-                out.extend_from_slice(&(offset as u32).to_le_bytes());
-                offset += b.lens[p * px_n + px];
-            }
-        }
-    }
-    if entry_crcs {
-        for p in 0..planes {
-            for (b, s) in bands.iter().zip(&starts) {
-                for px in 0..px_n {
-                    let e = &b.bytes[s[p * px_n + px]..s[p * px_n + px + 1]];
-                    out.extend_from_slice(&crc32c(e).to_le_bytes());
+                let i = p * px_n + px;
+                lens.push(b.lens[i]);
+                if entry_crcs {
+                    crcs.push(crc32c(&b.bytes[s[i]..s[i + 1]]));
                 }
             }
         }
-        let prefix = crc32c(&out);
-        out.extend_from_slice(&prefix.to_le_bytes());
     }
-    debug_assert_eq!(out.len(), data_start);
+    let head = header(width, height, channels, n, profile, entry_crcs);
+    let mut out = prefix(&head, &tables_bytes, &lens, entry_crcs.then_some(&crcs[..]));
+    out.reserve_exact(data_len + CRC_LEN);
     for p in 0..planes {
         for (b, s) in bands.iter().zip(&starts) {
             out.extend_from_slice(&b.bytes[s[p * px_n]..s[(p + 1) * px_n]]);
         }
     }
-    debug_assert_eq!(out.len(), total - CRC_LEN);
     let crc = crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)

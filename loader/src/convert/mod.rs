@@ -154,6 +154,12 @@ pub struct ConvertOptions {
     pub to_8bit: bool,
 }
 
+/// The header of a [`Target::Raw`] file (P5, P6 or P7 by channel count), for writers that stream its
+/// pixels after it row by row.
+pub fn raw_header(width: u32, height: u32, channels: u8) -> Vec<u8> {
+    crate::raw::header(width, height, channels)
+}
+
 /// Encodes `img` into the bytes of a `target` file.
 pub fn encode(img: &Image, target: Target) -> std::result::Result<Vec<u8>, String> {
     let (w, h, c) = (img.width, img.height, img.channels);

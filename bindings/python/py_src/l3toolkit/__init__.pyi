@@ -128,7 +128,7 @@ def infer(
 ) -> Optional[npt.NDArray[np.float32]]:
     """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
     output written to ``output`` (.npy float32 tile by tile, .tif/.tiff tiled BigTIFF tile by tile — uint8
-    or ``out_dtype="float32"`` —, .png rows streamed, .l3, .ppm, .jpg). Paths are read by region from
+    or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole). Paths are read by region from
     .l3 and .tif/.tiff (``page``: the TIFF page, default 0, the first; a page the file lacks or a page
     asked of anything but a TIFF path raises ``OptionsError``); other images are decoded whole (a
     ``UserWarning`` says so). ``device="cuda"``

@@ -1,0 +1,223 @@
+//! [`Rows8`]: an 8-bit image output of `l3 infer` written row by row. Tiles of a band of rows are
+//! collected until the band is complete and is the next one in the file, then its rows go to the encoder
+//! ([`RowsOut`]: PNG, raw PPM/PGM, L3). Memory: the bands in flight (tiles finish roughly in row order)
+//! and the encoder's own state, not the image.
+
+use anyhow::{Context, bail};
+use bsp_tiling::{Sink, Tensor};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where an 8-bit image's rows go, in order: interleaved `width × channels` bytes each.
+pub(crate) trait RowsOut: Send {
+    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()>;
+    /// Completes the file once every row was given.
+    fn finish(self) -> anyhow::Result<()>;
+}
+
+/// A PNG, rows compressed as they come.
+pub(crate) struct Png(png::StreamWriter<'static, BufWriter<File>>);
+
+impl Png {
+    pub(crate) fn create(
+        f: File,
+        path: &Path,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> anyhow::Result<Png> {
+        let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
+        enc.set_color(if c == 3 {
+            png::ColorType::Rgb
+        } else {
+            png::ColorType::Grayscale
+        });
+        enc.set_depth(png::BitDepth::Eight);
+        let writer = enc
+            .write_header()
+            .and_then(|w| w.into_stream_writer())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(Png(writer))
+    }
+}
+
+impl RowsOut for Png {
+    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
+        Ok(self.0.write_all(px)?)
+    }
+    fn finish(self) -> anyhow::Result<()> {
+        Ok(self.0.finish()?)
+    }
+}
+
+/// A raw PPM (3 channels) or PGM (1): the loader's header, then the rows as they are.
+pub(crate) struct Raw(BufWriter<File>);
+
+impl Raw {
+    pub(crate) fn create(f: File, c: usize, h: usize, w: usize) -> anyhow::Result<Raw> {
+        let mut out = BufWriter::new(f);
+        out.write_all(&loader::convert::raw_header(w as u32, h as u32, c as u8))?;
+        Ok(Raw(out))
+    }
+}
+
+impl RowsOut for Raw {
+    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
+        Ok(self.0.write_all(px)?)
+    }
+    fn finish(mut self) -> anyhow::Result<()> {
+        Ok(self.0.flush()?)
+    }
+}
+
+/// An L3 file in the toolkit's default format, through the streaming encoder (its spill file beside the
+/// output); the file is written at the end.
+pub(crate) struct L3 {
+    writer: l3_format::L3Writer,
+    file: File,
+}
+
+impl L3 {
+    /// `threads` (0 = every core) encode each row of patches: the tile workers wait for it (the sink is
+    /// one), and the bytes do not depend on it.
+    pub(crate) fn create(
+        file: File,
+        path: &Path,
+        (c, h, w): (usize, usize, usize),
+        threads: usize,
+    ) -> anyhow::Result<L3> {
+        let (w, h) = (
+            u32::try_from(w).context("the output is too wide for L3")?,
+            u32::try_from(h).context("the output is too tall for L3")?,
+        );
+        let opts = l3_format::EncodeOptions {
+            threads,
+            ..l3_format::EncodeOptions::default()
+        };
+        let writer = l3_format::L3Writer::new(path, w, h, c as u8, &opts)?;
+        Ok(L3 { writer, file })
+    }
+}
+
+impl RowsOut for L3 {
+    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
+        Ok(self.writer.push_rows(px)?)
+    }
+    fn finish(self) -> anyhow::Result<()> {
+        let mut out = self.writer.finish(BufWriter::new(self.file))?;
+        Ok(out.flush()?)
+    }
+}
+
+/// The [`Sink`] that gathers tiles into bands of rows, in file order, for a [`RowsOut`].
+pub(crate) struct Rows8<O> {
+    c: usize,
+    h: usize,
+    w: usize,
+    path: PathBuf,
+    state: Mutex<State<O>>,
+}
+
+struct State<O> {
+    out: O,
+    /// Band start row -> (band pixels, columns filled, rows).
+    bands: BTreeMap<usize, (Vec<u8>, usize, usize)>,
+    next_row: usize,
+    /// The encoder's first error: the run stops on it and it is what the caller reports.
+    failed: Option<anyhow::Error>,
+}
+
+impl<O: RowsOut> Rows8<O> {
+    pub(crate) fn new(out: O, path: &Path, c: usize, h: usize, w: usize) -> Rows8<O> {
+        Rows8 {
+            c,
+            h,
+            w,
+            path: path.to_path_buf(),
+            state: Mutex::new(State {
+                out,
+                bands: BTreeMap::new(),
+                next_row: 0,
+                failed: None,
+            }),
+        }
+    }
+
+    /// Runs `run` into this sink and completes the file: the encoder's own error first if it failed
+    /// (the run only stopped because of it), else the run's.
+    pub(crate) fn run(
+        self,
+        run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
+    ) -> anyhow::Result<bsp_tiling::RunInfo> {
+        let result = run(&self);
+        let st = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        let path = self.path.display();
+        if let Some(e) = st.failed {
+            return Err(e.context(format!("writing {path}")));
+        }
+        let info = result?;
+        if st.next_row != self.h {
+            bail!(
+                "{path}: internal: {} of {} rows were written",
+                st.next_row,
+                self.h
+            );
+        }
+        st.out.finish().with_context(|| format!("writing {path}"))?;
+        Ok(info)
+    }
+}
+
+fn to_u8(v: f32) -> u8 {
+    v.clamp(0.0, 255.0).round() as u8
+}
+
+impl<O: RowsOut> Sink for Rows8<O> {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
+        let rows = t.h.min(self.h.saturating_sub(y0));
+        let cols = t.w.min(self.w.saturating_sub(x0));
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *guard;
+        let stopped = || bsp_tiling::Error::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other("the output's encoder failed"),
+        };
+        if st.failed.is_some() {
+            return Err(stopped());
+        }
+        let (c, w) = (self.c, self.w);
+        let band = st
+            .bands
+            .entry(y0)
+            .or_insert_with(|| (vec![0; rows * w * c], 0, rows));
+        for y in 0..rows {
+            for x in 0..cols {
+                for ch in 0..c {
+                    band.0[(y * w + x0 + x) * c + ch] = to_u8(t.at(ch.min(t.c - 1), y, x));
+                }
+            }
+        }
+        band.1 += cols;
+        // Write every complete band that is next in the file.
+        loop {
+            let next = st.next_row;
+            match st.bands.get(&next) {
+                Some((_, filled, _)) if *filled >= w => {}
+                _ => break,
+            }
+            let (px, _, n) = st.bands.remove(&next).expect("present");
+            if let Err(e) = st.out.rows(&px) {
+                st.failed = Some(e);
+                return Err(stopped());
+            }
+            st.next_row += n;
+        }
+        Ok(())
+    }
+}
