@@ -47,6 +47,8 @@ pub fn kernel() -> Kernel {
 /// A convolution's im2col rows, as read from its input window.
 pub struct Rows<'a> {
     x: &'a Tensor,
+    /// With a column stride: `x`'s rows split into phases ([`pack::phases`]), which the rows are read from.
+    phased: Option<Tensor>,
     win: [Win; 2],
     /// Input offsets of each im2col row ([`pack::input_offsets`]).
     offs: Vec<usize>,
@@ -57,11 +59,16 @@ pub struct Rows<'a> {
 impl<'a> Rows<'a> {
     /// The rows of a convolution with window `win` over `cg` channels of `x` (one group).
     pub fn new(x: &'a Tensor, cg: usize, win: &[Win; 2]) -> Rows<'a> {
+        let phased = (win[1].stride > 1).then(|| pack::phases(x, win[1].stride));
         let offs = pack::input_offsets(x, cg, win);
         let packed = (0..offs.len()).map(|r| r * NR).collect();
+        // Read from the phases, the rows are consecutive: a stride-1 window from here on.
+        let mut win = *win;
+        win[1].stride = 1;
         Rows {
             x,
-            win: *win,
+            phased,
+            win,
             offs,
             packed,
         }
@@ -91,7 +98,7 @@ impl<'a> Rows<'a> {
         if let Init::Bias(v) = init {
             assert!(v.len() >= m, "gemm: short bias");
         }
-        let x = self.x;
+        let x = self.phased.as_ref().unwrap_or(self.x);
         let (sy, sx) = (self.win[0].stride, self.win[1].stride);
         let direct = sx == 1 && self.win[1].k > 1;
         let mb_count = m.div_ceil(MR);

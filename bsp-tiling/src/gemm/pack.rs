@@ -31,17 +31,55 @@ impl PackedA {
 }
 
 /// The im2col rows of a convolution over channels `c0..` of `x`, in order `(ci, ky, kx)`, as offsets of
-/// each row's first value from that of output pixel `(oy, ox)` at `c0·h·w + oy·sy·w + ox·sx`.
+/// each row's first value from that of output pixel `(oy, ox)` at `c0·h·w + oy·sy·w + ox`. With a column
+/// stride `s > 1`, `x` is [`phases`]' copy: the column a kernel column reads sits in phase
+/// `(kx·dx) mod s`, at `(kx·dx) div s` past the output column.
 pub fn input_offsets(x: &Tensor, cg: usize, w: &[Win; 2]) -> Vec<usize> {
+    let s = w[1].stride;
+    let starts = phase_starts(x.w, s);
     let mut offs = Vec::with_capacity(cg * w[0].k * w[1].k);
     for ci in 0..cg {
         for ky in 0..w[0].k {
             for kx in 0..w[1].k {
-                offs.push(ci * x.h * x.w + ky * w[0].dilation * x.w + kx * w[1].dilation);
+                let col = kx * w[1].dilation;
+                offs.push(ci * x.h * x.w + ky * w[0].dilation * x.w + starts[col % s] + col / s);
             }
         }
     }
     offs
+}
+
+/// Where each phase starts in a row of `w` values split by a column stride `s`: phase `p` holds columns
+/// `p, p + s, p + 2s, …`.
+fn phase_starts(w: usize, s: usize) -> Vec<usize> {
+    let mut at = 0;
+    (0..s)
+        .map(|p| {
+            let start = at;
+            at += w.saturating_sub(p).div_ceil(s);
+            start
+        })
+        .collect()
+}
+
+/// Each row of `x` split into its `s` phases (see [`phase_starts`]): a convolution with column stride
+/// `s` then reads every im2col row as consecutive values, in place, like a stride-1 one. One pass
+/// over the window instead of packing every kernel column's strided copy.
+pub fn phases(x: &Tensor, s: usize) -> Tensor {
+    let starts = phase_starts(x.w, s);
+    let mut out = Tensor::scratch(x.c, x.h, x.w);
+    for (src, dst) in x
+        .data
+        .chunks_exact(x.w.max(1))
+        .zip(out.data.chunks_exact_mut(x.w.max(1)))
+    {
+        for (p, &start) in starts.iter().enumerate() {
+            for (d, &v) in dst[start..].iter_mut().zip(src[p..].iter().step_by(s)) {
+                *d = v;
+            }
+        }
+    }
+    out
 }
 
 /// Writes the im2col columns of output pixels `(oy, ox..ox+nv)` as `nv.div_ceil(NR)` panels of
@@ -69,11 +107,19 @@ pub fn pack_panels(
         for p in 0..panels {
             let o = &mut dst[(p * k + r) * NR..][..NR];
             let n = NR.min(nv - p * NR);
-            if sx == 1 {
-                o[..n].copy_from_slice(&src[p * NR..p * NR + n]);
-            } else {
-                for (j, v) in o[..n].iter_mut().enumerate() {
-                    *v = src[(p * NR + j) * sx];
+            let s = &src[p * NR * sx..];
+            match sx {
+                1 => o[..n].copy_from_slice(&s[..n]),
+                // The common stride: pairs, which the compiler turns into shuffles.
+                2 if s.len() >= 2 * n => {
+                    for (v, pair) in o[..n].iter_mut().zip(s.chunks_exact(2)) {
+                        *v = pair[0];
+                    }
+                }
+                _ => {
+                    for (v, &e) in o[..n].iter_mut().zip(s.iter().step_by(sx)) {
+                        *v = e;
+                    }
                 }
             }
             o[n..].fill(0.0);
