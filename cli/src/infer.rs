@@ -179,8 +179,14 @@ pub fn with_input<T>(
                 map = m;
                 let file = l3_format::L3File::parse(&map)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                // Parsing checked the whole file's CRC: its pages leave the resident set until windows
+                // read them (see `L3Regions::gather`).
+                // SAFETY: a shared, read-only mapping of a file: dropping its pages loses nothing.
+                #[allow(unsafe_code)]
+                let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
                 l3 = L3Regions {
                     file,
+                    map: &map,
                     path: path.clone(),
                 };
                 (&l3, req.in_scale, Vec::new(), true)
@@ -304,6 +310,8 @@ pub fn infer_path_to_tensor(
 /// An L3 file read by region: a window decodes the rectangle its indices span (the patches under it).
 struct L3Regions<'a> {
     file: l3_format::L3File<'a>,
+    /// The file's mapping, whose pages a window is done with are dropped from this process.
+    map: &'a memmap2::Mmap,
     path: PathBuf,
 }
 
@@ -339,6 +347,15 @@ impl bsp_tiling::Field for L3Regions<'_> {
                 path: self.path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
             })?;
+        // The window's patches are decoded: their pages leave this process's resident set (a 30,000²
+        // input's 1.9 GB file otherwise ends up counted whole in it). They stay in the page cache, and
+        // a worker still reading is given them again on its next touch.
+        // SAFETY: a shared, read-only mapping of a file: dropping its pages loses nothing.
+        #[allow(unsafe_code)]
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
         let n = ys.len() * xs.len();
         for (iy, y) in ys.iter().enumerate() {
             let Some(y) = y else { continue };
