@@ -99,8 +99,10 @@ impl<'a> Rows<'a> {
             assert!(v.len() >= m, "gemm: short bias");
         }
         let x = self.phased.as_ref().unwrap_or(self.x);
-        let (sy, sx) = (self.win[0].stride, self.win[1].stride);
-        let direct = sx == 1 && self.win[1].k > 1;
+        let sy = self.win[0].stride;
+        // Columns are consecutive here (strided windows were split into phases): read in place where a
+        // kernel wider than one column makes neighbouring im2col rows share cache lines.
+        let direct = self.win[1].k > 1;
         let mb_count = m.div_ceil(MR);
         // The outputs of a block of pixels, all output channels: written to `c` a plane row at a time
         // when the block is done (tile by tile straight into `c`, every store would go to another
@@ -126,9 +128,8 @@ impl<'a> Rows<'a> {
                     let first = kc0 == 0;
                     for p in 0..nb.div_ceil(NR) {
                         let nv = NR.min(nb - p * NR);
-                        // Read in place (stride 1 and a kernel wider than one column: neighbouring rows
-                        // of the im2col matrix share cache lines), else from the packed block; a row's
-                        // last, partial panel is packed alone.
+                        // In place, or from the packed block; a row's last, partial panel is packed
+                        // alone.
                         let (b, offs) = if !direct {
                             (block[p * k * NR..].as_ptr(), &self.packed)
                         } else if nv == NR {

@@ -84,9 +84,10 @@ pub fn phases(x: &Tensor, s: usize) -> Tensor {
 
 /// Writes the im2col columns of output pixels `(oy, ox..ox+nv)` as `nv.div_ceil(NR)` panels of
 /// `offs.len()` rows each: row `r` of `offs` (from [`input_offsets`]) of panel `p` at
-/// `dst[(p·k + r)·NR..]`, columns past `nv` zero. Each row is read as one run along the input row,
-/// which the prefetchers follow (panel by panel, a 1×1 convolution's rows are as many far-apart
-/// streams as it has input channels).
+/// `dst[(p·k + r)·NR..]`, columns past `nv` zero. `x` has column stride 1 (a strided convolution's
+/// window is split into [`phases`] first), so each row is one run along the input row, which the
+/// prefetchers follow (panel by panel, a 1×1 convolution's rows are as many far-apart streams as it
+/// has input channels).
 #[allow(clippy::too_many_arguments)]
 pub fn pack_panels(
     x: &Tensor,
@@ -98,30 +99,19 @@ pub fn pack_panels(
     nv: usize,
     dst: &mut [f32],
 ) {
+    debug_assert_eq!(
+        w[1].stride, 1,
+        "pack_panels reads phases, not strided columns"
+    );
     let k = offs.len();
-    let sx = w[1].stride;
-    let base = c0 * x.h * x.w + oy * w[0].stride * x.w + ox * sx;
+    let base = c0 * x.h * x.w + oy * w[0].stride * x.w + ox;
     let panels = nv.div_ceil(NR);
     for (r, &off) in offs.iter().enumerate() {
         let src = &x.data[base + off..];
         for p in 0..panels {
             let o = &mut dst[(p * k + r) * NR..][..NR];
             let n = NR.min(nv - p * NR);
-            let s = &src[p * NR * sx..];
-            match sx {
-                1 => o[..n].copy_from_slice(&s[..n]),
-                // The common stride: pairs, which the compiler turns into shuffles.
-                2 if s.len() >= 2 * n => {
-                    for (v, pair) in o[..n].iter_mut().zip(s.chunks_exact(2)) {
-                        *v = pair[0];
-                    }
-                }
-                _ => {
-                    for (v, &e) in o[..n].iter_mut().zip(s.iter().step_by(sx)) {
-                        *v = e;
-                    }
-                }
-            }
+            o[..n].copy_from_slice(&src[p * NR..p * NR + n]);
             o[n..].fill(0.0);
         }
     }
