@@ -160,7 +160,6 @@ pub fn with_input<T>(
     if let Some(refusal) = page_refusal(path, req.page) {
         bail!(refusal);
     }
-    let map;
     let tensor;
     let whole;
     let tiff;
@@ -169,26 +168,7 @@ pub fn with_input<T>(
     let (source, scale, notes, widen): (&dyn Input, f32, Vec<String>, bool) =
         match ext(path).as_str() {
             "l3" => {
-                let file = std::fs::File::open(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                // SAFETY: the file is only read; a concurrent truncation by another process is the usual
-                // mmap caveat (a SIGBUS), as for every memory-mapped reader of the toolkit.
-                #[allow(unsafe_code)]
-                let m = unsafe { memmap2::Mmap::map(&file) }
-                    .with_context(|| format!("mapping {}", path.display()))?;
-                map = m;
-                let file = l3_format::L3File::parse(&map)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                // Parsing checked the whole file's CRC: its pages leave the resident set until windows
-                // read them (see `L3Regions::gather`).
-                // SAFETY: a shared, read-only mapping of a file: dropping its pages loses nothing.
-                #[allow(unsafe_code)]
-                let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
-                l3 = L3Regions {
-                    file,
-                    map: &map,
-                    path: path.clone(),
-                };
+                l3 = L3Regions::open(path)?;
                 (&l3, req.in_scale, Vec::new(), true)
             }
             "tif" | "tiff" => {
@@ -307,17 +287,75 @@ pub fn infer_path_to_tensor(
     })
 }
 
-/// An L3 file read by region: a window decodes the rectangle its indices span (the patches under it).
-struct L3Regions<'a> {
-    file: l3_format::L3File<'a>,
-    /// The file's mapping, whose pages a window is done with are dropped from this process.
-    map: &'a memmap2::Mmap,
+/// An L3 file read by region: its index (header and offset table) is read once; a window reads, with
+/// positioned reads, only the bytes of the patches under it and decodes them. Nothing of the file is
+/// mapped, so a 30,000² input's 1.9 GB never counts in the resident set: its pages stay in the page cache,
+/// which the kernel gives back when memory is short.
+struct L3Regions {
+    index: l3_format::L3Index,
+    file: File,
     path: PathBuf,
 }
 
-impl bsp_tiling::Field for L3Regions<'_> {
+/// Bytes read at a time by the whole-file CRC check: large enough for the disk, small beside a tile.
+const CRC_CHUNK: usize = 8 << 20;
+
+impl L3Regions {
+    /// Reads the index of the L3 file at `path` and, for a version-2 file, checks its whole-file CRC-32C
+    /// before any tile runs (streamed through one buffer): damage anywhere is found before hours of
+    /// inference, not by the window that reads it. Its entry CRCs, where it has them, are checked again
+    /// as each window decodes.
+    fn open(path: &Path) -> anyhow::Result<L3Regions> {
+        use std::os::unix::fs::FileExt;
+        let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", path.display());
+        let file = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if !meta.is_file() {
+            bail!("{}: not a regular file", path.display());
+        }
+        let len = meta.len();
+        let mut prefix = Vec::new();
+        while let Some(r) = l3_format::L3Index::next_read(&prefix, len).map_err(|e| fail(&e))? {
+            let at = prefix.len();
+            prefix.resize(r.end as usize, 0);
+            file.read_exact_at(&mut prefix[at..], r.start)
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+        let index = l3_format::L3Index::parse(&prefix, len).map_err(|e| fail(&e))?;
+        if index.version() >= 2 {
+            // Version 2 ends with the CRC-32C of every byte before it (l3-format/SPEC.md).
+            let end = len - 4;
+            let mut crc = l3_format::Crc32c::new();
+            let mut buf = vec![0u8; CRC_CHUNK.min(end as usize)];
+            let mut at = 0u64;
+            while at < end {
+                let n = (end - at).min(buf.len() as u64) as usize;
+                file.read_exact_at(&mut buf[..n], at)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                crc.update(&buf[..n]);
+                at += n as u64;
+            }
+            let mut stored = [0u8; 4];
+            file.read_exact_at(&mut stored, end)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let (stored, computed) = (u32::from_le_bytes(stored), crc.finish());
+            if stored != computed {
+                return Err(fail(&l3_format::Error::CrcMismatch { stored, computed }));
+            }
+        }
+        Ok(L3Regions {
+            index,
+            file,
+            path: path.to_owned(),
+        })
+    }
+}
+
+impl bsp_tiling::Field for L3Regions {
     fn channels(&self) -> usize {
-        self.file.channels() as usize
+        self.index.channels() as usize
     }
     fn gather(
         &self,
@@ -325,6 +363,7 @@ impl bsp_tiling::Field for L3Regions<'_> {
         xs: &[Option<usize>],
         out: &mut [f32],
     ) -> bsp_tiling::Result<()> {
+        use std::os::unix::fs::FileExt;
         let span = |m: &[Option<usize>]| {
             let lo = m.iter().flatten().min().copied();
             lo.map(|lo| (lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
@@ -333,29 +372,35 @@ impl bsp_tiling::Field for L3Regions<'_> {
         let (Some((y0, y1)), Some((x0, x1))) = (span(ys), span(xs)) else {
             return Ok(());
         };
+        let io = |source: std::io::Error| bsp_tiling::Error::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let bad = |e: l3_format::Error| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.to_string(),
+            ))
+        };
         let c = self.channels();
         let (w, h) = (x1 - x0, y1 - y0);
-        let mut px = vec![0u8; w * h * c];
         let rect = vocab::Rect::new(x0 as u32, y0 as u32, w as u32, h as u32);
-        self.file
+        let ranges = self.index.region_ranges(rect, 0).map_err(bad)?;
+        let mut data = l3_format::Fragments::new();
+        data.reset(&ranges);
+        for (r, buf) in data.slices_mut() {
+            self.file.read_exact_at(buf, r.start).map_err(io)?;
+        }
+        let mut px = vec![0u8; w * h * c];
+        self.index
             .decode_region(
+                &data,
                 rect,
                 &mut px,
                 l3_format::PixelLayout::packed(w as u32, h as u32, c as u8, false),
             )
-            .map_err(|e| bsp_tiling::Error::Io {
-                path: self.path.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-            })?;
-        // The window's patches are decoded: their pages leave this process's resident set (a 30,000²
-        // input's 1.9 GB file otherwise ends up counted whole in it). They stay in the page cache, and
-        // a worker still reading is given them again on its next touch.
-        // SAFETY: a shared, read-only mapping of a file: dropping its pages loses nothing.
-        #[allow(unsafe_code)]
-        let _ = unsafe {
-            self.map
-                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
-        };
+            .map_err(bad)?;
+        drop(data);
         let n = ys.len() * xs.len();
         for (iy, y) in ys.iter().enumerate() {
             let Some(y) = y else { continue };
@@ -371,12 +416,12 @@ impl bsp_tiling::Field for L3Regions<'_> {
     }
 }
 
-impl Input for L3Regions<'_> {
+impl Input for L3Regions {
     fn height(&self) -> usize {
-        self.file.height() as usize
+        self.index.height() as usize
     }
     fn width(&self) -> usize {
-        self.file.width() as usize
+        self.index.width() as usize
     }
 }
 

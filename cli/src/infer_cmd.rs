@@ -34,7 +34,7 @@ pub struct InferArgs {
     /// replicate). An ONNX model pads as exported.
     #[arg(long)]
     pub padding: Option<String>,
-    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to memory-mapped files.
+    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to files (--spill-dir).
     #[arg(long, default_value_t = 2048)]
     pub ram_budget_mib: u64,
     /// Where spill files go (default: the system temporary directory).

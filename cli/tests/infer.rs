@@ -488,3 +488,91 @@ fn l3_and_ppm_outputs_stream_the_png_outputs_pixels() {
         }
     }
 }
+
+/// The pixels of a 3-channel 8-bit image as the float32 `C×H×W` tensor `l3 infer` reads them as.
+fn planes(px: &[u8], w: usize, h: usize) -> Tensor {
+    let mut v = vec![0f32; px.len()];
+    for (i, &b) in px.iter().enumerate() {
+        v[(i % 3) * w * h + i / 3] = f32::from(b);
+    }
+    Tensor::from_vec(3, h, w, v).unwrap()
+}
+
+#[test]
+fn every_l3_version_and_profile_reads_by_region_as_the_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    // Larger than one v2 patch (128), with a ragged last patch on both axes.
+    let (w, h) = (152usize, 136usize);
+    let px: Vec<u8> = (0..w * h * 3)
+        .map(|i| ((i * 7919 / 13) % 256) as u8)
+        .collect();
+    let reference = dir.path().join("in.npy");
+    npy::write(&reference, &planes(&px, w, h)).unwrap();
+    let want = dir.path().join("want.npy");
+    ok(l3(&[
+        &"--model",
+        &data("unet_gn.onnx"),
+        &"--tile",
+        &"64",
+        &reference,
+        &want,
+    ]));
+    let want = npy::read(&want).unwrap();
+    use l3_format::{EncodeOptions, Format, Profile};
+    for (name, format, entry_crcs) in [
+        ("v1", Format::V1, false),
+        ("bp", Format::V2(Profile::Bp), true),
+        ("ans", Format::V2(Profile::Ans), true),
+        ("ans-nocrc", Format::V2(Profile::Ans), false),
+    ] {
+        let opts = EncodeOptions {
+            format,
+            entry_crcs,
+            ..Default::default()
+        };
+        let input = dir.path().join(format!("{name}.l3"));
+        std::fs::write(
+            &input,
+            l3_format::encode_with(&px, w as u32, h as u32, 3, &opts).unwrap(),
+        )
+        .unwrap();
+        let out = dir.path().join(format!("{name}.npy"));
+        ok(l3(&[
+            &"--model",
+            &data("unet_gn.onnx"),
+            &"--tile",
+            &"64",
+            &input,
+            &out,
+        ]));
+        same_bits(&npy::read(&out).unwrap(), &want, name);
+    }
+}
+
+#[test]
+fn a_damaged_l3_input_is_refused_before_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (152usize, 136usize);
+    let px: Vec<u8> = (0..w * h * 3).map(|i| ((i * 31) % 256) as u8).collect();
+    for entry_crcs in [true, false] {
+        let opts = l3_format::EncodeOptions {
+            entry_crcs,
+            ..Default::default()
+        };
+        let mut bytes = l3_format::encode_with(&px, w as u32, h as u32, 3, &opts).unwrap();
+        // One bit flipped in the patch data, far from the header and tables.
+        let at = bytes.len() - bytes.len() / 3;
+        bytes[at] ^= 0x10;
+        let input = dir.path().join(format!("damaged-{entry_crcs}.l3"));
+        std::fs::write(&input, &bytes).unwrap();
+        let out = dir.path().join("out.png");
+        let o = l3(&[&"--model", &data("unet_gn.onnx"), &input, &out]);
+        assert!(!o.status.success(), "a damaged input must be refused");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&*input.to_string_lossy()) && err.contains("CRC"),
+            "{err}"
+        );
+        assert!(!out.exists(), "a refused run leaves no output");
+    }
+}
