@@ -10,7 +10,9 @@
 //! only), `L3_ONNX_SIZES` (comma-separated sides; default 2048,8192), `L3_ONNX_MODES` (default
 //! exact,sampled,naive), `L3_ONNX_MODELS` (default all four), `L3_ONNX_TILE` (default 1024),
 //! `L3_ONNX_UPSCALER_MAX` (largest side the 4× upscaler runs at, default 2048: its 8192² output alone is
-//! 12 GiB of float32).
+//! 12 GiB of float32), `L3_ONNX_RUNS` (processes per pipeline and side, each side alternating; default 3
+//! up to 2048², 1 above: one run of a small model varies by up to 2× on a shared VM, so the table gives
+//! the median, the range beside it, and the ratio of medians).
 
 use super::child::{line_of, num, run_if_child};
 use super::python::pip_install;
@@ -100,6 +102,45 @@ struct Timed {
     tiles: Option<usize>,
 }
 
+/// Several runs of one pipeline: the median time (what the ratio compares), the fastest and slowest, and
+/// the largest peak RSS.
+struct Runs {
+    median: f64,
+    min: f64,
+    max: f64,
+    peak: f64,
+    tiles: Option<usize>,
+}
+
+impl Runs {
+    fn of(runs: &[Timed]) -> Option<Runs> {
+        let mut secs: Vec<f64> = runs.iter().map(|t| t.secs).collect();
+        secs.sort_by(f64::total_cmp);
+        let n = secs.len();
+        let median = match n {
+            0 => return None,
+            _ if n % 2 == 1 => secs[n / 2],
+            _ => (secs[n / 2 - 1] + secs[n / 2]) / 2.0,
+        };
+        Some(Runs {
+            median,
+            min: secs[0],
+            max: secs[n - 1],
+            peak: runs.iter().map(|t| t.peak).fold(0.0, f64::max),
+            tiles: runs.first().and_then(|t| t.tiles),
+        })
+    }
+
+    /// `0.52`, or `0.52 (0.49–0.61)` when there was more than one run.
+    fn seconds(&self) -> String {
+        if self.min == self.max {
+            format!("{:.2}", self.median)
+        } else {
+            format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+        }
+    }
+}
+
 fn python(py: &Path, script: &Path, args: &[&str]) -> anyhow::Result<std::process::Output> {
     Command::new(py)
         .arg(script)
@@ -125,6 +166,13 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2048);
+    let runs_for = |side: usize| -> usize {
+        std::env::var("L3_ONNX_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if side <= 2048 { 3 } else { 1 })
+            .max(1)
+    };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let py = xtask::python::venv_python(&xtask::python::venv_dir())?;
     let ort_version = pip_install(&py, &["onnx", "onnxruntime"])
@@ -162,8 +210,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "model",
             "side",
             "pipeline",
-            "seconds",
-            "÷ onnxruntime",
+            "seconds: median (range)",
+            "÷ onnxruntime (medians)",
             "peak RSS MiB",
             "max |diff| ÷ max |onnxruntime|",
         ],
@@ -208,116 +256,136 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                     );
                 }
             }
-            eprintln!("  {name} {side}²: onnxruntime ...");
+            // Runs alternate between the pipelines, so that a busy spell of the machine falls on all.
+            let n = runs_for(side);
             let ort_out = work.path().join("ort.npy");
-            let o = python(
-                &py,
-                &script,
-                &[
-                    "ort",
-                    &model.to_string_lossy(),
-                    &input.to_string_lossy(),
-                    &ort_out.to_string_lossy(),
-                    &threads.to_string(),
-                ],
-            )?;
-            let ort = line_of(&o, "ORT ").map(|kv| Timed {
-                secs: num(&kv, "secs"),
-                peak: num(&kv, "peak"),
-                tiles: None,
-            });
+            let mut ort_runs = Vec::new();
+            let mut ort_err = None;
+            let mut ours: Vec<(Vec<Timed>, Option<String>, Option<String>)> =
+                modes.iter().map(|_| (Vec::new(), None, None)).collect();
+            for run in 0..n {
+                eprintln!("  {name} {side}²: onnxruntime (run {}/{n}) ...", run + 1);
+                let o = python(
+                    &py,
+                    &script,
+                    &[
+                        "ort",
+                        &model.to_string_lossy(),
+                        &input.to_string_lossy(),
+                        &ort_out.to_string_lossy(),
+                        &threads.to_string(),
+                    ],
+                )?;
+                match line_of(&o, "ORT ") {
+                    Ok(kv) => ort_runs.push(Timed {
+                        secs: num(&kv, "secs"),
+                        peak: num(&kv, "peak"),
+                        tiles: None,
+                    }),
+                    Err(why) => {
+                        ort_err.get_or_insert(why);
+                    }
+                }
+                for (mode, (times, err, diff)) in modes.iter().zip(&mut ours) {
+                    eprintln!("  {name} {side}²: {mode} (run {}/{n}) ...", run + 1);
+                    let out = work.path().join("ours.npy");
+                    let spill = work.path().join("spill");
+                    std::fs::create_dir_all(&spill)?;
+                    let spec = format!(
+                        "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={}",
+                        model.display(),
+                        input.display(),
+                        out.display(),
+                        spill.display()
+                    );
+                    let o = Command::new(&exe)
+                        .arg("onnx")
+                        .env("L3_ONNX_CHILD", &spec)
+                        .output()
+                        .context("starting the child")?;
+                    match line_of(&o, "ONNXCHILD ") {
+                        Ok(kv) => times.push(Timed {
+                            secs: num(&kv, "secs"),
+                            peak: num(&kv, "peak"),
+                            tiles: Some(num(&kv, "tiles") as usize),
+                        }),
+                        Err(why) => {
+                            err.get_or_insert(why);
+                        }
+                    }
+                    // Every run's output is the same bits: the first one that ran is compared.
+                    if diff.is_none() && ort_out.exists() && out.exists() {
+                        let o = python(
+                            &py,
+                            &script,
+                            &[
+                                "compare",
+                                &out.to_string_lossy(),
+                                &ort_out.to_string_lossy(),
+                            ],
+                        )?;
+                        *diff = Some(match line_of(&o, "CMP ") {
+                            Ok(kv) => format!("{:.1e}", num(&kv, "rel")),
+                            Err(why) => why,
+                        });
+                    }
+                    let _ = std::fs::remove_file(&out);
+                }
+            }
             let label = format!("{name} ({about})");
+            let ort = Runs::of(&ort_runs);
+            if let Some(why) = &ort_err {
+                notes.push(format!("onnxruntime on {name} at {side}²: {why}"));
+            }
             match &ort {
-                Ok(t) => table.row(vec![
+                Some(t) => table.row(vec![
                     label.clone(),
                     format!("{side}²"),
-                    "onnxruntime, whole image".into(),
-                    format!("{:.2}", t.secs),
+                    format!("onnxruntime, whole image ({} runs)", ort_runs.len()),
+                    t.seconds(),
                     "1.00×".into(),
                     format!("{:.0}", t.peak / 1048576.0),
                     "—".into(),
                 ]),
-                Err(why) => {
-                    notes.push(format!("onnxruntime on {name} at {side}²: {why}"));
+                None => table.row(vec![
+                    label.clone(),
+                    format!("{side}²"),
+                    "onnxruntime, whole image".into(),
+                    "failed".into(),
+                    "n/a".into(),
+                    "n/a".into(),
+                    "—".into(),
+                ]),
+            }
+            for (mode, (times, err, diff)) in modes.iter().zip(ours) {
+                if let Some(why) = err {
+                    notes.push(format!("{mode} on {name} at {side}²: {why}"));
+                }
+                let Some(t) = Runs::of(&times) else {
                     table.row(vec![
                         label.clone(),
                         format!("{side}²"),
-                        "onnxruntime, whole image".into(),
+                        format!("bsp-tiling {mode}"),
                         "failed".into(),
                         "n/a".into(),
                         "n/a".into(),
-                        "—".into(),
+                        "n/a".into(),
                     ]);
-                }
-            }
-            for mode in &modes {
-                eprintln!("  {name} {side}²: {mode} ...");
-                let out = work.path().join("ours.npy");
-                let spill = work.path().join("spill");
-                std::fs::create_dir_all(&spill)?;
-                let spec = format!(
-                    "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={}",
-                    model.display(),
-                    input.display(),
-                    out.display(),
-                    spill.display()
-                );
-                let o = Command::new(&exe)
-                    .arg("onnx")
-                    .env("L3_ONNX_CHILD", &spec)
-                    .output()
-                    .context("starting the child")?;
-                let ours = line_of(&o, "ONNXCHILD ").map(|kv| Timed {
-                    secs: num(&kv, "secs"),
-                    peak: num(&kv, "peak"),
-                    tiles: Some(num(&kv, "tiles") as usize),
-                });
-                let t = match ours {
-                    Ok(t) => t,
-                    Err(why) => {
-                        notes.push(format!("{mode} on {name} at {side}²: {why}"));
-                        table.row(vec![
-                            label.clone(),
-                            format!("{side}²"),
-                            format!("bsp-tiling {mode}"),
-                            "failed".into(),
-                            "n/a".into(),
-                            "n/a".into(),
-                            "n/a".into(),
-                        ]);
-                        continue;
-                    }
+                    continue;
                 };
-                let diff = if ort.is_ok() {
-                    let o = python(
-                        &py,
-                        &script,
-                        &[
-                            "compare",
-                            &out.to_string_lossy(),
-                            &ort_out.to_string_lossy(),
-                        ],
-                    )?;
-                    match line_of(&o, "CMP ") {
-                        Ok(kv) => format!("{:.1e}", num(&kv, "rel")),
-                        Err(why) => why,
-                    }
-                } else {
-                    "n/a".into()
-                };
-                let _ = std::fs::remove_file(&out);
                 table.row(vec![
                     label.clone(),
                     format!("{side}²"),
                     format!(
-                        "bsp-tiling {mode} ({} tiles)",
-                        t.tiles.map_or("?".into(), |n| n.to_string())
+                        "bsp-tiling {mode} ({} tiles, {} runs)",
+                        t.tiles.map_or("?".into(), |n| n.to_string()),
+                        times.len()
                     ),
-                    format!("{:.2}", t.secs),
+                    t.seconds(),
                     ort.as_ref()
-                        .map_or("n/a".into(), |o| format!("{:.2}×", t.secs / o.secs)),
+                        .map_or("n/a".into(), |o| format!("{:.2}×", t.median / o.median)),
                     format!("{:.0}", t.peak / 1048576.0),
-                    diff,
+                    diff.unwrap_or_else(|| "n/a".into()),
                 ]);
             }
             let _ = std::fs::remove_file(&ort_out);
@@ -368,7 +436,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          {threads} intra-op threads) runs the whole image in one `InferenceSession.run`, timed without \
          the session's creation; bsp-tiling is `l3 infer`'s code (`.npy` in, the `.npy` output written \
          tile by tile, a 2 GiB activation budget, the timed run includes reading the input and writing the \
-         output). exact = whole-image statistics by the BSP supersteps (the whole-image result up to float \
+         output). Each pipeline runs as several processes, alternating with the others; the table gives \
+         the median time with the range, and the ratio of medians. exact = whole-image statistics by the BSP supersteps (the whole-image result up to float \
          summation order), sampled = statistics of the image downsampled 2× (the paper's BSP-sample: \
          approximate, its error depends on the content), naive = each tile with its own statistics and \
          no halo (seams; equal to exact when one tile covers the image). The differences from \
