@@ -27,6 +27,16 @@ pub enum Error {
         page: usize,
         pages: usize,
     },
+    /// A level (a SubIFD, counted from 1; 0 is the page itself) that a TIFF page does not have.
+    #[error(
+        "{path}: page {page} has no level {level}: its levels are 0 (the page itself) to {subifds} (its SubIFDs)"
+    )]
+    NoSuchLevel {
+        path: PathBuf,
+        page: usize,
+        level: usize,
+        subifds: usize,
+    },
     #[error("{path}: not a safetensors file: {reason}")]
     Format { path: PathBuf, reason: String },
     #[error("{path}: tensor `{key}` is missing")]

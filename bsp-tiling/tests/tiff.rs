@@ -8,7 +8,9 @@ use bsp_tiling::tiffio::{OutDType, PageInfo, SampleType, TiffRegions, TiffWriter
 use bsp_tiling::{Field, Input, Sink, Tensor};
 use std::path::{Path, PathBuf};
 use stdx::SplitMix64;
-use tiff::encoder::{Compression, DeflateLevel, TiffEncoder, TiffKind, colortype};
+use tiff::encoder::{
+    Compression, DeflateLevel, DirectoryEncoder, TiffEncoder, TiffKind, colortype,
+};
 use tiff::tags::Tag;
 
 fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> bsp_tiling::Result<Tensor> {
@@ -389,6 +391,17 @@ fn tiled_rgb_page<W: std::io::Write + std::io::Seek, K: TiffKind>(
     px: &[u8],
 ) {
     let mut dir = enc.image_directory().unwrap();
+    tiled_rgb_tags(&mut dir, (w, h, tile), px, 0);
+    dir.finish().unwrap();
+}
+
+/// The tiles and tags of an uncompressed 8-bit RGB image in `tile`×`tile` tiles, into `dir`.
+fn tiled_rgb_tags<W: std::io::Write + std::io::Seek, K: TiffKind>(
+    dir: &mut DirectoryEncoder<'_, W, K>,
+    (w, h, tile): (u32, u32, u32),
+    px: &[u8],
+    new_subfile_type: u32,
+) {
     let (mut offsets, mut counts) = (Vec::new(), Vec::new());
     for ty in 0..h.div_ceil(tile) {
         for tx in 0..w.div_ceil(tile) {
@@ -406,7 +419,8 @@ fn tiled_rgb_page<W: std::io::Write + std::io::Seek, K: TiffKind>(
             counts.push(buf.len() as u32);
         }
     }
-    dir.write_tag(Tag::NewSubfileType, 0u32).unwrap();
+    dir.write_tag(Tag::NewSubfileType, new_subfile_type)
+        .unwrap();
     dir.write_tag(Tag::ImageWidth, w).unwrap();
     dir.write_tag(Tag::ImageLength, h).unwrap();
     dir.write_tag(Tag::BitsPerSample, &[8u16, 8, 8][..])
@@ -419,7 +433,93 @@ fn tiled_rgb_page<W: std::io::Write + std::io::Seek, K: TiffKind>(
     dir.write_tag(Tag::TileLength, tile).unwrap();
     dir.write_tag(Tag::TileOffsets, &offsets[..]).unwrap();
     dir.write_tag(Tag::TileByteCounts, &counts[..]).unwrap();
+}
+
+/// A pyramidal slide laid out as OME-TIFF and whole-slide writers do: page 0 the full resolution, its
+/// reduced levels in its SubIFDs tag (directories outside the main chain), then page 1 a small 1-channel
+/// label image. `levels`: (width, height, tile, pixels), the first the page itself.
+fn pyramid<W: std::io::Write + std::io::Seek, K: TiffKind>(
+    mut enc: TiffEncoder<W, K>,
+    levels: &[(u32, u32, u32, Vec<u8>)],
+) {
+    let mut subs = Vec::new();
+    for (w, h, tile, px) in &levels[1..] {
+        let mut dir = enc.extra_directory().unwrap();
+        tiled_rgb_tags(&mut dir, (*w, *h, *tile), px, 1);
+        subs.push(u32::try_from(dir.finish_with_offsets().unwrap().pointer.0).unwrap());
+    }
+    let (w, h, tile, px) = &levels[0];
+    let mut dir = enc.image_directory().unwrap();
+    tiled_rgb_tags(&mut dir, (*w, *h, *tile), px, 0);
+    dir.write_tag(Tag::SubIfd, &subs[..]).unwrap();
     dir.finish().unwrap();
+    enc.write_image::<colortype::Gray8>(9, 8, &[7u8; 72])
+        .unwrap();
+}
+
+#[test]
+fn subifd_levels_read_as_their_pixels_and_are_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let levels: Vec<(u32, u32, u32, Vec<u8>)> = [(300, 200, 64), (150, 100, 32), (75, 50, 16)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (w, h, t))| (w, h, t, rng_bytes((w * h * 3) as usize, 40 + i as u64)))
+        .collect();
+    for big in [false, true] {
+        let p = dir.path().join(format!("pyramid-{big}.tif"));
+        let f = std::fs::File::create(&p).unwrap();
+        if big {
+            pyramid(TiffEncoder::new_big(f).unwrap(), &levels);
+        } else {
+            pyramid(TiffEncoder::new(f).unwrap(), &levels);
+        }
+        let listed: Vec<String> = bsp_tiling::tiffio::pages(&p)
+            .unwrap()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "page 0: 300x200, 3 channels, u8, tiled 64x64, full resolution",
+                "page 0 level 1: 150x100, 3 channels, u8, tiled 32x32, reduced",
+                "page 0 level 2: 75x50, 3 channels, u8, tiled 16x16, reduced",
+                "page 1: 9x8, 1 channel, u8, striped 9x8, no NewSubfileType",
+            ],
+            "BigTIFF: {big}"
+        );
+        for (level, (w, _, _, px)) in levels.iter().enumerate() {
+            let r = TiffRegions::open_level(&p, 0, level, 1 << 20).unwrap();
+            assert_eq!((r.page(), r.level(), r.width()), (0, level, *w as usize));
+            check_windows(&r, |c, y, x| f32::from(px[(y * *w as usize + x) * 3 + c]));
+        }
+        // The page after the pyramid is still page 1 of the main chain.
+        let label = TiffRegions::open_page(&p, 1, 1 << 20).unwrap();
+        check_windows(&label, |_, _, _| 7.0);
+        for (page, level, subifds) in [(0, 3, 2), (1, 1, 0)] {
+            match TiffRegions::open_level(&p, page, level, 1 << 20) {
+                Err(e @ bsp_tiling::Error::NoSuchLevel { .. }) => {
+                    let text = e.to_string();
+                    let bsp_tiling::Error::NoSuchLevel {
+                        path,
+                        page: pg,
+                        level: lv,
+                        subifds: n,
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!((path, pg, lv, n), (p.clone(), page, level, subifds));
+                    assert!(
+                        text.contains("pyramid-") && text.contains(&format!("no level {level}")),
+                        "{text}"
+                    );
+                }
+                Err(e) => panic!("page {page} level {level}: {e}"),
+                Ok(_) => panic!("page {page} level {level} opened"),
+            }
+        }
+    }
 }
 
 /// A file laid out as a slide or a GeoTIFF with overviews: page 0 a 300×200 RGB image in 64×64 tiles,
@@ -537,6 +637,7 @@ fn pages_are_listed_from_their_tags() {
     let pages = bsp_tiling::tiffio::pages(&p).unwrap();
     let page = |index, (width, height), spp, bits, st, tiled, (cw, ch), reduced| PageInfo {
         index,
+        level: 0,
         width,
         height,
         samples_per_pixel: spp,

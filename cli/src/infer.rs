@@ -75,6 +75,9 @@ pub struct InferRequest {
     /// reduced levels, overviews, thumbnails). `None` reads page 0; a page asked of any other input is
     /// refused.
     pub page: Option<usize>,
+    /// The level of that page (0, the default: the page itself; n: its n-th SubIFD, where pyramidal
+    /// slides keep their reduced resolutions); refused for inputs other than TIFF.
+    pub level: Option<usize>,
 }
 
 /// What a run did.
@@ -131,12 +134,18 @@ pub fn read_input(path: &Path, channels: usize) -> anyhow::Result<InputData> {
     Ok(InputData::Image(img))
 }
 
-/// Why `page` cannot be asked of the input `path`, if it cannot: only TIFF inputs have pages.
-pub fn page_refusal(path: &Path, page: Option<usize>) -> Option<String> {
-    let page = page?;
+/// Why `page` or `level` cannot be asked of the input `path`, if they cannot: only TIFF inputs have
+/// pages and levels.
+pub fn page_refusal(path: &Path, page: Option<usize>, level: Option<usize>) -> Option<String> {
+    let asked = match (page, level) {
+        (None, None) => return None,
+        (Some(p), None) => format!("page {p}"),
+        (None, Some(l)) => format!("level {l}"),
+        (Some(p), Some(l)) => format!("page {p} level {l}"),
+    };
     (!matches!(ext(path).as_str(), "tif" | "tiff")).then(|| {
         format!(
-            "{}: page {page} asked for, but only TIFF inputs (.tif, .tiff) have pages",
+            "{}: {asked} asked for, but only TIFF inputs (.tif, .tiff) have pages and levels",
             path.display()
         )
     })
@@ -157,7 +166,7 @@ pub fn with_input<T>(
     f: impl FnOnce(&dyn Input, Vec<String>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let path = &req.input;
-    if let Some(refusal) = page_refusal(path, req.page) {
+    if let Some(refusal) = page_refusal(path, req.page, req.level) {
         bail!(refusal);
     }
     let tensor;
@@ -172,7 +181,12 @@ pub fn with_input<T>(
                 (&l3, req.in_scale, Vec::new(), true)
             }
             "tif" | "tiff" => {
-                tiff = TiffRegions::open_page(path, req.page.unwrap_or(0), tiff_cache_bytes(req))?;
+                tiff = TiffRegions::open_level(
+                    path,
+                    req.page.unwrap_or(0),
+                    req.level.unwrap_or(0),
+                    tiff_cache_bytes(req),
+                )?;
                 let notes = tiff.note().map(str::to_owned).into_iter().collect();
                 let scale = match tiff.sample_type() {
                     bsp_tiling::tiffio::SampleType::F32 => 1.0,

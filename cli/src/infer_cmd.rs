@@ -59,9 +59,15 @@ pub struct InferArgs {
     /// reduced levels, overviews, thumbnails, label images; see --list-pages). Refused for other inputs.
     #[arg(long)]
     pub page: Option<usize>,
-    /// Prints the pages of a TIFF file, one line each (index, WxH, channels, sample type, tiled or
-    /// striped with the chunk size, reduced resolution or not), and runs nothing.
-    #[arg(long, value_name = "TIFF", conflicts_with_all = ["model", "page", "input", "output"])]
+    /// The level of that page to read: 0 (default) the page itself, N its N-th SubIFD — where pyramidal
+    /// slides (OME-TIFF and most whole-slide writers) keep their reduced resolutions; see --list-pages.
+    /// Refused for other inputs.
+    #[arg(long)]
+    pub level: Option<usize>,
+    /// Prints the pages of a TIFF file, one line each (index, and level for a page's SubIFDs, WxH,
+    /// channels, sample type, tiled or striped with the chunk size, reduced resolution or not), and runs
+    /// nothing.
+    #[arg(long, value_name = "TIFF", conflicts_with_all = ["model", "page", "level", "input", "output"])]
     pub list_pages: Option<PathBuf>,
     /// Read by region: .l3, .tif/.tiff (TIFF or BigTIFF, tiled or striped; 8/16-bit or float32 samples;
     /// the page --page says), .npy (float32 C×H×W, taken as is). Decoded whole (said on stderr): any other
@@ -132,6 +138,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         out_dtype,
         device,
         page: a.page,
+        level: a.level,
     };
     let r = infer_paths(&g, &req)?;
     for note in &r.notes {

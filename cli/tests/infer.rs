@@ -411,6 +411,17 @@ fn page_refusals_are_clear() {
         err.contains("norm_first.in.41x29.npy") && err.contains("only TIFF inputs"),
         "{err}"
     );
+    // A level the page lacks (these pages have no SubIFDs), and a level asked of an input without any.
+    let o = l3(&[&"--model", &model, &"--level", &"1", &d("slide.tif"), &out]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("slide.tif") && err.contains("page 0 has no level 1"),
+        "{err}"
+    );
+    let o = l3(&[&"--model", &model, &"--level", &"0", &x, &out]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("only TIFF inputs"));
     // The page list of a file that is not a TIFF.
     let o = l3(&[&"--list-pages", &x]);
     assert!(!o.status.success());

@@ -86,6 +86,7 @@ fn child(spec: &str) -> anyhow::Result<()> {
         out_dtype: None,
         device: bsp_tiling::DeviceOptions::default(),
         page: None,
+        level: None,
     };
     let report = l3_cli::infer::infer_paths(&graph, &req)?;
     let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));

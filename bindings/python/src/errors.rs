@@ -184,7 +184,8 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::Channels { .. }
         | E::Device(_)
         | E::DeviceBudget { .. }
-        | E::NoSuchPage { .. } => Kind::Options,
+        | E::NoSuchPage { .. }
+        | E::NoSuchLevel { .. } => Kind::Options,
         E::NoDriver
         | E::NoCudaLibrary { .. }
         | E::NoDevice { .. }

@@ -89,8 +89,10 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 /// float32 ``.npy``, or any other image the toolkit reads (PNG, JPEG, ...: decoded whole, with a
 /// ``UserWarning`` saying so). ``page``: the page of a TIFF path to read (default 0, the file's first
 /// image: a slide's full resolution; later pages are reduced levels, overviews, thumbnails); a page the
-/// file lacks raises ``OptionsError`` with the file's page count, and ``page`` with an array or another
-/// kind of file raises ``OptionsError``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
+/// file lacks raises ``OptionsError`` with the file's page count. ``level``: the level of that page
+/// (default 0, the page itself; N its N-th SubIFD, where pyramidal slides such as OME-TIFF keep their
+/// reduced resolutions); a level the page lacks raises ``OptionsError`` with its count. ``page`` or
+/// ``level`` with an array or another kind of file raises ``OptionsError``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
 /// ``mode``: ``"exact"`` (equal to the whole-image result), ``"sampled"`` / ``"sampled:N"``,
 /// ``"recompute"``, ``"naive"`` or ``"whole"``. ``tile``: tile side in pixels (a multiple of the network's
 /// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.tif``/``.tiff`` a
@@ -107,7 +109,7 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 #[pyo3(signature = (
     image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
     spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None,
-    precision="f32", gpu_memory=None, page=None
+    precision="f32", gpu_memory=None, page=None, level=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn infer<'py>(
@@ -128,6 +130,7 @@ pub fn infer<'py>(
     precision: &str,
     gpu_memory: Option<u64>,
     page: Option<usize>,
+    level: Option<usize>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
     let out_dtype = match out_dtype {
@@ -208,13 +211,14 @@ pub fn infer<'py>(
         None
     };
     match &in_path {
-        None if page.is_some() => {
-            return Err(opt(
-                "page: applies to a TIFF path (.tif, .tiff), not to an array".into(),
-            ));
+        None if page.is_some() || level.is_some() => {
+            return Err(opt(format!(
+                "{}: applies to a TIFF path (.tif, .tiff), not to an array",
+                if page.is_some() { "page" } else { "level" }
+            )));
         }
         Some(p) => {
-            if let Some(refusal) = page_refusal(p, page) {
+            if let Some(refusal) = page_refusal(p, page, level) {
                 return Err(opt(refusal));
             }
         }
@@ -238,6 +242,7 @@ pub fn infer<'py>(
         out_dtype,
         device: dev.clone(),
         page,
+        level,
     };
     let g = graph.clone();
     let words = dev.clone();

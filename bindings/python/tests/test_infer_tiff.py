@@ -166,3 +166,25 @@ def test_page_refusals(model, tmp_path):
     np.save(npy, x.transpose(2, 0, 1).astype(np.float32))
     with pytest.raises(l3.OptionsError, match=r"x\.npy.*only TIFF inputs"):
         l3.infer(npy, model, tile=8, page=1)
+
+
+def test_a_subifd_level_equals_that_level_as_an_array(model, tmp_path):
+    # A pyramid as OME-TIFF writers lay it out: the reduced resolutions in page 0's SubIFDs.
+    rng = np.random.default_rng(10)
+    levels = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(90, 120), (45, 60), (23, 30)]]
+    slide = tmp_path / "pyramid.ome.tif"
+    with tifffile.TiffWriter(slide, bigtiff=True) as t:
+        t.write(levels[0], subifds=2, tile=(16, 16), photometric="rgb")
+        for lv in levels[1:]:
+            t.write(lv, subfiletype=1, tile=(16, 16), photometric="rgb", compression="zlib")
+    with tifffile.TiffFile(slide) as f:
+        assert len(f.pages) == 1 and len(f.pages[0].subifds) == 2
+    for level, arr in enumerate(levels):
+        got = l3.infer(slide, model, tile=16, in_scale=0.01, level=level)
+        assert got.shape[1:] == arr.shape[:2]
+        assert np.array_equal(got, l3.infer(arr, model, tile=16, in_scale=0.01))
+    assert np.array_equal(l3.infer(slide, model, tile=16, page=0, level=0), l3.infer(slide, model, tile=16))
+    with pytest.raises(l3.OptionsError, match=r"pyramid\.ome\.tif.*no level 3"):
+        l3.infer(slide, model, tile=16, level=3)
+    with pytest.raises(l3.OptionsError, match="not to an array"):
+        l3.infer(levels[0], model, tile=8, level=1)

@@ -1,5 +1,5 @@
 //! Arbitrary bytes as a TIFF input read by region: listing the pages and opening a page (0 to 3, from
-//! the last byte) must return a result or a typed error, never panic; what opens is read window by
+//! the last byte) at a level (0 to 2, its SubIFDs, from the byte before) must return a result or a typed error, never panic; what opens is read window by
 //! window (overlapping windows with padding, as tiles read them).
 //! `cargo +nightly fuzz run tiff_regions` from bsp-tiling/ (seed it with TIFFs, e.g. the test outputs).
 #![no_main]
@@ -16,7 +16,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = bsp_tiling::tiffio::pages(&path);
     let page = data.last().map_or(0, |b| usize::from(b % 4));
-    let Ok(r) = TiffRegions::open_page(&path, page, 1 << 20) else {
+    let level = data.len().checked_sub(2).map_or(0, |i| usize::from(data[i] % 3));
+    let Ok(r) = TiffRegions::open_level(&path, page, level, 1 << 20) else {
         return;
     };
     let (h, w, c) = (r.height(), r.width(), r.channels());

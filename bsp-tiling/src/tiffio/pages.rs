@@ -3,7 +3,8 @@
 //! opening it with [`TiffRegions::open_page`](super::TiffRegions::open_page).
 
 use super::SampleType;
-use super::read::{open_decoder, tiff_error};
+use super::levels;
+use super::read::{Dec, open_decoder, open_page_decoder, tiff_error};
 use crate::error::Result;
 use std::fmt;
 use std::path::Path;
@@ -15,6 +16,8 @@ use tiff::tags::Tag;
 pub struct PageInfo {
     /// Its position in the file's chain of image file directories, from 0.
     pub index: usize,
+    /// 0: the page itself; n: the n-th directory of its SubIFDs tag (a pyramid's reduced resolution).
+    pub level: usize,
     pub width: u32,
     pub height: u32,
     pub samples_per_pixel: u16,
@@ -33,7 +36,8 @@ pub struct PageInfo {
 }
 
 impl fmt::Display for PageInfo {
-    /// One line: `page 1: 150x100, 3 channels, u8, striped 150x100, reduced`.
+    /// One line: `page 1: 150x100, 3 channels, u8, striped 150x100, reduced`; a SubIFD's begins
+    /// `page 0 level 2:`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ty = match self.sample_type {
             Some(SampleType::U8) => "u8".to_string(),
@@ -52,10 +56,13 @@ impl fmt::Display for PageInfo {
                 )
             }
         };
+        write!(f, "page {}", self.index)?;
+        if self.level > 0 {
+            write!(f, " level {}", self.level)?;
+        }
         write!(
             f,
-            "page {}: {}x{}, {} channel{}, {ty}, {} {}x{}, {}",
-            self.index,
+            ": {}x{}, {} channel{}, {ty}, {} {}x{}, {}",
             self.width,
             self.height,
             self.samples_per_pixel,
@@ -72,63 +79,94 @@ impl fmt::Display for PageInfo {
     }
 }
 
-/// Every page of `path`, in file order. A damaged directory is a typed error naming the file and the page.
+/// The most SubIFDs a page may list: a pyramid halving 2^64 pixels has 64 levels; more is a damaged
+/// or hostile file, each of whose entries would be opened.
+const MAX_LEVELS: usize = 256;
+
+/// Every page of `path`, in file order, each followed by its SubIFD levels. A damaged directory is a
+/// typed error naming the file and the page.
 pub fn pages(path: &Path) -> Result<Vec<PageInfo>> {
     let mut dec = open_decoder(path)?;
     let mut out = Vec::new();
+    let mut index = 0;
     loop {
-        let index = out.len();
-        let err = |e| tiff_error(path, &format!("reading page {index}"), e);
-        let (width, height) = dec.dimensions().map_err(err)?;
-        let samples_per_pixel = dec
-            .find_tag_unsigned::<u16>(Tag::SamplesPerPixel)
-            .map_err(err)?
-            .unwrap_or(1);
-        let first = |v: Option<Vec<u16>>, default: u16| {
-            v.and_then(|v| v.first().copied()).unwrap_or(default)
-        };
-        let bits_per_sample = first(
-            dec.find_tag_unsigned_vec::<u16>(Tag::BitsPerSample)
-                .map_err(err)?,
-            1,
-        );
-        let sample_format = first(
-            dec.find_tag_unsigned_vec::<u16>(Tag::SampleFormat)
-                .map_err(err)?,
-            1,
-        );
-        let sample_type = match (bits_per_sample, sample_format) {
-            (8, 1) => Some(SampleType::U8),
-            (16, 1) => Some(SampleType::U16),
-            (32, 3) => Some(SampleType::F32),
-            _ => None,
-        };
-        let reduced = dec
-            .find_tag_unsigned::<u32>(Tag::NewSubfileType)
-            .map_err(err)?
-            .map(|v| v & 1 == 1);
-        let tiled = dec.get_chunk_type() == ChunkType::Tile;
-        let (chunk_width, chunk_height) = match dec.chunk_dimensions() {
-            (w, h) if tiled => (w, h),
-            (w, h) => (w.min(width), h.min(height)),
-        };
-        out.push(PageInfo {
-            index,
-            width,
-            height,
-            samples_per_pixel,
-            bits_per_sample,
-            sample_format,
-            sample_type,
-            tiled,
-            chunk_width,
-            chunk_height,
-            reduced,
-        });
+        out.push(describe(&mut dec, path, index, 0)?);
+        let subs = levels::sub_ifds(&mut dec, path, index)?.len();
+        if subs > MAX_LEVELS {
+            return Err(crate::error::Error::Tiff {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "page {index} names {subs} SubIFDs, more than the {MAX_LEVELS} a pyramid has"
+                ),
+            });
+        }
+        for level in 1..=subs {
+            let on_page = open_page_decoder(path, index)?;
+            let mut sub = levels::open_level(on_page, path, index, level)?;
+            out.push(describe(&mut sub, path, index, level)?);
+        }
         if !dec.more_images() {
             return Ok(out);
         }
+        index += 1;
         dec.next_image()
-            .map_err(|e| tiff_error(path, &format!("reading page {}", index + 1), e))?;
+            .map_err(|e| tiff_error(path, &format!("reading page {index}"), e))?;
     }
+}
+
+/// The page (or level) `dec` is on, from its tags.
+fn describe(dec: &mut Dec, path: &Path, index: usize, level: usize) -> Result<PageInfo> {
+    let err = |e| {
+        let at = match level {
+            0 => format!("reading page {index}"),
+            _ => format!("reading page {index} level {level}"),
+        };
+        tiff_error(path, &at, e)
+    };
+    let (width, height) = dec.dimensions().map_err(err)?;
+    let samples_per_pixel = dec
+        .find_tag_unsigned::<u16>(Tag::SamplesPerPixel)
+        .map_err(err)?
+        .unwrap_or(1);
+    let first =
+        |v: Option<Vec<u16>>, default: u16| v.and_then(|v| v.first().copied()).unwrap_or(default);
+    let bits_per_sample = first(
+        dec.find_tag_unsigned_vec::<u16>(Tag::BitsPerSample)
+            .map_err(err)?,
+        1,
+    );
+    let sample_format = first(
+        dec.find_tag_unsigned_vec::<u16>(Tag::SampleFormat)
+            .map_err(err)?,
+        1,
+    );
+    let sample_type = match (bits_per_sample, sample_format) {
+        (8, 1) => Some(SampleType::U8),
+        (16, 1) => Some(SampleType::U16),
+        (32, 3) => Some(SampleType::F32),
+        _ => None,
+    };
+    let reduced = dec
+        .find_tag_unsigned::<u32>(Tag::NewSubfileType)
+        .map_err(err)?
+        .map(|v| v & 1 == 1);
+    let tiled = dec.get_chunk_type() == ChunkType::Tile;
+    let (chunk_width, chunk_height) = match dec.chunk_dimensions() {
+        (w, h) if tiled => (w, h),
+        (w, h) => (w.min(width), h.min(height)),
+    };
+    Ok(PageInfo {
+        index,
+        level,
+        width,
+        height,
+        samples_per_pixel,
+        bits_per_sample,
+        sample_format,
+        sample_type,
+        tiled,
+        chunk_width,
+        chunk_height,
+        reduced,
+    })
 }

@@ -1,5 +1,6 @@
 //! A TIFF or BigTIFF read by region: one page of the file (page 0 by default: a pyramidal slide's full
-//! resolution, a GeoTIFF's full image; later pages are reduced levels, overviews, thumbnails), of which a
+//! resolution, a GeoTIFF's full image; later pages are reduced levels, overviews, thumbnails), or one of
+//! its SubIFD levels (see `levels`), of which a
 //! window decodes only the tiles or strips (the page's *chunks*) it covers, through the `tiff` crate (uncompressed, LZW, Deflate, PackBits, JPEG — what the crate
 //! decodes). Classic and BigTIFF, tiled or striped, chunky or planar; 8- and 16-bit unsigned and 32-bit
 //! float samples; any number of samples per pixel except palette and colour-space images (CMYK, YCbCr,
@@ -11,6 +12,7 @@
 //! before anything is decoded, so a file whose chunks do not fit is a typed error, not an abort.
 
 use super::cache::{Chunk, ChunkCache, Samples};
+use super::levels::{self, FirstIfd};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input};
 use std::fs::File;
@@ -21,7 +23,8 @@ use tiff::ColorType;
 use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use tiff::tags::Tag;
 
-type Dec = Decoder<BufReader<File>>;
+/// Every decoder reads through [`FirstIfd`], so that a page's SubIFD levels are decoders of one type.
+pub(super) type Dec = Decoder<FirstIfd<BufReader<File>>>;
 
 /// The type of a file's samples. Integers are read as their values (0..255, 0..65535), floats as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +37,10 @@ pub enum SampleType {
 /// A TIFF input read by region (see the module documentation).
 pub struct TiffRegions {
     path: PathBuf,
-    /// The page read (image file directory, from 0); every pooled decoder is positioned on it.
+    /// The page read (image file directory, from 0) and its level (0: the page, n: its n-th SubIFD);
+    /// every pooled decoder is positioned on it.
     page: usize,
+    level: usize,
     width: usize,
     height: usize,
     channels: usize,
@@ -73,23 +78,34 @@ impl TiffRegions {
         TiffRegions::open_page(path, 0, cache_bytes)
     }
 
-    /// Opens page `page` of `path` (0 is the first image file directory) and checks what can be read:
+    /// Opens page `page` of `path` ([`TiffRegions::open_level`] at level 0).
+    pub fn open_page(path: &Path, page: usize, cache_bytes: usize) -> Result<TiffRegions> {
+        TiffRegions::open_level(path, page, 0, cache_bytes)
+    }
+
+    /// Opens page `page` of `path` (0 is the first image file directory), at level `level` (0: the page
+    /// itself; n: the n-th directory of its SubIFDs tag, where pyramidal slides keep their reduced
+    /// resolutions), and checks what can be read:
     /// the page's layout and sample type, and its first chunk (so an unsupported compression fails here,
     /// not halfway through a run). A page the file does not have is [`Error::NoSuchPage`], with the
-    /// file's page count. `cache_bytes` bounds the decoded chunks kept between windows.
-    pub fn open_page(path: &Path, page: usize, cache_bytes: usize) -> Result<TiffRegions> {
-        let on_page = |reason: String| {
-            if page == 0 {
-                reason
-            } else {
-                format!("page {page}: {reason}")
-            }
+    /// file's page count; a level the page does not have [`Error::NoSuchLevel`], with its count.
+    /// `cache_bytes` bounds the decoded chunks kept between windows.
+    pub fn open_level(
+        path: &Path,
+        page: usize,
+        level: usize,
+        cache_bytes: usize,
+    ) -> Result<TiffRegions> {
+        let on_page = |reason: String| match (page, level) {
+            (0, 0) => reason,
+            (_, 0) => format!("page {page}: {reason}"),
+            _ => format!("page {page} level {level}: {reason}"),
         };
         let bad = |reason: String| Error::Tiff {
             path: path.to_path_buf(),
             reason: on_page(reason),
         };
-        let mut dec = open_decoder_at(path, page)?;
+        let mut dec = open_decoder_at(path, page, level)?;
         let (w, h) = dec
             .dimensions()
             .map_err(|e| tiff_error(path, "reading the image size", e))?;
@@ -183,6 +199,7 @@ impl TiffRegions {
         let r = TiffRegions {
             path: path.to_path_buf(),
             page,
+            level,
             width,
             height,
             channels,
@@ -213,6 +230,11 @@ impl TiffRegions {
         self.page
     }
 
+    /// The page's level read (0: the page itself; n: its n-th SubIFD).
+    pub fn level(&self) -> usize {
+        self.level
+    }
+
     /// Why this file is not read chunk by chunk in bounded memory, when it is not.
     pub fn note(&self) -> Option<&str> {
         self.note.as_deref()
@@ -238,9 +260,8 @@ impl TiffRegions {
             .pop();
         match pooled {
             Some(d) => Ok(d),
-            None => {
-                Ok(open_decoder_at(&self.path, self.page)?.with_limits(limits(self.decode_limit)))
-            }
+            None => Ok(open_decoder_at(&self.path, self.page, self.level)?
+                .with_limits(limits(self.decode_limit))),
         }
     }
 
@@ -309,16 +330,30 @@ fn limits(decoding_buffer_size: usize) -> Limits {
     l
 }
 
-pub(super) fn open_decoder(path: &Path) -> Result<Dec> {
+pub(super) fn open_file(path: &Path) -> Result<BufReader<File>> {
     let f = stdx::fs::open_regular(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    Decoder::new(BufReader::new(f)).map_err(|e| tiff_error(path, "not a readable TIFF", e))
+    Ok(BufReader::new(f))
 }
 
-/// A decoder of `path` positioned on page `page`; a page past the last is [`Error::NoSuchPage`].
-fn open_decoder_at(path: &Path, page: usize) -> Result<Dec> {
+pub(super) fn open_decoder(path: &Path) -> Result<Dec> {
+    Decoder::new(FirstIfd::new(open_file(path)?))
+        .map_err(|e| tiff_error(path, "not a readable TIFF", e))
+}
+
+/// A decoder of `path` positioned on level `level` of page `page` (level 0: the page itself); a page past
+/// the last is [`Error::NoSuchPage`], a level past the page's SubIFDs [`Error::NoSuchLevel`].
+fn open_decoder_at(path: &Path, page: usize, level: usize) -> Result<Dec> {
+    let dec = open_page_decoder(path, page)?;
+    match level {
+        0 => Ok(dec),
+        _ => levels::open_level(dec, path, page, level),
+    }
+}
+
+pub(super) fn open_page_decoder(path: &Path, page: usize) -> Result<Dec> {
     let mut dec = open_decoder(path)?;
     if page == 0 {
         return Ok(dec);

@@ -125,12 +125,14 @@ def infer(
     precision: Literal["f32", "f16"] = "f32",
     gpu_memory: Optional[int] = None,
     page: Optional[int] = None,
+    level: Optional[int] = None,
 ) -> Optional[npt.NDArray[np.float32]]:
     """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
     output written to ``output`` (.npy float32 tile by tile, .tif/.tiff tiled BigTIFF tile by tile — uint8
     or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole). Paths are read by region from
-    .l3 and .tif/.tiff (``page``: the TIFF page, default 0, the first; a page the file lacks or a page
-    asked of anything but a TIFF path raises ``OptionsError``); other images are decoded whole (a
+    .l3 and .tif/.tiff (``page``: the TIFF page, default 0, the first; ``level``: that page's level, default
+    0, the page itself, N its N-th SubIFD — a pyramidal slide's reduced resolution; a page or level the
+    file lacks, or either asked of anything but a TIFF path, raises ``OptionsError``); other images are decoded whole (a
     ``UserWarning`` says so). ``device="cuda"``
     runs every node on the CUDA backend (f32; a GPU that cannot be used raises ``GpuError``)."""
 

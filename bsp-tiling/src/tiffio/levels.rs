@@ -1,0 +1,156 @@
+//! A page's SubIFDs: the reduced resolutions that pyramidal slides (OME-TIFF, and most whole-slide
+//! writers since) store under their full-resolution page instead of in the main chain of pages. Level 0
+//! is the page itself, level `n` its SubIFDs tag's `n`-th directory.
+//!
+//! The `tiff` crate decodes only images of the main chain, so a level is opened through [`FirstIfd`]: the
+//! file's bytes as they are, except that the header names the level's directory as the first one. Every
+//! offset inside the file is absolute, so the directory, its tag values and its chunks read as written.
+
+use super::read::{Dec, open_file, tiff_error};
+use crate::error::{Error, Result};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::Path;
+use tiff::decoder::Decoder;
+use tiff::tags::{IfdPointer, Tag};
+
+/// A TIFF byte stream whose header's first-directory offset is replaced (see the module documentation);
+/// with no replacement, the file as it is.
+pub struct FirstIfd<R> {
+    inner: R,
+    pos: u64,
+    /// The header bytes that differ from the file's, from offset 0; empty: none.
+    header: Vec<u8>,
+}
+
+impl<R: Read + Seek> FirstIfd<R> {
+    pub fn new(inner: R) -> FirstIfd<R> {
+        FirstIfd {
+            inner,
+            pos: 0,
+            header: Vec::new(),
+        }
+    }
+
+    /// `inner` with its header naming the directory at `ifd` first. Returns `None` when `inner` does not
+    /// start with a TIFF or BigTIFF header (the decoder then says what is wrong).
+    fn pointing_at(mut inner: R, ifd: u64) -> io::Result<Option<FirstIfd<R>>> {
+        let mut h = [0u8; 16];
+        inner.seek(SeekFrom::Start(0))?;
+        let n = read_up_to(&mut inner, &mut h)?;
+        inner.seek(SeekFrom::Start(0))?;
+        let little = match &h[..2] {
+            b"II" => true,
+            b"MM" => false,
+            _ => return Ok(None),
+        };
+        let magic = if little {
+            u16::from_le_bytes([h[2], h[3]])
+        } else {
+            u16::from_be_bytes([h[2], h[3]])
+        };
+        let header = match (magic, n) {
+            (42, 8..) => {
+                let Ok(ifd) = u32::try_from(ifd) else {
+                    return Ok(None);
+                };
+                let mut v = h[..8].to_vec();
+                v[4..8].copy_from_slice(&if little {
+                    ifd.to_le_bytes()
+                } else {
+                    ifd.to_be_bytes()
+                });
+                v
+            }
+            (43, 16) => {
+                let mut v = h.to_vec();
+                v[8..16].copy_from_slice(&if little {
+                    ifd.to_le_bytes()
+                } else {
+                    ifd.to_be_bytes()
+                });
+                v
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(FirstIfd {
+            inner,
+            pos: 0,
+            header,
+        }))
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl<R: Read> Read for FirstIfd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let end = self.pos + n as u64;
+        if self.pos < self.header.len() as u64 {
+            let (a, b) = (self.pos as usize, (end as usize).min(self.header.len()));
+            buf[..b - a].copy_from_slice(&self.header[a..b]);
+        }
+        self.pos = end;
+        Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for FirstIfd<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.pos = self.inner.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
+/// The SubIFDs of the page the decoder is on (none when it has no SubIFDs tag).
+pub(super) fn sub_ifds<R: Read + Seek>(
+    dec: &mut Decoder<R>,
+    path: &Path,
+    page: usize,
+) -> Result<Vec<IfdPointer>> {
+    let err = |e| tiff_error(path, &format!("reading page {page}'s SubIFDs"), e);
+    match dec.find_tag(Tag::SubIfd).map_err(err)? {
+        None => Ok(Vec::new()),
+        Some(v) => v.into_ifd_vec().map_err(err),
+    }
+}
+
+/// A decoder of `path` on level `level` (≥ 1) of page `page`, given a decoder already on that page.
+pub(super) fn open_level(mut on_page: Dec, path: &Path, page: usize, level: usize) -> Result<Dec> {
+    let subs = sub_ifds(&mut on_page, path, page)?;
+    let Some(ifd) = level.checked_sub(1).and_then(|i| subs.get(i)) else {
+        return Err(Error::NoSuchLevel {
+            path: path.to_path_buf(),
+            page,
+            level,
+            subifds: subs.len(),
+        });
+    };
+    drop(on_page);
+    let file = open_file(path)?;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let Some(view) = FirstIfd::pointing_at(file, ifd.0).map_err(io)? else {
+        return Err(Error::Tiff {
+            path: path.to_path_buf(),
+            reason: format!(
+                "page {page} level {level}: its directory offset does not fit the header"
+            ),
+        });
+    };
+    Decoder::new(view)
+        .map_err(|e| tiff_error(path, &format!("reading page {page} level {level}"), e))
+}
