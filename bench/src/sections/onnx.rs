@@ -13,6 +13,13 @@
 //! 12 GiB of float32), `L3_ONNX_RUNS` (processes per pipeline and side, each side alternating; default 3
 //! up to 2048², 1 above: one run of a small model varies by up to 2× on a shared VM, so the table gives
 //! the median, the range beside it, and the ratio of medians).
+//!
+//! Then the streamed runs, at sides where no whole-image run fits (default 30,000²; 1024² with
+//! `L3_BENCH_QUICK`; `L3_ONNX_STREAMED`, empty to skip): the photo mirrored out to the side as an L3 file
+//! (made band by band through `L3Writer`), read by region, the output a PNG with rows streamed, a 1 GiB
+//! activation budget; `L3_ONNX_STREAMED_MODELS` (default unet_gn) in `L3_ONNX_STREAMED_MODES` (default
+//! recompute, sampled, naive: `exact` stores every activation, 100s of GB at 30,000², and is refused
+//! before it starts when the spill disk cannot hold them — asked for, the table shows the refusal).
 
 use super::child::{line_of, num, run_if_child};
 use super::python::pip_install;
@@ -76,13 +83,13 @@ fn child(spec: &str) -> anyhow::Result<()> {
         tile: get("tile")?.parse()?,
         threads: get("threads")?.parse()?,
         budget: bsp_tiling::Budget {
-            ram: 2048 << 20,
+            ram: kv.get("ram_mib").map_or(Ok(2048), |v| v.parse::<u64>())? << 20,
             disk: None,
             spill_dir: get("spill")?.into(),
         },
         full: true,
-        in_scale: 1.0,
-        out_scale: 1.0,
+        in_scale: kv.get("in_scale").map_or(Ok(1.0), |v| v.parse())?,
+        out_scale: kv.get("out_scale").map_or(Ok(1.0), |v| v.parse())?,
         out_dtype: None,
         device: bsp_tiling::DeviceOptions::default(),
         page: None,
@@ -449,6 +456,162 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ort_version.join(", "),
         machine()
     ));
+    for n in notes {
+        r.para(&format!("Note: {n}"));
+    }
+    streamed(r, work.path(), &models_dir, &exe, threads, quick)
+}
+
+/// The photo mirrored out to `side`² as an 8-bit RGB L3 file at `path`, made a band of rows at a time
+/// (the image is never whole in memory).
+fn mirrored_l3(path: &Path, side: usize) -> anyhow::Result<()> {
+    let photo = image::open(corpus_dir().join(PHOTO))
+        .with_context(|| format!("reading {PHOTO}"))?
+        .to_rgb8();
+    let (w, h) = (photo.width() as usize, photo.height() as usize);
+    // The photo's centre, reflected at its edges as often as the side needs.
+    let mirror = |i: usize, len: usize| {
+        let i = (i + len.saturating_sub(side) / 2) % (2 * len);
+        if i < len { i } else { 2 * len - 1 - i }
+    };
+    let xs: Vec<usize> = (0..side).map(|x| mirror(x, w)).collect();
+    let side32 = u32::try_from(side).context("side")?;
+    let mut writer = l3_format::L3Writer::new(path, side32, side32, 3, &Default::default())?;
+    let band = 256;
+    let mut rows = Vec::with_capacity(band * side * 3);
+    for y0 in (0..side).step_by(band) {
+        rows.clear();
+        for y in y0..(y0 + band).min(side) {
+            let src = photo.as_raw();
+            let row = mirror(y, h) * w * 3;
+            for &x in &xs {
+                rows.extend_from_slice(&src[row + x * 3..row + x * 3 + 3]);
+            }
+        }
+        writer.push_rows(&rows)?;
+    }
+    let tmp = path.with_extension("l3.part");
+    let out = writer.finish(std::io::BufWriter::new(std::fs::File::create(&tmp)?))?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The streamed runs (see the module documentation): L3 in by region, PNG out with rows streamed.
+fn streamed(
+    r: &mut Report,
+    work: &Path,
+    models_dir: &Path,
+    exe: &Path,
+    threads: usize,
+    quick: bool,
+) -> anyhow::Result<()> {
+    let mut notes = Vec::new();
+    let sides: Vec<usize> = env_list("L3_ONNX_STREAMED", if quick { "1024" } else { "30000" })
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    if sides.is_empty() {
+        return Ok(());
+    }
+    let models = env_list("L3_ONNX_STREAMED_MODELS", "unet_gn");
+    let modes = env_list("L3_ONNX_STREAMED_MODES", "recompute,sampled,naive");
+    let (tile, ram_mib) = (2048, 1024);
+    let mut table = Table::new(
+        &format!(
+            "Streamed: an L3 input read by region, a PNG output with rows streamed; tile {tile}, a \
+             {ram_mib} MiB activation budget, {threads} threads"
+        ),
+        &[
+            "model",
+            "side",
+            "pipeline",
+            "seconds",
+            "peak RSS MiB",
+            "input (L3)",
+            "output (PNG)",
+            "onnxruntime, whole image",
+        ],
+    );
+    for &side in &sides {
+        let input = work.join(format!("streamed{side}.l3"));
+        eprintln!("  streamed {side}²: making the L3 input ...");
+        mirrored_l3(&input, side).with_context(|| format!("making the {side}² L3 input"))?;
+        let in_size = stdx::mem::human(std::fs::metadata(&input)?.len());
+        for name in &models {
+            let Some(&(_, about, scale)) = MODELS.iter().find(|m| m.0 == name) else {
+                bail!("L3_ONNX_STREAMED_MODELS: unknown model {name:?}");
+            };
+            let model = models_dir.join(format!("{name}.onnx"));
+            // What onnxruntime would hold before its first node: the float32 input alone.
+            let ort = format!(
+                "not run (its float32 input alone is {})",
+                stdx::mem::human((3 * side * side * 4) as u64)
+            );
+            for mode in &modes {
+                eprintln!("  streamed {name} {side}²: {mode} ...");
+                let out = work.join("streamed.png");
+                let spill = work.join("spill");
+                std::fs::create_dir_all(&spill)?;
+                // 8-bit pixels in, as the network was trained (0..1 or 0..255), and 8-bit out.
+                let (in_scale, out_scale) = if scale == 1.0 {
+                    (1.0 / 255.0, 255.0)
+                } else {
+                    (1.0, 1.0)
+                };
+                let spec = format!(
+                    "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={};\
+                     ram_mib={ram_mib};in_scale={in_scale};out_scale={out_scale}",
+                    model.display(),
+                    input.display(),
+                    out.display(),
+                    spill.display()
+                );
+                let o = Command::new(exe)
+                    .arg("onnx")
+                    .env("L3_ONNX_CHILD", &spec)
+                    .output()
+                    .context("starting the child")?;
+                let label = format!("{name} ({about})");
+                match line_of(&o, "ONNXCHILD ") {
+                    Ok(kv) => table.row(vec![
+                        label,
+                        format!("{side}²"),
+                        format!("bsp-tiling {mode} ({} tiles)", num(&kv, "tiles")),
+                        format!("{:.1}", num(&kv, "secs")),
+                        format!("{:.0}", num(&kv, "peak") / 1048576.0),
+                        in_size.clone(),
+                        std::fs::metadata(&out).map_or("?".into(), |m| stdx::mem::human(m.len())),
+                        ort.clone(),
+                    ]),
+                    Err(why) => {
+                        notes.push(format!("streamed {mode} on {name} at {side}²: {why}"));
+                        table.row(vec![
+                            label,
+                            format!("{side}²"),
+                            format!("bsp-tiling {mode}"),
+                            "refused or failed (note below)".into(),
+                            "n/a".into(),
+                            in_size.clone(),
+                            "n/a".into(),
+                            ort.clone(),
+                        ]);
+                    }
+                }
+                let _ = std::fs::remove_file(&out);
+            }
+        }
+        let _ = std::fs::remove_file(&input);
+    }
+    r.table(&table);
+    r.para(
+        "Streamed runs: the input is the same photo's centre mirrored out to the side, stored as an \
+         8-bit RGB L3 file (read by region: a tile's window reads and decodes only the patches under \
+         it); the output is 8-bit (clamped) in a PNG whose rows are written as each band of tiles \
+         completes. recompute = exact statistics (the BSP supersteps), recomputed per normalisation so \
+         that no activation is stored: the exact result without the exact mode's disk. Peak RSS is the \
+         run's own process (VmHWM).",
+    );
     for n in notes {
         r.para(&format!("Note: {n}"));
     }
