@@ -363,3 +363,36 @@ fn tif_and_npy_outputs() {
         }
     }
 }
+
+/// An 8-bit TIFF is read by region (no "decoded whole" note) into the PNG input's pixels; a 16-bit one is
+/// refused naming the file, before any output exists.
+#[test]
+fn tiff_inputs() {
+    use tiff::encoder::{TiffEncoder, colortype};
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| dir.path().join(f);
+    let (w, h) = (70u32, 45u32);
+    let png_in = small_image(dir.path(), "in.png", w, h);
+    let img = loader::import(&png_in, &loader::ImportOptions::default())
+        .unwrap()
+        .to_rgb();
+    TiffEncoder::new(std::fs::File::create(d("in.tif")).unwrap())
+        .unwrap()
+        .write_image::<colortype::RGB8>(w, h, &img.pixels)
+        .unwrap();
+    let o = stylize(&d("in.tif"), &d("out.png"), &["--tile", "16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("decoded whole"), "{err}");
+    assert!(decoded(&d("out.png")).2 == whole_path(&img, "exact", 16, false).pixels);
+    let wide: Vec<u16> = img.pixels.iter().map(|&v| u16::from(v) * 257).collect();
+    TiffEncoder::new(std::fs::File::create(d("in16.tif")).unwrap())
+        .unwrap()
+        .write_image::<colortype::RGB16>(w, h, &wide)
+        .unwrap();
+    let o = stylize(&d("in16.tif"), &d("out16.png"), &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("in16.tif") && err.contains("8-bit"), "{err}");
+    assert!(!d("out16.png").exists());
+}
