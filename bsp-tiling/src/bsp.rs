@@ -14,7 +14,7 @@
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::field::{Input, OutputSink, gather};
+use crate::field::{Input, Sink, gather};
 use crate::grid::{Grid, stage_grids};
 use crate::model::{Net, NetStats, Plan};
 use crate::place::{self, Placement};
@@ -205,7 +205,7 @@ pub fn run_exact<B: Backend>(
     grid: &Grid,
     threads: usize,
     budget: &Budget,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let (plan, grids) = prepare(net, input, grid)?;
     let n = grid.len();
@@ -268,7 +268,7 @@ pub fn run_exact<B: Backend>(
             }
             match &layer {
                 Some(l) => acc.write(l, g, t, &y)?,
-                None => sink.put(y0, x0, &backend.download(y)?),
+                None => sink.put_tile(y0, x0, &backend.download(y)?)?,
             }
             Ok(None)
         })?;
@@ -301,11 +301,11 @@ pub fn run_exact<B: Backend>(
                         .map_err(|e| acc.spill(e))??;
                         if i == last {
                             let d = hl.read(t).map_err(|e| acc.spill(e))?;
-                            sink.put(
+                            sink.put_tile(
                                 y0,
                                 x0,
                                 &Tensor::from_vec(dims.0, dims.1, dims.2, d.to_vec())?,
-                            );
+                            )?;
                         }
                         Ok(())
                     })?;
@@ -320,7 +320,7 @@ pub fn run_exact<B: Backend>(
                         }
                         if i == last {
                             let (y0, _, x0, _) = g.tile(t);
-                            sink.put(y0, x0, &backend.download(y)?);
+                            sink.put_tile(y0, x0, &backend.download(y)?)?;
                         } else {
                             acc.write(l, g, t, &y)?;
                         }

@@ -25,7 +25,8 @@
 //! * [`npy`], [`tiffio`] — files read by region and written tile by tile: float32 `.npy`; TIFF/BigTIFF in
 //!   (tiles or strips under a window), tiled BigTIFF out.
 //!
-//! [`stylize`] picks one of these by [`Mode`]. Only [`backend`] (the trait and what implementing or
+//! [`stylize`] picks one of these by [`Mode`] (into memory; [`stylize_into`] hands the tiles to a
+//! [`Sink`] as they complete). Only [`backend`] (the trait and what implementing or
 //! driving it takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
 #![deny(unsafe_code)]
 
@@ -196,8 +197,19 @@ pub fn grid_for(net: &Net, h: usize, w: usize, tile: usize) -> Result<Grid> {
     Grid::with_tile(h, w, tile, net.total_stride(), min)
 }
 
+/// The output size (channels, height, width) [`stylize`] gives `net` for an `h`×`w` input: PyTorch's
+/// whole-image size (for the TransformerNet: each side rounded up to a multiple of 4, see the README).
+pub fn stylize_shape(net: &Net, h: usize, w: usize) -> Result<(usize, usize, usize)> {
+    net.plan(h, w)?
+        .out
+        .last()
+        .copied()
+        .ok_or_else(|| Error::Unsupported("empty network".into()))
+}
+
 /// Runs `net` over `input` in the chosen mode on `backend`. The output has PyTorch's whole-image size for
-/// this input (for the TransformerNet: each side rounded up to a multiple of 4, see the README).
+/// this input ([`stylize_shape`]), in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else
+/// float32. [`stylize_into`] writes it to a [`Sink`] instead.
 pub fn stylize<B: Backend>(
     net: &Net,
     backend: &B,
@@ -205,17 +217,29 @@ pub fn stylize<B: Backend>(
     opts: &Options,
     sink_rgb8: bool,
 ) -> Result<(Output, RunInfo)> {
-    let (h, w) = (input.height(), input.width());
-    let plan = net.plan(h, w)?;
-    let (c, oh, ow) = *plan
-        .out
-        .last()
-        .ok_or_else(|| Error::Unsupported("empty network".into()))?;
+    let (c, oh, ow) = stylize_shape(net, input.height(), input.width())?;
     let sink = if sink_rgb8 {
         OutputSink::rgb8(oh, ow)
     } else {
         OutputSink::f32(c, oh, ow)
     };
+    let info = stylize_into(net, backend, input, opts, &sink)?;
+    Ok((sink.finish(), info))
+}
+
+/// [`stylize`] with its output handed to `sink` tile by tile as tiles complete (in no set order), as
+/// float32 values with their top-left corner in the [`stylize_shape`] output; a sink smaller than that
+/// clips them. Every mode streams except [`Mode::Whole`], whose one tile is the whole output. The first
+/// error of the sink stops the run and is returned.
+pub fn stylize_into<B: Backend>(
+    net: &Net,
+    backend: &B,
+    input: &dyn Input,
+    opts: &Options,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    let (h, w) = (input.height(), input.width());
+    stylize_shape(net, h, w)?;
     if let Some(m) = backend.meter() {
         m.reset_peak();
     }
@@ -228,7 +252,7 @@ pub fn stylize<B: Backend>(
                 &(0..w).map(Some).collect::<Vec<_>>(),
             )?;
             let (y, stats) = net.forward_tensor(backend, x, opts.threads, None)?;
-            sink.put(0, 0, &y);
+            sink.put_tile(0, 0, &y)?;
             RunInfo {
                 stats,
                 tiles: 1,
@@ -242,7 +266,7 @@ pub fn stylize<B: Backend>(
             &grid()?,
             opts.threads,
             &opts.budget,
-            &sink,
+            sink,
         )?,
         Mode::Sampled(f) => onepass::run_sampled(
             net,
@@ -252,14 +276,14 @@ pub fn stylize<B: Backend>(
             f,
             opts.threads,
             &opts.budget,
-            &sink,
+            sink,
         )?,
         Mode::Recompute => {
-            onepass::run_recompute(net, backend, input, &grid()?, opts.threads, &sink)?
+            onepass::run_recompute(net, backend, input, &grid()?, opts.threads, sink)?
         }
         Mode::Naive => {
             let g = grid()?;
-            naive::run_naive(net, backend, input, &g, opts.threads, &sink)?;
+            naive::run_naive(net, backend, input, &g, opts.threads, sink)?;
             RunInfo {
                 tiles: g.len(),
                 ..RunInfo::default()
@@ -269,7 +293,7 @@ pub fn stylize<B: Backend>(
     if let Some(m) = backend.meter() {
         info.device_peak_bytes = m.peak();
     }
-    Ok((sink.finish(), info))
+    Ok(info)
 }
 
 /// [`stylize`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
@@ -288,6 +312,24 @@ pub fn stylize_on(
         Device::Cuda(ordinal) => {
             let backend = CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
             stylize(net, &backend, input, opts, sink_rgb8)
+        }
+    }
+}
+
+/// [`stylize_into`] on the device `dev` names, as [`stylize_on`] opens it (no fallback to the CPU).
+pub fn stylize_on_into(
+    dev: &DeviceOptions,
+    net: &Net,
+    input: &dyn Input,
+    opts: &Options,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    dev.validate()?;
+    match dev.device {
+        Device::Cpu => stylize_into(net, &CpuBackend, input, opts, sink),
+        Device::Cuda(ordinal) => {
+            let backend = CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
+            stylize_into(net, &backend, input, opts, sink)
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::backend::Backend;
 use crate::bsp::{inner_threads, superstep};
 use crate::error::{Error, Result};
-use crate::field::{Input, OutputSink, gather};
+use crate::field::{Input, Sink, gather};
 use crate::grid::Grid;
 use crate::model::Net;
 
@@ -14,7 +14,7 @@ pub fn run_naive<B: Backend>(
     input: &dyn Input,
     grid: &Grid,
     threads: usize,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<()> {
     let plan = net.plan(input.height(), input.width())?;
     let last = net.stages.len() - 1;
@@ -52,7 +52,7 @@ pub fn run_naive<B: Backend>(
         let tile = backend.upload(gather(input, &ys, &xs)?)?;
         let p = net.plan(y1 - y0, x1 - x0)?;
         let (out, _) = net.forward_buf(backend, &weights, &p, tile, inner, None)?;
-        sink.put(y0 / div, x0 / div, &backend.download(out)?);
+        sink.put_tile(y0 / div, x0 / div, &backend.download(out)?)?;
         Ok(())
     })?;
     Ok(())

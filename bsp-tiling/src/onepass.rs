@@ -13,7 +13,7 @@
 use crate::backend::Backend;
 use crate::bsp::{RunInfo, inner_threads, prepare, run_exact, superstep};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, OutputSink, gather};
+use crate::field::{Field, Input, OutputSink, Sink, gather};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats, Plan};
 use crate::stats::{ChannelStats, merge_all};
@@ -153,7 +153,7 @@ pub fn run_fixed<B: Backend>(
     grid: &Grid,
     stats: &NetStats,
     threads: usize,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<()> {
     let plan = net.plan(input.height(), input.width())?;
     let last = net.stages.len() - 1;
@@ -173,7 +173,7 @@ pub fn run_fixed<B: Backend>(
     superstep(g.len(), workers, |t| {
         let (y0, y1, x0, x1) = g.tile(t);
         let out = pass.eval_region(last, (y0, y1), (x0, x1))?;
-        sink.put(y0, x0, &backend.download(out)?);
+        sink.put_tile(y0, x0, &backend.download(out)?)?;
         Ok(())
     })?;
     Ok(())
@@ -219,7 +219,7 @@ pub fn run_sampled<B: Backend>(
     factor: usize,
     threads: usize,
     budget: &Budget,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<RunInfo> {
     prepare(net, input, grid)?;
     let stats = if factor <= 1 {
@@ -284,7 +284,7 @@ pub fn run_recompute<B: Backend>(
     input: &dyn Input,
     grid: &Grid,
     threads: usize,
-    sink: &OutputSink,
+    sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let stats = run_recompute_stats(net, backend, input, grid, threads)?;
     run_fixed(net, backend, input, grid, &stats, threads, sink)?;

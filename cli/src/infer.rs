@@ -16,6 +16,9 @@
 //! last: for ANS the pixels, counted for its frequency tables, and the encoded chunks — memory stays bounded
 //! by a band, never the image). `.jpg` alone is encoded whole at the end: the encoder takes a whole image.
 //! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]).
+//!
+//! [`stylize_paths`] (`l3 stylize`) reads and writes the same way around the TransformerNet stage engine
+//! ([`bsp_tiling::stylize_into`]); [`OutputFile`] is the writing both share.
 
 use anyhow::{Context, bail};
 use bsp_tiling::tiffio::{OutDType, TiffRegions, TiffWriter};
@@ -528,31 +531,14 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     let (h, w) = (input.height(), input.width());
     let (c, oh, ow) = output_shape(g, h, w, req.full)?;
     let t0 = std::time::Instant::now();
-    let out_ext = ext(&req.output);
-    let Some(dtypes) = output_dtypes(&out_ext) else {
-        bail!(
-            "{}: unknown output type {out_ext:?}: use .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or float32), .png, .l3, .ppm/.pgm or .jpg",
-            req.output.display()
-        );
+    let out = OutputFile {
+        path: &req.output,
+        shape: (c, oh, ow),
+        dtype: req.out_dtype,
+        out_scale: req.out_scale,
+        threads: req.threads,
     };
-    let dtype = req.out_dtype.unwrap_or(dtypes[0]);
-    if !dtypes.contains(&dtype) {
-        bail!(
-            "{}: a .{out_ext} output holds {}, not {}",
-            req.output.display(),
-            if dtypes[0] == OutDType::F32 {
-                "float32"
-            } else {
-                "uint8"
-            },
-            if dtype == OutDType::F32 {
-                "float32"
-            } else {
-                "uint8"
-            }
-        );
-    }
-    let run = |sink: &dyn Sink| {
+    let info = out.write(|sink| {
         bsp_tiling::run_graph_device(
             &req.device,
             g,
@@ -563,24 +549,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             &req.budget,
             sink,
         )
-    };
-    // 8-bit outputs get `out_scale` before clamping; float32 ones the raw output.
-    let run_scaled = |sink: &dyn Sink| {
-        run(&ScaledSink {
-            inner: sink,
-            scale: req.out_scale,
-        })
-    };
-    // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`.
-    let mut out = stdx::fs::AtomicFile::create(&req.output)
-        .with_context(|| format!("creating {}", req.output.display()))?;
-    let file = out
-        .file()
-        .try_clone()
-        .with_context(|| format!("creating {}", req.output.display()))?;
-    let info = write_output(&out_ext, file, req, (c, oh, ow), dtype, run, run_scaled)?;
-    out.commit()
-        .with_context(|| format!("writing {}", req.output.display()))?;
+    })?;
     Ok(InferReport {
         notes: info.notes.clone(),
         input: (g.channels, h, w),
@@ -590,66 +559,170 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
     })
 }
 
-/// Runs the network into `file` (the temporary of `req.output`) of type `out_ext`: `.npy`, `.tif`, `.png`,
-/// `.ppm`/`.pgm` and `.l3` written as tiles finish (an L3 file's entries wait in its spill file until the
-/// end), `.jpg` encoded whole at the end.
-fn write_output(
-    out_ext: &str,
-    file: File,
-    req: &InferRequest,
-    (c, oh, ow): (usize, usize, usize),
-    dtype: OutDType,
-    run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
-    run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
-) -> anyhow::Result<bsp_tiling::RunInfo> {
-    let path = &req.output;
-    Ok(match out_ext {
-        "npy" => {
-            let wr = npy::NpyWriter::from_file(file, path, c, oh, ow)
-                .with_context(|| format!("creating {}", path.display()))?;
-            let info = run(&wr)?;
-            wr.finish()
-                .with_context(|| format!("writing {}", path.display()))?;
-            info
-        }
-        "tif" | "tiff" => {
-            let wr = TiffWriter::new(file, path, c, oh, ow, dtype)?;
-            let info = match dtype {
-                OutDType::U8 => run_scaled(&wr)?,
-                OutDType::F32 => run(&wr)?,
-            };
-            wr.finish()?;
-            info
-        }
-        "png" => {
-            check_8bit_channels(c)?;
-            let out = infer_rows::Png::create(file, path, c, oh, ow)?;
-            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
-        }
-        "ppm" | "pgm" => {
-            check_8bit_channels(c)?;
-            let out = infer_rows::Raw::create(file, c, oh, ow)
-                .with_context(|| format!("writing {}", path.display()))?;
-            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
-        }
-        "l3" => {
-            check_8bit_channels(c)?;
-            let out = infer_rows::L3::create(file, path, (c, oh, ow), req.threads)?;
-            infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
-        }
-        _ => {
-            // JPEG: the encoder takes the whole image.
-            let sink = Bytes8::new(c, oh, ow)?;
-            let info = run_scaled(&sink)?;
-            let img = sink.into_image();
-            let bytes = loader::convert::encode(&img, loader::convert::Target::Jpeg(95))
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let mut file = file;
-            file.write_all(&bytes)
-                .with_context(|| format!("writing {}", path.display()))?;
-            info
-        }
+/// Runs `net`, a TransformerNet, over `req.input` on the stage engine (`l3 stylize`: the CPU, or the
+/// CUDA backend in f32 or f16), writing `req.output` as [`infer_paths`] does: the input read as
+/// [`with_input`] says (8-bit values 0..255 times `in_scale`), the output written tile by tile where its
+/// format allows, cropped to the input's size unless `req.full`.
+pub fn stylize_paths(net: &Net, req: &InferRequest) -> anyhow::Result<InferReport> {
+    crate_refuse_overwrite(&req.input, &req.output)?;
+    with_input(req, 3, |input, notes| {
+        let (h, w) = (input.height(), input.width());
+        let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
+        let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
+        let opts = bsp_tiling::Options {
+            mode: req.mode,
+            tile: req.tile,
+            threads: req.threads,
+            budget: req.budget.clone(),
+        };
+        let t0 = std::time::Instant::now();
+        let out = OutputFile {
+            path: &req.output,
+            shape: (c, oh, ow),
+            dtype: req.out_dtype,
+            out_scale: req.out_scale,
+            threads: req.threads,
+        };
+        let info = out
+            .write(|sink| bsp_tiling::stylize_on_into(&req.device, net, input, &opts, sink))
+            .with_context(|| format!("stylising {}", req.input.display()))?;
+        Ok(InferReport {
+            notes: notes
+                .into_iter()
+                .chain(info.notes.iter().cloned())
+                .collect(),
+            input: (3, h, w),
+            output: (c, oh, ow),
+            info,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
     })
+}
+
+/// An output file written from a run's tiles: its type by extension, its size (larger tiles are clipped
+/// to it), its sample type where the format offers a choice, the factor applied before 8-bit clamping,
+/// and the threads an L3 encoder may use.
+pub struct OutputFile<'a> {
+    pub path: &'a Path,
+    pub shape: (usize, usize, usize),
+    pub dtype: Option<OutDType>,
+    pub out_scale: f32,
+    pub threads: usize,
+}
+
+impl OutputFile<'_> {
+    /// Runs `run` into a sink writing this file under a temporary name, renamed once complete: a failed
+    /// run leaves nothing behind.
+    pub fn write(
+        &self,
+        run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+    ) -> anyhow::Result<RunInfo> {
+        let path = self.path;
+        let out_ext = ext(path);
+        let Some(dtypes) = output_dtypes(&out_ext) else {
+            bail!(
+                "{}: unknown output type {out_ext:?}: use .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or float32), .png, .l3, .ppm/.pgm or .jpg",
+                path.display()
+            );
+        };
+        let dtype = self.dtype.unwrap_or(dtypes[0]);
+        if !dtypes.contains(&dtype) {
+            bail!(
+                "{}: a .{out_ext} output holds {}, not {}",
+                path.display(),
+                if dtypes[0] == OutDType::F32 {
+                    "float32"
+                } else {
+                    "uint8"
+                },
+                if dtype == OutDType::F32 {
+                    "float32"
+                } else {
+                    "uint8"
+                }
+            );
+        }
+        // 8-bit outputs get `out_scale` before clamping; float32 ones the raw output.
+        let run_scaled = |sink: &dyn Sink| {
+            run(&ScaledSink {
+                inner: sink,
+                scale: self.out_scale,
+            })
+        };
+        // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`.
+        let mut out = stdx::fs::AtomicFile::create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let file = out
+            .file()
+            .try_clone()
+            .with_context(|| format!("creating {}", path.display()))?;
+        let info = self.write_to(&out_ext, file, dtype, &run, run_scaled)?;
+        out.commit()
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(info)
+    }
+
+    /// Runs the network into `file` (the temporary of the output) of type `out_ext`: `.npy`, `.tif`,
+    /// `.png`, `.ppm`/`.pgm` and `.l3` written as tiles finish (an L3 file's entries wait in its spill
+    /// file until the end), `.jpg` encoded whole at the end.
+    fn write_to(
+        &self,
+        out_ext: &str,
+        file: File,
+        dtype: OutDType,
+        run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+        run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+    ) -> anyhow::Result<RunInfo> {
+        let path = self.path;
+        let (c, oh, ow) = self.shape;
+        Ok(match out_ext {
+            "npy" => {
+                let wr = npy::NpyWriter::from_file(file, path, c, oh, ow)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                let info = run(&wr)?;
+                wr.finish()
+                    .with_context(|| format!("writing {}", path.display()))?;
+                info
+            }
+            "tif" | "tiff" => {
+                let wr = TiffWriter::new(file, path, c, oh, ow, dtype)?;
+                let info = match dtype {
+                    OutDType::U8 => run_scaled(&wr)?,
+                    OutDType::F32 => run(&wr)?,
+                };
+                wr.finish()?;
+                info
+            }
+            "png" => {
+                check_8bit_channels(c)?;
+                let out = infer_rows::Png::create(file, path, c, oh, ow)?;
+                infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            "ppm" | "pgm" => {
+                check_8bit_channels(c)?;
+                let out = infer_rows::Raw::create(file, c, oh, ow)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            "l3" => {
+                check_8bit_channels(c)?;
+                let out = infer_rows::L3::create(file, path, (c, oh, ow), self.threads)?;
+                infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            _ => {
+                // JPEG: the encoder takes the whole image.
+                let sink = Bytes8::new(c, oh, ow)?;
+                let info = run_scaled(&sink)?;
+                let img = sink.into_image();
+                let bytes = loader::convert::encode(&img, loader::convert::Target::Jpeg(95))
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let mut file = file;
+                file.write_all(&bytes)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                info
+            }
+        })
+    }
 }
 
 fn crate_refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {

@@ -48,7 +48,7 @@ enum Command {
     ShuffleReport(Box<stream::ShuffleReportArgs>),
     /// Convert a folder of images to another format.
     Convert(convert::ConvertArgs),
-    /// Stylise an image of any size with BSP tiling.
+    /// Stylise an image of any size with BSP tiling (read by region, written as tiles complete).
     Stylize(stylize::StylizeArgs),
     /// Run a CNN (ONNX, or a TransformerNet) over an image of any size with BSP tiling.
     Infer(Box<infer_cmd::InferArgs>),

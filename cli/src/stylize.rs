@@ -1,11 +1,11 @@
-//! `l3 stylize`: fast style transfer on an image of any size with BSP tiling.
+//! `l3 stylize`: fast style transfer on an image of any size with BSP tiling — `l3 infer`'s input
+//! reading and output writers around the TransformerNet stage engine (which also runs on a GPU in f16),
+//! so that memory is bounded by the tiles, the halo, the RAM budget and the spill, not by the image.
 use anyhow::{Context, bail};
-use bsp_tiling::{
-    Budget, Device, DeviceOptions, Image, Mode, Net, Options, Output, PaddingMode, Precision,
-    stylize_on,
-};
-use std::path::PathBuf;
-use std::time::Instant;
+use bsp_tiling::tiffio::{SampleType, TiffRegions};
+use bsp_tiling::{Budget, Device, DeviceOptions, Mode, Net, Options, PaddingMode, Precision};
+use l3_cli::infer::{InferRequest, stylize_paths};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct StylizeArgs {
@@ -42,7 +42,19 @@ pub struct StylizeArgs {
     /// Keep PyTorch's output size (each side rounded up to a multiple of 4) instead of cropping to the input's.
     #[arg(long)]
     pub full: bool,
+    /// The page of a TIFF input (default 0; see `l3 infer --list-pages`). Refused for other inputs.
+    #[arg(long)]
+    pub page: Option<usize>,
+    /// The level of that page: 0 (default) the page itself, N its N-th SubIFD (a pyramid's reduced
+    /// resolution). Refused for other inputs.
+    #[arg(long)]
+    pub level: Option<usize>,
+    /// Read by region: .l3, .tif/.tiff (8-bit samples, the first page). Decoded whole (said on stderr):
+    /// any other image the toolkit reads (PNG, JPEG, ...). Gray is replicated to RGB, alpha dropped.
     pub input: PathBuf,
+    /// Written as tiles complete, by extension: rows streamed: .png, .ppm, .l3 (the default format; what
+    /// it writes last waits in a spill file beside the output); tile by tile: .tif/.tiff (tiled BigTIFF,
+    /// uint8), .npy (float32 C×H×W, the raw output, unclamped). Encoded whole at the end: .jpg.
     pub output: PathBuf,
 }
 
@@ -71,54 +83,69 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     let net = Net::load_transformer(&a.model, padding)
         .with_context(|| format!("loading {}", a.model.display()))?;
     crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
-    let img = loader::import(&a.input, &loader::ImportOptions::default())?.to_rgb();
-    let (w, h) = (img.width as usize, img.height as usize);
-    let input = img;
+    if let Some(refusal) = l3_cli::infer::page_refusal(&a.input, a.page, a.level) {
+        bail!(refusal);
+    }
+    refuse_wide_tiff_samples(&a.input, a.page.unwrap_or(0), a.level.unwrap_or(0))?;
     let defaults = Options::default();
-    let opts = Options {
+    let req = InferRequest {
+        input: a.input,
+        output: a.output,
         mode,
         tile: a.tile.unwrap_or(bsp_tiling::default_tile(device)),
         threads: a.threads.unwrap_or(defaults.threads).max(1),
         budget: Budget {
             ram: a.ram_budget_mib << 20,
             disk: None,
-            spill_dir: a.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+            spill_dir: a.spill_dir.unwrap_or_else(std::env::temp_dir),
         },
+        full: a.full,
+        in_scale: 1.0,
+        out_scale: 1.0,
+        out_dtype: None,
+        device: dev,
+        page: a.page,
+        level: a.level,
     };
-    let t0 = Instant::now();
-    let (out, info) = stylize_on(&dev, &net, &input, &opts, true)
-        .with_context(|| format!("stylising {}", a.input.display()))?;
-    let secs = t0.elapsed().as_secs_f64();
-    drop(input);
-    let Output::Rgb8(mut o) = out else {
-        bail!("internal: expected an 8-bit output")
-    };
-    if !a.full && (o.width as usize, o.height as usize) != (w, h) {
-        o = crop(&o, w, h);
+    let r = stylize_paths(&net, &req)?;
+    for note in &r.notes {
+        eprintln!("stylize: {note}");
     }
-    write_png(&o, &a.output)?;
     let rss = bsp_tiling::metrics::rss().map_or("?".into(), |(p, _)| {
         format!("{:.1} MiB", p as f64 / 1048576.0)
     });
     eprintln!(
-        "stylize: {}x{} -> {}x{} mode {} on {} ({} tiles, {} spilled layers) in {secs:.2} s, peak RSS {rss}",
-        w, h, o.width, o.height, a.mode, a.device, info.tiles, info.spilled_layers
+        "stylize: {}x{} -> {}x{} mode {} on {} ({} tiles, {} spilled layers) in {:.2} s, peak RSS {rss}",
+        r.input.2,
+        r.input.1,
+        r.output.2,
+        r.output.1,
+        a.mode,
+        device,
+        r.info.tiles,
+        r.info.spilled_layers,
+        r.seconds
     );
     Ok(())
 }
 
-fn crop(o: &Image, w: usize, h: usize) -> Image {
-    let mut pixels = Vec::with_capacity(w * h * 3);
-    let ow = o.width as usize;
-    for y in 0..h {
-        pixels.extend_from_slice(&o.pixels[y * ow * 3..(y * ow + w) * 3]);
+/// The TransformerNet takes 8-bit values (0..255): a TIFF of 16-bit or float samples is refused rather
+/// than run on values out of that range.
+fn refuse_wide_tiff_samples(input: &Path, page: usize, level: usize) -> anyhow::Result<()> {
+    let is_tiff = input
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"));
+    if !is_tiff {
+        return Ok(());
     }
-    Image::rgb8(w as u32, h as u32, pixels)
-}
-
-/// PNG, written under a temporary name beside OUT and renamed: no half-written output on failure.
-fn write_png(o: &Image, path: &std::path::Path) -> anyhow::Result<()> {
-    let bytes = loader::convert::encode(o, loader::convert::Target::Png)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    stdx::fs::write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+    let tiff = TiffRegions::open_level(input, page, level, 0)?;
+    if tiff.sample_type() != SampleType::U8 {
+        bail!(
+            "{}: {:?} samples: `l3 stylize` takes 8-bit images (`l3 infer --in-scale` scales others)",
+            input.display(),
+            tiff.sample_type()
+        );
+    }
+    Ok(())
 }
