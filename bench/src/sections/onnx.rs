@@ -16,8 +16,8 @@
 //!
 //! Then the streamed runs, at sides where no whole-image run fits (default 30,000²; 1024² with
 //! `L3_BENCH_QUICK`; `L3_ONNX_STREAMED`, empty to skip): the photo mirrored out to the side as an L3 file
-//! (made band by band through `L3Writer`), read by region, the output a PNG with rows streamed, a 1 GiB
-//! activation budget; `L3_ONNX_STREAMED_MODELS` (default unet_gn) in `L3_ONNX_STREAMED_MODES` (default
+//! (made band by band through `L3Writer`), read by region, the output a PNG with rows streamed (a
+//! float32 tiled BigTIFF for outputs that are not 1 or 3 channels), a 1 GiB activation budget; `L3_ONNX_STREAMED_MODELS` (default unet_gn) in `L3_ONNX_STREAMED_MODES` (default
 //! recompute, sampled, naive: `exact` stores every activation, 100s of GB at 30,000², and is refused
 //! before it starts when the spill disk cannot hold them — asked for, the table shows the refusal).
 
@@ -90,7 +90,10 @@ fn child(spec: &str) -> anyhow::Result<()> {
         full: true,
         in_scale: kv.get("in_scale").map_or(Ok(1.0), |v| v.parse())?,
         out_scale: kv.get("out_scale").map_or(Ok(1.0), |v| v.parse())?,
-        out_dtype: None,
+        out_dtype: kv
+            .get("out_dtype")
+            .map(|d| bsp_tiling::tiffio::OutDType::parse(d).context("out_dtype"))
+            .transpose()?,
         device: bsp_tiling::DeviceOptions::default(),
         page: None,
         level: None,
@@ -519,8 +522,8 @@ fn streamed(
     let (tile, ram_mib) = (2048, 1024);
     let mut table = Table::new(
         &format!(
-            "Streamed: an L3 input read by region, a PNG output with rows streamed; tile {tile}, a \
-             {ram_mib} MiB activation budget, {threads} threads"
+            "Streamed: an L3 input read by region, the output written as tiles complete (a PNG's rows, or \
+             a float32 tiled BigTIFF); tile {tile}, a {ram_mib} MiB activation budget, {threads} threads"
         ),
         &[
             "model",
@@ -529,7 +532,7 @@ fn streamed(
             "seconds",
             "peak RSS MiB",
             "input (L3)",
-            "output (PNG)",
+            "output",
             "onnxruntime, whole image",
         ],
     );
@@ -543,6 +546,14 @@ fn streamed(
                 bail!("L3_ONNX_STREAMED_MODELS: unknown model {name:?}");
             };
             let model = models_dir.join(format!("{name}.onnx"));
+            // An image's channels become a PNG; any other output (a segmentation's logits) is written raw,
+            // as a float32 tiled BigTIFF.
+            let graph = l3_cli::infer::load_model(&model, None)?;
+            let (out_c, _, _) = l3_cli::infer::output_shape(&graph, side, side, true)?;
+            let (out_name, out_dtype) = match out_c {
+                1 | 3 => ("streamed.png", "uint8"),
+                _ => ("streamed.tif", "float32"),
+            };
             // What onnxruntime would hold before its first node: the float32 input alone.
             let ort = format!(
                 "not run (its float32 input alone is {})",
@@ -550,7 +561,7 @@ fn streamed(
             );
             for mode in &modes {
                 eprintln!("  streamed {name} {side}²: {mode} ...");
-                let out = work.join("streamed.png");
+                let out = work.join(out_name);
                 let spill = work.join("spill");
                 std::fs::create_dir_all(&spill)?;
                 // 8-bit pixels in, as the network was trained (0..1 or 0..255), and 8-bit out.
@@ -561,7 +572,7 @@ fn streamed(
                 };
                 let spec = format!(
                     "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={};\
-                     ram_mib={ram_mib};in_scale={in_scale};out_scale={out_scale}",
+                     ram_mib={ram_mib};in_scale={in_scale};out_scale={out_scale};out_dtype={out_dtype}",
                     model.display(),
                     input.display(),
                     out.display(),
@@ -581,7 +592,9 @@ fn streamed(
                         format!("{:.1}", num(&kv, "secs")),
                         format!("{:.0}", num(&kv, "peak") / 1048576.0),
                         in_size.clone(),
-                        std::fs::metadata(&out).map_or("?".into(), |m| stdx::mem::human(m.len())),
+                        std::fs::metadata(&out).map_or("?".into(), |m| {
+                            format!("{} {}", stdx::mem::human(m.len()), out_name)
+                        }),
                         ort.clone(),
                     ]),
                     Err(why) => {
@@ -607,8 +620,9 @@ fn streamed(
     r.para(
         "Streamed runs: the input is the same photo's centre mirrored out to the side, stored as an \
          8-bit RGB L3 file (read by region: a tile's window reads and decodes only the patches under \
-         it); the output is 8-bit (clamped) in a PNG whose rows are written as each band of tiles \
-         completes. recompute = exact statistics (the BSP supersteps), recomputed per normalisation so \
+         it); a 1- or 3-channel output is 8-bit (clamped) in a PNG whose rows are written as each band \
+         of tiles completes, any other (a segmentation's logits) the raw float32 output in a tiled \
+         BigTIFF whose tiles are written as they complete. recompute = exact statistics (the BSP supersteps), recomputed per normalisation so \
          that no activation is stored: the exact result without the exact mode's disk. Peak RSS is the \
          run's own process (VmHWM).",
     );
