@@ -19,7 +19,8 @@
 //! (made band by band through `L3Writer`), read by region, the output a PNG with rows streamed (a
 //! float32 tiled BigTIFF for outputs that are not 1 or 3 channels), a 1 GiB activation budget; `L3_ONNX_STREAMED_MODELS` (default unet_gn) in `L3_ONNX_STREAMED_MODES` (default
 //! recompute, sampled, naive: `exact` stores every activation, 100s of GB at 30,000², and is refused
-//! before it starts when the spill disk cannot hold them — asked for, the table shows the refusal).
+//! before it starts when the spill disk cannot hold them — asked for, the table shows the refusal),
+//! `L3_ONNX_STREAMED_TILE` (default 1024).
 
 use super::child::{line_of, num, run_if_child};
 use super::python::pip_install;
@@ -519,7 +520,13 @@ fn streamed(
     }
     let models = env_list("L3_ONNX_STREAMED_MODELS", "unet_gn");
     let modes = env_list("L3_ONNX_STREAMED_MODES", "recompute,sampled,naive");
-    let (tile, ram_mib) = (2048, 1024);
+    // A tile's working set (every live value over the tile and its halo) comes on top of the activation
+    // budget: 2048 took the U-Net just past 2 GiB at 30,000².
+    let tile: usize = std::env::var("L3_ONNX_STREAMED_TILE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let ram_mib = 1024;
     let mut table = Table::new(
         &format!(
             "Streamed: an L3 input read by region, the output written as tiles complete (a PNG's rows, or \
