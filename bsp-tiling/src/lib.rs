@@ -217,14 +217,19 @@ pub fn stylize<B: Backend>(
     opts: &Options,
     sink_rgb8: bool,
 ) -> Result<(Output, RunInfo)> {
+    let sink = output_sink(net, input, sink_rgb8)?;
+    let info = stylize_into(net, backend, input, opts, &sink)?;
+    Ok((sink.finish(), info))
+}
+
+/// The in-memory output of [`stylize`] / [`stylize_on`] for `input`: 8-bit RGB or float32.
+fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
     let (c, oh, ow) = stylize_shape(net, input.height(), input.width())?;
-    let sink = if sink_rgb8 {
+    Ok(if rgb8 {
         OutputSink::rgb8(oh, ow)
     } else {
         OutputSink::f32(c, oh, ow)
-    };
-    let info = stylize_into(net, backend, input, opts, &sink)?;
-    Ok((sink.finish(), info))
+    })
 }
 
 /// [`stylize`] with its output handed to `sink` tile by tile as tiles complete (in no set order), as
@@ -307,13 +312,9 @@ pub fn stylize_on(
     sink_rgb8: bool,
 ) -> Result<(Output, RunInfo)> {
     dev.validate()?;
-    match dev.device {
-        Device::Cpu => stylize(net, &CpuBackend, input, opts, sink_rgb8),
-        Device::Cuda(ordinal) => {
-            let backend = CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
-            stylize(net, &backend, input, opts, sink_rgb8)
-        }
-    }
+    let sink = output_sink(net, input, sink_rgb8)?;
+    let info = stylize_on_into(dev, net, input, opts, &sink)?;
+    Ok((sink.finish(), info))
 }
 
 /// [`stylize_into`] on the device `dev` names, as [`stylize_on`] opens it (no fallback to the CPU).

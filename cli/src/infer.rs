@@ -529,16 +529,8 @@ fn output_dtypes(out_ext: &str) -> Option<&'static [OutDType]> {
 
 fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Result<InferReport> {
     let (h, w) = (input.height(), input.width());
-    let (c, oh, ow) = output_shape(g, h, w, req.full)?;
-    let t0 = std::time::Instant::now();
-    let out = OutputFile {
-        path: &req.output,
-        shape: (c, oh, ow),
-        dtype: req.out_dtype,
-        out_scale: req.out_scale,
-        threads: req.threads,
-    };
-    let info = out.write(|sink| {
+    let output = output_shape(g, h, w, req.full)?;
+    run_to_output(req, (g.channels, h, w), output, |sink| {
         bsp_tiling::run_graph_device(
             &req.device,
             g,
@@ -549,11 +541,30 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> anyhow::Resu
             &req.budget,
             sink,
         )
-    })?;
+    })
+}
+
+/// Runs `run` into `req.output` (of shape `output`, as [`OutputFile`] writes it) and reports it: a run
+/// over an input of shape `input`, timed from the output's creation to its rename.
+fn run_to_output(
+    req: &InferRequest,
+    input: (usize, usize, usize),
+    output: (usize, usize, usize),
+    run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+) -> anyhow::Result<InferReport> {
+    let t0 = std::time::Instant::now();
+    let out = OutputFile {
+        path: &req.output,
+        shape: output,
+        dtype: req.out_dtype,
+        out_scale: req.out_scale,
+        threads: req.threads,
+    };
+    let info = out.write(run)?;
     Ok(InferReport {
         notes: info.notes.clone(),
-        input: (g.channels, h, w),
-        output: (c, oh, ow),
+        input,
+        output,
         info,
         seconds: t0.elapsed().as_secs_f64(),
     })
@@ -575,27 +586,12 @@ pub fn stylize_paths(net: &Net, req: &InferRequest) -> anyhow::Result<InferRepor
             threads: req.threads,
             budget: req.budget.clone(),
         };
-        let t0 = std::time::Instant::now();
-        let out = OutputFile {
-            path: &req.output,
-            shape: (c, oh, ow),
-            dtype: req.out_dtype,
-            out_scale: req.out_scale,
-            threads: req.threads,
-        };
-        let info = out
-            .write(|sink| bsp_tiling::stylize_on_into(&req.device, net, input, &opts, sink))
-            .with_context(|| format!("stylising {}", req.input.display()))?;
-        Ok(InferReport {
-            notes: notes
-                .into_iter()
-                .chain(info.notes.iter().cloned())
-                .collect(),
-            input: (3, h, w),
-            output: (c, oh, ow),
-            info,
-            seconds: t0.elapsed().as_secs_f64(),
+        let mut report = run_to_output(req, (3, h, w), (c, oh, ow), |sink| {
+            bsp_tiling::stylize_on_into(&req.device, net, input, &opts, sink)
         })
+        .with_context(|| format!("stylising {}", req.input.display()))?;
+        report.notes.splice(0..0, notes);
+        Ok(report)
     })
 }
 

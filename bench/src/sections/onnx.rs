@@ -494,10 +494,8 @@ fn mirrored_l3(path: &Path, side: usize) -> anyhow::Result<()> {
         }
         writer.push_rows(&rows)?;
     }
-    let tmp = path.with_extension("l3.part");
-    let out = writer.finish(std::io::BufWriter::new(std::fs::File::create(&tmp)?))?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    let out = writer.finish(std::io::BufWriter::new(stdx::fs::AtomicFile::create(path)?))?;
+    out.into_inner().map_err(|e| e.into_error())?.commit()?;
     Ok(())
 }
 
