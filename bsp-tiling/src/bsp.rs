@@ -35,6 +35,9 @@ pub struct RunInfo {
     pub peak_store_bytes: u64,
     /// Stage outputs that went to spill files.
     pub spilled_layers: usize,
+    /// Graph values computed where their one reader reads them instead of stored (exact runs of
+    /// ONNX graphs on the host: a small halo recomputed instead of a stored value copied).
+    pub inlined_values: usize,
     /// Stage outputs kept resident in device memory (device backends).
     pub resident_layers: usize,
     /// Device memory the placement plan allows for at its peak (device backends).

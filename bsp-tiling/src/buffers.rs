@@ -50,7 +50,9 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A held buffer of capacity `n` to `2n` (the smallest), its length set to `n`; old values stay.
+/// A held buffer of capacity `n` to `4n` (the smallest), its length set to `n`; old values stay. A larger
+/// buffer than asked for is still resident memory saved: a network's later, smaller values take the
+/// buffers of its earlier, larger ones instead of faulting in new ones.
 fn take(n: usize) -> Option<Vec<f32>> {
     if n < MIN_LEN {
         return None;
@@ -60,7 +62,7 @@ fn take(n: usize) -> Option<Vec<f32>> {
         .bufs
         .iter()
         .enumerate()
-        .filter(|(_, b)| b.capacity() >= n && b.capacity() / 2 <= n)
+        .filter(|(_, b)| b.capacity() >= n && b.capacity() / 4 <= n)
         .min_by_key(|(_, b)| b.capacity())
         .map(|(i, _)| i)?;
     let mut v = p.bufs.swap_remove(i);

@@ -128,11 +128,8 @@ impl Layer {
         };
         let backing = if in_ram {
             ram_used.fetch_add(bytes, Ordering::Relaxed);
-            Backing::Ram(
-                (0..grid.len())
-                    .map(|t| RwLock::new(vec![0.0; tile_len(t)]))
-                    .collect(),
-            )
+            // Empty until put (or first modified): a tile's buffer comes with its data.
+            Backing::Ram((0..grid.len()).map(|_| RwLock::new(Vec::new())).collect())
         } else {
             let spill = |source| Error::Spill {
                 dir: budget.spill_dir.clone(),
@@ -198,8 +195,8 @@ impl Layer {
     pub fn put(&self, t: usize, data: Vec<f32>) -> std::io::Result<()> {
         match &self.backing {
             Backing::Ram(v) => {
+                debug_assert_eq!(data.len(), self.tile_len(t));
                 let mut g = v[t].write().unwrap_or_else(|e| e.into_inner());
-                debug_assert_eq!(g.len(), data.len());
                 *g = data;
                 Ok(())
             }
@@ -216,6 +213,9 @@ impl Layer {
         match &self.backing {
             Backing::Ram(v) => {
                 let mut g = v[t].write().unwrap_or_else(|e| e.into_inner());
+                if g.is_empty() {
+                    *g = crate::buffers::zeros(self.tile_len(t));
+                }
                 Ok(f(&mut g))
             }
             Backing::Disk { file, offsets } => {

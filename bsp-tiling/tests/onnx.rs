@@ -130,6 +130,47 @@ fn exact_over_its_budget_recomputes_the_same_output() {
     }
 }
 
+/// Exact runs compute a value whose one reader's windows add a small halo inside that reader's
+/// superstep instead of storing it (inlining: the stem convolution under its max pool, a convolution
+/// under the next). Whole and tiled, the output is the bits of the recompute schedule, which inlines
+/// nothing and stores nothing (each output tile evaluated through its receptive field), and less is
+/// stored than without inlining.
+#[test]
+fn inlined_values_give_the_bits_of_the_recompute_schedule() {
+    for (name, tiles) in [
+        ("resnet_fcn", [8, 16]),
+        ("esrgan_x4", [4, 8]),
+        ("ops_mix", [4, 12]),
+        ("unet_gn", [8, 16]),
+    ] {
+        let g = load(name);
+        let mut inlined = 0;
+        for (size, x, _) in cases(name) {
+            let mut runs = vec![(Mode::Whole, 0)];
+            runs.extend(tiles.iter().map(|&t| (Mode::Exact, t)));
+            for (mode, t) in runs {
+                let (exact, info) = infer(&g, &x, mode, t, 2, &Budget::default()).unwrap();
+                let (rec, _) =
+                    infer(&g, &x, Mode::Recompute, tiles[0], 2, &Budget::default()).unwrap();
+                eprintln!(
+                    "{name} {size} {mode:?} tile {t}: {} values inlined, {} bytes stored at the peak",
+                    info.inlined_values, info.peak_store_bytes
+                );
+                assert!(
+                    exact
+                        .data
+                        .iter()
+                        .zip(&rec.data)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name} {size} {mode:?} tile {t}: inlined values give other bits"
+                );
+                inlined += info.inlined_values;
+            }
+        }
+        assert!(inlined > 0, "{name}: nothing inlined");
+    }
+}
+
 /// Every stored value spilled (no RAM budget) gives the bits of every value in RAM: windows read their
 /// rows from the spill files, and of a narrow strip beside a tile (a halo) only its columns.
 #[test]

@@ -161,7 +161,7 @@ fn tiff_cache_bytes(req: &InferRequest) -> usize {
 }
 
 /// Opens `req.input` for a network taking `channels` channels and calls `f` with it (scaled as the
-/// request says) and the notes on how it is read: `.npy` whole (it is float32 already), L3 and TIFF by
+/// request says) and the notes on how it is read: `.npy` (float32 already), L3 and TIFF by
 /// region, other images decoded whole — with a note saying so.
 pub fn with_input<T>(
     req: &InferRequest,
@@ -172,7 +172,7 @@ pub fn with_input<T>(
     if let Some(refusal) = page_refusal(path, req.page, req.level) {
         bail!(refusal);
     }
-    let tensor;
+    let npy;
     let whole;
     let tiff;
     let l3;
@@ -198,8 +198,8 @@ pub fn with_input<T>(
                 (&tiff, scale, notes, true)
             }
             "npy" => {
-                tensor = npy::read(path)?;
-                (&tensor, 1.0, Vec::new(), false)
+                npy = npy::NpyRegions::open(path)?;
+                (&npy, 1.0, Vec::new(), false)
             }
             e => {
                 whole = read_input(path, channels)?;

@@ -11,8 +11,9 @@
 
     onnx_bench.py ort MODEL INPUT OUTPUT THREADS
         onnxruntime (CPU execution provider, THREADS intra-op threads) on the whole input; writes the output
-        .npy and prints `ORT secs=S peak=BYTES` (the run's time, without the session's creation; this
-        process's peak RSS), or `ORT error=WHY` (for instance when the whole image does not fit in memory).
+        .npy and prints `ORT secs=S e2e=E peak=BYTES` (the run's time, without the session's creation; the
+        time from loading the input to the saved output, as bsp-tiling's runs are timed; this process's
+        peak RSS), or `ORT error=WHY` (for instance when the whole image does not fit in memory).
 
     onnx_bench.py norms INPUT DIR CHILD_EXE THREADS
         How exact each side's statistics are: one-node models (InstanceNormalization; GroupNormalization
@@ -63,13 +64,15 @@ def ort(model, inp, out, threads):
         so = rt.SessionOptions()
         so.intra_op_num_threads = threads
         sess = rt.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        t_load = time.perf_counter()
         x = np.load(inp)[None]
         t0 = time.perf_counter()
         (y,) = sess.run(None, {sess.get_inputs()[0].name: x})
         secs = time.perf_counter() - t0
         np.save(out, y[0].astype(np.float32, copy=False))
+        e2e = time.perf_counter() - t_load
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        print(f"ORT secs={secs:.3f} peak={peak}", flush=True)
+        print(f"ORT secs={secs:.3f} e2e={e2e:.3f} peak={peak}", flush=True)
     except Exception as e:  # reported in the table, not fatal
         print("ORT error=" + "_".join(f"{type(e).__name__}: {e}".split())[:300], flush=True)
 

@@ -85,7 +85,7 @@ fn anyhow_failure(e: anyhow::Error) -> Failure {
 ///
 /// ``image``: a ``float32`` array ``(C, H, W)`` (taken as is), a ``uint8`` array ``(H, W)`` or
 /// ``(H, W, C)`` (0..255, times ``in_scale``), or a path: read by region from ``.l3`` and ``.tif``/``.tiff``
-/// (TIFF or BigTIFF, tiled or striped; integer samples times ``in_scale``, float32 as they are), a
+/// (TIFF or BigTIFF, tiled or striped; integer samples times ``in_scale``, float32 as they are) and
 /// float32 ``.npy``, or any other image the toolkit reads (PNG, JPEG, ...: decoded whole, with a
 /// ``UserWarning`` saying so). ``page``: the page of a TIFF path to read (default 0, the file's first
 /// image: a slide's full resolution; later pages are reduced levels, overviews, thumbnails); a page the

@@ -13,7 +13,7 @@
 //! ([`crate::graph`] and the TransformerNet stages) and the transposed convolution's products run here.
 
 mod kernel;
-mod pack;
+pub(crate) mod pack;
 
 pub use kernel::Kernel;
 pub use pack::PackedA;
@@ -186,6 +186,15 @@ impl<'a> Rows<'a> {
     }
 }
 
+impl Drop for Rows<'_> {
+    /// The phases' copy is as large as the window: handed back for the next superstep's buffers.
+    fn drop(&mut self) {
+        if let Some(t) = self.phased.take() {
+            crate::buffers::give(t.data);
+        }
+    }
+}
+
 /// A valid convolution of `x` (its padding already gathered) to `ho × wo` outputs: `weight` is
 /// `[cout][cin/groups][kh][kw]`, `bias` `[cout]`. Bands of output rows are shared among `threads`.
 #[allow(clippy::too_many_arguments)]
@@ -303,6 +312,8 @@ mod tests {
             c(2, 7, 1, win(1, 1, 1), win(1, 1, 1), 3, 17),
             c(1, 1, 1, win(1, 1, 1), win(1, 1, 1), 1, 1),
             c(2, 3, 1, win(7, 1, 1), win(2, 3, 1), 8, 9),
+            c(2, 3, 1, win(3, 1, 1), win(5, 4, 1), 6, 41),
+            c(3, 2, 1, win(1, 1, 1), win(3, 5, 2), 4, 38),
             // 300 and 576 im2col rows: more than one KC pass.
             c(12, 8, 1, win(5, 1, 1), win(5, 1, 1), 7, 35),
             c(64, 6, 1, win(3, 1, 1), win(3, 1, 1), 4, 20),

@@ -51,7 +51,7 @@ pub fn input_offsets(x: &Tensor, cg: usize, w: &[Win; 2]) -> Vec<usize> {
 
 /// Where each phase starts in a row of `w` values split by a column stride `s`: phase `p` holds columns
 /// `p, p + s, p + 2s, …`.
-fn phase_starts(w: usize, s: usize) -> Vec<usize> {
+pub(crate) fn phase_starts(w: usize, s: usize) -> Vec<usize> {
     let mut at = 0;
     (0..s)
         .map(|p| {
@@ -62,10 +62,10 @@ fn phase_starts(w: usize, s: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Each row of `x` split into its `s` phases (see [`phase_starts`]): a convolution with column stride
-/// `s` then reads every im2col row as consecutive values, in place, like a stride-1 one. One pass
-/// over the window instead of packing every kernel column's strided copy.
-pub fn phases(x: &Tensor, s: usize) -> Tensor {
+/// Each row of `x` split into its `s` phases (see [`phase_starts`]): a convolution or a pooling with
+/// column stride `s` then reads every kernel column's values as consecutive ones, in place, like a
+/// stride-1 one. One pass over the window instead of a strided read per kernel column.
+pub(crate) fn phases(x: &Tensor, s: usize) -> Tensor {
     let starts = phase_starts(x.w, s);
     let mut out = Tensor::scratch(x.c, x.h, x.w);
     for (src, dst) in x
@@ -73,13 +73,35 @@ pub fn phases(x: &Tensor, s: usize) -> Tensor {
         .chunks_exact(x.w.max(1))
         .zip(out.data.chunks_exact_mut(x.w.max(1)))
     {
-        for (p, &start) in starts.iter().enumerate() {
-            for (d, &v) in dst[start..].iter_mut().zip(src[p..].iter().step_by(s)) {
-                *d = v;
+        match s {
+            2 => split_row::<2>(src, dst, &starts),
+            3 => split_row::<3>(src, dst, &starts),
+            4 => split_row::<4>(src, dst, &starts),
+            _ => {
+                for (p, &start) in starts.iter().enumerate() {
+                    for (d, &v) in dst[start..].iter_mut().zip(src[p..].iter().step_by(s)) {
+                        *d = v;
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// [`phases`] of one row for a stride known at compile time: whole groups of `S` columns dealt out to
+/// the phases (a loop the compiler vectorises), then the last, partial group.
+fn split_row<const S: usize>(src: &[f32], dst: &mut [f32], starts: &[usize]) {
+    let full = src.len() / S;
+    for p in 0..S {
+        let d = &mut dst[starts[p]..starts[p] + full];
+        for (o, group) in d.iter_mut().zip(src.chunks_exact(S)) {
+            *o = group[p];
+        }
+    }
+    for (p, &v) in src[full * S..].iter().enumerate() {
+        dst[starts[p] + full] = v;
+    }
 }
 
 /// Writes the im2col columns of output pixels `(oy, ox..ox+nv)` as `nv.div_ceil(NR)` panels of

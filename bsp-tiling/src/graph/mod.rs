@@ -433,7 +433,12 @@ fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {
     (0..t.c).map(|c| ChannelStats::of(t.plane(c))).collect()
 }
 
-/// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `field(u)` and computes.
+/// The window of an input value that is not stored but computed where it is read (see [`inline_units`]):
+/// `Some` for such a value, given its rows and columns.
+type Inlined<'a> = dyn Fn(usize, &[Option<usize>], &[Option<usize>]) -> Option<Result<Tensor>> + 'a;
+
+/// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `field(u)` (or computes them,
+/// for the values `inlined` gives) and computes.
 #[allow(clippy::too_many_arguments)]
 fn eval_node<'f, B: GraphOps>(
     be: &Run<'_, B>,
@@ -448,6 +453,7 @@ fn eval_node<'f, B: GraphOps>(
     moves: &[bool],
     norm: Option<&(Vec<f32>, Vec<f32>)>,
     threads: usize,
+    inlined: &Inlined,
 ) -> Result<Tensor> {
     let n_in: Vec<[usize; 2]> = n
         .inputs
@@ -462,6 +468,11 @@ fn eval_node<'f, B: GraphOps>(
     for (j, &u) in n.inputs.iter().enumerate() {
         let ys = n.op.in_map(0, j, &nh, oh, ry.0, ry.1);
         let xs = n.op.in_map(1, j, &nw, ow, rx.0, rx.1);
+        if let Some(win) = inlined(u, &ys, &xs) {
+            wins.push(be.backend.load(win?)?);
+            maps.push([ys, xs]);
+            continue;
+        }
         let win = match through.get(u).and_then(Option::as_ref) {
             Some((src, [my, mx])) => {
                 let via = |idx: &[Option<usize>], m: &[Option<usize>]| -> Vec<Option<usize>> {
@@ -535,12 +546,20 @@ fn prepare(g: &Graph, input: &dyn Input, grid: &Grid) -> Result<GraphPlan> {
     Ok(plan)
 }
 
-/// Host bytes of the stored values alive at once at their peak.
-fn peak_bytes(g: &Graph, plan: &GraphPlan, grids: &[Grid]) -> u64 {
+/// Host bytes of the stored values alive at once at their peak (values computed where they are read,
+/// `inline_of`, are not stored).
+fn peak_bytes(
+    g: &Graph,
+    plan: &GraphPlan,
+    grids: &[Grid],
+    last_use: &[usize],
+    inline_of: &[Option<usize>],
+) -> u64 {
     (0..g.nodes.len())
         .map(|i| {
             (1..=i + 1)
-                .filter(|&v| v != g.output && (v == i + 1 || plan.last_use[v] >= i))
+                .filter(|&v| v != g.output && inline_of[v].is_none())
+                .filter(|&v| v == i + 1 || last_use[v] >= i)
                 .map(|v| Layer::bytes(plan.shape[v].0, &grids[v]))
                 .sum::<u64>()
         })
@@ -649,6 +668,179 @@ fn moved_values(g: &Graph, through: &[Through]) -> Vec<bool> {
         .collect()
 }
 
+/// Computed regions of an inlined unit cost at most this many times its value's area: the halo a
+/// reader's windows add (a 3×3 convolution's reader adds a pixel each side of its tiles).
+const INLINE_RATIO: f64 = 1.1;
+
+/// Per node: `true` for the head of a superstep unit (a node with its element-wise chain) whose value is
+/// not stored but computed inside its one reader's superstep, over that reader's windows (halo included).
+///
+/// A stored value costs its memory (faulted in fresh when the pool has none) and a copy into each
+/// reader's window; an inlined one costs recomputing the halo that neighbouring windows share. So a
+/// unit is inlined when one node reads its value, once, no normalisation needs that value's statistics
+/// (they need every tile first), it is not the output, and the regions computed for it — its reader's
+/// windows over the reader's tiles, or over the reader's own computed regions when the reader is inlined
+/// too — cover at most [`INLINE_RATIO`] times its area. The result is the same bits: every output
+/// pixel sees the same operations in any window.
+fn inline_units(
+    g: &Graph,
+    plan: &GraphPlan,
+    grids: &[Grid],
+    chains: &[Vec<usize>],
+    fused: &[bool],
+    through: &[Through],
+) -> Vec<bool> {
+    let n = g.nodes.len();
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; n + 1];
+    for (r, node) in g.nodes.iter().enumerate() {
+        for &u in &node.inputs {
+            readers[u].push(r);
+        }
+    }
+    let unit = |i: usize| !fused[i] && through[i + 1].is_none();
+    let stored = |i: usize| chains[i].last().map_or(i, |&j| j) + 1;
+    // Per inlined unit: the regions it is computed over, in its output's coordinates.
+    let mut regions: Vec<Option<Vec<Range2>>> = vec![None; n];
+    for i in (0..n).rev() {
+        if !unit(i) {
+            continue;
+        }
+        let v = stored(i);
+        let [r] = readers[v][..] else { continue };
+        if v == g.output || plan.feeds_norm[v] || !unit(r) {
+            continue;
+        }
+        // The reader must not read the value through a Pad (a Pad read through is itself a reader).
+        if g.nodes[r].inputs.iter().filter(|&&u| u == v).count() != 1 {
+            continue;
+        }
+        let j = g.nodes[r]
+            .inputs
+            .iter()
+            .position(|&u| u == v)
+            .expect("r reads v");
+        let at: Vec<Range2> = match &regions[r] {
+            Some(rs) => rs.clone(),
+            None => {
+                let gr = &grids[stored(r)];
+                (0..gr.len())
+                    .map(|t| {
+                        let (y0, y1, x0, x1) = gr.tile(t);
+                        ((y0, y1), (x0, x1))
+                    })
+                    .collect()
+            }
+        };
+        let node = &g.nodes[r];
+        let nh: Vec<usize> = node.inputs.iter().map(|&u| plan.shape[u].1).collect();
+        let nw: Vec<usize> = node.inputs.iter().map(|&u| plan.shape[u].2).collect();
+        let (_, oh, ow) = plan.shape[r + 1];
+        let mine: Vec<Range2> = at
+            .iter()
+            .filter_map(|&(ry, rx)| {
+                let ys = node.op.in_map(0, j, &nh, oh, ry.0, ry.1);
+                let xs = node.op.in_map(1, j, &nw, ow, rx.0, rx.1);
+                Some((span(&ys)?, span(&xs)?))
+            })
+            .collect();
+        let area: usize = mine
+            .iter()
+            .map(|((y0, y1), (x0, x1))| (y1 - y0) * (x1 - x0))
+            .sum();
+        let (_, h, w) = plan.shape[v];
+        if area as f64 <= INLINE_RATIO * (h * w) as f64 {
+            regions[i] = Some(mine);
+        }
+    }
+    regions.iter().map(Option::is_some).collect()
+}
+
+/// The rows (or columns) an index map reads: `lo..hi` over its `Some` entries.
+fn span(m: &[Option<usize>]) -> Option<(usize, usize)> {
+    let lo = m.iter().flatten().min().copied()?;
+    Some((lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
+}
+
+type FieldRef<'f> = &'f dyn Field;
+
+/// What a superstep of [`exact_on`] evaluates units with: the stored values, and the units computed
+/// where they are read.
+struct Exact<'a, 'f, B: GraphOps> {
+    be: &'a Run<'a, B>,
+    g: &'a Graph,
+    plan: &'a GraphPlan,
+    field: &'a (dyn Fn(usize) -> FieldRef<'f> + Sync),
+    through: &'a [Through],
+    moves: &'a [bool],
+    chains: &'a [Vec<usize>],
+    /// Per value: the unit computing it where it is read, when it is inlined.
+    inline_of: &'a [Option<usize>],
+    norms: &'a [Option<(Vec<f32>, Vec<f32>)>],
+    threads: usize,
+}
+
+impl<B: GraphOps> Exact<'_, '_, B> {
+    /// Unit `i` (node `i` and its element-wise chain) over output rows `ry` × columns `rx`.
+    fn unit(&self, i: usize, ry: (usize, usize), rx: (usize, usize)) -> Result<Tensor> {
+        let g = self.g;
+        let hook = |u: usize, ys: &[Option<usize>], xs: &[Option<usize>]| {
+            let p = self.inline_of.get(u).copied().flatten()?;
+            Some(self.window(p, u, ys, xs))
+        };
+        let mut out = eval_node(
+            self.be,
+            i,
+            &g.nodes[i],
+            self.plan,
+            i + 1,
+            ry,
+            rx,
+            self.field,
+            self.through,
+            self.moves,
+            self.norms[i].as_ref(),
+            self.threads,
+            &hook,
+        )?;
+        for &j in &self.chains[i] {
+            out = ops::apply_pointwise(&g.nodes[j].op, out);
+        }
+        Ok(out)
+    }
+
+    /// The window at `ys` × `xs` of value `u`, computed by unit `p` over the rows and columns it spans.
+    fn window(
+        &self,
+        p: usize,
+        u: usize,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<Tensor> {
+        let c = self.plan.shape[u].0;
+        let (Some(ry), Some(rx)) = (span(ys), span(xs)) else {
+            return Ok(Tensor::zeros(c, ys.len(), xs.len()));
+        };
+        let t = self.unit(p, ry, rx)?;
+        let plain = |m: &[Option<usize>], (lo, hi): (usize, usize)| {
+            m.len() == hi - lo && m.iter().enumerate().all(|(k, &o)| o == Some(lo + k))
+        };
+        if plain(ys, ry) && plain(xs, rx) {
+            return Ok(t);
+        }
+        let win = gather(
+            &Region {
+                t: &t,
+                y0: ry.0,
+                x0: rx.0,
+            },
+            ys,
+            xs,
+        );
+        crate::buffers::give(t.data);
+        win
+    }
+}
+
 /// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
 /// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
 /// normalisations apply those statistics instead of the image's own.
@@ -684,7 +876,68 @@ pub fn exact_on<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, grid, v))
         .collect::<Result<_>>()?;
-    let needed = peak_bytes(g, &plan, &grids);
+    // Element-wise chains run in place on their producer's tile, and small-halo units inside their
+    // reader's superstep, where the backend computes on the host.
+    let host = be.backend.fuses_pointwise();
+    let (chains, fused) = if host {
+        fusion(g, &plan)
+    } else {
+        (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
+    };
+    let through = pad_through(g, &plan, &chains, &fused);
+    let inlined = if host {
+        inline_units(g, &plan, &grids, &chains, &fused, &through)
+    } else {
+        vec![false; g.nodes.len()]
+    };
+    let stored_value = |i: usize| chains[i].last().map_or(i, |&j| j) + 1;
+    let mut inline_of: Vec<Option<usize>> = vec![None; plan.shape.len()];
+    for (i, _) in inlined.iter().enumerate().filter(|(_, b)| **b) {
+        inline_of[stored_value(i)] = Some(i);
+    }
+    // The unit whose superstep computes each unit: itself, or its reader's host when inlined.
+    let mut host_of: Vec<usize> = (0..g.nodes.len()).collect();
+    for i in (0..g.nodes.len()).rev() {
+        if inlined[i] {
+            let v = stored_value(i);
+            let r = g
+                .nodes
+                .iter()
+                .position(|n| n.inputs.contains(&v))
+                .expect("an inlined value has a reader");
+            host_of[i] = host_of[r];
+        }
+    }
+    let mut moves = moved_values(g, &through);
+    // A value read by an inlined unit may be read by several of its regions: copied, never taken.
+    for (i, n) in g.nodes.iter().enumerate() {
+        let mut unit_nodes = std::iter::once(i).chain(chains[i].iter().copied());
+        if inlined[i] || unit_nodes.any(|k| k != i && inlined[k]) {
+            for &u in &n.inputs {
+                moves[u] = false;
+            }
+        }
+    }
+    let mut last_use = plan.last_use.clone();
+    for (v, t) in through.iter().enumerate() {
+        if let Some((u, _)) = t {
+            last_use[*u] = last_use[*u].max(plan.last_use[v]);
+        }
+    }
+    // What an inlined unit reads stays alive until its host's superstep.
+    for i in (0..g.nodes.len()).filter(|&i| inlined[i]) {
+        let h = host_of[i];
+        let host_last = stored_value(h) - 1;
+        for k in std::iter::once(i).chain(chains[i].iter().copied()) {
+            for &u in &g.nodes[k].inputs {
+                last_use[u] = last_use[u].max(host_last);
+                if let Some((src, _)) = &through[u] {
+                    last_use[*src] = last_use[*src].max(host_last);
+                }
+            }
+        }
+    }
+    let needed = peak_bytes(g, &plan, &grids, &last_use, &inline_of);
     let disk = budget.disk_limit()?;
     if needed > budget.ram.saturating_add(disk) {
         return Err(Error::OverBudget {
@@ -703,27 +956,15 @@ pub fn exact_on<B: GraphOps>(
         .clamp(1, n_tiles.max(1));
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
-    // Element-wise chains run in place on their producer's tile where the backend computes on the host.
-    let (chains, fused) = if be.backend.fuses_pointwise() {
-        fusion(g, &plan)
-    } else {
-        (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
-    };
-    let through = pad_through(g, &plan, &chains, &fused);
-    let moves = moved_values(g, &through);
-    let mut last_use = plan.last_use.clone();
-    for (v, t) in through.iter().enumerate() {
-        if let Some((u, _)) = t {
-            last_use[*u] = last_use[*u].max(plan.last_use[v]);
-        }
-    }
     let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
     vals[0] = Some(Val::Input(input));
     let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
+    let mut norms: Vec<Option<(Vec<f32>, Vec<f32>)>> = vec![None; g.nodes.len()];
     let mut info = RunInfo {
         stats: vec![None; g.nodes.len()],
         tiles: n_tiles,
         peak_store_bytes: needed,
+        inlined_values: inlined.iter().filter(|&&b| b).count(),
         ..RunInfo::default()
     };
     let spill = spill_err(budget);
@@ -742,22 +983,22 @@ pub fn exact_on<B: GraphOps>(
         if fused[i] || through[i + 1].is_some() {
             continue;
         }
-        // The value this superstep stores: the node's, or its chain's last.
-        let v = chains[i].last().map_or(i, |&j| j) + 1;
-        let gv = &grids[v];
-        let norm = if let Op::Norm(m) = &n.op {
+        if let Op::Norm(m) = &n.op {
             let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
                 Some(st) => st,
                 None => stats[n.inputs[0]]
                     .clone()
                     .ok_or_else(|| node_err(n, "internal: its input reported no statistics"))?,
             };
-            let ss = m.scale_shift(&st);
+            norms[i] = Some(m.scale_shift(&st));
             info.stats[i] = Some(st);
-            Some(ss)
-        } else {
-            None
-        };
+        }
+        if inlined[i] {
+            continue;
+        }
+        // The value this superstep stores: the node's, or its chain's last.
+        let v = stored_value(i);
+        let gv = &grids[v];
         let layer = if v == g.output {
             None
         } else {
@@ -766,25 +1007,21 @@ pub fn exact_on<B: GraphOps>(
             Some(l)
         };
         let field = |u: usize| vals[u].as_ref().expect("value alive").field();
+        let exact = Exact {
+            be,
+            g,
+            plan: &plan,
+            field: &field,
+            through: &through,
+            moves: &moves,
+            chains: &chains,
+            inline_of: &inline_of,
+            norms: &norms,
+            threads: inner,
+        };
         let local = superstep(gv.len(), workers, |t| {
             let (y0, y1, x0, x1) = gv.tile(t);
-            let mut out = eval_node(
-                be,
-                i,
-                n,
-                &plan,
-                i + 1,
-                (y0, y1),
-                (x0, x1),
-                &field,
-                &through,
-                &moves,
-                norm.as_ref(),
-                inner,
-            )?;
-            for &j in &chains[i] {
-                out = ops::apply_pointwise(&g.nodes[j].op, out);
-            }
+            let out = exact.unit(i, (y0, y1), (x0, x1))?;
             let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
             match &layer {
                 Some(l) => l.put(t, out.data).map_err(&spill)?,
@@ -900,7 +1137,21 @@ pub fn eval_region<B: GraphOps>(
                 })?),
                 _ => None,
             };
-            eval_node(be, i, n, plan, v, ry, rx, &field, &[], &[], norm, threads)?
+            eval_node(
+                be,
+                i,
+                n,
+                plan,
+                v,
+                ry,
+                rx,
+                &field,
+                &[],
+                &[],
+                norm,
+                threads,
+                &|_, _, _| None,
+            )?
         };
         regions[v] = Some(out);
         for u in 1..v {

@@ -1005,10 +1005,20 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
         })
         .collect();
     let init = if p.max { f32::NEG_INFINITY } else { 0.0 };
+    // With a column stride, the window's rows split into phases: each kernel column's values for a run
+    // of outputs are then consecutive (column `xx·sx + kx·dx` is phase `(kx·dx) mod sx`, at
+    // `xx + (kx·dx) div sx`), and the loops below vectorise.
+    let phased = (sx > 1).then(|| crate::gemm::pack::phases(x, sx));
+    let starts = crate::gemm::pack::phase_starts(x.w, sx);
+    let src_of = |kx: usize| {
+        let col = kx * dx;
+        starts[col % sx] + col / sx
+    };
+    let xd = phased.as_ref().map_or(&x.data, |t| &t.data);
     // Every element is written: each output row starts at `init`.
     let mut out = Tensor::scratch(x.c, ho, wo);
     for ch in 0..x.c {
-        let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
+        let plane = &xd[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for y in 0..ho {
             let acc = &mut out.data[(ch * ho + y) * wo..][..wo];
             acc.fill(init);
@@ -1020,8 +1030,9 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
                 }
                 let row = &plane[wy * x.w..(wy + 1) * x.w];
                 for (kx, kruns) in runs.iter().enumerate() {
+                    let at = src_of(kx);
                     for &(lo, hi) in kruns {
-                        let src = row[lo * sx + kx * dx..].iter().step_by(sx);
+                        let src = row[at + lo..at + hi].iter();
                         let dst = acc[lo..hi].iter_mut();
                         if p.max {
                             dst.zip(src).for_each(|(a, &v)| *a = a.max(v));
@@ -1038,6 +1049,9 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
                 }
             }
         }
+    }
+    if let Some(t) = phased {
+        crate::buffers::give(t.data);
     }
     out
 }
