@@ -487,6 +487,17 @@ mod tests {
                 "16 data bytes",
             ),
             ("magic.npy", b"NUMPY\x93\x01\x00".to_vec(), "magic"),
+            // Version 2: a 4-byte header length, here 4 GiB.
+            (
+                "huge_header.npy",
+                b"\x93NUMPY\x02\x00\xff\xff\xff\xff".to_vec(),
+                "a header of 4294967295 bytes",
+            ),
+            (
+                "cut.npy",
+                npy_bytes("2, 3, 4", 24)[..30].to_vec(),
+                "failed to fill",
+            ),
         ] {
             let p = dir.path().join(name);
             std::fs::write(&p, bytes).unwrap();
