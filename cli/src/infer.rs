@@ -14,7 +14,7 @@
 //! soon as a band of tiles is complete: `.png`, `.ppm`/`.pgm` (raw, header first), `.l3` (the default
 //! format through [`l3_format::L3Writer`], whose spill file beside the output holds what the format writes
 //! last: for ANS the pixels, counted for its frequency tables, and the encoded chunks — memory stays bounded
-//! by a band, never the image). `.jpg` alone is encoded whole at the end: the encoder takes a whole image.
+//! by a band, never the image), `.jpg` (quality 95, encoded on its own thread as rows come).
 //! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]).
 //!
 //! [`stylize_paths`] (`l3 stylize`) reads and writes the same way around the TransformerNet stage engine
@@ -27,9 +27,7 @@ use bsp_tiling::{
     ScaledSink, Sink, Tensor, npy,
 };
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::infer_rows;
 
@@ -660,7 +658,7 @@ impl OutputFile<'_> {
 
     /// Runs the network into `file` (the temporary of the output) of type `out_ext`: `.npy`, `.tif`,
     /// `.png`, `.ppm`/`.pgm` and `.l3` written as tiles finish (an L3 file's entries wait in its spill
-    /// file until the end), `.jpg` encoded whole at the end.
+    /// file until the end) and `.jpg` written as tiles finish.
     fn write_to(
         &self,
         out_ext: &str,
@@ -706,16 +704,9 @@ impl OutputFile<'_> {
                 infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
             }
             _ => {
-                // JPEG: the encoder takes the whole image.
-                let sink = Bytes8::new(c, oh, ow)?;
-                let info = run_scaled(&sink)?;
-                let img = sink.into_image();
-                let bytes = loader::convert::encode(&img, loader::convert::Target::Jpeg(95))
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                let mut file = file;
-                file.write_all(&bytes)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                info
+                check_8bit_channels(c)?;
+                let out = infer_rows::Jpeg::create(file, path, c, oh, ow)?;
+                infer_rows::Rows8::new(out, path, c, oh, ow).run(run_scaled)?
             }
         })
     }
@@ -730,10 +721,6 @@ fn crate_refuse_overwrite(input: &Path, output: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn to_u8(v: f32) -> u8 {
-    v.clamp(0.0, 255.0).round() as u8
-}
-
 fn check_8bit_channels(c: usize) -> anyhow::Result<()> {
     if c != 1 && c != 3 {
         bail!(
@@ -741,48 +728,4 @@ fn check_8bit_channels(c: usize) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// An 8-bit image built in memory (for the JPEG encoder, which takes a whole image).
-struct Bytes8 {
-    c: usize,
-    h: usize,
-    w: usize,
-    px: Mutex<Vec<u8>>,
-}
-
-impl Bytes8 {
-    fn new(c: usize, h: usize, w: usize) -> anyhow::Result<Bytes8> {
-        check_8bit_channels(c)?;
-        Ok(Bytes8 {
-            c,
-            h,
-            w,
-            px: Mutex::new(vec![0; c * h * w]),
-        })
-    }
-    fn into_image(self) -> bsp_tiling::Image {
-        bsp_tiling::Image {
-            width: self.w as u32,
-            height: self.h as u32,
-            channels: self.c as u8,
-            pixels: self.px.into_inner().unwrap_or_else(|p| p.into_inner()),
-        }
-    }
-}
-
-impl Sink for Bytes8 {
-    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
-        let mut px = self.px.lock().unwrap_or_else(|p| p.into_inner());
-        let rows = t.h.min(self.h.saturating_sub(y0));
-        let cols = t.w.min(self.w.saturating_sub(x0));
-        for y in 0..rows {
-            for x in 0..cols {
-                for ch in 0..self.c {
-                    px[((y0 + y) * self.w + x0 + x) * self.c + ch] = to_u8(t.at(ch, y, x));
-                }
-            }
-        }
-        Ok(())
-    }
 }

@@ -76,7 +76,7 @@ pub struct InferArgs {
     pub input: Option<PathBuf>,
     /// Written tile by tile: .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or --out-dtype
     /// float32). Rows streamed (uint8): .png, .ppm/.pgm, .l3 (the default format; what it writes last
-    /// waits in a spill file beside the output). Encoded whole at the end: .jpg.
+    /// waits in a spill file beside the output), .jpg (quality 95).
     #[arg(required_unless_present = "list_pages")]
     pub output: Option<PathBuf>,
 }

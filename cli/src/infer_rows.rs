@@ -1,6 +1,6 @@
 //! [`Rows8`]: an 8-bit image output of `l3 infer` written row by row. Tiles of a band of rows are
 //! collected until the band is complete and is the next one in the file, then its rows go to the encoder
-//! ([`RowsOut`]: PNG, raw PPM/PGM, L3). Memory: the bands in flight (tiles finish roughly in row order)
+//! ([`RowsOut`]: PNG, raw PPM/PGM, L3, JPEG). Memory: the bands in flight (tiles finish roughly in row order)
 //! and the encoder's own state, not the image.
 
 use anyhow::{Context, bail};
@@ -109,6 +109,35 @@ impl RowsOut for L3 {
     fn finish(self) -> anyhow::Result<()> {
         let mut out = self.writer.finish(BufWriter::new(self.file))?;
         Ok(out.flush()?)
+    }
+}
+
+/// A JPEG at quality 95, its rows encoded on the encoder's own thread as they come
+/// ([`loader::convert::JpegRows`]).
+pub(crate) struct Jpeg(loader::convert::JpegRows<BufWriter<File>>);
+
+impl Jpeg {
+    pub(crate) fn create(
+        f: File,
+        path: &Path,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> anyhow::Result<Jpeg> {
+        loader::convert::JpegRows::new(BufWriter::new(f), w, h, c, 95)
+            .map(Jpeg)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}
+
+impl RowsOut for Jpeg {
+    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
+        self.0.rows(px).map_err(anyhow::Error::msg)
+    }
+    fn finish(self) -> anyhow::Result<()> {
+        let out = self.0.finish().map_err(anyhow::Error::msg)?;
+        out.into_inner().map_err(|e| e.into_error())?;
+        Ok(())
     }
 }
 

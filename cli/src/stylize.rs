@@ -54,7 +54,7 @@ pub struct StylizeArgs {
     pub input: PathBuf,
     /// Written as tiles complete, by extension: rows streamed: .png, .ppm, .l3 (the default format; what
     /// it writes last waits in a spill file beside the output); tile by tile: .tif/.tiff (tiled BigTIFF,
-    /// uint8), .npy (float32 C×H×W, the raw output, unclamped). Encoded whole at the end: .jpg.
+    /// uint8), .npy (float32 C×H×W, the raw output, unclamped); rows streamed to the encoder: .jpg.
     pub output: PathBuf,
 }
 

@@ -445,7 +445,7 @@ fn l3_and_ppm_outputs_stream_the_png_outputs_pixels() {
             .collect();
         image::save_buffer(d("in.png"), &px, w, h, image::ExtendedColorType::Rgb8).unwrap();
         let tile = tile.to_string();
-        for out in ["out.png", "out.l3", "out.ppm"] {
+        for out in ["out.png", "out.l3", "out.ppm", "out.jpg"] {
             ok(l3(&[
                 &"--model",
                 &model,
@@ -466,6 +466,30 @@ fn l3_and_ppm_outputs_stream_the_png_outputs_pixels() {
         assert_eq!(png.dimensions(), (w, h));
         let ppm = image::open(d("out.ppm")).unwrap().to_rgb8();
         assert_eq!(ppm.as_raw(), png.as_raw(), "{w}x{h}: .ppm vs .png");
+        // The .jpg, its rows streamed to the encoder, decodes to what the whole-image encoder's file of
+        // the PNG's pixels decodes to, within rounding.
+        let jpg = image::open(d("out.jpg")).unwrap().to_rgb8();
+        let whole = loader::convert::encode(
+            &bsp_tiling::Image {
+                width: w,
+                height: h,
+                channels: 3,
+                pixels: png.as_raw().clone(),
+            },
+            loader::convert::Target::Jpeg(95),
+        )
+        .unwrap();
+        let whole = image::load_from_memory(&whole).unwrap().to_rgb8();
+        let worst = jpg
+            .as_raw()
+            .iter()
+            .zip(whole.as_raw())
+            .map(|(a, b)| a.abs_diff(*b))
+            .max();
+        assert!(
+            worst <= Some(2),
+            "{w}x{h}: .jpg vs the whole encode: {worst:?}"
+        );
         // The .l3 decodes to the same pixels, and is byte for byte the file the whole-image encoder
         // (what `l3 infer` wrote before: `loader::convert::encode`, the default format) makes of them.
         let file = std::fs::read(d("out.l3")).unwrap();
@@ -493,7 +517,7 @@ fn l3_and_ppm_outputs_stream_the_png_outputs_pixels() {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, ["in.png", "out.l3", "out.png", "out.ppm"]);
+        assert_eq!(names, ["in.png", "out.jpg", "out.l3", "out.png", "out.ppm"]);
         for f in names {
             std::fs::remove_file(d(&f)).unwrap();
         }

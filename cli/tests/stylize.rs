@@ -289,7 +289,9 @@ fn a_failed_run_leaves_no_output() {
     let input = small_image(dir.path(), "in.png", 64, 40);
     let missing = dir.path().join("no-such-dir");
     let missing = missing.to_str().unwrap();
-    for out in ["out.png", "out.l3", "out.ppm", "out.tif", "out.npy"] {
+    for out in [
+        "out.png", "out.l3", "out.ppm", "out.tif", "out.npy", "out.jpg",
+    ] {
         let o = stylize(
             &input,
             &dir.path().join(out),

@@ -6,10 +6,12 @@
 //! temporaries a killed run left, and re-running resumes: an output that is already there and valid is
 //! kept, anything else is written again.
 
+mod jpeg_rows;
 mod liquid;
 mod masks;
 mod pcr;
 
+pub use jpeg_rows::JpegRows;
 pub use liquid::{LiquidBuild, LiquidEvent, LiquidReport, decoders as liquid_decoders, to_liquid};
 pub use masks::convert_masks;
 pub use pcr::{PcrBuild, PcrSummary, to_pcr};
