@@ -104,6 +104,14 @@ pub enum Error {
         disk: u64,
         dir: PathBuf,
     },
+    #[error(
+        "a whole-image run's stored activations need {needed} bytes at their peak, more than this machine's memory ({limit} bytes, {limit_from}): tile it (exact mode stores its values tile by tile, spilling to disk past its RAM budget)"
+    )]
+    WholeTooLarge {
+        needed: u64,
+        limit: u64,
+        limit_from: &'static str,
+    },
     #[error("spill file in {dir}: {source}")]
     Spill {
         dir: PathBuf,

@@ -5,7 +5,8 @@
 //! regions, in memory proportional to the tile. Two ways to get the statistics:
 //!
 //! * [`run_sampled`] — the paper's "normalisation via sampling" (section 3.3.2): statistics of a
-//!   downsampled copy, processed whole. Approximate.
+//!   downsampled copy ([`Downsampled`], computed as it is read), processed by the exact engine under
+//!   the run's budget. Approximate.
 //! * [`run_recompute`] — exact in bounded memory: one pass over all tiles per normalising stage, each
 //!   recomputing the earlier stages with the statistics already merged, to collect that stage's
 //!   statistics. Costs about `stages/2` times the compute of one pass, stores nothing but the output.
@@ -18,7 +19,6 @@ use crate::grid::Grid;
 use crate::model::{Net, NetStats, Plan};
 use crate::stats::{ChannelStats, merge_all};
 use crate::store::Budget;
-use crate::tensor::Tensor;
 
 type Range2 = ((usize, usize), (usize, usize));
 
@@ -179,33 +179,82 @@ pub fn run_fixed<B: Backend>(
     Ok(())
 }
 
-/// Box-filter downsampling by an integer factor (a partial last block averages what it has), as the
-/// "sample image" of section 3.3.2.
-pub fn downsample(input: &dyn Input, factor: usize) -> Result<Tensor> {
-    let (h, w) = (input.height(), input.width());
-    let (sh, sw) = (h.div_ceil(factor), w.div_ceil(factor));
-    let c = input.channels();
-    let mut out = Tensor::zeros(c, sh, sw);
-    let xs: Vec<Option<usize>> = (0..w).map(Some).collect();
-    for oy in 0..sh {
-        let ys: Vec<Option<usize>> = (oy * factor..((oy + 1) * factor).min(h))
-            .map(Some)
-            .collect();
-        let band = gather(input, &ys, &xs)?;
-        for ch in 0..c {
-            for ox in 0..sw {
-                let (xa, xb) = (ox * factor, ((ox + 1) * factor).min(w));
-                let mut acc = 0.0f64;
-                for y in 0..ys.len() {
-                    for x in xa..xb {
-                        acc += band.at(ch, y, x) as f64;
-                    }
-                }
-                out.data[(ch * sh + oy) * sw + ox] = (acc / (ys.len() * (xb - xa)) as f64) as f32;
-            }
+/// The input box-downsampled `factor` times (a partial last block averages what it has: the "sample
+/// image" of section 3.3.2), computed window by window as it is read: the sampled
+/// statistics' image (a 30,000² input's 2× sample is 2.7 GB of float32) is never held whole, and its
+/// windows read only their blocks of the input.
+pub struct Downsampled<'a> {
+    input: &'a dyn Input,
+    factor: usize,
+}
+
+impl<'a> Downsampled<'a> {
+    pub fn new(input: &'a dyn Input, factor: usize) -> Downsampled<'a> {
+        Downsampled {
+            input,
+            factor: factor.max(1),
         }
     }
-    Ok(out)
+}
+
+impl Field for Downsampled<'_> {
+    fn channels(&self) -> usize {
+        self.input.channels()
+    }
+
+    /// Each output is the mean (in f64, rows then columns) of its block of the input; a window reads
+    /// the blocks under it with one gather of the input.
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        let (h, w, f) = (self.input.height(), self.input.width(), self.factor);
+        let (c, n) = (self.channels(), ys.len() * xs.len());
+        let span = |m: &[Option<usize>]| {
+            m.iter()
+                .flatten()
+                .fold(None, |r: Option<(usize, usize)>, &v| {
+                    Some(r.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
+                })
+        };
+        let (Some((y_lo, y_hi)), Some((x_lo, x_hi))) = (span(ys), span(xs)) else {
+            out[..c * n].fill(0.0);
+            return Ok(());
+        };
+        let (r0, c0) = (y_lo * f, x_lo * f);
+        let rows: Vec<Option<usize>> = (r0..((y_hi + 1) * f).min(h)).map(Some).collect();
+        let cols: Vec<Option<usize>> = (c0..((x_hi + 1) * f).min(w)).map(Some).collect();
+        let block = gather(self.input, &rows, &cols)?;
+        for ch in 0..c {
+            for (iy, y) in ys.iter().enumerate() {
+                for (ix, x) in xs.iter().enumerate() {
+                    let v = match (*y, *x) {
+                        (Some(oy), Some(ox)) => {
+                            let (ya, yb) = (oy * f - r0, ((oy + 1) * f).min(h) - r0);
+                            let (xa, xb) = (ox * f - c0, ((ox + 1) * f).min(w) - c0);
+                            let mut acc = 0.0f64;
+                            for y in ya..yb {
+                                for x in xa..xb {
+                                    acc += block.at(ch, y, x) as f64;
+                                }
+                            }
+                            (acc / ((yb - ya) * (xb - xa)) as f64) as f32
+                        }
+                        _ => 0.0,
+                    };
+                    out[ch * n + iy * xs.len() + ix] = v;
+                }
+            }
+        }
+        crate::buffers::give(block.data);
+        Ok(())
+    }
+}
+
+impl Input for Downsampled<'_> {
+    fn height(&self) -> usize {
+        self.input.height().div_ceil(self.factor)
+    }
+    fn width(&self) -> usize {
+        self.input.width().div_ceil(self.factor)
+    }
 }
 
 /// Normalisation via sampling: statistics from the input downsampled `factor` times (computed with the
@@ -226,10 +275,10 @@ pub fn run_sampled<B: Backend>(
         // Factor 1: the statistics of the image itself (exact, a check of the one-pass machinery).
         run_recompute_stats(net, backend, input, grid, threads)?
     } else {
-        let small = downsample(input, factor)?;
+        let small = Downsampled::new(input, factor);
         let align = net.total_stride();
         let tile = (1024 / align).max(1) * align;
-        let sg = Grid::with_tile(small.h, small.w, tile, align, 4 * align)?;
+        let sg = Grid::with_tile(small.height(), small.width(), tile, align, 4 * align)?;
         let sink_small = OutputSink::f32(0, 0, 0);
         run_exact(net, backend, &small, &sg, threads, budget, &sink_small)?.stats
     };
@@ -293,4 +342,69 @@ pub fn run_recompute<B: Backend>(
         tiles: grid.len(),
         ..RunInfo::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    /// Windows of the downsampled input (inside, at the edges with partial blocks, with padding) hold
+    /// each block's mean, as computed from the whole input.
+    #[test]
+    fn downsampled_windows_are_the_block_means() {
+        let (c, h, w) = (2, 37, 53);
+        let img = Tensor::from_vec(
+            c,
+            h,
+            w,
+            (0..c * h * w)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.5)
+                .collect(),
+        )
+        .unwrap();
+        for f in [2, 3] {
+            let small = Downsampled::new(&img, f);
+            let (sh, sw) = (h.div_ceil(f), w.div_ceil(f));
+            assert_eq!((small.height(), small.width()), (sh, sw));
+            let mean = |ch: usize, oy: usize, ox: usize| {
+                let (ya, yb, xa, xb) =
+                    (oy * f, ((oy + 1) * f).min(h), ox * f, ((ox + 1) * f).min(w));
+                let mut acc = 0.0f64;
+                for y in ya..yb {
+                    for x in xa..xb {
+                        acc += img.at(ch, y, x) as f64;
+                    }
+                }
+                (acc / ((yb - ya) * (xb - xa)) as f64) as f32
+            };
+            type Map = Vec<Option<usize>>;
+            let windows: Vec<(Map, Map)> = vec![
+                ((0..sh).map(Some).collect(), (0..sw).map(Some).collect()),
+                (
+                    [None]
+                        .into_iter()
+                        .chain((sh - 4..sh).map(Some))
+                        .chain([None])
+                        .collect(),
+                    [None, None].into_iter().chain((3..9).map(Some)).collect(),
+                ),
+                (vec![None, None], (0..3).map(Some).collect()),
+            ];
+            for (ys, xs) in windows {
+                let got = gather(&small, &ys, &xs).unwrap();
+                for ch in 0..c {
+                    for (iy, y) in ys.iter().enumerate() {
+                        for (ix, xx) in xs.iter().enumerate() {
+                            let want = match (y, xx) {
+                                (Some(oy), Some(ox)) => mean(ch, *oy, *ox),
+                                _ => 0.0,
+                            };
+                            assert_eq!(got.at(ch, iy, ix), want, "f {f}: ({ch}, {iy}, {ix})");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

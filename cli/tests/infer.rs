@@ -611,3 +611,45 @@ fn a_damaged_l3_input_is_refused_before_any_output() {
         assert!(!out.exists(), "a refused run leaves no output");
     }
 }
+
+/// A whole-image run whose stored activations exceed the machine's memory (here a 64 KiB
+/// `L3_MEMORY_LIMIT`) is refused before it runs — a typed error naming the limit, not the kernel's OOM
+/// killer halfway — and leaves no output; the exact mode, and the sampled mode, whose sample's
+/// statistics are computed tile by tile under the run's budget, run under the same limit.
+#[test]
+fn whole_past_the_memory_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |model: &str, input: &str, mode: &str, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_l3"))
+            .env("L3_MEMORY_LIMIT", "64K")
+            .args(["infer", "--model"])
+            .arg(data(model))
+            .args(["--mode", mode, "--tile", "8"])
+            .arg(data(input))
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let out = dir.path().join("whole.npy");
+    let o = run("unet_gn.onnx", "unet_gn.in.44x60.npy", "whole", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("whole-image run") && err.contains("L3_MEMORY_LIMIT"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    for (model, input, mode, w) in [
+        ("unet_gn.onnx", "unet_gn.in.44x60.npy", "exact", 60),
+        ("norm_first.onnx", "norm_first.in.41x29.npy", "sampled", 29),
+    ] {
+        let out = dir.path().join(format!("{mode}.npy"));
+        let o = run(model, input, mode, &out);
+        assert!(
+            o.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(npy::read(&out).unwrap().w, w, "{mode}");
+    }
+}

@@ -181,6 +181,7 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::TileSmallerThanHalo { .. }
         | E::Grid(_)
         | E::OverBudget { .. }
+        | E::WholeTooLarge { .. }
         | E::Channels { .. }
         | E::Device(_)
         | E::DeviceBudget { .. }

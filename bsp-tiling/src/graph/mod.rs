@@ -1340,12 +1340,11 @@ fn run_mode<B: GraphOps>(
         Mode::Sampled(f) => {
             let grid = grid()?;
             let plan = prepare(g, input, &grid)?;
-            let small = crate::onepass::downsample(input, f)?;
-            let p = g.plan(small.h, small.w)?;
-            let (c, oh, ow) = p.shape[g.output];
-            let scratch = OutputSink::f32(c, oh, ow);
-            let sampled = one_tile(be, g, &small, threads, budget, &scratch)?;
-            drop(scratch);
+            // The sample's statistics by the exact mode, tile by tile under the run's budget (its
+            // values stored, spilled or recomputed as an exact run's are); its output is not kept.
+            let small = crate::onepass::Downsampled::new(input, f);
+            let discard = OutputSink::f32(0, 0, 0);
+            let sampled = run_mode(be, g, &small, Mode::Exact, tile, threads, budget, &discard)?;
             run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
             Ok(RunInfo {
                 stats: sampled.stats,
@@ -1407,12 +1406,22 @@ fn one_tile<B: GraphOps>(
         rows: vec![0, input.height()],
         cols: vec![0, input.width()],
     };
+    // Every value in RAM, up to the machine's memory: past it, a typed error before anything runs
+    // rather than the kernel's OOM killer halfway.
+    let (limit, source) = stdx::mem::limit();
     let ram = Budget {
-        ram: u64::MAX / 4,
+        ram: limit,
         disk: Some(0),
         ..budget.clone()
     };
-    exact_on(be, g, input, &one, threads, &ram, sink, None)
+    match exact_on(be, g, input, &one, threads, &ram, sink, None) {
+        Err(Error::OverBudget { needed, .. }) => Err(Error::WholeTooLarge {
+            needed,
+            limit,
+            limit_from: source,
+        }),
+        r => r,
+    }
 }
 
 /// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).
