@@ -909,13 +909,12 @@ pub fn exact_on<B: GraphOps>(
         }
     }
     let mut moves = moved_values(g, &through);
-    // A value read by an inlined unit may be read by several of its regions: copied, never taken.
-    for (i, n) in g.nodes.iter().enumerate() {
-        let mut unit_nodes = std::iter::once(i).chain(chains[i].iter().copied());
-        if inlined[i] || unit_nodes.any(|k| k != i && inlined[k]) {
-            for &u in &n.inputs {
-                moves[u] = false;
-            }
+    // A value read by an inlined unit may be read by several of its regions: copied, never taken. (The
+    // nodes of its element-wise chain read only the chain's own value.)
+    for (i, n) in g.nodes.iter().enumerate().filter(|(i, _)| inlined[*i]) {
+        debug_assert!(chains[i].iter().all(|&k| g.nodes[k].inputs == [k]));
+        for &u in &n.inputs {
+            moves[u] = false;
         }
     }
     let mut last_use = plan.last_use.clone();
