@@ -30,6 +30,12 @@ pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Resu
     Ok(t)
 }
 
+/// The rows (or columns) an index map reads: `lo..hi` over its `Some` entries, `None` when it reads none.
+pub(crate) fn span(m: &[Option<usize>]) -> Option<(usize, usize)> {
+    let lo = m.iter().flatten().min().copied()?;
+    Some((lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
+}
+
 /// Contiguous runs `(dst, src, len)` of an index map given as `(dst, Some(src))` pairs in `dst` order:
 /// windows are mostly plain ranges, so a gather copies slices instead of single values.
 pub(crate) fn runs(

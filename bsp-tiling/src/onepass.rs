@@ -14,7 +14,7 @@
 use crate::backend::Backend;
 use crate::bsp::{RunInfo, inner_threads, prepare, run_exact, superstep};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, OutputSink, Sink, gather};
+use crate::field::{Field, Input, OutputSink, Sink, gather, span};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats, Plan};
 use crate::stats::{ChannelStats, merge_all};
@@ -207,20 +207,13 @@ impl Field for Downsampled<'_> {
     fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
         let (h, w, f) = (self.input.height(), self.input.width(), self.factor);
         let (c, n) = (self.channels(), ys.len() * xs.len());
-        let span = |m: &[Option<usize>]| {
-            m.iter()
-                .flatten()
-                .fold(None, |r: Option<(usize, usize)>, &v| {
-                    Some(r.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
-                })
-        };
         let (Some((y_lo, y_hi)), Some((x_lo, x_hi))) = (span(ys), span(xs)) else {
             out[..c * n].fill(0.0);
             return Ok(());
         };
         let (r0, c0) = (y_lo * f, x_lo * f);
-        let rows: Vec<Option<usize>> = (r0..((y_hi + 1) * f).min(h)).map(Some).collect();
-        let cols: Vec<Option<usize>> = (c0..((x_hi + 1) * f).min(w)).map(Some).collect();
+        let rows: Vec<Option<usize>> = (r0..(y_hi * f).min(h)).map(Some).collect();
+        let cols: Vec<Option<usize>> = (c0..(x_hi * f).min(w)).map(Some).collect();
         let block = gather(self.input, &rows, &cols)?;
         for ch in 0..c {
             for (iy, y) in ys.iter().enumerate() {

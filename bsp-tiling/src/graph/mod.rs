@@ -22,7 +22,7 @@ use crate::Mode;
 use crate::backend::CpuBackend;
 use crate::bsp::{RunInfo, inner_threads, superstep};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, OutputSink, Region, Sink, gather};
+use crate::field::{Field, Input, OutputSink, Region, Sink, gather, span};
 use crate::grid::Grid;
 use crate::model::{Net, NetStats};
 use crate::padding::PaddingMode;
@@ -668,12 +668,18 @@ fn moved_values(g: &Graph, through: &[Through]) -> Vec<bool> {
         .collect()
 }
 
+/// The value unit `i` stores: its node's, or its element-wise chain's last.
+fn stored_value(chains: &[Vec<usize>], i: usize) -> usize {
+    chains[i].last().map_or(i, |&j| j) + 1
+}
+
 /// Computed regions of an inlined unit cost at most this many times its value's area: the halo a
 /// reader's windows add (a 3×3 convolution's reader adds a pixel each side of its tiles).
 const INLINE_RATIO: f64 = 1.1;
 
-/// Per node: `true` for the head of a superstep unit (a node with its element-wise chain) whose value is
-/// not stored but computed inside its one reader's superstep, over that reader's windows (halo included).
+/// Per node: for the head of a superstep unit (a node with its element-wise chain) whose value is not
+/// stored but computed inside its one reader's superstep, over that reader's windows (halo included),
+/// that reader.
 ///
 /// A stored value costs its memory (faulted in fresh when the pool has none) and a copy into each
 /// reader's window; an inlined one costs recomputing the halo that neighbouring windows share. So a
@@ -689,7 +695,7 @@ fn inline_units(
     chains: &[Vec<usize>],
     fused: &[bool],
     through: &[Through],
-) -> Vec<bool> {
+) -> Vec<Option<usize>> {
     let n = g.nodes.len();
     let mut readers: Vec<Vec<usize>> = vec![vec![]; n + 1];
     for (r, node) in g.nodes.iter().enumerate() {
@@ -698,9 +704,10 @@ fn inline_units(
         }
     }
     let unit = |i: usize| !fused[i] && through[i + 1].is_none();
-    let stored = |i: usize| chains[i].last().map_or(i, |&j| j) + 1;
+    let stored = |i: usize| stored_value(chains, i);
     // Per inlined unit: the regions it is computed over, in its output's coordinates.
     let mut regions: Vec<Option<Vec<Range2>>> = vec![None; n];
+    let mut reader = vec![None; n];
     for i in (0..n).rev() {
         if !unit(i) {
             continue;
@@ -750,15 +757,10 @@ fn inline_units(
         let (_, h, w) = plan.shape[v];
         if area as f64 <= INLINE_RATIO * (h * w) as f64 {
             regions[i] = Some(mine);
+            reader[i] = Some(r);
         }
     }
-    regions.iter().map(Option::is_some).collect()
-}
-
-/// The rows (or columns) an index map reads: `lo..hi` over its `Some` entries.
-fn span(m: &[Option<usize>]) -> Option<(usize, usize)> {
-    let lo = m.iter().flatten().min().copied()?;
-    Some((lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
+    reader
 }
 
 type FieldRef<'f> = &'f dyn Field;
@@ -885,12 +887,14 @@ pub fn exact_on<B: GraphOps>(
         (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
     };
     let through = pad_through(g, &plan, &chains, &fused);
-    let inlined = if host {
+    // Per unit head: the reader whose superstep computes it, when it is inlined.
+    let inlined_into = if host {
         inline_units(g, &plan, &grids, &chains, &fused, &through)
     } else {
-        vec![false; g.nodes.len()]
+        vec![None; g.nodes.len()]
     };
-    let stored_value = |i: usize| chains[i].last().map_or(i, |&j| j) + 1;
+    let inlined: Vec<bool> = inlined_into.iter().map(Option::is_some).collect();
+    let stored_value = |i: usize| stored_value(&chains, i);
     let mut inline_of: Vec<Option<usize>> = vec![None; plan.shape.len()];
     for (i, _) in inlined.iter().enumerate().filter(|(_, b)| **b) {
         inline_of[stored_value(i)] = Some(i);
@@ -898,13 +902,7 @@ pub fn exact_on<B: GraphOps>(
     // The unit whose superstep computes each unit: itself, or its reader's host when inlined.
     let mut host_of: Vec<usize> = (0..g.nodes.len()).collect();
     for i in (0..g.nodes.len()).rev() {
-        if inlined[i] {
-            let v = stored_value(i);
-            let r = g
-                .nodes
-                .iter()
-                .position(|n| n.inputs.contains(&v))
-                .expect("an inlined value has a reader");
+        if let Some(r) = inlined_into[i] {
             host_of[i] = host_of[r];
         }
     }
@@ -1086,10 +1084,6 @@ pub fn eval_region<B: GraphOps>(
         for (j, &u) in n.inputs.iter().enumerate() {
             let ys = n.op.in_map(0, j, &nh, oh, y0, y1);
             let xs = n.op.in_map(1, j, &nw, ow, x0, x1);
-            let span = |m: &[Option<usize>]| {
-                let lo = m.iter().flatten().min().copied();
-                lo.map(|lo| (lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
-            };
             let (Some(a), Some(b)) = (span(&ys), span(&xs)) else {
                 continue;
             };
