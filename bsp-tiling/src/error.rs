@@ -17,26 +17,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A TIFF that cannot be read by region, or is damaged, or a TIFF output that cannot be written.
-    #[error("{path}: {reason}")]
-    Tiff { path: PathBuf, reason: String },
-    /// A TIFF page (image file directory, counted from 0) the file does not have.
-    #[error("{path}: there is no page {page}: the file has {pages} page{}", if *.pages == 1 { "" } else { "s" })]
-    NoSuchPage {
-        path: PathBuf,
-        page: usize,
-        pages: usize,
-    },
-    /// A level (a SubIFD, counted from 1; 0 is the page itself) that a TIFF page does not have.
-    #[error(
-        "{path}: page {page} has no level {level}: its levels are 0 (the page itself) to {subifds} (its SubIFDs)"
-    )]
-    NoSuchLevel {
-        path: PathBuf,
-        page: usize,
-        level: usize,
-        subifds: usize,
-    },
     #[error("{path}: not a safetensors file: {reason}")]
     Format { path: PathBuf, reason: String },
     #[error("{path}: tensor `{key}` is missing")]
@@ -146,6 +126,11 @@ pub enum Error {
     /// NVRTC rejected the embedded kernels (a toolkit/device mismatch, never bad input).
     #[error("NVRTC could not compile the bsp-tiling kernels for {arch}: {log}")]
     Compile { arch: String, log: String },
+    /// The failure of an [`Input`](crate::Input) or a [`Sink`](crate::Sink) implemented outside this
+    /// crate (a file read by region, an output written tile by tile), kept whole: the caller that gave
+    /// the reader or the writer gets its own error back (`downcast`), whichever tile met it.
+    #[error(transparent)]
+    External(Box<dyn std::error::Error + Send + Sync>),
     /// Device memory would exceed the budget (`gpu_memory`).
     #[error(
         "device memory: {what} needs {needed} bytes, more than the budget of {budget} bytes (raise --gpu-memory or use smaller tiles)"

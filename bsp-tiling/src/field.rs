@@ -31,16 +31,14 @@ pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Resu
 }
 
 /// The rows (or columns) an index map reads: `lo..hi` over its `Some` entries, `None` when it reads none.
-pub(crate) fn span(m: &[Option<usize>]) -> Option<(usize, usize)> {
+pub fn span(m: &[Option<usize>]) -> Option<(usize, usize)> {
     let lo = m.iter().flatten().min().copied()?;
     Some((lo, m.iter().flatten().max().copied().unwrap_or(lo) + 1))
 }
 
 /// Contiguous runs `(dst, src, len)` of an index map given as `(dst, Some(src))` pairs in `dst` order:
 /// windows are mostly plain ranges, so a gather copies slices instead of single values.
-pub(crate) fn runs(
-    map: impl Iterator<Item = (usize, Option<usize>)>,
-) -> Vec<(usize, usize, usize)> {
+pub fn runs(map: impl Iterator<Item = (usize, Option<usize>)>) -> Vec<(usize, usize, usize)> {
     let mut out: Vec<(usize, usize, usize)> = Vec::new();
     for (d, s) in map {
         let Some(s) = s else { continue };
@@ -258,7 +256,7 @@ impl OutputSink {
 }
 
 /// Where a run writes its output tile by tile: in memory ([`OutputSink`]), or streamed to a file
-/// ([`crate::npy::NpyWriter`], the CLI's image writers). `put` places `t` with its top-left corner at
+/// (`infer-io`'s writers). `put` places `t` with its top-left corner at
 /// `(y0, x0)` of the output, clipped to the sink's size.
 pub trait Sink: Sync {
     fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()>;

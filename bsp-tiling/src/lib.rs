@@ -20,14 +20,15 @@
 //! * `onepass` — one pass per tile with fixed statistics: sampled (approximate, [`run_sampled`]) or
 //!   recomputed (exact, [`run_recompute`]).
 //! * `naive` — the no-halo, per-tile-statistics baseline ([`run_naive`]).
-//! * `field` — inputs and outputs of any size ([`Input`], [`OutputSink`], [`Output`]).
+//! * [`field`] — inputs and outputs of any size ([`Input`], [`OutputSink`], [`Output`]), and the index
+//!   maps a [`Field`] implemented elsewhere reads its windows by. Files read by region and written tile by
+//!   tile (`.npy`, TIFF, L3, PNG, ...) are the `infer-io` crate's: this one knows no file format but its
+//!   models'.
 //! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
-//! * [`npy`], [`tiffio`] — files read by region and written tile by tile: float32 `.npy`; TIFF/BigTIFF in
-//!   (tiles or strips under a window), tiled BigTIFF out.
 //!
 //! [`stylize`] picks one of these by [`Mode`] (into memory; [`stylize_into`] hands the tiles to a
 //! [`Sink`] as they complete). Only [`backend`] (the trait and what implementing or
-//! driving it takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
+//! driving it takes), [`field`] (what implementing an input or a sink takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
 #![deny(unsafe_code)]
 
 pub mod backend;
@@ -37,7 +38,7 @@ mod buffers;
 mod cuda;
 mod device;
 mod error;
-mod field;
+pub mod field;
 #[allow(unsafe_code)]
 mod gemm;
 pub mod graph;
@@ -46,7 +47,6 @@ mod meter;
 pub mod metrics;
 mod model;
 mod naive;
-pub mod npy;
 mod onepass;
 pub mod onnx;
 mod padding;
@@ -56,7 +56,6 @@ mod stats;
 #[allow(unsafe_code)]
 mod store;
 mod tensor;
-pub mod tiffio;
 mod whole;
 
 /// The README's example runs as a doctest.

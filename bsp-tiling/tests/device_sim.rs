@@ -252,7 +252,7 @@ fn onnx_case(name: &str) -> (bsp_tiling::Graph, Tensor) {
         .filter(|f| f.starts_with(&format!("{name}.in.")))
         .collect();
     inputs.sort();
-    let x = bsp_tiling::npy::read(&dir.join(&inputs[0])).unwrap();
+    let x = infer_io::npy::read(&dir.join(&inputs[0])).unwrap();
     (g, x)
 }
 

@@ -390,7 +390,7 @@ fn onnx_model(name: &str, model: &[u8], input: &[u8]) -> (bsp_tiling::Graph, Ten
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("x.npy");
     std::fs::write(&p, input).unwrap();
-    (g, bsp_tiling::npy::read(&p).unwrap())
+    (g, infer_io::npy::read(&p).unwrap())
 }
 
 /// Every ONNX test model with every node on the CUDA backend (whole image, exact tiles, recompute)

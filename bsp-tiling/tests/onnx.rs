@@ -6,7 +6,8 @@
 mod common;
 
 use bsp_tiling::graph::ops::Op;
-use bsp_tiling::{Budget, Error, Graph, Mode, Tensor, infer, load_onnx, npy};
+use bsp_tiling::{Budget, Error, Graph, Mode, Tensor, infer, load_onnx};
+use infer_io::npy;
 use std::path::{Path, PathBuf};
 
 fn data() -> PathBuf {

@@ -1,8 +1,8 @@
 //! `l3 infer`: any supported network (ONNX, or a TransformerNet in safetensors) over an image of any size
-//! with BSP tiling; the library side is `l3_cli::infer`.
+//! with BSP tiling; the library side is the `infer-io` crate.
 use anyhow::bail;
 use bsp_tiling::{Budget, Device, DeviceOptions, Mode, PaddingMode, Precision};
-use l3_cli::infer::{InferRequest, infer_paths, load_model};
+use infer_io::{InferRequest, infer_paths, load_model};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -83,7 +83,7 @@ pub struct InferArgs {
 
 pub fn run(a: InferArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.list_pages {
-        for page in bsp_tiling::tiffio::pages(path)? {
+        for page in infer_io::tiff::pages(path)? {
             println!("{page}");
         }
         return Ok(());
@@ -115,7 +115,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
     let out_dtype =
         match &a.out_dtype {
             None => None,
-            Some(d) => Some(bsp_tiling::tiffio::OutDType::parse(d).ok_or_else(|| {
+            Some(d) => Some(infer_io::tiff::OutDType::parse(d).ok_or_else(|| {
                 anyhow::anyhow!("unknown --out-dtype {d:?}: use uint8 or float32")
             })?),
         };

@@ -6,6 +6,4 @@
 
 #[allow(unsafe_code)]
 pub mod compare;
-pub mod infer;
-mod infer_rows;
 pub mod synth;

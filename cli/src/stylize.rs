@@ -2,10 +2,9 @@
 //! reading and output writers around the TransformerNet stage engine (which also runs on a GPU in f16),
 //! so that memory is bounded by the tiles, the halo, the RAM budget and the spill, not by the image.
 use anyhow::{Context, bail};
-use bsp_tiling::tiffio::{SampleType, TiffRegions};
 use bsp_tiling::{Budget, Device, DeviceOptions, Mode, Net, Options, PaddingMode, Precision};
-use l3_cli::infer::{InferRequest, stylize_paths};
-use std::path::{Path, PathBuf};
+use infer_io::{InferRequest, stylize_paths};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct StylizeArgs {
@@ -82,11 +81,6 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
     };
     let net = Net::load_transformer(&a.model, padding)
         .with_context(|| format!("loading {}", a.model.display()))?;
-    crate::codec::refuse_overwriting_input(&a.input, &a.output)?;
-    if let Some(refusal) = l3_cli::infer::page_refusal(&a.input, a.page, a.level) {
-        bail!(refusal);
-    }
-    refuse_wide_tiff_samples(&a.input, a.page.unwrap_or(0), a.level.unwrap_or(0))?;
     let defaults = Options::default();
     let req = InferRequest {
         input: a.input,
@@ -126,26 +120,5 @@ pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
         r.info.spilled_layers,
         r.seconds
     );
-    Ok(())
-}
-
-/// The TransformerNet takes 8-bit values (0..255): a TIFF of 16-bit or float samples is refused rather
-/// than run on values out of that range.
-fn refuse_wide_tiff_samples(input: &Path, page: usize, level: usize) -> anyhow::Result<()> {
-    let is_tiff = input
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"));
-    if !is_tiff {
-        return Ok(());
-    }
-    let tiff = TiffRegions::open_level(input, page, level, 0)?;
-    if tiff.sample_type() != SampleType::U8 {
-        bail!(
-            "{}: {:?} samples: `l3 stylize` takes 8-bit images (`l3 infer --in-scale` scales others)",
-            input.display(),
-            tiff.sample_type()
-        );
-    }
     Ok(())
 }

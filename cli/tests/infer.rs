@@ -1,7 +1,8 @@
 //! `l3 infer` end to end on bsp-tiling's ONNX test models (onnxruntime's outputs beside them): `.npy` in
 //! and out (written tile by tile), an L3 input read by region, a PNG with rows streamed, a page of a
 //! multi-page TIFF, the refusals.
-use bsp_tiling::{Tensor, npy};
+use bsp_tiling::Tensor;
+use infer_io::npy;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -183,7 +184,7 @@ fn same_bits(a: &Tensor, b: &Tensor, what: &str) {
 
 fn read_tiff(p: &Path) -> Tensor {
     use bsp_tiling::{Field, Input};
-    let r = bsp_tiling::tiffio::TiffRegions::open(p, 1 << 20).unwrap();
+    let r = infer_io::tiff::TiffRegions::open(p, 1 << 20).unwrap();
     let ys: Vec<Option<usize>> = (0..r.height()).map(Some).collect();
     let xs: Vec<Option<usize>> = (0..r.width()).map(Some).collect();
     let mut t = Tensor::zeros(r.channels(), ys.len(), xs.len());
@@ -192,10 +193,10 @@ fn read_tiff(p: &Path) -> Tensor {
 }
 
 /// A tensor written as a tiled BigTIFF by the toolkit's writer.
-fn write_tiff(p: &Path, t: &Tensor, dtype: bsp_tiling::tiffio::OutDType) {
+fn write_tiff(p: &Path, t: &Tensor, dtype: infer_io::tiff::OutDType) {
     use bsp_tiling::Sink;
     let f = std::fs::File::create(p).unwrap();
-    let w = bsp_tiling::tiffio::TiffWriter::new(f, p, t.c, t.h, t.w, dtype).unwrap();
+    let w = infer_io::tiff::TiffWriter::new(f, p, t.c, t.h, t.w, dtype).unwrap();
     w.put_tile(0, 0, t).unwrap();
     w.finish().unwrap();
 }
@@ -228,7 +229,7 @@ fn tiff_in_and_out_equal_npy_and_png_bit_for_bit() {
             v
         })
         .unwrap();
-        write_tiff(&d("in_tiles.tif"), &t8, bsp_tiling::tiffio::OutDType::U8);
+        write_tiff(&d("in_tiles.tif"), &t8, infer_io::tiff::OutDType::U8);
         let tile = tile.to_string();
         let run = |input: &Path, out: &Path, extra: &[&str]| {
             let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
@@ -272,7 +273,7 @@ fn tiff_in_and_out_equal_npy_and_png_bit_for_bit() {
     }
     // float32 samples are taken as they are, like a .npy input.
     let x = npy::read(&data("norm_first.in.41x29.npy")).unwrap();
-    write_tiff(&d("in_f.tif"), &x, bsp_tiling::tiffio::OutDType::F32);
+    write_tiff(&d("in_f.tif"), &x, infer_io::tiff::OutDType::F32);
     for (input, out) in [
         (data("norm_first.in.41x29.npy"), d("a.npy")),
         (d("in_f.tif"), d("b.npy")),
@@ -294,7 +295,7 @@ fn tiff_refusals_name_the_file() {
     // A truncated TIFF input.
     let t = npy::read(&x).unwrap();
     let good = dir.path().join("good.tif");
-    write_tiff(&good, &t, bsp_tiling::tiffio::OutDType::F32);
+    write_tiff(&good, &t, infer_io::tiff::OutDType::F32);
     let bytes = std::fs::read(&good).unwrap();
     let cut = dir.path().join("cut.tif");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();

@@ -338,7 +338,7 @@ fn tif_and_npy_outputs() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let want = whole_path(&img, "exact", 24, false);
-    let tif = bsp_tiling::tiffio::TiffRegions::open(&d("out.tif"), 1 << 20).unwrap();
+    let tif = infer_io::tiff::TiffRegions::open(&d("out.tif"), 1 << 20).unwrap();
     assert_eq!((tif.width(), tif.height(), tif.channels()), (75, 50, 3));
     let (ys, xs): (Vec<_>, Vec<_>) = ((0..50).map(Some).collect(), (0..75).map(Some).collect());
     let mut planes = vec![0f32; 3 * 50 * 75];
@@ -351,7 +351,7 @@ fn tif_and_npy_outputs() {
         interleaved == want.pixels,
         ".tif differs from the whole path"
     );
-    let npy = bsp_tiling::npy::read(&d("out.npy")).unwrap();
+    let npy = infer_io::npy::read(&d("out.npy")).unwrap();
     assert_eq!((npy.c, npy.h, npy.w), (3, 50, 75));
     for c in 0..3 {
         for y in 0..50 {

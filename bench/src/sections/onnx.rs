@@ -5,7 +5,7 @@
 //! output's largest difference from onnxruntime's over onnxruntime's largest magnitude.
 //!
 //! Every run is its own process, so its peak RSS is its own: ours is this binary re-executed with
-//! `L3_ONNX_CHILD` set (`l3_cli::infer::infer_paths`, what `l3 infer` runs: `.npy` in, `.npy` out written
+//! `L3_ONNX_CHILD` set (`infer_io::infer_paths`, what `l3 infer` runs: `.npy` in, `.npy` out written
 //! tile by tile), onnxruntime's a Python process (`onnx_bench.py`). Environment: `L3_BENCH_QUICK=1` (512²
 //! only), `L3_ONNX_SIZES` (comma-separated sides; default 2048,8192), `L3_ONNX_MODES` (default
 //! exact,sampled,naive), `L3_ONNX_MODELS` (default all four), `L3_ONNX_TILE` (default 512, `l3 infer`'s),
@@ -76,8 +76,8 @@ fn child(spec: &str) -> anyhow::Result<()> {
             .copied()
             .with_context(|| format!("child spec lacks {k}"))
     };
-    let graph = l3_cli::infer::load_model(Path::new(get("model")?), None)?;
-    let req = l3_cli::infer::InferRequest {
+    let graph = infer_io::load_model(Path::new(get("model")?), None)?;
+    let req = infer_io::InferRequest {
         input: get("in")?.into(),
         output: get("out")?.into(),
         mode: bsp_tiling::Mode::parse(get("mode")?).context("mode")?,
@@ -93,13 +93,13 @@ fn child(spec: &str) -> anyhow::Result<()> {
         out_scale: kv.get("out_scale").map_or(Ok(1.0), |v| v.parse())?,
         out_dtype: kv
             .get("out_dtype")
-            .map(|d| bsp_tiling::tiffio::OutDType::parse(d).context("out_dtype"))
+            .map(|d| infer_io::tiff::OutDType::parse(d).context("out_dtype"))
             .transpose()?,
         device: bsp_tiling::DeviceOptions::default(),
         page: None,
         level: None,
     };
-    let report = l3_cli::infer::infer_paths(&graph, &req)?;
+    let report = infer_io::infer_paths(&graph, &req)?;
     let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));
     println!(
         "ONNXCHILD secs={:.3} peak={peak} tiles={}",
@@ -576,8 +576,8 @@ fn streamed(
             let model = models_dir.join(format!("{name}.onnx"));
             // An image's channels become a PNG; any other output (a segmentation's logits) is written raw,
             // as a float32 tiled BigTIFF.
-            let graph = l3_cli::infer::load_model(&model, None)?;
-            let (out_c, _, _) = l3_cli::infer::output_shape(&graph, side, side, true)?;
+            let graph = infer_io::load_model(&model, None)?;
+            let (out_c, _, _) = infer_io::output_shape(&graph, side, side, true)?;
             let (out_name, out_dtype) = match out_c {
                 1 | 3 => ("streamed.png", "uint8"),
                 _ => ("streamed.tif", "float32"),

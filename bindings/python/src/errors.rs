@@ -173,8 +173,7 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::UnexpectedTensor { .. }
         | E::Unsupported(_)
         | E::Node { .. }
-        | E::OnnxFormat { .. }
-        | E::Tiff { .. } => Kind::Format,
+        | E::OnnxFormat { .. } => Kind::Format,
         E::EmptyImage { .. }
         | E::ImageTooSmall { .. }
         | E::ImageTooSmallFor { .. }
@@ -184,15 +183,13 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::WholeTooLarge { .. }
         | E::Channels { .. }
         | E::Device(_)
-        | E::DeviceBudget { .. }
-        | E::NoSuchPage { .. }
-        | E::NoSuchLevel { .. } => Kind::Options,
+        | E::DeviceBudget { .. } => Kind::Options,
         E::NoDriver
         | E::NoCudaLibrary { .. }
         | E::NoDevice { .. }
         | E::Cuda { .. }
         | E::Compile { .. } => Kind::Gpu,
-        E::TensorShape { .. } => Kind::Base,
+        E::TensorShape { .. } | E::External(_) => Kind::Base,
     }
 }
 
@@ -209,6 +206,49 @@ impl From<bsp_tiling::Error> for Failure {
             kind,
             message: e.to_string(),
             errno: io.as_ref().and_then(|(_, s)| s.raw_os_error()),
+            path: io.map(|(p, _)| p),
+        }
+    }
+}
+
+/// The exception kind of an inference I/O error: damage to a file is a `FormatError` whether it was
+/// found when the file was opened or by the window that read it (the same `infer_io::Error`).
+pub fn infer_kind(e: &infer_io::Error) -> Kind {
+    use infer_io::Error as E;
+    match e {
+        E::Io { .. } => Kind::Io,
+        E::L3 { source, .. } => match source {
+            l3_format::Error::BadRegion { .. } => Kind::Options,
+            _ => Kind::Format,
+        },
+        E::Tiff { .. } | E::Npy { .. } | E::Encode { .. } => Kind::Format,
+        E::Image { source, .. } => loader_kind(source),
+        E::NoSuchPage { .. } | E::NoSuchLevel { .. } | E::Refused { .. } => Kind::Options,
+        E::Run(b) => bsp_kind(b),
+        _ => Kind::Base,
+    }
+}
+
+impl From<infer_io::Error> for Failure {
+    fn from(e: infer_io::Error) -> Failure {
+        use infer_io::Error as E;
+        let io = match &e {
+            E::Io { path, source } => Some((path.clone(), source.raw_os_error())),
+            E::Run(bsp_tiling::Error::Io { path, source }) => {
+                Some((path.clone(), source.raw_os_error()))
+            }
+            E::Run(bsp_tiling::Error::Spill { dir, source }) => {
+                Some((dir.clone(), source.raw_os_error()))
+            }
+            E::Image { source, .. } => {
+                loader_io(source).map(|(p, s)| (p.to_path_buf(), s.raw_os_error()))
+            }
+            _ => None,
+        };
+        Failure {
+            kind: infer_kind(&e),
+            message: e.to_string(),
+            errno: io.as_ref().and_then(|(_, n)| *n),
             path: io.map(|(p, _)| p),
         }
     }

@@ -1,13 +1,13 @@
 //! `l3toolkit.infer` and `l3toolkit.Model`: any supported network (an ONNX model of the tileable CNN
 //! subset, or a TransformerNet in safetensors) over an image of any size with bsp-tiling's exact BSP
-//! tiling, on arrays and on paths (`l3_cli::infer`, the same code as `l3 infer`).
+//! tiling, on arrays and on paths (`infer_io`, the same code as `l3 infer`).
 
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::stylize::gpu_words_of;
 use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
-use l3_cli::infer::{
-    InferRequest, InputData, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
-    load_model, page_refusal,
+use infer_io::{
+    InferRequest, InputData, check_page, infer_path_to_tensor, infer_paths, infer_to_path,
+    infer_to_tensor, load_model,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -35,7 +35,7 @@ impl Model {
             })?),
         };
         let p = path.clone();
-        let graph = detached(py, move || load_model(&p, padding).map_err(anyhow_failure))?;
+        let graph = detached(py, move || Ok(load_model(&p, padding)?))?;
         Ok(Model {
             graph: Arc::new(graph),
             path,
@@ -60,24 +60,6 @@ impl Model {
             self.path.display().to_string(),
             self.graph.nodes.len()
         )
-    }
-}
-
-/// An `anyhow` chain from `l3_cli::infer` as a Failure: a bsp-tiling error keeps its kind (and an I/O
-/// error its errno and path); the message is the whole chain.
-fn anyhow_failure(e: anyhow::Error) -> Failure {
-    let message = format!("{e:#}");
-    match e.downcast_ref::<bsp_tiling::Error>() {
-        Some(b) => {
-            let mut f = Failure::new(crate::errors::bsp_kind(b), message);
-            if let bsp_tiling::Error::Io { path, source } = b {
-                f.errno = source.raw_os_error();
-                f.path = Some(path.clone());
-            }
-            f
-        }
-        None if e.downcast_ref::<std::io::Error>().is_some() => Failure::new(Kind::Io, message),
-        None => Failure::new(Kind::Format, message),
     }
 }
 
@@ -135,7 +117,7 @@ pub fn infer<'py>(
     let opt = |m: String| raise(py, Kind::Options, m);
     let out_dtype = match out_dtype {
         None => None,
-        Some(d) => Some(bsp_tiling::tiffio::OutDType::parse(d).ok_or_else(|| {
+        Some(d) => Some(infer_io::tiff::OutDType::parse(d).ok_or_else(|| {
             opt(format!(
                 "out_dtype={d:?}: expected \"uint8\" or \"float32\""
             ))
@@ -217,11 +199,7 @@ pub fn infer<'py>(
                 if page.is_some() { "page" } else { "level" }
             )));
         }
-        Some(p) => {
-            if let Some(refusal) = page_refusal(p, page, level) {
-                return Err(opt(refusal));
-            }
-        }
+        Some(p) => check_page(p, page, level).map_err(|e| Failure::from(e).into_pyerr(py))?,
         None => {}
     }
     let defaults = bsp_tiling::Options::default();
@@ -246,23 +224,23 @@ pub fn infer<'py>(
     };
     let g = graph.clone();
     let words = dev.clone();
-    let anyhow_failure = move |e: anyhow::Error| gpu_words_of(&words, anyhow_failure(e));
+    let failure = move |e: infer_io::Error| gpu_words_of(&words, Failure::from(e));
     // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
     let (result, notes) = detached(py, move || match (data, output.is_some()) {
         (Some(data), true) => {
-            let r = infer_to_path(&g, &data, &req).map_err(anyhow_failure)?;
+            let r = infer_to_path(&g, &data, &req).map_err(failure)?;
             Ok((None, r.notes))
         }
         (Some(data), false) => {
-            let (t, info) = infer_to_tensor(&g, &data, &req).map_err(anyhow_failure)?;
+            let (t, info) = infer_to_tensor(&g, &data, &req).map_err(failure)?;
             Ok((Some(t), info.notes))
         }
         (None, true) => {
-            let r = infer_paths(&g, &req).map_err(anyhow_failure)?;
+            let r = infer_paths(&g, &req).map_err(failure)?;
             Ok((None, r.notes))
         }
         (None, false) => {
-            let (t, _, notes) = infer_path_to_tensor(&g, &req).map_err(anyhow_failure)?;
+            let (t, _, notes) = infer_path_to_tensor(&g, &req).map_err(failure)?;
             Ok((Some(t), notes))
         }
     })?;

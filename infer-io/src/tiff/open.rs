@@ -1,4 +1,6 @@
-//! A page's SubIFDs: the reduced resolutions that pyramidal slides (OME-TIFF, and most whole-slide
+//! A decoder positioned on one image of a file: a page of the main chain, or one of its levels.
+//!
+//! A page's SubIFDs are the reduced resolutions that pyramidal slides (OME-TIFF, and most whole-slide
 //! writers since) store under their full-resolution page instead of in the main chain of pages. Level 0
 //! is the page itself, level `n` its SubIFDs tag's `n`-th directory.
 //!
@@ -6,12 +8,28 @@
 //! file's bytes as they are, except that the header names the level's directory as the first one. Every
 //! offset inside the file is absolute, so the directory, its tag values and its chunks read as written.
 
-use super::read::{Dec, open_file, tiff_error};
 use crate::error::{Error, Result};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use tiff::decoder::Decoder;
 use tiff::tags::{IfdPointer, Tag};
+
+/// Every decoder reads through [`FirstIfd`], so that a page's SubIFD levels are decoders of one type.
+pub(super) type Dec = Decoder<FirstIfd<BufReader<File>>>;
+
+pub(super) fn tiff_error(path: &Path, what: &str, e: tiff::TiffError) -> Error {
+    match e {
+        tiff::TiffError::IoError(source) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        e => Error::Tiff {
+            path: path.to_path_buf(),
+            reason: format!("{what}: {e}"),
+        },
+    }
+}
 
 /// A TIFF byte stream whose header's first-directory offset is replaced (see the module documentation);
 /// with no replacement, the file as it is.
@@ -153,4 +171,57 @@ pub(super) fn open_level(mut on_page: Dec, path: &Path, page: usize, level: usiz
     };
     Decoder::new(view)
         .map_err(|e| tiff_error(path, &format!("reading page {page} level {level}"), e))
+}
+
+pub(super) fn open_file(path: &Path) -> Result<BufReader<File>> {
+    let f = stdx::fs::open_regular(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(BufReader::new(f))
+}
+
+pub(super) fn open_decoder(path: &Path) -> Result<Dec> {
+    Decoder::new(FirstIfd::new(open_file(path)?))
+        .map_err(|e| tiff_error(path, "not a readable TIFF", e))
+}
+
+/// A decoder of `path` positioned on level `level` of page `page` (level 0: the page itself); a page past
+/// the last is [`Error::NoSuchPage`], a level past the page's SubIFDs [`Error::NoSuchLevel`].
+pub(super) fn open_decoder_at(path: &Path, page: usize, level: usize) -> Result<Dec> {
+    let dec = open_page_decoder(path, page)?;
+    match level {
+        0 => Ok(dec),
+        _ => open_level(dec, path, page, level),
+    }
+}
+
+pub(super) fn open_page_decoder(path: &Path, page: usize) -> Result<Dec> {
+    let mut dec = open_decoder(path)?;
+    if page == 0 {
+        return Ok(dec);
+    }
+    match dec.seek_to_image(page) {
+        Ok(()) => Ok(dec),
+        Err(tiff::TiffError::FormatError(tiff::TiffFormatError::ImageFileDirectoryNotFound)) => {
+            Err(Error::NoSuchPage {
+                path: path.to_path_buf(),
+                page,
+                pages: page_count(path)?,
+            })
+        }
+        Err(e) => Err(tiff_error(path, &format!("reading page {page}"), e)),
+    }
+}
+
+/// How many pages (image file directories in the main chain) `path` holds.
+pub(super) fn page_count(path: &Path) -> Result<usize> {
+    let mut dec = open_decoder(path)?;
+    let mut n = 1;
+    while dec.more_images() {
+        dec.next_image()
+            .map_err(|e| tiff_error(path, &format!("reading page {n}"), e))?;
+        n += 1;
+    }
+    Ok(n)
 }

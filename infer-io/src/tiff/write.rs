@@ -23,8 +23,8 @@
 //! (339: 1 unsigned integer, 3 IEEE float).
 
 use crate::error::{Error, Result};
-use crate::field::Sink;
-use crate::tensor::Tensor;
+use bsp_tiling::Tensor;
+use bsp_tiling::field::Sink;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -244,7 +244,15 @@ impl TiffWriter {
 }
 
 impl Sink for TiffWriter {
-    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
+        Ok(self.put(y0, x0, t)?)
+    }
+}
+
+impl TiffWriter {
+    /// Places `t` with its top-left corner at `(y0, x0)`, clipped to the image; every tile it completes
+    /// goes to the file.
+    pub fn put(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
         let rows = t.h.min(self.h.saturating_sub(y0));
         let cols = t.w.min(self.w.saturating_sub(x0));
         if rows == 0 || cols == 0 {

@@ -2,11 +2,11 @@
 //! bad magic, header, dtype or shape, or a length that does not match the shape), never panic or
 //! allocate for an absurd shape; what opens is read window by window (overlapping windows with padding,
 //! as tiles read them), and as a whole.
-//! `cargo +nightly fuzz run npy_regions` from bsp-tiling/ (seed it with `.npy` files, e.g. tests/data/onnx).
+//! `cargo +nightly fuzz run npy_regions` from infer-io/ (seed it with `.npy` files, e.g. bsp-tiling/tests/data/onnx).
 #![no_main]
 
 use bsp_tiling::Field;
-use bsp_tiling::npy::NpyRegions;
+use infer_io::npy::NpyRegions;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let _ = bsp_tiling::npy::read(&path);
+    let _ = infer_io::npy::read(&path);
     let Ok(r) = NpyRegions::open(&path) else {
         return;
     };

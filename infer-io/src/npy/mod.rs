@@ -1,39 +1,23 @@
-//! NumPy `.npy` files of little-endian float32 in C order: the raw network output (`C×H×W`), and test
-//! inputs. [`NpyWriter`] writes the header first and the data in any order at its offsets, so an output is
-//! written tile by tile without holding it.
+//! NumPy `.npy` files of little-endian float32 in C order: inputs read by region ([`NpyRegions`]), the
+//! raw network output (`C×H×W`) written tile by tile ([`NpyWriter`]: the header first, the data in any
+//! order at its offsets, so an output is written without holding it), and test fixtures ([`read`],
+//! [`write`]).
+
+pub mod header;
 
 use crate::error::{Error, Result};
-use crate::field::Field;
-use crate::tensor::Tensor;
+use bsp_tiling::Tensor;
+use bsp_tiling::field::{Field, Input, Sink, runs};
 use std::fs::File;
-use std::io::Seek;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 fn bad(path: &Path, reason: impl Into<String>) -> Error {
-    Error::OnnxFormat {
-        model: path.display().to_string(),
-        reason: format!("not a float32 .npy: {}", reason.into()),
+    Error::Npy {
+        path: path.to_path_buf(),
+        reason: reason.into(),
     }
-}
-
-/// The `.npy` header (version 1.0, padded to a multiple of 64 bytes) for a float32 array of `shape`.
-pub fn header(shape: &[usize]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let tuple = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}");
-    let mut h = b"\x93NUMPY\x01\x00".to_vec();
-    let len = (dict.len() + 1 + 10).div_ceil(64) * 64 - 10;
-    h.extend_from_slice(&(len as u16).to_le_bytes());
-    h.extend_from_slice(dict.as_bytes());
-    h.resize(10 + len - 1, b' ');
-    h.push(b'\n');
-    h
 }
 
 /// Reads a float32 C-order `.npy` of rank 3 (`C×H×W`) or 4 with N = 1, whole.
@@ -43,7 +27,7 @@ pub fn read(path: &Path) -> Result<Tensor> {
     let xs: Vec<Option<usize>> = (0..f.w).map(Some).collect();
     let mut data = vec![0f32; f.c * f.h * f.w];
     f.gather(&ys, &xs, &mut data)?;
-    Tensor::from_vec(f.c, f.h, f.w, data)
+    Ok(Tensor::from_vec(f.c, f.h, f.w, data)?)
 }
 
 /// A float32 C-order `.npy` (`C×H×W`, or `1×C×H×W`) read by region with positioned reads: a tiled run
@@ -67,47 +51,36 @@ impl NpyRegions {
             path: path.to_path_buf(),
             source,
         };
-        let mut f = File::open(path).map_err(io)?;
-        let mut head = [0u8; 10];
-        f.read_exact(&mut head).map_err(io)?;
-        if &head[..6] != b"\x93NUMPY" {
-            return Err(bad(path, "no NUMPY magic"));
-        }
-        let hlen = if head[6] == 1 {
-            u16::from_le_bytes([head[8], head[9]]) as usize
-        } else {
-            let mut more = [0u8; 2];
-            f.read_exact(&mut more).map_err(io)?;
-            u32::from_le_bytes([head[8], head[9], more[0], more[1]]) as usize
-        };
-        if hlen > 1 << 20 {
-            return Err(bad(path, format!("a header of {hlen} bytes")));
-        }
-        let mut dict = vec![0u8; hlen];
-        f.read_exact(&mut dict).map_err(io)?;
-        let dict = String::from_utf8_lossy(&dict);
-        if !dict.contains("'<f4'") || dict.contains("'fortran_order': True") {
+        let mut f = stdx::fs::open_regular(path).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        let mut pre = [0u8; 12];
+        let got = (len as usize).min(pre.len());
+        f.read_exact(&mut pre[..got]).map_err(io)?;
+        let (start, hlen) = header::preamble(&pre[..got]).map_err(|r| bad(path, r))?;
+        if (start + hlen) as u64 > len {
             return Err(bad(
                 path,
-                format!("header {dict}: expected '<f4' in C order"),
+                format!("a header of {hlen} bytes in a file of {len}"),
             ));
         }
-        let shape_txt = dict
-            .split("'shape':")
-            .nth(1)
-            .and_then(|s| s.split(')').next())
-            .ok_or_else(|| bad(path, "no shape"))?;
-        let shape: Vec<usize> = shape_txt
-            .trim()
-            .trim_start_matches('(')
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse()
-                    .map_err(|_| bad(path, format!("shape {shape_txt}")))
-            })
-            .collect::<Result<_>>()?;
+        let mut dict = vec![0u8; hlen];
+        f.read_exact_at(&mut dict, start as u64).map_err(io)?;
+        let head = header::parse(&dict, start).map_err(|r| bad(path, r))?;
+        if head.descr != "<f4" || head.fortran_order {
+            return Err(bad(
+                path,
+                format!(
+                    "dtype {:?}{}: expected '<f4' in C order",
+                    head.descr,
+                    if head.fortran_order {
+                        " in Fortran order"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let shape = head.shape;
         let (c, h, w) = match shape[..] {
             [c, h, w] | [1, c, h, w] => (c, h, w),
             _ => {
@@ -117,8 +90,8 @@ impl NpyRegions {
                 ));
             }
         };
-        let offset = f.stream_position().map_err(io)?;
-        let len = f.metadata().map_err(io)?.len().saturating_sub(offset);
+        let offset = head.data_offset as u64;
+        let len = len - offset;
         let want = (c as u64)
             .checked_mul(h as u64)
             .and_then(|n| n.checked_mul(w as u64))
@@ -142,25 +115,27 @@ impl NpyRegions {
     }
 }
 
-impl crate::field::Field for NpyRegions {
+impl Field for NpyRegions {
     fn channels(&self) -> usize {
         self.c
     }
 
     /// One positioned read per channel, row and run of consecutive columns, straight into `out` (one per
     /// band of consecutive rows where the window spans whole rows).
-    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+    fn gather(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> bsp_tiling::Result<()> {
         let n = ys.len() * xs.len();
-        let cols = crate::field::runs(xs.iter().copied().enumerate());
+        let cols = runs(xs.iter().copied().enumerate());
         let whole_rows = matches!(cols[..], [(0, 0, len)] if len == self.w && len == xs.len());
         let covered = cols.iter().map(|r| r.2).sum::<usize>() == xs.len();
         let read = |dst: &mut [f32], at: usize| -> Result<()> {
             self.file
                 .read_exact_at(bytemuck::cast_slice_mut(dst), self.offset + (at * 4) as u64)
-                .map_err(|source| Error::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
+                .map_err(Error::io(&self.path))?;
             if cfg!(target_endian = "big") {
                 for v in dst.iter_mut() {
                     *v = f32::from_bits(u32::from_le(v.to_bits()));
@@ -200,7 +175,7 @@ impl crate::field::Field for NpyRegions {
     }
 }
 
-impl crate::field::Input for NpyRegions {
+impl Input for NpyRegions {
     fn height(&self) -> usize {
         self.h
     }
@@ -216,7 +191,7 @@ pub fn write(path: &Path, t: &Tensor) -> Result<()> {
         source,
     };
     let mut f = File::create(path).map_err(io)?;
-    f.write_all(&header(&[t.c, t.h, t.w])).map_err(io)?;
+    f.write_all(&header::write(&[t.c, t.h, t.w])).map_err(io)?;
     f.write_all(bytemuck::cast_slice(&t.data)).map_err(io)?;
     Ok(())
 }
@@ -266,7 +241,7 @@ impl NpyWriter {
         h: usize,
         w: usize,
     ) -> std::io::Result<NpyWriter> {
-        let head = header(&[c, h, w]);
+        let head = header::write(&[c, h, w]);
         file.write_all(&head)?;
         file.set_len(head.len() as u64 + (c * h * w * 4) as u64)?;
         Ok(NpyWriter {
@@ -366,12 +341,9 @@ impl NpyWriter {
     }
 }
 
-impl crate::field::Sink for NpyWriter {
-    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> Result<()> {
-        self.put(y0, x0, t).map_err(|source| Error::Io {
-            path: self.path.clone(),
-            source,
-        })
+impl Sink for NpyWriter {
+    fn put_tile(&self, y0: usize, x0: usize, t: &Tensor) -> bsp_tiling::Result<()> {
+        Ok(self.put(y0, x0, t).map_err(Error::io(&self.path))?)
     }
 }
 
@@ -380,7 +352,14 @@ mod tests {
     use super::*;
 
     fn npy_bytes(shape: &str, values: usize) -> Vec<u8> {
-        let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}");
+        npy_header(
+            &format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}"),
+            values,
+        )
+    }
+
+    fn npy_header(dict: &str, values: usize) -> Vec<u8> {
+        let mut dict = dict.to_string();
         while (10 + dict.len() + 1) % 64 != 0 {
             dict.push(' ');
         }
@@ -487,6 +466,31 @@ mod tests {
                 "16 data bytes",
             ),
             ("magic.npy", b"NUMPY\x93\x01\x00".to_vec(), "magic"),
+            // What numpy refuses: a header without its closing brace, a key it does not know.
+            (
+                "brace.npy",
+                npy_header(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 4), ",
+                    24,
+                ),
+                "ends",
+            ),
+            (
+                "extra.npy",
+                npy_header(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 4), 'x': 0}",
+                    24,
+                ),
+                "expected descr, fortran_order and shape only",
+            ),
+            (
+                "fortran.npy",
+                npy_header(
+                    "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 4)}",
+                    24,
+                ),
+                "Fortran order",
+            ),
             // Version 2: a 4-byte header length, here 4 GiB.
             (
                 "huge_header.npy",
@@ -496,7 +500,7 @@ mod tests {
             (
                 "cut.npy",
                 npy_bytes("2, 3, 4", 24)[..30].to_vec(),
-                "failed to fill",
+                "a header of 118 bytes in a file of 30",
             ),
         ] {
             let p = dir.path().join(name);

@@ -1,11 +1,11 @@
-//! TIFF by region and tiled BigTIFF out (`bsp_tiling::tiffio`): region reads equal the pixels the file
+//! TIFF by region and tiled BigTIFF out (`infer_io::tiff`): region reads equal the pixels the file
 //! holds, for striped (the `tiff` crate's encoder: classic and BigTIFF, every compression it writes) and
 //! tiled files (our writer), odd sizes, 8/16-bit and float samples; the writer's files read back through
 //! the `tiff` crate's own whole-image decoder; any page of a multi-page file reads as that page decoded
 //! whole, and a page the file lacks is a typed error; damaged files are typed errors naming the file.
 
-use bsp_tiling::tiffio::{OutDType, PageInfo, SampleType, TiffRegions, TiffWriter};
 use bsp_tiling::{Field, Input, Sink, Tensor};
+use infer_io::tiff::{OutDType, PageInfo, SampleType, TiffRegions, TiffWriter};
 use std::path::{Path, PathBuf};
 use stdx::SplitMix64;
 use tiff::encoder::{
@@ -473,7 +473,7 @@ fn subifd_levels_read_as_their_pixels_and_are_listed() {
         } else {
             pyramid(TiffEncoder::new(f).unwrap(), &levels);
         }
-        let listed: Vec<String> = bsp_tiling::tiffio::pages(&p)
+        let listed: Vec<String> = infer_io::tiff::pages(&p)
             .unwrap()
             .iter()
             .map(|p| p.to_string())
@@ -498,9 +498,9 @@ fn subifd_levels_read_as_their_pixels_and_are_listed() {
         check_windows(&label, |_, _, _| 7.0);
         for (page, level, subifds) in [(0, 3, 2), (1, 1, 0)] {
             match TiffRegions::open_level(&p, page, level, 1 << 20) {
-                Err(e @ bsp_tiling::Error::NoSuchLevel { .. }) => {
+                Err(e @ infer_io::Error::NoSuchLevel { .. }) => {
                     let text = e.to_string();
-                    let bsp_tiling::Error::NoSuchLevel {
+                    let infer_io::Error::NoSuchLevel {
                         path,
                         page: pg,
                         level: lv,
@@ -634,7 +634,7 @@ fn pages_are_listed_from_their_tags() {
         TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap(),
         3,
     );
-    let pages = bsp_tiling::tiffio::pages(&p).unwrap();
+    let pages = infer_io::tiff::pages(&p).unwrap();
     let page = |index, (width, height), spp, bits, st, tiled, (cw, ch), reduced| PageInfo {
         index,
         level: 0,
@@ -686,7 +686,7 @@ fn pages_are_listed_from_their_tags() {
     // A single-page file: one page.
     let one = dir.path().join("one.tif");
     striped::<colortype::Gray8>(&one, false, Compression::Uncompressed, (5, 4, 2), &[0; 20]);
-    assert_eq!(bsp_tiling::tiffio::pages(&one).unwrap().len(), 1);
+    assert_eq!(infer_io::tiff::pages(&one).unwrap().len(), 1);
 }
 
 #[test]
@@ -699,9 +699,9 @@ fn a_page_the_file_lacks_is_a_typed_error_with_the_page_count() {
     );
     for asked in [3usize, 4, 1000] {
         match TiffRegions::open_page(&p, asked, 1 << 20) {
-            Err(e @ bsp_tiling::Error::NoSuchPage { .. }) => {
+            Err(e @ infer_io::Error::NoSuchPage { .. }) => {
                 let text = e.to_string();
-                let bsp_tiling::Error::NoSuchPage { path, page, pages } = e else {
+                let infer_io::Error::NoSuchPage { path, page, pages } = e else {
                     unreachable!()
                 };
                 assert_eq!((path, page, pages), (p.clone(), asked, 3));

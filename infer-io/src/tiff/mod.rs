@@ -5,7 +5,7 @@
 //! tables at the end).
 
 mod cache;
-mod levels;
+mod open;
 mod pages;
 mod read;
 mod write;

@@ -1,10 +1,11 @@
-//! [`Rows8`]: an 8-bit image output of `l3 infer` written row by row. Tiles of a band of rows are
+//! [`Rows8`]: an 8-bit image output written row by row. Tiles of a band of rows are
 //! collected until the band is complete and is the next one in the file, then its rows go to the encoder
 //! ([`RowsOut`]: PNG, raw PPM/PGM, L3, JPEG). Memory: the bands in flight (tiles finish roughly in row order)
 //! and the encoder's own state, not the image.
 
-use anyhow::{Context, bail};
-use bsp_tiling::{Sink, Tensor};
+use crate::error::{Error, Result};
+use bsp_tiling::Tensor;
+use bsp_tiling::field::Sink;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -13,22 +14,34 @@ use std::sync::Mutex;
 
 /// Where an 8-bit image's rows go, in order: interleaved `width × channels` bytes each.
 pub(crate) trait RowsOut: Send {
-    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()>;
+    fn rows(&mut self, px: &[u8]) -> Result<()>;
     /// Completes the file once every row was given.
-    fn finish(self) -> anyhow::Result<()>;
+    fn finish(self) -> Result<()>;
+}
+
+fn encode(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> Error + '_ {
+    move |e| Error::Encode {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+/// A PNG's encoding error: an I/O failure is the file's, anything else the encoder's.
+fn png_error(path: &Path, e: png::EncodingError) -> Error {
+    match e {
+        png::EncodingError::IoError(source) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        e => encode(path)(&e),
+    }
 }
 
 /// A PNG, rows compressed as they come.
-pub(crate) struct Png(png::StreamWriter<'static, BufWriter<File>>);
+pub(crate) struct Png(png::StreamWriter<'static, BufWriter<File>>, PathBuf);
 
 impl Png {
-    pub(crate) fn create(
-        f: File,
-        path: &Path,
-        c: usize,
-        h: usize,
-        w: usize,
-    ) -> anyhow::Result<Png> {
+    pub(crate) fn create(f: File, path: &Path, c: usize, h: usize, w: usize) -> Result<Png> {
         let mut enc = png::Encoder::new(BufWriter::new(f), w as u32, h as u32);
         enc.set_color(if c == 3 {
             png::ColorType::Rgb
@@ -39,37 +52,39 @@ impl Png {
         let writer = enc
             .write_header()
             .and_then(|w| w.into_stream_writer())
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(Png(writer))
+            .map_err(|e| png_error(path, e))?;
+        Ok(Png(writer, path.to_path_buf()))
     }
 }
 
 impl RowsOut for Png {
-    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
-        Ok(self.0.write_all(px)?)
+    fn rows(&mut self, px: &[u8]) -> Result<()> {
+        self.0.write_all(px).map_err(Error::io(&self.1))
     }
-    fn finish(self) -> anyhow::Result<()> {
-        Ok(self.0.finish()?)
+    fn finish(self) -> Result<()> {
+        let path = self.1;
+        self.0.finish().map_err(|e| png_error(&path, e))
     }
 }
 
 /// A raw PPM (3 channels) or PGM (1): the loader's header, then the rows as they are.
-pub(crate) struct Raw(BufWriter<File>);
+pub(crate) struct Raw(BufWriter<File>, PathBuf);
 
 impl Raw {
-    pub(crate) fn create(f: File, c: usize, h: usize, w: usize) -> anyhow::Result<Raw> {
+    pub(crate) fn create(f: File, path: &Path, c: usize, h: usize, w: usize) -> Result<Raw> {
         let mut out = BufWriter::new(f);
-        out.write_all(&loader::convert::raw_header(w as u32, h as u32, c as u8))?;
-        Ok(Raw(out))
+        out.write_all(&loader::convert::raw_header(w as u32, h as u32, c as u8))
+            .map_err(Error::io(path))?;
+        Ok(Raw(out, path.to_path_buf()))
     }
 }
 
 impl RowsOut for Raw {
-    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
-        Ok(self.0.write_all(px)?)
+    fn rows(&mut self, px: &[u8]) -> Result<()> {
+        self.0.write_all(px).map_err(Error::io(&self.1))
     }
-    fn finish(mut self) -> anyhow::Result<()> {
-        Ok(self.0.flush()?)
+    fn finish(mut self) -> Result<()> {
+        self.0.flush().map_err(Error::io(&self.1))
     }
 }
 
@@ -78,6 +93,7 @@ impl RowsOut for Raw {
 pub(crate) struct L3 {
     writer: l3_format::L3Writer,
     file: File,
+    path: PathBuf,
 }
 
 impl L3 {
@@ -88,55 +104,79 @@ impl L3 {
         path: &Path,
         (c, h, w): (usize, usize, usize),
         threads: usize,
-    ) -> anyhow::Result<L3> {
-        let (w, h) = (
-            u32::try_from(w).context("the output is too wide for L3")?,
-            u32::try_from(h).context("the output is too tall for L3")?,
-        );
+    ) -> Result<L3> {
+        let side = |n: usize, what: &str| {
+            u32::try_from(n).map_err(|_| encode(path)(&format!("{n} pixels are too {what} for L3")))
+        };
+        let (w, h) = (side(w, "wide")?, side(h, "tall")?);
         let opts = l3_format::EncodeOptions {
             threads,
             ..l3_format::EncodeOptions::default()
         };
-        let writer = l3_format::L3Writer::new(path, w, h, c as u8, &opts)?;
-        Ok(L3 { writer, file })
+        let writer =
+            l3_format::L3Writer::new(path, w, h, c as u8, &opts).map_err(|e| l3_error(path, e))?;
+        Ok(L3 {
+            writer,
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// An L3 encoder's error: an I/O failure (its spill file, the output) is the file's.
+fn l3_error(path: &Path, e: l3_format::Error) -> Error {
+    match e {
+        l3_format::Error::File { source, .. } => l3_error(path, *source),
+        l3_format::Error::Io {
+            path,
+            what,
+            kind,
+            message,
+        } => Error::Io {
+            path,
+            source: std::io::Error::new(kind, format!("{what}: {message}")),
+        },
+        e => encode(path)(&e),
     }
 }
 
 impl RowsOut for L3 {
-    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
-        Ok(self.writer.push_rows(px)?)
+    fn rows(&mut self, px: &[u8]) -> Result<()> {
+        self.writer
+            .push_rows(px)
+            .map_err(|e| l3_error(&self.path, e))
     }
-    fn finish(self) -> anyhow::Result<()> {
-        let mut out = self.writer.finish(BufWriter::new(self.file))?;
-        Ok(out.flush()?)
+    fn finish(self) -> Result<()> {
+        let path = self.path;
+        let mut out = self
+            .writer
+            .finish(BufWriter::new(self.file))
+            .map_err(|e| l3_error(&path, e))?;
+        out.flush().map_err(Error::io(&path))
     }
 }
 
 /// A JPEG at quality 95, its rows encoded on the encoder's own thread as they come
 /// ([`loader::convert::JpegRows`]).
-pub(crate) struct Jpeg(loader::convert::JpegRows<BufWriter<File>>);
+pub(crate) struct Jpeg(loader::convert::JpegRows<BufWriter<File>>, PathBuf);
 
 impl Jpeg {
-    pub(crate) fn create(
-        f: File,
-        path: &Path,
-        c: usize,
-        h: usize,
-        w: usize,
-    ) -> anyhow::Result<Jpeg> {
+    pub(crate) fn create(f: File, path: &Path, c: usize, h: usize, w: usize) -> Result<Jpeg> {
         loader::convert::JpegRows::new(BufWriter::new(f), w, h, c, 95)
-            .map(Jpeg)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+            .map(|rows| Jpeg(rows, path.to_path_buf()))
+            .map_err(|e| encode(path)(&e))
     }
 }
 
 impl RowsOut for Jpeg {
-    fn rows(&mut self, px: &[u8]) -> anyhow::Result<()> {
-        self.0.rows(px).map_err(anyhow::Error::msg)
+    fn rows(&mut self, px: &[u8]) -> Result<()> {
+        self.0.rows(px).map_err(|e| encode(&self.1)(&e))
     }
-    fn finish(self) -> anyhow::Result<()> {
-        let out = self.0.finish().map_err(anyhow::Error::msg)?;
-        out.into_inner().map_err(|e| e.into_error())?;
+    fn finish(self) -> Result<()> {
+        let path = self.1;
+        let out = self.0.finish().map_err(|e| encode(&path)(&e))?;
+        out.into_inner()
+            .map_err(|e| Error::io(&path)(e.into_error()))?;
         Ok(())
     }
 }
@@ -156,7 +196,7 @@ struct State<O> {
     bands: BTreeMap<usize, (Vec<u8>, usize, usize)>,
     next_row: usize,
     /// The encoder's first error: the run stops on it and it is what the caller reports.
-    failed: Option<anyhow::Error>,
+    failed: Option<Error>,
 }
 
 impl<O: RowsOut> Rows8<O> {
@@ -180,22 +220,20 @@ impl<O: RowsOut> Rows8<O> {
     pub(crate) fn run(
         self,
         run: impl Fn(&dyn Sink) -> bsp_tiling::Result<bsp_tiling::RunInfo>,
-    ) -> anyhow::Result<bsp_tiling::RunInfo> {
+    ) -> Result<bsp_tiling::RunInfo> {
         let result = run(&self);
         let st = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
-        let path = self.path.display();
         if let Some(e) = st.failed {
-            return Err(e.context(format!("writing {path}")));
+            return Err(e);
         }
         let info = result?;
         if st.next_row != self.h {
-            bail!(
-                "{path}: internal: {} of {} rows were written",
-                st.next_row,
-                self.h
-            );
+            return Err(encode(&self.path)(&format!(
+                "internal: {} of {} rows were written",
+                st.next_row, self.h
+            )));
         }
-        st.out.finish().with_context(|| format!("writing {path}"))?;
+        st.out.finish()?;
         Ok(info)
     }
 }
@@ -213,10 +251,8 @@ impl<O: RowsOut> Sink for Rows8<O> {
         }
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *guard;
-        let stopped = || bsp_tiling::Error::Io {
-            path: self.path.clone(),
-            source: std::io::Error::other("the output's encoder failed"),
-        };
+        let stopped =
+            || bsp_tiling::Error::from(encode(&self.path)(&"the output's encoder failed"));
         if st.failed.is_some() {
             return Err(stopped());
         }

@@ -1,6 +1,6 @@
 //! A TIFF or BigTIFF read by region: one page of the file (page 0 by default: a pyramidal slide's full
 //! resolution, a GeoTIFF's full image; later pages are reduced levels, overviews, thumbnails), or one of
-//! its SubIFD levels (see `levels`), of which a
+//! its SubIFD levels (see `open`), of which a
 //! window decodes only the tiles or strips (the page's *chunks*) it covers, through the `tiff` crate (uncompressed, LZW, Deflate, PackBits, JPEG — what the crate
 //! decodes). Classic and BigTIFF, tiled or striped, chunky or planar; 8- and 16-bit unsigned and 32-bit
 //! float samples; any number of samples per pixel except palette and colour-space images (CMYK, YCbCr,
@@ -12,19 +12,14 @@
 //! before anything is decoded, so a file whose chunks do not fit is a typed error, not an abort.
 
 use super::cache::{Chunk, ChunkCache, Samples};
-use super::levels::{self, FirstIfd};
+use super::open::{Dec, open_decoder_at, tiff_error};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input};
-use std::fs::File;
-use std::io::BufReader;
+use bsp_tiling::field::{Field, Input};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tiff::ColorType;
-use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
+use tiff::decoder::{ChunkType, DecodingResult, Limits};
 use tiff::tags::Tag;
-
-/// Every decoder reads through [`FirstIfd`], so that a page's SubIFD levels are decoders of one type.
-pub(super) type Dec = Decoder<FirstIfd<BufReader<File>>>;
 
 /// The type of a file's samples. Integers are read as their values (0..255, 0..65535), floats as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,19 +52,6 @@ pub struct TiffRegions {
     decode_limit: usize,
     cache: ChunkCache,
     note: Option<String>,
-}
-
-pub(super) fn tiff_error(path: &Path, what: &str, e: tiff::TiffError) -> Error {
-    match e {
-        tiff::TiffError::IoError(source) => Error::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        e => Error::Tiff {
-            path: path.to_path_buf(),
-            reason: format!("{what}: {e}"),
-        },
-    }
 }
 
 impl TiffRegions {
@@ -330,65 +312,28 @@ fn limits(decoding_buffer_size: usize) -> Limits {
     l
 }
 
-pub(super) fn open_file(path: &Path) -> Result<BufReader<File>> {
-    let f = stdx::fs::open_regular(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(BufReader::new(f))
-}
-
-pub(super) fn open_decoder(path: &Path) -> Result<Dec> {
-    Decoder::new(FirstIfd::new(open_file(path)?))
-        .map_err(|e| tiff_error(path, "not a readable TIFF", e))
-}
-
-/// A decoder of `path` positioned on level `level` of page `page` (level 0: the page itself); a page past
-/// the last is [`Error::NoSuchPage`], a level past the page's SubIFDs [`Error::NoSuchLevel`].
-fn open_decoder_at(path: &Path, page: usize, level: usize) -> Result<Dec> {
-    let dec = open_page_decoder(path, page)?;
-    match level {
-        0 => Ok(dec),
-        _ => levels::open_level(dec, path, page, level),
-    }
-}
-
-pub(super) fn open_page_decoder(path: &Path, page: usize) -> Result<Dec> {
-    let mut dec = open_decoder(path)?;
-    if page == 0 {
-        return Ok(dec);
-    }
-    match dec.seek_to_image(page) {
-        Ok(()) => Ok(dec),
-        Err(tiff::TiffError::FormatError(tiff::TiffFormatError::ImageFileDirectoryNotFound)) => {
-            Err(Error::NoSuchPage {
-                path: path.to_path_buf(),
-                page,
-                pages: page_count(path)?,
-            })
-        }
-        Err(e) => Err(tiff_error(path, &format!("reading page {page}"), e)),
-    }
-}
-
-/// How many pages (image file directories in the main chain) `path` holds.
-pub(super) fn page_count(path: &Path) -> Result<usize> {
-    let mut dec = open_decoder(path)?;
-    let mut n = 1;
-    while dec.more_images() {
-        dec.next_image()
-            .map_err(|e| tiff_error(path, &format!("reading page {n}"), e))?;
-        n += 1;
-    }
-    Ok(n)
-}
-
 impl Field for TiffRegions {
     fn channels(&self) -> usize {
         self.channels
     }
 
-    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+    fn gather(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> bsp_tiling::Result<()> {
+        Ok(self.gather_window(ys, xs, out)?)
+    }
+}
+
+impl TiffRegions {
+    fn gather_window(
+        &self,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+        out: &mut [f32],
+    ) -> Result<()> {
         out.fill(0.0);
         let span = |m: &[Option<usize>]| {
             let lo = m.iter().flatten().min().copied()?;

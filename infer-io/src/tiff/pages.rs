@@ -3,8 +3,7 @@
 //! opening it with [`TiffRegions::open_page`](super::TiffRegions::open_page).
 
 use super::SampleType;
-use super::levels;
-use super::read::{Dec, open_decoder, open_page_decoder, tiff_error};
+use super::open::{self, Dec, open_decoder, open_page_decoder, tiff_error};
 use crate::error::Result;
 use std::fmt;
 use std::path::Path;
@@ -91,7 +90,7 @@ pub fn pages(path: &Path) -> Result<Vec<PageInfo>> {
     let mut index = 0;
     loop {
         out.push(describe(&mut dec, path, index, 0)?);
-        let subs = levels::sub_ifds(&mut dec, path, index)?.len();
+        let subs = open::sub_ifds(&mut dec, path, index)?.len();
         if subs > MAX_LEVELS {
             return Err(crate::error::Error::Tiff {
                 path: path.to_path_buf(),
@@ -102,7 +101,7 @@ pub fn pages(path: &Path) -> Result<Vec<PageInfo>> {
         }
         for level in 1..=subs {
             let on_page = open_page_decoder(path, index)?;
-            let mut sub = levels::open_level(on_page, path, index, level)?;
+            let mut sub = open::open_level(on_page, path, index, level)?;
             out.push(describe(&mut sub, path, index, level)?);
         }
         if !dec.more_images() {

@@ -1,10 +1,10 @@
 //! Arbitrary bytes as a TIFF input read by region: listing the pages and opening a page (0 to 3, from
 //! the last byte) at a level (0 to 2, its SubIFDs, from the byte before) must return a result or a typed error, never panic; what opens is read window by
 //! window (overlapping windows with padding, as tiles read them).
-//! `cargo +nightly fuzz run tiff_regions` from bsp-tiling/ (seed it with TIFFs, e.g. the test outputs).
+//! `cargo +nightly fuzz run tiff_regions` from infer-io/ (seed it with TIFFs, e.g. the test outputs).
 #![no_main]
 
-use bsp_tiling::tiffio::TiffRegions;
+use infer_io::tiff::TiffRegions;
 use bsp_tiling::{Field, Input};
 use libfuzzer_sys::fuzz_target;
 
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let _ = bsp_tiling::tiffio::pages(&path);
+    let _ = infer_io::tiff::pages(&path);
     let page = data.last().map_or(0, |b| usize::from(b % 4));
     let level = data.len().checked_sub(2).map_or(0, |i| usize::from(data[i] % 3));
     let Ok(r) = TiffRegions::open_level(&path, page, level, 1 << 20) else {

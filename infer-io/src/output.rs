@@ -1,0 +1,157 @@
+//! An output file written from a run's tiles, its type by extension: `.npy` (float32 `C×H×W`, the raw
+//! network output, tile by tile at its offsets), `.tif`/`.tiff` (a tiled BigTIFF, tiles written as they
+//! complete: 8-bit after `out_scale` and clamping, or the raw float32 output), or 8-bit images whose rows
+//! are streamed as soon as a band of tiles is complete: `.png`, `.ppm`/`.pgm` (raw, header first), `.l3`
+//! (the default format through [`l3_format::L3Writer`], whose spill file beside the output holds what
+//! the format writes last — memory stays bounded by a band, never the image), `.jpg` (quality 95,
+//! encoded on its own thread as rows come).
+//!
+//! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]):
+//! a failed run leaves nothing behind.
+
+use crate::error::{Error, Result};
+use crate::input::ext;
+use crate::npy::NpyWriter;
+use crate::rows::{self, Rows8};
+use crate::tiff::{OutDType, TiffWriter};
+use bsp_tiling::RunInfo;
+use bsp_tiling::field::{ScaledSink, Sink};
+use std::fs::File;
+use std::path::Path;
+
+/// An output file (see the module documentation): its size (larger tiles are clipped to it), its sample
+/// type where the format offers a choice, the factor applied before 8-bit clamping, and the threads an
+/// L3 encoder may use.
+pub struct OutputFile<'a> {
+    pub path: &'a Path,
+    pub shape: (usize, usize, usize),
+    pub dtype: Option<OutDType>,
+    pub out_scale: f32,
+    pub threads: usize,
+}
+
+/// The output sample types each format can hold; the first is its default.
+fn output_dtypes(out_ext: &str) -> Option<&'static [OutDType]> {
+    Some(match out_ext {
+        "npy" => &[OutDType::F32],
+        "tif" | "tiff" => &[OutDType::U8, OutDType::F32],
+        "png" | "l3" | "ppm" | "pgm" | "jpg" | "jpeg" => &[OutDType::U8],
+        _ => return None,
+    })
+}
+
+fn dtype_name(d: OutDType) -> &'static str {
+    match d {
+        OutDType::U8 => "uint8",
+        OutDType::F32 => "float32",
+    }
+}
+
+/// Refuses an output path whose type is unknown, or that cannot hold `dtype`, before anything runs.
+pub fn check_output(path: &Path, dtype: Option<OutDType>) -> Result<OutDType> {
+    let out_ext = ext(path);
+    let Some(dtypes) = output_dtypes(&out_ext) else {
+        return Err(Error::refused(
+            path.display().to_string(),
+            format!(
+                "unknown output type {out_ext:?}: use .npy (float32 C×H×W), .tif/.tiff (tiled BigTIFF, uint8 or float32), .png, .l3, .ppm/.pgm or .jpg"
+            ),
+        ));
+    };
+    let dtype = dtype.unwrap_or(dtypes[0]);
+    if !dtypes.contains(&dtype) {
+        return Err(Error::refused(
+            path.display().to_string(),
+            format!(
+                "a .{out_ext} output holds {}, not {}",
+                dtype_name(dtypes[0]),
+                dtype_name(dtype)
+            ),
+        ));
+    }
+    Ok(dtype)
+}
+
+fn check_8bit_channels(c: usize) -> Result<()> {
+    if c != 1 && c != 3 {
+        return Err(Error::refused(
+            "output",
+            format!(
+                "the network's output has {c} channels: an 8-bit image holds 1 or 3; write .npy for the raw output"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl OutputFile<'_> {
+    /// Runs `run` into a sink writing this file under a temporary name, renamed once complete.
+    pub fn write(&self, run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>) -> Result<RunInfo> {
+        let path = self.path;
+        let dtype = check_output(path, self.dtype)?;
+        let out_ext = ext(path);
+        // 8-bit outputs get `out_scale` before clamping; float32 ones the raw output.
+        let run_scaled = |sink: &dyn Sink| {
+            run(&ScaledSink {
+                inner: sink,
+                scale: self.out_scale,
+            })
+        };
+        // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`.
+        let mut out = stdx::fs::AtomicFile::create(path).map_err(Error::io(path))?;
+        let file = out.file().try_clone().map_err(Error::io(path))?;
+        let info = self.write_to(&out_ext, file, dtype, &run, run_scaled)?;
+        out.commit().map_err(Error::io(path))?;
+        Ok(info)
+    }
+
+    /// Runs the network into `file` (the temporary of the output) of type `out_ext`.
+    fn write_to(
+        &self,
+        out_ext: &str,
+        file: File,
+        dtype: OutDType,
+        run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+        run_scaled: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
+    ) -> Result<RunInfo> {
+        let path = self.path;
+        let (c, oh, ow) = self.shape;
+        Ok(match out_ext {
+            "npy" => {
+                let wr = NpyWriter::from_file(file, path, c, oh, ow).map_err(Error::io(path))?;
+                let info = run(&wr)?;
+                wr.finish().map_err(Error::io(path))?;
+                info
+            }
+            "tif" | "tiff" => {
+                let wr = TiffWriter::new(file, path, c, oh, ow, dtype)?;
+                let info = match dtype {
+                    OutDType::U8 => run_scaled(&wr)?,
+                    OutDType::F32 => run(&wr)?,
+                };
+                wr.finish()?;
+                info
+            }
+            "png" => {
+                check_8bit_channels(c)?;
+                let out = rows::Png::create(file, path, c, oh, ow)?;
+                Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            "ppm" | "pgm" => {
+                check_8bit_channels(c)?;
+                let out = rows::Raw::create(file, path, c, oh, ow)?;
+                Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            "l3" => {
+                check_8bit_channels(c)?;
+                let out = rows::L3::create(file, path, (c, oh, ow), self.threads)?;
+                Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+            _ => {
+                check_8bit_channels(c)?;
+                let out = rows::Jpeg::create(file, path, c, oh, ow)?;
+                Rows8::new(out, path, c, oh, ow).run(run_scaled)?
+            }
+        })
+    }
+}
