@@ -52,7 +52,7 @@ def test_a_npy_header_numpy_refuses_is_a_format_error(model, tmp_path):
     # The dict's closing brace gone: numpy itself refuses the file.
     bad = tmp_path / "brace.npy"
     bad.write_bytes(b.replace(b"}", b" ", 1))
-    with pytest.raises(ValueError):
+    with pytest.raises(Exception):  # numpy's tokenizer: "EOF in multi-line statement"
         np.load(bad)
     with pytest.raises(l3.FormatError, match="brace.npy.*ends"):
         l3.infer(bad, model, tile=32)
