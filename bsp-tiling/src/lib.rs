@@ -58,6 +58,7 @@ mod store;
 mod tensor;
 pub mod tiffio;
 mod whole;
+mod win;
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

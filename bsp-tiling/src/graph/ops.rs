@@ -7,21 +7,7 @@
 
 use crate::padding::PaddingMode;
 use crate::tensor::Tensor;
-
-/// A convolution's geometry along one axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Win {
-    pub k: usize,
-    pub stride: usize,
-    pub dilation: usize,
-}
-
-impl Win {
-    /// The kernel's extent in input pixels.
-    pub fn span(&self) -> usize {
-        self.dilation * (self.k - 1) + 1
-    }
-}
+pub use crate::win::Win;
 
 /// Padding along one axis: explicit, or ONNX's `auto_pad` resolved against the input length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
