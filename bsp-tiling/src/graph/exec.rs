@@ -11,7 +11,7 @@
 //! A node a backend cannot run is refused by [`GraphOps::check`] before any work starts: a typed
 //! [`Error::Node`] naming it, never a fallback to the host.
 
-use super::Node;
+use super::model::Node;
 use super::ops::{self, Ctx, Op, Unary};
 use crate::backend::CpuBackend;
 use crate::device::{Precision, norm_scratch_bytes};
