@@ -31,7 +31,7 @@ pub fn run_graph(
     run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
 }
 
-/// [`run_graph`] with every node computed on `backend` (the CPU, [`crate::DeviceSim`], CUDA): the
+/// [`run_graph`] with every node computed on `backend` (the CPU, `DeviceSim`, CUDA): the
 /// backend first checks that it runs every node, then prepares the run (weights), and each superstep
 /// hands it the gathered windows. A device's memory peak is reported in [`RunInfo::device_peak_bytes`].
 #[allow(clippy::too_many_arguments)]
