@@ -227,7 +227,7 @@ pub mod host {
         );
         let ho = (x.h - k) / s + 1;
         let wo = (x.w - k) / s + 1;
-        let win = crate::graph::ops::Win {
+        let win = crate::win::Win {
             k,
             stride: s,
             dilation: 1,

@@ -1,34 +1,44 @@
 //! CNN inference on images of any size: BSP tiling with dictionary padding and synchronised
 //! normalisation statistics (after "Processing Extremely Large Images with CNNs", CIKM'17).
 //!
-//! * `tensor`, `padding`, [`backend`] — a small CPU engine (im2col + SGEMM) behind a [`Backend`] trait
-//!   whose activations are the backend's own type, so that a device keeps them in its memory.
-//! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM), on the
-//!   toolkit's one CUDA setup (`cuda-setup`: libraries loaded at run time, the device probe, kernels
-//!   compiled once per architecture); `device` selects it ([`Device`], [`DeviceOptions`]) and
-//!   [`stylize_on`] runs on it.
+//! Two engines share the tiles, the statistics and the storage:
+//!
+//! * [`graph`] — the DAG engine for any tileable CNN: `graph::model` ([`Graph`], [`Node`], their plan
+//!   for one input size, halos, TransformerNet as a graph), `graph::schedule` (which values are stored,
+//!   fused, read through or inlined), `graph::eval` (one node over one output range), `graph::exact`
+//!   (the superstep engine), `graph::fixed` (one pass per output tile with fixed statistics),
+//!   `graph::run` ([`run_graph`], [`infer`] and their backend/device forms), [`graph::ops`] (each op's
+//!   geometry and host computation), [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA),
+//!   [`graph::launch`] (the graph kernels' host half).
+//! * [`onnx`] — the ONNX importer into a [`Graph`] ([`load_onnx`]), one module per op family.
+//! * The stage engine for [`Net`] (TransformerNet from safetensors, `model`), picked by [`Mode`] in
+//!   [`stylize`]: `whole` (the whole-image pass, the reference, and its device peak), `bsp` (exact
+//!   supersteps, [`RunInfo`]), `onepass` (sampled / recompute), `naive` (no halo, per-tile statistics),
+//!   `grid` ([`Grid`]: tile borders aligned to the total stride).
+//!
+//! Shared underneath:
+//!
+//! * `tensor`, `padding`, [`backend`] — a small CPU engine behind the [`Backend`] trait, whose
+//!   activations are the backend's own type, so that a device keeps them in its memory.
+//! * `gemm` — convolution as a packed GEMM in a fixed summation order (portable and AVX2 kernels,
+//!   bit-identical); `win` — a window's geometry along one axis, which it and `graph::ops` share.
+//! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM) on the
+//!   toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`], [`DeviceOptions`],
+//!   [`Precision`]) and [`stylize_on`] / [`run_graph_device`] run on it.
 //! * `meter`, `place`, `sim` — device memory: leases against a budget ([`Meter`]), the placement of
-//!   layers ([`plan_exact`]: resident on the device or through host memory), and a CPU stand-in for a
-//!   device that tests both ([`DeviceSim`]).
-//! * `model` — networks as stages ([`Net`]); Johnson et al.'s TransformerNet from PyTorch safetensors.
-//! * `whole` — the whole-image pass ([`Net::forward_whole`]), the reference, and its device peak
-//!   ([`whole_peak`]).
-//! * `grid` — tile borders aligned to the network's total stride ([`Grid`], [`stage_grids`]).
-//! * `bsp` — the exact engine ([`run_exact`]): a superstep per convolution, halos from neighbouring
-//!   tiles, normalisation with merged (count, mean, M2) statistics (`stats`, [`ChannelStats`]),
-//!   activations in RAM or spilled to memory-mapped files (`store`, [`Budget`]).
-//! * `onepass` — one pass per tile with fixed statistics: sampled (approximate, [`run_sampled`]) or
-//!   recomputed (exact, [`run_recompute`]).
-//! * `naive` — the no-halo, per-tile-statistics baseline ([`run_naive`]).
-//! * [`field`] — inputs and outputs of any size ([`Input`], [`OutputSink`], [`Output`]), and the index
-//!   maps a [`Field`] implemented elsewhere reads its windows by. Files read by region and written tile by
-//!   tile (`.npy`, TIFF, L3, PNG, ...) are the `infer-io` crate's: this one knows no file format but its
-//!   models'.
+//!   layers (resident on the device or through host memory), and the device simulated on the CPU.
+//! * `stats` (Chan/Welford, [`ChannelStats`]), `store` (activations in RAM or spilled, [`Budget`]),
+//!   `buffers` (large buffers reused between supersteps).
+//! * [`field`] — inputs and outputs of any size ([`Input`], [`Sink`], [`OutputSink`], [`Output`]), and
+//!   the index maps a [`Field`] implemented elsewhere reads its windows by. Files read by region and
+//!   written tile by tile (`.npy`, TIFF, L3, PNG, ...) are the `infer-io` crate's: this one knows no file
+//!   format but its models'.
 //! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
 //!
-//! [`stylize`] picks one of these by [`Mode`] (into memory; [`stylize_into`] hands the tiles to a
-//! [`Sink`] as they complete). Only [`backend`] (the trait and what implementing or
-//! driving it takes), [`field`] (what implementing an input or a sink takes) and [`metrics`] are public modules; everything else a user needs is re-exported here.
+//! Everything a user of the library needs is re-exported here; what only this crate's tests,
+//! benchmarks and fuzz targets drive (the stage engine's modes on an explicit grid, the placement
+//! planner, the simulated device, the CUDA kernels' source and launch parameters) is in the hidden
+//! `testing` module.
 #![deny(unsafe_code)]
 
 pub mod backend;
@@ -56,7 +66,10 @@ mod stats;
 #[allow(unsafe_code)]
 mod store;
 mod tensor;
+#[doc(hidden)]
+pub mod testing;
 mod whole;
+mod win;
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]
@@ -64,33 +77,26 @@ mod whole;
 struct ReadmeDoctest;
 
 pub use backend::{Backend, CpuBackend};
-pub use bsp::{RunInfo, run_exact};
-pub use cuda::{
-    BandGemm, CudaBackend, CudaTensor, CudaWeights, KERNEL_NAMES, KERNEL_SOURCE, band_gemm,
-};
-pub use device::{Device, DeviceOptions, Precision, default_tile, stats_blocks};
+pub use bsp::RunInfo;
+pub use cuda::CudaBackend;
+pub use device::{Device, DeviceOptions, Precision, default_tile};
 pub use error::{Error, Result};
 pub use field::{
     Field, Input, Output, OutputSink, Scaled, ScaledSink, Sink, image_from_tensor, image_to_tensor,
 };
 pub use graph::{
     Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run_graph,
-    run_graph_device, run_graph_exact, run_graph_on,
+    run_graph_device, run_graph_on,
 };
-pub use grid::{Grid, stage_grids};
+pub use grid::Grid;
 pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
-pub use naive::run_naive;
-pub use onepass::{run_recompute, run_sampled};
 pub use onnx::{graph_from_onnx, load_onnx};
 pub use padding::PaddingMode;
-pub use place::{Placement, plan_exact};
-pub use sim::{DeviceSim, SimBuf, SimWeights};
 pub use stats::ChannelStats;
 pub use store::Budget;
 pub use tensor::Tensor;
 pub use vocab::Image;
-pub use whole::whole_peak;
 
 /// How an image is run through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +161,7 @@ pub fn min_tile(net: &Net) -> usize {
 }
 
 /// [`min_tile`], the layer whose halo sets it (the first, where several tie) and that halo in input pixels.
-pub fn min_tile_layer(net: &Net) -> (usize, String, usize) {
+fn min_tile_layer(net: &Net) -> (usize, String, usize) {
     let align = net.total_stride();
     let mut div = 1;
     let (mut need, mut layer) = (

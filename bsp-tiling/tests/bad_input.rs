@@ -2,7 +2,7 @@
 
 mod common;
 
-use bsp_tiling::run_exact;
+use bsp_tiling::testing::run_exact;
 use bsp_tiling::{
     Budget, CpuBackend, Error, Grid, Image, Mode, Net, Options, OutputSink, PaddingMode, Tensor,
     Widths, grid_for, stylize,

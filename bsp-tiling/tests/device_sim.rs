@@ -5,9 +5,9 @@
 
 mod common;
 
-use bsp_tiling::DeviceSim;
-use bsp_tiling::plan_exact;
-use bsp_tiling::run_exact;
+use bsp_tiling::testing::DeviceSim;
+use bsp_tiling::testing::plan_exact;
+use bsp_tiling::testing::run_exact;
 use bsp_tiling::{
     Backend, Budget, CpuBackend, Error, Grid, Mode, Net, Options, OutputSink, PaddingMode,
     Precision, Tensor, Widths, stylize,
@@ -43,7 +43,7 @@ fn every_budget_is_exact_and_within_its_plan() {
     // The budgets: unlimited, then between the smallest workable one and the everything-resident peak.
     let probe = small_band(u64::MAX);
     let plan = net.plan(61, 70).unwrap();
-    let grids = bsp_tiling::stage_grids(&net, &plan, &g).unwrap();
+    let grids = bsp_tiling::testing::stage_grids(&net, &plan, &g).unwrap();
     let all = plan_exact(&probe, &net, &plan, &grids, 1).unwrap();
     let floor = (0..net.stages.len())
         .map(|i| all.weights + all.working[i])
@@ -103,7 +103,7 @@ fn memory_the_backend_already_holds_is_planned_around() {
     let want = net.forward_whole(&CpuBackend, &x, 2, None).unwrap().0;
     let g = Grid::with_tile(61, 70, 16, 4, 4).unwrap();
     let plan = net.plan(61, 70).unwrap();
-    let grids = bsp_tiling::stage_grids(&net, &plan, &g).unwrap();
+    let grids = bsp_tiling::testing::stage_grids(&net, &plan, &g).unwrap();
     let all = plan_exact(&small_band(u64::MAX), &net, &plan, &grids, 1).unwrap();
     // A budget that holds everything, of which a third is taken before the run.
     let sim = small_band(all.peak);
@@ -114,7 +114,7 @@ fn memory_the_backend_already_holds_is_planned_around() {
     assert!(max_abs(&got, &want) < 1e-4);
     assert!(info.device_peak_bytes <= all.peak);
     // The whole-image pass counts it too.
-    let need = bsp_tiling::whole_peak(&sim, &net, &plan, 61, 70);
+    let need = bsp_tiling::testing::whole_peak(&sim, &net, &plan, 61, 70);
     let whole = small_band(need);
     let _held = whole.reserve(1).unwrap();
     let e = net.forward_whole(&whole, &x, 1, None).unwrap_err();
@@ -131,7 +131,7 @@ fn residual_and_output_paths_with_mixed_residency() {
     let want = net.forward_whole(&CpuBackend, &img, 2, None).unwrap().0;
     let g = Grid::with_count(48, 64, 2, 3, 4).unwrap();
     let plan = net.plan(48, 64).unwrap();
-    let grids = bsp_tiling::stage_grids(&net, &plan, &g).unwrap();
+    let grids = bsp_tiling::testing::stage_grids(&net, &plan, &g).unwrap();
     let all = plan_exact(
         &DeviceSim::new(u64::MAX, Precision::F32),
         &net,
@@ -233,7 +233,7 @@ fn every_mode_runs_on_the_device_within_budget() {
         // Too small a device for the whole image: refused up front with the reason.
         if mode == Mode::Whole {
             let plan = net.plan(40, 48).unwrap();
-            let need = bsp_tiling::whole_peak(&sim, &net, &plan, 40, 48);
+            let need = bsp_tiling::testing::whole_peak(&sim, &net, &plan, 40, 48);
             assert!(info.device_peak_bytes <= need);
             let small = DeviceSim::new(need - 1, Precision::F32);
             let e = stylize(&net, &small, &x, &opts, false).unwrap_err();

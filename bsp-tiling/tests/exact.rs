@@ -2,9 +2,9 @@
 
 mod common;
 
-use bsp_tiling::run_exact;
+use bsp_tiling::testing::run_exact;
+use bsp_tiling::testing::{run_recompute, run_sampled};
 use bsp_tiling::{Budget, CpuBackend, Grid, Input, Net, OutputSink, PaddingMode, Tensor, Widths};
-use bsp_tiling::{run_recompute, run_sampled};
 use common::*;
 
 const TOL: f32 = 1e-4;

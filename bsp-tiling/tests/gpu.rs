@@ -11,7 +11,7 @@ mod common;
 
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad};
 use bsp_tiling::metrics::compare;
-use bsp_tiling::run_exact;
+use bsp_tiling::testing::run_exact;
 use bsp_tiling::{
     Budget, CudaBackend, Device, DeviceOptions, Error, Grid, Mode, Net, Options, OutputSink,
     PaddingMode, Precision, Tensor, Widths, stylize, stylize_on,
@@ -53,10 +53,10 @@ fn gpu_ops_match_cpu_backend() {
     let mut gpu = cuda(None, Precision::F32);
     eprintln!("{}", gpu.name());
     let x = rnd_tensor(1, 3, 37, 41);
-    fn up_on(g: &CudaBackend, t: &Tensor) -> bsp_tiling::CudaTensor {
+    fn up_on(g: &CudaBackend, t: &Tensor) -> bsp_tiling::testing::CudaTensor {
         g.upload(t.clone()).unwrap()
     }
-    fn down_on(g: &CudaBackend, b: bsp_tiling::CudaTensor) -> Tensor {
+    fn down_on(g: &CudaBackend, b: bsp_tiling::testing::CudaTensor) -> Tensor {
         g.download(b).unwrap()
     }
     let up = |t: &Tensor| up_on(&gpu, t);

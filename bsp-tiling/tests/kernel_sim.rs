@@ -13,7 +13,8 @@
 //! a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip.
 
 use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad, host};
-use bsp_tiling::{ChannelStats, PaddingMode, Tensor, band_gemm, stats_blocks};
+use bsp_tiling::testing::{band_gemm, stats_blocks};
+use bsp_tiling::{ChannelStats, PaddingMode, Tensor};
 use cuda_sim::{Flavour, Harness, harness_or_skip};
 use std::path::Path;
 
@@ -22,7 +23,7 @@ use std::path::Path;
 static HARNESS: Harness = Harness::new(
     "bsp-tiling",
     include_str!("cpu-sim/harness.cpp"),
-    &[("kernels.cu", bsp_tiling::KERNEL_SOURCE)],
+    &[("kernels.cu", bsp_tiling::testing::KERNEL_SOURCE)],
     &["-ffp-contract=off"],
 );
 

@@ -10,7 +10,7 @@
 //! and packed one `NR`-pixel panel at a time where it cannot (column strides, a row's last pixels), so
 //! no column matrix is ever written out. The kernels (`kernel.rs`: portable and AVX2 + FMA side by side)
 //! agree bit for bit, so results do not depend on the CPU either. Both engines' convolutions
-//! ([`crate::graph`] and the TransformerNet stages) and the transposed convolution's products run here.
+//! (the graph engine's and the TransformerNet stages') and the transposed convolution's products run here.
 
 mod kernel;
 pub(crate) mod pack;
@@ -18,8 +18,8 @@ pub(crate) mod pack;
 pub use kernel::Kernel;
 pub use pack::PackedA;
 
-use crate::graph::ops::Win;
 use crate::tensor::Tensor;
+use crate::win::Win;
 
 /// Rows of the weights (output channels) per kernel call.
 pub const MR: usize = 6;

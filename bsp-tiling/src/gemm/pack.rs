@@ -2,8 +2,8 @@
 //! columns), where the kernel cannot read the input in place, one panel of `NR` output pixels at a time.
 
 use super::{MR, NR};
-use crate::graph::ops::Win;
 use crate::tensor::Tensor;
+use crate::win::Win;
 
 /// An `m × k` matrix in panels of `MR` rows: panel `p` holds `a[p·MR + i][kk]` at `(p·k + kk)·MR + i`;
 /// rows past `m` are zero.

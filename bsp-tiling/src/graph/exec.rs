@@ -5,13 +5,13 @@
 //! or the stored tiles of earlier nodes, by global coordinates), handed to the backend with
 //! [`GraphOps::load`], computed there and brought back with [`GraphOps::store`], where the engine takes
 //! the per-channel statistics in f64 and stores the tile. The CPU backend's `load`/`store` are moves and
-//! its `compute` is [`ops::compute`], so the CPU path is the engine as it was; [`crate::DeviceSim`]
+//! its `compute` is [`ops::compute`], so the CPU path is the engine as it was; `DeviceSim`
 //! computes the same numbers with a device's memory accounting; [`crate::CudaBackend`] runs the kernels.
 //!
 //! A node a backend cannot run is refused by [`GraphOps::check`] before any work starts: a typed
 //! [`Error::Node`] naming it, never a fallback to the host.
 
-use super::Node;
+use super::model::Node;
 use super::ops::{self, Ctx, Op, Unary};
 use crate::backend::CpuBackend;
 use crate::device::{Precision, norm_scratch_bytes};

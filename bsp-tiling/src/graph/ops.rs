@@ -7,21 +7,7 @@
 
 use crate::padding::PaddingMode;
 use crate::tensor::Tensor;
-
-/// A convolution's geometry along one axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Win {
-    pub k: usize,
-    pub stride: usize,
-    pub dilation: usize,
-}
-
-impl Win {
-    /// The kernel's extent in input pixels.
-    pub fn span(&self) -> usize {
-        self.dilation * (self.k - 1) + 1
-    }
-}
+pub use crate::win::Win;
 
 /// Padding along one axis: explicit, or ONNX's `auto_pad` resolved against the input length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -713,9 +699,9 @@ pub fn unary(u: &Unary, t: &mut Tensor) {
         Unary::HardSigmoid(a, b) => map(d, |v| (a * v + b).clamp(0.0, 1.0)),
         Unary::HardSwish => map(d, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
         Unary::Elu(a) => map(d, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }),
-        Unary::Erf => map(d, |v| erf(v as f64) as f32),
+        Unary::Erf => map(d, |v| libm::erf(v as f64) as f32),
         Unary::Gelu { tanh: false } => map(d, |v| {
-            (0.5 * v as f64 * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as f32
+            (0.5 * v as f64 * (1.0 + libm::erf(v as f64 / std::f64::consts::SQRT_2))) as f32
         }),
         Unary::Gelu { tanh: true } => map(d, |v| {
             let x = v as f64;
@@ -733,55 +719,6 @@ pub fn unary(u: &Unary, t: &mut Tensor) {
 fn softplus(v: f32) -> f32 {
     // ln(1 + e^v) without overflow.
     if v > 20.0 { v } else { v.exp().ln_1p() }
-}
-
-/// The error function (Abramowitz–Stegun 7.1.26 is too coarse; this is W. J. Cody's rational
-/// approximation via erfc for |x| > 0.5, series below), accurate to ~1e-15.
-fn erf(x: f64) -> f64 {
-    if x.abs() < 0.5 {
-        // Maclaurin series.
-        let mut sum = x;
-        let mut term = x;
-        let x2 = x * x;
-        for n in 1..40 {
-            term *= -x2 / n as f64;
-            let add = term / (2 * n + 1) as f64;
-            sum += add;
-            if add.abs() < 1e-17 {
-                break;
-            }
-        }
-        return sum * 2.0 / std::f64::consts::PI.sqrt();
-    }
-    let sign = x.signum();
-    let z = x.abs();
-    // erfc by a continued fraction (Lentz), converges fast for z >= 0.5.
-    let mut f;
-    let tiny = 1e-300;
-    let b0 = z;
-    f = b0;
-    let mut c = f;
-    let mut d = 0.0;
-    for n in 1..300 {
-        let a = n as f64 / 2.0;
-        let b = z;
-        d = b + a * d;
-        if d.abs() < tiny {
-            d = tiny;
-        }
-        c = b + a / c;
-        if c.abs() < tiny {
-            c = tiny;
-        }
-        d = 1.0 / d;
-        let delta = c * d;
-        f *= delta;
-        if (delta - 1.0).abs() < 1e-16 {
-            break;
-        }
-    }
-    let erfc = (-z * z).exp() / std::f64::consts::PI.sqrt() / f;
-    sign * (1.0 - erfc)
 }
 
 fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Tensor {

@@ -1,0 +1,286 @@
+//! The exact engine: a BSP superstep per stored unit on the tiles of its value, each tile's window
+//! gathered from its neighbours' stored tiles (dictionary padding), whole-image statistics merged before
+//! every normalisation; values in RAM or spilled, recycled after their last reader.
+
+use super::eval::{Run, eval_node, tensor_stats};
+use super::exec::GraphOps;
+use super::model::{Graph, GraphPlan, GraphStats, node_err, prepare};
+use super::ops::{self, Op};
+use super::schedule::{Schedule, Through, stored_value};
+use crate::backend::CpuBackend;
+use crate::bsp::{RunInfo, inner_threads, superstep};
+use crate::error::{Error, Result};
+use crate::field::{Field, Input, Region, Sink, gather, span};
+use crate::grid::Grid;
+use crate::stats::{ChannelStats, merge_all};
+use crate::store::{Budget, Layer};
+use crate::tensor::Tensor;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// A value's storage during a run: the image, a tiled layer (RAM or spill), or a region of one
+/// (one-pass evaluation).
+enum Val<'a> {
+    Input(&'a dyn Input),
+    Layer(Layer),
+}
+
+impl Val<'_> {
+    fn field(&self) -> &dyn Field {
+        match self {
+            Val::Input(i) => *i as &dyn Field,
+            Val::Layer(l) => l,
+        }
+    }
+}
+
+fn spill_err(budget: &Budget) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Spill {
+        dir: budget.spill_dir.clone(),
+        source,
+    }
+}
+
+type FieldRef<'f> = &'f dyn Field;
+
+/// What a superstep of [`exact_on`] evaluates units with: the stored values, and the units computed
+/// where they are read.
+struct Exact<'a, 'f, B: GraphOps> {
+    be: &'a Run<'a, B>,
+    g: &'a Graph,
+    plan: &'a GraphPlan,
+    field: &'a (dyn Fn(usize) -> FieldRef<'f> + Sync),
+    through: &'a [Through],
+    moves: &'a [bool],
+    chains: &'a [Vec<usize>],
+    /// Per value: the unit computing it where it is read, when it is inlined.
+    inline_of: &'a [Option<usize>],
+    norms: &'a [Option<(Vec<f32>, Vec<f32>)>],
+    threads: usize,
+}
+
+impl<B: GraphOps> Exact<'_, '_, B> {
+    /// Unit `i` (node `i` and its element-wise chain) over output rows `ry` × columns `rx`.
+    fn unit(&self, i: usize, ry: (usize, usize), rx: (usize, usize)) -> Result<Tensor> {
+        let g = self.g;
+        let hook = |u: usize, ys: &[Option<usize>], xs: &[Option<usize>]| {
+            let p = self.inline_of.get(u).copied().flatten()?;
+            Some(self.window(p, u, ys, xs))
+        };
+        let mut out = eval_node(
+            self.be,
+            i,
+            &g.nodes[i],
+            self.plan,
+            i + 1,
+            ry,
+            rx,
+            self.field,
+            self.through,
+            self.moves,
+            self.norms[i].as_ref(),
+            self.threads,
+            &hook,
+        )?;
+        for &j in &self.chains[i] {
+            out = ops::apply_pointwise(&g.nodes[j].op, out);
+        }
+        Ok(out)
+    }
+
+    /// The window at `ys` × `xs` of value `u`, computed by unit `p` over the rows and columns it spans.
+    fn window(
+        &self,
+        p: usize,
+        u: usize,
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<Tensor> {
+        let c = self.plan.shape[u].0;
+        let (Some(ry), Some(rx)) = (span(ys), span(xs)) else {
+            return Ok(Tensor::zeros(c, ys.len(), xs.len()));
+        };
+        let t = self.unit(p, ry, rx)?;
+        let plain = |m: &[Option<usize>], (lo, hi): (usize, usize)| {
+            m.len() == hi - lo && m.iter().enumerate().all(|(k, &o)| o == Some(lo + k))
+        };
+        if plain(ys, ry) && plain(xs, rx) {
+            return Ok(t);
+        }
+        let win = gather(
+            &Region {
+                t: &t,
+                y0: ry.0,
+                x0: rx.0,
+            },
+            ys,
+            xs,
+        );
+        crate::buffers::give(t.data);
+        win
+    }
+}
+
+/// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
+/// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
+/// normalisations apply those statistics instead of the image's own.
+pub fn run_graph_exact(
+    g: &Graph,
+    input: &dyn Input,
+    grid: &Grid,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+    fixed: Option<&GraphStats>,
+) -> Result<RunInfo> {
+    let be = Run {
+        backend: &CpuBackend,
+        prep: &(),
+    };
+    exact_on(&be, g, input, grid, threads, budget, sink, fixed)
+}
+
+/// [`run_graph_exact`] with every node computed on `be`'s backend.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn exact_on<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    grid: &Grid,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+    fixed: Option<&GraphStats>,
+) -> Result<RunInfo> {
+    let plan = prepare(g, input, grid)?;
+    let grids: Vec<Grid> = (0..plan.shape.len())
+        .map(|v| g.value_grid(&plan, grid, v))
+        .collect::<Result<_>>()?;
+    let Schedule {
+        chains,
+        fused,
+        through,
+        inlined,
+        inline_of,
+        moves,
+        last_use,
+        peak_bytes: needed,
+    } = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    let stored_value = |i: usize| stored_value(&chains, i);
+    let disk = budget.disk_limit()?;
+    if needed > budget.ram.saturating_add(disk) {
+        return Err(Error::OverBudget {
+            needed,
+            ram: budget.ram,
+            disk,
+            dir: budget.spill_dir.clone(),
+        });
+    }
+    crate::buffers::limit(budget.ram);
+    let n_tiles = grid.len();
+    let workers = be
+        .backend
+        .tiles_at_once(threads)
+        .clamp(1, threads.max(1))
+        .clamp(1, n_tiles.max(1));
+    let inner = inner_threads(threads, workers);
+    let ram_used = Arc::new(AtomicU64::new(0));
+    let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
+    vals[0] = Some(Val::Input(input));
+    let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
+    let mut norms: Vec<Option<(Vec<f32>, Vec<f32>)>> = vec![None; g.nodes.len()];
+    let mut info = RunInfo {
+        stats: vec![None; g.nodes.len()],
+        tiles: n_tiles,
+        peak_store_bytes: needed,
+        inlined_values: inlined.iter().filter(|&&b| b).count(),
+        ..RunInfo::default()
+    };
+    let spill = spill_err(budget);
+    // A normalisation of the graph input itself: the input's statistics, tile by tile, first.
+    if plan.feeds_norm[0] {
+        let g0 = &grids[0];
+        let local = superstep(g0.len(), workers, |t| {
+            let (y0, y1, x0, x1) = g0.tile(t);
+            let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+            let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+            Ok(tensor_stats(&crate::field::gather(input, &ys, &xs)?))
+        })?;
+        stats[0] = Some(merge_all(&local));
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        if fused[i] || through[i + 1].is_some() {
+            continue;
+        }
+        if let Op::Norm(m) = &n.op {
+            let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
+                Some(st) => st,
+                None => stats[n.inputs[0]]
+                    .clone()
+                    .ok_or_else(|| node_err(n, "internal: its input reported no statistics"))?,
+            };
+            norms[i] = Some(m.scale_shift(&st));
+            info.stats[i] = Some(st);
+        }
+        if inlined[i] {
+            continue;
+        }
+        // The value this superstep stores: the node's, or its chain's last.
+        let v = stored_value(i);
+        let gv = &grids[v];
+        let layer = if v == g.output {
+            None
+        } else {
+            let l = Layer::new(plan.shape[v].0, gv.clone(), budget, &ram_used)?;
+            info.spilled_layers += l.spilled() as usize;
+            Some(l)
+        };
+        let field = |u: usize| vals[u].as_ref().expect("value alive").field();
+        let exact = Exact {
+            be,
+            g,
+            plan: &plan,
+            field: &field,
+            through: &through,
+            moves: &moves,
+            chains: &chains,
+            inline_of: &inline_of,
+            norms: &norms,
+            threads: inner,
+        };
+        let local = superstep(gv.len(), workers, |t| {
+            let (y0, y1, x0, x1) = gv.tile(t);
+            let out = exact.unit(i, (y0, y1), (x0, x1))?;
+            let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
+            match &layer {
+                Some(l) => l.put(t, out.data).map_err(&spill)?,
+                None => {
+                    sink.put_tile(y0, x0, &out)?;
+                    crate::buffers::give(out.data);
+                }
+            }
+            Ok(st)
+        })?;
+        if plan.feeds_norm[v] {
+            let tiles: Vec<Vec<ChannelStats>> = local.into_iter().flatten().collect();
+            stats[v] = Some(merge_all(&tiles));
+        }
+        vals[v] = layer.map(Val::Layer);
+        let done = v - 1;
+        for (u, val) in vals.iter_mut().enumerate() {
+            if u > 0
+                && last_use[u] != usize::MAX
+                && last_use[u] <= done
+                && let Some(Val::Layer(l)) = val.take()
+            {
+                l.recycle();
+            }
+        }
+    }
+    if let Some(m) = be.backend.device_meter() {
+        info.device_peak_bytes = m.peak();
+    }
+    drop(vals);
+    crate::buffers::clear();
+    Ok(info)
+}

@@ -1,0 +1,268 @@
+//! Running a graph: the modes (whole, exact, naive, sampled, recompute) on a backend, into a sink or a
+//! new tensor, on the device a [`crate::DeviceOptions`] names.
+
+use super::eval::{Run, tensor_stats};
+use super::exact::exact_on;
+use super::exec::GraphOps;
+use super::fixed::{eval_region, run_fixed, scale_shifts};
+use super::model::{Graph, GraphStats, prepare};
+use super::ops::Op;
+use crate::Mode;
+use crate::backend::CpuBackend;
+use crate::bsp::{RunInfo, inner_threads, superstep};
+use crate::error::{Error, Result};
+use crate::field::{Input, OutputSink, Sink, gather};
+use crate::grid::Grid;
+use crate::stats::merge_all;
+use crate::store::Budget;
+use crate::tensor::Tensor;
+
+/// Runs `g` over `input` in `mode` with `tile`-sided tiles, writing `sink` (which must have the output
+/// value's shape: [`Graph::plan`]'s last shape).
+pub fn run_graph(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
+}
+
+/// [`run_graph`] with every node computed on `backend` (the CPU, `DeviceSim`, CUDA): the
+/// backend first checks that it runs every node, then prepares the run (weights), and each superstep
+/// hands it the gathered windows. A device's memory peak is reported in [`RunInfo::device_peak_bytes`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_on<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    backend.check(&g.nodes)?;
+    let prep = backend.prepare(&g.nodes)?;
+    let be = &Run {
+        backend,
+        prep: &prep,
+    };
+    let mut info = run_mode(be, g, input, mode, tile, threads, budget, sink)?;
+    if let Some(m) = backend.device_meter() {
+        info.device_peak_bytes = m.peak();
+    }
+    Ok(info)
+}
+
+/// [`run_graph`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
+/// budget and precision. Without a usable GPU, `Device::Cuda` fails with the probe's reason (no driver,
+/// no device, no NVRTC or cuBLAS); it never falls back to the CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn run_graph_device(
+    dev: &crate::DeviceOptions,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    dev.validate()?;
+    match dev.device {
+        crate::Device::Cpu => {
+            run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
+        }
+        crate::Device::Cuda(ordinal) => {
+            let backend = crate::CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
+            // The peak this run reports is its own (cuBLAS's workspace is held from the start).
+            backend.memory().reset_peak();
+            run_graph_on(&backend, g, input, mode, tile, threads, budget, sink)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_mode<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    let (h, w) = (input.height(), input.width());
+    let grid = || g.grid(h, w, tile);
+    let result = match mode {
+        Mode::Whole => one_tile(be, g, input, threads, budget, sink),
+        Mode::Exact => match exact_on(be, g, input, &grid()?, threads, budget, sink, None) {
+            // Refused before anything was computed or written: the same output, exact, from the
+            // recompute schedule, which stores no activation.
+            Err(Error::OverBudget {
+                needed, ram, disk, ..
+            }) => {
+                let mut info =
+                    run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
+                let norms = g
+                    .nodes
+                    .iter()
+                    .filter(|n| matches!(n.op, Op::Norm(_)))
+                    .count();
+                let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
+                info.notes.push(format!(
+                    "exact: storing every node's output would take {} at its peak, more than the RAM \
+                     budget ({}) and the spill space ({}) together, so each normalisation's statistics \
+                     were recomputed tile by tile instead ({} passes over the input; the same output)",
+                    gb(needed),
+                    gb(ram),
+                    gb(disk),
+                    norms + 1
+                ));
+                Ok(info)
+            }
+            other => other,
+        },
+        Mode::Naive => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            let go = g.value_grid(&plan, &grid, g.output)?;
+            let workers = be.backend.tiles_at_once(threads).clamp(1, grid.len());
+            let inner = inner_threads(threads, workers);
+            superstep(grid.len(), workers, |t| {
+                let (y0, y1, x0, x1) = grid.tile(t);
+                let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+                let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+                let crop = gather(input, &ys, &xs)?;
+                let p = g.plan(y1 - y0, x1 - x0)?;
+                let (c, oh, ow) = p.shape[g.output];
+                let part = OutputSink::f32(c, oh, ow);
+                one_tile(be, g, &crop, inner, budget, &part)?;
+                let (oy0, _, ox0, _) = go.tile(t);
+                sink.put_tile(oy0, ox0, &part.finish().into_tensor())
+            })?;
+            Ok(RunInfo {
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+        Mode::Sampled(f) => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            // The sample's statistics by the exact mode, tile by tile under the run's budget (its
+            // values stored, spilled or recomputed as an exact run's are); its output is not kept.
+            let small = crate::onepass::Downsampled::new(input, f);
+            let discard = OutputSink::f32(0, 0, 0);
+            let sampled = run_mode(be, g, &small, Mode::Exact, tile, threads, budget, &discard)?;
+            run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
+            Ok(RunInfo {
+                stats: sampled.stats,
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+        Mode::Recompute => {
+            let grid = grid()?;
+            let plan = prepare(g, input, &grid)?;
+            let mut stats: GraphStats = vec![None; g.nodes.len()];
+            for (i, n) in g.nodes.iter().enumerate() {
+                if !matches!(n.op, Op::Norm(_)) {
+                    continue;
+                }
+                let u = n.inputs[0];
+                let gu = g.value_grid(&plan, &grid, u)?;
+                let workers = be.backend.tiles_at_once(threads).clamp(1, gu.len());
+                let inner = inner_threads(threads, workers);
+                let ss = scale_shifts(g, &stats);
+                let tiles = superstep(gu.len(), workers, |t| {
+                    let (y0, y1, x0, x1) = gu.tile(t);
+                    let x = if u == 0 {
+                        gather(
+                            input,
+                            &(y0..y1).map(Some).collect::<Vec<_>>(),
+                            &(x0..x1).map(Some).collect::<Vec<_>>(),
+                        )?
+                    } else {
+                        eval_region(be, g, &plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
+                    };
+                    Ok(tensor_stats(&x))
+                })?;
+                stats[i] = Some(merge_all(&tiles));
+            }
+            run_fixed(be, g, &plan, input, &grid, &stats, threads, sink)?;
+            Ok(RunInfo {
+                stats,
+                tiles: grid.len(),
+                ..RunInfo::default()
+            })
+        }
+    };
+    crate::buffers::clear();
+    result
+}
+
+/// `g` over all of `input` as one tile with every value in RAM: the whole-image run, a naive tile, the
+/// sampled mode's small image.
+fn one_tile<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    let one = Grid {
+        rows: vec![0, input.height()],
+        cols: vec![0, input.width()],
+    };
+    // Every value in RAM, up to the machine's memory: past it, a typed error before anything runs
+    // rather than the kernel's OOM killer halfway.
+    let (limit, source) = stdx::mem::limit();
+    let ram = Budget {
+        ram: limit,
+        disk: Some(0),
+        ..budget.clone()
+    };
+    match exact_on(be, g, input, &one, threads, &ram, sink, None) {
+        Err(Error::OverBudget { needed, .. }) => Err(Error::WholeTooLarge {
+            needed,
+            limit,
+            limit_from: source,
+        }),
+        r => r,
+    }
+}
+
+/// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).
+pub fn infer(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+) -> Result<(Tensor, RunInfo)> {
+    infer_on(&CpuBackend, g, input, mode, tile, threads, budget)
+}
+
+/// [`infer`] on `backend` ([`run_graph_on`]).
+pub fn infer_on<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+) -> Result<(Tensor, RunInfo)> {
+    let plan = g.plan(input.height(), input.width())?;
+    let (c, h, w) = plan.shape[g.output];
+    let sink = OutputSink::f32(c, h, w);
+    let info = run_graph_on(backend, g, input, mode, tile, threads, budget, &sink)?;
+    Ok((sink.finish().into_tensor(), info))
+}
