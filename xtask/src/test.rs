@@ -1,4 +1,5 @@
-//! `cargo xtask test`: the whole test suite — the workspace's Rust tests (`cargo test --workspace`), then
+//! `cargo xtask test`: the whole test suite — first `cargo xtask tidy` (the invariants; a failure fails the
+//! run, after the tests have still run), then the workspace's Rust tests (`cargo test --workspace`), then
 //! the Python package's: `pip install ./bindings/python` into a virtual environment under
 //! `target/python/`, and pytest on `bindings/python/tests`.
 //!
@@ -36,6 +37,11 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     };
     let mut failed = Vec::new();
+    eprintln!("== cargo xtask tidy");
+    if let Err(e) = xtask::tidy::main() {
+        eprintln!("tidy failed: {e:#}");
+        failed.push("tidy");
+    }
     if rust {
         eprintln!("== cargo test --workspace");
         if let Err(e) = run(cargo()
