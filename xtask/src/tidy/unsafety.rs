@@ -99,7 +99,7 @@ fn is_comment(line: &str) -> bool {
 /// `SAFETY:`. Going up, lines that continue the statement (not ending a previous one with `;`, `{` or
 /// `}`) and attributes are passed over until the first comment; the comment block then decides.
 fn has_safety_comment(lines: &[&str], line: usize) -> bool {
-    if lines.get(line - 1).is_some_and(|l| l.contains("SAFETY:")) {
+    if lines.get(line - 1).is_some_and(|l| says_safety(l)) {
         return true;
     }
     let mut in_comment = false;
@@ -107,18 +107,24 @@ fn has_safety_comment(lines: &[&str], line: usize) -> bool {
         let l = lines[k].trim();
         if is_comment(l) {
             in_comment = true;
-            if l.contains("SAFETY:") {
+            if says_safety(l) {
                 return true;
             }
         } else if in_comment {
             return false;
-        } else if l.starts_with("#[") || l.is_empty() {
+        } else if l.starts_with("#[") || l.is_empty() || l == "{" {
+            // Attributes, and the bare block they apply to (`#[allow(unsafe_code)] { .. }`).
             continue;
         } else if l.ends_with(';') || l.ends_with('{') || l.ends_with('}') {
             return false;
         }
     }
     false
+}
+
+/// `// SAFETY: why`, or `// SAFETY (scope): why` for a comment covering a whole body.
+fn says_safety(line: &str) -> bool {
+    line.contains("SAFETY:") || line.contains("SAFETY (")
 }
 
 /// Whether the doc comment above the item on `line` has a `# Safety` section.
