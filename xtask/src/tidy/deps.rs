@@ -64,7 +64,7 @@ pub const TABLE: &[Rule] = &[
     Rule {
         package: "cuda-sim",
         role: Role::Library,
-        may_depend_on: &[],
+        may_depend_on: &["stdx"],
     },
     Rule {
         package: "s3-loopback",
