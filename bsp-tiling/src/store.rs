@@ -44,6 +44,7 @@ pub fn free_space(dir: &Path) -> Result<u64> {
     })?;
     // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path alive across the call; `s` is our own writable `statvfs`.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
         return Err(Error::Spill {
             dir: dir.to_path_buf(),

@@ -454,7 +454,7 @@ fn python_with_onnx() -> Option<PathBuf> {
 #[test]
 fn transformer_nets_exported_to_onnx() {
     let Some(py) = python_with_onnx() else {
-        eprintln!("SKIPPED: no Python with onnx and onnxruntime (set BSP_PYTHON)");
+        stdx::testing::skip("no Python with onnx and onnxruntime (set BSP_PYTHON)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub fn cpu_time() -> Duration {
     // SAFETY: getrusage writes a plain C struct we own; RUSAGE_SELF is always valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is our own writable `rusage`; RUSAGE_SELF is always a valid target.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     if rc != 0 {
         return Duration::ZERO;

@@ -51,12 +51,15 @@ fn run_limited(mut c: Command, secs: u64) -> (Output, u64) {
         if let Some(k) = hwm(pid) {
             peak = peak.max(k);
         }
+        // SAFETY: `pid` is our own child, not yet reaped; `status` and `ru` are writable locals.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
         if r == pid {
             break;
         }
         if t0.elapsed() > Duration::from_secs(secs) {
+            // SAFETY: a signal to our own child, not yet reaped, so its pid cannot name another process.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: reaps that same child into our own locals.
             unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
             panic!(
                 "l3 {:?} hung for {secs} s",

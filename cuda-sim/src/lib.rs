@@ -22,9 +22,12 @@ mod run;
 
 pub use build::{Error, Flavour, Harness};
 pub use run::run;
+/// The workspace's rule for a test that cannot run here, used by [`harness_or_skip!`].
+pub use stdx::testing::skip;
 
 /// The harness `$harness` ([`Harness`]) built for `$flavour`, or — after printing why — `return` from the
-/// calling test when this machine cannot build it ([`Error::Unavailable`]); a compile error in the sources
+/// calling test when this machine cannot build it ([`Error::Unavailable`]; under `CI=true` that fails the
+/// test instead, see `stdx::testing`); a compile error in the sources
 /// ([`Error::Source`]) fails the test.
 #[macro_export]
 macro_rules! harness_or_skip {
@@ -32,7 +35,7 @@ macro_rules! harness_or_skip {
         match $harness.get($flavour) {
             Ok(exe) => exe,
             Err($crate::Error::Unavailable(why)) => {
-                eprintln!("skipping: {why}");
+                $crate::skip(why);
                 return;
             }
             Err(e) => panic!("{e}"),

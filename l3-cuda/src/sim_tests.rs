@@ -316,7 +316,9 @@ fn sim_corpus_crop_matches_cpu_decoder() {
         ("Gulp-rgba.png", 900, 400),
     ] {
         let Some((px, w, _h, c)) = common::corpus_png(name) else {
-            eprintln!("skipping: corpus image {name} not found in ../shared/corpus");
+            stdx::testing::skip(format_args!(
+                "corpus image {name} not found in ../shared/corpus"
+            ));
             return;
         };
         let (cw, ch) = (203u32, 71u32);
@@ -960,14 +962,14 @@ fn sim_samples_asan_and_tsan_clean() {
             check_samples_case(exe, &case, &format!("asan-samples-{i}"), 0xA5);
         }
     } else {
-        eprintln!("skipping ASan: {:?}", HARNESS.get(Flavour::Asan).err());
+        stdx::testing::skip(format_args!("ASan: {:?}", HARNESS.get(Flavour::Asan).err()));
     }
     match HARNESS.get(Flavour::Tsan) {
         Ok(exe) => {
             let case = common::random_sample_case(4242, 4, Layout::Nchw, DType::U8, None);
             check_samples_case(exe, &case, "tsan-samples", 0xA5);
         }
-        Err(why) => eprintln!("skipping TSan: {why}"),
+        Err(why) => stdx::testing::skip(format_args!("TSan: {why}")),
     }
 }
 
@@ -1109,10 +1111,10 @@ fn sim_v2_conformance_vectors_decode_exactly() {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/specs/l3v2-vectors")
         });
     let Ok(list) = std::fs::read_dir(&dir) else {
-        eprintln!(
-            "SKIPPED: no conformance vectors at {} (set L3V2_VECTORS)",
+        stdx::testing::skip(format_args!(
+            "no conformance vectors at {} (set L3V2_VECTORS)",
             dir.display()
-        );
+        ));
         return;
     };
     let mut imgs: Vec<TestImage> = list
@@ -1163,7 +1165,7 @@ fn sim_v2_asan_and_tsan_clean() {
                 check_batch(exe, &imgs, &u8_opts(Layout::Nhwc), &format!("v2-{build:?}"));
                 check_samples_case(exe, &case, &format!("v2-samples-{build:?}"), 0xA5);
             }
-            Err(why) => eprintln!("skipping {build:?}: {why}"),
+            Err(why) => stdx::testing::skip(format_args!("{build:?}: {why}")),
         }
     }
 }

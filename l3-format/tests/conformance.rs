@@ -32,10 +32,10 @@ fn manifest() -> Option<Vec<Vector>> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!(
-                "SKIPPED: no conformance vectors at {} ({e}); set L3V2_VECTORS",
+            stdx::testing::skip(format_args!(
+                "no conformance vectors at {} ({e}); set L3V2_VECTORS",
                 path.display()
-            );
+            ));
             return None;
         }
     };

@@ -318,13 +318,15 @@ fn an_epoch_does_not_fill_the_page_cache() {
     let file = dir.join(&m.files[0].name);
     drop_page_cache(&file).unwrap();
     let Some((before, pages)) = cached_pages(&file).unwrap() else {
-        println!("skipped: mmap/mincore unavailable here, page cache residency cannot be measured");
+        stdx::testing::skip(
+            "mmap/mincore unavailable here, page cache residency cannot be measured",
+        );
         return;
     };
     if before * 2 > pages {
-        println!(
-            "skipped: {before}/{pages} pages stay cached after DONTNEED (tmpfs-like file system)"
-        );
+        stdx::testing::skip(format_args!(
+            "{before}/{pages} pages stay cached after DONTNEED (tmpfs-like file system)"
+        ));
         return;
     }
     let ds = Dataset::open(&dir).unwrap();

@@ -52,6 +52,8 @@ struct Block {
 
 // SAFETY: a Block owns its allocation exclusively, like a Box<[u8]>.
 unsafe impl Send for Block {}
+// SAFETY: a shared `&Block` gives out only its pointer and capacity; its bytes are written through
+// `&mut` borrows, as a `Box<[u8]>`'s are, so sharing it is as safe as sharing a `&Box<[u8]>`.
 unsafe impl Sync for Block {}
 
 impl Block {

@@ -130,6 +130,8 @@ impl ErrorMgr {
         // SAFETY: `jpeg_error_mgr` is plain C data (integers, pointers, optional function pointers), for
         // which all-zeroes is a valid value; `jpeg_std_error` then fills it in.
         let mut err: Box<sys::jpeg_error_mgr> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `err` is a live, exclusively borrowed `jpeg_error_mgr`; `jpeg_std_error` only fills in its
+        // fields (the standard handlers, three of which are replaced below) and keeps no pointer to it.
         unsafe { sys::jpeg_std_error(&mut err) };
         err.error_exit = Some(error_exit);
         err.emit_message = Some(emit_message);
@@ -159,6 +161,8 @@ impl Decompress {
         errors.attach(&mut cinfo.common);
         let mut d = Decompress { cinfo, errors };
         // `jpeg_create_decompress` resets the struct but keeps `err`; it can fail (out of memory).
+        // SAFETY: `d.cinfo` is boxed (libjpeg keeps pointers into it) and zeroed with our error manager
+        // attached, the state `jpeg_create_decompress` expects; its errors unwind out through `guard`.
         guard(|| unsafe { sys::jpeg_create_decompress(&mut *d.cinfo) })?;
         d.errors.attach(&mut d.cinfo.common);
         Ok(d)
@@ -191,6 +195,8 @@ impl Compress {
             errors,
             out: Box::new((std::ptr::null_mut(), 0)),
         };
+        // SAFETY: as for `jpeg_create_decompress` in `Decompress::new`: a boxed, zeroed struct with our error
+        // manager attached.
         guard(|| unsafe { sys::jpeg_create_compress(&mut *c.cinfo) })?;
         c.errors.attach(&mut c.cinfo.common);
         Ok(c)
@@ -199,6 +205,8 @@ impl Compress {
 
 impl Drop for Compress {
     fn drop(&mut self) {
+        // SAFETY: a `Compress` exists only once `jpeg_create_compress` succeeded, and destroying is valid in
+        // every state a failed libjpeg call (unwound by `guard`) can leave the struct in.
         let _ = guard(|| unsafe { sys::jpeg_destroy_compress(&mut self.cinfo) });
         if !self.out.0.is_null() {
             // SAFETY: `jpeg_mem_dest` allocates with malloc and leaves freeing to the caller; the pointer
@@ -227,6 +235,10 @@ pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, String> {
     }
     let mut d = Decompress::new()?;
     let mut c = Compress::new()?;
+    // SAFETY: `d` and `c` were created above with our error manager, whose `error_exit` unwinds out of
+    // `guard` rather than returning into libjpeg; `input` is borrowed for this whole function, past every
+    // read libjpeg makes from it; `coefs` belongs to `d`, alive until after `jpeg_finish_compress`; `c.out`
+    // is boxed, so the pointer and length `jpeg_mem_dest` writes through stay put.
     let script_scans = guard(|| unsafe {
         sys::jpeg_mem_src(&mut d.cinfo, input.as_ptr(), input.len() as c_ulong);
         sys::jpeg_read_header(&mut d.cinfo, 1);
@@ -307,6 +319,9 @@ impl<'a> Reader<'a> {
             return Err("empty input".into());
         }
         let mut d = Decompress::new()?;
+        // SAFETY: `d` was created by `Decompress::new` with our error manager; `jpeg` is borrowed for `'a`,
+        // which the returned `Reader` carries (`_input`), so the source buffer outlives every read libjpeg
+        // makes from it, here and in the later decode.
         let (w, h, space) = guard(|| unsafe {
             sys::jpeg_mem_src(&mut d.cinfo, jpeg.as_ptr(), jpeg.len() as c_ulong);
             sys::jpeg_save_markers(&mut d.cinfo, 0xE1, 0xFFFF);
@@ -370,6 +385,10 @@ impl<'a> Reader<'a> {
         let stride = w * components;
         out.clear();
         out.resize(stride * h, 0);
+        // SAFETY: `d` holds a header read by `Reader::new` from a buffer that outlives it. The output
+        // geometry is checked equal to (w, h, components) before any scanline is read; each row pointer
+        // then points at `stride` = width × components writable bytes of `out` (sized `stride * h`
+        // above), and at most 4 rows, the length of `rows`, are asked for per call.
         guard(|| unsafe {
             sys::jpeg_start_decompress(&mut d.cinfo);
             let (ow, oh) = (
@@ -409,6 +428,8 @@ impl Reader<'_> {
     /// about the data, at a fraction of its cost.
     pub fn check_coefficients(mut self) -> Result<Vec<Warning>, String> {
         let d = &mut self.d;
+        // SAFETY: `d` holds a header read by `Reader::new` from a buffer that outlives it; reading the
+        // coefficients (kept in libjpeg's own arrays) and finishing need nothing else.
         guard(|| unsafe {
             sys::jpeg_read_coefficients(&mut d.cinfo);
             sys::jpeg_finish_decompress(&mut d.cinfo);

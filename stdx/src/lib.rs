@@ -8,6 +8,8 @@
 //!   and special files, and [`fs::open_regular`] that never blocks on a FIFO.
 //! - [`mem`]: a memory limit to check large allocations against before making them.
 //! - [`Bandwidth`]: one read-bandwidth cap shared by every reader (a model of network storage).
+//! - [`testing`]: the one rule for a test that cannot run here ([`testing::skip`]: says why, or fails
+//!   under `CI=true`).
 //!
 //! Everything returns `std::io::Error` (or a small typed error) whose message says what went wrong; callers
 //! add the file name in their own typed errors.
@@ -21,6 +23,7 @@ pub mod fs;
 pub mod mem;
 pub mod parallel;
 mod rng;
+pub mod testing;
 mod throttle;
 
 pub use rng::SplitMix64;

@@ -1,9 +1,11 @@
 //! The library half of xtask, shared with the benchmarks (`l3-bench`): the workspace root and the Python
-//! test environment under `target/python/` (see [`python`]). It depends on nothing but anyhow, so that
+//! test environment under `target/python/` (see [`python`]), and the invariant checks of `cargo xtask tidy`
+//! (see [`tidy`]). It depends on nothing but anyhow and serde_json, so that
 //! `cargo xtask ...` compiles in seconds.
 #![deny(unsafe_code)]
 
 pub mod python;
+pub mod tidy;
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,12 @@
-//! `cargo xtask test`: the whole test suite — the workspace's Rust tests (`cargo test --workspace`), then
-//! the Python package's: `pip install ./bindings/python` into a virtual environment under
-//! `target/python/`, and pytest on `bindings/python/tests`.
+//! `cargo xtask test`: the whole test suite — first `cargo xtask tidy` (the invariants; a failure fails the
+//! run, after the tests have still run), then the Python test environment (a virtual environment under
+//! `target/python/` with the test tools, which the Rust tests use too: `BSP_PYTHON` points them at it),
+//! then the workspace's Rust tests (`cargo test --workspace`), then the Python package's:
+//! `pip install ./bindings/python` into that environment, and pytest on `bindings/python/tests`.
+//!
+//! A test that cannot run here (a missing tool or data) says why and returns on a developer's machine;
+//! under CI (`CI=true`, exported by `.ci/run`) it fails instead (`stdx::testing::skip`, and
+//! `cannot_run` in the Python tests' `conftest.py`).
 //!
 //! The workspace is built once. `cargo test --workspace` compiles every crate in the `test` profile; the
 //! Python package then goes in the way users install it — pip, maturin, a wheel — except that maturin
@@ -15,6 +21,7 @@
 //! `cargo xtask test rust` or `cargo xtask test python` runs one half; arguments after `--` go to pytest.
 //! `PYTHON` picks the interpreter that creates the environment (default `python3`).
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use xtask::python::{Build, install_package, venv_dir, venv_python};
 use xtask::{cargo, run, workspace_root};
@@ -36,19 +43,38 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     };
     let mut failed = Vec::new();
+    eprintln!("== cargo xtask tidy");
+    if let Err(e) = xtask::tidy::main() {
+        eprintln!("tidy failed: {e:#}");
+        failed.push("tidy");
+    }
+    // The environment comes first: the Rust tests use it too (bsp-tiling's ONNX tests run onnxruntime in
+    // it), so that a fresh CI machine runs them rather than skipping them.
+    eprintln!("== Python test environment ({})", venv_dir().display());
+    let venv = match venv_python(&venv_dir()) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("cannot prepare the Python test environment: {e:#}");
+            failed.push("the Python environment");
+            None
+        }
+    };
     if rust {
         eprintln!("== cargo test --workspace");
-        if let Err(e) = run(cargo()
-            .args(["test", "--workspace", "--no-fail-fast"])
-            .current_dir(workspace_root()))
-        {
+        let mut cmd = cargo();
+        cmd.args(["test", "--workspace", "--no-fail-fast"])
+            .current_dir(workspace_root());
+        if let Some(venv) = &venv {
+            cmd.env("BSP_PYTHON", venv);
+        }
+        if let Err(e) = run(&mut cmd) {
             eprintln!("Rust tests failed: {e:#}");
             failed.push("Rust");
         }
     }
-    if python {
+    if python && let Some(venv) = &venv {
         eprintln!("== Python: pip install ./bindings/python (test build), pytest");
-        if let Err(e) = python_tests(pytest_args) {
+        if let Err(e) = python_tests(venv, pytest_args) {
             eprintln!("Python tests failed: {e:#}");
             failed.push("Python");
         }
@@ -62,10 +88,9 @@ pub fn main(args: &[String]) -> ExitCode {
     }
 }
 
-fn python_tests(pytest_args: &[String]) -> anyhow::Result<()> {
-    let python = venv_python(&venv_dir())?;
-    install_package(&python, Build::Test)?;
-    run(Command::new(&python)
+fn python_tests(python: &Path, pytest_args: &[String]) -> anyhow::Result<()> {
+    install_package(python, Build::Test)?;
+    run(Command::new(python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .args(pytest_args)
         .current_dir(workspace_root().join("bindings").join("python")))

@@ -69,7 +69,7 @@ impl StyleModel {
 #[pyfunction]
 #[pyo3(
     text_signature = "(image, model, *, tile=None, mode=\"exact\", threads=None, padding=None, \
-    ram_budget_mib=2048, spill_dir=None, full=False, device=\"cpu\", precision=\"f32\", gpu_memory=None)"
+    ram_budget_mib=2048, spill_dir=None, full=False, device=None, precision=\"f32\", gpu_memory=None)"
 )]
 #[pyo3(signature = (
     image, model, *, tile=None, mode="exact", threads=None, padding=None, ram_budget_mib=2048,

@@ -6,6 +6,10 @@
 //! JAX) holds it, and returns to the loader's pool (host) or is freed (device) once the last of them lets
 //! go. A device batch makes the consumer's stream wait for its decode (DLPack's `stream` argument), and
 //! is freed only after the work queued on every such stream.
+//!
+//! One exporter does this for both arrays a batch hands out, the images ([`Tensor`]) and the label maps
+//! ([`Masks`]): [`Exporter`], over anything that says its dense shape, element type, device and first
+//! element ([`DlpackSource`]).
 
 use dlpark::ffi::{
     DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
@@ -19,6 +23,171 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use std::ffi::c_void;
 use std::sync::Arc;
+
+/// What the DLPack exporter needs from a batch's buffer: a dense row-major array of `N` dimensions in
+/// host memory or in the memory of the CUDA device whose decode filled it.
+trait DlpackSource<const N: usize>: Send + Sync + 'static {
+    fn dims(&self) -> [usize; N];
+    fn dl_dtype(&self) -> DLDataType;
+    fn device(&self) -> Device;
+    /// The first element in host memory, `None` for a device buffer.
+    fn host_ptr(&self) -> Option<*const u8>;
+    /// The device batch, `None` for a host buffer.
+    fn cuda(&self) -> Option<&l3_cuda::DecodedBatch>;
+}
+
+impl DlpackSource<4> for loader::Tensor {
+    fn dims(&self) -> [usize; 4] {
+        self.shape()
+    }
+    fn dl_dtype(&self) -> DLDataType {
+        match self.dtype() {
+            DType::U8 => DLDataType::U8,
+            DType::F16 => DLDataType::scalar(DLDataTypeCode::FLOAT, 16),
+            DType::F32 => DLDataType::F32,
+        }
+    }
+    fn device(&self) -> Device {
+        loader::Tensor::device(self)
+    }
+    fn host_ptr(&self) -> Option<*const u8> {
+        self.as_ptr()
+    }
+    fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
+        loader::Tensor::cuda(self)
+    }
+}
+
+impl DlpackSource<3> for loader::Masks {
+    fn dims(&self) -> [usize; 3] {
+        self.shape()
+    }
+    fn dl_dtype(&self) -> DLDataType {
+        if self.is_wide() {
+            DLDataType::scalar(DLDataTypeCode::UINT, 16)
+        } else {
+            DLDataType::U8
+        }
+    }
+    fn device(&self) -> Device {
+        loader::Masks::device(self)
+    }
+    fn host_ptr(&self) -> Option<*const u8> {
+        self.as_ptr()
+    }
+    fn cuda(&self) -> Option<&l3_cuda::DecodedBatch> {
+        loader::Masks::cuda(self)
+    }
+}
+
+/// The one DLPack exporter: a managed tensor per `__dlpack__` call over the buffer itself, owning one
+/// more reference to it.
+struct Exporter<'a, B, const N: usize>(&'a Arc<B>);
+
+impl<B: DlpackSource<N>, const N: usize> Exporter<'_, B, N> {
+    /// Address of the first element: in host memory, or on the device.
+    fn address(&self) -> usize {
+        match (self.0.host_ptr(), self.0.cuda()) {
+            (Some(p), _) => p as usize,
+            (None, Some(b)) => b.device_ptr() as usize,
+            (None, None) => 0,
+        }
+    }
+
+    /// ``"cpu"`` or ``"cuda:N"``.
+    fn device_name(&self) -> String {
+        match self.0.device() {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(n) => format!("cuda:{n}"),
+        }
+    }
+
+    /// Strides in elements of the dense row-major array.
+    fn strides(&self) -> [usize; N] {
+        let dims = self.0.dims();
+        let mut strides = [1; N];
+        for k in (0..N.saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * dims[k + 1];
+        }
+        strides
+    }
+
+    /// A fresh managed tensor over the buffer, owning one more reference to it.
+    fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
+        let mut t = Fixed::new(self.0.dims(), self.strides())
+            .initialize_as::<M>(self.0.clone())
+            .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
+        t.set_data(self.address() as *mut c_void)
+            .set_dtype(self.0.dl_dtype())
+            .set_device(DlpackExporter::device(self));
+        // SAFETY: the data pointer is the start of the host buffer or device allocation of `dims` ×
+        // `dtype` bytes held by the context installed above (an `Arc` of the tensor or masks that own
+        // it, which free device memory only after the consumers' queued work), so it stays valid until
+        // the consumer calls the deleter; shape and strides were copied into the managed allocation by
+        // `Fixed::new` (explicit, dense row-major strides); no flag is set: the memory is writable and
+        // this is not a copy.
+        Ok(unsafe { t.finish() })
+    }
+
+    /// The capsule `__dlpack__` returns.
+    fn export<'py>(&self, py: Python<'py>, request: ExportRequest<'py>) -> PyResult<Py<PyAny>> {
+        export_dlpack(self, py, request)
+    }
+
+    /// ``(device_type, device_id)`` as DLPack numbers them.
+    fn device_pair(&self) -> (u32, i32) {
+        let d = DlpackExporter::device(self);
+        (d.device_type.0, d.device_id)
+    }
+}
+
+impl<B: DlpackSource<N>, const N: usize> DlpackExporter for Exporter<'_, B, N> {
+    fn device(&self) -> DLDevice {
+        match self.0.device() {
+            Device::Cpu => DLDevice::CPU,
+            Device::Cuda(n) => DLDevice {
+                device_type: DLDeviceType::CUDA,
+                device_id: n as i32,
+            },
+        }
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        DlpackFlags::empty()
+    }
+
+    /// Host buffers are complete when delivered: there is nothing for a consumer stream to wait for. A
+    /// device buffer makes the consumer's stream wait for its decode: the stream passed (a handle, or 1
+    /// and 2 for the legacy and per-thread default streams), the legacy default stream when none was
+    /// passed, nothing for -1 (the consumer synchronises itself).
+    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        let Some(batch) = self.0.cuda() else {
+            return Ok(());
+        };
+        let stream: usize = match request.cuda_stream()? {
+            CudaStreamRequest::NoSync => return Ok(()),
+            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => 1,
+            CudaStreamRequest::PerThreadDefault => 2,
+            CudaStreamRequest::Pointer(p) => p,
+        };
+        // SAFETY: DLPack's contract: the consumer passes a live stream of the device the buffer is on
+        // (or one of CUDA's default-stream sentinels, which are the driver's own CU_STREAM_LEGACY = 1
+        // and CU_STREAM_PER_THREAD = 2), and uses the buffer on it.
+        unsafe { batch.wait_in(stream as CUstream) }.map_err(|e| {
+            PyBufferError::new_err(format!(
+                "DLPack export: cannot order the consumer's stream after the decode: {e}"
+            ))
+        })
+    }
+
+    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        self.managed()
+    }
+
+    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
+        self.managed()
+    }
+}
 
 /// A dense batch of images: ``(N, 3, H, W)`` (NCHW) or ``(N, H, W, 3)`` (NHWC), ``uint8``, ``float16``
 /// or ``float32``, in 64-byte-aligned host memory owned by the loader (``device == "cpu"``) or in the
@@ -40,21 +209,8 @@ impl Tensor {
         Tensor { inner: Arc::new(t) }
     }
 
-    /// Address of the first element: in host memory, or on the device.
-    fn address(&self) -> usize {
-        match (self.inner.as_ptr(), self.inner.cuda()) {
-            (Some(p), _) => p as usize,
-            (None, Some(b)) => b.device_ptr() as usize,
-            (None, None) => 0,
-        }
-    }
-
-    /// ``"cpu"`` or ``"cuda:N"``.
-    fn device_name(&self) -> String {
-        match self.inner.device() {
-            Device::Cpu => "cpu".into(),
-            Device::Cuda(n) => format!("cuda:{n}"),
-        }
+    fn exporter(&self) -> Exporter<'_, loader::Tensor, 4> {
+        Exporter(&self.inner)
     }
 
     /// The error for asking a device tensor for host memory.
@@ -62,87 +218,8 @@ impl Tensor {
         PyTypeError::new_err(format!(
             "{what} needs host memory, and this batch is on {}: use torch.from_dlpack(t) (or \
              jax.dlpack.from_dlpack), or a Loader on the CPU",
-            self.device_name()
+            self.exporter().device_name()
         ))
-    }
-
-    /// Strides in elements of the dense row-major tensor.
-    fn strides(&self) -> [usize; 4] {
-        let s = self.inner.shape();
-        [s[1] * s[2] * s[3], s[2] * s[3], s[3], 1]
-    }
-
-    fn dl_dtype(&self) -> DLDataType {
-        match self.inner.dtype() {
-            DType::U8 => DLDataType::U8,
-            DType::F16 => DLDataType::scalar(DLDataTypeCode::FLOAT, 16),
-            DType::F32 => DLDataType::F32,
-        }
-    }
-
-    /// A fresh managed tensor over the batch buffer, owning one more reference to it.
-    fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
-        let mut t = Fixed::new(self.inner.shape(), self.strides())
-            .initialize_as::<M>(self.inner.clone())
-            .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
-        t.set_data(self.address() as *mut c_void)
-            .set_dtype(self.dl_dtype())
-            .set_device(DlpackExporter::device(self));
-        // SAFETY: the data pointer is the start of the host buffer or device allocation of `shape` ×
-        // `dtype` bytes held by the context installed above (an `Arc` of the tensor that owns it, which
-        // frees device memory only after the consumers' queued work), so it stays valid until the
-        // consumer calls the deleter; shape and strides were copied into the managed allocation by
-        // `Fixed::new` (explicit, dense row-major strides); no flag is set: the memory is writable and
-        // this is not a copy.
-        Ok(unsafe { t.finish() })
-    }
-}
-
-impl DlpackExporter for Tensor {
-    fn device(&self) -> DLDevice {
-        match self.inner.device() {
-            Device::Cpu => DLDevice::CPU,
-            Device::Cuda(n) => DLDevice {
-                device_type: DLDeviceType::CUDA,
-                device_id: n as i32,
-            },
-        }
-    }
-
-    fn flags(&self) -> DlpackFlags {
-        DlpackFlags::empty()
-    }
-
-    /// Host batches are complete when delivered: there is nothing for a consumer stream to wait for. A
-    /// device batch makes the consumer's stream wait for its decode: the stream passed (a handle, or 1
-    /// and 2 for the legacy and per-thread default streams), the legacy default stream when none was
-    /// passed, nothing for -1 (the consumer synchronises itself).
-    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
-        let Some(batch) = self.inner.cuda() else {
-            return Ok(());
-        };
-        let stream: usize = match request.cuda_stream()? {
-            CudaStreamRequest::NoSync => return Ok(()),
-            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => 1,
-            CudaStreamRequest::PerThreadDefault => 2,
-            CudaStreamRequest::Pointer(p) => p,
-        };
-        // SAFETY: DLPack's contract: the consumer passes a live stream of the device the tensor is on
-        // (or one of CUDA's default-stream sentinels, which are the driver's own CU_STREAM_LEGACY = 1
-        // and CU_STREAM_PER_THREAD = 2), and uses the tensor on it.
-        unsafe { batch.wait_in(stream as CUstream) }.map_err(|e| {
-            PyBufferError::new_err(format!(
-                "DLPack export: cannot order the consumer's stream after the decode: {e}"
-            ))
-        })
-    }
-
-    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
-        self.managed()
-    }
-
-    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
-        self.managed()
     }
 }
 
@@ -160,14 +237,13 @@ impl Tensor {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
-        export_dlpack(self, py, request)
+        self.exporter().export(py, request)
     }
 
     /// ``(device_type, device_id)`` as DLPack numbers them: ``(1, 0)`` for host memory, ``(2, N)`` for
     /// CUDA device N.
     fn __dlpack_device__(&self) -> (u32, i32) {
-        let d = DlpackExporter::device(self);
-        (d.device_type.0, d.device_id)
+        self.exporter().device_pair()
     }
 
     /// ``numpy.from_dlpack(self)``: a NumPy view of a host batch (no copy); ``TypeError`` for a batch
@@ -228,7 +304,7 @@ impl Tensor {
     /// Where the elements are: ``"cpu"`` or ``"cuda:N"``.
     #[getter]
     fn device(&self) -> String {
-        self.device_name()
+        self.exporter().device_name()
     }
 
     /// Whether a host batch is in page-locked memory (``Loader(pin_memory=True)``): ``.cuda(non_blocking=True)``
@@ -242,7 +318,7 @@ impl Tensor {
     /// carries.
     #[getter]
     fn data_ptr(&self) -> usize {
-        self.address()
+        self.exporter().address()
     }
 
     /// Bytes of the tensor.
@@ -273,7 +349,7 @@ impl Tensor {
             s[3],
             self.inner.dtype().name(),
             self.inner.layout().name(),
-            self.device_name()
+            self.exporter().device_name()
         )
     }
 }
@@ -294,86 +370,8 @@ impl Masks {
         Masks { inner: Arc::new(m) }
     }
 
-    /// Address of the first value: in host memory, or on the device.
-    fn address(&self) -> usize {
-        match (self.inner.as_ptr(), self.inner.cuda()) {
-            (Some(p), _) => p as usize,
-            (None, Some(b)) => b.device_ptr() as usize,
-            (None, None) => 0,
-        }
-    }
-
-    /// ``"cpu"`` or ``"cuda:N"``.
-    fn device_name(&self) -> String {
-        match self.inner.device() {
-            Device::Cpu => "cpu".into(),
-            Device::Cuda(n) => format!("cuda:{n}"),
-        }
-    }
-
-    fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
-        let [n, h, w] = self.inner.shape();
-        let dtype = if self.inner.is_wide() {
-            DLDataType::scalar(DLDataTypeCode::UINT, 16)
-        } else {
-            DLDataType::U8
-        };
-        let mut t = Fixed::new([n, h, w], [h * w, w, 1])
-            .initialize_as::<M>(self.inner.clone())
-            .map_err(|e| PyBufferError::new_err(format!("DLPack export: {e}")))?;
-        t.set_data(self.address() as *mut c_void)
-            .set_dtype(dtype)
-            .set_device(DlpackExporter::device(self));
-        // SAFETY: as for `Tensor::managed`: the pointer is the start of the host buffer or device
-        // allocation of `shape` × `dtype` bytes owned by the installed context (an `Arc` of the masks,
-        // which frees device memory only after the consumers' queued work), valid until the deleter
-        // runs; the strides are the dense row-major ones copied by `Fixed::new`.
-        Ok(unsafe { t.finish() })
-    }
-}
-
-impl DlpackExporter for Masks {
-    fn device(&self) -> DLDevice {
-        match self.inner.device() {
-            Device::Cpu => DLDevice::CPU,
-            Device::Cuda(n) => DLDevice {
-                device_type: DLDeviceType::CUDA,
-                device_id: n as i32,
-            },
-        }
-    }
-
-    fn flags(&self) -> DlpackFlags {
-        DlpackFlags::empty()
-    }
-
-    /// Host masks are complete when delivered; masks on a device make the consumer's stream wait for
-    /// their decode, exactly as a device [`Tensor`] does.
-    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
-        let Some(batch) = self.inner.cuda() else {
-            return Ok(());
-        };
-        let stream: usize = match request.cuda_stream()? {
-            CudaStreamRequest::NoSync => return Ok(()),
-            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => 1,
-            CudaStreamRequest::PerThreadDefault => 2,
-            CudaStreamRequest::Pointer(p) => p,
-        };
-        // SAFETY: as for `Tensor::prepare_export`: DLPack's contract gives a live stream of the device
-        // (or the driver's default-stream sentinels 1 and 2), on which the consumer uses the masks.
-        unsafe { batch.wait_in(stream as CUstream) }.map_err(|e| {
-            PyBufferError::new_err(format!(
-                "DLPack export: cannot order the consumer's stream after the decode: {e}"
-            ))
-        })
-    }
-
-    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
-        self.managed()
-    }
-
-    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
-        self.managed()
+    fn exporter(&self) -> Exporter<'_, loader::Masks, 3> {
+        Exporter(&self.inner)
     }
 }
 
@@ -390,14 +388,13 @@ impl Masks {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
-        export_dlpack(self, py, request)
+        self.exporter().export(py, request)
     }
 
     /// ``(device_type, device_id)`` as DLPack numbers them: ``(1, 0)`` for host memory, ``(2, N)`` for
     /// CUDA device N.
     fn __dlpack_device__(&self) -> (u32, i32) {
-        let d = DlpackExporter::device(self);
-        (d.device_type.0, d.device_id)
+        self.exporter().device_pair()
     }
 
     /// ``numpy.from_dlpack(self)``: a NumPy view of host masks (no copy); ``TypeError`` for masks on a
@@ -407,7 +404,7 @@ impl Masks {
             return Err(PyTypeError::new_err(format!(
                 "numpy() needs host memory, and these masks are on {}: use torch.from_dlpack(m) (or \
                  jax.dlpack.from_dlpack), or a Loader on the CPU",
-                slf.get().device_name()
+                slf.get().exporter().device_name()
             )));
         }
         slf.py()
@@ -452,7 +449,7 @@ impl Masks {
     /// Where the values are: ``"cpu"`` or ``"cuda:N"``.
     #[getter]
     fn device(&self) -> String {
-        self.device_name()
+        self.exporter().device_name()
     }
 
     /// The values' raw little-endian bytes in host memory: a copy (for masks on a device, after

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import l3toolkit as l3
+from conftest import require_module
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32"])
@@ -34,7 +35,7 @@ def test_torch_cuda_consumer_of_a_host_batch(small):
 
 
 def test_jax_from_dlpack_views_the_batch(small):
-    jax = pytest.importorskip("jax")
+    jax = require_module("jax")
     b = next(l3.Loader(small.l3, 4, crop=32, layout="NHWC", dtype="float32", rank=0, world_size=1))
     x = jax.dlpack.from_dlpack(b.images)
     assert x.shape == (4, 32, 32, 3)
@@ -72,7 +73,7 @@ def test_torch_takes_a_device_batch_without_a_copy(small, dtype):
 
 
 def test_jax_takes_a_device_batch(small):
-    jax = pytest.importorskip("jax")
+    jax = require_module("jax")
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("no JAX GPU device")
     opts = dict(crop=32, layout="NHWC", dtype="float32", rank=0, world_size=1)

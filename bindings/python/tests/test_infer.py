@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import l3toolkit as l3
+from conftest import require_module
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+onnx = require_module("onnx", module_level=True)
+ort = require_module("onnxruntime", module_level=True)
 
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("make_models", ROOT / "bsp-tiling/tests/onnx/make_models.py")

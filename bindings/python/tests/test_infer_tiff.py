@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import l3toolkit as l3
+from conftest import require_module
 
-onnx = pytest.importorskip("onnx")
-tifffile = pytest.importorskip("tifffile")
+onnx = require_module("onnx", module_level=True)
+tifffile = require_module("tifffile", module_level=True)
 
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("make_models", ROOT / "bsp-tiling/tests/onnx/make_models.py")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import l3toolkit as l3
+from conftest import cannot_run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -71,7 +72,7 @@ def test_python_keywords_are_the_models_names_with_its_defaults():
 def cli_help():
     b = l3_bin()
     if b is None:
-        pytest.skip("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
+        cannot_run("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
     return subprocess.run([b, "stream", "--help"], capture_output=True, text=True, check=True).stdout
 
 
@@ -134,7 +135,7 @@ def test_the_same_bad_value_gets_the_same_words(folder, name, value):
     assert py.startswith(f'{name} "'), py
     b = l3_bin()
     if b is None:
-        pytest.skip("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
+        cannot_run("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
     out = subprocess.run([b, "stream", folder, *cli_args(name, value)], capture_output=True, text=True)
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1] == f"l3: error: {py}", (out.stderr, py)
@@ -169,7 +170,7 @@ def test_every_value_one_surface_accepts_the_other_does(folder, name, values):
 def test_the_cli_keeps_its_older_spellings(folder):
     b = l3_bin()
     if b is None:
-        pytest.skip("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
+        cannot_run("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
     for args in (
         ["--sampler", "shuffle"],
         ["--batch", "2"],
@@ -195,7 +196,7 @@ def test_convert_refuses_alike(folder, tmp_path, kwargs, args):
         l3.convert(folder, tmp_path / "py", progress=False, **kwargs)
     b = l3_bin()
     if b is None:
-        pytest.skip("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
+        cannot_run("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
     out = subprocess.run([b, "convert", *args, folder, tmp_path / "cli"], capture_output=True, text=True)
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1] == f"l3: error: {e.value}", out.stderr

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, require_module
 
 READMES = [REPO / "README.md", REPO / "bindings" / "python" / "README.md"]
 
@@ -33,7 +33,7 @@ def test_both_readmes_carry_the_same_examples():
 
 
 def test_jax_example_trains(small):
-    pytest.importorskip("jax")
+    require_module("jax")
     (code,) = [b for b in blocks(READMES[1]) if "jax" in b]
     code = code.replace('"data/train"', repr(str(small.l3))).replace("epochs=10", "epochs=2")
     assert str(small.l3) in code

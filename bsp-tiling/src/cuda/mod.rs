@@ -80,6 +80,7 @@ fn blas_text(e: cudarc::cublas::result::CublasError) -> String {
     let text = |p: *const std::ffi::c_char| {
         // SAFETY: cuBLAS returns static NUL-terminated strings (or null).
         (!p.is_null()).then(|| {
+            // SAFETY: `p` is not null here, and cuBLAS's status strings are static and NUL-terminated.
             unsafe { std::ffi::CStr::from_ptr(p) }
                 .to_string_lossy()
                 .into_owned()
@@ -88,6 +89,7 @@ fn blas_text(e: cudarc::cublas::result::CublasError) -> String {
     // SAFETY: plain lookups in cuBLAS's tables; libcublas is loaded (checked when the backend opened).
     let name = text(unsafe { cudarc::cublas::sys::cublasGetStatusName(e.0) })
         .unwrap_or_else(|| format!("cublasStatus {}", e.0 as u32));
+    // SAFETY: as for the name: a lookup in the loaded libcublas's tables, defined for any status value.
     match text(unsafe { cudarc::cublas::sys::cublasGetStatusString(e.0) }) {
         Some(t) => format!("{name}: {t}"),
         None => name,

@@ -256,6 +256,8 @@ pub fn conv_valid(
 struct SendPtr(*mut f32);
 // SAFETY: used only for disjoint writes (each band its own output rows).
 unsafe impl Send for SendPtr {}
+// SAFETY: the band workers share it only to copy the pointer out (`get`); each writes through it to its
+// own output rows alone, so no two threads touch the same memory.
 unsafe impl Sync for SendPtr {}
 impl SendPtr {
     fn get(self) -> *mut f32 {

@@ -38,6 +38,8 @@ pub(crate) unsafe fn interleave3_avx2(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: 
     }
     let full = w / 16 * 16;
     for k in (0..full).step_by(16) {
+        // SAFETY: `r[k..k + 16]` is a bounds-checked 16-byte slice (k + 16 <= w, the shortest row); an
+        // unaligned load.
         let row = |r: &[u8]| unsafe { _mm_loadu_si128(r[k..k + 16].as_ptr().cast::<__m128i>()) };
         let (a, b, c) = (row(r0), row(r1), row(r2));
         let out = &mut dst[3 * k..3 * k + 48];
@@ -49,6 +51,7 @@ pub(crate) unsafe fn interleave3_avx2(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: 
                     _mm_shuffle_epi8(c, m[2][j]),
                 )
             };
+            // SAFETY: `o` is a 16-byte chunk of `dst`; an unaligned store.
             unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), v) };
         }
     }
@@ -93,6 +96,7 @@ pub(crate) unsafe fn interleave4_avx2(dst: &mut [u8], r0: &[u8], r1: &[u8], r2: 
         };
         let out = &mut dst[4 * k..4 * k + 64];
         for (o, v) in out.chunks_exact_mut(16).zip(v) {
+            // SAFETY: `o` is a 16-byte chunk of `dst`; an unaligned store.
             unsafe { _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), v) };
         }
     }

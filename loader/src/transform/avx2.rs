@@ -50,6 +50,9 @@ pub(super) unsafe fn horizontal_34<const C: usize>(
 ) -> usize {
     debug_assert!(C == 3 || C == 4);
     let n = out.len() / C;
+    // SAFETY: AVX2 is this function's contract. Pixel loads read 8 bytes at `(f + t) * C` with
+    // `(f + taps - 1) * C + 8 <= row.len()` checked for each output before its loads; weight loads read
+    // two `i32`s of `k` at `t` with `t + 1 < taps = k.len()`; `SPREAD3` is 16 bytes.
     unsafe {
         let spread = _mm_loadu_si128(SPREAD3.as_ptr().cast());
         // Lanes 0-3 take the first weight of a pair, lanes 4-7 the second.
@@ -104,6 +107,9 @@ pub(super) unsafe fn horizontal_34<const C: usize>(
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(super) unsafe fn horizontal_1(row: &[u8], x0: u32, cx: &Coeffs, out: &mut [u8]) -> usize {
+    // SAFETY: AVX2 is this function's contract. Each output's loads read whole blocks of eight from `f`
+    // in `row` and from `at` in `cx.weights`, both checked to fit (`f + blocks <= row.len()`,
+    // `at + blocks <= cx.weights.len()`) before the first load.
     unsafe {
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         for (j, o) in out.iter_mut().enumerate() {
@@ -152,6 +158,9 @@ pub(super) unsafe fn vertical(rows: &[u8], row_len: usize, k: &[i32], dst: &mut 
         return 0;
     }
     let done = n / 16 * 16;
+    // SAFETY: AVX2 is this function's contract. Loads read 16 bytes at `t * row_len + e` with
+    // `e + 16 <= done <= n` and `rows.len() >= (taps - 1) * row_len + n` checked above; stores write 16
+    // bytes at `e` into `dst`, whose length is `n`.
     unsafe {
         let half = _mm256_set1_epi32(HALF);
         let mut e = 0;

@@ -91,7 +91,7 @@ def stylize(
     ram_budget_mib: int = 2048,
     spill_dir: Optional[_Path] = None,
     full: bool = False,
-    device: Any = "cpu",
+    device: Any = None,
     precision: Literal["f32", "f16"] = "f32",
     gpu_memory: Optional[int] = None,
 ) -> npt.NDArray[np.uint8]:
@@ -120,7 +120,7 @@ def infer(
     crop_to_input: bool = False,
     in_scale: float = 1.0,
     out_scale: float = 1.0,
-    device: Any = "cpu",
+    device: Any = None,
     out_dtype: Optional[Literal["uint8", "float32"]] = None,
     precision: Literal["f32", "f16"] = "f32",
     gpu_memory: Optional[int] = None,
