@@ -35,6 +35,17 @@ pub enum Error {
     },
 }
 
+impl Library {
+    /// `Ok` when the library loads, else [`Error::Missing`] naming it.
+    pub fn require(self) -> Result<(), Error> {
+        if self.is_present() {
+            Ok(())
+        } else {
+            Err(Error::Missing(self))
+        }
+    }
+}
+
 impl Error {
     /// [`Error::Driver`] for `call`, in the driver's own words ([`describe`]).
     pub fn driver(call: &'static str, e: DriverError) -> Error {

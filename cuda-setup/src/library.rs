@@ -1,9 +1,7 @@
 //! The CUDA libraries, opened at run time (cudarc's `dynamic-loading`): the crates build and their tests
-//! run on machines without CUDA, and a missing library is [`Error::Missing`] instead of cudarc's panic on
+//! run on machines without CUDA, and a missing library is [`crate::Error::Missing`] instead of cudarc's panic on
 //! its first call.
 #![allow(unsafe_code)]
-
-use crate::Error;
 
 /// A CUDA library the toolkit loads at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,7 +41,7 @@ impl Library {
         }
     }
 
-    /// The sentence [`Error::Missing`] prints.
+    /// The sentence [`crate::Error::Missing`] prints.
     pub(crate) fn missing(self) -> String {
         match self {
             Library::Driver => format!(
@@ -64,15 +62,6 @@ impl Library {
                 #[cfg(feature = "cublas")]
                 Library::Cublas => cudarc::cublas::sys::is_culib_present(),
             }
-        }
-    }
-
-    /// `Ok` when the library loads, else [`Error::Missing`] naming it.
-    pub fn require(self) -> Result<(), Error> {
-        if self.is_present() {
-            Ok(())
-        } else {
-            Err(Error::Missing(self))
         }
     }
 }

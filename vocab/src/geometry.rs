@@ -5,6 +5,10 @@
 use crate::{Invalid, Rect};
 use stdx::SplitMix64;
 
+/// The largest sample side accepted (in pixels): far beyond any network input, small enough that a batch's
+/// byte count cannot overflow before it is checked against the memory limit.
+pub const MAX_SAMPLE_SIDE: u32 = 1 << 16;
+
 /// How an image becomes a sample of the spec's size. Every draw comes from the item's own generator
 /// ([`ItemKey::rng`](crate::ItemKey::rng)), so a sample is a pure function of (seed, epoch, item).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -386,23 +390,23 @@ impl Recipe {
                 pair("ratio", ratio, 0.0, "two aspect ratios 0 < r1 <= r2")
             }
             Recipe::Resize { shorter } => {
-                if (1..=crate::MAX_SAMPLE_SIDE).contains(&shorter) {
+                if (1..=MAX_SAMPLE_SIDE).contains(&shorter) {
                     Ok(())
                 } else {
                     Err(Invalid::new(
                         "resize",
                         shorter,
-                        format!("a shorter side of 1 to {}", crate::MAX_SAMPLE_SIDE),
+                        format!("a shorter side of 1 to {}", MAX_SAMPLE_SIDE),
                     ))
                 }
             }
             Recipe::Jitter { range } => jitter(range),
             Recipe::Whole(w) => {
                 let side = |option: &'static str, v: Option<u32>, what: &str| match v {
-                    Some(v) if !(1..=crate::MAX_SAMPLE_SIDE).contains(&v) => Err(Invalid::new(
+                    Some(v) if !(1..=MAX_SAMPLE_SIDE).contains(&v) => Err(Invalid::new(
                         option,
                         v,
-                        format!("{what} of 1 to {}", crate::MAX_SAMPLE_SIDE),
+                        format!("{what} of 1 to {}", MAX_SAMPLE_SIDE),
                     )),
                     _ => Ok(()),
                 };

@@ -32,11 +32,13 @@ mod tensor;
 
 pub use device::Device;
 pub use error::Invalid;
-pub use geometry::{Axis, DEFAULT_RATIO, Geometry, Interpolation, Recipe, Whole, resize_shorter};
+pub use geometry::{
+    Axis, DEFAULT_RATIO, Geometry, Interpolation, MAX_SAMPLE_SIDE, Recipe, Whole, resize_shorter,
+};
 pub use image::Image;
 pub use rect::{Rect, Window};
 pub use resampling::{Coeffs, PRECISION_BITS, Resampling, nearest};
-pub use sample::{Channels, Crop, ItemKey, MAX_SAMPLE_SIDE, SampleSpec};
+pub use sample::{Channels, Crop, ItemKey, SampleSpec};
 pub use shard::ShardPolicy;
 pub use tensor::{DType, Layout, Normalize};
 

@@ -1,12 +1,9 @@
 //! How every item becomes a fixed-size sample: size, crop, flip, layout, element type, normalisation —
 //! and where the window falls for one item.
 
+use crate::geometry::MAX_SAMPLE_SIDE;
 use crate::{DType, Geometry, Interpolation, Invalid, Layout, Normalize, Recipe, Rect, Window};
 use stdx::SplitMix64;
-
-/// The largest sample side accepted (in pixels): far beyond any network input, small enough that a batch's
-/// byte count cannot overflow before it is checked against the memory limit.
-pub const MAX_SAMPLE_SIDE: u32 = 1 << 16;
 
 /// Where the fixed-size window is cut from an image larger than the sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
