@@ -68,6 +68,7 @@ impl Library {
 
 #[cfg(test)]
 mod tests {
+    use crate::Error;
     use super::*;
 
     #[test]

@@ -360,7 +360,7 @@ mod tests {
 
     fn npy_header(dict: &str, values: usize) -> Vec<u8> {
         let mut dict = dict.to_string();
-        while (10 + dict.len() + 1) % 64 != 0 {
+        while !(10 + dict.len() + 1).is_multiple_of(64) {
             dict.push(' ');
         }
         dict.push('\n');
