@@ -1,8 +1,11 @@
-//! The tables a sample launch reads: one descriptor per (channel, patch) under a window, one per padding
+//! A sample batch's plan ([`SamplePlan`]) and the tables its launch reads: one descriptor per (channel, patch) under a window, one per padding
 //! block, and the copies that build the device input. The descriptors are `#[repr(C)]` plain-old-data
 //! laid out exactly as kernel.cu's structs, so their bytes are what the kernel reads.
 
-use super::SamplePlan;
+use crate::layout::TensorInfo;
+use crate::resample::ResampleStage;
+use crate::v2::V2Batch;
+use l3_format::Rect;
 use std::ops::Range;
 
 /// One patch of one channel under a window: the kernel's unit of work (one thread block), laid out exactly
@@ -62,6 +65,31 @@ pub(crate) struct CopyRun {
     pub sample: usize,
     pub file: Range<u64>,
     pub at: usize,
+}
+
+/// A validated batch of samples, ready to copy and launch.
+#[derive(Debug, Clone)]
+pub struct SamplePlan {
+    pub(crate) tensor: TensorInfo,
+    pub(crate) descs: Vec<SampleDesc>,
+    /// Per descriptor: (sample, channel, patch), to name a patch the kernel rejects.
+    pub(crate) ids: Vec<(u32, u8, u32)>,
+    pub(crate) fills: Vec<FillDesc>,
+    pub(crate) copies: Vec<CopyRun>,
+    /// Per sample: the file length of its source.
+    pub(crate) file_lens: Vec<u64>,
+    /// Per sample: the image rectangle it decodes.
+    pub(crate) rects: Vec<Rect>,
+    pub(crate) data_len: usize,
+    pub(crate) block_dim: u32,
+    pub(crate) stage_cap: u32,
+    /// (scale, bias) for output channels 0..3 (and an unused fourth pair).
+    pub(crate) scale_bias: [f32; 8],
+    /// Version-2 sources' patches (one descriptor per patch under a window), decoded by the blocks after
+    /// the version-1 ones.
+    pub(crate) v2: V2Batch,
+    /// A resampled batch: the passes after the decode, which then writes the intermediate `tensor`.
+    pub(crate) resample: Option<Box<ResampleStage>>,
 }
 
 impl SamplePlan {

@@ -20,7 +20,8 @@ mod desc;
 mod patches;
 mod source;
 
-pub(crate) use desc::{CopyRun, FILL_DESC_BYTES, FillDesc, SAMPLE_DESC_BYTES, SampleDesc};
+pub use desc::SamplePlan;
+pub(crate) use desc::{FILL_DESC_BYTES, FillDesc, SAMPLE_DESC_BYTES};
 pub use source::SampleSource;
 
 use crate::error::Error;
@@ -32,31 +33,6 @@ use l3_format::Rect;
 use patches::V2Layout;
 use source::Grid;
 use vocab::{DType, Geometry, Interpolation, Layout, Window};
-
-/// A validated batch of samples, ready to copy and launch.
-#[derive(Debug, Clone)]
-pub struct SamplePlan {
-    pub(crate) tensor: TensorInfo,
-    pub(crate) descs: Vec<SampleDesc>,
-    /// Per descriptor: (sample, channel, patch), to name a patch the kernel rejects.
-    pub(crate) ids: Vec<(u32, u8, u32)>,
-    pub(crate) fills: Vec<FillDesc>,
-    pub(crate) copies: Vec<CopyRun>,
-    /// Per sample: the file length of its source.
-    pub(crate) file_lens: Vec<u64>,
-    /// Per sample: the image rectangle it decodes.
-    pub(crate) rects: Vec<Rect>,
-    pub(crate) data_len: usize,
-    pub(crate) block_dim: u32,
-    pub(crate) stage_cap: u32,
-    /// (scale, bias) for output channels 0..3 (and an unused fourth pair).
-    pub(crate) scale_bias: [f32; 8],
-    /// Version-2 sources' patches (one descriptor per patch under a window), decoded by the blocks after
-    /// the version-1 ones.
-    pub(crate) v2: V2Batch,
-    /// A resampled batch: the passes after the decode, which then writes the intermediate `tensor`.
-    pub(crate) resample: Option<Box<ResampleStage>>,
-}
 
 impl SamplePlan {
     /// Validates every source, window and size and plans the batch: sample `i` is window `windows[i]` of

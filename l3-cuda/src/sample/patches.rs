@@ -1,8 +1,7 @@
 //! The descriptors of one source's window: the patch runs it copies to the device, and one descriptor per
 //! (decoded channel, patch) for version 1, per patch for version 2.
 
-use super::SamplePlan;
-use super::desc::{CopyRun, SampleDesc};
+use super::desc::{CopyRun, SampleDesc, SamplePlan};
 use super::source::{Grid, PatchRanges, SampleSource, missing};
 use crate::error::Error;
 use crate::layout::SampleOptions;
