@@ -14,7 +14,7 @@
 //! intermediate, then resamples it (`resample`).
 //!
 //! Its parts: `source` (what the bytes come from, the patch grid), `patches` (one source's descriptors),
-//! `desc` (the tables the kernel reads).
+//! `desc` ([`SamplePlan`] itself and the tables its launch reads: it imports no other part).
 
 mod desc;
 mod patches;
