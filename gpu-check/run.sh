@@ -248,7 +248,7 @@ run_step() {
         [ -n "$(ls "$DATA"/fhd/*.l3 2>/dev/null)" ] || GPU_STEP=0 step overlap-encode 120 "$BIN/fig7a" "$DATA" \
             --what cpu --res fhd --formats v1 --min-secs 0.1 --json "$LOGS/encode.jsonl"
         if python_ready; then
-            step overlap 150 env PYTHONPATH="$SITE" python3 "$ROOT/l3-cuda/scripts/overlap_l3toolkit.py" \
+            step overlap 150 env PYTHONPATH="$SITE" python3 "$ROOT/gpu-check/overlap_l3toolkit.py" \
                 "$DATA/fhd" --steps 40 --warmup 10 --json "$LOGS/overlap.jsonl"
         fi ;;
     ncu)
@@ -315,7 +315,7 @@ dry_run() {
         if [ -x "$BIN/$p" ] && "$BIN/$p" --help >/dev/null 2>&1 || "$BIN/$p" 2>&1 | grep -qi usage; then ok "$p starts"; else miss "$p"; fi
     done
     ls "$BUNDLE"/wheels/*abi3*.whl >/dev/null 2>&1 && ok "wheel $(basename "$BUNDLE"/wheels/*.whl)" || miss "abi3 wheel"
-    for s in l3-cuda/scripts/prepare_data.py l3-cuda/scripts/fig7a_peers.py l3-cuda/scripts/overlap_l3toolkit.py \
+    for s in l3-cuda/scripts/prepare_data.py l3-cuda/scripts/fig7a_peers.py gpu-check/overlap_l3toolkit.py \
              bsp-tiling/benches/torch_peer.py bench/src/sections/tasks_bench.py; do
         python3 -m py_compile "$ROOT/$s" 2>/dev/null && ok "$s" || miss "$s"
     done

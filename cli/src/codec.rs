@@ -179,25 +179,12 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?
         .len();
-    let read_at = |buf: &mut [u8], at: u64| {
-        file.read_exact_at(buf, at)
-            .with_context(|| format!("reading {}", path.display()))
-    };
-    let parsing = || format!("parsing {}", path.display());
-    let mut prefix = Vec::new();
-    while let Some(r) = L3Index::next_read(&prefix, len).with_context(parsing)? {
-        let have = prefix.len();
-        prefix.resize(r.end as usize, 0);
-        read_at(&mut prefix[have..], r.start)?;
-    }
-    let f = L3Index::parse(&prefix, len).with_context(parsing)?;
+    let f = L3Index::read_at(&file, len).map_err(|e| in_file(e, "parsing", path))?;
     // Version 2 ends with a CRC-32C of everything before it: checked on every read, here by streaming the
-    // file through a small buffer (any size in bounded memory).
-    let crc = if f.version() >= 2 {
-        Some(check_crc(&file, len, path)?)
-    } else {
-        None
-    };
+    // file through a bounded buffer (any size in bounded memory).
+    let crc = f
+        .verify_crc_at(&file)
+        .map_err(|e| in_file(e, "checking", path))?;
     let entry_crcs = if f.has_entry_crcs() {
         Some(check_entries(&f, &file, path)?)
     } else {
@@ -254,34 +241,16 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Streams a version-2 file through a 1 MiB buffer and compares the CRC-32C of all but its last four bytes
-/// with them. Returns the checksum.
-fn check_crc(file: &std::fs::File, len: u64, path: &Path) -> anyhow::Result<u32> {
-    let body = len.checked_sub(4).with_context(|| {
-        format!(
-            "{}: too short for a version-2 file's checksum",
-            path.display()
-        )
-    })?;
-    let mut crc = l3_format::Crc32c::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < body {
-        let n = (body - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at)
-            .with_context(|| format!("reading {}", path.display()))?;
-        crc.update(&buf[..n]);
-        at += n as u64;
+/// A container read's error with the file's name: `doing` it for a bad file, `reading` it for a failed read.
+fn in_file(e: l3_format::ReadError, doing: &str, path: &Path) -> anyhow::Error {
+    match e {
+        l3_format::ReadError::Read { source, .. } => {
+            anyhow::Error::new(source).context(format!("reading {}", path.display()))
+        }
+        l3_format::ReadError::Format(e) => {
+            anyhow::Error::new(e).context(format!("{doing} {}", path.display()))
+        }
     }
-    let mut tail = [0u8; 4];
-    file.read_exact_at(&mut tail, body)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let (stored, computed) = (u32::from_le_bytes(tail), crc.finish());
-    if stored != computed {
-        return Err(l3_format::Error::CrcMismatch { stored, computed })
-            .with_context(|| format!("checking {}", path.display()));
-    }
-    Ok(computed)
 }
 
 /// Checks every offset-table entry of a version-2 file with entry CRCs against its CRC-32C (the index's

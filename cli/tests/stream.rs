@@ -120,12 +120,12 @@ fn stream_writes_auditable_traces_for_a_folder() {
     for (p, _) in loader::image_files(&f.l3).unwrap().files {
         let bytes = std::fs::read(f.l3.join(&p)).unwrap();
         let len = bytes.len() as u64;
-        let mut prefix = Vec::new();
-        while let Some(r) = l3_format::L3Index::next_read(&prefix, len).unwrap() {
-            prefix.extend_from_slice(&bytes[r.start as usize..r.end as usize]);
-        }
-        want += prefix.len() as u64;
-        let index = l3_format::L3Index::parse(&prefix, len).unwrap();
+        let index = l3_format::L3Index::read_from(len, |r| {
+            let part = bytes[r.start as usize..r.end as usize].to_vec();
+            want += part.len() as u64;
+            Ok::<_, std::convert::Infallible>(part)
+        })
+        .unwrap();
         for epoch in 0..2 {
             let key = loader::ItemKey {
                 seed: 0,

@@ -4,8 +4,9 @@
 
 use crate::error::Error;
 use crate::input::InputOffsets;
+use crate::layout::TensorInfo;
 use crate::plan::{BatchPlan, ImageSlot};
-use crate::sample::{SamplePlan, TensorInfo};
+use crate::sample::SamplePlan;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, result, sys};
 use std::sync::{Arc, Mutex};
 

@@ -7,9 +7,10 @@ use crate::error::Error;
 use crate::input::{InputOffsets, Tables, pack_input, pack_sample_input, pack_tables};
 use crate::kernels::Kernels;
 use crate::launch::{launch, launch_samples};
+use crate::layout::SampleOptions;
 use crate::pinned::PinnedBatch;
 use crate::plan::{BatchPlan, DecodeOptions};
-use crate::sample::{SampleOptions, SamplePlan, SampleSource};
+use crate::sample::{SamplePlan, SampleSource};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, result, sys,
 };

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::input::InputOffsets;
 use crate::kernels::Kernels;
 use crate::plan::{BatchPlan, ImageSlot};
+use crate::resample::ResampleStage;
 use crate::sample::SamplePlan;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg, result};
 use std::sync::{Arc, Mutex};
@@ -187,68 +188,7 @@ pub(crate) fn launch_samples(
             let kernel = &kernels.for_dtype(DType::U8).samples;
             // SAFETY (allocation): the passes read only the rectangles the decode writes.
             let inter = decode!(kernel, alloc_output::<u8>(stream, plan.tensor.len())?);
-            let mut tmp = alloc_output::<u8>(stream, stage.tmp_len)?;
-            let (sb_at, tab_at) = stage.sections();
-            let rd = input.slice(off.resample..off.resample + sb_at.max(1));
-            let rsb = input.slice(off.resample + sb_at..off.resample + tab_at);
-            let tab = input.slice(off.resample + tab_at..off.total.max(off.resample + tab_at + 1));
-            let n = stage.descs.len() as u32;
-            let rows = stage.rows;
-            let block = (crate::resample::RESAMPLE_BLOCK, 1, 1);
-            if stage.h_blocks() > 0 {
-                let cfg = LaunchConfig {
-                    grid_dim: (stage.h_blocks(), 1, 1),
-                    block_dim: block,
-                    shared_mem_bytes: 0,
-                };
-                let mut b = stream.launch_builder(&kernels.resample_h);
-                b.arg(&inter)
-                    .arg(&mut tmp)
-                    .arg(&rd)
-                    .arg(&n)
-                    .arg(&rows)
-                    .arg(&tab);
-                // SAFETY: argument order and types match kernel.cu's l3_resample_h; every table index
-                // reads inside the sample's decoded rectangle and every write is inside its rows of
-                // `tmp` (`ResampleStage::in_bounds`).
-                unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
-            }
-            let (sw, sh) = stage.tensor.sample_size();
-            let (nchw, fill) = (stage.nchw(), u32::from(stage.fill));
-            let cfg = LaunchConfig {
-                grid_dim: (stage.v_blocks(), 1, 1),
-                block_dim: block,
-                shared_mem_bytes: 0,
-            };
-            let kernel = &kernels.for_dtype(stage.tensor.dtype).resample;
-            macro_rules! pass {
-                ($out:expr) => {{
-                    let mut out = $out;
-                    let mut b = stream.launch_builder(kernel);
-                    b.arg(&inter)
-                        .arg(&tmp)
-                        .arg(&rd)
-                        .arg(&n)
-                        .arg(&tab)
-                        .arg(&mut out)
-                        .arg(&rsb)
-                        .arg(&sw)
-                        .arg(&sh)
-                        .arg(&nchw)
-                        .arg(&fill);
-                    // SAFETY: argument order and types match kernel.cu's l3_resample_*; the blocks
-                    // write every element of their own sample row of `out`, and read inside the
-                    // intermediate, `tmp` and the tables (`ResampleStage::in_bounds`).
-                    unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
-                    out
-                }};
-            }
-            let len = stage.tensor.len();
-            let out = match stage.tensor.dtype {
-                DType::U8 => DeviceOutput::U8(pass!(alloc_output::<u8>(stream, len)?)),
-                DType::F32 => DeviceOutput::F32(pass!(alloc_output::<f32>(stream, len)?)),
-                DType::F16 => DeviceOutput::F16(pass!(alloc_output::<u16>(stream, len)?)),
-            };
+            let (out, tmp) = launch_passes(kernels, stream, stage, &inter, input, off)?;
             keep.push(inter);
             keep.push(tmp);
             out
@@ -279,4 +219,80 @@ pub(crate) fn launch_samples(
         consumers: Mutex::new(Vec::new()),
         _scratch: keep,
     })
+}
+
+/// Queues the two passes of a resampled batch over the intermediate `inter` its decode wrote: the
+/// horizontal pass into a temporary (returned, to be kept until the batch is done), then the vertical pass
+/// into the batch tensor.
+fn launch_passes(
+    kernels: &Kernels,
+    stream: &Arc<CudaStream>,
+    stage: &ResampleStage,
+    inter: &CudaSlice<u8>,
+    input: &CudaSlice<u8>,
+    off: InputOffsets,
+) -> Result<(DeviceOutput, CudaSlice<u8>), Error> {
+    let mut tmp = alloc_output::<u8>(stream, stage.tmp_len)?;
+    let (sb_at, tab_at) = stage.sections();
+    let rd = input.slice(off.resample..off.resample + sb_at.max(1));
+    let rsb = input.slice(off.resample + sb_at..off.resample + tab_at);
+    let tab = input.slice(off.resample + tab_at..off.total.max(off.resample + tab_at + 1));
+    let n = stage.descs.len() as u32;
+    let rows = stage.rows;
+    let block = (crate::resample::RESAMPLE_BLOCK, 1, 1);
+    if stage.h_blocks() > 0 {
+        let cfg = LaunchConfig {
+            grid_dim: (stage.h_blocks(), 1, 1),
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&kernels.resample_h);
+        b.arg(inter)
+            .arg(&mut tmp)
+            .arg(&rd)
+            .arg(&n)
+            .arg(&rows)
+            .arg(&tab);
+        // SAFETY: argument order and types match kernel.cu's l3_resample_h; every table index
+        // reads inside the sample's decoded rectangle and every write is inside its rows of
+        // `tmp` (`ResampleStage::in_bounds`).
+        unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+    }
+    let (sw, sh) = stage.tensor.sample_size();
+    let (nchw, fill) = (stage.nchw(), u32::from(stage.fill));
+    let cfg = LaunchConfig {
+        grid_dim: (stage.v_blocks(), 1, 1),
+        block_dim: block,
+        shared_mem_bytes: 0,
+    };
+    let kernel = &kernels.for_dtype(stage.tensor.dtype).resample;
+    macro_rules! pass {
+        ($out:expr) => {{
+            let mut out = $out;
+            let mut b = stream.launch_builder(kernel);
+            b.arg(inter)
+                .arg(&tmp)
+                .arg(&rd)
+                .arg(&n)
+                .arg(&tab)
+                .arg(&mut out)
+                .arg(&rsb)
+                .arg(&sw)
+                .arg(&sh)
+                .arg(&nchw)
+                .arg(&fill);
+            // SAFETY: argument order and types match kernel.cu's l3_resample_*; the blocks
+            // write every element of their own sample row of `out`, and read inside the
+            // intermediate, `tmp` and the tables (`ResampleStage::in_bounds`).
+            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            out
+        }};
+    }
+    let len = stage.tensor.len();
+    let out = match stage.tensor.dtype {
+        DType::U8 => DeviceOutput::U8(pass!(alloc_output::<u8>(stream, len)?)),
+        DType::F32 => DeviceOutput::F32(pass!(alloc_output::<f32>(stream, len)?)),
+        DType::F16 => DeviceOutput::F16(pass!(alloc_output::<u16>(stream, len)?)),
+    };
+    Ok((out, tmp))
 }

@@ -27,9 +27,12 @@
 //! crate builds anywhere, and without a GPU every entry point returns [`Error::NoDriver`] (or
 //! [`Error::NoNvrtc`]) instead of panicking. The host-side plans need no GPU at all.
 //!
-//! Modules, host side: `plan` (whole-image batches), `sample` (sample batches), `resample` (a resampled
-//! batch's passes), `v2` (version-2
-//! descriptors and ANS tables), `input` (the packed device input of a launch). Device side: `kernels`
+//! Modules, host side, each using only those before it: `layout` (what every batch shares about its output:
+//! [`TensorInfo`], [`SampleOptions`], the fused normalisation, threads per block), `v2` (version-2
+//! descriptors and ANS tables), `plan` (whole-image batches), `resample` (a resampled batch's passes),
+//! `sample/` (sample batches: `source`, `patches`, `desc`), `input` (the packed device input of a launch).
+//! Every descriptor is a `#[repr(C)]` `bytemuck::Pod` struct laid out as kernel.cu's: its bytes are the
+//! table the kernel reads. Device side: `kernels`
 //! (`kernel.cu`, compiled once per architecture), `decoder` ([`BatchDecoder`]: streams, pinned staging, the
 //! in-flight bound), `launch` (the one launch per batch), `batch` ([`DecodedBatch`], [`DeviceOutput`],
 //! [`ResidentBatch`]), `pinned` ([`PinnedBatch`]), `measure` (the bandwidth and timing helpers the
@@ -42,6 +45,7 @@ mod error;
 mod input;
 mod kernels;
 mod launch;
+mod layout;
 mod measure;
 mod pinned;
 mod plan;
@@ -59,9 +63,10 @@ pub use decoder::{BatchDecoder, DEFAULT_MAX_IN_FLIGHT};
 pub use error::Error;
 pub use kernels::device_count;
 pub use l3_format::{Fragments, L3Index, Rect};
+pub use layout::{SampleOptions, TensorInfo};
 pub use pinned::PinnedBatch;
 pub use plan::{BatchPlan, DecodeOptions, ImageSlot};
-pub use sample::{SampleOptions, SamplePlan, SampleSource, TensorInfo};
+pub use sample::{SamplePlan, SampleSource};
 
 /// The README's examples run as doctests.
 #[cfg(doctest)]

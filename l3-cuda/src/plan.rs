@@ -3,9 +3,9 @@
 //! is rejected here, with its batch index, before anything is copied or launched.
 
 use crate::error::Error;
-use crate::sample::TensorInfo;
+use crate::layout::{STAGE_CAP, TensorInfo, block_dim, scale_bias_for};
 use crate::v2::{V2Batch, V2Desc};
-use l3_format::{L3File, PatchId};
+use l3_format::L3File;
 use std::ops::Range;
 use vocab::{DType, Layout, Normalize};
 
@@ -57,7 +57,8 @@ impl ImageSlot {
 
 /// One patch of one channel of one image: the kernel's unit of work (one thread block).
 /// Serialised by [`BatchPlan::descriptor_bytes`] exactly as `struct PatchDesc` in kernel.cu.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 pub(crate) struct PatchDesc {
     pub data_offset: u64,
     pub out_offset: u64,
@@ -67,14 +68,12 @@ pub(crate) struct PatchDesc {
     pub w: u16,
     pub h: u16,
     pub channel: u32,
+    pub pad: u32,
 }
 
-/// Size of one serialised [`PatchDesc`] (kernel.cu's struct, 8-byte aligned).
-pub(crate) const DESC_BYTES: usize = 40;
-
-/// Largest compressed patch staged in shared memory (bigger ones are read from global memory). 16 KiB
-/// holds any 128×128 patch (at most 128 × 130 bytes) and keeps several blocks resident per SM.
-pub(crate) const STAGE_CAP: u32 = 16 * 1024;
+/// Size of one [`PatchDesc`] (kernel.cu's struct, 8-byte aligned).
+pub(crate) const DESC_BYTES: usize = std::mem::size_of::<PatchDesc>();
+const _: () = assert!(DESC_BYTES == 40);
 
 /// A validated batch, ready to copy and launch: the output layout of every image and the patch table.
 #[derive(Debug, Clone)]
@@ -150,7 +149,8 @@ impl BatchPlan {
         for (index, bytes) in images.iter().enumerate() {
             let file = L3File::parse(bytes).map_err(|source| Error::Image { index, source })?;
             if opts.check_rows_on_host {
-                check_rows(&file).map_err(|source| Error::Image { index, source })?;
+                file.check_rows()
+                    .map_err(|source| Error::Image { index, source })?;
             }
             let data = file.patch_data();
             if data.len() > u32::MAX as usize {
@@ -322,21 +322,9 @@ impl BatchPlan {
                 .all(|((r, _), b)| r.end == b.len())
     }
 
-    /// The descriptor table as the kernel reads it (little-endian, `struct PatchDesc`).
+    /// The descriptor table as the kernel reads it (`struct PatchDesc`).
     pub(crate) fn descriptor_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.descs.len() * DESC_BYTES);
-        for d in &self.descs {
-            out.extend_from_slice(&d.data_offset.to_le_bytes());
-            out.extend_from_slice(&d.out_offset.to_le_bytes());
-            out.extend_from_slice(&d.data_len.to_le_bytes());
-            out.extend_from_slice(&d.row_stride.to_le_bytes());
-            out.extend_from_slice(&d.pixel_stride.to_le_bytes());
-            out.extend_from_slice(&d.w.to_le_bytes());
-            out.extend_from_slice(&d.h.to_le_bytes());
-            out.extend_from_slice(&d.channel.to_le_bytes());
-            out.extend_from_slice(&0u32.to_le_bytes());
-        }
-        out
+        bytemuck::cast_slice(&self.descs).to_vec()
     }
 
     /// The kernel's error word (the lowest failing descriptor, or u32::MAX) as an error naming the image.
@@ -428,23 +416,12 @@ fn push_descs(
                 w: rect.w as u16,
                 h: rect.h as u16,
                 channel: ch as u32,
+                pad: 0,
             });
         }
     }
     Ok(())
 }
-
-/// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
-/// row), and at least [`V2_BLOCK`] when there are version-2 patches.
-pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
-    let v1 = max_v1_width.div_ceil(32).clamp(1, 8) * 32;
-    if has_v2 { v1.max(V2_BLOCK) } else { v1 }
-}
-
-/// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp
-/// while the rest of its block waits, so small blocks let more chunks run at once on an SM; the
-/// reconstruction loops over (plane, column) pairs with any block size.
-pub(crate) const V2_BLOCK: u32 = 64;
 
 /// One descriptor per patch of a version-2 image (every plane: the block inverts the colour transform),
 /// writing every pixel of every channel into the image's slot.
@@ -492,9 +469,9 @@ fn push_v2_descs(
             col1: pw,
             planes: c,
             decoded: c,
-            profile,
+            profile: profile.byte(),
             out_channels: c,
-            exact: true,
+            exact: 1,
             ..V2Desc::default()
         };
         for e in 0..d.entries() {
@@ -507,82 +484,6 @@ fn push_v2_descs(
         }
         v2.descs.push(d);
         v2.ids.push((index as u32, p as u32));
-    }
-    Ok(())
-}
-
-/// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
-pub(crate) fn scale_bias_for(
-    dtype: DType,
-    normalize: Option<Normalize>,
-) -> Result<[f32; 8], Error> {
-    let norm = match (normalize, dtype.is_float()) {
-        (Some(_), false) => return Err(Error::NormalizeNeedsFloat),
-        (None, false) => return Ok([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
-        (n, true) => n.unwrap_or(Normalize::UNIT),
-    };
-    if let Some((channel, mean, std)) = norm.invalid_channel() {
-        return Err(Error::BadNormalize { channel, mean, std });
-    }
-    let mut sb = [0.0; 8];
-    for c in 0..4 {
-        (sb[2 * c], sb[2 * c + 1]) = norm.scale_bias(c);
-    }
-    Ok(sb)
-}
-
-/// Walks every patch's row headers exactly as the kernel does (and as `l3-format`'s decoder accepts them):
-/// each row's nbit at most 8, each row inside the patch, no bytes left over. Touches 2 bytes per row.
-/// A version-2 file has no such cheap walk (ANS symbols depend on every symbol before them), so it is
-/// decoded on the host: the kernel accepts exactly what that decode accepts.
-pub(crate) fn check_rows(file: &L3File<'_>) -> Result<(), l3_format::Error> {
-    if file.version() == 2 {
-        let mut px = vec![0u8; file.decoded_len()];
-        return file.decode_chw(&mut px);
-    }
-    let ppc = file.patches_per_channel();
-    for ch in 0..file.channels() as usize {
-        for p in 0..ppc {
-            let rect = file.patch_rect(p);
-            let data = file.patch_bytes(ch, p);
-            let at = Some(PatchId {
-                channel: ch,
-                patch: p,
-            });
-            let w = rect.w as usize;
-            let mut pos = 0usize;
-            for row in 0..rect.h as usize {
-                let past_end = |needed| l3_format::Error::RowPastPatchEnd {
-                    patch: at,
-                    row,
-                    offset: pos,
-                    needed,
-                    len: data.len(),
-                };
-                if data.len() - pos < 2 {
-                    return Err(past_end(2));
-                }
-                let nbit = data[pos] & 0x0f;
-                if nbit > 8 {
-                    return Err(l3_format::Error::NbitTooLarge {
-                        patch: at,
-                        row,
-                        nbit,
-                    });
-                }
-                let len = (12 + w * nbit as usize).div_ceil(8);
-                if data.len() - pos < len {
-                    return Err(past_end(len));
-                }
-                pos += len;
-            }
-            if pos != data.len() {
-                return Err(l3_format::Error::TrailingPatchBytes {
-                    patch: at,
-                    unused: data.len() - pos,
-                });
-            }
-        }
     }
     Ok(())
 }

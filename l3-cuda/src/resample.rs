@@ -14,13 +14,12 @@
 //! resamples an image's alpha like any channel, and gives an image without alpha 255 (not resampled).
 
 use crate::error::Error;
-use crate::plan::scale_bias_for;
-use crate::sample::{SampleOptions, TensorInfo};
+use crate::layout::{SampleOptions, TensorInfo, scale_bias_for};
 use vocab::{Geometry, Rect, Resampling, Window};
 
-/// One sample's part of the passes. Serialised by [`ResampleStage::bytes`] exactly as
-/// `struct ResampleDesc` in kernel.cu.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// One sample's part of the passes, laid out exactly as `struct ResampleDesc` in kernel.cu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 pub(crate) struct ResampleDesc {
     pub in_offset: u64,
     pub tmp_offset: u64,
@@ -44,9 +43,11 @@ pub(crate) struct ResampleDesc {
     pub out_ch: u8,
     /// 1 when the image has alpha (channel 3 of the intermediate); 0: the batch's alpha is 255.
     pub alpha: u8,
+    pub pad: u8,
 }
 
-pub(crate) const RESAMPLE_DESC_BYTES: usize = 80;
+pub(crate) const RESAMPLE_DESC_BYTES: usize = std::mem::size_of::<ResampleDesc>();
+const _: () = assert!(RESAMPLE_DESC_BYTES == 80);
 
 /// Threads per block of the two passes.
 pub(crate) const RESAMPLE_BLOCK: u32 = 256;
@@ -248,40 +249,13 @@ impl ResampleStage {
     }
 
     /// The device section of the passes, as the kernels read it: the descriptors, the scale/bias pairs
-    /// (8 × f32) and the tables (i32), in that order, little-endian. Its parts start at
+    /// (8 × f32) and the tables (i32), in that order. Its parts start at
     /// [`sections`](Self::sections).
     pub(crate) fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.byte_len());
-        for d in &self.descs {
-            out.extend_from_slice(&d.in_offset.to_le_bytes());
-            out.extend_from_slice(&d.tmp_offset.to_le_bytes());
-            for v in [
-                d.in_stride,
-                d.tmp_stride,
-                d.rx,
-                d.ry,
-                d.rows,
-                d.w,
-                d.h,
-                d.dx,
-                d.dy,
-                d.flip,
-                d.nearest,
-                d.kx,
-                d.ky,
-                d.x_tab,
-                d.y_tab,
-            ] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out.extend_from_slice(&[d.in_ch, d.out_ch, d.alpha, 0]);
-        }
-        for v in self.scale_bias {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in &self.tab {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+        out.extend_from_slice(bytemuck::cast_slice(&self.descs));
+        out.extend_from_slice(bytemuck::cast_slice(&self.scale_bias));
+        out.extend_from_slice(bytemuck::cast_slice(&self.tab));
         out
     }
 

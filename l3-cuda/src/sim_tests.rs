@@ -416,7 +416,7 @@ fn sim_corrupt_rows_flagged_like_cpu_decoder() {
         let f = l3_format::L3File::parse(&bad).unwrap();
         let mut cpu = vec![0u8; f.decoded_len()];
         let cpu_ok = f.decode_chw(&mut cpu).is_ok();
-        let host_check = crate::plan::check_rows(&f).is_ok();
+        let host_check = f.check_rows().is_ok();
         assert_eq!(
             cpu_ok, host_check,
             "trial {trial}: host row walk disagrees with the CPU decoder"

@@ -6,9 +6,10 @@
 use crate::error::Error;
 use l3_format::{AnsTables, Profile};
 
-/// One v2 patch: the kernel's unit of work. Serialised by [`V2Batch::descriptor_bytes`] exactly as
-/// `struct V2Desc` in kernel.cu.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One v2 patch: the kernel's unit of work, laid out exactly as `struct V2Desc` in kernel.cu (its bytes
+/// are the table [`V2Batch::descriptor_bytes`] hands the kernel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 pub(crate) struct V2Desc {
     /// BP: plane p's entry in the device input; ANS: `off[0]` is the patch's chunk.
     pub off: [u64; 4],
@@ -32,47 +33,29 @@ pub(crate) struct V2Desc {
     pub planes: u8,
     /// Planes BP decodes (the file's, or 3 when alpha is not written); ANS decodes every plane.
     pub decoded: u8,
-    pub profile: Profile,
+    /// [`Profile::byte`]: 0 BP, 1 ANS.
+    pub profile: u8,
     pub out_channels: u8,
-    /// BP: the rows reach the patch's last row, so each entry must be used exactly.
-    pub exact: bool,
+    /// BP: 1 when the rows reach the patch's last row, so each entry must be used exactly.
+    pub exact: u8,
+    pub pad: [u8; 7],
 }
 
-pub(crate) const V2_DESC_BYTES: usize = 104;
-
-impl Default for V2Desc {
-    fn default() -> Self {
-        V2Desc {
-            off: [0; 4],
-            out_offset: 0,
-            scratch_offset: 0,
-            len: [0; 4],
-            table_offset: 0,
-            row_stride: 0,
-            col_stride: 0,
-            chan_stride: 0,
-            pw: 0,
-            ph: 0,
-            rows: 0,
-            skip: 0,
-            col0: 0,
-            col1: 0,
-            planes: 0,
-            decoded: 0,
-            profile: Profile::Bp,
-            out_channels: 0,
-            exact: false,
-        }
-    }
-}
+pub(crate) const V2_DESC_BYTES: usize = std::mem::size_of::<V2Desc>();
+const _: () = assert!(V2_DESC_BYTES == 104);
 
 impl V2Desc {
     /// Entries of the offset table this descriptor reads: the chunk (ANS) or the decoded planes (BP).
     pub fn entries(&self) -> usize {
-        match self.profile {
-            Profile::Ans => 1,
-            Profile::Bp => self.decoded as usize,
+        if self.is_ans() {
+            1
+        } else {
+            self.decoded as usize
         }
+    }
+
+    pub fn is_ans(&self) -> bool {
+        self.profile == Profile::Ans.byte()
     }
 
     /// Output elements this descriptor writes, as (lowest, highest) element index.
@@ -167,7 +150,7 @@ impl V2Batch {
                     && d.row_stride > 0;
                 let reads_ok =
                     (0..d.entries()).all(|p| d.off[p] + u64::from(d.len[p]) <= data_len as u64);
-                let ans_ok = d.profile != Profile::Ans
+                let ans_ok = !d.is_ans()
                     || (d.scratch_offset + V2Desc::scratch_len(d.planes, d.pw, d.ph)
                         <= self.scratch_len
                         && self.table_in_bounds(d.table_offset as usize, d.planes));
@@ -190,38 +173,9 @@ impl V2Batch {
         })
     }
 
-    /// The descriptor table as the kernel reads it (little-endian, `struct V2Desc`).
+    /// The descriptor table as the kernel reads it (`struct V2Desc`).
     pub fn descriptor_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.descs.len() * V2_DESC_BYTES);
-        for d in &self.descs {
-            for o in d.off {
-                out.extend_from_slice(&o.to_le_bytes());
-            }
-            out.extend_from_slice(&d.out_offset.to_le_bytes());
-            out.extend_from_slice(&d.scratch_offset.to_le_bytes());
-            for l in d.len {
-                out.extend_from_slice(&l.to_le_bytes());
-            }
-            out.extend_from_slice(&d.table_offset.to_le_bytes());
-            out.extend_from_slice(&d.row_stride.to_le_bytes());
-            out.extend_from_slice(&d.col_stride.to_le_bytes());
-            out.extend_from_slice(&d.chan_stride.to_le_bytes());
-            for v in [d.pw, d.ph, d.rows, d.skip, d.col0, d.col1] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out.extend_from_slice(&[
-                d.planes,
-                d.decoded,
-                d.profile.byte(),
-                d.out_channels,
-                u8::from(d.exact),
-                0,
-                0,
-                0,
-            ]);
-            out.extend_from_slice(&[0; 4]);
-        }
-        out
+        bytemuck::cast_slice(&self.descs).to_vec()
     }
 
     /// The error for v2 descriptor `i` the kernel rejected.
@@ -256,9 +210,10 @@ mod tests {
             col1: 20,
             planes: 3,
             decoded: 3,
-            profile: Profile::Ans,
+            profile: Profile::Ans.byte(),
             out_channels: 3,
-            exact: true,
+            exact: 1,
+            pad: [0; 7],
         };
         let b = V2Batch {
             descs: vec![d],

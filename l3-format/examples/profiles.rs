@@ -17,6 +17,7 @@
 //! so that other work on a shared machine does not count; MB = 10⁶ raw (decoded) bytes.
 
 use l3_format::{EncodeOptions, Format, Fragments, L3File, L3Index, PixelLayout, Profile, Rect};
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
 /// Each format, and whether its files carry entry CRCs.
@@ -139,11 +140,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             });
             assert!(out == px, "{name}: {format} is not lossless");
 
-            let mut prefix = Vec::new();
-            while let Some(r) = L3Index::next_read(&prefix, file.len() as u64)? {
-                prefix.extend_from_slice(&file[r.start as usize..r.end as usize]);
-            }
-            let index = L3Index::parse(&prefix, file.len() as u64)?;
+            let index = L3Index::read_from(file.len() as u64, |r| {
+                Ok::<_, Infallible>(file[r.start as usize..r.end as usize].to_vec())
+            })?;
             let mut reads: Vec<Fragments> = Vec::with_capacity(windows.len());
             for win in &windows {
                 let mut read = Fragments::new();

@@ -232,6 +232,33 @@ impl<'a> L3File<'a> {
         }
     }
 
+    /// Checks every patch's rows the way a decode would, without writing pixels anywhere: version 1 walks
+    /// each patch's row headers ([`crate::patch_rows_len`]: 2 bytes a row) and requires its rows to fill
+    /// its offset-table entry exactly; version 2 has no such cheap walk (an ANS symbol depends on every
+    /// one before it), so the file is decoded into scratch memory. What passes is exactly what the
+    /// decoders accept: a device decoder that cannot report which row failed is checked by this first.
+    pub fn check_rows(&self) -> Result<(), Error> {
+        if self.version() >= 2 {
+            let mut px = vec![0u8; self.decoded_len()];
+            return self.decode_chw(&mut px);
+        }
+        for channel in 0..self.channels() as usize {
+            for patch in 0..self.patches_per_channel() {
+                let rect = self.patch_rect(patch);
+                let bytes = self.patch_bytes(channel, patch);
+                let at = Some(crate::PatchId { channel, patch });
+                let used = v1::patch_rows_len(bytes, rect.w as usize, rect.h as usize, at)?;
+                if used != bytes.len() {
+                    return Err(Error::TrailingPatchBytes {
+                        patch: at,
+                        unused: bytes.len() - used,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Decodes into `out` (exactly `decoded_len()` bytes) as interleaved rows: `out[(y*W + x)*C + c]`.
     pub fn decode_hwc(&self, out: &mut [u8]) -> Result<(), Error> {
         self.decode(out, false, 1)

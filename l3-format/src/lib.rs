@@ -13,7 +13,12 @@
 //!   its strides ([`PixelLayout`]).
 //! - [`L3Index`] + [`Fragments`]: the same region decode when only the header, the offset table and the
 //!   byte ranges of the patches under the region were read (a crop fetched from disk or object storage).
-//! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference).
+//!   [`L3Index::read_from`] / [`L3Index::read_at`] read that prefix through the caller's reader, and
+//!   [`L3Index::verify_crc_from`] / [`L3Index::verify_crc_at`] check a version-2 file's whole-file CRC-32C
+//!   streamed in bounded chunks ([`ReadError`]: the reader's error or the bytes').
+//! - [`decode_patch`]: one patch of one channel from its bytes alone (the GPU decoder's reference);
+//!   [`patch_rows_len`] and [`L3File::check_rows`]: its row headers, or every patch's, checked as the
+//!   decoder reads them without decoding (a device decoder's host check).
 //! - Version 2 ([`v2`], SPEC.md part 2): [`encode_with`] and [`EncodeOptions`] write it (profile ANS or BP,
 //!   [`Format`]); every reader above reads it too, checking its CRC-32Cs ([`crc32c`](fn@crc32c),
 //!   [`Crc32c`]: the file's, and with [`FLAG_ENTRY_CRCS`] the prefix's and each entry's, so that region
@@ -33,11 +38,12 @@
 //! - `error`: [`Error`], [`Limits`], [`ParseOptions`], [`PatchId`].
 //! - `geometry`: the one header validation every reader runs, and the patch grid it defines.
 //! - `simd/`: run-time CPU feature checks and the hand-written kernels, one file per stage (`v1`,
-//!   `interleave`, `v2`, `crc`); the only `unsafe` code besides its call sites.
-//! - `crc32c`: [`crc32c`](fn@crc32c) and [`Crc32c`], version 2's checksum.
+//!   `interleave`, `v2`); the only `unsafe` code besides its call sites.
+//! - `crc32c`: [`crc32c`](fn@crc32c) and [`Crc32c`], version 2's checksum (the `crc32c` crate's, measured
+//!   faster than the loop this crate had).
 //! - `interleave`: writing decoded rows out (one plane, RGB, RGBA), shared by both versions.
 //! - `v1/`: version 1, one stage a file: `paeth` (the filter), `row` (base-delta packing), `kernel` (the
-//!   row decoder), `container` (the offset table), `decode` ([`decode_patch`], whole images), `region`,
+//!   row decoder), `container` (the offset table), `decode` ([`decode_patch`], [`patch_rows_len`], whole images), `region`,
 //!   `encode` ([`encode_patch`], whole files).
 //! - [`v2`]: version 2, one stage a file: `bits`, `front` (colour, predictors, row scan), `ans`, `bp`,
 //!   `container`, `plan` ([`V2Plan`]), `decode`, `encode`.
@@ -48,13 +54,15 @@
 //! - `file`: [`L3File`], a whole file validated, and its decoders.
 //! - `index`: [`L3Index`] and [`Fragments`], the same from a file's prefix and the byte ranges a region
 //!   needs.
+//! - `read`: the container read through a caller's reader: the prefix read loop and the streamed
+//!   whole-file CRC check ([`ReadError`], [`CRC_CHUNK`]).
 //! - `stream/`: [`L3Writer`], the file `encode_with` writes, from bands of rows given in order, in memory
 //!   bounded by a row of patches (`spill`: what waits on disk until it can be written in file order).
 //
-// `unsafe` lives only in `simd/` (AVX2 row kernel, interleavers, the v2 rANS and BP decoders, the SSE4.2
-// CRC: intrinsics, and unaligned loads/stores through bounds-checked slices) and at its call sites, after
+// `unsafe` lives only in `simd/` (AVX2 row kernel, interleavers, the v2 rANS and BP decoders: intrinsics,
+// and unaligned loads/stores through bounds-checked slices) and at its call sites, after
 // the run-time CPU feature checks: `interleave.rs`, `v1/decode.rs`, `v1/region.rs`, `v2/bp.rs`,
-// `v2/decode.rs` and `crc32c.rs`. Everything else is safe Rust.
+// `v2/decode.rs`. Everything else is safe Rust.
 #![deny(unsafe_code)]
 
 // The vocabulary: names and numbers, types, the header and the grid.
@@ -76,6 +84,7 @@ pub mod v2;
 mod encode;
 mod file;
 mod index;
+mod read;
 mod region;
 mod stream;
 
@@ -89,8 +98,9 @@ pub use format::{
 };
 pub use index::{Fragments, L3Index};
 pub use pixel_layout::PixelLayout;
+pub use read::{CRC_CHUNK, ReadError};
 pub use stream::L3Writer;
-pub use v1::{decode_patch, encode_patch};
+pub use v1::{decode_patch, encode_patch, patch_rows_len};
 pub use v2::encode::Choices;
 pub use v2::{AnsTables, V2Plan};
 pub use vocab::Rect;

@@ -2,7 +2,7 @@
 //! CRC-32C and every entry's; a region read fetches only the prefix (header, tables, offset table, entry
 //! CRCs and the prefix CRC) and the entries under a crop, and checks the prefix's CRC and each entry's
 //! before decoding it (SPEC.md §2.11). Each case flips bits of a real corpus photo's file and reads it the
-//! way the loader does (`L3Index::next_read`, `region_ranges`, `Fragments`, `decode_region`): a damaged
+//! way the loader does (`L3Index::read_from`, `region_ranges`, `Fragments`, `decode_region`): a damaged
 //! file must give a typed error, never pixels — for both version-2 profiles, though BP's rows alone would
 //! decode most flipped residual bits into other pixels.
 
@@ -10,6 +10,7 @@ use l3_format::{
     DEFAULT_FORMAT, EncodeOptions, Error, Format, Fragments, L3File, L3Index, PixelLayout, Profile,
     Rect, encode_with,
 };
+use std::convert::Infallible;
 use std::ops::Range;
 use std::path::PathBuf;
 use stdx::SplitMix64;
@@ -51,11 +52,9 @@ const PROFILES: [Format; 2] = [DEFAULT_FORMAT, Format::V2(Profile::Bp)];
 /// A region read as the loader makes it from byte ranges of `file`: the prefix, then only the crop's
 /// ranges. Returns the crop's interleaved pixels, and the ranges it read after the prefix.
 fn region_read(file: &[u8], crop: Rect) -> Result<(Vec<u8>, Vec<Range<u64>>), Error> {
-    let mut prefix = Vec::new();
-    while let Some(r) = L3Index::next_read(&prefix, file.len() as u64)? {
-        prefix.extend_from_slice(&file[r.start as usize..r.end as usize]);
-    }
-    let index = L3Index::parse(&prefix, file.len() as u64)?;
+    let index = L3Index::read_from(file.len() as u64, |r| {
+        Ok::<_, Infallible>(file[r.start as usize..r.end as usize].to_vec())
+    })?;
     let ranges = index.region_ranges(crop, 0)?;
     let mut read = Fragments::new();
     read.reset(&ranges);
@@ -212,13 +211,11 @@ fn files_without_entry_crcs_still_read_by_region() {
 fn bit_flips_in_the_prefix_a_region_read_uses_are_errors() {
     let (px, w, h, c) = photo();
     let file = file_of(&px, w, h, c, DEFAULT_FORMAT);
-    let mut prefix = Vec::new();
-    while let Some(r) = L3Index::next_read(&prefix, file.len() as u64).unwrap() {
-        prefix.extend_from_slice(&file[r.start as usize..r.end as usize]);
-    }
-    let data_offset = L3Index::parse(&prefix, file.len() as u64)
-        .unwrap()
-        .data_offset();
+    let data_offset = L3Index::read_from(file.len() as u64, |r| {
+        Ok::<_, Infallible>(file[r.start as usize..r.end as usize].to_vec())
+    })
+    .unwrap()
+    .data_offset();
     let mut rng = SplitMix64::new(7);
     let mut refused = 0;
     for k in 0..FLIPS {

@@ -17,11 +17,10 @@ use libfuzzer_sys::fuzz_target;
 /// What a loader would have read of `file` for `region`: its index and the patch ranges under it, if the
 /// prefix parses.
 fn fragments(file: &[u8], region: Rect) -> Option<(L3Index, Fragments)> {
-    let mut prefix = 0usize;
-    while let Some(r) = L3Index::next_read(&file[..prefix], file.len() as u64).ok()? {
-        prefix = r.end as usize;
-    }
-    let index = L3Index::parse(&file[..prefix], file.len() as u64).ok()?;
+    let index = L3Index::read_from(file.len() as u64, |r| {
+        Ok::<_, std::convert::Infallible>(file[r.start as usize..r.end as usize].to_vec())
+    })
+    .ok()?;
     let ranges = index.region_ranges(region, 16).ok()?;
     let mut data = Fragments::new();
     data.reset(&ranges);

@@ -351,11 +351,10 @@ pub struct FragmentSource {
 /// Reads (from the in-memory `file`) exactly what a loader would for `region`: the header and offset
 /// table, parsed into an index, then the patch ranges under the region, merged across gaps of `gap`.
 pub fn read_fragments(file: &[u8], region: l3_format::Rect, gap: u64) -> FragmentSource {
-    let mut prefix = 0usize;
-    while let Some(r) = l3_format::L3Index::next_read(&file[..prefix], file.len() as u64).unwrap() {
-        prefix = r.end as usize;
-    }
-    let index = l3_format::L3Index::parse(&file[..prefix], file.len() as u64).unwrap();
+    let index = l3_format::L3Index::read_from(file.len() as u64, |r| {
+        Ok::<_, std::convert::Infallible>(file[r.start as usize..r.end as usize].to_vec())
+    })
+    .unwrap();
     let ranges = index.region_ranges(region, gap).unwrap();
     let mut data = l3_format::Fragments::new();
     data.reset(&ranges);

@@ -11,16 +11,13 @@
 //! against its portable twin:
 //! - `v1`: the v1 row decoder (`decode_row_avx2`; portable twin `v1/kernel.rs`);
 //! - `interleave`: the RGB/RGBA interleavers (portable twins in `interleave.rs`);
-//! - `v2`: the v2 rANS and BP decoders and row reconstruction (portable twins in `v2/`);
-//! - `crc`: CRC-32C with SSE4.2 (portable twin in `crc32c.rs`).
+//! - `v2`: the v2 rANS and BP decoders and row reconstruction (portable twins in `v2/`).
 //!
 //! The row and interleave kernels are `#[inline(always)] unsafe fn`s rather than `#[target_feature]` ones so
 //! that they inline into the AVX2 band decoders (a call per row costs ~10 %); their contract is that the
 //! CPU has AVX2. Inside, `unsafe` covers the intrinsics and unaligned loads and stores through pointers
 //! taken from bounds-checked slices. Each has a test against the portable code.
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod crc;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod interleave;
 #[cfg(target_arch = "x86_64")]
@@ -91,11 +88,4 @@ pub(crate) fn fast_pdep() -> bool {
         has_avx2_bmi2()
             && (vendor == *b"GenuineIntel" || (vendor == *b"AuthenticAMD" && family >= 0x19))
     })
-}
-
-/// Whether this CPU has the SSE4.2 `crc32` instruction.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-pub(crate) fn has_sse42() -> bool {
-    std::arch::is_x86_feature_detected!("sse4.2")
 }

@@ -118,6 +118,43 @@ impl<'a> RowDecoder<'a> {
     }
 }
 
+/// Walks the row headers of the first `rows` rows of a `width`-wide version-1 patch at the start of
+/// `bytes` exactly as the row decoder reads them — each row's nbit at most 8, each row inside `bytes` —
+/// and returns the bytes those rows take, touching 2 bytes a row: for a reader that hands the patch to
+/// another decoder (a GPU's, which stops at the first bad row without saying which) and wants the same
+/// errors as a decode here. Errors name `patch` where given.
+pub fn patch_rows_len(
+    bytes: &[u8],
+    width: usize,
+    rows: usize,
+    patch: Option<PatchId>,
+) -> Result<usize, Error> {
+    let mut pos = 0usize;
+    for row in 0..rows {
+        let past_end = |needed| Error::RowPastPatchEnd {
+            patch,
+            row,
+            offset: pos,
+            needed,
+            len: bytes.len(),
+        };
+        let rest = &bytes[pos..];
+        if rest.len() < 2 {
+            return Err(past_end(2));
+        }
+        let (nbit, _) = read_header(rest);
+        if nbit > 8 {
+            return Err(Error::NbitTooLarge { patch, row, nbit });
+        }
+        let len = row_len(width, nbit as usize);
+        if rest.len() < len {
+            return Err(past_end(len));
+        }
+        pos += len;
+    }
+    Ok(pos)
+}
+
 /// Decodes ONE version-1 patch of ONE channel from its bytes alone into `out`: row `r` lands at
 /// `out[r*stride .. r*stride + w]`. Patches are independent, so this is all a GPU decoder's output needs
 /// to be compared with. (A version-2 patch decodes with

@@ -9,7 +9,8 @@
 //! - `kernel`: the portable fused row decoder (unpack, predict, add in one pass).
 //! - `container`: the offset table (where the patch data starts, its validation) and `V1`, a validated
 //!   file's view.
-//! - `decode`: one patch row by row, [`decode_patch`], whole images in bands of patch rows.
+//! - `decode`: one patch row by row, [`decode_patch`], [`patch_rows_len`] (its row headers walked
+//!   without decoding), whole images in bands of patch rows.
 //! - `region`: only the patches under a rectangle, at the caller's strides.
 //! - `encode`: [`encode_patch`], whole files.
 
@@ -21,5 +22,5 @@ pub(crate) mod paeth;
 pub(crate) mod region;
 pub(crate) mod row;
 
-pub use decode::decode_patch;
+pub use decode::{decode_patch, patch_rows_len};
 pub use encode::encode_patch;

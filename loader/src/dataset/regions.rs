@@ -120,18 +120,16 @@ pub(crate) fn read_rect(
         // read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads, v2-ANS with a
         // read-ahead until its tables are in.
         let mut read = 0u64;
-        let mut prefix = Vec::new();
-        while let Some(r) = L3Index::next_read(&prefix, len).map_err(l3)? {
+        let index = L3Index::read_from(len, |r| {
             let part = file.read_range(base + r.start..base + r.end)?;
             read += part.len() as u64;
-            let short = (part.len() as u64) < r.end - r.start;
-            prefix.truncate(r.start as usize);
-            prefix.extend_from_slice(&part);
-            if short {
-                break;
-            }
-        }
-        Ok((Arc::new(L3Index::parse(&prefix, len).map_err(l3)?), read))
+            Ok(part)
+        })
+        .map_err(|e| match e {
+            l3_format::ReadError::Read { source, .. } => source,
+            l3_format::ReadError::Format(e) => l3(e),
+        })?;
+        Ok((Arc::new(index), read))
     })?;
     let rect = rect(index.width(), index.height());
     let ranges = index.region_ranges(rect, LOCAL_GAP).map_err(l3)?;

@@ -6,7 +6,7 @@ tensor already on the device, then by L3 batches from ``l3toolkit.Loader(..., de
 previous step runs), then synthetic again. Target: the median step with L3 batches at most 5 % slower
 than with the synthetic tensor.
 
-    python3 l3-cuda/scripts/overlap_l3toolkit.py DATA/fhd [--batch 128] [--steps 60] [--warmup 15]
+    python3 gpu-check/overlap_l3toolkit.py DATA/fhd [--batch 128] [--steps 60] [--warmup 15]
         [--json OUT/overlap.jsonl]
 
 DATA/fhd holds the *.l3 files the `fig7a` example writes (gpu-bin/run.sh's `prepare` and `kernel` or

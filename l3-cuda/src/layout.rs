@@ -1,0 +1,153 @@
+//! What every kind of batch shares about its output and its launch, and plans nothing itself: the shape of
+//! the output tensor ([`TensorInfo`]), how a sample batch is shaped ([`SampleOptions`]), the normalisation
+//! the kernels fuse in (`scale_bias_for`), the threads per block and the shared-memory stage. A leaf:
+//! `plan`, `sample` and `resample` all use it, and it uses none of them.
+
+use crate::error::Error;
+use vocab::{DType, Layout, Normalize};
+
+/// How a batch of samples is shaped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleOptions {
+    /// Sample width and height in pixels.
+    pub width: u32,
+    pub height: u32,
+    /// Channels per pixel, the CPU loader's `channels`: 3 (RGB: gray copied, alpha dropped), 1 (luma,
+    /// Pillow's `L` of an RGB or RGBA image, taken before any resampling; a gray image as is — also
+    /// what a one-channel label map needs) or 4 (RGBA: alpha 255 for an image without it). Batches of
+    /// 1 or 4 channels are always made by the resampling kernels (a window is a resampling that copies).
+    pub channels: u8,
+    pub layout: Layout,
+    pub dtype: DType,
+    /// Only for the float types; float samples without it hold pixel / 255.
+    pub normalize: Option<Normalize>,
+    /// The pixel value of the padding (every channel), normalised like any pixel in float batches: the
+    /// CPU loader's `fill`.
+    pub fill: u8,
+    /// Walk the row headers the decode will read on the host, for every channel of every patch under each
+    /// window (alpha included), so corrupt rows are rejected with their batch index before any GPU work:
+    /// exactly what [`L3File::decode_region`] / [`L3Index::decode_region`] reject for the window. A
+    /// version-2 file with entry CRCs is checked by its CRCs instead (always, this option or not); one
+    /// without is decoded on the host. Off by
+    /// default: the kernel bounds every read anyway and reports a corrupt patch after the decode
+    /// ([`Error::CorruptRows`]); it never reads alpha, so without this a corrupt alpha plane goes unnoticed.
+    pub check_rows_on_host: bool,
+}
+
+impl SampleOptions {
+    /// `width`×`height` samples, NCHW `u8`.
+    pub fn new(width: u32, height: u32) -> Self {
+        SampleOptions {
+            width,
+            height,
+            channels: 3,
+            layout: Layout::Nchw,
+            dtype: DType::U8,
+            normalize: None,
+            fill: 0,
+            check_rows_on_host: false,
+        }
+    }
+}
+
+/// Shape of a dense batch tensor, as a DLPack exporter needs it: dimensions and strides (in elements) in
+/// memory order of `layout` (`[n, h, w, c]` for NHWC, `[n, c, h, w]` for NCHW), C-contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub layout: Layout,
+    pub dtype: DType,
+    pub shape: [usize; 4],
+    pub strides: [usize; 4],
+}
+
+impl TensorInfo {
+    /// A contiguous `n`×`h`×`w`×`c` tensor in `layout`.
+    pub fn dense(layout: Layout, dtype: DType, n: usize, h: usize, w: usize, c: usize) -> Self {
+        let shape = match layout {
+            Layout::Nhwc => [n, h, w, c],
+            Layout::Nchw => [n, c, h, w],
+        };
+        let mut strides = [1usize; 4];
+        for i in (0..3).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        TensorInfo {
+            layout,
+            dtype,
+            shape,
+            strides,
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Channels per pixel.
+    pub fn channels(&self) -> usize {
+        match self.layout {
+            Layout::Nhwc => self.shape[3],
+            Layout::Nchw => self.shape[1],
+        }
+    }
+
+    /// Width and height of one sample (or image) of the tensor.
+    pub fn sample_size(&self) -> (u32, u32) {
+        match self.layout {
+            Layout::Nhwc => (self.shape[2] as u32, self.shape[1] as u32),
+            Layout::Nchw => (self.shape[3] as u32, self.shape[2] as u32),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.dtype.size()
+    }
+}
+
+/// Largest compressed patch staged in shared memory (bigger ones are read from global memory). 16 KiB
+/// holds any 128×128 patch (at most 128 × 130 bytes) and keeps several blocks resident per SM.
+pub(crate) const STAGE_CAP: u32 = 16 * 1024;
+
+/// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
+/// row), and at least [`V2_BLOCK`] when there are version-2 patches.
+pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
+    let v1 = max_v1_width.div_ceil(32).clamp(1, 8) * 32;
+    if has_v2 { v1.max(V2_BLOCK) } else { v1 }
+}
+
+/// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp
+/// while the rest of its block waits, so small blocks let more chunks run at once on an SM; the
+/// reconstruction loops over (plane, column) pairs with any block size.
+pub(crate) const V2_BLOCK: u32 = 64;
+
+/// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
+pub(crate) fn scale_bias_for(
+    dtype: DType,
+    normalize: Option<Normalize>,
+) -> Result<[f32; 8], Error> {
+    let norm = match (normalize, dtype.is_float()) {
+        (Some(_), false) => return Err(Error::NormalizeNeedsFloat),
+        (None, false) => return Ok([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+        (n, true) => n.unwrap_or(Normalize::UNIT),
+    };
+    if let Some((channel, mean, std)) = norm.invalid_channel() {
+        return Err(Error::BadNormalize { channel, mean, std });
+    }
+    let mut sb = [0.0; 8];
+    for c in 0..4 {
+        (sb[2 * c], sb[2 * c + 1]) = norm.scale_bias(c);
+    }
+    Ok(sb)
+}
+
+// The descriptor tables are the host structs' bytes as they lie in memory; the GPU reads little-endian.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the kernel descriptors are copied in host byte order"
+);
