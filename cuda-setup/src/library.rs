@@ -68,8 +68,8 @@ impl Library {
 
 #[cfg(test)]
 mod tests {
-    use crate::Error;
     use super::*;
+    use crate::Error;
 
     #[test]
     fn a_missing_library_says_which_and_what_to_install() {

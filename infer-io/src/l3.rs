@@ -15,50 +15,26 @@ pub struct L3Regions {
     path: PathBuf,
 }
 
-/// Bytes read at a time by the whole-file CRC check: large enough for the disk, small beside a tile.
-const CRC_CHUNK: usize = 8 << 20;
-
 impl L3Regions {
     /// Reads the index of the L3 file at `path` and, for a version-2 file, checks its whole-file CRC-32C
     /// before any tile runs (streamed through one buffer): damage anywhere is found before hours of
     /// inference, not by the window that reads it. Its entry CRCs, where it has them, are checked again
     /// as each window decodes.
     pub fn open(path: &Path) -> Result<L3Regions> {
-        let io = Error::io(path);
-        let l3 = |source| Error::L3 {
-            path: path.to_path_buf(),
-            source,
+        let failed = |e: l3_format::ReadError| match e {
+            l3_format::ReadError::Read { source, .. } => Error::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+            l3_format::ReadError::Format(source) => Error::L3 {
+                path: path.to_path_buf(),
+                source,
+            },
         };
         let file = stdx::fs::open_regular(path).map_err(Error::io(path))?;
         let len = file.metadata().map_err(Error::io(path))?.len();
-        let mut prefix = Vec::new();
-        while let Some(r) = l3_format::L3Index::next_read(&prefix, len).map_err(l3)? {
-            let at = prefix.len();
-            prefix.resize(r.end as usize, 0);
-            file.read_exact_at(&mut prefix[at..], r.start)
-                .map_err(Error::io(path))?;
-        }
-        let index = l3_format::L3Index::parse(&prefix, len).map_err(l3)?;
-        if index.version() >= 2 {
-            // Version 2 ends with the CRC-32C of every byte before it (l3-format/SPEC.md).
-            let end = len - 4;
-            let mut crc = l3_format::Crc32c::new();
-            let mut buf = vec![0u8; CRC_CHUNK.min(end as usize)];
-            let mut at = 0u64;
-            while at < end {
-                let n = (end - at).min(buf.len() as u64) as usize;
-                file.read_exact_at(&mut buf[..n], at)
-                    .map_err(Error::io(path))?;
-                crc.update(&buf[..n]);
-                at += n as u64;
-            }
-            let mut stored = [0u8; 4];
-            file.read_exact_at(&mut stored, end).map_err(io)?;
-            let (stored, computed) = (u32::from_le_bytes(stored), crc.finish());
-            if stored != computed {
-                return Err(l3(l3_format::Error::CrcMismatch { stored, computed }));
-            }
-        }
+        let index = l3_format::L3Index::read_at(&file, len).map_err(failed)?;
+        index.verify_crc_at(&file).map_err(failed)?;
         Ok(L3Regions {
             index,
             file,
