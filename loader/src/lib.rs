@@ -44,6 +44,7 @@ mod memory;
 mod options;
 mod pipeline;
 mod raw;
+mod resume;
 mod sample;
 mod shuffle;
 mod stats;
@@ -63,7 +64,7 @@ pub use image::{
     decode_with_options, import, max_image_bytes,
 };
 pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
-pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
+pub use loader::{Loader, Next, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
 pub use options::{
@@ -71,6 +72,7 @@ pub use options::{
     SETTING_NAMES, SampleSize, Sampler, Settings, Size, parse_setting,
 };
 pub use pipeline::schedule::ShardedOrder;
+pub use resume::LoaderState;
 pub use sample::DecodeScope;
 pub use shuffle::{ShuffleReport, ShuffleStat, shuffle_report};
 pub use stats::Stats;
