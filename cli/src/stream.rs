@@ -39,8 +39,8 @@ pub struct StreamArgs {
     /// Stop after this many batches and print the state to resume from.
     #[arg(long)]
     pub max_batches: Option<usize>,
-    /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`), or from the file
-    /// `--state-file` wrote.
+    /// Resume from a state printed by an earlier run (one line of JSON, `{"epoch":..,"batch":..,...}`;
+    /// the `epoch=.. batch=..` words of earlier versions too), or from the file `--state-file` wrote.
     #[arg(long)]
     pub resume: Option<String>,
     /// Keep the state to resume from in this file: written atomically every --state-every batches and at
@@ -56,9 +56,10 @@ pub struct StreamArgs {
 /// The state `--resume` names: the text of a state, or a file holding one (as `--state-file` writes).
 fn resume_state(arg: &str) -> anyhow::Result<LoaderState> {
     let path = std::path::Path::new(arg);
-    if !arg.contains('=') || path.is_file() {
+    let text_given = arg.trim_start().starts_with('{') || arg.contains('=');
+    if !text_given || path.is_file() {
         let text = stdx::fs::read_regular(path, 1 << 20).with_context(|| {
-            format!("--resume {arg}: neither a state (epoch=.. batch=..) nor a state file")
+            format!("--resume {arg}: neither a state ({{\"epoch\":..}}) nor a state file")
         })?;
         let text = String::from_utf8_lossy(&text);
         return text

@@ -1,10 +1,12 @@
-//! [`LoaderState`]: where a loader stands, and its text form.
+//! [`LoaderState`]: where a loader stands, and its saved form (one line of JSON through serde; the
+//! `name=value` words earlier builds wrote still read).
 
 use crate::error::{Error, Result};
 use crate::options::{LoaderOptions, Order};
 
 /// Where a loader stands: the next batch it will deliver. Save it with a checkpoint and hand it to
-/// [`Loader::resume`] to continue exactly there. Its `Display` form parses back with `FromStr`.
+/// [`Loader::resume`](crate::Loader::resume) to continue exactly there. Its `Display` form (one line of
+/// JSON) parses back with `FromStr`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoaderState {
     pub epoch: usize,
@@ -27,7 +29,7 @@ pub struct LoaderState {
 
 impl LoaderState {
     /// The options that decide what each batch holds besides the seed, as `name:value` pairs joined by
-    /// `;` (one word, so a state stays one line of `name=value` words).
+    /// `;` (one word, as earlier builds wrote it among a state's `name=value` words).
     pub fn contents_of(o: &LoaderOptions) -> String {
         let s = &o.sample;
         let normalize = s.normalize.map_or_else(
@@ -72,8 +74,8 @@ impl LoaderState {
         )
     }
 
-    /// The state format [`Display`](std::fmt::Display) writes: 2 added `remaining`; 1 (seven fields)
-    /// still reads.
+    /// The version of the state's fields (whatever their encoding): 2 added `remaining`;
+    /// 1 (seven fields) still reads.
     pub const VERSION: u32 = 2;
 
     /// `remaining` as text: `all`, or half-open ranges `a:b` joined by commas (`none` when empty).
@@ -111,29 +113,47 @@ impl LoaderState {
     }
 }
 
+/// A state as it is saved: [`LoaderState`]'s fields, `remaining` in its text form
+/// ([`LoaderState::remaining_text`]) and the version of the fields. One line of JSON; the `name=value`
+/// words that versions 1 and 2 were written as are read into the same form (see [`words`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Saved {
+    epoch: usize,
+    batch: usize,
+    seed: u64,
+    rank: usize,
+    world_size: usize,
+    batch_size: usize,
+    dataset_len: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remaining: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    contents: Option<String>,
+    version: u32,
+}
+
 impl std::fmt::Display for LoaderState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={} remaining={}",
-            self.epoch,
-            self.batch,
-            self.seed,
-            self.rank,
-            self.world_size,
-            self.batch_size,
-            self.dataset_len,
-            self.remaining_text(),
-        )?;
-        if let Some(c) = &self.contents {
-            write!(f, " contents={c}")?;
-        }
-        write!(f, " version={}", Self::VERSION)
+        let saved = Saved {
+            epoch: self.epoch,
+            batch: self.batch,
+            seed: self.seed,
+            rank: self.rank,
+            world_size: self.world_size,
+            batch_size: self.batch_size,
+            dataset_len: self.dataset_len,
+            remaining: Some(self.remaining_text()),
+            contents: self.contents.clone(),
+            version: Self::VERSION,
+        };
+        let json = serde_json::to_string(&saved).map_err(|_| std::fmt::Error)?;
+        f.write_str(&json)
     }
 }
 
-/// The fields of a state string, in the order `Display` writes them.
-const STATE_FIELDS: [&str; 7] = [
+/// The numeric fields of a state, as versions 1 and 2 wrote them in words.
+const NUMBERS: [&str; 8] = [
     "epoch",
     "batch",
     "seed",
@@ -141,77 +161,72 @@ const STATE_FIELDS: [&str; 7] = [
     "world_size",
     "batch_size",
     "dataset_len",
+    "version",
 ];
+
+/// A state written as `name=value` words (versions 1 and 2: `epoch=3 batch=17 ... version=2`, version 1
+/// without `remaining`, `contents` and `version`) as the JSON object it stands for, for the one reader.
+/// A word that is not `name=value`, or a name given twice, is refused here; everything else — unknown,
+/// missing or mistyped fields — by the reader, naming the field.
+fn words(s: &str) -> std::result::Result<serde_json::Value, String> {
+    let mut fields = serde_json::Map::new();
+    for kv in s.split_whitespace() {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("{kv:?} is not name=value"))?;
+        let value = match v.parse::<u64>() {
+            Ok(n) if NUMBERS.contains(&k) => serde_json::Value::from(n),
+            _ => serde_json::Value::from(v),
+        };
+        if fields.insert(k.to_string(), value).is_some() {
+            return Err(format!("{k} given twice"));
+        }
+    }
+    fields
+        .entry("version")
+        .or_insert_with(|| serde_json::Value::from(1));
+    Ok(serde_json::Value::Object(fields))
+}
 
 impl std::str::FromStr for LoaderState {
     type Err = Error;
     /// Every field exactly once: a partial state would resume somewhere else (a missing field read as 0
-    /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming what lacks.
+    /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming the field.
     fn from_str(s: &str) -> Result<Self> {
-        let mut values: [Option<u64>; 7] = [None; 7];
         let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
-        let (mut remaining, mut version, mut contents) = (None, None, None);
-        for kv in s.split_whitespace() {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{kv:?} is not name=value")))?;
-            if k == "remaining" || k == "version" || k == "contents" {
-                let slot = match k {
-                    "remaining" => &mut remaining,
-                    "version" => &mut version,
-                    _ => &mut contents,
-                };
-                if slot.replace(v).is_some() {
-                    return Err(bad(format!("{k} given twice")));
-                }
-                continue;
-            }
-            let i = STATE_FIELDS
-                .iter()
-                .position(|f| *f == k)
-                .ok_or_else(|| bad(format!("no field named {k:?}")))?;
-            let n: u64 = v
-                .parse()
-                .map_err(|_| bad(format!("{k}={v:?} is not a whole number")))?;
-            if values[i].replace(n).is_some() {
-                return Err(bad(format!("{k} given twice")));
-            }
-        }
-        let missing: Vec<&str> = STATE_FIELDS
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(f, _)| *f)
-            .collect();
-        if !missing.is_empty() {
+        let field = |path: String, why: String| match path.as_str() {
+            "." => bad(why),
+            _ => bad(format!("{path}: {why}")),
+        };
+        let saved: Saved = if s.trim_start().starts_with('{') {
+            let mut json = serde_json::Deserializer::from_str(s);
+            serde_path_to_error::deserialize(&mut json)
+                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+        } else {
+            serde_path_to_error::deserialize(words(s).map_err(bad)?)
+                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+        };
+        if !(1..=Self::VERSION).contains(&saved.version) {
             return Err(bad(format!(
-                "{} missing (a state names {})",
-                missing.join(", "),
-                STATE_FIELDS.join(", ")
+                "version {}: this build reads versions 1 to {}",
+                saved.version,
+                Self::VERSION
             )));
         }
-        match version {
-            None | Some("1") | Some("2") => {}
-            Some(v) => {
-                return Err(bad(format!(
-                    "version {v}: this build reads versions 1 and {}",
-                    Self::VERSION
-                )));
-            }
-        }
-        let remaining = remaining.map_or(Ok(None), Self::parse_remaining)?;
-        let v = values.map(|v| v.unwrap_or(0));
-        let size = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} is too large")));
+        let remaining = match &saved.remaining {
+            None => None,
+            Some(r) => Self::parse_remaining(r)?,
+        };
         Ok(LoaderState {
+            epoch: saved.epoch,
+            batch: saved.batch,
+            seed: saved.seed,
+            rank: saved.rank,
+            world_size: saved.world_size,
+            batch_size: saved.batch_size,
+            dataset_len: saved.dataset_len,
             remaining,
-            contents: contents.map(str::to_string),
-            epoch: size(v[0])?,
-            batch: size(v[1])?,
-            seed: v[2],
-            rank: size(v[3])?,
-            world_size: size(v[4])?,
-            batch_size: size(v[5])?,
-            dataset_len: size(v[6])?,
+            contents: saved.contents,
         })
     }
 }
@@ -220,9 +235,8 @@ impl std::str::FromStr for LoaderState {
 mod state_tests {
     use super::*;
 
-    #[test]
-    fn a_state_round_trips_and_a_partial_one_is_refused() {
-        let st = LoaderState {
+    fn state() -> LoaderState {
+        LoaderState {
             epoch: 3,
             batch: 17,
             seed: u64::MAX,
@@ -232,43 +246,74 @@ mod state_tests {
             dataset_len: 5000,
             remaining: Some(vec![3..9, 12..4000]),
             contents: Some(LoaderState::contents_of(&LoaderOptions::default())),
-        };
+        }
+    }
+
+    #[test]
+    fn a_state_round_trips_as_one_line_of_json() {
+        let st = state();
         let text = st.to_string();
         assert!(
-            text.contains(" remaining=3:9,12:4000 contents=crop:"),
+            text.starts_with("{\"epoch\":3,\"batch\":17,\"seed\":18446744073709551615,"),
             "{text}"
         );
-        assert!(text.ends_with(" version=2"), "{text}");
+        assert!(
+            text.contains("\"remaining\":\"3:9,12:4000\",\"contents\":\"crop:"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(",\"version\":2}") && !text.contains('\n'),
+            "{text}"
+        );
         assert_eq!(text.parse::<LoaderState>().unwrap(), st);
-        // A version-1 state (seven fields) still reads: the whole epoch.
-        let old: LoaderState =
-            "epoch=3 batch=17 seed=1 rank=0 world_size=4 batch_size=64 dataset_len=5000"
-                .parse()
-                .unwrap();
-        assert_eq!(old.remaining, None);
-        for bad in [
-            "remaining=5:3",
-            "remaining=1:4,2:6",
-            "remaining=x",
-            "version=3",
-        ] {
-            let e = format!("{text} {bad}")
-                .replace(" remaining=3:9,12:4000", "")
-                .replace(" version=2", "");
-            assert!(e.parse::<LoaderState>().is_err(), "{bad} accepted");
-        }
-        let back: LoaderState = text.parse().unwrap();
-        assert_eq!(back.to_string(), text);
+        let whole = LoaderState {
+            remaining: None,
+            contents: None,
+            ..st
+        };
+        assert_eq!(whole.to_string().parse::<LoaderState>().unwrap(), whole);
+    }
+
+    /// A partial, damaged or mistyped state is refused, naming the field (JSON and words alike).
+    #[test]
+    fn a_partial_or_mistyped_state_is_refused_naming_the_field() {
+        let json = state().to_string();
+        let words = "epoch=3 batch=17 seed=1 rank=0 world_size=4 batch_size=64 dataset_len=5000";
         for (input, says) in [
             (
-                "epoch=3 batch=17",
-                "seed, rank, world_size, batch_size, dataset_len missing",
+                json.replace("\"seed\":18446744073709551615,", ""),
+                "missing field `seed`",
             ),
-            ("", "epoch, batch, seed"),
-            (&format!("{text} batch=2"), "batch given twice"),
-            ("epoch=x", "not a whole number"),
-            ("epoch", "not name=value"),
-            (&format!("{text} step=1"), "no field named \"step\""),
+            (
+                json.replace("\"batch\":17", "\"batch\":\"17\""),
+                "batch: invalid type",
+            ),
+            (
+                json.replace("\"rank\":1", "\"rank\":-1"),
+                "rank: invalid value",
+            ),
+            (
+                json.replace("\"epoch\":3", "\"epoch\":3,\"step\":1"),
+                "unknown field `step`",
+            ),
+            (json.replace("\"version\":2", "\"version\":3"), "version 3"),
+            (json.replace("3:9,12:4000", "5:3"), "remaining=\"5:3\""),
+            (
+                json.replace("3:9,12:4000", "1:4,2:6"),
+                "remaining=\"1:4,2:6\"",
+            ),
+            (json[..json.len() - 9].to_string(), "EOF"),
+            ("epoch=3 batch=17".to_string(), "missing field `seed`"),
+            (String::new(), "missing field `epoch`"),
+            (format!("{words} batch=2"), "batch given twice"),
+            (
+                words.replace("epoch=3", "epoch=x"),
+                "epoch: invalid type: string \"x\"",
+            ),
+            ("epoch".to_string(), "not name=value"),
+            (format!("{words} step=1"), "unknown field `step`"),
+            (format!("{words} remaining=x"), "remaining=\"x\""),
+            (format!("{words} version=3"), "version 3"),
         ] {
             let e = input.parse::<LoaderState>().unwrap_err().to_string();
             assert!(e.contains(says), "{input:?}: {e}");
