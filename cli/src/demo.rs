@@ -52,66 +52,96 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     println!("l3 demo: every format of the same images, one epoch each through the same loader");
     println!("work folder: {}", work.display());
     let png_dir = work.join("png");
+    write_source_png(&a, &work, &png_dir, threads)?;
+    let capped = capped_storage(a.storage_mbps)?;
+    let formats = convert_all(&a, &work, &png_dir, threads, capped.as_ref());
+    let rows = stream_all(&a, formats, threads, capped.as_ref());
+    print_table(&a, &rows, threads);
+    println!("whole demo: {t_all}");
+    Ok(())
+}
+
+/// The demo's source images as PNG in `png_dir`: the built-in generated dataset, or `--data`'s images
+/// (fetched first when they are on S3) re-encoded.
+fn write_source_png(
+    a: &DemoArgs,
+    work: &Path,
+    png_dir: &Path,
+    threads: usize,
+) -> anyhow::Result<()> {
     let t0 = Timer::start();
-    match &a.data {
-        None => {
-            let bar = crate::convert::progress_bar(a.images as u64, "generating");
-            generate_default(&png_dir, a.images, a.seed, threads, &|d, _| {
-                bar.set_position(d as u64)
-            })
-            .context("generating the default dataset")?;
-            bar.finish_and_clear();
-            println!(
-                "generated {} images (noise fields, landscapes, shapes, textures; half 1280x720, half 1920x1080) as PNG ({t0})",
-                a.images,
-            );
+    let Some(data) = &a.data else {
+        let bar = crate::convert::progress_bar(a.images as u64, "generating");
+        generate_default(png_dir, a.images, a.seed, threads, &|d, _| {
+            bar.set_position(d as u64)
+        })
+        .context("generating the default dataset")?;
+        bar.finish_and_clear();
+        println!(
+            "generated {} images (noise fields, landscapes, shapes, textures; half 1280x720, half 1920x1080) as PNG ({t0})",
+            a.images,
+        );
+        return Ok(());
+    };
+    let remote = data.to_str().filter(|s| s.starts_with("s3://"));
+    let fetched;
+    let dir = match remote {
+        Some(url) => {
+            fetched = fetch_images(url, &work.join("source"))?;
+            &fetched
         }
-        Some(data) => {
-            let remote = data.to_str().filter(|s| s.starts_with("s3://"));
-            let fetched;
-            let dir = match remote {
-                Some(url) => {
-                    fetched = fetch_images(url, &work.join("source"))?;
-                    &fetched
-                }
-                None => data,
-            };
-            let n = loader::image_files(dir)?.files.len();
-            let bar = crate::convert::progress_bar(n as u64, "-> png");
-            let opts = loader::convert::ConvertOptions {
-                threads,
-                to_8bit: false,
-            };
-            let s = loader::convert::convert_folder(
-                dir,
-                &png_dir,
-                loader::convert::Target::Png,
-                &opts,
-                &|d, _| bar.set_position(d as u64),
-            )
-            .with_context(|| format!("converting {} to PNG", dir.display()))?;
-            bar.finish_and_clear();
-            println!(
-                "{}: {} images re-encoded as PNG ({} already there) ({t0})",
-                data.display(),
-                s.converted + s.skipped,
-                s.skipped,
-            );
-        }
-    }
-    let t0 = Timer::start();
-    println!("converting ...");
-    let capped = match a.storage_mbps {
-        0.0 => None,
+        None => data,
+    };
+    let n = loader::image_files(dir)?.files.len();
+    let bar = crate::convert::progress_bar(n as u64, "-> png");
+    let opts = loader::convert::ConvertOptions {
+        threads,
+        to_8bit: false,
+    };
+    let s = loader::convert::convert_folder(
+        dir,
+        png_dir,
+        loader::convert::Target::Png,
+        &opts,
+        &|d, _| bar.set_position(d as u64),
+    )
+    .with_context(|| format!("converting {} to PNG", dir.display()))?;
+    bar.finish_and_clear();
+    println!(
+        "{}: {} images re-encoded as PNG ({} already there) ({t0})",
+        data.display(),
+        s.converted + s.skipped,
+        s.skipped,
+    );
+    Ok(())
+}
+
+/// The read policy of the second column: `--storage-mbps` as a bandwidth cap (none for 0).
+fn capped_storage(mbps: f64) -> anyhow::Result<Option<loader::StorageOptions>> {
+    match mbps {
+        0.0 => Ok(None),
         m => match loader::StorageOptions::bytes_per_sec(m) {
-            Some(b) => Some(loader::StorageOptions {
+            Some(b) => Ok(Some(loader::StorageOptions {
                 bandwidth: Some(b),
                 cache: None,
                 ..Default::default()
-            }),
+            })),
             None => anyhow::bail!("--storage-mbps {m}: expected MB/s, 0 or more"),
         },
-    };
+    }
+}
+
+/// Every format converted from `png_dir` under `work` (with a Liquid mix profiled through the cap, and
+/// the S3 source itself when `--data` is on S3).
+fn convert_all(
+    a: &DemoArgs,
+    work: &Path,
+    png_dir: &Path,
+    threads: usize,
+    capped: Option<&loader::StorageOptions>,
+) -> Vec<FormatEntry> {
+    let t0 = Timer::start();
+    println!("converting ...");
     let plan = BuildPlan {
         threads,
         seed: a.seed,
@@ -119,8 +149,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         ..BuildPlan::default()
     };
     let log = |line: &str| println!("{line}");
-    let mut formats = build_formats(&png_dir, &work, &plan, &log);
-    if let Some(storage) = &capped {
+    let mut formats = build_formats(png_dir, work, &plan, &log);
+    if let Some(storage) = capped {
         // Liquid's profiler probes through the same cap, so the ratio follows the bandwidth.
         let dir = work.join(format!("liquid-{}MBps", a.storage_mbps));
         let mut entry = build_liquid(&work.join("l3"), &dir, &plan, storage.bandwidth, &log);
@@ -146,7 +176,23 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         );
     }
     println!("conversions done ({t0}); streaming one epoch of each:");
+    formats
+}
 
+/// One format's epoch: its dataset bytes and figures, and the same epoch through the bandwidth cap.
+struct Row {
+    name: String,
+    result: Result<(u64, l3_cli::compare::Measured), String>,
+    capped: Option<Result<l3_cli::compare::Measured, String>>,
+}
+
+/// Streams one epoch of each format (and again through the cap), printing a line as each ends.
+fn stream_all(
+    a: &DemoArgs,
+    formats: Vec<FormatEntry>,
+    threads: usize,
+    capped: Option<&loader::StorageOptions>,
+) -> Vec<Row> {
     let opts = LoaderOptions {
         batch_size: a.batch,
         decode_threads: threads,
@@ -159,12 +205,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         },
         ..LoaderOptions::default()
     };
-    struct Row {
-        name: String,
-        result: Result<(u64, l3_cli::compare::Measured), String>,
-        /// The same epoch through the bandwidth cap.
-        capped: Option<Result<l3_cli::compare::Measured, String>>,
-    }
     let mut rows = Vec::new();
     for f in formats {
         let opts = LoaderOptions {
@@ -180,7 +220,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             }
             Err(why) => Err(why.clone()),
         };
-        let capped = match (&result, &capped) {
+        let capped = match (&result, capped) {
             (Ok(_), Some(storage)) => Some(
                 f.reopen(storage)
                     .and_then(|ds| stream_epoch(ds, opts))
@@ -205,7 +245,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             capped,
         });
     }
+    rows
+}
 
+/// The demo's table (speed-ups against PNG), its notes and what it measured.
+fn print_table(a: &DemoArgs, rows: &[Row], threads: usize) {
     let png_ips = rows
         .iter()
         .find(|r| r.name == "PNG")
@@ -229,7 +273,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         None => "-".to_string(),
     };
     let mut notes = Vec::new();
-    for r in &rows {
+    for r in rows {
         match &r.result {
             Ok((bytes, m)) => {
                 let speedup = png_ips.map_or("n/a".to_string(), |p| {
@@ -273,8 +317,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .map_or(0, |(_, m)| m.images),
         a.batch
     );
-    println!("whole demo: {t_all}");
-    Ok(())
 }
 
 /// Copies the images under `url` (an `s3://` prefix) into `dir`, keeping their relative paths; files

@@ -4,9 +4,11 @@
 use anyhow::{Context, bail};
 use loader::clap_values::Choice;
 use loader::{
-    Crop, DType, Device, Loader, LoaderState, Normalize, PerChannel, Settings, open_dataset,
+    Batch, Crop, DType, Dataset, Device, Loader, LoaderOptions, LoaderState, Normalize, PerChannel,
+    Settings, open_dataset,
 };
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -37,8 +39,8 @@ pub struct StreamArgs {
     /// Stop after this many batches and print the state to resume from.
     #[arg(long)]
     pub max_batches: Option<usize>,
-    /// Resume from a state printed by an earlier run (`epoch=.. batch=.. ...`), or from the file
-    /// `--state-file` wrote.
+    /// Resume from a state printed by an earlier run (one line of JSON, `{"epoch":..,"batch":..,...}`;
+    /// the `epoch=.. batch=..` words of earlier versions too), or from the file `--state-file` wrote.
     #[arg(long)]
     pub resume: Option<String>,
     /// Keep the state to resume from in this file: written atomically every --state-every batches and at
@@ -54,9 +56,10 @@ pub struct StreamArgs {
 /// The state `--resume` names: the text of a state, or a file holding one (as `--state-file` writes).
 fn resume_state(arg: &str) -> anyhow::Result<LoaderState> {
     let path = std::path::Path::new(arg);
-    if !arg.contains('=') || path.is_file() {
+    let text_given = arg.trim_start().starts_with('{') || arg.contains('=');
+    if !text_given || path.is_file() {
         let text = stdx::fs::read_regular(path, 1 << 20).with_context(|| {
-            format!("--resume {arg}: neither a state (epoch=.. batch=..) nor a state file")
+            format!("--resume {arg}: neither a state ({{\"epoch\":..}}) nor a state file")
         })?;
         let text = String::from_utf8_lossy(&text);
         return text
@@ -122,162 +125,263 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     // One run of `l3 stream` is one iteration: one epoch unless --epochs says more.
     opts.epochs.get_or_insert(1);
     // Outputs are checked before any work: a run must not fail only after a whole epoch.
-    let mut trace = a
-        .trace
-        .as_deref()
-        .map(|p| Csv::create(p, "epoch,batch,item,format,cached"))
-        .transpose()?;
-    let mut batch_log = a
-        .batch_log
-        .as_deref()
-        .map(|p| Csv::create(p, "epoch,batch,disk_items,disk_bytes,wait_ms"))
-        .transpose()?;
+    let mut logs = Logs::create(&a)?;
     let ds = open_dataset(&a.dataset, &open)
         .with_context(|| format!("opening {}", a.dataset.display()))?;
     for w in ds.warnings() {
         eprintln!("l3: warning: {w}");
     }
-    let size = match opts.sample.recipe.option() {
-        Some(("crop", whole)) => {
-            format!("whole images ({})", whole.replacen("none", "crop none", 1))
-        }
-        _ => format!("{}x{}", opts.sample.height, opts.sample.width),
-    };
-    let threads = opts.decode_threads;
-    println!("stream: {}", ds.describe());
-    println!(
-        "  {} stored bytes; batch {} of {}; {} decode + {} I/O threads; rank {} of {}; seed {}",
-        ds.stored_bytes(),
-        opts.batch_size,
-        size,
-        threads,
-        opts.io_threads,
-        opts.rank,
-        opts.world_size,
-        opts.seed
-    );
+    let size = print_plan(&*ds, &opts);
     let device = opts.device;
-    let (rank, world_size) = (opts.rank, opts.world_size);
-    let mut loader = match &a.resume {
-        Some(s) => {
-            let state = resume_state(s)?;
-            Loader::resume(ds.clone(), opts, state)
-        }
-        None => Loader::new(ds.clone(), opts),
-    }
-    .with_context(|| format!("starting the loader on {}", a.dataset.display()))?;
-    // Trace format names: a Liquid dataset's own manifest tags, the loader's format names otherwise.
-    let liquid_tags: Option<Vec<&str>> = ds.liquid().map(|l| {
-        l.manifest
-            .items
-            .iter()
-            .map(|it| l.manifest.formats[it.format as usize].tag.as_str())
-            .collect()
-    });
-    if let (Some(bp), Some(l)) = (loader.liquid_buffers(), ds.liquid()) {
-        println!(
-            "liquid: {} items in this shard ({} items, rank {} of {}), ratio {}, budget {} bytes: \
-             {} items kept across epochs, hit ratio {:.4} (min(1, budget/dataset) = {:.4})",
-            bp.items.iter().sum::<usize>(),
-            l.manifest.items.len(),
-            rank,
-            world_size,
-            l.manifest.ratio,
-            bp.budget,
-            bp.retained.iter().sum::<usize>(),
-            bp.hit_ratio(),
-            bp.target_hit_ratio()
-        );
-    }
-    // Items delivered after the first epoch, and how many of them were still resident (Liquid order).
-    let (mut later_items, mut later_cached) = (0u64, 0u64);
-    // Masks and boxes delivered (with --masks / --boxes).
-    let (mut masks, mut boxes, mut wide) = (0usize, 0usize, false);
-
+    let mut loader = start_loader(&a, &ds, opts)?;
+    print_liquid_buffers(&loader, &*ds);
+    let mut tally = Tally::new(loader.state().epoch);
     let t0 = Instant::now();
-    let mut epoch_start = (loader.state().epoch, Instant::now(), 0u64, 0u64);
-    let step = Duration::from_millis(a.step_ms);
     // The state file is written at exit whatever ends the run: the last delivered batch is the position.
     let mut last_saved = None;
-    let result = (|| -> anyhow::Result<()> {
-        let mut n = 0usize;
-        #[allow(clippy::while_let_on_iterator)] // the loop reads the loader's state between batches
-        while let Some(b) = loader.next() {
-            let b = b?;
-            n += 1;
-            if b.epoch != epoch_start.0 {
-                report_epoch(epoch_start);
-                epoch_start = (b.epoch, Instant::now(), 0, 0);
-            }
-            epoch_start.2 += b.len() as u64;
-            epoch_start.3 += b.disk_bytes;
-            if let Some(m) = &b.masks {
-                masks += m.shape()[0];
-                wide = m.is_wide();
-            }
-            boxes += b.boxes.iter().flatten().map(Vec::len).sum::<usize>();
-            if let Some(t) = trace.as_mut() {
-                for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
-                    let name = match &liquid_tags {
-                        Some(tags) => tags[i],
-                        None => f.name(),
-                    };
-                    t.record([
-                        b.epoch.to_string(),
-                        b.index.to_string(),
-                        ds.id(i).to_string(),
-                        name.to_string(),
-                        u8::from(cached).to_string(),
-                    ])?;
-                }
-            }
-            if b.epoch > 0 {
-                later_items += b.len() as u64;
-                later_cached += b.cached.iter().filter(|&&c| c).count() as u64;
-            }
-            if let Some(l) = batch_log.as_mut() {
-                l.record([
-                    b.epoch.to_string(),
-                    b.index.to_string(),
-                    b.disk_items.to_string(),
-                    b.disk_bytes.to_string(),
-                    format!("{:.3}", b.wait.as_secs_f64() * 1e3),
-                ])?;
-            }
-            for f in [trace.as_mut(), batch_log.as_mut()].into_iter().flatten() {
-                f.flush()?;
-            }
-            for (i, why) in &b.skipped {
-                eprintln!("skipped item {i}: {why}");
-            }
-            if let Some(path) = &a.state_file
-                && (n as u64).is_multiple_of(a.state_every)
-            {
-                let state = loader.state();
-                save_state(path, &state)?;
-                last_saved = Some(state);
-            }
-            if !step.is_zero() {
-                std::thread::sleep(step);
-            }
-            if a.max_batches.is_some_and(|m| n >= m) {
-                break;
-            }
-        }
-        Ok(())
-    })();
+    let result = deliver(
+        &a,
+        &mut loader,
+        &*ds,
+        &mut logs,
+        &mut tally,
+        &mut last_saved,
+    );
     let saved = match &a.state_file {
         Some(path) if last_saved != Some(loader.state()) => save_state(path, &loader.state()),
         _ => Ok(()),
     };
     result?;
     saved?;
-    report_epoch(epoch_start);
-    for f in [trace, batch_log].into_iter().flatten() {
-        f.finish()?;
+    report_epoch(tally.epoch);
+    logs.finish()?;
+    print_summary(&loader, &*ds, device, &tally, &size, t0.elapsed());
+    Ok(())
+}
+
+/// Prints what the run reads and how; returns the sample size in words.
+fn print_plan(ds: &dyn Dataset, opts: &LoaderOptions) -> String {
+    let size = match opts.sample.recipe.option() {
+        Some(("crop", whole)) => {
+            format!("whole images ({})", whole.replacen("none", "crop none", 1))
+        }
+        _ => format!("{}x{}", opts.sample.height, opts.sample.width),
+    };
+    println!("stream: {}", ds.describe());
+    println!(
+        "  {} stored bytes; batch {} of {}; {} decode + {} I/O threads; rank {} of {}; seed {}",
+        ds.stored_bytes(),
+        opts.batch_size,
+        size,
+        opts.decode_threads,
+        opts.io_threads,
+        opts.rank,
+        opts.world_size,
+        opts.seed
+    );
+    size
+}
+
+/// The loader at the start of epoch 0, or where `--resume` says.
+fn start_loader(
+    a: &StreamArgs,
+    ds: &Arc<dyn Dataset>,
+    opts: LoaderOptions,
+) -> anyhow::Result<Loader> {
+    match &a.resume {
+        Some(s) => {
+            let state = resume_state(s)?;
+            Loader::resume(ds.clone(), opts, state)
+        }
+        None => Loader::new(ds.clone(), opts),
     }
+    .with_context(|| format!("starting the loader on {}", a.dataset.display()))
+}
+
+/// Under the Liquid order: the sampler's buffers for this rank's shard.
+fn print_liquid_buffers(loader: &Loader, ds: &dyn Dataset) {
+    let (Some(bp), Some(l)) = (loader.liquid_buffers(), ds.liquid()) else {
+        return;
+    };
+    let state = loader.state();
+    println!(
+        "liquid: {} items in this shard ({} items, rank {} of {}), ratio {}, budget {} bytes: \
+         {} items kept across epochs, hit ratio {:.4} (min(1, budget/dataset) = {:.4})",
+        bp.items.iter().sum::<usize>(),
+        l.manifest.items.len(),
+        state.rank,
+        state.world_size,
+        l.manifest.ratio,
+        bp.budget,
+        bp.retained.iter().sum::<usize>(),
+        bp.hit_ratio(),
+        bp.target_hit_ratio()
+    );
+}
+
+/// The `--trace` and `--batch-log` files, and the format names the trace gives items.
+struct Logs {
+    trace: Option<Csv>,
+    batch_log: Option<Csv>,
+}
+
+impl Logs {
+    fn create(a: &StreamArgs) -> anyhow::Result<Logs> {
+        let trace = a
+            .trace
+            .as_deref()
+            .map(|p| Csv::create(p, "epoch,batch,item,format,cached"))
+            .transpose()?;
+        let batch_log = a
+            .batch_log
+            .as_deref()
+            .map(|p| Csv::create(p, "epoch,batch,disk_items,disk_bytes,wait_ms"))
+            .transpose()?;
+        Ok(Logs { trace, batch_log })
+    }
+
+    /// One delivered batch's lines, handed to the OS before the next batch is taken. Trace format
+    /// names: a Liquid dataset's own manifest tags, the loader's format names otherwise.
+    fn record(&mut self, ds: &dyn Dataset, b: &Batch) -> anyhow::Result<()> {
+        if let Some(t) = self.trace.as_mut() {
+            let liquid = ds.liquid();
+            for ((&i, f), &cached) in b.ids.iter().zip(&b.formats).zip(&b.cached) {
+                let name = match liquid {
+                    Some(l) => l.manifest.formats[l.manifest.items[i].format as usize]
+                        .tag
+                        .as_str(),
+                    None => f.name(),
+                };
+                t.record([
+                    b.epoch.to_string(),
+                    b.index.to_string(),
+                    ds.id(i).to_string(),
+                    name.to_string(),
+                    u8::from(cached).to_string(),
+                ])?;
+            }
+        }
+        if let Some(l) = self.batch_log.as_mut() {
+            l.record([
+                b.epoch.to_string(),
+                b.index.to_string(),
+                b.disk_items.to_string(),
+                b.disk_bytes.to_string(),
+                format!("{:.3}", b.wait.as_secs_f64() * 1e3),
+            ])?;
+        }
+        for f in [self.trace.as_mut(), self.batch_log.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            f.flush()?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        for f in [self.trace, self.batch_log].into_iter().flatten() {
+            f.finish()?;
+        }
+        Ok(())
+    }
+}
+
+/// What the run delivered besides the loader's own counters.
+struct Tally {
+    /// The current epoch: its number, start, images and bytes read.
+    epoch: (usize, Instant, u64, u64),
+    /// Items delivered after the first epoch, and how many of them were still resident (Liquid order).
+    later_items: u64,
+    later_cached: u64,
+    /// Masks and boxes delivered (with --masks / --boxes), and whether the masks are 16-bit.
+    masks: usize,
+    boxes: usize,
+    wide: bool,
+}
+
+impl Tally {
+    fn new(epoch: usize) -> Tally {
+        Tally {
+            epoch: (epoch, Instant::now(), 0, 0),
+            later_items: 0,
+            later_cached: 0,
+            masks: 0,
+            boxes: 0,
+            wide: false,
+        }
+    }
+
+    /// Counts batch `b`, reporting the epoch it ends first.
+    fn count(&mut self, b: &Batch) {
+        if b.epoch != self.epoch.0 {
+            report_epoch(self.epoch);
+            self.epoch = (b.epoch, Instant::now(), 0, 0);
+        }
+        self.epoch.2 += b.len() as u64;
+        self.epoch.3 += b.disk_bytes;
+        if let Some(m) = &b.masks {
+            self.masks += m.shape()[0];
+            self.wide = m.is_wide();
+        }
+        self.boxes += b.boxes.iter().flatten().map(Vec::len).sum::<usize>();
+        if b.epoch > 0 {
+            self.later_items += b.len() as u64;
+            self.later_cached += b.cached.iter().filter(|&&c| c).count() as u64;
+        }
+    }
+}
+
+/// Takes the loader's batches as a training loop would (`--step-ms` apart, up to `--max-batches`),
+/// logging each and writing the state file every `--state-every` batches (`last_saved`: the last
+/// state written).
+fn deliver(
+    a: &StreamArgs,
+    loader: &mut Loader,
+    ds: &dyn Dataset,
+    logs: &mut Logs,
+    tally: &mut Tally,
+    last_saved: &mut Option<LoaderState>,
+) -> anyhow::Result<()> {
+    let step = Duration::from_millis(a.step_ms);
+    let mut n = 0usize;
+    #[allow(clippy::while_let_on_iterator)] // the loop reads the loader's state between batches
+    while let Some(b) = loader.next() {
+        let b = b?;
+        n += 1;
+        tally.count(&b);
+        logs.record(ds, &b)?;
+        for (i, why) in &b.skipped {
+            eprintln!("skipped item {i}: {why}");
+        }
+        if let Some(path) = &a.state_file
+            && (n as u64).is_multiple_of(a.state_every)
+        {
+            let state = loader.state();
+            save_state(path, &state)?;
+            *last_saved = Some(state);
+        }
+        if !step.is_zero() {
+            std::thread::sleep(step);
+        }
+        if a.max_batches.is_some_and(|m| n >= m) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The run's figures: throughput, reads, storage and cache, GPU, stage utilisation, consumer wait, and
+/// the state to resume from.
+fn print_summary(
+    loader: &Loader,
+    ds: &dyn Dataset,
+    device: Device,
+    tally: &Tally,
+    size: &str,
+    wall: Duration,
+) {
     let s = loader.stats();
-    let wall = t0.elapsed();
     println!(
         "done: {} batches, {} images ({} skipped) in {:.2} s",
         s.batches_delivered,
@@ -285,10 +389,12 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.items_skipped,
         wall.as_secs_f64()
     );
-    if masks > 0 || boxes > 0 {
+    if tally.masks > 0 || tally.boxes > 0 {
         println!(
-            "  targets: {masks} masks of {size} {}, {boxes} boxes",
-            if wide { "uint16" } else { "uint8" }
+            "  targets: {} masks of {size} {}, {} boxes",
+            tally.masks,
+            if tally.wide { "uint16" } else { "uint8" },
+            tally.boxes
         );
     }
     if s.items_partial > 0 {
@@ -311,28 +417,7 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
         s.bytes_read as f64 / s.items_read.max(1) as f64
     );
     if let Some(st) = ds.storage() {
-        let c = st.stats();
-        println!(
-            "  storage: {} read requests, {} bytes from {}{}, {} retries",
-            c.requests,
-            c.bytes_read,
-            st.root(),
-            st.bandwidth()
-                .map(|b| format!(" (capped at {:.0} MB/s)", b as f64 / 1e6))
-                .unwrap_or_default(),
-            c.retries
-        );
-        if st.is_remote() && c.cache_hits + c.cache_misses > 0 {
-            println!(
-                "  cache: {} hits, {} misses ({:.0}% hit rate), {} bytes from the cache, {} bad or stale \
-                 entries dropped and fetched again",
-                c.cache_hits,
-                c.cache_misses,
-                c.cache_hit_rate() * 100.0,
-                c.cache_hit_bytes,
-                c.cache_dropped
-            );
-        }
+        print_storage(st);
     }
     if device.is_cuda() {
         println!(
@@ -356,13 +441,39 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     );
     if loader.liquid_buffers().is_some() {
         println!(
-            "  liquid: hit ratio {:.4} (epochs after the first: {later_cached} of {later_items} items \
-             stayed in memory)",
-            later_cached as f64 / later_items.max(1) as f64
+            "  liquid: hit ratio {:.4} (epochs after the first: {} of {} items stayed in memory)",
+            tally.later_cached as f64 / tally.later_items.max(1) as f64,
+            tally.later_cached,
+            tally.later_items
         );
     }
     println!("  state: {}", loader.state());
-    Ok(())
+}
+
+/// The read layer's requests, bytes, retries and (remote) cache figures.
+fn print_storage(st: &loader::Storage) {
+    let c = st.stats();
+    println!(
+        "  storage: {} read requests, {} bytes from {}{}, {} retries",
+        c.requests,
+        c.bytes_read,
+        st.root(),
+        st.bandwidth()
+            .map(|b| format!(" (capped at {:.0} MB/s)", b as f64 / 1e6))
+            .unwrap_or_default(),
+        c.retries
+    );
+    if st.is_remote() && c.cache_hits + c.cache_misses > 0 {
+        println!(
+            "  cache: {} hits, {} misses ({:.0}% hit rate), {} bytes from the cache, {} bad or stale \
+             entries dropped and fetched again",
+            c.cache_hits,
+            c.cache_misses,
+            c.cache_hit_rate() * 100.0,
+            c.cache_hit_bytes,
+            c.cache_dropped
+        );
+    }
 }
 
 fn report_epoch((epoch, started, images, bytes): (usize, Instant, u64, u64)) {

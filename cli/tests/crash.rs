@@ -202,7 +202,7 @@ fn stream_killed_anywhere_resumes_from_its_state_file_exactly_once() {
     };
     let saved = std::fs::read_to_string(&state).unwrap();
     assert!(
-        saved.starts_with(&format!("epoch={epochs} batch=0 ")),
+        saved.starts_with(&format!("{{\"epoch\":{epochs},\"batch\":0,")),
         "{saved}"
     );
     for k in 1..=4u32 {
@@ -220,9 +220,10 @@ fn stream_killed_anywhere_resumes_from_its_state_file_exactly_once() {
         // The state: whole or absent (killed before the first write: resume from the start).
         let (at_epoch, at_batch, resumed) = match std::fs::read_to_string(&state) {
             Ok(text) => {
+                // One line of JSON whose numbers end at a comma: `{"epoch":1,"batch":4,...}`.
                 let field = |name: &str| -> usize {
-                    text.split_whitespace()
-                        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    text.split_once(&format!("\"{name}\":"))
+                        .and_then(|(_, v)| v.split(',').next())
                         .unwrap_or_else(|| panic!("kill {k}: no {name} in {text:?}"))
                         .parse()
                         .unwrap()

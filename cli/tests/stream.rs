@@ -65,7 +65,7 @@ fn stream_writes_auditable_traces_for_a_folder() {
         "MB/s",
         "stage utilisation",
         "consumer wait",
-        "state: epoch=2 batch=0",
+        "state: {\"epoch\":2,\"batch\":0,",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }

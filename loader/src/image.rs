@@ -290,7 +290,7 @@ fn decode_jpeg(
     out: &mut Image,
 ) -> Result<bool> {
     use image::metadata::Orientation;
-    let err = |e: String| Error::decode(path, "jpeg", e);
+    let err = |e: pcr::JpegError| Error::decode(path, "jpeg", e);
     let reader = pcr::libjpeg::Reader::new(bytes, pcr::libjpeg::Color::GrayOrRgb).map_err(err)?;
     let header = reader.header();
     let (w, h, channels) = (header.width, header.height, header.channels);
@@ -302,7 +302,8 @@ fn decode_jpeg(
         .and_then(Orientation::from_exif_chunk)
         .unwrap_or(Orientation::NoTransforms);
     let warnings = reader.decode_into(&mut out.pixels).map_err(err)?;
-    let partial = jpeg_verdict(&warnings, options.partial_images).map_err(err)?;
+    let partial = jpeg_verdict(&warnings, options.partial_images)
+        .map_err(|e| Error::decode(path, "jpeg", e))?;
     out.width = w;
     out.height = h;
     out.channels = channels;

@@ -91,7 +91,6 @@ pub struct Scratch {
     region: Vec<u8>,
     resampled: Vec<u8>,
     buffers: Buffers,
-    pub(crate) mask: crate::targets::masks::MaskImage,
     /// The sample of a whole image (no crop), whose size is known only once the image's is: written
     /// here instead of into a batch slot, and moved into the batch by the assembler.
     pub(crate) sample: Vec<u8>,

@@ -44,6 +44,7 @@ mod memory;
 mod options;
 mod pipeline;
 mod raw;
+mod resume;
 mod sample;
 mod shuffle;
 mod stats;
@@ -58,19 +59,16 @@ pub use dataset::{
 };
 pub use error::{Error, Result};
 pub use format::Format;
-pub use image::{
-    DecodeOptions, ImportOptions, MAX_IMAGE_BYTES_VAR, MAX_PIXELS_PER_BYTE, decode,
-    decode_with_options, import, max_image_bytes,
-};
+pub use image::{DecodeOptions, ImportOptions, decode, import, max_image_bytes};
 pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
-pub use loader::{Loader, LoaderState, Next, ThreadMonitor};
+pub use loader::{Loader, Next, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
 pub use options::{
-    Bytes, DEFAULT_PCR_WINDOW, LoaderOptions, MAX_BATCH_SIZE, MAX_THREADS, Order, Pair, PerChannel,
-    SETTING_NAMES, SampleSize, Sampler, Settings, Size, parse_setting,
+    Bytes, LoaderOptions, Order, Pair, PerChannel, SampleSize, Sampler, Settings, Size,
+    parse_setting,
 };
-pub use pipeline::schedule::ShardedOrder;
+pub use resume::LoaderState;
 pub use sample::DecodeScope;
 pub use shuffle::{ShuffleReport, ShuffleStat, shuffle_report};
 pub use stats::Stats;

@@ -1,4 +1,4 @@
-//! The [`Loader`]: the resume state and the composition of the pipeline's stages
+//! The [`Loader`]: the composition of the pipeline's stages
 //! (see [`crate::pipeline`]): order → read → decode (CPU threads or the GPU) → assemble → prefetch.
 //!
 //! Batches are numbered (epoch, batch) and their contents are a pure function of the options and the
@@ -13,6 +13,7 @@ use crate::memory::{HostMemory, Pool};
 use crate::options::{LoaderOptions, Order};
 use crate::pipeline::schedule::{LiquidTail, Part, Schedule, ShardedOrder};
 use crate::pipeline::{Ctx, GpuDecoder, Job, ToAssembler, assemble, decode, open_gpu, order, read};
+use crate::resume::{self, LoaderState, Start};
 use crate::stats::{Counters, Stats};
 use crate::targets::Targets;
 use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, unbounded};
@@ -21,279 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vocab::Device;
-
-/// Where a loader stands: the next batch it will deliver. Save it with a checkpoint and hand it to
-/// [`Loader::resume`] to continue exactly there. Its `Display` form parses back with `FromStr`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoaderState {
-    pub epoch: usize,
-    pub batch: usize,
-    /// The configuration the position is valid for (checked on resume).
-    pub seed: u64,
-    pub rank: usize,
-    pub world_size: usize,
-    pub batch_size: usize,
-    pub dataset_len: usize,
-    /// The positions in `epoch`'s global order (see `ShardedOrder::permutation`) that the batches
-    /// counted by `batch` are drawn from: `None` for the whole epoch; fewer once an epoch was resumed at
-    /// another world size or batch size, which splits what was left among the new ranks.
-    pub remaining: Option<Vec<std::ops::Range<usize>>>,
-    /// What decides each batch's contents besides the seed (crop, flip, shuffle, layout, ...), as
-    /// [`LoaderState::contents_of`] writes it: a resume with other such options is refused, naming the
-    /// option. `None` (a version-1 state, or a caller that checks options itself): not checked.
-    pub contents: Option<String>,
-}
-
-impl LoaderState {
-    /// The options that decide what each batch holds besides the seed, as `name:value` pairs joined by
-    /// `;` (one word, so a state stays one line of `name=value` words).
-    pub fn contents_of(o: &LoaderOptions) -> String {
-        let s = &o.sample;
-        let normalize = s.normalize.map_or_else(
-            || "none".to_string(),
-            |n| {
-                let join = |v: [f32; 3]| v.map(|x| x.to_string()).join(",");
-                format!("{}/{}", join(n.mean), join(n.std))
-            },
-        );
-        let order = match o.order {
-            Order::Seeded => "seeded".to_string(),
-            Order::Liquid { budget_bytes } => format!("liquid/{budget_bytes}"),
-        };
-        let active = s.recipe.option();
-        let recipe = ["scale", "resize", "jitter"]
-            .map(|k| match &active {
-                Some((a, v)) if *a == k => format!("{k}:{v}"),
-                _ => format!("{k}:none"),
-            })
-            .join(";");
-        // Whole images: `crop:none` with their sizing (`none/resize 800/max_size 1333`).
-        let size = match &active {
-            Some(("crop", v)) => v.clone(),
-            _ => format!("{}x{}", s.height, s.width),
-        };
-        format!(
-            "crop:{size},{};flip:{};shuffle:{};drop_last:{};shard_tail:{};layout:{};dtype:{};normalize:{};\
-             {recipe};interpolation:{};fill:{};channels:{};order:{}{}",
-            s.crop,
-            u8::from(s.hflip),
-            u8::from(o.shuffle),
-            u8::from(o.drop_last),
-            o.shard_tail,
-            s.layout,
-            s.dtype,
-            normalize,
-            s.interpolation,
-            s.fill,
-            s.channels,
-            order,
-            o.targets.contents()
-        )
-    }
-
-    /// The state format [`Display`](std::fmt::Display) writes: 2 added `remaining`; 1 (seven fields)
-    /// still reads.
-    pub const VERSION: u32 = 2;
-
-    /// `remaining` as text: `all`, or half-open ranges `a:b` joined by commas (`none` when empty).
-    pub fn remaining_text(&self) -> String {
-        match &self.remaining {
-            None => "all".into(),
-            Some(r) if r.is_empty() => "none".into(),
-            Some(r) => r
-                .iter()
-                .map(|r| format!("{}:{}", r.start, r.end))
-                .collect::<Vec<_>>()
-                .join(","),
-        }
-    }
-
-    /// Reads what [`remaining_text`](Self::remaining_text) writes.
-    pub fn parse_remaining(text: &str) -> Result<Option<Vec<std::ops::Range<usize>>>> {
-        let bad = || Error::Resume(format!("remaining={text:?}: expected all, none or a:b,c:d"));
-        match text {
-            "all" => return Ok(None),
-            "none" => return Ok(Some(Vec::new())),
-            _ => {}
-        }
-        let mut out: Vec<std::ops::Range<usize>> = Vec::new();
-        for part in text.split(',') {
-            let (a, b) = part.split_once(':').ok_or_else(bad)?;
-            let (a, b): (usize, usize) =
-                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-            if a >= b || out.last().is_some_and(|l| l.end > a) {
-                return Err(bad());
-            }
-            out.push(a..b);
-        }
-        Ok(Some(out))
-    }
-}
-
-impl std::fmt::Display for LoaderState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "epoch={} batch={} seed={} rank={} world_size={} batch_size={} dataset_len={} remaining={}",
-            self.epoch,
-            self.batch,
-            self.seed,
-            self.rank,
-            self.world_size,
-            self.batch_size,
-            self.dataset_len,
-            self.remaining_text(),
-        )?;
-        if let Some(c) = &self.contents {
-            write!(f, " contents={c}")?;
-        }
-        write!(f, " version={}", Self::VERSION)
-    }
-}
-
-/// The fields of a state string, in the order `Display` writes them.
-const STATE_FIELDS: [&str; 7] = [
-    "epoch",
-    "batch",
-    "seed",
-    "rank",
-    "world_size",
-    "batch_size",
-    "dataset_len",
-];
-
-impl std::str::FromStr for LoaderState {
-    type Err = Error;
-    /// Every field exactly once: a partial state would resume somewhere else (a missing field read as 0
-    /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming what lacks.
-    fn from_str(s: &str) -> Result<Self> {
-        let mut values: [Option<u64>; 7] = [None; 7];
-        let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
-        let (mut remaining, mut version, mut contents) = (None, None, None);
-        for kv in s.split_whitespace() {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{kv:?} is not name=value")))?;
-            if k == "remaining" || k == "version" || k == "contents" {
-                let slot = match k {
-                    "remaining" => &mut remaining,
-                    "version" => &mut version,
-                    _ => &mut contents,
-                };
-                if slot.replace(v).is_some() {
-                    return Err(bad(format!("{k} given twice")));
-                }
-                continue;
-            }
-            let i = STATE_FIELDS
-                .iter()
-                .position(|f| *f == k)
-                .ok_or_else(|| bad(format!("no field named {k:?}")))?;
-            let n: u64 = v
-                .parse()
-                .map_err(|_| bad(format!("{k}={v:?} is not a whole number")))?;
-            if values[i].replace(n).is_some() {
-                return Err(bad(format!("{k} given twice")));
-            }
-        }
-        let missing: Vec<&str> = STATE_FIELDS
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(f, _)| *f)
-            .collect();
-        if !missing.is_empty() {
-            return Err(bad(format!(
-                "{} missing (a state names {})",
-                missing.join(", "),
-                STATE_FIELDS.join(", ")
-            )));
-        }
-        match version {
-            None | Some("1") | Some("2") => {}
-            Some(v) => {
-                return Err(bad(format!(
-                    "version {v}: this build reads versions 1 and {}",
-                    Self::VERSION
-                )));
-            }
-        }
-        let remaining = remaining.map_or(Ok(None), Self::parse_remaining)?;
-        let v = values.map(|v| v.unwrap_or(0));
-        let size = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} is too large")));
-        Ok(LoaderState {
-            remaining,
-            contents: contents.map(str::to_string),
-            epoch: size(v[0])?,
-            batch: size(v[1])?,
-            seed: v[2],
-            rank: size(v[3])?,
-            world_size: size(v[4])?,
-            batch_size: size(v[5])?,
-            dataset_len: size(v[6])?,
-        })
-    }
-}
-
-#[cfg(test)]
-mod state_tests {
-    use super::*;
-
-    #[test]
-    fn a_state_round_trips_and_a_partial_one_is_refused() {
-        let st = LoaderState {
-            epoch: 3,
-            batch: 17,
-            seed: u64::MAX,
-            rank: 1,
-            world_size: 4,
-            batch_size: 64,
-            dataset_len: 5000,
-            remaining: Some(vec![3..9, 12..4000]),
-            contents: Some(LoaderState::contents_of(&LoaderOptions::default())),
-        };
-        let text = st.to_string();
-        assert!(
-            text.contains(" remaining=3:9,12:4000 contents=crop:"),
-            "{text}"
-        );
-        assert!(text.ends_with(" version=2"), "{text}");
-        assert_eq!(text.parse::<LoaderState>().unwrap(), st);
-        // A version-1 state (seven fields) still reads: the whole epoch.
-        let old: LoaderState =
-            "epoch=3 batch=17 seed=1 rank=0 world_size=4 batch_size=64 dataset_len=5000"
-                .parse()
-                .unwrap();
-        assert_eq!(old.remaining, None);
-        for bad in [
-            "remaining=5:3",
-            "remaining=1:4,2:6",
-            "remaining=x",
-            "version=3",
-        ] {
-            let e = format!("{text} {bad}")
-                .replace(" remaining=3:9,12:4000", "")
-                .replace(" version=2", "");
-            assert!(e.parse::<LoaderState>().is_err(), "{bad} accepted");
-        }
-        let back: LoaderState = text.parse().unwrap();
-        assert_eq!(back.to_string(), text);
-        for (input, says) in [
-            (
-                "epoch=3 batch=17",
-                "seed, rank, world_size, batch_size, dataset_len missing",
-            ),
-            ("", "epoch, batch, seed"),
-            (&format!("{text} batch=2"), "batch given twice"),
-            ("epoch=x", "not a whole number"),
-            ("epoch", "not name=value"),
-            (&format!("{text} step=1"), "no field named \"step\""),
-        ] {
-            let e = input.parse::<LoaderState>().unwrap_err().to_string();
-            assert!(e.contains(says), "{input:?}: {e}");
-        }
-    }
-}
 
 /// Counts the pipeline threads still running, so callers (and tests) can see that dropping stops them.
 #[derive(Clone, Debug, Default)]
@@ -702,174 +430,38 @@ struct Run {
 impl Run {
     fn plan(ds: &dyn Dataset, o: &LoaderOptions, state: LoaderState) -> Result<Run> {
         check_options(ds, o)?;
-        check_state(ds, o, &state)?;
-        let order = ShardedOrder {
-            len: ds.len(),
-            seed: o.seed,
-            shuffle: o.shuffle,
-            rank: o.rank,
-            world_size: o.world_size,
-            tail: o.shard_tail,
-            blocks: ds
-                .blocks()
-                .map_or_else(Vec::new, |b| b.starts.to_vec())
-                .into(),
-            window: ds.blocks().map_or(1, |b| b.window),
-        };
+        resume::check_state(ds, o, &state)?;
+        let order = sharded_order(ds, o);
         let liquid = match o.order {
             Order::Seeded => None,
             Order::Liquid { budget_bytes } => Some((liquid_dataset(ds)?, budget_bytes)),
         };
-        let batches_for = |per: usize, batch_size: usize| {
-            if o.drop_last {
-                per / batch_size.max(1)
-            } else {
-                per.div_ceil(batch_size.max(1))
-            }
-        };
         // Liquid's shards have the sharded order's sizes, and it never drops the last batch.
         let per_rank = order.per_rank();
-        let batches_per_epoch = batches_for(per_rank, o.batch_size);
+        let batches_per_epoch = resume::batches_for(o, per_rank, o.batch_size);
         if batches_per_epoch == 0 {
             return Err(Error::Options(format!(
                 "no batch per epoch: {per_rank} items for this rank, batch size {} with drop_last",
                 o.batch_size
             )));
         }
-        // Where this run starts: the state's position at the state's shape, or — at another world size or
-        // batch size — the part of its epoch no rank delivered, shared anew.
-        let count = |r: &[std::ops::Range<usize>]| r.iter().map(|r| r.len()).sum::<usize>();
-        let saved = ShardedOrder {
-            world_size: state.world_size.max(1),
-            rank: 0,
-            ..order.clone()
-        };
-        let saved_batches = match &state.remaining {
-            None => batches_for(saved.per_rank(), state.batch_size),
-            Some(r) => batches_for(saved.per_rank_of(count(r)), state.batch_size),
-        };
-        if state.batch > saved_batches {
-            return Err(Error::Resume(format!(
-                "batch {} is past the {saved_batches} batches of an epoch",
-                state.batch
-            )));
-        }
-        let reshaped = state.world_size != o.world_size || state.batch_size != o.batch_size;
-        let (mut next, mut part) = if reshaped && state.batch < saved_batches {
-            let left = match liquid {
-                None => saved.left_after(state.remaining.as_deref(), state.batch, state.batch_size),
-                Some((l, budget)) => liquid_left(l, o, budget, &state)?,
-            };
-            let batches = batches_for(order.per_rank_of(count(&left)), o.batch_size);
-            let next = LoaderState {
-                batch: 0,
-                rank: o.rank,
-                world_size: o.world_size,
-                batch_size: o.batch_size,
-                remaining: Some(left.clone()),
-                ..state
-            };
-            (
-                next,
-                Some(Part {
-                    epoch: state.epoch,
-                    remaining: left,
-                    batches,
-                }),
-            )
-        } else if reshaped {
-            let next = LoaderState {
-                epoch: state.epoch + 1,
-                batch: 0,
-                rank: o.rank,
-                world_size: o.world_size,
-                batch_size: o.batch_size,
-                remaining: None,
-                ..state
-            };
-            (next, None)
-        } else {
-            let part = state.remaining.clone().map(|r| Part {
-                epoch: state.epoch,
-                batches: saved_batches,
-                remaining: r,
-            });
-            (
-                LoaderState {
-                    rank: o.rank,
-                    ..state
-                },
-                part,
-            )
-        };
-        next.contents = Some(LoaderState::contents_of(o));
-        let this_epoch = part.as_ref().map_or(batches_per_epoch, |p| p.batches);
-        if next.batch >= this_epoch {
-            next.epoch += 1;
-            next.batch = 0;
-            next.remaining = None;
-            part = None;
-        }
+        let Start { next, part } = resume::start(&order, o, state, liquid, batches_per_epoch)?;
         // Items in flight: enough to keep every thread busy, capped in whole batches (credits) so a slow
         // item cannot let the reorder buffer — and memory — grow.
         let workers = o.decode_threads + o.io_threads;
         let credits = (2 * workers).div_ceil(o.batch_size) + 1;
-        // Buffers alive at once: those being assembled, the prefetched ones, the consumer's. Sizes are
-        // checked against the memory limit before anything is allocated (saturating: an absurd size is
-        // simply too large). Batches the GPU writes into device memory need no host buffer (unless a
-        // CPU fallback may have to fill one).
+        // Buffers alive at once: those being assembled, the prefetched ones, the consumer's.
         let buffers = credits + o.prefetch + 1;
-        let host_batches = o.device == Device::Cpu || o.gpu_fallback;
-        // Whole images (no crop) are sized when decoded: only a max_size bounds their batch in advance.
-        let known = !o.sample.recipe.is_whole() || o.sample.whole_bound().is_some();
-        let batch_bytes = (o.sample.sample_bytes() as u64).saturating_mul(o.batch_size as u64)
-            * u64::from(host_batches && known);
-        stdx::mem::check(
-            batch_bytes.saturating_mul(buffers as u64),
-            format!(
-                "batch buffers ({buffers} batches of {} x {}x{}x3 {})",
-                o.batch_size,
-                o.sample.height,
-                o.sample.width,
-                o.sample.dtype.name()
-            ),
-        )?;
-        // Page-locked memory is checked for now, before any thread starts: asked for and impossible is
-        // an error, never pageable memory in its place.
-        let memory = if o.pin_memory {
-            let ordinal = match o.device {
-                Device::Cpu => 0,
-                Device::Cuda(n) => n,
-            };
-            HostMemory::pinned(ordinal).map_err(Error::PinMemory)?
-        } else {
-            HostMemory::Pageable
-        };
+        let batch_bytes = host_batch_bytes(o, buffers)?;
+        let memory = host_memory(o)?;
         let gpu = match o.device {
             Device::Cpu => None,
             Device::Cuda(ordinal) => Some(open_gpu(ds, ordinal)?),
         };
         let (schedule, liquid_buffers) = match liquid {
             Some((l, budget)) => {
-                let whole = liquid_config(o, budget, o.rank, o.world_size, o.batch_size, None);
-                let (sampler, part) = match &part {
-                    None => (open_liquid(l, &whole, next.epoch, next.batch)?, None),
-                    Some(p) => {
-                        let items = Some(liquid_items(&p.remaining));
-                        let cfg =
-                            liquid_config(o, budget, o.rank, o.world_size, o.batch_size, items);
-                        let tail = LiquidTail {
-                            epoch: p.epoch,
-                            batches: p.batches,
-                            then: whole,
-                            finished: false,
-                        };
-                        (open_liquid(l, &cfg, 0, next.batch)?, Some(tail))
-                    }
-                };
-                let buffers = sampler.buffers().clone();
-                let start = (next.epoch, next.batch);
-                let s = Schedule::liquid(sampler, l, o.epochs, start, batches_per_epoch, part);
+                let (s, buffers) =
+                    liquid_schedule(l, o, budget, &next, part.as_ref(), batches_per_epoch)?;
                 (s, Some(buffers))
             }
             None => (
@@ -897,88 +489,93 @@ impl Run {
     }
 }
 
+/// The seeded order of `ds` for this rank (PCR records: records shuffled, items within a window).
+fn sharded_order(ds: &dyn Dataset, o: &LoaderOptions) -> ShardedOrder {
+    ShardedOrder {
+        len: ds.len(),
+        seed: o.seed,
+        shuffle: o.shuffle,
+        rank: o.rank,
+        world_size: o.world_size,
+        tail: o.shard_tail,
+        blocks: ds
+            .blocks()
+            .map_or_else(Vec::new, |b| b.starts.to_vec())
+            .into(),
+        window: ds.blocks().map_or(1, |b| b.window),
+    }
+}
+
+/// Bytes of one host batch buffer, with `buffers` of them checked against the memory limit before
+/// anything is allocated (saturating: an absurd size is simply too large). Batches the GPU writes into
+/// device memory need no host buffer (unless a CPU fallback may have to fill one); whole images (no
+/// crop) are sized when decoded, so only a max_size bounds their batch in advance.
+fn host_batch_bytes(o: &LoaderOptions, buffers: usize) -> Result<u64> {
+    let host_batches = o.device == Device::Cpu || o.gpu_fallback;
+    let known = !o.sample.recipe.is_whole() || o.sample.whole_bound().is_some();
+    let batch_bytes = (o.sample.sample_bytes() as u64).saturating_mul(o.batch_size as u64)
+        * u64::from(host_batches && known);
+    stdx::mem::check(
+        batch_bytes.saturating_mul(buffers as u64),
+        format!(
+            "batch buffers ({buffers} batches of {} x {}x{}x3 {})",
+            o.batch_size,
+            o.sample.height,
+            o.sample.width,
+            o.sample.dtype.name()
+        ),
+    )?;
+    Ok(batch_bytes)
+}
+
+/// The host memory batches live in. Page-locked memory is checked for now, before any thread starts:
+/// asked for and impossible is an error, never pageable memory in its place.
+fn host_memory(o: &LoaderOptions) -> Result<HostMemory> {
+    if !o.pin_memory {
+        return Ok(HostMemory::Pageable);
+    }
+    let ordinal = match o.device {
+        Device::Cpu => 0,
+        Device::Cuda(n) => n,
+    };
+    HostMemory::pinned(ordinal).map_err(Error::PinMemory)
+}
+
+/// The Liquid order's schedule from `next`, finishing `part` first (a part is sampled as an epoch of its
+/// own), and the sampler's buffers.
+fn liquid_schedule(
+    l: &liquid_sampler::Dataset,
+    o: &LoaderOptions,
+    budget: u64,
+    next: &LoaderState,
+    part: Option<&Part>,
+    batches_per_epoch: usize,
+) -> Result<(Schedule, liquid_sampler::BufferPlan)> {
+    let whole = resume::liquid_config(o, budget, o.rank, o.world_size, o.batch_size, None);
+    let (sampler, tail) = match part {
+        None => (open_liquid(l, &whole, next.epoch, next.batch)?, None),
+        Some(p) => {
+            let items = Some(resume::liquid_items(&p.remaining));
+            let cfg = resume::liquid_config(o, budget, o.rank, o.world_size, o.batch_size, items);
+            let tail = LiquidTail {
+                epoch: p.epoch,
+                batches: p.batches,
+                then: whole,
+                finished: false,
+            };
+            (open_liquid(l, &cfg, 0, next.batch)?, Some(tail))
+        }
+    };
+    let buffers = sampler.buffers().clone();
+    let start = (next.epoch, next.batch);
+    let s = Schedule::liquid(sampler, l, o.epochs, start, batches_per_epoch, tail);
+    Ok((s, buffers))
+}
+
 fn check_options(ds: &dyn Dataset, o: &LoaderOptions) -> Result<()> {
     o.validate()?;
     if ds.is_empty() {
         return Err(Error::Options(format!("empty dataset: {}", ds.describe())));
-    }
-    Ok(())
-}
-
-/// Options recorded in a state's `contents` after its first release, with the value every state written
-/// before then implies.
-const ADDED_SINCE_V2: [(&str, &str); 7] = [
-    ("order", "seeded"),
-    ("scale", "none"),
-    ("resize", "none"),
-    ("jitter", "none"),
-    ("interpolation", "bilinear"),
-    ("fill", "0"),
-    ("channels", "3"),
-];
-
-fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Result<()> {
-    let check = |what: &str, a: u64, b: u64| {
-        if a != b {
-            Err(Error::Resume(format!(
-                "state has {what} {a}, options have {b}"
-            )))
-        } else {
-            Ok(())
-        }
-    };
-    check("seed", state.seed, o.seed)?;
-    check("dataset length", state.dataset_len as u64, ds.len() as u64)?;
-    if let Some(saved) = &state.contents {
-        let ours = LoaderState::contents_of(o);
-        let pairs = |s: &str| -> Vec<(String, String)> {
-            s.split(';')
-                .map(|p| {
-                    let (k, v) = p.split_once(':').unwrap_or((p, ""));
-                    (k.to_string(), v.to_string())
-                })
-                .collect()
-        };
-        let (saved, ours) = (pairs(saved), pairs(&ours));
-        for (k, v) in &ours {
-            match saved.iter().find(|(sk, _)| sk == k) {
-                Some((_, sv)) if sv == v => {}
-                // A state from a build that did not record this option yet had its default then.
-                None if ADDED_SINCE_V2.contains(&(k.as_str(), v.as_str())) => {}
-                Some((_, sv)) => {
-                    return Err(Error::Resume(format!(
-                        "state has {k} {sv}, options have {k} {v}"
-                    )));
-                }
-                None => {
-                    return Err(Error::Resume(format!(
-                        "state records no {k} (options have {v}): it comes from another build"
-                    )));
-                }
-            }
-        }
-        // Targets are recorded only when asked for: a state with them resumes only with them.
-        if let Some((k, v)) = saved
-            .iter()
-            .find(|(k, _)| !ours.iter().any(|(o, _)| o == k))
-        {
-            return Err(Error::Resume(format!(
-                "state has {k} {v}, options have no {k}"
-            )));
-        }
-    }
-    if state.world_size == 0 || state.batch_size == 0 {
-        return Err(Error::Resume(
-            "state has a world size or batch size of 0".into(),
-        ));
-    }
-    if let Some(r) = &state.remaining
-        && r.last().is_some_and(|r| r.end > ds.len())
-    {
-        return Err(Error::Resume(format!(
-            "state's remaining positions reach past the {} items of the dataset",
-            ds.len()
-        )));
     }
     Ok(())
 }
@@ -994,47 +591,6 @@ fn liquid_dataset(dataset: &dyn Dataset) -> Result<&liquid_sampler::Dataset> {
     })
 }
 
-/// The sampler configuration of rank `rank` of `world_size` at `batch_size`; `items`: the part of an
-/// epoch they share out (`None`: the whole dataset).
-fn liquid_config(
-    o: &LoaderOptions,
-    budget: u64,
-    rank: usize,
-    world_size: usize,
-    batch_size: usize,
-    items: Option<Arc<[u32]>>,
-) -> liquid_sampler::SamplerConfig {
-    liquid_sampler::SamplerConfig {
-        budget,
-        batch: batch_size,
-        seed: o.seed,
-        rank,
-        world_size,
-        shard_policy: o.shard_tail,
-        io_threads: o.io_threads,
-        items,
-    }
-}
-
-/// Item indices (the manifest's) of a state's `remaining` ranges: under the Liquid order they name
-/// items, not positions in a global permutation (it has none).
-fn liquid_items(remaining: &[std::ops::Range<usize>]) -> Arc<[u32]> {
-    remaining
-        .iter()
-        .flat_map(|r| r.clone())
-        .map(|i| i as u32)
-        .collect()
-}
-
-fn liquid_error(ds: &liquid_sampler::Dataset, e: liquid_sampler::Error) -> Error {
-    match e {
-        liquid_sampler::Error::BudgetTooSmall { .. } | liquid_sampler::Error::BadSetting(_) => {
-            Error::Options(format!("Liquid order on {}: {e}", ds.dir.display()))
-        }
-        e => Error::dataset(&ds.dir, e),
-    }
-}
-
 /// Liquid's sampler for this rank, standing where an uninterrupted run stands before (`epoch`, `batch`).
 fn open_liquid(
     ds: &liquid_sampler::Dataset,
@@ -1043,47 +599,5 @@ fn open_liquid(
     batch: usize,
 ) -> Result<liquid_sampler::LiquidSampler> {
     liquid_sampler::LiquidSampler::resume(ds.clone(), cfg, epoch, batch)
-        .map_err(|e| liquid_error(ds, e))
-}
-
-/// The items of a Liquid state's epoch (or part of one) that no rank of the saved shape delivered:
-/// each saved rank's schedule is replayed, without I/O, to the saved batch.
-fn liquid_left(
-    ds: &liquid_sampler::Dataset,
-    o: &LoaderOptions,
-    budget: u64,
-    state: &LoaderState,
-) -> Result<Vec<std::ops::Range<usize>>> {
-    let items = state.remaining.as_deref().map(liquid_items);
-    // A part is sampled as an epoch of its own, its epoch 0.
-    let epoch = if items.is_some() { 0 } else { state.epoch };
-    let n = ds.manifest.items.len();
-    let mut delivered = vec![false; n];
-    for rank in 0..state.world_size {
-        let cfg = liquid_config(
-            o,
-            budget,
-            rank,
-            state.world_size,
-            state.batch_size,
-            items.clone(),
-        );
-        for i in liquid_sampler::delivered(ds, &cfg, epoch, state.batch)
-            .map_err(|e| liquid_error(ds, e))?
-        {
-            delivered[i as usize] = true;
-        }
-    }
-    let universe: Vec<usize> = match &items {
-        None => (0..n).collect(),
-        Some(i) => i.iter().map(|&i| i as usize).collect(),
-    };
-    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
-    for i in universe.into_iter().filter(|&i| !delivered[i]) {
-        match out.last_mut() {
-            Some(r) if r.end == i => r.end += 1,
-            _ => out.push(i..i + 1),
-        }
-    }
-    Ok(out)
+        .map_err(|e| resume::liquid_error(ds, e))
 }

@@ -10,10 +10,10 @@
 //!   surfaces accept the same names and values and print the same error text for the same bad value.
 
 use crate::dataset::OpenOptions;
+use crate::dataset::masks::MaskNaming;
 use crate::sample::DecodeScope;
 use crate::storage::{CacheOptions, StorageOptions};
 use crate::targets::TargetOptions;
-use crate::targets::masks::MaskNaming;
 use std::path::PathBuf;
 use std::time::Duration;
 use vocab::{

@@ -4,6 +4,7 @@
 //! smooths blocks from their neighbours' DC values, zune-jpeg does not; with every scan present both give
 //! the original's pixels (each bit-exactly against itself decoding the source file).
 
+use crate::error::JpegError;
 use crate::libjpeg;
 pub use vocab::Image;
 use zune_jpeg::JpegDecoder;
@@ -33,7 +34,7 @@ impl Decoder {
     }
 
     /// Decodes one JPEG stream to 8-bit RGB (grayscale is replicated to three channels).
-    pub fn decode(self, jpeg: &[u8]) -> Result<Image, String> {
+    pub fn decode(self, jpeg: &[u8]) -> Result<Image, JpegError> {
         match self {
             Decoder::Libjpeg => {
                 libjpeg::decode_rgb(jpeg).map(|r| Image::rgb8(r.width, r.height, r.pixels))
@@ -44,42 +45,47 @@ impl Decoder {
 }
 
 impl std::str::FromStr for Decoder {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = vocab::Invalid;
+    fn from_str(s: &str) -> Result<Self, vocab::Invalid> {
         match s {
             "libjpeg" | "libjpeg-turbo" => Ok(Decoder::Libjpeg),
             "zune" | "zune-jpeg" => Ok(Decoder::Zune),
-            _ => Err(format!("unknown decoder {s:?} (libjpeg or zune)")),
+            _ => Err(vocab::Invalid::new("decoder", s, "libjpeg or zune")),
         }
     }
 }
 
-fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
+fn decode_zune(jpeg: &[u8]) -> Result<Image, JpegError> {
     let opts = DecoderOptions::default()
         .jpeg_set_out_colorspace(ColorSpace::RGB)
         .set_max_width(1 << 16)
         .set_max_height(1 << 16);
     let mut d = JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
     d.decode_headers().map_err(zune_message)?;
-    let info = d.info().ok_or("no image header")?;
+    let info = d
+        .info()
+        .ok_or_else(|| JpegError::Zune("no image header".into()))?;
     let (w, h) = (u32::from(info.width), u32::from(info.height));
     if u64::from(w) * u64::from(h) > libjpeg::MAX_PIXELS {
-        return Err(format!(
-            "{w}x{h} is larger than {} pixels",
-            libjpeg::MAX_PIXELS
-        ));
+        return Err(JpegError::TooLarge {
+            width: w,
+            height: h,
+            max: libjpeg::MAX_PIXELS,
+        });
     }
-    let out = d.output_colorspace().ok_or("no output colour space")?;
+    let out = d
+        .output_colorspace()
+        .ok_or_else(|| JpegError::Zune("no output colour space".into()))?;
     let pixels = d.decode().map_err(zune_message)?;
     let n = (w * h) as usize;
     let pixels = match out.num_components() {
         3 if pixels.len() == n * 3 => pixels,
         1 if pixels.len() == n => pixels.iter().flat_map(|&v| [v, v, v]).collect(),
         c => {
-            return Err(format!(
+            return Err(JpegError::Zune(format!(
                 "unexpected output: {c} components, {} bytes",
                 pixels.len()
-            ));
+            )));
         }
     };
     Ok(Image::rgb8(w, h, pixels))
@@ -87,13 +93,13 @@ fn decode_zune(jpeg: &[u8]) -> Result<Image, String> {
 
 /// zune-jpeg's `Display` prints its `Debug` form, which quotes free text (`Format("...")`); this keeps the
 /// words and drops the quoting.
-fn zune_message(e: zune_jpeg::errors::DecodeErrors) -> String {
+fn zune_message(e: zune_jpeg::errors::DecodeErrors) -> JpegError {
     use zune_jpeg::errors::DecodeErrors as E;
-    match e {
+    JpegError::Zune(match e {
         E::Format(s) => s,
         E::FormatStatic(s) => s.to_string(),
         E::ExhaustedData | E::IoErrors(_) => "the data ends too early".into(),
         // The other variants' `Debug` text is a plain sentence.
         other => format!("{other:?}").trim().replace('\n', " "),
-    }
+    })
 }

@@ -101,6 +101,37 @@ impl Error {
     }
 }
 
+/// What the byte-level JPEG functions report — libjpeg's [`Reader`](crate::libjpeg::Reader) and
+/// [`transcode_progressive`](crate::libjpeg::transcode_progressive), and both [`Decoder`](crate::Decoder)s.
+/// They see bytes, not files: a caller that knows the file names it ([`Error::Decode`],
+/// [`Error::Transcode`], the loader's decode errors).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JpegError {
+    /// No bytes at all.
+    #[error("empty input")]
+    Empty,
+    /// libjpeg-turbo stopped on the stream, in its own words (a bad marker, a stream cut short, ...).
+    #[error("{0}")]
+    Libjpeg(String),
+    /// libjpeg-turbo's output rows did not match the header's geometry, or it stopped handing out rows.
+    #[error("unexpected output geometry or stalled decoder")]
+    Stalled,
+    /// libjpeg-turbo finished without writing any output.
+    #[error("libjpeg produced no output")]
+    NoOutput,
+    /// The image has more pixels than the decoders accept.
+    #[error("{width}x{height} is larger than {max} pixels")]
+    TooLarge { width: u32, height: u32, max: u64 },
+    /// A decode that allows no warning ([`decode_rgb`](crate::libjpeg::decode_rgb)) got one: libjpeg
+    /// would have filled in what the stream lacks.
+    #[error("libjpeg warning: {0}")]
+    Warning(String),
+    /// zune-jpeg refused the stream, in its own words.
+    #[error("{0}")]
+    Zune(String),
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

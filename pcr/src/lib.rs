@@ -28,7 +28,7 @@ mod ssim;
 mod writer;
 
 pub use decode::{Decoder, Image};
-pub use error::{Error, Result};
+pub use error::{Error, JpegError, Result};
 pub use format::{INDEX_FILE, ImageEntry, Index, Piece, RecordEntry};
 pub use item::{BoundingBox, Item};
 pub use labels::{LabelRow, Labels};

@@ -19,6 +19,7 @@
 //! counted and kept, with their message code, instead of printed: the code tells corrupt data (a premature
 //! end, a bad Huffman code: libjpeg fills in zeros and carries on) from harmless remarks.
 
+use crate::error::JpegError;
 use mozjpeg_sys as sys;
 use std::ffi::{c_int, c_ulong};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -154,7 +155,7 @@ struct Decompress {
 }
 
 impl Decompress {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self, JpegError> {
         let mut errors = ErrorMgr::new();
         // SAFETY: all-zeroes is the documented starting state before `jpeg_create_decompress`.
         let mut cinfo: Box<sys::jpeg_decompress_struct> = Box::new(unsafe { std::mem::zeroed() });
@@ -185,7 +186,7 @@ struct Compress {
 }
 
 impl Compress {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self, JpegError> {
         let mut errors = ErrorMgr::new();
         // SAFETY: as for `Decompress::new`.
         let mut cinfo: Box<sys::jpeg_compress_struct> = Box::new(unsafe { std::mem::zeroed() });
@@ -217,11 +218,11 @@ impl Drop for Compress {
 }
 
 /// Runs libjpeg calls, turning an `error_exit` unwind into `Err(message)`; other panics keep unwinding.
-fn guard<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+fn guard<T>(f: impl FnOnce() -> T) -> Result<T, JpegError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => Ok(v),
         Err(payload) => match payload.downcast::<LibjpegError>() {
-            Ok(e) => Err(e.0),
+            Ok(e) => Err(JpegError::Libjpeg(e.0)),
             Err(other) => resume_unwind(other),
         },
     }
@@ -229,9 +230,9 @@ fn guard<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 
 /// Losslessly rewrites a JPEG as progressive JPEG with libjpeg's standard script (10 scans for YCbCr,
 /// 6 for grayscale), dropping all APPn/COM markers.
-pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, String> {
+pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, JpegError> {
     if input.is_empty() {
-        return Err("empty input".into());
+        return Err(JpegError::Empty);
     }
     let mut d = Decompress::new()?;
     let mut c = Compress::new()?;
@@ -263,7 +264,7 @@ pub fn transcode_progressive(input: &[u8]) -> Result<Transcoded, String> {
     })?;
     let (ptr, len) = *c.out;
     if ptr.is_null() {
-        return Err("libjpeg produced no output".into());
+        return Err(JpegError::NoOutput);
     }
     // SAFETY: after `jpeg_finish_compress`, `ptr` holds `len` initialised bytes written by libjpeg.
     let jpeg = unsafe { std::slice::from_raw_parts(ptr, len as usize) }.to_vec();
@@ -314,9 +315,9 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// Reads the header of `jpeg` (up to the first scan): a stream libjpeg cannot parse is an error.
-    pub fn new(jpeg: &'a [u8], color: Color) -> Result<Self, String> {
+    pub fn new(jpeg: &'a [u8], color: Color) -> Result<Self, JpegError> {
         if jpeg.is_empty() {
-            return Err("empty input".into());
+            return Err(JpegError::Empty);
         }
         let mut d = Decompress::new()?;
         // SAFETY: `d` was created by `Decompress::new` with our error manager; `jpeg` is borrowed for `'a`,
@@ -376,7 +377,7 @@ impl<'a> Reader<'a> {
     /// defaults (accurate integer IDCT, fancy upsampling, block smoothing of progressive images whose AC
     /// data is missing). Returns libjpeg's warnings (at most 8): where data is missing or corrupt it fills
     /// in and carries on, and only the warnings say so.
-    pub fn decode_into(mut self, out: &mut Vec<u8>) -> Result<Vec<Warning>, String> {
+    pub fn decode_into(mut self, out: &mut Vec<u8>) -> Result<Vec<Warning>, JpegError> {
         let (w, h) = (self.header.width as usize, self.header.height as usize);
         let c = usize::from(self.header.channels);
         let cmyk = self.cmyk;
@@ -414,7 +415,9 @@ impl<'a> Reader<'a> {
             sys::jpeg_finish_decompress(&mut d.cinfo);
             Some(())
         })?
-        .ok_or_else(|| "unexpected output geometry or stalled decoder".to_string())?;
+        .ok_or_else(|| {
+            JpegError::Libjpeg("unexpected output geometry or stalled decoder".into())
+        })?;
         if cmyk {
             cmyk_to_rgb(out);
         }
@@ -426,7 +429,7 @@ impl Reader<'_> {
     /// Entropy-decodes every scan to DCT coefficients without producing pixels (no IDCT, no colour
     /// conversion) and returns libjpeg's warnings: what [`decode_into`](Self::decode_into) would report
     /// about the data, at a fraction of its cost.
-    pub fn check_coefficients(mut self) -> Result<Vec<Warning>, String> {
+    pub fn check_coefficients(mut self) -> Result<Vec<Warning>, JpegError> {
         let d = &mut self.d;
         // SAFETY: `d` holds a header read by `Reader::new` from a buffer that outlives it; reading the
         // coefficients (kept in libjpeg's own arrays) and finishing need nothing else.
@@ -466,16 +469,20 @@ pub struct Rgb {
 /// Decodes a JPEG stream to RGB with libjpeg-turbo's defaults (accurate integer IDCT, fancy upsampling,
 /// block smoothing of progressive images whose AC data is still missing). Any warning (premature end of
 /// data, corrupt entropy data) is an error: streams rebuilt from verified records never raise one.
-pub fn decode_rgb(jpeg: &[u8]) -> Result<Rgb, String> {
+pub fn decode_rgb(jpeg: &[u8]) -> Result<Rgb, JpegError> {
     let r = Reader::new(jpeg, Color::Rgb)?;
     let (w, h) = (r.header().width, r.header().height);
     if u64::from(w) * u64::from(h) > MAX_PIXELS {
-        return Err(format!("{w}x{h} is larger than {MAX_PIXELS} pixels"));
+        return Err(JpegError::TooLarge {
+            width: w,
+            height: h,
+            max: MAX_PIXELS,
+        });
     }
     let mut pixels = Vec::new();
     let warnings = r.decode_into(&mut pixels)?;
     if let Some(first) = warnings.first() {
-        return Err(format!("libjpeg warning: {}", first.text));
+        return Err(JpegError::Warning(first.text.clone()));
     }
     Ok(Rgb {
         width: w,

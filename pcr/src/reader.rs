@@ -472,10 +472,10 @@ impl RecordPrefix {
     /// Decodes image `j` to RGB as stored (see [`Image::oriented`] for EXIF orientation).
     pub fn decode(&self, j: usize, decoder: Decoder) -> Result<Image> {
         let jpeg = self.jpeg(j)?;
-        decoder.decode(&jpeg).map_err(|message| Error::Decode {
+        decoder.decode(&jpeg).map_err(|e| Error::Decode {
             name: format!("{}: {}", self.path.display(), self.items[j].name),
             decoder: decoder.name(),
-            message,
+            message: e.to_string(),
         })
     }
 

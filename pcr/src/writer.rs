@@ -327,7 +327,7 @@ fn convert(input: &Input, allow_corrupt: bool) -> Result<Converted> {
         path: path.clone(),
         message,
     };
-    let t = libjpeg::transcode_progressive(&bytes).map_err(fail)?;
+    let t = libjpeg::transcode_progressive(&bytes).map_err(|e| fail(e.to_string()))?;
     if !allow_corrupt {
         let corrupt: Vec<&str> = t
             .warnings

@@ -3,6 +3,7 @@
 
 pub(crate) mod folder;
 pub(crate) mod liquid;
+pub(crate) mod masks;
 mod open;
 mod pcr;
 pub(crate) mod regions;

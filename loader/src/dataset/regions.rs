@@ -7,89 +7,60 @@ use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::storage::Opened;
 use l3_format::{Fragments, L3Index};
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Ranges closer than this are read as one here. It stays 0: exactly the covered patches are read (a grid
 /// row of patches is contiguous anyway); an object store coalesces its range requests itself.
 pub(crate) const LOCAL_GAP: u64 = 0;
 
-/// The offset tables of the items read so far, within a byte budget (oldest dropped first). Readers of
-/// one item that miss together read its prefix once: the others wait on that item's read lock.
+/// The offset tables of the items read so far, within a byte budget: a `quick_cache` weighted by each
+/// table's heap bytes (the budget is split among its shards, so a table over a shard's part is read
+/// every time rather than cached). An item's bytes do not change during a run, so a cached table is
+/// never stale. Readers of one item that miss together read its prefix once: the others wait for that
+/// read (a failed read leaves the next waiter to try).
 #[derive(Debug)]
 pub(crate) struct IndexCache {
-    inner: Mutex<CacheInner>,
-    reading: Mutex<HashMap<usize, Arc<Mutex<()>>>>,
-    budget: usize,
+    tables: quick_cache::sync::Cache<usize, Arc<L3Index>, TableBytes>,
 }
 
-#[derive(Debug, Default)]
-struct CacheInner {
-    map: HashMap<usize, Arc<L3Index>>,
-    order: VecDeque<usize>,
-    bytes: usize,
+/// An offset table's weight: its heap bytes and the entry's own.
+#[derive(Clone, Debug)]
+struct TableBytes;
+
+impl quick_cache::Weighter<usize, Arc<L3Index>> for TableBytes {
+    fn weight(&self, _item: &usize, index: &Arc<L3Index>) -> u64 {
+        index.heap_bytes() as u64 + 64
+    }
 }
 
 impl IndexCache {
     pub fn new(budget: usize) -> Self {
+        // The entry estimate only sizes quick_cache's tables: most offset tables are a few KiB.
+        let estimated_entries = (budget / 4096).max(64);
         IndexCache {
-            inner: Mutex::new(CacheInner::default()),
-            reading: Mutex::new(HashMap::new()),
-            budget,
+            tables: quick_cache::sync::Cache::with_weighter(
+                estimated_entries,
+                budget as u64,
+                TableBytes,
+            ),
         }
     }
 
     /// The cached index of `item`, else `read()`'s (with the bytes it read), cached. Concurrent misses of
-    /// one item run `read` once unless the index is too large to cache.
+    /// one item run `read` once.
     fn get_or_read(
         &self,
         item: usize,
         read: impl FnOnce() -> Result<(Arc<L3Index>, u64)>,
     ) -> Result<(Arc<L3Index>, u64)> {
-        if let Some(i) = self.get(item) {
-            return Ok((i, 0));
-        }
-        let lock = {
-            let mut r = self.reading.lock().unwrap_or_else(|p| p.into_inner());
-            r.entry(item).or_default().clone()
-        };
-        let _reading = lock.lock().unwrap_or_else(|p| p.into_inner());
-        let got = match self.get(item) {
-            Some(i) => Ok((i, 0)),
-            None => read().inspect(|(index, _)| self.insert(item, index.clone())),
-        };
-        self.reading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&item);
-        got
-    }
-
-    fn get(&self, item: usize) -> Option<Arc<L3Index>> {
-        self.lock().map.get(&item).cloned()
-    }
-
-    fn insert(&self, item: usize, index: Arc<L3Index>) {
-        let mut c = self.lock();
-        let size = index.heap_bytes() + 64;
-        if size > self.budget || c.map.contains_key(&item) {
-            return;
-        }
-        while c.bytes + size > self.budget {
-            let Some(old) = c.order.pop_front() else {
-                break;
-            };
-            if let Some(i) = c.map.remove(&old) {
-                c.bytes -= i.heap_bytes() + 64;
-            }
-        }
-        c.map.insert(item, index);
-        c.order.push_back(item);
-        c.bytes += size;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let mut bytes = 0;
+        let index = self.tables.get_or_insert_with(&item, || {
+            read().map(|(index, n)| {
+                bytes = n;
+                index
+            })
+        })?;
+        Ok((index, bytes))
     }
 }
 
@@ -142,4 +113,78 @@ pub(crate) fn read_rect(
     read += file.read_ranges_into(&mut parts)?;
     drop(parts);
     Ok((Stored::L3Region { index, fragments }, read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn index(w: u32, h: u32) -> Arc<L3Index> {
+        let img = crate::image::Image {
+            width: w,
+            height: h,
+            channels: 3,
+            pixels: (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect(),
+        };
+        let l3 = crate::convert::encode(&img, crate::convert::Target::L3_DEFAULT).unwrap();
+        Arc::new(L3Index::parse(&l3, l3.len() as u64).unwrap())
+    }
+
+    /// Misses of one item from many threads read it once; a failed read caches nothing and the next
+    /// reader tries again; a hit reads nothing.
+    #[test]
+    fn concurrent_misses_read_once_and_a_failure_is_not_cached() {
+        let cache = IndexCache::new(1 << 20);
+        let table = index(64, 48);
+        let reads = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let (got, _) = cache
+                        .get_or_read(3, || {
+                            reads.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                            Ok((table.clone(), 100))
+                        })
+                        .unwrap();
+                    assert!(Arc::ptr_eq(&got, &table));
+                });
+            }
+        });
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.get_or_read(3, || unreachable!()).unwrap().1, 0);
+        let failed = cache.get_or_read(4, || Err(Error::Pipeline("short read".into())));
+        assert!(failed.is_err());
+        let (_, n) = cache.get_or_read(4, || Ok((table.clone(), 7))).unwrap();
+        assert_eq!(n, 7, "a failed read was cached");
+    }
+
+    /// The tables kept never weigh more than the budget: reading many items keeps re-reading the old
+    /// ones once the budget is full.
+    #[test]
+    fn the_cache_stays_within_its_byte_budget() {
+        let table = index(256, 256);
+        let weight = table.heap_bytes() + 64;
+        let cache = IndexCache::new(8 * weight);
+        for item in 0..64 {
+            cache.get_or_read(item, || Ok((table.clone(), 1))).unwrap();
+        }
+        let kept = cache.tables.weight() as usize;
+        assert!(
+            kept <= 8 * weight,
+            "{kept} bytes kept, budget {}",
+            8 * weight
+        );
+        let rereads = (0..64)
+            .filter(|&item| {
+                cache
+                    .get_or_read(item, || Ok((table.clone(), 1)))
+                    .unwrap()
+                    .1
+                    == 1
+            })
+            .count();
+        assert!(rereads >= 64 - 8, "only {rereads} of 64 items read again");
+    }
 }

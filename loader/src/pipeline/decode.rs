@@ -7,11 +7,19 @@ use crate::item::{Decoded, Scratch};
 use crate::stats::Counters;
 use crate::targets::Targets;
 use crate::targets::boxes::SampleBoxes;
+use crate::targets::masks::MaskImage;
 use crossbeam_channel::{Receiver, Sender};
 use std::time::Instant;
 
+/// A decode thread's reusable memory: its samples' and their masks'.
+#[derive(Default)]
+pub(crate) struct Buffers {
+    sample: Scratch,
+    mask: MaskImage,
+}
+
 /// Decodes one job (already read) into its slot.
-pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone {
+pub(crate) fn decode(ctx: &Ctx, buffers: &mut Buffers, mut job: Job) -> ItemDone {
     let t0 = Instant::now();
     let mut boxes = None;
     let whole = ctx.spec.recipe.is_whole();
@@ -21,10 +29,20 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
             let req = ctx.request(job.key);
             let r = super::guarded("decoding", || {
                 let slot = job.slot.bytes();
+                let Buffers {
+                    sample: scratch,
+                    mask: mask_scratch,
+                } = &mut *buffers;
                 let d = ctx.ds.decode(job.index, &stored, &req, scratch, slot)?;
                 let mut mask = None;
                 if let Some(t) = &ctx.targets {
-                    boxes = targets(ctx, t, &mut job, &d, scratch, whole.then_some(&mut mask))?;
+                    boxes = targets(
+                        ctx,
+                        t,
+                        &mut job,
+                        (&d, mask_scratch),
+                        whole.then_some(&mut mask),
+                    )?;
                 }
                 if whole {
                     own = Some(OwnSample {
@@ -36,7 +54,7 @@ pub(crate) fn decode(ctx: &Ctx, scratch: &mut Scratch, mut job: Job) -> ItemDone
             });
             if r.is_err() {
                 // A panic may have left the scratch buffers half-resized: start them afresh.
-                *scratch = Scratch::default();
+                *buffers = Buffers::default();
             }
             (Some(n), r)
         }
@@ -66,8 +84,7 @@ fn targets(
     ctx: &Ctx,
     t: &Targets,
     job: &mut Job,
-    d: &Decoded,
-    scratch: &mut Scratch,
+    (d, scratch): (&Decoded, &mut MaskImage),
     own: Option<&mut Option<Vec<u8>>>,
 ) -> Result<Option<SampleBoxes>> {
     let g = d
@@ -97,7 +114,7 @@ fn targets(
         mask.as_ref(),
         (&path, d.image),
         (&g, out),
-        &mut scratch.mask,
+        scratch,
         slot,
     )
 }
@@ -105,12 +122,12 @@ fn targets(
 /// A decode thread. The job (and its slot) is dropped before the assembler hears of it, so the batch
 /// buffer is free to deliver once its last item is reported.
 pub(crate) fn run(ctx: Ctx, jobs: Receiver<Job>, out: Sender<ToAssembler>) {
-    let mut scratch = Scratch::default();
+    let mut buffers = Buffers::default();
     while let Ok(job) = jobs.recv() {
         if ctx.stopped() {
             return;
         }
-        let done = decode(&ctx, &mut scratch, job);
+        let done = decode(&ctx, &mut buffers, job);
         if out.send(ToAssembler::Item(done)).is_err() {
             return;
         }

@@ -27,7 +27,7 @@ use super::{Ctx, ItemDone, Job, ToAssembler};
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::item::{Decoded, Scratch, Stored};
+use crate::item::{Decoded, Stored};
 use crate::sample::{SampleSpec, Window};
 use crate::stats::Counters;
 use crate::targets::Targets;
@@ -455,13 +455,13 @@ impl GpuStage {
                 "l3 loader: warning: {failure}; decoding such batches on the CPU (gpu_fallback is on)"
             );
         }
-        let mut scratch = Scratch::default();
+        let mut buffers = super::decode::Buffers::default();
         entries
             .into_iter()
             .map(|mut e| {
                 e.job.stored = Some(Ok((e.stored, e.read)));
                 e.job.mask = e.mask.map(|(m, n, _)| Ok((m, n)));
-                ToAssembler::Item(super::decode::decode(&self.ctx, &mut scratch, e.job))
+                ToAssembler::Item(super::decode::decode(&self.ctx, &mut buffers, e.job))
             })
             .collect()
     }

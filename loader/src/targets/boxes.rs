@@ -1,7 +1,7 @@
 //! Detection boxes: a COCO instances file read once ([`CocoBoxes::parse`]), each dataset item matched to
 //! its image entry by path and stem, and each box carried through a sample's geometry ([`place_boxes`]).
 
-use super::masks::strip_extension;
+use crate::dataset::masks::strip_extension;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;

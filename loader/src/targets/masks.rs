@@ -1,189 +1,25 @@
-//! Label maps: which mask file belongs to which image ([`MaskIndex`]), decoding one ([`decode_mask`]: 8- or
-//! 16-bit single-channel PNG, 8-bit PGM/PPM, one-channel L3), and writing it into its sample with exactly
-//! the image's geometry and nearest interpolation ([`write_mask`]).
+//! Label maps decoded and resampled: decoding one ([`decode_mask`]: 8- or 16-bit single-channel PNG,
+//! 8-bit PGM/PPM, one-channel L3; [`decode_stored_mask`]: what the read stage fetched of it), and writing
+//! it into its sample with exactly the image's geometry and nearest interpolation ([`write_mask`]).
+//! Which mask belongs to which image, and reading it, is the read stage's ([`MaskIndex`]).
 
-use crate::dataset::regions::{IndexCache, read_rect};
+pub use crate::dataset::masks::{MASK_EXTENSIONS, MaskIndex, MaskNaming, picked, strip_extension};
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::item::{SampleRequest, Stored};
-use crate::sample::DecodeScope;
-use crate::storage::Storage;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use crate::item::Stored;
+use std::path::Path;
 use vocab::Geometry;
 
-/// The extensions a mask file may have, in the order a missing mask's message lists them.
-pub const MASK_EXTENSIONS: [&str; 4] = ["png", "pgm", "ppm", "l3"];
-
-/// How image names become mask names: `image_suffix` at the end of an image's stem is replaced by
-/// `mask_suffix` (Cityscapes: `_leftImg8bit` → `_gtFine_labelIds`); with no `image_suffix`, `mask_suffix`
-/// is appended to the stem.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MaskNaming {
-    pub image_suffix: String,
-    pub mask_suffix: String,
-}
-
-impl MaskNaming {
-    /// The mask's key without its extension for an image named `image` (a relative path, extension
-    /// included), or why there is none.
-    pub fn stem_for(&self, image: &str) -> std::result::Result<String, String> {
-        let stem = strip_extension(image);
-        let base = match stem.strip_suffix(self.image_suffix.as_str()) {
-            Some(b) if !self.image_suffix.is_empty() => b,
-            _ if self.image_suffix.is_empty() => stem,
-            _ => {
-                return Err(format!(
-                    "its name does not end with image_suffix {:?} (before the extension)",
-                    self.image_suffix
-                ));
-            }
-        };
-        Ok(format!("{base}{}", self.mask_suffix))
-    }
-}
-
-/// A relative name without its file extension: what pairs an image with its targets whatever format a
-/// conversion gave either of them.
-pub fn strip_extension(name: &str) -> &str {
-    let file_start = name.rfind('/').map_or(0, |i| i + 1);
-    match name[file_start..].rfind('.') {
-        Some(dot) if dot > 0 => &name[..file_start + dot],
-        _ => name,
-    }
-}
-
-/// Where each item's mask is, found once when the loader starts.
-#[derive(Debug)]
-pub struct MaskIndex {
-    storage: Storage,
-    /// Per dataset item: the mask's key, or why it has none (an error naming both files).
-    keys: Vec<std::result::Result<String, String>>,
-}
-
-impl MaskIndex {
-    /// Lists `storage` and pairs each item name (`names[i]`: relative path of item `i`, `None` when the
-    /// dataset records none; `sources[i]` names it in messages) with its mask.
-    pub fn pair(
-        storage: Storage,
-        names: &[Option<String>],
-        sources: &[PathBuf],
-        naming: &MaskNaming,
-    ) -> Result<MaskIndex> {
-        let listing = storage.list()?;
-        let mut by_stem: HashMap<&str, &str> = HashMap::new();
-        for (key, _) in &listing.files {
-            let ext = key.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
-            if !ext.is_some_and(|e| MASK_EXTENSIONS.contains(&e.as_str())) {
-                continue;
-            }
-            if let Some(other) = by_stem.insert(strip_extension(key), key) {
-                return Err(Error::dataset(
-                    storage.name(key),
-                    format!(
-                        "{} is the same mask in another format; a mask folder holds each mask once",
-                        storage.name(other).display()
-                    ),
-                ));
-            }
-        }
-        let keys = names
-            .iter()
-            .zip(sources)
-            .map(|(name, source)| {
-                let Some(name) = name else {
-                    return Err(format!(
-                        "{}: the dataset records no name for this item, so it has no mask",
-                        source.display()
-                    ));
-                };
-                let stem = naming
-                    .stem_for(name)
-                    .map_err(|why| format!("{}: no mask: {why}", source.display()))?;
-                by_stem
-                    .get(stem.as_str())
-                    .map(|k| k.to_string())
-                    .ok_or_else(|| {
-                        format!(
-                            "{}: its mask {}.{{{}}} is missing",
-                            source.display(),
-                            storage.name(&stem).display(),
-                            MASK_EXTENSIONS.join(",")
-                        )
-                    })
-            })
-            .collect();
-        Ok(MaskIndex { storage, keys })
-    }
-
-    /// The read layer the masks come through.
-    pub fn storage(&self) -> &Storage {
-        &self.storage
-    }
-
-    /// Item `index`'s mask key, or the error naming the image and the mask it lacks.
-    pub fn key(&self, index: usize) -> Result<&str> {
-        match &self.keys[index] {
-            Ok(k) => Ok(k),
-            Err(why) => Err(Error::dataset(self.storage.root(), why)),
-        }
-    }
-
-    /// The items without a mask, with why.
-    pub fn missing(&self) -> impl Iterator<Item = &str> {
-        self.keys
-            .iter()
-            .filter_map(|k| k.as_ref().err().map(String::as_str))
-    }
-
-    /// Whether the masks are 16-bit: the first paired mask decides (its header alone is decoded); every
-    /// other 16-bit mask of an 8-bit set is then an error naming it.
-    pub fn probe_wide(&self) -> Result<bool> {
-        let Some(key) = self.keys.iter().find_map(|k| k.as_ref().ok()) else {
-            return Ok(false);
-        };
-        let bytes = self.read(key)?;
-        let mut mask = MaskImage::default();
-        decode_mask(&bytes, &self.storage.name(key), &mut mask)?;
-        Ok(mask.wide)
-    }
-
-    /// The whole of mask `key`.
-    pub fn read(&self, key: &str) -> Result<Vec<u8>> {
-        let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
-        self.storage.read(key, limit)
-    }
-
-    /// What item `item`'s mask `key` contributes to the sample `req` asks for, with the bytes read: an
-    /// L3 mask under a region-scoped request as L3 images are read (header, offset table — kept in
-    /// `indexes` — and only the patches under the source rectangle the sample's nearest pick reads),
-    /// any other mask whole.
-    pub(crate) fn read_for(
-        &self,
-        item: usize,
-        key: &str,
-        req: &SampleRequest,
-        indexes: &IndexCache,
-    ) -> Result<(Stored, u64)> {
-        let l3 = key
-            .rsplit_once('.')
-            .is_some_and(|(_, e)| e.eq_ignore_ascii_case("l3"));
-        if l3 && req.scope == DecodeScope::Region {
-            let file = self.storage.open_key(key)?;
-            let len = file.size()?;
-            return read_rect(indexes, item, &file, (0, len), |w, h| {
-                picked(&req.geometry(w, h))
-            });
-        }
-        let bytes = self.read(key)?;
-        let n = bytes.len() as u64;
-        Ok((Stored::Whole(bytes), n))
-    }
-
-    /// Where mask `key` lives, for messages.
-    pub fn name(&self, key: &str) -> PathBuf {
-        self.storage.name(key)
-    }
+/// Whether `index`'s masks are 16-bit: the first paired mask decides (its header alone is decoded); every
+/// other 16-bit mask of an 8-bit set is then an error naming it.
+pub fn probe_wide(index: &MaskIndex) -> Result<bool> {
+    let Some(key) = index.first_key() else {
+        return Ok(false);
+    };
+    let bytes = index.read(key)?;
+    let mut mask = MaskImage::default();
+    decode_mask(&bytes, &index.name(key), &mut mask)?;
+    Ok(mask.wide)
 }
 
 /// A decoded label map: one value per pixel, rows top to bottom.
@@ -359,18 +195,6 @@ fn decode_l3_mask(
     Ok(())
 }
 
-/// The source rectangle a mask sample of geometry `g` picks from ([`Axis::nearest`](vocab::Axis::nearest)
-/// is monotonic: its first and last kept outputs bound it).
-pub fn picked(g: &Geometry) -> vocab::Rect {
-    let span = |a: &vocab::Axis| {
-        let lo = a.nearest(0);
-        let hi = a.nearest(a.len.saturating_sub(1));
-        (lo, hi - lo + 1)
-    };
-    let ((x, w), (y, h)) = (span(&g.x), span(&g.y));
-    vocab::Rect::new(x, y, w, h)
-}
-
 /// Writes `mask`'s sample into `slot` (`out` = width × height values, one byte each, or two
 /// little-endian bytes when `wide`): the pixels `g` maps from the mask, by [`Axis::nearest`](vocab::Axis::nearest) (PyTorch's
 /// `nearest` index rule, what torchvision applies to masks), mirrored with the image; `ignore` wherever
@@ -478,57 +302,6 @@ mod tests {
                 assert_eq!(a, b, "{recipe:?} {g:?}");
             }
         }
-    }
-
-    #[test]
-    fn names_pair_by_path_and_stem_with_suffixes() {
-        let cityscapes = MaskNaming {
-            image_suffix: "_leftImg8bit".into(),
-            mask_suffix: "_gtFine_labelIds".into(),
-        };
-        assert_eq!(
-            cityscapes.stem_for("train/aachen/aachen_000000_000019_leftImg8bit.png"),
-            Ok("train/aachen/aachen_000000_000019_gtFine_labelIds".into())
-        );
-        assert!(cityscapes.stem_for("train/a/b.png").is_err());
-        let plain = MaskNaming::default();
-        assert_eq!(plain.stem_for("a.b/c.d.l3"), Ok("a.b/c.d".into()));
-        assert_eq!(strip_extension("dir.x/noext"), "dir.x/noext");
-        assert_eq!(strip_extension(".hidden"), ".hidden");
-    }
-
-    #[test]
-    fn pairing_finds_masks_in_any_format_and_names_both_files_when_one_lacks() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("a")).unwrap();
-        std::fs::write(dir.path().join("a/x_m.png"), b"").unwrap();
-        std::fs::write(dir.path().join("a/y_m.l3"), b"").unwrap();
-        let names = [
-            Some("a/x.jpg".into()),
-            Some("a/y.png".into()),
-            Some("z.png".into()),
-        ];
-        let sources: Vec<PathBuf> = ["img/a/x.jpg", "img/a/y.png", "img/z.png"]
-            .iter()
-            .map(PathBuf::from)
-            .collect();
-        let naming = MaskNaming {
-            image_suffix: String::new(),
-            mask_suffix: "_m".into(),
-        };
-        let idx = MaskIndex::pair(Storage::local(dir.path()), &names, &sources, &naming).unwrap();
-        assert_eq!(idx.key(0).unwrap(), "a/x_m.png");
-        assert_eq!(idx.key(1).unwrap(), "a/y_m.l3");
-        let e = idx.key(2).unwrap_err().to_string();
-        assert!(
-            e.contains("img/z.png") && e.contains("z_m.{png,pgm,ppm,l3}"),
-            "{e}"
-        );
-        std::fs::write(dir.path().join("a/x_m.pgm"), b"").unwrap();
-        let e = MaskIndex::pair(Storage::local(dir.path()), &names, &sources, &naming)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("x_m.p") && e.contains("same mask"), "{e}");
     }
 
     fn png(w: u32, h: u32, wide: bool, f: impl Fn(u32, u32) -> u16) -> Vec<u8> {

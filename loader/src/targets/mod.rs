@@ -6,12 +6,13 @@ pub mod boxes;
 pub mod masks;
 
 use crate::dataset::Dataset;
+use crate::dataset::masks::{MaskIndex, MaskNaming};
 use crate::dataset::regions::IndexCache;
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::storage::{Storage, StorageOptions};
 use boxes::{CocoBoxes, ItemBoxes, SampleBoxes};
-use masks::{MaskImage, MaskIndex, MaskNaming};
+use masks::MaskImage;
 use std::path::{Path, PathBuf};
 use vocab::{Geometry, Invalid};
 
@@ -159,7 +160,7 @@ impl Targets {
             }
         };
         let wide = match &masks {
-            Some(m) => m.probe_wide()?,
+            Some(m) => masks::probe_wide(m)?,
             None => false,
         };
         if !wide && o.ignore_index > 255 {
