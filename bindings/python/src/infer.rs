@@ -139,52 +139,7 @@ pub fn infer<'py>(
         }
     };
     // The input: a path, or an array copied out of Python.
-    let data: Option<InputData> = if let Ok(a) = image.cast::<PyArrayDyn<f32>>() {
-        let (c, h, w) = match a.shape() {
-            &[c, h, w] => (c, h, w),
-            s => {
-                return Err(opt(format!(
-                    "image: a float32 array must be (C, H, W), got shape {s:?}"
-                )));
-            }
-        };
-        let ro = a.readonly();
-        let v: Vec<f32> = match ro.as_slice() {
-            Ok(s) => s.to_vec(),
-            Err(_) => ro.as_array().iter().copied().collect(),
-        };
-        Some(InputData::Tensor(
-            Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?,
-        ))
-    } else if let Ok(a) = image.cast::<PyArrayDyn<u8>>() {
-        let (h, w, c) = match a.shape() {
-            &[h, w] => (h, w, 1),
-            &[h, w, c] if (1..=4).contains(&c) => (h, w, c),
-            s => {
-                return Err(opt(format!(
-                    "image: a uint8 array must be (H, W) or (H, W, C), got shape {s:?}"
-                )));
-            }
-        };
-        let ro = a.readonly();
-        let pixels: Vec<u8> = match ro.as_slice() {
-            Ok(s) => s.to_vec(),
-            Err(_) => ro.as_array().iter().copied().collect(),
-        };
-        let img = Image {
-            width: w as u32,
-            height: h as u32,
-            channels: c as u8,
-            pixels,
-        };
-        Some(InputData::Image(if graph.channels == 3 && c != 3 {
-            img.to_rgb()
-        } else {
-            img
-        }))
-    } else {
-        None
-    };
+    let data = array_input(py, image, graph.channels)?;
     let in_path: Option<PathBuf> = if data.is_none() {
         Some(image.extract().map_err(|_| {
             opt("image: expected a float32 (C, H, W) or uint8 (H, W[, C]) array, or a path".into())
@@ -259,4 +214,60 @@ pub fn infer<'py>(
             PyArray1::from_vec(py, t.data).reshape(vec![t.c, t.h, t.w])?,
         )),
     }
+}
+
+/// `image` copied out of Python when it is an array (`None` when it is not): a float32 `(C, H, W)`
+/// tensor, or a uint8 `(H, W)` / `(H, W, C)` image, widened to RGB for a network of `channels` 3.
+fn array_input(
+    py: Python<'_>,
+    image: &Bound<'_, PyAny>,
+    channels: usize,
+) -> PyResult<Option<InputData>> {
+    let opt = |m: String| raise(py, Kind::Options, m);
+    Ok(if let Ok(a) = image.cast::<PyArrayDyn<f32>>() {
+        let (c, h, w) = match a.shape() {
+            &[c, h, w] => (c, h, w),
+            s => {
+                return Err(opt(format!(
+                    "image: a float32 array must be (C, H, W), got shape {s:?}"
+                )));
+            }
+        };
+        let ro = a.readonly();
+        let v: Vec<f32> = match ro.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => ro.as_array().iter().copied().collect(),
+        };
+        Some(InputData::Tensor(
+            Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?,
+        ))
+    } else if let Ok(a) = image.cast::<PyArrayDyn<u8>>() {
+        let (h, w, c) = match a.shape() {
+            &[h, w] => (h, w, 1),
+            &[h, w, c] if (1..=4).contains(&c) => (h, w, c),
+            s => {
+                return Err(opt(format!(
+                    "image: a uint8 array must be (H, W) or (H, W, C), got shape {s:?}"
+                )));
+            }
+        };
+        let ro = a.readonly();
+        let pixels: Vec<u8> = match ro.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => ro.as_array().iter().copied().collect(),
+        };
+        let img = Image {
+            width: w as u32,
+            height: h as u32,
+            channels: c as u8,
+            pixels,
+        };
+        Some(InputData::Image(if channels == 3 && c != 3 {
+            img.to_rgb()
+        } else {
+            img
+        }))
+    } else {
+        None
+    })
 }
