@@ -109,6 +109,16 @@ pub struct Plan {
     pub last_use: Vec<usize>,
 }
 
+/// A model file's bytes: a regular file only (a FIFO, a device such as `/dev/zero` or a folder is refused
+/// at once, symlinks followed), no larger than the memory limit (`stdx::mem`), checked before it is read.
+pub(crate) fn read_model_file(path: &Path) -> Result<Vec<u8>> {
+    let (limit, _) = stdx::mem::limit();
+    stdx::fs::read_regular(path, limit).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl Net {
     /// Product of the strides: tile borders must fall on multiples of it.
     pub fn total_stride(&self) -> usize {
@@ -409,10 +419,7 @@ impl Net {
     /// (`conv1.conv2d.weight`, `in1.weight`, `res1.conv1.conv2d.weight`, `deconv3.conv2d.bias`, ...).
     /// Widths follow from the tensor shapes; `running_mean`/`running_var` keys are skipped.
     pub fn load_transformer(path: &Path, padding: PaddingMode) -> Result<Net> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read_model_file(path)?;
         Net::transformer_from_bytes(&bytes, path, padding)
     }
 

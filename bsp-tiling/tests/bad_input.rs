@@ -254,3 +254,44 @@ fn tiles_images_and_budgets() {
         Err(Error::Spill { .. })
     ));
 }
+
+/// A model path that is a FIFO, a device (a symlink to `/dev/zero`) or a folder is refused at once, for
+/// ONNX and safetensors alike: never a read until memory runs out, never a wait for a writer. Each load
+/// runs on its own thread, so a hang fails the test instead of stalling it.
+#[test]
+fn model_paths_that_are_not_regular_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo_onnx = dir.path().join("fifo.onnx");
+    let fifo_st = dir.path().join("fifo.safetensors");
+    for p in [&fifo_onnx, &fifo_st] {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mkfifo {}", p.display());
+    }
+    let zero_onnx = dir.path().join("zero.onnx");
+    let zero_st = dir.path().join("zero.safetensors");
+    std::os::unix::fs::symlink("/dev/zero", &zero_onnx).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &zero_st).unwrap();
+    let folder = dir.path().join("folder.onnx");
+    std::fs::create_dir(&folder).unwrap();
+    for p in [fifo_onnx, fifo_st, zero_onnx, zero_st, folder] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let q = p.clone();
+        std::thread::spawn(move || {
+            let e = if q.extension().is_some_and(|e| e == "onnx") {
+                bsp_tiling::load_onnx(&q).err()
+            } else {
+                Net::load_transformer(&q, PaddingMode::Reflect).err()
+            };
+            let _ = tx.send(e.map(|e| e.to_string()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{}: still loading after 20 s", p.display()));
+        let e = got.unwrap_or_else(|| panic!("{}: loaded", p.display()));
+        assert!(e.contains(&p.display().to_string()), "{e}");
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+}

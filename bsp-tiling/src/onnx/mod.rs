@@ -37,10 +37,7 @@ use std::path::Path;
 
 /// Reads `path` and imports it ([`graph_from_onnx`]).
 pub fn load_onnx(path: &Path) -> Result<Graph> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = crate::model::read_model_file(path)?;
     graph_from_onnx(&bytes, &path.display().to_string())
 }
 
