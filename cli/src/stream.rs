@@ -71,6 +71,17 @@ fn resume_state(arg: &str) -> anyhow::Result<LoaderState> {
 }
 
 /// Writes `state` to `path` whole or not at all, as text `--resume` reads back.
+/// Before any work: removes what killed runs left of the state file (temporaries of writers no longer
+/// running), and checks that it can be written, so that a state file in a missing or read-only folder
+/// is an error now rather than at the first checkpoint, after the work.
+fn prepare_state_file(path: &std::path::Path) -> anyhow::Result<()> {
+    let cannot = || format!("--state-file {}: cannot be written", path.display());
+    stdx::fs::remove_stale_temps_of(path).with_context(cannot)?;
+    // A temporary beside it, created and dropped (so removed): the folder exists and takes files.
+    drop(stdx::fs::AtomicFile::create(path).with_context(cannot)?);
+    Ok(())
+}
+
 fn save_state(path: &std::path::Path, state: &LoaderState) -> anyhow::Result<()> {
     stdx::fs::write_atomic(path, format!("{state}\n").as_bytes())
         .with_context(|| format!("writing the state to {}", path.display()))
@@ -126,6 +137,9 @@ pub fn run(a: StreamArgs) -> anyhow::Result<()> {
     opts.epochs.get_or_insert(1);
     // Outputs are checked before any work: a run must not fail only after a whole epoch.
     let mut logs = Logs::create(&a)?;
+    if let Some(path) = &a.state_file {
+        prepare_state_file(path)?;
+    }
     let ds = open_dataset(&a.dataset, &open)
         .with_context(|| format!("opening {}", a.dataset.display()))?;
     for w in ds.warnings() {

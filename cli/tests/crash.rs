@@ -289,3 +289,61 @@ fn stream_killed_anywhere_resumes_from_its_state_file_exactly_once() {
         "{err}"
     );
 }
+
+/// What a killed `--state-file` writer left (its temporary) is removed by the next run that writes the
+/// same state file; a state file that cannot be written is refused before any batch, not at the first
+/// checkpoint after the work.
+#[test]
+fn state_file_leftovers_are_removed_and_an_unwritable_one_is_refused_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("in");
+    inputs(&data, 8);
+    let state = tmp.path().join("state.txt");
+    // A pid far above pid_max: a writer that no longer runs.
+    let dead = tmp
+        .path()
+        .join(format!(".state.txt{}4000000000.0", stdx::fs::TEMP_MARK));
+    std::fs::write(&dead, b"{\"epoch\":").unwrap();
+    let base = [
+        "stream",
+        data.to_str().unwrap(),
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--state-file", state.to_str().unwrap()]);
+    let out = l3(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dead.exists(), "the dead writer's temporary is gone");
+    assert!(std::fs::read_to_string(&state).unwrap().starts_with('{'));
+
+    let missing = tmp.path().join("no/such/folder/state.txt");
+    let mut args = base.to_vec();
+    args.extend(["--state-file", missing.to_str().unwrap()]);
+    let out = l3(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("cannot be written") && err.contains("state.txt"),
+        "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("images/s"),
+        "refused before the run: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

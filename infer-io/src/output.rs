@@ -7,7 +7,8 @@
 //! encoded on its own thread as rows come).
 //!
 //! Every output is written under a temporary name and renamed when complete ([`stdx::fs::AtomicFile`]):
-//! a failed run leaves nothing behind.
+//! a failed run leaves nothing behind, and the temporaries a killed run left are removed by the next
+//! writer of the same output.
 
 use crate::error::{Error, Result};
 use crate::input::ext;
@@ -97,7 +98,9 @@ impl OutputFile<'_> {
                 scale: self.out_scale,
             })
         };
-        // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`.
+        // A failed run leaves nothing behind: the temporary goes with the `AtomicFile`. A killed run's
+        // cannot go with it, so a new writer of the same output removes those of writers no longer running.
+        stdx::fs::remove_stale_temps_of(path).map_err(Error::io(path))?;
         let mut out = stdx::fs::AtomicFile::create(path).map_err(Error::io(path))?;
         let file = out.file().try_clone().map_err(Error::io(path))?;
         let info = self.write_to(&out_ext, file, dtype, &run, run_scaled)?;

@@ -9,7 +9,8 @@ mod regular;
 mod walk;
 
 pub use atomic::{
-    AtomicFile, TEMP_MARK, is_temp_name, process_alive, remove_stale_temps, write_atomic,
+    AtomicFile, TEMP_MARK, is_temp_name, process_alive, remove_stale_temps, remove_stale_temps_of,
+    write_atomic,
 };
 pub use lock::{DirLock, LOCK_NAME};
 pub use regular::{open_regular, read_regular};

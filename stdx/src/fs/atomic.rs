@@ -150,7 +150,26 @@ pub fn process_alive(pid: u32) -> bool {
 /// Removes, directly in `dir`, the temporaries of writers that no longer run (killed mid-write). Returns
 /// how many were removed. A missing folder has none.
 pub fn remove_stale_temps(dir: impl AsRef<Path>) -> io::Result<usize> {
-    let dir = dir.as_ref();
+    remove_dead_temps(dir.as_ref(), |_| true)
+}
+
+/// Removes the temporaries that writers of `dst` which no longer run left beside it (a killed run's
+/// output, or state file, half written): what a new writer of the same file calls first, so that kills
+/// do not pile temporaries up beside an output. Returns how many were removed.
+pub fn remove_stale_temps_of(dst: impl AsRef<Path>) -> io::Result<usize> {
+    let dst = dst.as_ref();
+    let Some(name) = dst.file_name().and_then(|n| n.to_str()) else {
+        return Ok(0);
+    };
+    let prefix = format!(".{name}{TEMP_MARK}");
+    let dir = match dst.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    remove_dead_temps(dir, |n| n.starts_with(&prefix))
+}
+
+fn remove_dead_temps(dir: &Path, ours: impl Fn(&str) -> bool) -> io::Result<usize> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -160,7 +179,7 @@ pub fn remove_stale_temps(dir: impl AsRef<Path>) -> io::Result<usize> {
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(is_temp_name) else {
+        let Some(pid) = name.to_str().filter(|n| ours(n)).and_then(is_temp_name) else {
             continue;
         };
         if !process_alive(pid) && entry.file_type()?.is_file() {
@@ -217,5 +236,27 @@ mod tests {
         assert_eq!(is_temp_name("x.l3tmp.12.4"), None);
         assert_eq!(is_temp_name(".x.l3tmp.12"), None);
         assert_eq!(remove_stale_temps(dir.path().join("missing")).unwrap(), 0);
+    }
+
+    #[test]
+    fn stale_temps_of_one_output_are_removed_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead_a = dir.path().join(format!(".a.png{TEMP_MARK}4000000000.3"));
+        let dead_ab = dir
+            .path()
+            .join(format!(".a.png.png{TEMP_MARK}4000000000.1"));
+        let dead_b = dir.path().join(format!(".b.png{TEMP_MARK}4000000000.0"));
+        let live_a = dir
+            .path()
+            .join(format!(".a.png{TEMP_MARK}{}.9", std::process::id()));
+        for p in [&dead_a, &dead_ab, &dead_b, &live_a] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale_temps_of(dir.path().join("a.png")).unwrap(), 1);
+        assert!(!dead_a.exists() && dead_ab.exists() && dead_b.exists() && live_a.exists());
+        assert_eq!(
+            remove_stale_temps_of(dir.path().join("none/x.png")).unwrap(),
+            0
+        );
     }
 }
