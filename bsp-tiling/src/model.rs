@@ -109,11 +109,14 @@ pub struct Plan {
     pub last_use: Vec<usize>,
 }
 
+/// The largest model file read: far above any tileable CNN's weights (an ONNX protobuf stops at 2 GiB),
+/// and a bound on what a file that keeps growing can make us allocate.
+pub const MAX_MODEL_BYTES: u64 = 4 << 30;
+
 /// A model file's bytes: a regular file only (a FIFO, a device such as `/dev/zero` or a folder is refused
-/// at once, symlinks followed), no larger than the memory limit (`stdx::mem`), checked before it is read.
+/// at once, symlinks followed), of at most [`MAX_MODEL_BYTES`], checked before it is read.
 pub(crate) fn read_model_file(path: &Path) -> Result<Vec<u8>> {
-    let (limit, _) = stdx::mem::limit();
-    stdx::fs::read_regular(path, limit).map_err(|source| Error::Io {
+    stdx::fs::read_regular(path, MAX_MODEL_BYTES).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })
