@@ -3,7 +3,7 @@
 //! `infer` on paths all come here, so a file is read and written the same way on every surface.
 
 use crate::error::{Error, Result};
-use crate::input::{InputData, InputFile, InputOptions, check_page, ext};
+use crate::input::{InputData, InputFile, InputOptions, ext};
 use crate::output::OutputFile;
 use crate::tiff::{OutDType, SampleType};
 use bsp_tiling::field::{Input, Scaled, Sink};
@@ -227,7 +227,6 @@ fn run_to_output(
 /// rather than run on values out of that range.
 pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
     refuse_overwrite(&req.input, &req.output)?;
-    check_page(&req.input, req.page, req.level)?;
     crate::output::check_output(&req.output, req.out_dtype)?;
     let input = InputFile::open(&req.input, &req.input_options(3))?;
     if let Some(t) = input.tiff_sample_type().filter(|&t| t != SampleType::U8) {

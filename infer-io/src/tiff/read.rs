@@ -14,7 +14,7 @@
 use super::cache::{Chunk, ChunkCache, Samples};
 use super::open::{Dec, open_decoder_at, tiff_error};
 use crate::error::{Error, Result};
-use bsp_tiling::field::{Field, Input};
+use bsp_tiling::field::{Field, Input, span};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tiff::ColorType;
@@ -335,15 +335,12 @@ impl TiffRegions {
         out: &mut [f32],
     ) -> Result<()> {
         out.fill(0.0);
-        let span = |m: &[Option<usize>]| {
-            let lo = m.iter().flatten().min().copied()?;
-            Some((lo, m.iter().flatten().max().copied().unwrap_or(lo)))
-        };
-        let (Some((y0, y1)), Some((x0, x1))) = (span(ys), span(xs)) else {
+        let (Some((y0, y_end)), Some((x0, x_end))) = (span(ys), span(xs)) else {
             return Ok(());
         };
-        let (cy0, cy1) = (y0 / self.chunk_h, y1 / self.chunk_h);
-        let (cx0, cx1) = (x0 / self.chunk_w, x1 / self.chunk_w);
+        // The chunks holding the first and the last row and column read.
+        let (cy0, cy1) = (y0 / self.chunk_h, (y_end - 1) / self.chunk_h);
+        let (cx0, cx1) = (x0 / self.chunk_w, (x_end - 1) / self.chunk_w);
         let (rows, cols) = (cy1 - cy0 + 1, cx1 - cx0 + 1);
         let planes = if self.planar { self.channels } else { 1 };
         let per_plane = self.across * self.down;
