@@ -8,6 +8,7 @@
 //!   and special files, and [`fs::open_regular`] that never blocks on a FIFO.
 //! - [`mem`]: a memory limit to check large allocations against before making them.
 //! - [`Bandwidth`]: one read-bandwidth cap shared by every reader (a model of network storage).
+//! - [`Quoted`]: untrusted text quoted in an error message, cut to a bounded length.
 //! - [`testing`]: the one rule for a test that cannot run here ([`testing::skip`]: says why, or fails
 //!   under `CI=true`).
 //!
@@ -22,10 +23,12 @@ pub mod fs;
 #[allow(unsafe_code)]
 pub mod mem;
 pub mod parallel;
+mod quote;
 mod rng;
 pub mod testing;
 mod throttle;
 
+pub use quote::{QUOTE_CHARS, Quoted};
 pub use rng::SplitMix64;
 pub use throttle::Bandwidth;
 
