@@ -589,6 +589,46 @@ unsafe fn step<const K: usize, const FULL: bool>(
     }
 }
 
+/// Whether the vector decoder's table reads stay inside `t` for planes `0..c` (see `step_vec`) and the
+/// stores inside `store`'s row padding; the scalar decoder handles what does not.
+fn vector_tables_fit(t: Tables<'_>, c: usize, store: Store) -> bool {
+    let fits = |p: usize| {
+        let pt = &t.planes[p];
+        let (lo, hi) = ans::residual_context_range(p);
+        let per = (1usize << PROB_BITS) >> pt.shift.min(PROB_BITS);
+        pt.shift <= ans::MAX_TABLE_SHIFT
+            && pt.first_context as usize == lo
+            && pt.residual_base as usize + (hi + 1 - lo) * per <= t.dec.len()
+            && pt.selector_base as usize + per <= t.dec.len()
+    };
+    (0..c).all(fits) && store.zs >= store.n + 32
+}
+
+impl CtxConsts {
+    /// The constants of the context computation, with `t`'s used-context bitmap.
+    #[inline(always)]
+    unsafe fn new(t: Tables<'_>) -> CtxConsts {
+        let mut used = [0u8; 32];
+        for (i, u) in used.iter_mut().enumerate() {
+            *u = (t.used[i / 8] >> (8 * (i % 8))) as u8;
+        }
+        // SAFETY: AVX2 register set-up and 16-byte loads from arrays of 16 or more bytes.
+        unsafe {
+            CtxConsts {
+                bucket: [bytes16(&BUCKET_LO), bytes16(&BUCKET_HI)],
+                class: [bytes16(&CLASS_LO), bytes16(&CLASS_HI)],
+                five: bytes16(&TIMES_FIVE),
+                nib: _mm256_set1_epi8(15),
+                one: _mm256_set1_epi8(1),
+                used_lo: bytes16(&used[..16]),
+                used_hi: bytes16(&used[16..]),
+                bit: bytes16(&[1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]),
+                fifteen: _mm256_set1_epi8(15),
+            }
+        }
+    }
+}
+
 /// Decodes every symbol of `K` patch chunks of the same shape (`pw`×`ph`, `c` planes) like
 /// [`ans::decode_chunk_scalar`] does one: chunk k into `z[k]`/`sel[k]` laid out as `store` says.
 /// Decoding two chunks at once keeps twice as many table reads in flight.
@@ -609,17 +649,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     words: &mut [Vec<u8>],
     ids: [PatchId; K],
 ) -> Result<(), Error> {
-    // The table reads rely on these sizes (see `step_vec`); the stores on the row padding.
-    let fits = |p: usize| {
-        let pt = &t.planes[p];
-        let (lo, hi) = ans::residual_context_range(p);
-        let per = (1usize << PROB_BITS) >> pt.shift.min(PROB_BITS);
-        pt.shift <= ans::MAX_TABLE_SHIFT
-            && pt.first_context as usize == lo
-            && pt.residual_base as usize + (hi + 1 - lo) * per <= t.dec.len()
-            && pt.selector_base as usize + per <= t.dec.len()
-    };
-    if words.len() < K || !(0..c).all(fits) || store.zs < store.n + 32 {
+    if words.len() < K || !vector_tables_fit(t, c, store) {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
         }
@@ -643,21 +673,7 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                 x[k][v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
             }
         }
-        let mut used = [0u8; 32];
-        for (i, u) in used.iter_mut().enumerate() {
-            *u = (t.used[i / 8] >> (8 * (i % 8))) as u8;
-        }
-        let kc = CtxConsts {
-            bucket: [bytes16(&BUCKET_LO), bytes16(&BUCKET_HI)],
-            class: [bytes16(&CLASS_LO), bytes16(&CLASS_HI)],
-            five: bytes16(&TIMES_FIVE),
-            nib: _mm256_set1_epi8(15),
-            one: _mm256_set1_epi8(1),
-            used_lo: bytes16(&used[..16]),
-            used_hi: bytes16(&used[16..]),
-            bit: bytes16(&[1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]),
-            fifteen: _mm256_set1_epi8(15),
-        };
+        let kc = CtxConsts::new(t);
         let nsel = runs(pw);
         let hardware = crate::simd::fast_gather();
         let mut sbuf = [[0u8; 8 * 256 + 32]; K];

@@ -37,12 +37,54 @@ impl KeepPlan {
         pinned: &[bool],
         batch: usize,
     ) -> KeepPlan {
+        let epoch = Epoch::new(counts, retain, pinned, batch);
+        let shape: Vec<(usize, usize)> = (0..epoch.batches)
+            .map(|b| (epoch.len(b), epoch.sum(&epoch.fixed, b)))
+            .collect();
+        let ideal = level(&shape, &epoch.room, &epoch.owed, batch);
+        let keeps = split(&epoch, &ideal);
+        KeepPlan {
+            formats: epoch.nf,
+            draws: epoch.draws,
+            keeps,
+        }
+    }
+
+    /// Draws of each format in batch `b` of an epoch.
+    pub(super) fn draws(&self, b: usize) -> Vec<usize> {
+        let row = &self.draws[b * self.formats..(b + 1) * self.formats];
+        row.iter().map(|&x| x as usize).collect()
+    }
+
+    /// Keeps planned for format `f` in batch `b` of an epoch.
+    pub(super) fn get(&self, b: usize, f: usize) -> usize {
+        self.keeps[b * self.formats + f] as usize
+    }
+}
+
+/// One epoch's batches as the keeps see them: the format mix of each, its fixed keeps, and the draws that
+/// may take a free keep.
+struct Epoch {
+    nf: usize,
+    n: usize,
+    batch: usize,
+    batches: usize,
+    /// Free keeps each format owes over the epoch.
+    owed: Vec<usize>,
+    /// Batch-major, per batch and format: fixed keeps, and draws that may take a free one.
+    fixed: Vec<usize>,
+    room: Vec<usize>,
+    /// Batch-major: the format mix.
+    draws: Vec<u32>,
+}
+
+impl Epoch {
+    fn new(counts: &[usize], retain: &[usize], pinned: &[bool], batch: usize) -> Epoch {
         let nf = counts.len();
         let n: usize = counts.iter().sum();
         let batches = n.div_ceil(batch);
         let partial = |f: usize| retain[f] > 0 && retain[f] < counts[f];
-        // Free keeps each format owes over the epoch.
-        let mut owed: Vec<usize> = (0..nf)
+        let owed: Vec<usize> = (0..nf)
             .map(|f| {
                 if partial(f) {
                     retain[f] - usize::from(pinned[f])
@@ -51,7 +93,6 @@ impl KeepPlan {
                 }
             })
             .collect();
-        // Per batch and format: fixed keeps, and draws that may take a free one.
         let mut fixed = vec![0usize; batches * nf];
         let mut room = vec![0usize; batches * nf];
         let mut drawn = vec![0; nf];
@@ -74,139 +115,149 @@ impl KeepPlan {
                 drawn[f] += m[f];
             }
         }
-        let sum = |v: &[usize], b: usize| v[b * nf..(b + 1) * nf].iter().sum::<usize>();
-        let len = |b: usize| batch.min(n - b * batch);
-        let shape: Vec<(usize, usize)> = (0..batches).map(|b| (len(b), sum(&fixed, b))).collect();
-        let ideal = level(&shape, &room, &owed, batch);
-
-        // Split (see the module documentation). Batch `b` takes between `lo` and `hi` free keeps.
-        let exact = nf <= EXACT_SPLIT_FORMATS;
-        let sets = if exact { 1usize << nf } else { 0 };
-        let everyone = sets.saturating_sub(1);
-        let bounds: Vec<(usize, usize)> = (0..batches)
-            .map(|b| {
-                let room_b = sum(&room, b);
-                let lo = ((ideal[b] + 1e-6).floor().max(0.0) as usize).min(room_b);
-                let hi = ((ideal[b] - 1e-6).ceil().max(0.0) as usize).clamp(lo, room_b);
-                (lo, hi)
-            })
-            .collect();
-        let room_of = |b: usize, set: usize| -> usize {
-            (0..nf)
-                .filter(|&f| set >> f & 1 == 1)
-                .map(|f| room[b * nf + f])
-                .sum()
-        };
-        let take = |b: usize, set: usize| -> (usize, usize) {
-            let (lo, hi) = bounds[b];
-            (
-                lo.saturating_sub(room_of(b, everyone & !set)),
-                hi.min(room_of(b, set)),
-            )
-        };
-        // `later[S]`: what the batches after the current one need from, and can take from, set S.
-        let mut later = vec![(0usize, 0usize); sets];
-        for b in 0..batches {
-            for (set, l) in later.iter_mut().enumerate() {
-                let (need, can) = take(b, set);
-                *l = (l.0 + need, l.1 + can);
-            }
-        }
-        let mut ahead: Vec<usize> = (0..nf)
-            .map(|f| (0..batches).map(|b| room[b * nf + f]).sum())
-            .collect();
-        let mut keeps = vec![0u32; batches * nf];
-        let (mut ideal_total, mut placed) = (0.0f64, 0usize);
-        for b in 0..batches {
-            for (set, l) in later.iter_mut().enumerate() {
-                let (need, can) = take(b, set);
-                *l = (l.0 - need, l.1 - can);
-            }
-            let here = &room[b * nf..(b + 1) * nf];
-            let (lo, hi) = bounds[b];
-            let mut k = vec![0usize; nf];
-            // Whether the rest is solvable after this batch's `k`, `g` once more if given, with this
-            // batch still to take between `lo_here` and `hi_here` more.
-            let solvable =
-                |k: &[usize], owed: &[usize], g: Option<usize>, lo_here: usize, hi_here: usize| {
-                    (1..sets).all(|set| {
-                        let (mut owes, mut mine, mut others) = (0, 0, 0);
-                        for f in 0..nf {
-                            let one = usize::from(g == Some(f));
-                            if set >> f & 1 == 1 {
-                                owes += owed[f] - one;
-                                mine += here[f] - k[f] - one;
-                            } else {
-                                others += here[f] - k[f] - one;
-                            }
-                        }
-                        let need = lo_here.saturating_sub(others) + later[set].0;
-                        need <= owes && owes <= hi_here.min(mine) + later[set].1
-                    })
-                };
-            // Owing the most per chance left first: owed / (ahead - k), compared without division.
-            let by_pressure = |k: &[usize], owed: &[usize]| {
-                let mut order: Vec<usize> =
-                    (0..nf).filter(|&f| k[f] < here[f] && owed[f] > 0).collect();
-                order.sort_by(|&a, &b| {
-                    let (na, nb) = (owed[a] * (ahead[b] - k[b]), owed[b] * (ahead[a] - k[a]));
-                    nb.cmp(&na).then(a.cmp(&b))
-                });
-                order
-            };
-            ideal_total += ideal[b];
-            let target = ((ideal_total + 1e-6).round() as usize)
-                .saturating_sub(placed)
-                .clamp(lo, hi);
-            let mut count = 0;
-            loop {
-                let done = count >= target && solvable(&k, &owed, None, 0, 0);
-                if done || count >= here.iter().sum::<usize>() {
-                    break;
-                }
-                let (lo_next, hi_next) =
-                    (lo.saturating_sub(count + 1), hi.saturating_sub(count + 1));
-                let order = by_pressure(&k, &owed);
-                // A keep that leaves the rest solvable; failing that, stop here if this batch may close
-                // as it is, else (never while the plan is solvable) the most pressed format.
-                let fitting = order
-                    .iter()
-                    .find(|&&g| solvable(&k, &owed, Some(g), lo_next, hi_next));
-                let g = match fitting {
-                    Some(&g) => g,
-                    None if solvable(&k, &owed, None, 0, 0) => break,
-                    None => match order.first() {
-                        Some(&g) => g,
-                        None => break,
-                    },
-                };
-                k[g] += 1;
-                owed[g] -= 1;
-                count += 1;
-            }
-            placed += count;
-            for f in 0..nf {
-                ahead[f] -= here[f];
-                keeps[b * nf + f] = (fixed[b * nf + f] + k[f]) as u32;
-            }
-        }
-        KeepPlan {
-            formats: nf,
+        Epoch {
+            nf,
+            n,
+            batch,
+            batches,
+            owed,
+            fixed,
+            room,
             draws,
-            keeps,
         }
     }
 
-    /// Draws of each format in batch `b` of an epoch.
-    pub(super) fn draws(&self, b: usize) -> Vec<usize> {
-        let row = &self.draws[b * self.formats..(b + 1) * self.formats];
-        row.iter().map(|&x| x as usize).collect()
+    fn sum(&self, v: &[usize], b: usize) -> usize {
+        v[b * self.nf..(b + 1) * self.nf].iter().sum()
     }
 
-    /// Keeps planned for format `f` in batch `b` of an epoch.
-    pub(super) fn get(&self, b: usize, f: usize) -> usize {
-        self.keeps[b * self.formats + f] as usize
+    fn len(&self, b: usize) -> usize {
+        self.batch.min(self.n - b * self.batch)
     }
+}
+
+/// The split (see the module documentation): batch by batch, the free keeps of each format, plus the
+/// fixed ones; batch-major.
+fn split(epoch: &Epoch, ideal: &[f64]) -> Vec<u32> {
+    let Epoch {
+        nf,
+        batches,
+        ref fixed,
+        ref room,
+        ..
+    } = *epoch;
+    let mut owed = epoch.owed.clone();
+    // Batch `b` takes between `lo` and `hi` free keeps.
+    let exact = nf <= EXACT_SPLIT_FORMATS;
+    let sets = if exact { 1usize << nf } else { 0 };
+    let everyone = sets.saturating_sub(1);
+    let bounds: Vec<(usize, usize)> = (0..batches)
+        .map(|b| {
+            let room_b = epoch.sum(room, b);
+            let lo = ((ideal[b] + 1e-6).floor().max(0.0) as usize).min(room_b);
+            let hi = ((ideal[b] - 1e-6).ceil().max(0.0) as usize).clamp(lo, room_b);
+            (lo, hi)
+        })
+        .collect();
+    let room_of = |b: usize, set: usize| -> usize {
+        (0..nf)
+            .filter(|&f| set >> f & 1 == 1)
+            .map(|f| room[b * nf + f])
+            .sum()
+    };
+    let take = |b: usize, set: usize| -> (usize, usize) {
+        let (lo, hi) = bounds[b];
+        (
+            lo.saturating_sub(room_of(b, everyone & !set)),
+            hi.min(room_of(b, set)),
+        )
+    };
+    // `later[S]`: what the batches after the current one need from, and can take from, set S.
+    let mut later = vec![(0usize, 0usize); sets];
+    for b in 0..batches {
+        for (set, l) in later.iter_mut().enumerate() {
+            let (need, can) = take(b, set);
+            *l = (l.0 + need, l.1 + can);
+        }
+    }
+    let mut ahead: Vec<usize> = (0..nf)
+        .map(|f| (0..batches).map(|b| room[b * nf + f]).sum())
+        .collect();
+    let mut keeps = vec![0u32; batches * nf];
+    let (mut ideal_total, mut placed) = (0.0f64, 0usize);
+    for b in 0..batches {
+        for (set, l) in later.iter_mut().enumerate() {
+            let (need, can) = take(b, set);
+            *l = (l.0 - need, l.1 - can);
+        }
+        let here = &room[b * nf..(b + 1) * nf];
+        let (lo, hi) = bounds[b];
+        let mut k = vec![0usize; nf];
+        // Whether the rest is solvable after this batch's `k`, `g` once more if given, with this
+        // batch still to take between `lo_here` and `hi_here` more.
+        let solvable =
+            |k: &[usize], owed: &[usize], g: Option<usize>, lo_here: usize, hi_here: usize| {
+                (1..sets).all(|set| {
+                    let (mut owes, mut mine, mut others) = (0, 0, 0);
+                    for f in 0..nf {
+                        let one = usize::from(g == Some(f));
+                        if set >> f & 1 == 1 {
+                            owes += owed[f] - one;
+                            mine += here[f] - k[f] - one;
+                        } else {
+                            others += here[f] - k[f] - one;
+                        }
+                    }
+                    let need = lo_here.saturating_sub(others) + later[set].0;
+                    need <= owes && owes <= hi_here.min(mine) + later[set].1
+                })
+            };
+        // Owing the most per chance left first: owed / (ahead - k), compared without division.
+        let by_pressure = |k: &[usize], owed: &[usize]| {
+            let mut order: Vec<usize> =
+                (0..nf).filter(|&f| k[f] < here[f] && owed[f] > 0).collect();
+            order.sort_by(|&a, &b| {
+                let (na, nb) = (owed[a] * (ahead[b] - k[b]), owed[b] * (ahead[a] - k[a]));
+                nb.cmp(&na).then(a.cmp(&b))
+            });
+            order
+        };
+        ideal_total += ideal[b];
+        let target = ((ideal_total + 1e-6).round() as usize)
+            .saturating_sub(placed)
+            .clamp(lo, hi);
+        let mut count = 0;
+        loop {
+            let done = count >= target && solvable(&k, &owed, None, 0, 0);
+            if done || count >= here.iter().sum::<usize>() {
+                break;
+            }
+            let (lo_next, hi_next) = (lo.saturating_sub(count + 1), hi.saturating_sub(count + 1));
+            let order = by_pressure(&k, &owed);
+            // A keep that leaves the rest solvable; failing that, stop here if this batch may close
+            // as it is, else (never while the plan is solvable) the most pressed format.
+            let fitting = order
+                .iter()
+                .find(|&&g| solvable(&k, &owed, Some(g), lo_next, hi_next));
+            let g = match fitting {
+                Some(&g) => g,
+                None if solvable(&k, &owed, None, 0, 0) => break,
+                None => match order.first() {
+                    Some(&g) => g,
+                    None => break,
+                },
+            };
+            k[g] += 1;
+            owed[g] -= 1;
+            count += 1;
+        }
+        placed += count;
+        for f in 0..nf {
+            ahead[f] -= here[f];
+            keeps[b * nf + f] = (fixed[b * nf + f] + k[f]) as u32;
+        }
+    }
+    keeps
 }
 
 /// Free keeps per batch, as level as the formats allow: batch `b` is `shape[b] = (len, fixed)`, format
