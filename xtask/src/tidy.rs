@@ -6,12 +6,14 @@
 //! - `imports`: no file-import circle inside a crate;
 //! - `unsafety`: every file with `unsafe` code listed in ARCHITECTURE.md, every `unsafe` block and impl
 //!   with a `// SAFETY:` comment, every `pub unsafe fn` with a `# Safety` section;
+//! - `length`: no function over 150 lines in a crate's `src/` (tests left out);
 //! - `docs`: every crate has a README and a `//!` table of contents;
 //! - `source`: the comment- and literal-blind reading of Rust source the checks share.
 
 pub mod deps;
 pub mod docs;
 pub mod imports;
+pub mod length;
 pub mod source;
 pub mod unsafety;
 
@@ -106,6 +108,7 @@ pub fn check_workspace(root: &Path) -> anyhow::Result<Report> {
     let architecture =
         std::fs::read_to_string(root.join("ARCHITECTURE.md")).context("reading ARCHITECTURE.md")?;
     let unsafety = unsafety::check(root, &files, &architecture)?;
+    let length = length::check(root, &files)?;
 
     let crates: Vec<docs::Crate> = packages
         .iter()
@@ -122,6 +125,7 @@ pub fn check_workspace(root: &Path) -> anyhow::Result<Report> {
             ("deps", deps),
             ("imports", circles),
             ("unsafe", unsafety),
+            ("length", length),
             ("docs", docs),
         ],
     })

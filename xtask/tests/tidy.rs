@@ -375,3 +375,18 @@ fn docs_need_a_readme_and_a_table_of_contents() {
         ]
     );
 }
+
+#[test]
+fn length_finds_a_long_function_and_ignores_tests_and_declarations() {
+    use xtask::tidy::length::long_functions;
+    let body = |n: usize| "    let _x = 1;\n".repeat(n);
+    let text = format!(
+        "trait T {{ fn declared(&self); }}\nfn short() {{\n{}}}\nfn long(a: [u8; 2]) -> Vec<u8>\nwhere\n    u8: Copy,\n{{\n{}    let s = \"}}\";\n}}\n#[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+        body(10),
+        body(12),
+        body(40)
+    );
+    let found = long_functions(&text, 15);
+    assert_eq!(found, vec![("long".to_string(), 14, 18)], "{text}");
+    assert!(long_functions(&text, 18).is_empty());
+}
