@@ -13,7 +13,7 @@
 use crate::report::{Report, Series, Table, bar_plot, corpus_dir, line_plot};
 use anyhow::{Context, bail};
 use l3_format::{Choices, EncodeOptions, Format, L3File, Profile, encode_with};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -427,6 +427,51 @@ fn encode(img: &Image, cfg: &L3Cfg, threads: usize) -> anyhow::Result<Vec<u8>> {
 const NS: [u8; 3] = [32, 64, 128];
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
+    let su = setup()?;
+    describe_method(r, &su);
+    let mut tot = Totals::default();
+    let mut per_image = per_image_table();
+    let mut buf = Vec::new();
+    for path in &su.paths {
+        let (name, row) = measure_image(&su, &mut tot, &mut buf, path)?;
+        per_image.row(row);
+        eprintln!("bench l3: {name} done");
+    }
+    report_sizes(r, &su, &tot);
+    report_speeds(r, su.cores, &tot);
+    report_sweep(r, &tot.sweep);
+    r.table(&per_image);
+    synthetic(r, su.reps, &mut buf)?;
+    r.para(&format!(
+        "Load average when the run started: {}; when it ended: {}. The {}-thread columns are wall-clock \
+         and only mean something when the machine is otherwise idle.",
+        su.load0,
+        loadavg(),
+        su.cores,
+    ));
+    r.para(
+        "Black costs v1 2 bytes per patch row per channel (nbit 0 still needs the 12-bit row header), hence its \
+         ratio ≈ 2/N; v2-BP still spends a few bits per row on nbit codes, v2-ANS almost nothing. Random is \
+         slightly above 1 for every L3 variant (row headers or lane states on top of 8-bit residuals).",
+    );
+    Ok(())
+}
+
+/// What every measurement of the run shares: the corpus, the repetitions, the external tools and a scratch
+/// folder for their files.
+struct Setup {
+    quick: bool,
+    reps: Reps,
+    cores: usize,
+    /// `/proc/loadavg` when the run started.
+    load0: String,
+    dir: PathBuf,
+    paths: Vec<PathBuf>,
+    tools: [Tool; 2],
+    scratch: tempfile::TempDir,
+}
+
+fn setup() -> anyhow::Result<Setup> {
     let quick = std::env::var_os("L3_BENCH_QUICK").is_some_and(|v| v != "0");
     let reps = if quick {
         Reps {
@@ -444,7 +489,24 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .unwrap_or(1);
     let load0 = loadavg();
     let dir = corpus_dir();
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+    let paths = corpus_paths(&dir, quick)?;
+    let tools = probe_tools();
+    let scratch = tempfile::tempdir().context("creating a scratch folder for cwebp/cjxl")?;
+    Ok(Setup {
+        quick,
+        reps,
+        cores,
+        load0,
+        dir,
+        paths,
+        tools,
+        scratch,
+    })
+}
+
+/// The corpus's PNG and JPEG files, sorted; in quick mode four of them.
+fn corpus_paths(dir: &Path, quick: bool) -> anyhow::Result<Vec<PathBuf>> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
@@ -466,6 +528,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ];
         paths.retain(|p| p.file_name().is_some_and(|n| keep.iter().any(|k| n == *k)));
     }
+    Ok(paths)
+}
+
+/// WebP and JPEG XL through their reference encoders, each said to be measured or why not.
+fn probe_tools() -> [Tool; 2] {
     let tools = [
         Tool::probe(
             "WebP lossless (`cwebp -lossless -exact`)",
@@ -488,8 +555,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             Err(why) => eprintln!("bench l3: {} NOT MEASURED: {why}", t.label),
         }
     }
-    let scratch = tempfile::tempdir().context("creating a scratch folder for cwebp/cjxl")?;
+    tools
+}
 
+fn describe_method(r: &mut Report, su: &Setup) {
+    let cores = su.cores;
     r.para(&format!(
         "Corpus: {} images from `{}`{}. Raw = decoded 8-bit pixels (W×H×C); ratio = compressed / raw bytes, \
          **geometric mean over the images**; MB = 10⁶ raw bytes; speeds are the best of ≥{} runs{}, summed over \
@@ -500,25 +570,56 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          the corpus PNGs as they are; the JPEGs re-encoded with the `png` crate (default compression and filter). \
          QOI: `qoi` crate. WebP and JPEG XL: their reference tools in this run, each output decoded back and \
          checked lossless.",
-        paths.len(),
-        dir.display(),
-        if quick { " (quick mode: L3_BENCH_QUICK)" } else { "" },
-        reps.min,
-        if quick { "" } else { " within 0.4 s" },
+        su.paths.len(),
+        su.dir.display(),
+        if su.quick { " (quick mode: L3_BENCH_QUICK)" } else { "" },
+        su.reps.min,
+        if su.quick { "" } else { " within 0.4 s" },
     ));
+}
 
-    let mut m = [Measured::default(); CFGS.len()];
-    let (mut png_r, mut qoi_r) = (Geo::default(), Geo::default());
-    let mut tool_r = [Geo::default(); 2];
-    let mut tool_err: [Option<String>; 2] = [None, None];
-    let (mut pngd, mut pngdn, mut zuned, mut zunedn): (Acc, Acc, Acc, Acc) = Default::default();
-    let (mut qoid, mut qoidn, mut qoie, mut pnge): (Acc, Acc, Acc, Acc) = Default::default();
-    let mut total_raw = 0usize;
-    let mut sweep_r = [Geo::default(); 3];
-    let mut sweep_d = [Acc::default(); 3];
-    let mut sweep_e = [Acc::default(); 3];
+/// The `png` crate's, `zune-png`'s and QOI's totals over the corpus.
+#[derive(Default)]
+struct Peers {
+    png_r: Geo,
+    qoi_r: Geo,
+    pngd: Acc,
+    pngdn: Acc,
+    zuned: Acc,
+    zunedn: Acc,
+    qoid: Acc,
+    qoidn: Acc,
+    qoie: Acc,
+    pnge: Acc,
+}
 
-    let mut per_image = Table::new(
+/// The external tools' ratios over the corpus, and why a tool stopped being measured.
+#[derive(Default)]
+struct ToolTotals {
+    ratio: [Geo; 2],
+    err: [Option<String>; 2],
+}
+
+/// v1's patch-size sweep over the corpus, one entry per N of [`NS`].
+#[derive(Default)]
+struct Sweep {
+    ratio: [Geo; 3],
+    dec: [Acc; 3],
+    enc: [Acc; 3],
+}
+
+/// Everything the corpus pass adds up, for the tables after it.
+#[derive(Default)]
+struct Totals {
+    l3: [Measured; CFGS.len()],
+    peers: Peers,
+    tools: ToolTotals,
+    sweep: Sweep,
+    raw: usize,
+}
+
+fn per_image_table() -> Table {
+    Table::new(
         "Per image: ratio (compressed / raw) and single-threaded decode MB/s",
         &[
             "image",
@@ -537,190 +638,212 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "png dec",
             "QOI dec",
         ],
-    );
-    let mut buf = Vec::new();
-    for path in &paths {
-        let img = load(path)?;
-        let (w, h, c) = (img.w, img.h, img.c);
-        let raw = img.raw();
-        buf.resize(raw, 0);
-        let mut sizes = [0usize; CFGS.len()];
-        let mut dec1 = [0f64; CFGS.len()];
-        for (i, cfg) in CFGS.iter().enumerate() {
-            let file = encode(&img, cfg, 1)?;
-            let f = L3File::parse(&file)?;
-            f.decode_hwc(&mut buf)?;
-            if buf != img.px {
-                bail!("{}: {} round trip differs", img.name, cfg.label);
-            }
-            sizes[i] = file.len();
-            m[i].ratio.add(file.len(), raw);
-            m[i].bytes += file.len();
-            m[i].enc1
-                .add(raw, best(reps, || encode(&img, cfg, 1).map(drop))?);
-            if !cfg.timed {
-                continue;
-            }
-            let t = best(reps, || Ok(L3File::parse(&file)?.decode_hwc(&mut buf)?))?;
-            dec1[i] = raw as f64 / t / 1e6;
-            m[i].dec1.add(raw, t);
-            m[i].decn.add(
-                raw,
-                best_wall(reps, || {
-                    Ok(L3File::parse(&file)?.decode_hwc_parallel(&mut buf, cores)?)
-                })?,
-            );
-            m[i].encn
-                .add(raw, best_wall(reps, || encode(&img, cfg, cores).map(drop))?);
-        }
-        let tp = best(reps, || png_decode(&img.png, &mut buf))?;
-        pngd.add(raw, tp);
-        pngdn.add(
-            cores * raw,
-            best_images_parallel(reps, cores, raw, |b| png_decode(&img.png, b))?,
-        );
-        let tz = best(reps, || zune_decode(&img.png, &mut buf))?;
-        zuned.add(raw, tz);
-        if buf != img.px {
-            bail!(
-                "{}: zune-png output differs from the reference pixels",
-                img.name
-            );
-        }
-        zunedn.add(
-            cores * raw,
-            best_images_parallel(reps, cores, raw, |b| zune_decode(&img.png, b))?,
-        );
-        pnge.add(raw, best(reps, || png_encode(&img.px, w, h, c).map(drop))?);
-        let qpx = qoi_pixels(&img.px, c);
-        let mut qbuf = vec![0u8; qpx.len()];
-        let tq = best(reps, || {
-            qoi::decode_to_buf(&mut qbuf, &img.qoi)?;
-            Ok(())
-        })?;
-        qoid.add(raw, tq);
-        qoidn.add(
-            cores * raw,
-            best_images_parallel(reps, cores, qpx.len(), |b| {
-                qoi::decode_to_buf(b, &img.qoi)?;
-                Ok(())
-            })?,
-        );
-        qoie.add(
-            raw,
-            best(reps, || {
-                qoi::encode_to_vec(&qpx, w, h)?;
-                Ok(())
-            })?,
-        );
-        png_r.add(img.png.len(), raw);
-        qoi_r.add(img.qoi.len(), raw);
-        total_raw += raw;
+    )
+}
 
-        // WebP and JPEG XL from the PNG bytes (lossless input for both tools).
-        let png_path = scratch.path().join("in.png");
-        std::fs::write(&png_path, &img.png)?;
-        let mut tool_cells = Vec::new();
-        for (k, t) in tools.iter().enumerate() {
-            if t.version.is_err() || tool_err[k].is_some() {
-                tool_cells.push("—".to_string());
-                continue;
-            }
-            match t
-                .encode(&png_path, scratch.path())
-                .and_then(|b| t.check_lossless(&b, &img, scratch.path()).map(|()| b))
-            {
-                Ok(b) => {
-                    tool_r[k].add(b.len(), raw);
-                    tool_cells.push(format!("{:.3}", b.len() as f64 / raw as f64));
-                }
-                Err(e) => {
-                    eprintln!("bench l3: {} failed on {}: {e:#}", t.label, img.name);
-                    tool_err[k] = Some(format!("failed on {}: {e:#}", img.name));
-                    tool_cells.push("failed".into());
-                }
-            }
-        }
+/// Measures every codec on one corpus image and adds it to `tot`; returns the image's name and its row of
+/// the per-image table.
+fn measure_image(
+    su: &Setup,
+    tot: &mut Totals,
+    buf: &mut Vec<u8>,
+    path: &Path,
+) -> anyhow::Result<(String, Vec<String>)> {
+    let img = load(path)?;
+    let raw = img.raw();
+    buf.resize(raw, 0);
+    let l3 = measure_l3(su, &img, &mut tot.l3, buf)?;
+    let (tp, tq) = measure_peers(su, &img, &mut tot.peers, buf)?;
+    tot.raw += raw;
+    let tool_cells = measure_tools(su, &img, &mut tot.tools)?;
+    measure_sweep(su, &img, &mut tot.sweep, buf)?;
 
-        // v1's patch-size sweep.
-        for (i, &nn) in NS.iter().enumerate() {
-            let cfg = L3Cfg { n: Some(nn), ..V1 };
-            let fi = encode(&img, &cfg, 1)?;
-            sweep_r[i].add(fi.len(), raw);
-            if !quick || nn == 64 {
-                sweep_d[i].add(
-                    raw,
-                    best(reps, || Ok(L3File::parse(&fi)?.decode_hwc(&mut buf)?))?,
-                );
-                sweep_e[i].add(raw, best(reps, || encode(&img, &cfg, 1).map(drop))?);
-            }
-        }
+    let (w, h, c) = (img.w, img.h, img.c);
+    let ratio = |b: usize| format!("{:.3}", b as f64 / raw as f64);
+    let row = vec![
+        format!("{}{}", img.name, if img.png_is_source { "" } else { " †" }),
+        format!("{w}×{h}×{c}"),
+        ratio(l3.sizes[0]),
+        ratio(l3.sizes[1]),
+        ratio(l3.sizes[2]),
+        ratio(img.png.len()),
+        ratio(img.qoi.len()),
+        tool_cells[0].clone(),
+        tool_cells[1].clone(),
+        format!("{:.2}", l3.sizes[2] as f64 / img.png.len() as f64),
+        format!("{:.0}", l3.dec1[0]),
+        format!("{:.0}", l3.dec1[1]),
+        format!("{:.0}", l3.dec1[2]),
+        format!("{:.0}", raw as f64 / tp / 1e6),
+        format!("{:.0}", raw as f64 / tq / 1e6),
+    ];
+    Ok((img.name, row))
+}
 
-        let ratio = |b: usize| format!("{:.3}", b as f64 / raw as f64);
-        per_image.row(vec![
-            format!("{}{}", img.name, if img.png_is_source { "" } else { " †" }),
-            format!("{w}×{h}×{c}"),
-            ratio(sizes[0]),
-            ratio(sizes[1]),
-            ratio(sizes[2]),
-            ratio(img.png.len()),
-            ratio(img.qoi.len()),
-            tool_cells[0].clone(),
-            tool_cells[1].clone(),
-            format!("{:.2}", sizes[2] as f64 / img.png.len() as f64),
-            format!("{:.0}", dec1[0]),
-            format!("{:.0}", dec1[1]),
-            format!("{:.0}", dec1[2]),
-            format!("{:.0}", raw as f64 / tp / 1e6),
-            format!("{:.0}", raw as f64 / tq / 1e6),
-        ]);
-        eprintln!("bench l3: {} done", img.name);
-    }
+/// One image's L3 results: file size and single-threaded decode MB/s per configuration of [`CFGS`].
+struct L3Image {
+    sizes: [usize; CFGS.len()],
+    dec1: [f64; CFGS.len()],
+}
 
-    // Sizes.
-    let png_geo = png_r.mean();
-    let mut ratio = Table::new(
-        "Compression over the corpus: ratio = geometric mean of compressed / raw",
-        &["format", "ratio", "× PNG", "total bytes / total raw"],
-    );
-    let size_row = |ratio: &mut Table, name: &str, g: &Geo, total: Option<usize>| {
-        ratio.row(vec![
-            name.to_string(),
-            format!("{:.4}", g.mean()),
-            format!("{:.2}", g.mean() / png_geo),
-            total.map_or("—".into(), |t| {
-                format!("{:.4}", t as f64 / total_raw as f64)
-            }),
-        ]);
+/// Every L3 configuration on one image: the round trip checked, then encode and (for the timed ones) decode
+/// on one and on all cores.
+fn measure_l3(
+    su: &Setup,
+    img: &Image,
+    m: &mut [Measured; CFGS.len()],
+    buf: &mut [u8],
+) -> anyhow::Result<L3Image> {
+    let (reps, cores, raw) = (su.reps, su.cores, img.raw());
+    let mut out = L3Image {
+        sizes: [0; CFGS.len()],
+        dec1: [0.0; CFGS.len()],
     };
     for (i, cfg) in CFGS.iter().enumerate() {
-        size_row(&mut ratio, cfg.label, &m[i].ratio, Some(m[i].bytes));
+        let file = encode(img, cfg, 1)?;
+        let f = L3File::parse(&file)?;
+        f.decode_hwc(buf)?;
+        if *buf != img.px {
+            bail!("{}: {} round trip differs", img.name, cfg.label);
+        }
+        out.sizes[i] = file.len();
+        m[i].ratio.add(file.len(), raw);
+        m[i].bytes += file.len();
+        m[i].enc1
+            .add(raw, best(reps, || encode(img, cfg, 1).map(drop))?);
+        if !cfg.timed {
+            continue;
+        }
+        let t = best(reps, || Ok(L3File::parse(&file)?.decode_hwc(buf)?))?;
+        out.dec1[i] = raw as f64 / t / 1e6;
+        m[i].dec1.add(raw, t);
+        m[i].decn.add(
+            raw,
+            best_wall(reps, || {
+                Ok(L3File::parse(&file)?.decode_hwc_parallel(buf, cores)?)
+            })?,
+        );
+        m[i].encn
+            .add(raw, best_wall(reps, || encode(img, cfg, cores).map(drop))?);
     }
-    size_row(
-        &mut ratio,
-        "PNG (corpus files; JPEG sources re-encoded)",
-        &png_r,
-        None,
+    Ok(out)
+}
+
+/// PNG (`png`, `zune-png`) and QOI on one image; returns the single-threaded `png` and QOI decode seconds.
+fn measure_peers(
+    su: &Setup,
+    img: &Image,
+    p: &mut Peers,
+    buf: &mut [u8],
+) -> anyhow::Result<(f64, f64)> {
+    let (reps, cores, raw) = (su.reps, su.cores, img.raw());
+    let (w, h, c) = (img.w, img.h, img.c);
+    let tp = best(reps, || png_decode(&img.png, buf))?;
+    p.pngd.add(raw, tp);
+    p.pngdn.add(
+        cores * raw,
+        best_images_parallel(reps, cores, raw, |b| png_decode(&img.png, b))?,
     );
-    size_row(&mut ratio, "QOI", &qoi_r, None);
-    let mut missing = Vec::new();
-    for (k, t) in tools.iter().enumerate() {
-        match (&t.version, &tool_err[k]) {
-            (Ok(v), None) => size_row(&mut ratio, &format!("{} — {v}", t.label), &tool_r[k], None),
-            (Err(why), _) | (_, Some(why)) => {
-                ratio.row(vec![
-                    t.label.to_string(),
-                    "not measured".into(),
-                    "—".into(),
-                    "—".into(),
-                ]);
-                missing.push(format!("{}: {why}", t.label));
+    let tz = best(reps, || zune_decode(&img.png, buf))?;
+    p.zuned.add(raw, tz);
+    if *buf != img.px {
+        bail!(
+            "{}: zune-png output differs from the reference pixels",
+            img.name
+        );
+    }
+    p.zunedn.add(
+        cores * raw,
+        best_images_parallel(reps, cores, raw, |b| zune_decode(&img.png, b))?,
+    );
+    p.pnge
+        .add(raw, best(reps, || png_encode(&img.px, w, h, c).map(drop))?);
+    let qpx = qoi_pixels(&img.px, c);
+    let mut qbuf = vec![0u8; qpx.len()];
+    let tq = best(reps, || {
+        qoi::decode_to_buf(&mut qbuf, &img.qoi)?;
+        Ok(())
+    })?;
+    p.qoid.add(raw, tq);
+    p.qoidn.add(
+        cores * raw,
+        best_images_parallel(reps, cores, qpx.len(), |b| {
+            qoi::decode_to_buf(b, &img.qoi)?;
+            Ok(())
+        })?,
+    );
+    p.qoie.add(
+        raw,
+        best(reps, || {
+            qoi::encode_to_vec(&qpx, w, h)?;
+            Ok(())
+        })?,
+    );
+    p.png_r.add(img.png.len(), raw);
+    p.qoi_r.add(img.qoi.len(), raw);
+    Ok((tp, tq))
+}
+
+/// WebP and JPEG XL from the image's PNG bytes (lossless input for both tools); returns their ratio cells.
+/// A tool that fails is reported and not run again.
+fn measure_tools(su: &Setup, img: &Image, tt: &mut ToolTotals) -> anyhow::Result<Vec<String>> {
+    let raw = img.raw();
+    let scratch = su.scratch.path();
+    let png_path = scratch.join("in.png");
+    std::fs::write(&png_path, &img.png)?;
+    let mut cells = Vec::new();
+    for (k, t) in su.tools.iter().enumerate() {
+        if t.version.is_err() || tt.err[k].is_some() {
+            cells.push("—".to_string());
+            continue;
+        }
+        match t
+            .encode(&png_path, scratch)
+            .and_then(|b| t.check_lossless(&b, img, scratch).map(|()| b))
+        {
+            Ok(b) => {
+                tt.ratio[k].add(b.len(), raw);
+                cells.push(format!("{:.3}", b.len() as f64 / raw as f64));
+            }
+            Err(e) => {
+                eprintln!("bench l3: {} failed on {}: {e:#}", t.label, img.name);
+                tt.err[k] = Some(format!("failed on {}: {e:#}", img.name));
+                cells.push("failed".into());
             }
         }
     }
+    Ok(cells)
+}
+
+/// v1 at each patch size of [`NS`] on one image (quick mode times N = 64 only).
+fn measure_sweep(su: &Setup, img: &Image, sw: &mut Sweep, buf: &mut [u8]) -> anyhow::Result<()> {
+    let (reps, raw) = (su.reps, img.raw());
+    for (i, &nn) in NS.iter().enumerate() {
+        let cfg = L3Cfg { n: Some(nn), ..V1 };
+        let fi = encode(img, &cfg, 1)?;
+        sw.ratio[i].add(fi.len(), raw);
+        if !su.quick || nn == 64 {
+            sw.dec[i].add(
+                raw,
+                best(reps, || Ok(L3File::parse(&fi)?.decode_hwc(buf)?))?,
+            );
+            sw.enc[i].add(raw, best(reps, || encode(img, &cfg, 1).map(drop))?);
+        }
+    }
+    Ok(())
+}
+
+/// The compression table over the corpus, then the size and speed targets and the choices' trade-off.
+fn report_sizes(r: &mut Report, su: &Setup, tot: &Totals) {
+    let (m, p) = (&tot.l3, &tot.peers);
+    let png_geo = p.png_r.mean();
+    let (ratio, missing) = ratio_table(su, tot, png_geo);
     r.table(&ratio);
     let (ans, bp) = (m[2].ratio.mean() / png_geo, m[1].ratio.mean() / png_geo);
-    let (ans_speed, bp_speed) = (m[2].dec1.mbs() / pngd.mbs(), m[1].dec1.mbs() / pngd.mbs());
+    let (ans_speed, bp_speed) = (
+        m[2].dec1.mbs() / p.pngd.mbs(),
+        m[1].dec1.mbs() / p.pngd.mbs(),
+    );
     let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     eprintln!(
         "bench l3: v2-ANS {ans:.2}x PNG size, {ans_speed:.2}x png decode; v2-BP {bp:.2}x, {bp_speed:.2}x"
@@ -751,8 +874,65 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             format!(" **Not measured:** {}.", missing.join("; "))
         }
     ));
+}
 
-    // Speeds.
+/// Every format's ratio over the corpus, and the tools that were not measured (with why).
+fn ratio_table(su: &Setup, tot: &Totals, png_geo: f64) -> (Table, Vec<String>) {
+    let mut ratio = Table::new(
+        "Compression over the corpus: ratio = geometric mean of compressed / raw",
+        &["format", "ratio", "× PNG", "total bytes / total raw"],
+    );
+    let size_row = |ratio: &mut Table, name: &str, g: &Geo, total: Option<usize>| {
+        ratio.row(vec![
+            name.to_string(),
+            format!("{:.4}", g.mean()),
+            format!("{:.2}", g.mean() / png_geo),
+            total.map_or("—".into(), |t| {
+                format!("{:.4}", t as f64 / tot.raw as f64)
+            }),
+        ]);
+    };
+    for (i, cfg) in CFGS.iter().enumerate() {
+        size_row(
+            &mut ratio,
+            cfg.label,
+            &tot.l3[i].ratio,
+            Some(tot.l3[i].bytes),
+        );
+    }
+    size_row(
+        &mut ratio,
+        "PNG (corpus files; JPEG sources re-encoded)",
+        &tot.peers.png_r,
+        None,
+    );
+    size_row(&mut ratio, "QOI", &tot.peers.qoi_r, None);
+    let mut missing = Vec::new();
+    for (k, t) in su.tools.iter().enumerate() {
+        match (&t.version, &tot.tools.err[k]) {
+            (Ok(v), None) => size_row(
+                &mut ratio,
+                &format!("{} — {v}", t.label),
+                &tot.tools.ratio[k],
+                None,
+            ),
+            (Err(why), _) | (_, Some(why)) => {
+                ratio.row(vec![
+                    t.label.to_string(),
+                    "not measured".into(),
+                    "—".into(),
+                    "—".into(),
+                ]);
+                missing.push(format!("{}: {why}", t.label));
+            }
+        }
+    }
+    (ratio, missing)
+}
+
+/// The throughput table over the corpus, L3's single-threaded decode against each peer, and its bar plot.
+fn report_speeds(r: &mut Report, cores: usize, tot: &Totals) {
+    let (m, p) = (&tot.l3, &tot.peers);
     let mut speed = Table::new(
         "Throughput over the corpus (MB/s of raw pixels)",
         &[
@@ -772,38 +952,39 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             m[i].encn.cell(),
         ]);
     }
+    let none = || "—".to_string();
     speed.row(vec![
         "PNG (`png` crate)".into(),
-        pngd.cell(),
-        pngdn.cell(),
-        pnge.cell(),
-        "—".into(),
+        p.pngd.cell(),
+        p.pngdn.cell(),
+        p.pnge.cell(),
+        none(),
     ]);
     speed.row(vec![
         "PNG (`zune-png`)".into(),
-        zuned.cell(),
-        zunedn.cell(),
-        "—".into(),
-        "—".into(),
+        p.zuned.cell(),
+        p.zunedn.cell(),
+        none(),
+        none(),
     ]);
     speed.row(vec![
         "QOI (`qoi` crate)".into(),
-        qoid.cell(),
-        qoidn.cell(),
-        qoie.cell(),
-        "—".into(),
+        p.qoid.cell(),
+        p.qoidn.cell(),
+        p.qoie.cell(),
+        none(),
     ]);
     r.table(&speed);
     r.para(&format!(
         "Single-threaded decode against the `png` crate: v2-ANS **{:.1}×** (target ≥ 2×), v2-BP **{:.1}×** (target \
          ≥ 4×), v1 {:.1}×; against `zune-png`: ANS {:.1}×, BP {:.1}×; against QOI: ANS {:.1}×, BP {:.1}×.",
-        m[2].dec1.mbs() / pngd.mbs(),
-        m[1].dec1.mbs() / pngd.mbs(),
-        m[0].dec1.mbs() / pngd.mbs(),
-        m[2].dec1.mbs() / zuned.mbs(),
-        m[1].dec1.mbs() / zuned.mbs(),
-        m[2].dec1.mbs() / qoid.mbs(),
-        m[1].dec1.mbs() / qoid.mbs(),
+        m[2].dec1.mbs() / p.pngd.mbs(),
+        m[1].dec1.mbs() / p.pngd.mbs(),
+        m[0].dec1.mbs() / p.pngd.mbs(),
+        m[2].dec1.mbs() / p.zuned.mbs(),
+        m[1].dec1.mbs() / p.zuned.mbs(),
+        m[2].dec1.mbs() / p.qoid.mbs(),
+        m[1].dec1.mbs() / p.qoid.mbs(),
     ));
     r.svg(
         "decode",
@@ -814,13 +995,15 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 ("L3 v1".into(), m[0].dec1.mbs()),
                 ("L3 v2-BP".into(), m[1].dec1.mbs()),
                 ("L3 v2-ANS".into(), m[2].dec1.mbs()),
-                ("QOI".into(), qoid.mbs()),
-                ("PNG (zune-png)".into(), zuned.mbs()),
-                ("PNG (png)".into(), pngd.mbs()),
+                ("QOI".into(), p.qoid.mbs()),
+                ("PNG (zune-png)".into(), p.zuned.mbs()),
+                ("PNG (png)".into(), p.pngd.mbs()),
             ],
         ),
     );
+}
 
+fn report_sweep(r: &mut Report, sw: &Sweep) {
     let mut sweep = Table::new(
         "Version 1 patch size sweep over the corpus",
         &[
@@ -833,9 +1016,9 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     for (i, nn) in NS.iter().enumerate() {
         sweep.row(vec![
             nn.to_string(),
-            format!("{:.4}", sweep_r[i].mean()),
-            sweep_d[i].cell(),
-            sweep_e[i].cell(),
+            format!("{:.4}", sw.ratio[i].mean()),
+            sw.dec[i].cell(),
+            sw.enc[i].cell(),
         ]);
     }
     r.table(&sweep);
@@ -850,15 +1033,20 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 points: NS
                     .iter()
                     .enumerate()
-                    .map(|(i, &nn)| (nn as f64, sweep_r[i].mean()))
+                    .map(|(i, &nn)| (nn as f64, sw.ratio[i].mean()))
                     .collect(),
             }],
         ),
     );
-    r.table(&per_image);
+}
 
-    // The paper's synthetic images.
-    let (sw, sh) = (1920u32, 1080u32);
+/// The paper's synthetic images (its Table 4).
+const SYNTH_W: u32 = 1920;
+const SYNTH_H: u32 = 1080;
+
+/// The paper's Random and Black synthetic images: ratios and single-threaded decode MB/s.
+fn synthetic(r: &mut Report, reps: Reps, buf: &mut Vec<u8>) -> anyhow::Result<()> {
+    let (sw, sh) = (SYNTH_W, SYNTH_H);
     let raw = (sw * sh * 3) as usize;
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
     let random: Vec<u8> = (0..raw)
@@ -880,54 +1068,54 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ],
     );
     for (name, px) in [("Random", &random), ("Black", &black)] {
-        let img = Image {
-            name: name.into(),
-            w: sw,
-            h: sh,
-            c: 3,
-            px: px.clone(),
-            png: png_encode(px, sw, sh, 3)?,
-            png_is_source: false,
-            qoi: qoi_encode(px, sw, sh, 3)?,
-        };
-        let files = [
-            encode(&img, &L3Cfg { n: Some(64), ..V1 }, 0)?,
-            encode(&img, &BP, 0)?,
-            encode(&img, &ANS, 0)?,
-        ];
-        let mut cells = vec![name.to_string()];
-        for f in &files {
-            cells.push(format!("{:.4}", f.len() as f64 / raw as f64));
-        }
-        cells.push(format!("{:.4}", img.png.len() as f64 / raw as f64));
-        cells.push(format!("{:.4}", img.qoi.len() as f64 / raw as f64));
-        buf.resize(raw, 0);
-        let mbs = |t: f64| format!("{:.0}", raw as f64 / t / 1e6);
-        for f in &files {
-            cells.push(mbs(best(reps, || {
-                Ok(L3File::parse(f)?.decode_hwc(&mut buf)?)
-            })?));
-            if buf != *px {
-                bail!("{name}: L3 round trip differs");
-            }
-        }
-        cells.push(mbs(best(reps, || png_decode(&img.png, &mut buf))?));
-        cells.push(mbs(best(reps, || {
-            qoi::decode_to_buf(&mut buf, &img.qoi)?;
-            Ok(())
-        })?));
-        synth.row(cells);
+        synth.row(synthetic_row(name, px, reps, buf)?);
     }
     r.table(&synth);
-    r.para(&format!(
-        "Load average when the run started: {load0}; when it ended: {}. The {cores}-thread columns are wall-clock \
-         and only mean something when the machine is otherwise idle.",
-        loadavg()
-    ));
-    r.para(
-        "Black costs v1 2 bytes per patch row per channel (nbit 0 still needs the 12-bit row header), hence its \
-         ratio ≈ 2/N; v2-BP still spends a few bits per row on nbit codes, v2-ANS almost nothing. Random is \
-         slightly above 1 for every L3 variant (row headers or lane states on top of 8-bit residuals).",
-    );
     Ok(())
+}
+
+/// One synthetic image's row: v1 (N = 64), v2-BP and v2-ANS against PNG and QOI.
+fn synthetic_row(
+    name: &str,
+    px: &[u8],
+    reps: Reps,
+    buf: &mut Vec<u8>,
+) -> anyhow::Result<Vec<String>> {
+    let (sw, sh) = (SYNTH_W, SYNTH_H);
+    let raw = px.len();
+    let img = Image {
+        name: name.into(),
+        w: sw,
+        h: sh,
+        c: 3,
+        px: px.to_vec(),
+        png: png_encode(px, sw, sh, 3)?,
+        png_is_source: false,
+        qoi: qoi_encode(px, sw, sh, 3)?,
+    };
+    let files = [
+        encode(&img, &L3Cfg { n: Some(64), ..V1 }, 0)?,
+        encode(&img, &BP, 0)?,
+        encode(&img, &ANS, 0)?,
+    ];
+    let mut cells = vec![name.to_string()];
+    for f in &files {
+        cells.push(format!("{:.4}", f.len() as f64 / raw as f64));
+    }
+    cells.push(format!("{:.4}", img.png.len() as f64 / raw as f64));
+    cells.push(format!("{:.4}", img.qoi.len() as f64 / raw as f64));
+    buf.resize(raw, 0);
+    let mbs = |t: f64| format!("{:.0}", raw as f64 / t / 1e6);
+    for f in &files {
+        cells.push(mbs(best(reps, || Ok(L3File::parse(f)?.decode_hwc(buf)?))?));
+        if *buf != px {
+            bail!("{name}: L3 round trip differs");
+        }
+    }
+    cells.push(mbs(best(reps, || png_decode(&img.png, buf))?));
+    cells.push(mbs(best(reps, || {
+        qoi::decode_to_buf(&mut *buf, &img.qoi)?;
+        Ok(())
+    })?));
+    Ok(cells)
 }

@@ -7,8 +7,9 @@
 use crate::report::{Report, Series, Table, bench_dir, corpus_dir, line_plot};
 use anyhow::{Context, bail};
 use liquid_sampler::direct::{AlignedBuf, DirectFile, drop_page_cache};
+use liquid_sampler::manifest::Location;
 use liquid_sampler::profile::{self, Decoder, ProbeSet, ProfileConfig, SourceItem};
-use liquid_sampler::{Dataset, Dims, FormatKind, LiquidSampler, Ratio, SamplerConfig};
+use liquid_sampler::{Dataset, Dims, FormatKind, Item, LiquidSampler, Ratio, SamplerConfig};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -210,46 +211,50 @@ fn read_parallel(
     stdx::parallel::map(idx, 2, |_, &i| read(i))
 }
 
-/// (a) Random order through the page cache, which is held to `budget` bytes: after each batch the least
-/// recently read items beyond the budget are dropped with `posix_fadvise(DONTNEED)`; readahead is off
-/// (`POSIX_FADV_RANDOM`) so only items actually read enter the cache. A read's disk bytes are the pages
-/// `mincore` did not find resident just before it.
-fn page_cache_run(
-    ds: &Dataset,
-    budget: u64,
-    batch: usize,
-    epochs: usize,
-    threads: usize,
-    dec: &dyn Decoder,
-) -> anyhow::Result<Stats> {
-    let m = &ds.manifest;
-    let files: Vec<std::fs::File> = (0..m.files.len() as u32)
-        .map(|f| std::fs::File::open(ds.path_of(f)))
-        .collect::<Result<_, _>>()?;
-    let mut maps = Vec::new();
-    for (f, file) in files.iter().enumerate() {
-        drop_page_cache(&ds.path_of(f as u32))?;
-        // SAFETY: plain syscalls on an open descriptor; the mapping is read-only and unmapped below.
-        unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
-            let len = file.metadata()?.len() as usize;
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                bail!("mmap {}", ds.path_of(f as u32).display());
+/// A dataset's data files, each dropped from the page cache, with readahead off (`POSIX_FADV_RANDOM`, so
+/// that only items actually read enter the cache) and mapped read-only so that `mincore` can tell which of
+/// their pages are resident; unmapped when dropped.
+struct ColdFiles {
+    files: Vec<std::fs::File>,
+    /// Address and length of each file's mapping.
+    maps: Vec<(usize, usize)>,
+}
+
+impl ColdFiles {
+    fn open(ds: &Dataset) -> anyhow::Result<ColdFiles> {
+        let files: Vec<std::fs::File> = (0..ds.manifest.files.len() as u32)
+            .map(|f| std::fs::File::open(ds.path_of(f)))
+            .collect::<Result<_, _>>()?;
+        let mut cold = ColdFiles {
+            files,
+            maps: Vec::new(),
+        };
+        for (f, file) in cold.files.iter().enumerate() {
+            drop_page_cache(&ds.path_of(f as u32))?;
+            // SAFETY: plain syscalls on an open descriptor; the mapping is read-only and unmapped on drop.
+            unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+                let len = file.metadata()?.len() as usize;
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    file.as_raw_fd(),
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    bail!("mmap {}", ds.path_of(f as u32).display());
+                }
+                cold.maps.push((p as usize, len));
             }
-            maps.push((p as usize, len));
         }
+        Ok(cold)
     }
-    let resident_bytes = |i: usize| -> u64 {
-        let l = m.items[i].location;
-        let (base, _) = maps[l.file as usize];
+
+    /// The bytes of `l` whose pages are in the page cache.
+    fn resident_bytes(&self, l: Location) -> u64 {
+        let (base, _) = self.maps[l.file as usize];
         let pages = l.length.div_ceil(4096) as usize;
         let mut v = vec![0u8; pages];
         // SAFETY: the range lies inside the mapping (the manifest was validated against the file).
@@ -264,47 +269,104 @@ fn page_cache_run(
             return 0;
         }
         (v.iter().filter(|&&b| b & 1 == 1).count() as u64 * 4096).min(l.length)
-    };
-    let read = |i: usize| -> anyhow::Result<(Bytes, u64, bool)> {
-        let l = m.items[i].location;
-        let cached = resident_bytes(i);
+    }
+
+    /// Reads `l`: its bytes, the bytes that came from disk, and whether all of it was cached.
+    fn read(&self, l: Location) -> anyhow::Result<(Bytes, u64, bool)> {
+        let cached = self.resident_bytes(l);
         let mut v = vec![0u8; l.length as usize];
-        files[l.file as usize].read_exact_at(&mut v, l.offset)?;
+        self.files[l.file as usize].read_exact_at(&mut v, l.offset)?;
         Ok((Bytes::Plain(v), l.length - cached, cached == l.length))
-    };
+    }
+
+    /// Drops `l`'s pages from the page cache.
+    fn evict(&self, l: Location) {
+        // SAFETY: plain syscall; failure only leaves pages cached.
+        unsafe {
+            libc::posix_fadvise(
+                self.files[l.file as usize].as_raw_fd(),
+                l.offset as i64,
+                (l.length.div_ceil(4096) * 4096) as i64,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+}
+
+impl Drop for ColdFiles {
+    fn drop(&mut self) {
+        for &(p, len) in &self.maps {
+            // SAFETY: unmapping what `open` mapped.
+            unsafe { libc::munmap(p as *mut libc::c_void, len) };
+        }
+    }
+}
+
+/// The page cache held to a byte budget: the items read, least recently read first, and the page bytes
+/// each keeps cached.
+struct Lru {
+    budget: u64,
+    order: VecDeque<usize>,
+    in_cache: HashMap<usize, u64>,
+    cached_bytes: u64,
+}
+
+impl Lru {
+    fn new(budget: u64) -> Lru {
+        Lru {
+            budget,
+            order: VecDeque::new(),
+            in_cache: HashMap::new(),
+            cached_bytes: 0,
+        }
+    }
+
+    /// Marks the batch `idx` as the most recently read, then evicts the least recently read items until
+    /// the cache is within the budget.
+    fn read_batch(&mut self, idx: &[usize], items: &[Item], files: &ColdFiles) {
+        for &i in idx {
+            if let Some(pos) = self.order.iter().position(|&x| x == i) {
+                self.order.remove(pos);
+            } else {
+                let b = items[i].location.length.div_ceil(4096) * 4096;
+                self.in_cache.insert(i, b);
+                self.cached_bytes += b;
+            }
+            self.order.push_back(i);
+        }
+        while self.cached_bytes > self.budget {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            files.evict(items[old].location);
+            self.cached_bytes -= self.in_cache.remove(&old).unwrap_or(0);
+        }
+    }
+}
+
+/// (a) Random order through the page cache, which is held to `budget` bytes: after each batch the least
+/// recently read items beyond the budget are dropped with `posix_fadvise(DONTNEED)`; readahead is off
+/// (`POSIX_FADV_RANDOM`) so only items actually read enter the cache. A read's disk bytes are the pages
+/// `mincore` did not find resident just before it.
+fn page_cache_run(
+    ds: &Dataset,
+    budget: u64,
+    batch: usize,
+    epochs: usize,
+    threads: usize,
+    dec: &dyn Decoder,
+) -> anyhow::Result<Stats> {
+    let m = &ds.manifest;
+    let files = ColdFiles::open(ds)?;
+    let read = |i: usize| files.read(m.items[i].location);
     let plan = epoch_batches(m.items.len(), batch, epochs);
-    let mut lru: VecDeque<usize> = VecDeque::new();
-    let mut in_cache: HashMap<usize, u64> = HashMap::new();
-    let mut cached_bytes = 0u64;
+    let mut lru = Lru::new(budget);
     let mut k = 0;
-    let st = pipeline(plan.len(), batch, threads, dec, || {
+    pipeline(plan.len(), batch, threads, dec, || {
         let (epoch, idx) = &plan[k];
         k += 1;
         let got = read_parallel(idx, &read)?;
-        for &i in idx {
-            if let Some(pos) = lru.iter().position(|&x| x == i) {
-                lru.remove(pos);
-            } else {
-                let b = m.items[i].location.length.div_ceil(4096) * 4096;
-                in_cache.insert(i, b);
-                cached_bytes += b;
-            }
-            lru.push_back(i);
-        }
-        while cached_bytes > budget {
-            let Some(old) = lru.pop_front() else { break };
-            let l = m.items[old].location;
-            // SAFETY: plain syscall; failure only leaves pages cached.
-            unsafe {
-                libc::posix_fadvise(
-                    files[l.file as usize].as_raw_fd(),
-                    l.offset as i64,
-                    (l.length.div_ceil(4096) * 4096) as i64,
-                    libc::POSIX_FADV_DONTNEED,
-                );
-            }
-            cached_bytes -= in_cache.remove(&old).unwrap_or(0);
-        }
+        lru.read_batch(idx, &m.items, &files);
         let disk_bytes = got.iter().map(|g| g.1).sum();
         let hits = got.iter().filter(|g| g.2).count();
         let kind = FormatKind::Compressed;
@@ -319,12 +381,7 @@ fn page_cache_run(
             disk_bytes,
             hits,
         })
-    });
-    for (p, len) in maps {
-        // SAFETY: unmapping what was mapped above.
-        unsafe { libc::munmap(p as *mut libc::c_void, len) };
-    }
-    st
+    })
 }
 
 /// (b) CoorDL-style: items read with O_DIRECT in random order; the first epoch keeps items in memory, in
@@ -435,17 +492,31 @@ struct Setup {
     epochs: usize,
 }
 
+/// One format of the comparison: its manifest tag, its name in the tables and its decoder.
+struct Format<'a> {
+    tag: &'a str,
+    name: &'a str,
+    dec: &'a dyn Decoder,
+}
+
+impl Format<'_> {
+    /// The profiler's and the dataset writer's decoder list: this format alone (raw needs none).
+    fn decs(&self) -> [(&str, &dyn Decoder); 1] {
+        [(self.tag, self.dec)]
+    }
+}
+
+/// One format against raw: the profiler's probes and ratio, the chosen against the fitted ratio, then the
+/// page cache, the static cache and Liquid end to end.
 fn run_format(
     r: &mut Report,
-    tag: &str,
-    name: &str,
+    f: &Format,
     src: &Path,
     work: &Path,
-    dec: &dyn Decoder,
     su: &Setup,
 ) -> anyhow::Result<()> {
-    let srcs = sources(src, tag)?;
-    let decs: [(&str, &dyn Decoder); 1] = [(tag, dec)];
+    let srcs = sources(src, f.tag)?;
+    let decs = f.decs();
     let cfg = ProfileConfig {
         threads: su.threads,
         io_threads: 2,
@@ -457,11 +528,47 @@ fn run_format(
     };
     let set = ProbeSet::build(&srcs, &decs, &cfg)?;
     let prof = profile::search(&set, &decs, &cfg, |_| {})?;
+    let fitted = prof.fitted.unwrap_or(prof.chosen);
+    report_probes(r, f.name, &set, &prof, fitted, su.threads);
+    // Does the finer ratio help? Re-measure both, interleaved, three times.
+    let mut acc = [Vec::new(), Vec::new()];
+    for _ in 0..3 {
+        for (k, ratio) in [prof.chosen, fitted].into_iter().enumerate() {
+            acc[k].push(set.measure(ratio, &decs, &cfg)?.pipeline_ips());
+        }
+    }
+    drop(set);
+    let dsets = Datasets::write(&srcs, f, work, prof.chosen, fitted)?;
+    let budget = dsets.single.item_bytes() * 3 / 10;
+    let runs = run_systems(f, &dsets, prof.chosen, fitted, budget, su)?;
+    report_fitted(
+        r,
+        f.name,
+        prof.chosen,
+        fitted,
+        &acc,
+        &runs,
+        dsets.fit.is_some(),
+    );
+    report_end_to_end(r, f, su, budget, &dsets, &runs);
+    dsets.remove_dirs();
+    Ok(())
+}
+
+/// The probes in the order the search made them, and the ratio it chose against the fitted crossing.
+fn report_probes(
+    r: &mut Report,
+    name: &str,
+    set: &ProbeSet,
+    prof: &profile::Profile,
+    fitted: Ratio,
+    threads: usize,
+) {
     let mut t = Table::new(
         &format!(
             "{name} + raw: profiler probes in search order ({} probe items, {} decode threads, 2 I/O threads, O_DIRECT)",
             set.len(),
-            su.threads
+            threads
         ),
         &[
             "#",
@@ -485,7 +592,6 @@ fn run_format(
         ]);
     }
     r.table(&t);
-    let fitted = prof.fitted.unwrap_or(prof.chosen);
     r.para(&format!(
         "Binary search chose **{} ({name}:raw)**; the lines fitted through the probes' per-item load and decode times cross at **{fitted}**{}.",
         prof.chosen,
@@ -494,70 +600,121 @@ fn run_format(
             l.a, l.b, d.a, d.b
         ))
     ));
-    // Does the finer ratio help? Re-measure both, interleaved, three times.
-    let mut acc = [Vec::new(), Vec::new()];
-    for _ in 0..3 {
-        for (k, ratio) in [prof.chosen, fitted].into_iter().enumerate() {
-            acc[k].push(set.measure(ratio, &decs, &cfg)?.pipeline_ips());
+}
+
+/// The single-format original and the multi-format dataset(s) the systems read, in folders under `work`.
+struct Datasets {
+    /// The single-format, chosen-ratio and fitted-ratio folders.
+    dirs: [PathBuf; 3],
+    single: Dataset,
+    liquid: Dataset,
+    /// At the fitted ratio, when it is at least 2 % of raw share away from the chosen one.
+    fit: Option<Dataset>,
+}
+
+impl Datasets {
+    fn write(
+        srcs: &[SourceItem],
+        f: &Format,
+        work: &Path,
+        chosen: Ratio,
+        fitted: Ratio,
+    ) -> anyhow::Result<Datasets> {
+        let decs = f.decs();
+        let tag = f.tag;
+        let single_dir = work.join(format!("{tag}-single"));
+        let liquid_dir = work.join(format!("{tag}-liquid"));
+        let fit_dir = work.join(format!("{tag}-fitted"));
+        profile::write_dataset(
+            srcs,
+            &decs,
+            Ratio {
+                compressed: 10,
+                raw: 0,
+            },
+            1,
+            &single_dir,
+        )?;
+        profile::write_dataset(srcs, &decs, chosen, 1, &liquid_dir)?;
+        let single = Dataset::open(&single_dir)?;
+        let liquid = Dataset::open(&liquid_dir)?;
+        let fit_differs = (fitted.raw_share() - chosen.raw_share()).abs() >= 0.02;
+        let fit = if fit_differs {
+            profile::write_dataset(srcs, &decs, fitted, 1, &fit_dir)?;
+            Some(Dataset::open(&fit_dir)?)
+        } else {
+            None
+        };
+        Ok(Datasets {
+            dirs: [single_dir, liquid_dir, fit_dir],
+            single,
+            liquid,
+            fit,
+        })
+    }
+
+    fn remove_dirs(&self) {
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
-    drop(set);
+}
+
+/// One system's end-to-end run: its label, the dataset it read and what it measured.
+type SystemRun<'a> = (String, &'a Dataset, Stats);
+
+/// (a) the page cache, (b) the static cache and (c) Liquid (and (c') at the fitted ratio), each in
+/// `budget` bytes.
+fn run_systems<'a>(
+    f: &Format,
+    dsets: &'a Datasets,
+    chosen: Ratio,
+    fitted: Ratio,
+    budget: u64,
+    su: &Setup,
+) -> anyhow::Result<Vec<SystemRun<'a>>> {
+    let (name, dec) = (f.name, f.dec);
+    let (b, e) = (su.batch, su.epochs);
+    let (single, liquid) = (&dsets.single, &dsets.liquid);
+    let mut v = Vec::new();
+    v.push((
+        format!("(a) {name} only, page cache ≤ budget (LRU via fadvise), random order"),
+        single,
+        page_cache_run(single, budget, b, e, su.threads, dec)?,
+    ));
+    v.push((
+        format!("(b) {name} only, CoorDL-style static cache, O_DIRECT"),
+        single,
+        static_cache_run(single, budget, b, e, su.threads, dec)?,
+    ));
+    v.push((
+        format!("(c) Liquid {chosen} ({name}:raw), O_DIRECT"),
+        liquid,
+        liquid_run(liquid, budget, b, e, su.threads, dec)?,
+    ));
+    if let Some(ds) = &dsets.fit {
+        v.push((
+            format!("(c') Liquid {fitted} fitted ({name}:raw), O_DIRECT"),
+            ds,
+            liquid_run(ds, budget, b, e, su.threads, dec)?,
+        ));
+    }
+    Ok(v)
+}
+
+/// The paper's tenths against the fitted crossing: probe-set throughput of each (`acc`), and end to end.
+fn report_fitted(
+    r: &mut Report,
+    name: &str,
+    chosen: Ratio,
+    fitted: Ratio,
+    acc: &[Vec<f64>; 2],
+    runs: &[SystemRun],
+    fit_differs: bool,
+) {
     let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let spread = |v: &[f64]| {
         v.iter().cloned().fold(f64::MIN, f64::max) - v.iter().cloned().fold(f64::MAX, f64::min)
-    };
-
-    // Datasets: the single-format original and the multi-format one(s).
-    let single_dir = work.join(format!("{tag}-single"));
-    let liquid_dir = work.join(format!("{tag}-liquid"));
-    let fit_dir = work.join(format!("{tag}-fitted"));
-    profile::write_dataset(
-        &srcs,
-        &decs,
-        Ratio {
-            compressed: 10,
-            raw: 0,
-        },
-        1,
-        &single_dir,
-    )?;
-    profile::write_dataset(&srcs, &decs, prof.chosen, 1, &liquid_dir)?;
-    let single = Dataset::open(&single_dir)?;
-    let liquid = Dataset::open(&liquid_dir)?;
-    let fit_differs = (fitted.raw_share() - prof.chosen.raw_share()).abs() >= 0.02;
-    let fit_ds = if fit_differs {
-        profile::write_dataset(&srcs, &decs, fitted, 1, &fit_dir)?;
-        Some(Dataset::open(&fit_dir)?)
-    } else {
-        None
-    };
-    let budget = single.item_bytes() * 3 / 10;
-    let (b, e) = (su.batch, su.epochs);
-    let runs: Vec<(String, &Dataset, Stats)> = {
-        let mut v = Vec::new();
-        v.push((
-            format!("(a) {name} only, page cache ≤ budget (LRU via fadvise), random order"),
-            &single,
-            page_cache_run(&single, budget, b, e, su.threads, dec)?,
-        ));
-        v.push((
-            format!("(b) {name} only, CoorDL-style static cache, O_DIRECT"),
-            &single,
-            static_cache_run(&single, budget, b, e, su.threads, dec)?,
-        ));
-        v.push((
-            format!("(c) Liquid {} ({name}:raw), O_DIRECT", prof.chosen),
-            &liquid,
-            liquid_run(&liquid, budget, b, e, su.threads, dec)?,
-        ));
-        if let Some(ds) = &fit_ds {
-            v.push((
-                format!("(c') Liquid {fitted} fitted ({name}:raw), O_DIRECT"),
-                ds,
-                liquid_run(ds, budget, b, e, su.threads, dec)?,
-            ));
-        }
-        v
     };
     let mut fit_t = Table::new(
         &format!(
@@ -578,7 +735,7 @@ fn run_format(
             })
     };
     fit_t.row(vec![
-        format!("{} (binary search)", prof.chosen),
+        format!("{chosen} (binary search)"),
         format!("{:.1}", avg(&acc[0])),
         format!("{:.1}", spread(&acc[0])),
         e2e("(c)"),
@@ -594,13 +751,26 @@ fn run_format(
         },
     ]);
     r.table(&fit_t);
+}
 
+/// Every system end to end: throughput, disk bytes per batch and hit ratio, and the disk bytes plotted per
+/// batch.
+fn report_end_to_end(
+    r: &mut Report,
+    f: &Format,
+    su: &Setup,
+    budget: u64,
+    dsets: &Datasets,
+    runs: &[SystemRun],
+) {
+    let (tag, name) = (f.tag, f.name);
+    let (b, e) = (su.batch, su.epochs);
     let mut t = Table::new(
         &format!(
             "{name}: end to end, batch {b}, {e} epochs, budget {} MB = 30% of the {name} dataset ({} MB; multi-format dataset {} MB), {} decode threads",
             mb(budget as f64),
-            mb(single.item_bytes() as f64),
-            mb(liquid.item_bytes() as f64),
+            mb(dsets.single.item_bytes() as f64),
+            mb(dsets.liquid.item_bytes() as f64),
             su.threads
         ),
         &[
@@ -615,7 +785,7 @@ fn run_format(
         ],
     );
     let mut series = Vec::new();
-    for (label, ds, st) in &runs {
+    for (label, ds, st) in runs {
         let (m, s) = mean_std(&st.disk_later);
         t.row(vec![
             label.clone(),
@@ -650,10 +820,6 @@ fn run_format(
             &series,
         ),
     );
-    for d in [&single_dir, &liquid_dir, &fit_dir] {
-        let _ = std::fs::remove_dir_all(d);
-    }
-    Ok(())
 }
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
@@ -690,8 +856,18 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          (DONTNEED on the whole file). Every system decodes on the same threads with the same decoders; \
          reading runs on 2 I/O threads ahead of decoding (two batches of prefetch for (a) and (b), the buffers for Liquid).",
     );
-    run_format(r, "png", "PNG", &png_dir, &work, decoder("png"), &su)?;
-    run_format(r, "l3", "L3", &l3_dir, &work, decoder("l3"), &su)?;
+    let png = Format {
+        tag: "png",
+        name: "PNG",
+        dec: decoder("png"),
+    };
+    let l3 = Format {
+        tag: "l3",
+        name: "L3",
+        dec: decoder("l3"),
+    };
+    run_format(r, &png, &png_dir, &work, &su)?;
+    run_format(r, &l3, &l3_dir, &work, &su)?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

@@ -37,6 +37,31 @@ fn read_all(ds: &Dataset, k: usize, d: Decoder) -> anyhow::Result<Vec<Image>> {
 
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
+    let jpegs = corpus_jpegs(quick)?;
+    let passes = if quick { 2 } else { 3 };
+    let conv = convert(&jpegs)?;
+    let load_before = load_average();
+    let results = (1..=conv.groups)
+        .map(|k| measure_group(&conv, k, passes))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let load_after = load_average();
+
+    describe_dataset(r, &jpegs, &conv, passes);
+    report_groups(r, &conv, &results);
+    r.para(&format!(
+        "1-minute load average when timing started: {load_before}, when it ended: {load_after} (on {} cores). \
+         A load above the core count means other processes shared the CPUs, so the throughput columns are \
+         lower bounds and noisy from row to row; bytes and MSSIM do not depend on load.",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    ));
+    compare_with_paper(r, &conv, &results);
+    report_per_file(r, &jpegs, &conv, &results);
+    plot_groups(r, &conv, &results);
+    Ok(())
+}
+
+/// The corpus's JPEG files, sorted; in quick mode four of the small ones.
+fn corpus_jpegs(quick: bool) -> anyhow::Result<Vec<PathBuf>> {
     let corpus = corpus_dir();
     let mut jpegs: Vec<PathBuf> = std::fs::read_dir(&corpus)
         .with_context(|| format!("listing {}", corpus.display()))?
@@ -59,9 +84,27 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     if jpegs.is_empty() {
         bail!("no JPEG files in {}", corpus.display());
     }
-    let passes = if quick { 2 } else { 3 };
+    Ok(jpegs)
+}
 
-    // Conversion.
+/// The PCR dataset made from the JPEGs, and what every group's measurement compares against.
+struct Converted {
+    ds: Dataset,
+    /// Bytes of the source JPEGs.
+    input_bytes: u64,
+    build_s: f64,
+    groups: usize,
+    total: u64,
+    /// Full-fidelity decodes, one set per decoder (in `Decoder::ALL` order).
+    refs: Vec<Vec<Image>>,
+    items: Vec<pcr::Item>,
+    pixels: u64,
+    /// Holds the dataset's files while the section runs (last, so that it is removed after `ds` is closed).
+    _tmp: tempfile::TempDir,
+}
+
+/// Converts the JPEGs into records (timed), then decodes every image at full fidelity (untimed).
+fn convert(jpegs: &[PathBuf]) -> anyhow::Result<Converted> {
     let tmp = tempfile::tempdir().context("creating a scratch directory")?;
     let data = tmp.path().join("pcr");
     let inputs: Vec<Input> = jpegs.iter().map(|p| Input::new(p.clone())).collect();
@@ -72,8 +115,6 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let ds = Dataset::open(&data)?;
     let groups = ds.groups();
     let total = ds.total_bytes();
-
-    // Full-fidelity references, one per decoder (untimed).
     let refs: Vec<Vec<Image>> = Decoder::ALL
         .iter()
         .map(|&d| read_all(&ds, groups, d))
@@ -86,39 +127,51 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         .iter()
         .map(|i| u64::from(i.width) * u64::from(i.height))
         .sum();
+    Ok(Converted {
+        ds,
+        input_bytes: summary.input_bytes,
+        build_s,
+        groups,
+        total,
+        refs,
+        items,
+        pixels,
+        _tmp: tmp,
+    })
+}
 
-    let load_before = load_average();
-    let mut results = Vec::new();
-    for k in 1..=groups {
-        eprintln!("pcr: group {k}/{groups}");
-        let mut g = GroupResult {
-            k,
-            prefix_bytes: ds.prefix_bytes(k)?,
-            seconds: Vec::new(),
-            mssim: Vec::new(),
-        };
-        for (di, &d) in Decoder::ALL.iter().enumerate() {
-            let mut best = f64::MAX;
-            let mut images = Vec::new();
-            for _ in 0..passes {
-                let t = Instant::now();
-                images = read_all(&ds, k, d)?;
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            let scores = images
-                .iter()
-                .zip(&refs[di])
-                .map(|(a, b)| pcr::mssim_luma(a, b).context("image sizes differ between groups"))
-                .collect::<anyhow::Result<Vec<f64>>>()?;
-            g.seconds.push(best);
-            g.mssim.push(scores);
+/// Scan group `k` with each decoder: the best of `passes` read+decode passes, and every image's MSSIM
+/// against the decoder's full-fidelity decode.
+fn measure_group(conv: &Converted, k: usize, passes: usize) -> anyhow::Result<GroupResult> {
+    let (ds, groups) = (&conv.ds, conv.groups);
+    eprintln!("pcr: group {k}/{groups}");
+    let mut g = GroupResult {
+        k,
+        prefix_bytes: ds.prefix_bytes(k)?,
+        seconds: Vec::new(),
+        mssim: Vec::new(),
+    };
+    for (di, &d) in Decoder::ALL.iter().enumerate() {
+        let mut best = f64::MAX;
+        let mut images = Vec::new();
+        for _ in 0..passes {
+            let t = Instant::now();
+            images = read_all(ds, k, d)?;
+            best = best.min(t.elapsed().as_secs_f64());
         }
-        results.push(g);
+        let scores = images
+            .iter()
+            .zip(&conv.refs[di])
+            .map(|(a, b)| pcr::mssim_luma(a, b).context("image sizes differ between groups"))
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        g.seconds.push(best);
+        g.mssim.push(scores);
     }
+    Ok(g)
+}
 
-    // Report.
-    let load_after = load_average();
-    let orig_bytes = summary.input_bytes;
+fn describe_dataset(r: &mut Report, jpegs: &[PathBuf], conv: &Converted, passes: usize) {
+    let (total, orig_bytes, build_s) = (conv.total, conv.input_bytes, conv.build_s);
     r.para(&format!(
         "Dataset: the {} JPEG files of the corpus ({}; {:.1} Mpixel in all; the PNG renders are not used), \
          converted into {} record(s) of up to {} images in {:.2} s ({:.1} images/s on all cores). Records hold \
@@ -129,16 +182,19 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          same decoder's full-fidelity decode.",
         jpegs.len(),
         jpegs.iter().map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned()).collect::<Vec<_>>().join(", "),
-        pixels as f64 / 1e6,
-        ds.records(),
-        ds.index().images_per_record,
+        conv.pixels as f64 / 1e6,
+        conv.ds.records(),
+        conv.ds.index().images_per_record,
         build_s,
         jpegs.len() as f64 / build_s,
         total as f64 / orig_bytes.max(1) as f64,
-        groups,
+        conv.groups,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     ));
+}
 
+/// Bytes read, MSSIM and throughput per scan group, for both decoders.
+fn report_groups(r: &mut Report, conv: &Converted, results: &[GroupResult]) {
     let mut t = Table::new(
         "Scan groups: bytes read, fidelity and read+decode throughput",
         &[
@@ -155,14 +211,14 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "Mpx/s zune-jpeg",
         ],
     );
-    let n = ds.images() as f64;
-    let mpx = pixels as f64 / 1e6;
-    for g in &results {
+    let n = conv.ds.images() as f64;
+    let mpx = conv.pixels as f64 / 1e6;
+    for g in results {
         let mb = g.prefix_bytes as f64 / 1e6;
         t.row(vec![
             g.k.to_string(),
             g.prefix_bytes.to_string(),
-            format!("{:.3}", g.prefix_bytes as f64 / total as f64),
+            format!("{:.3}", g.prefix_bytes as f64 / conv.total as f64),
             format!("{:.4}", mean(&g.mssim[0])),
             format!("{:.4}", mean(&g.mssim[1])),
             format!("{:.1}", n / g.seconds[0]),
@@ -174,33 +230,34 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ]);
     }
     r.table(&t);
-    r.para(&format!(
-        "1-minute load average when timing started: {load_before}, when it ended: {load_after} (on {} cores). \
-         A load above the core count means other processes shared the CPUs, so the throughput columns are \
-         lower bounds and noisy from row to row; bytes and MSSIM do not depend on load.",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-    ));
+}
 
-    let frac = |k: usize| results[k - 1].prefix_bytes as f64 / total as f64;
-    if groups >= 5 {
-        r.para(&format!(
-            "Against the paper (ImageNet-100, Fig. 5: group 5 ≈ half the full record, group 1 ≈ a fifth of \
-             group 5, i.e. ≈ 0.1): on this corpus group 5 is {:.3} of the dataset and group 1 is {:.3} \
-             ({:.2} of group 5). MSSIM at group 5: {:.4} (libjpeg-turbo), {:.4} (zune-jpeg); at group 1: {:.4} \
-             and {:.4}. libjpeg-turbo smooths blocks whose AC coefficients are still missing (from the \
-             neighbours' DC values), zune-jpeg does not: the gap shows where only DC is present (group 1). \
-             Groups 3 and 4 add only chroma AC (Cr, Cb), so luma MSSIM stays flat from 2 to 4, as the paper \
-             notes (\"2, 3, and 4 are usually similar, while 5 introduces a difference\").",
-            frac(5),
-            frac(1),
-            frac(1) / frac(5),
-            mean(&results[4].mssim[0]),
-            mean(&results[4].mssim[1]),
-            mean(&results[0].mssim[0]),
-            mean(&results[0].mssim[1]),
-        ));
+/// The paper's Fig. 5 and Fig. 7 figures against this corpus's (with five scan groups or more).
+fn compare_with_paper(r: &mut Report, conv: &Converted, results: &[GroupResult]) {
+    if conv.groups < 5 {
+        return;
     }
+    let frac = |k: usize| results[k - 1].prefix_bytes as f64 / conv.total as f64;
+    r.para(&format!(
+        "Against the paper (ImageNet-100, Fig. 5: group 5 ≈ half the full record, group 1 ≈ a fifth of \
+         group 5, i.e. ≈ 0.1): on this corpus group 5 is {:.3} of the dataset and group 1 is {:.3} \
+         ({:.2} of group 5). MSSIM at group 5: {:.4} (libjpeg-turbo), {:.4} (zune-jpeg); at group 1: {:.4} \
+         and {:.4}. libjpeg-turbo smooths blocks whose AC coefficients are still missing (from the \
+         neighbours' DC values), zune-jpeg does not: the gap shows where only DC is present (group 1). \
+         Groups 3 and 4 add only chroma AC (Cr, Cb), so luma MSSIM stays flat from 2 to 4, as the paper \
+         notes (\"2, 3, and 4 are usually similar, while 5 introduces a difference\").",
+        frac(5),
+        frac(1),
+        frac(1) / frac(5),
+        mean(&results[4].mssim[0]),
+        mean(&results[4].mssim[1]),
+        mean(&results[0].mssim[0]),
+        mean(&results[0].mssim[1]),
+    ));
+}
 
+/// Each file's sizes, the share of its record read at groups 1 and 5, and its MSSIM at groups 1, 2 and 5.
+fn report_per_file(r: &mut Report, jpegs: &[PathBuf], conv: &Converted, results: &[GroupResult]) {
     let mut per = Table::new(
         "Per file (libjpeg-turbo MSSIM)",
         &[
@@ -215,9 +272,14 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "MSSIM k=5",
         ],
     );
-    let e_images: Vec<&pcr::ImageEntry> =
-        ds.index().records.iter().flat_map(|r| &r.images).collect();
-    for (j, (item, e)) in items.iter().zip(&e_images).enumerate() {
+    let e_images: Vec<&pcr::ImageEntry> = conv
+        .ds
+        .index()
+        .records
+        .iter()
+        .flat_map(|r| &r.images)
+        .collect();
+    for (j, (item, e)) in conv.items.iter().zip(&e_images).enumerate() {
         let own = u64::from(e.header.len) + e.scans.iter().map(|p| u64::from(p.len)).sum::<u64>();
         let upto = |k: usize| {
             u64::from(e.header.len)
@@ -241,7 +303,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ]);
     }
     r.table(&per);
+}
 
+/// Bytes, fidelity and throughput against the scan group (the paper's Fig. 5 and Fig. 7).
+fn plot_groups(r: &mut Report, conv: &Converted, results: &[GroupResult]) {
+    let (n, total) = (conv.ds.images() as f64, conv.total);
     let series = |f: &dyn Fn(&GroupResult) -> f64, name: &str| Series {
         name: name.into(),
         points: results.iter().map(|g| (g.k as f64, f(g))).collect(),
@@ -282,5 +348,4 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             ],
         ),
     );
-    Ok(())
 }

@@ -12,6 +12,7 @@ use l3_cli::compare::{
 };
 use loader::convert::{ConvertOptions, Target, convert_folder};
 use loader::{Crop, Dataset, LoaderOptions, OpenOptions, SampleSpec, StorageOptions};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -106,18 +107,95 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let runs = if quick { 1 } else { 2 };
+    let su = Setup {
+        threads,
+        runs: if quick { 1 } else { 2 },
+        columns: std::iter::once(None).chain(BANDWIDTHS.map(Some)).collect(),
+    };
     let corpus = corpus_dir();
     let work = tempfile::Builder::new()
         .prefix("l3-bench-storage-")
         .tempdir()?;
-    let png = work.path().join("png");
+    let (plan, formats) = build_datasets(&corpus, work.path(), threads)?;
+    let images = loader::image_files(&work.path().join("png"))?.files.len();
+
+    let (mut table, mut series, ips_of) = measure_formats(r, &formats, &su)?;
+    // Liquid, profiled at each bandwidth (its probes read through the same cap) and streamed there.
+    let l3_whole = formats
+        .iter()
+        .find(|f| f.name.starts_with("L3, crop"))
+        .map(|f| f.path.clone());
+    let mut liquid = Liquid::new();
+    if let Some(l3_dir) = &l3_whole {
+        for &c in &su.columns {
+            liquid.measure_at(c, l3_dir, work.path(), &plan, &su, &ips_of)?;
+        }
+        table.row(liquid.cells);
+        series.push(Series {
+            name: "Liquid (profiled)".into(),
+            points: liquid.points,
+        });
+    }
+
+    r.para(&format!(
+        "{} images from {} (re-encoded as PNG, then converted; PCR from the JPEG q90 copy); each cell the best \
+         of {runs} runs, each run as many epochs as last {secs} s; {threads} decode threads and 4 I/O \
+         threads. \"L3\" decodes whole images, \"L3, crop patches only\" only the patches under the crop. Capped columns read through the read \
+         layer's bandwidth cap, a token bucket shared by every reader thread that models network storage; the \
+         page-cache column reads the just-written files at memory speed. Bytes / epoch is what the loader read: \
+         L3 crops read only their patches, PCR only the record prefix of its scan group (one image per record, a \
+         window of one record, so that its cache of four records' prefixes holds a small share of the dataset, \
+         as of a real one).",
+        images,
+        corpus.display(),
+        runs = su.runs,
+        secs = MIN_SECONDS,
+    ));
+    r.table(&table);
+    r.svg(
+        "images-per-sec-vs-bandwidth",
+        line_plot(
+            "Images/s against storage bandwidth",
+            "MB/s",
+            "images/s",
+            &series,
+        ),
+    );
+    r.table(&liquid.paper);
+    report_wins(r, &su, &ips_of, &liquid.ips);
+    kernel_throttled(r, &formats, threads)
+}
+
+/// What every measurement of the section shares.
+struct Setup {
+    threads: usize,
+    /// Runs per cell (its best counts).
+    runs: usize,
+    /// The table's columns: the page cache (`None`), then each capped bandwidth in MB/s.
+    columns: Vec<Option<u64>>,
+}
+
+/// Images/s per format name and column.
+type Ips = HashMap<(String, Option<u64>), f64>;
+
+fn column(c: Option<u64>) -> String {
+    c.map_or("page cache".to_string(), |m| format!("{m} MB/s"))
+}
+
+/// The corpus re-encoded as PNG under `work`, then converted into every format (PCR at scan groups 1, 5
+/// and 10, one image per record; Liquid is built later, once per bandwidth).
+fn build_datasets(
+    corpus: &Path,
+    work: &Path,
+    threads: usize,
+) -> anyhow::Result<(BuildPlan, Vec<FormatEntry>)> {
+    let png = work.join("png");
     eprintln!("storage bench: re-encoding {} as PNG ...", corpus.display());
     let convert = ConvertOptions {
         threads,
         to_8bit: false,
     };
-    convert_folder(&corpus, &png, Target::Png, &convert, &|_, _| {})
+    convert_folder(corpus, &png, Target::Png, &convert, &|_, _| {})
         .context("re-encoding the corpus as PNG")?;
     let plan = BuildPlan {
         threads,
@@ -126,13 +204,19 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         liquid: false,
         ..BuildPlan::default()
     };
-    let log = |l: &str| eprintln!("{l}");
-    let formats: Vec<FormatEntry> = build_formats(&png, work.path(), &plan, &log);
-    let images = loader::image_files(&png)?.files.len();
+    let formats = build_formats(&png, work, &plan, &|l| eprintln!("{l}"));
+    Ok((plan, formats))
+}
 
-    let columns: Vec<Option<u64>> = std::iter::once(None).chain(BANDWIDTHS.map(Some)).collect();
+/// Every format at every column: the table (without Liquid's row), one plot series per format, and the
+/// images/s the comparisons read. A format that could not be built is noted in `r`.
+fn measure_formats(
+    r: &mut Report,
+    formats: &[FormatEntry],
+    su: &Setup,
+) -> anyhow::Result<(Table, Vec<Series>, Ips)> {
     let mut headers = vec!["format".to_string(), "bytes / epoch".to_string()];
-    headers.extend(columns.iter().map(|c| match c {
+    headers.extend(su.columns.iter().map(|c| match c {
         None => "images/s, page cache".to_string(),
         Some(m) => format!("images/s @{m} MB/s"),
     }));
@@ -142,21 +226,21 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         &hdr,
     );
     let mut series = Vec::new();
-    let mut ips_of = std::collections::HashMap::new();
-    for f in &formats {
+    let mut ips_of = HashMap::new();
+    for f in formats {
         if let Err(why) = &f.dataset {
             r.para(&format!("Note: {} not measured ({why})", f.name));
             continue;
         }
         let mut cells = vec![f.name.clone(), String::new()];
         let mut points = Vec::new();
-        let epochs = epochs_for(f, threads)?;
-        for &c in &columns {
-            let (m, cold) = measure(f, &capped(c), threads, runs, epochs)?;
+        let epochs = epochs_for(f, su.threads)?;
+        for &c in &su.columns {
+            let (m, cold) = measure(f, &capped(c), su.threads, su.runs, epochs)?;
             eprintln!(
                 "  {:<24} {:>12}: {:.1} images/s, {cold} bytes/epoch, {epochs} epochs",
                 f.name,
-                c.map_or("page cache".into(), |m| format!("{m} MB/s")),
+                column(c),
                 m.images_per_sec(),
             );
             cells[1] = cold.to_string();
@@ -172,118 +256,109 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             points,
         });
     }
+    Ok((table, series, ips_of))
+}
 
-    // Liquid, profiled at each bandwidth (its probes read through the same cap) and streamed there.
-    let l3_whole = formats
-        .iter()
-        .find(|f| f.name.starts_with("L3, crop"))
-        .map(|f| f.path.clone());
-    let mut liquid_cells = vec![
-        "Liquid L3+raw, profiled at each bandwidth".to_string(),
-        "-".to_string(),
-    ];
-    let mut liquid_points = Vec::new();
-    let mut liquid_ips = std::collections::HashMap::new();
-    let mut paper = Table::new(
-        "Liquid (paper Table 3): the profiled mix against either format alone",
-        &[
-            "storage",
-            "ratio chosen (L3:raw)",
-            "images/s",
-            "vs L3 alone",
-            "vs raw alone",
-        ],
-    );
-    if let Some(l3_dir) = &l3_whole {
-        for &c in &columns {
-            let dir = work.path().join(format!(
-                "liquid-{}",
-                c.map_or("cache".into(), |m| m.to_string())
-            ));
-            let entry = build_liquid(l3_dir, &dir, &plan, c.map(|m| m * 1_000_000), &log);
-            let ratio = entry.name.rsplit(' ').next().unwrap_or("?").to_string();
-            let epochs = match &entry.dataset {
-                Ok(_) => epochs_for(&entry, threads)?,
-                Err(why) => anyhow::bail!("building Liquid at {c:?} MB/s: {why}"),
-            };
-            let (m, _) = measure(&entry, &capped(c), threads, runs, epochs)?;
-            let ips = m.images_per_sec();
-            eprintln!("  Liquid {ratio} at {c:?} MB/s: {ips:.1} images/s");
-            liquid_cells.push(format!("{ips:.1} ({ratio})"));
-            liquid_ips.insert(c, ips);
-            if let Some(mbps) = c {
-                liquid_points.push((mbps as f64, ips));
-            }
-            // Whole-image decodes on both sides: the mix holds whole L3 files and raw copies.
-            let vs = |name: &str| {
-                ips_of
-                    .get(&(name.to_string(), c))
-                    .map_or("n/a".into(), |b: &f64| format!("{:.2}×", ips / b))
-            };
-            paper.row(vec![
-                c.map_or("page cache".into(), |m| format!("{m} MB/s")),
-                ratio,
-                format!("{ips:.1}"),
-                vs("L3"),
-                vs("raw (PPM)"),
-            ]);
-            let _ = std::fs::remove_dir_all(&dir);
+/// Liquid profiled and streamed at each column: its row of the main table, its plot points, its images/s,
+/// and the paper's Table 3 (the mix against either format alone).
+struct Liquid {
+    cells: Vec<String>,
+    points: Vec<(f64, f64)>,
+    ips: HashMap<Option<u64>, f64>,
+    paper: Table,
+}
+
+impl Liquid {
+    fn new() -> Liquid {
+        Liquid {
+            cells: vec![
+                "Liquid L3+raw, profiled at each bandwidth".to_string(),
+                "-".to_string(),
+            ],
+            points: Vec::new(),
+            ips: HashMap::new(),
+            paper: Table::new(
+                "Liquid (paper Table 3): the profiled mix against either format alone",
+                &[
+                    "storage",
+                    "ratio chosen (L3:raw)",
+                    "images/s",
+                    "vs L3 alone",
+                    "vs raw alone",
+                ],
+            ),
         }
-        table.row(liquid_cells);
-        series.push(Series {
-            name: "Liquid (profiled)".into(),
-            points: liquid_points,
-        });
     }
 
-    r.para(&format!(
-        "{} images from {} (re-encoded as PNG, then converted; PCR from the JPEG q90 copy); each cell the best \
-         of {runs} runs, each run as many epochs as last {secs} s; {threads} decode threads and 4 I/O \
-         threads. \"L3\" decodes whole images, \"L3, crop patches only\" only the patches under the crop. Capped columns read through the read \
-         layer's bandwidth cap, a token bucket shared by every reader thread that models network storage; the \
-         page-cache column reads the just-written files at memory speed. Bytes / epoch is what the loader read: \
-         L3 crops read only their patches, PCR only the record prefix of its scan group (one image per record, a \
-         window of one record, so that its cache of four records' prefixes holds a small share of the dataset, \
-         as of a real one).",
-        images,
-        corpus.display(),
-        secs = MIN_SECONDS,
-    ));
-    r.table(&table);
-    r.svg(
-        "images-per-sec-vs-bandwidth",
-        line_plot(
-            "Images/s against storage bandwidth",
-            "MB/s",
-            "images/s",
-            &series,
-        ),
-    );
-    r.table(&paper);
+    /// Builds Liquid from the L3 files in `l3_dir`, profiled at column `c`, streams it there and adds
+    /// the results.
+    fn measure_at(
+        &mut self,
+        c: Option<u64>,
+        l3_dir: &Path,
+        work: &Path,
+        plan: &BuildPlan,
+        su: &Setup,
+        ips_of: &Ips,
+    ) -> anyhow::Result<()> {
+        let dir = work.join(format!(
+            "liquid-{}",
+            c.map_or("cache".into(), |m| m.to_string())
+        ));
+        let log = |l: &str| eprintln!("{l}");
+        let entry = build_liquid(l3_dir, &dir, plan, c.map(|m| m * 1_000_000), &log);
+        let ratio = entry.name.rsplit(' ').next().unwrap_or("?").to_string();
+        let epochs = match &entry.dataset {
+            Ok(_) => epochs_for(&entry, su.threads)?,
+            Err(why) => anyhow::bail!("building Liquid at {c:?} MB/s: {why}"),
+        };
+        let (m, _) = measure(&entry, &capped(c), su.threads, su.runs, epochs)?;
+        let ips = m.images_per_sec();
+        eprintln!("  Liquid {ratio} at {c:?} MB/s: {ips:.1} images/s");
+        self.cells.push(format!("{ips:.1} ({ratio})"));
+        self.ips.insert(c, ips);
+        if let Some(mbps) = c {
+            self.points.push((mbps as f64, ips));
+        }
+        // Whole-image decodes on both sides: the mix holds whole L3 files and raw copies.
+        let vs = |name: &str| {
+            ips_of
+                .get(&(name.to_string(), c))
+                .map_or("n/a".into(), |b: &f64| format!("{:.2}×", ips / b))
+        };
+        self.paper.row(vec![
+            column(c),
+            ratio,
+            format!("{ips:.1}"),
+            vs("L3"),
+            vs("raw (PPM)"),
+        ]);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+}
+
+/// Where PCR beats baseline JPEG and where Liquid beats either format alone (by more than the noise).
+fn report_wins(r: &mut Report, su: &Setup, ips_of: &Ips, liquid_ips: &HashMap<Option<u64>, f64>) {
+    let beats = |x: Option<&f64>, y: Option<&f64>| match (x, y) {
+        (Some(x), Some(y)) => *x > *y * WIN_MARGIN,
+        _ => false,
+    };
     let liquid_wins = |single: &str| -> Vec<String> {
-        columns
+        su.columns
             .iter()
-            .filter(
-                |&&c| match (liquid_ips.get(&c), ips_of.get(&(single.to_string(), c))) {
-                    (Some(x), Some(y)) => *x > *y * WIN_MARGIN,
-                    _ => false,
-                },
-            )
-            .map(|&c| c.map_or("page cache".to_string(), |m| format!("{m} MB/s")))
+            .filter(|&&c| beats(liquid_ips.get(&c), ips_of.get(&(single.to_string(), c))))
+            .map(|&c| column(c))
             .collect()
     };
-    let column = |c: Option<u64>| c.map_or("page cache".to_string(), |m| format!("{m} MB/s"));
     let wins = |a: &str, b: &str| -> Vec<String> {
-        columns
+        su.columns
             .iter()
             .filter(|&&c| {
-                match (
+                beats(
                     ips_of.get(&(a.to_string(), c)),
                     ips_of.get(&(b.to_string(), c)),
-                ) {
-                    (Some(x), Some(y)) => *x > *y * WIN_MARGIN,
-                    _ => false,
-                }
+                )
             })
             .map(|&c| column(c))
             .collect()
@@ -299,16 +374,16 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         "PCR (paper Fig. 5): the rows PCR k=1, 5, 10 give bytes and images/s per scan group. PCR k=1 beats \
          JPEG q90 (by more than 2 %) at: {}; PCR k=5 at: {}. Where it does not, decoding bounds both: a progressive JPEG costs more \
          to decode than a baseline one at any scan group (every scan still ends in a full-size inverse DCT), \
-         and on {threads} cores that cost, not the bytes, sets the pace once the storage moves the baseline \
+         and on {} cores that cost, not the bytes, sets the pace once the storage moves the baseline \
          JPEGs faster than the cores decode them. The paper's speed-ups come from storage-bound many-core nodes, \
          the low-bandwidth columns here. Liquid (paper Table 3): the profiled mix beats L3 alone at: {}, and raw \
          alone at: {}.",
         listed(wins("PCR k=1", "JPEG q90")),
         listed(wins("PCR k=5", "JPEG q90")),
+        su.threads,
         listed(liquid_wins("L3")),
         listed(liquid_wins("raw (PPM)")),
     ));
-    kernel_throttled(r, &formats, threads)
 }
 
 /// The token bucket against a real throttled network: an S3 server (the `s3-loopback` crate, run by
@@ -354,22 +429,7 @@ fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> 
     // The same raw folder served by S3 inside the namespace (through the shaped veth) and on loopback.
     let inside = net.serve(root.path())?;
     let outside = s3_loopback::Server::start(root.path(), "127.0.0.1:0".parse()?)?;
-    let s3 = |endpoint: &str, mbps: Option<u64>| -> anyhow::Result<(Measured, u64)> {
-        // SAFETY: set before the loader's threads start; the previous loader has been joined.
-        unsafe {
-            for (k, v) in s3_loopback::client_env(endpoint) {
-                std::env::set_var(k, v);
-            }
-        }
-        let entry = FormatEntry {
-            name: "raw on S3".into(),
-            dataset: Err(String::new()),
-            decode: raw.decode,
-            path: "s3://bench/raw".into(),
-            group: None,
-        };
-        measure(&entry, &capped(mbps), threads, 1, epochs)
-    };
+    let s3 = |endpoint: &str, mbps: Option<u64>| measure_s3(raw, endpoint, mbps, threads, epochs);
     let kernel = s3(&inside, None)?;
     let model = s3(&outside.endpoint(), Some(MBPS))?;
     let free = s3(&outside.endpoint(), None)?;
@@ -394,6 +454,30 @@ fn kernel_throttled(r: &mut Report, formats: &[FormatEntry], threads: usize) -> 
         model.0.images_per_sec() / kernel.0.images_per_sec()
     ));
     Ok(())
+}
+
+/// `raw`'s copy on the S3 server at `endpoint`, read through the cap `mbps` (one run of `epochs` epochs).
+fn measure_s3(
+    raw: &FormatEntry,
+    endpoint: &str,
+    mbps: Option<u64>,
+    threads: usize,
+    epochs: usize,
+) -> anyhow::Result<(Measured, u64)> {
+    // SAFETY: set before the loader's threads start; the previous loader has been joined.
+    unsafe {
+        for (k, v) in s3_loopback::client_env(endpoint) {
+            std::env::set_var(k, v);
+        }
+    }
+    let entry = FormatEntry {
+        name: "raw on S3".into(),
+        dataset: Err(String::new()),
+        decode: raw.decode,
+        path: "s3://bench/raw".into(),
+        group: None,
+    };
+    measure(&entry, &capped(mbps), threads, 1, epochs)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
