@@ -161,62 +161,151 @@ fn python(py: &Path, script: &Path, args: &[&str]) -> anyhow::Result<std::proces
         .with_context(|| format!("running {} {}", script.display(), args.join(" ")))
 }
 
-pub fn run(r: &mut Report) -> anyhow::Result<()> {
-    run_if_child("L3_ONNX_CHILD", "onnx", child);
-    let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
-    let sizes: Vec<usize> = env_list("L3_ONNX_SIZES", if quick { "512" } else { "2048,8192" })
-        .iter()
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let modes = env_list("L3_ONNX_MODES", "exact,sampled,naive");
-    let wanted = env_list("L3_ONNX_MODELS", "unet_gn,resnet_fcn,esrgan_x4,transformer");
-    let tile: usize = std::env::var("L3_ONNX_TILE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(512);
-    let upscaler_max: usize = std::env::var("L3_ONNX_UPSCALER_MAX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2048);
-    let runs_for = |side: usize| -> usize {
+/// The section's settings, from the environment (see the module documentation).
+struct Settings {
+    quick: bool,
+    sizes: Vec<usize>,
+    modes: Vec<String>,
+    models: Vec<String>,
+    tile: usize,
+    upscaler_max: usize,
+    threads: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
+        let number = |k: &str, default: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        Settings {
+            quick,
+            sizes: env_list("L3_ONNX_SIZES", if quick { "512" } else { "2048,8192" })
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .collect(),
+            modes: env_list("L3_ONNX_MODES", "exact,sampled,naive"),
+            models: env_list("L3_ONNX_MODELS", "unet_gn,resnet_fcn,esrgan_x4,transformer"),
+            tile: number("L3_ONNX_TILE", 512),
+            upscaler_max: number("L3_ONNX_UPSCALER_MAX", 2048),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// Processes per pipeline at `side`.
+    fn runs(&self, side: usize) -> usize {
         std::env::var("L3_ONNX_RUNS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(if side <= 2048 { 3 } else { 1 })
             .max(1)
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let py = xtask::python::venv_python(&xtask::python::venv_dir())?;
-    let ort_version = pip_install(&py, &["onnx", "onnxruntime"])
-        .map_err(|e| anyhow::anyhow!("onnx and onnxruntime did not install: {e}"))?;
-    let work = tempfile::Builder::new()
-        .prefix("l3-bench-onnx-")
-        .tempdir_in(workspace_root().join("target"))?;
-    let script = work.path().join("onnx_bench.py");
-    std::fs::write(&script, SCRIPT)?;
-    let models_dir = work.path().join("models");
-    let make = workspace_root().join("bsp-tiling/tests/onnx/make_models.py");
-    let safetensors = corpus_dir().join("..").join("models").join(TRANSFORMER);
-    let o = python(
-        &py,
-        &script,
-        &[
-            "models",
-            &make.to_string_lossy(),
-            &models_dir.to_string_lossy(),
-            &safetensors.to_string_lossy(),
-        ],
-    )?;
-    if !o.status.success() {
-        bail!(
-            "building the models failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
     }
-    let exe = std::env::current_exe()?;
+}
+
+/// What every measurement runs with: the venv's Python and the helper script, the scratch folder, the
+/// models built there, and this binary (re-executed as the child).
+struct Bench {
+    py: std::path::PathBuf,
+    script: std::path::PathBuf,
+    work: tempfile::TempDir,
+    models_dir: std::path::PathBuf,
+    exe: std::path::PathBuf,
+    ort_version: Vec<String>,
+}
+
+impl Bench {
+    /// Installs onnx and onnxruntime into the venv and builds the models.
+    fn prepare() -> anyhow::Result<Bench> {
+        let py = xtask::python::venv_python(&xtask::python::venv_dir())?;
+        let ort_version = pip_install(&py, &["onnx", "onnxruntime"])
+            .map_err(|e| anyhow::anyhow!("onnx and onnxruntime did not install: {e}"))?;
+        let work = tempfile::Builder::new()
+            .prefix("l3-bench-onnx-")
+            .tempdir_in(workspace_root().join("target"))?;
+        let script = work.path().join("onnx_bench.py");
+        std::fs::write(&script, SCRIPT)?;
+        let models_dir = work.path().join("models");
+        let make = workspace_root().join("bsp-tiling/tests/onnx/make_models.py");
+        let safetensors = corpus_dir().join("..").join("models").join(TRANSFORMER);
+        let o = python(
+            &py,
+            &script,
+            &[
+                "models",
+                &make.to_string_lossy(),
+                &models_dir.to_string_lossy(),
+                &safetensors.to_string_lossy(),
+            ],
+        )?;
+        if !o.status.success() {
+            bail!(
+                "building the models failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Ok(Bench {
+            py,
+            script,
+            work,
+            models_dir,
+            exe: std::env::current_exe()?,
+            ort_version,
+        })
+    }
+
+    fn python(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        python(&self.py, &self.script, args)
+    }
+
+    /// The `side`² input at `scale` (made once, then reused).
+    fn input(&self, side: usize, scale: f32) -> anyhow::Result<std::path::PathBuf> {
+        let input = self.work.path().join(format!("in{side}-{scale}.npy"));
+        if !input.exists() {
+            let o = self.python(&[
+                "input",
+                &corpus_dir().join(PHOTO).to_string_lossy(),
+                &side.to_string(),
+                &scale.to_string(),
+                &input.to_string_lossy(),
+            ])?;
+            if !o.status.success() {
+                bail!(
+                    "making the {side}² input failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+        Ok(input)
+    }
+}
+
+/// One pipeline's runs of one model at one side: the times, the first failure, and (ours) the output's
+/// difference from onnxruntime's.
+#[derive(Default)]
+struct Pipeline {
+    times: Vec<Timed>,
+    err: Option<String>,
+    diff: Option<String>,
+}
+
+/// onnxruntime's runs (the run alone, and from `np.load` to `np.save`) and each of our modes'.
+struct Measured {
+    ort: Pipeline,
+    ort_e2e: Vec<Timed>,
+    ours: Vec<Pipeline>,
+}
+
+pub fn run(r: &mut Report) -> anyhow::Result<()> {
+    run_if_child("L3_ONNX_CHILD", "onnx", child);
+    let cfg = Settings::from_env();
+    let bench = Bench::prepare()?;
     let mut table = Table::new(
         &format!(
-            "ONNX CNNs: bsp-tiling (tile {tile}) vs onnxruntime on the whole image; {threads} threads"
+            "ONNX CNNs: bsp-tiling (tile {}) vs onnxruntime on the whole image; {} threads",
+            cfg.tile, cfg.threads
         ),
         &[
             "model",
@@ -229,219 +318,250 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ],
     );
     let mut notes = Vec::new();
+    for &(name, about, scale) in MODELS {
+        if !cfg.models.iter().any(|w| w == name) {
+            continue;
+        }
+        let model = bench.models_dir.join(format!("{name}.onnx"));
+        for &side in &cfg.sizes {
+            if name == "esrgan_x4" && side > cfg.upscaler_max {
+                notes.push(format!(
+                    "{name} is not run at {side}² (L3_ONNX_UPSCALER_MAX = {}): its \
+                     output alone would be {:.0} GiB of float32.",
+                    cfg.upscaler_max,
+                    (side * 4) as f64 * (side * 4) as f64 * 12.0 / (1u64 << 30) as f64
+                ));
+                continue;
+            }
+            let input = bench.input(side, scale)?;
+            let m = measure(&bench, &cfg, &model, &input, side, name)?;
+            let label = format!("{name} ({about})");
+            model_rows(&mut table, &mut notes, &cfg, &label, name, side, m);
+        }
+    }
+    let norms = norms_table(&bench, &cfg, &mut notes)?;
+    r.table(&table);
+    r.table(&norms);
+    r.para(&summary(&bench, &cfg));
+    for n in notes {
+        r.para(&format!("Note: {n}"));
+    }
+    streamed(
+        r,
+        bench.work.path(),
+        &bench.models_dir,
+        &bench.exe,
+        cfg.threads,
+        cfg.quick,
+    )
+}
+
+/// Every pipeline on `model` at `side`, each several times; the runs alternate between the pipelines,
+/// so that a busy spell of the machine falls on all.
+fn measure(
+    bench: &Bench,
+    cfg: &Settings,
+    model: &Path,
+    input: &Path,
+    side: usize,
+    name: &str,
+) -> anyhow::Result<Measured> {
+    let n = cfg.runs(side);
+    let ort_out = bench.work.path().join("ort.npy");
+    let mut m = Measured {
+        ort: Pipeline::default(),
+        ort_e2e: Vec::new(),
+        ours: cfg.modes.iter().map(|_| Pipeline::default()).collect(),
+    };
+    for run in 0..n {
+        eprintln!("  {name} {side}²: onnxruntime (run {}/{n}) ...", run + 1);
+        let o = bench.python(&[
+            "ort",
+            &model.to_string_lossy(),
+            &input.to_string_lossy(),
+            &ort_out.to_string_lossy(),
+            &cfg.threads.to_string(),
+        ])?;
+        match line_of(&o, "ORT ") {
+            Ok(kv) => {
+                let timed = |secs: &str| Timed {
+                    secs: num(&kv, secs),
+                    peak: num(&kv, "peak"),
+                    tiles: None,
+                };
+                m.ort.times.push(timed("secs"));
+                m.ort_e2e.push(timed("e2e"));
+            }
+            Err(why) => {
+                m.ort.err.get_or_insert(why);
+            }
+        }
+        for (mode, ours) in cfg.modes.iter().zip(&mut m.ours) {
+            eprintln!("  {name} {side}²: {mode} (run {}/{n}) ...", run + 1);
+            our_run(bench, cfg, model, input, mode, &ort_out, ours)?;
+        }
+    }
+    let _ = std::fs::remove_file(&ort_out);
+    Ok(m)
+}
+
+/// One run of ours in `mode` (a child process: `l3 infer`'s code), compared with onnxruntime's output
+/// the first time both exist (every run's output is the same bits).
+fn our_run(
+    bench: &Bench,
+    cfg: &Settings,
+    model: &Path,
+    input: &Path,
+    mode: &str,
+    ort_out: &Path,
+    p: &mut Pipeline,
+) -> anyhow::Result<()> {
+    let out = bench.work.path().join("ours.npy");
+    let spill = bench.work.path().join("spill");
+    std::fs::create_dir_all(&spill)?;
+    let spec = format!(
+        "model={};in={};out={};mode={mode};tile={};threads={};spill={}",
+        model.display(),
+        input.display(),
+        out.display(),
+        cfg.tile,
+        cfg.threads,
+        spill.display()
+    );
+    let o = Command::new(&bench.exe)
+        .arg("onnx")
+        .env("L3_ONNX_CHILD", &spec)
+        .output()
+        .context("starting the child")?;
+    match line_of(&o, "ONNXCHILD ") {
+        Ok(kv) => p.times.push(Timed {
+            secs: num(&kv, "secs"),
+            peak: num(&kv, "peak"),
+            tiles: Some(num(&kv, "tiles") as usize),
+        }),
+        Err(why) => {
+            p.err.get_or_insert(why);
+        }
+    }
+    if p.diff.is_none() && ort_out.exists() && out.exists() {
+        let o = bench.python(&[
+            "compare",
+            &out.to_string_lossy(),
+            &ort_out.to_string_lossy(),
+        ])?;
+        p.diff = Some(match line_of(&o, "CMP ") {
+            Ok(kv) => format!("{:.1e}", num(&kv, "rel")),
+            Err(why) => why,
+        });
+    }
+    let _ = std::fs::remove_file(&out);
+    Ok(())
+}
+
+/// The table's rows for one model at one side: onnxruntime's two, then one per mode of ours.
+fn model_rows(
+    table: &mut Table,
+    notes: &mut Vec<String>,
+    cfg: &Settings,
+    label: &str,
+    name: &str,
+    side: usize,
+    m: Measured,
+) {
+    let ort = Runs::of(&m.ort.times);
+    if let Some(why) = &m.ort.err {
+        notes.push(format!("onnxruntime on {name} at {side}²: {why}"));
+    }
+    let row = |pipeline: String, secs: String, ratio: String, peak: String, diff: &str| {
+        vec![
+            label.to_string(),
+            format!("{side}²"),
+            pipeline,
+            secs,
+            ratio,
+            peak,
+            diff.to_string(),
+        ]
+    };
+    let mib = |t: &Runs| format!("{:.0}", t.peak / 1048576.0);
+    match &ort {
+        Some(t) => {
+            table.row(row(
+                format!("onnxruntime, whole image ({} runs)", m.ort.times.len()),
+                t.seconds(),
+                "1.00×".into(),
+                mib(t),
+                "—",
+            ));
+            // Timed as ours are: from reading the input to the written output.
+            if let Some(e) = Runs::of(&m.ort_e2e) {
+                table.row(row(
+                    "onnxruntime, with np.load and np.save".into(),
+                    e.seconds(),
+                    format!("{:.2}×", e.median / t.median),
+                    mib(&e),
+                    "—",
+                ));
+            }
+        }
+        None => table.row(row(
+            "onnxruntime, whole image".into(),
+            "failed".into(),
+            "n/a".into(),
+            "n/a".into(),
+            "—",
+        )),
+    }
+    for (mode, p) in cfg.modes.iter().zip(m.ours) {
+        if let Some(why) = p.err {
+            notes.push(format!("{mode} on {name} at {side}²: {why}"));
+        }
+        let Some(t) = Runs::of(&p.times) else {
+            table.row(row(
+                format!("bsp-tiling {mode}"),
+                "failed".into(),
+                "n/a".into(),
+                "n/a".into(),
+                "n/a",
+            ));
+            continue;
+        };
+        table.row(row(
+            format!(
+                "bsp-tiling {mode} ({} tiles, {} runs)",
+                t.tiles.map_or("?".into(), |n| n.to_string()),
+                p.times.len()
+            ),
+            t.seconds(),
+            ort.as_ref()
+                .map_or("n/a".into(), |o| format!("{:.2}×", t.median / o.median)),
+            mib(&t),
+            p.diff.as_deref().unwrap_or("n/a"),
+        ));
+    }
+}
+
+/// The normalisation check: one node's statistics against float64, onnxruntime's and ours, at every side
+/// whose 0..1 input was made.
+fn norms_table(bench: &Bench, cfg: &Settings, notes: &mut Vec<String>) -> anyhow::Result<Table> {
     let mut norms = Table::new(
         "Normalisation statistics against float64: max |diff| ÷ max |float64 result| of one node on the \
          same input (0..1)",
         &["node", "side", "onnxruntime", "bsp-tiling exact"],
     );
-    for &(name, about, scale) in MODELS {
-        if !wanted.iter().any(|w| w == name) {
-            continue;
-        }
-        let model = models_dir.join(format!("{name}.onnx"));
-        for &side in &sizes {
-            if name == "esrgan_x4" && side > upscaler_max {
-                notes.push(format!(
-                    "{name} is not run at {side}² (L3_ONNX_UPSCALER_MAX = {upscaler_max}): its \
-                     output alone would be {:.0} GiB of float32.",
-                    (side * 4) as f64 * (side * 4) as f64 * 12.0 / (1u64 << 30) as f64
-                ));
-                continue;
-            }
-            let input = work.path().join(format!("in{side}-{scale}.npy"));
-            if !input.exists() {
-                let o = python(
-                    &py,
-                    &script,
-                    &[
-                        "input",
-                        &corpus_dir().join(PHOTO).to_string_lossy(),
-                        &side.to_string(),
-                        &scale.to_string(),
-                        &input.to_string_lossy(),
-                    ],
-                )?;
-                if !o.status.success() {
-                    bail!(
-                        "making the {side}² input failed: {}",
-                        String::from_utf8_lossy(&o.stderr)
-                    );
-                }
-            }
-            // Runs alternate between the pipelines, so that a busy spell of the machine falls on all.
-            let n = runs_for(side);
-            let ort_out = work.path().join("ort.npy");
-            let mut ort_runs = Vec::new();
-            let mut ort_e2e_runs = Vec::new();
-            let mut ort_err = None;
-            let mut ours: Vec<(Vec<Timed>, Option<String>, Option<String>)> =
-                modes.iter().map(|_| (Vec::new(), None, None)).collect();
-            for run in 0..n {
-                eprintln!("  {name} {side}²: onnxruntime (run {}/{n}) ...", run + 1);
-                let o = python(
-                    &py,
-                    &script,
-                    &[
-                        "ort",
-                        &model.to_string_lossy(),
-                        &input.to_string_lossy(),
-                        &ort_out.to_string_lossy(),
-                        &threads.to_string(),
-                    ],
-                )?;
-                match line_of(&o, "ORT ") {
-                    Ok(kv) => {
-                        ort_runs.push(Timed {
-                            secs: num(&kv, "secs"),
-                            peak: num(&kv, "peak"),
-                            tiles: None,
-                        });
-                        ort_e2e_runs.push(Timed {
-                            secs: num(&kv, "e2e"),
-                            peak: num(&kv, "peak"),
-                            tiles: None,
-                        });
-                    }
-                    Err(why) => {
-                        ort_err.get_or_insert(why);
-                    }
-                }
-                for (mode, (times, err, diff)) in modes.iter().zip(&mut ours) {
-                    eprintln!("  {name} {side}²: {mode} (run {}/{n}) ...", run + 1);
-                    let out = work.path().join("ours.npy");
-                    let spill = work.path().join("spill");
-                    std::fs::create_dir_all(&spill)?;
-                    let spec = format!(
-                        "model={};in={};out={};mode={mode};tile={tile};threads={threads};spill={}",
-                        model.display(),
-                        input.display(),
-                        out.display(),
-                        spill.display()
-                    );
-                    let o = Command::new(&exe)
-                        .arg("onnx")
-                        .env("L3_ONNX_CHILD", &spec)
-                        .output()
-                        .context("starting the child")?;
-                    match line_of(&o, "ONNXCHILD ") {
-                        Ok(kv) => times.push(Timed {
-                            secs: num(&kv, "secs"),
-                            peak: num(&kv, "peak"),
-                            tiles: Some(num(&kv, "tiles") as usize),
-                        }),
-                        Err(why) => {
-                            err.get_or_insert(why);
-                        }
-                    }
-                    // Every run's output is the same bits: the first one that ran is compared.
-                    if diff.is_none() && ort_out.exists() && out.exists() {
-                        let o = python(
-                            &py,
-                            &script,
-                            &[
-                                "compare",
-                                &out.to_string_lossy(),
-                                &ort_out.to_string_lossy(),
-                            ],
-                        )?;
-                        *diff = Some(match line_of(&o, "CMP ") {
-                            Ok(kv) => format!("{:.1e}", num(&kv, "rel")),
-                            Err(why) => why,
-                        });
-                    }
-                    let _ = std::fs::remove_file(&out);
-                }
-            }
-            let label = format!("{name} ({about})");
-            let ort = Runs::of(&ort_runs);
-            if let Some(why) = &ort_err {
-                notes.push(format!("onnxruntime on {name} at {side}²: {why}"));
-            }
-            match &ort {
-                Some(t) => {
-                    table.row(vec![
-                        label.clone(),
-                        format!("{side}²"),
-                        format!("onnxruntime, whole image ({} runs)", ort_runs.len()),
-                        t.seconds(),
-                        "1.00×".into(),
-                        format!("{:.0}", t.peak / 1048576.0),
-                        "—".into(),
-                    ]);
-                    // Timed as ours are: from reading the input to the written output.
-                    if let Some(e) = Runs::of(&ort_e2e_runs) {
-                        table.row(vec![
-                            label.clone(),
-                            format!("{side}²"),
-                            "onnxruntime, with np.load and np.save".into(),
-                            e.seconds(),
-                            format!("{:.2}×", e.median / t.median),
-                            format!("{:.0}", e.peak / 1048576.0),
-                            "—".into(),
-                        ]);
-                    }
-                }
-                None => table.row(vec![
-                    label.clone(),
-                    format!("{side}²"),
-                    "onnxruntime, whole image".into(),
-                    "failed".into(),
-                    "n/a".into(),
-                    "n/a".into(),
-                    "—".into(),
-                ]),
-            }
-            for (mode, (times, err, diff)) in modes.iter().zip(ours) {
-                if let Some(why) = err {
-                    notes.push(format!("{mode} on {name} at {side}²: {why}"));
-                }
-                let Some(t) = Runs::of(&times) else {
-                    table.row(vec![
-                        label.clone(),
-                        format!("{side}²"),
-                        format!("bsp-tiling {mode}"),
-                        "failed".into(),
-                        "n/a".into(),
-                        "n/a".into(),
-                        "n/a".into(),
-                    ]);
-                    continue;
-                };
-                table.row(vec![
-                    label.clone(),
-                    format!("{side}²"),
-                    format!(
-                        "bsp-tiling {mode} ({} tiles, {} runs)",
-                        t.tiles.map_or("?".into(), |n| n.to_string()),
-                        times.len()
-                    ),
-                    t.seconds(),
-                    ort.as_ref()
-                        .map_or("n/a".into(), |o| format!("{:.2}×", t.median / o.median)),
-                    format!("{:.0}", t.peak / 1048576.0),
-                    diff.unwrap_or_else(|| "n/a".into()),
-                ]);
-            }
-            let _ = std::fs::remove_file(&ort_out);
-        }
-    }
-    for &side in &sizes {
-        let input = work.path().join(format!("in{side}-1.npy"));
+    for &side in &cfg.sizes {
+        let input = bench.work.path().join(format!("in{side}-1.npy"));
         if !input.exists() {
             continue;
         }
         eprintln!("  normalisations at {side}² ...");
-        let o = python(
-            &py,
-            &script,
-            &[
-                "norms",
-                &input.to_string_lossy(),
-                &work.path().to_string_lossy(),
-                &exe.to_string_lossy(),
-                &threads.to_string(),
-            ],
-        )?;
+        let o = bench.python(&[
+            "norms",
+            &input.to_string_lossy(),
+            &bench.work.path().to_string_lossy(),
+            &bench.exe.to_string_lossy(),
+            &cfg.threads.to_string(),
+        ])?;
         let stdout = String::from_utf8_lossy(&o.stdout);
         for line in stdout.lines().filter(|l| l.starts_with("NORM ")) {
             let kv: HashMap<&str, &str> = line[5..]
@@ -461,9 +581,13 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             ));
         }
     }
-    r.table(&table);
-    r.table(&norms);
-    r.para(&format!(
+    Ok(norms)
+}
+
+/// The paragraph under the tables: what was run and how it was timed.
+fn summary(bench: &Bench, cfg: &Settings) -> String {
+    let threads = cfg.threads;
+    format!(
         "Models: bsp-tiling/tests/onnx/make_models.py (the onnx helper API, seeded weights, opset 21), the \
          candy TransformerNet exported by the same script. Input: a float32 3×side×side array of {PHOTO}'s \
          centre, mirrored out to the side (0..1, or 0..255 for the TransformerNet). onnxruntime {} (CPU execution provider, \
@@ -480,13 +604,9 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
          onnxruntime's float32 statistics drift from the float64 result (second table); bsp-tiling merges \
          its statistics in float64 (Chan/Welford), and its exact output equals its own whole-image \
          output. Peak RSS: each run's own process (VmHWM; ru_maxrss for Python). Machine: {}.",
-        ort_version.join(", "),
+        bench.ort_version.join(", "),
         machine()
-    ));
-    for n in notes {
-        r.para(&format!("Note: {n}"));
-    }
-    streamed(r, work.path(), &models_dir, &exe, threads, quick)
+    )
 }
 
 /// The photo mirrored out to `side`² as an 8-bit RGB L3 file at `path`, made a band of rows at a time
