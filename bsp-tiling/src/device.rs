@@ -10,6 +10,7 @@
 
 use crate::backend::Conv2d;
 use crate::error::{Error, Result};
+use vocab::Invalid;
 
 pub use vocab::Device;
 
@@ -41,12 +42,32 @@ impl Precision {
         }
     }
 
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+
     /// Bytes of one GEMM operand element.
     pub fn elem_bytes(self) -> usize {
         match self {
             Precision::F32 => 4,
             Precision::F16 => 2,
         }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = Invalid;
+    fn from_str(s: &str) -> std::result::Result<Precision, Invalid> {
+        Precision::parse(s).ok_or_else(|| Invalid::new("precision", s, "f32 or f16"))
     }
 }
 
@@ -61,22 +82,31 @@ pub struct DeviceOptions {
 }
 
 impl DeviceOptions {
-    /// Checks the combination before anything is opened.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the combination before anything is opened, in the words of the options that name it
+    /// (`precision`, `gpu_memory`: the command line's flags are the same with `-` for `_`).
+    pub fn check(&self) -> std::result::Result<(), Invalid> {
         if self.device == Device::Cpu {
             if self.precision != Precision::F32 {
-                return Err(Error::Device(
-                    "--precision f16 needs --device cuda (the CPU backend computes in f32)".into(),
+                return Err(Invalid::new(
+                    "precision",
+                    self.precision,
+                    "f32 on device cpu (the CPU backend computes in f32; f16 needs device cuda)",
                 ));
             }
-            if self.gpu_memory.is_some() {
-                return Err(Error::Device(
-                    "--gpu-memory needs --device cuda (the CPU backend's memory is --ram-budget-mib)"
-                        .into(),
+            if let Some(b) = self.gpu_memory {
+                return Err(Invalid::new(
+                    "gpu_memory",
+                    b,
+                    "none on device cpu (it budgets a GPU; the CPU's is ram_budget_mib)",
                 ));
             }
         }
         Ok(())
+    }
+
+    /// [`DeviceOptions::check`] as this crate's error.
+    pub fn validate(&self) -> Result<()> {
+        self.check().map_err(|e| Error::Device(e.to_string()))
     }
 }
 
@@ -156,7 +186,7 @@ mod tests {
                 .validate()
                 .unwrap_err()
                 .to_string()
-                .contains("--gpu-memory")
+                .starts_with("gpu_memory \"1073741824\": expected none on device cpu")
         );
         assert!(DeviceOptions::default().validate().is_ok());
     }

@@ -109,16 +109,16 @@ pub enum Error {
     Device(String),
     /// libcuda (the NVIDIA driver's user-space library) could not be loaded.
     #[error(
-        "--device cuda: no CUDA driver (libcuda could not be loaded; is an NVIDIA GPU and driver installed?)"
+        "device cuda: no CUDA driver (libcuda could not be loaded; is an NVIDIA GPU and driver installed?)"
     )]
     NoDriver,
     /// A CUDA library the backend needs (libnvrtc, libcublas) could not be loaded.
-    #[error("--device cuda: {lib} could not be loaded ({hint})")]
+    #[error("device cuda: {lib} could not be loaded ({hint})")]
     NoCudaLibrary {
         lib: &'static str,
         hint: &'static str,
     },
-    #[error("--device cuda: no CUDA device {ordinal}, the driver reports {count}")]
+    #[error("device cuda:{ordinal}: no such CUDA device, the driver reports {count}")]
     NoDevice { ordinal: usize, count: usize },
     /// A CUDA driver or cuBLAS call failed.
     #[error("CUDA call {call} failed: {message}")]
@@ -133,7 +133,7 @@ pub enum Error {
     External(Box<dyn std::error::Error + Send + Sync>),
     /// Device memory would exceed the budget (`gpu_memory`).
     #[error(
-        "device memory: {what} needs {needed} bytes, more than the budget of {budget} bytes (raise --gpu-memory or use smaller tiles)"
+        "device memory: {what} needs {needed} bytes, more than the budget of {budget} bytes (raise gpu_memory or use smaller tiles)"
     )]
     DeviceBudget {
         what: String,
@@ -144,7 +144,7 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// The CUDA setup's reasons in this crate's words (the `--device cuda: ...` texts above).
+/// The CUDA setup's reasons in this crate's words (the `device cuda: ...` texts above).
 impl From<cuda_setup::Error> for Error {
     fn from(e: cuda_setup::Error) -> Error {
         use cuda_setup::{Error as E, Library};

@@ -133,6 +133,33 @@ impl Mode {
     }
 }
 
+/// The spelling [`Mode::parse`] reads (`sampled` for the default factor 2).
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Whole => f.write_str("whole"),
+            Mode::Exact => f.write_str("exact"),
+            Mode::Sampled(2) => f.write_str("sampled"),
+            Mode::Sampled(n) => write!(f, "sampled:{n}"),
+            Mode::Recompute => f.write_str("recompute"),
+            Mode::Naive => f.write_str("naive"),
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = vocab::Invalid;
+    fn from_str(s: &str) -> std::result::Result<Mode, vocab::Invalid> {
+        Mode::parse(s).ok_or_else(|| {
+            vocab::Invalid::new(
+                "mode",
+                s,
+                "exact, sampled, sampled:N, recompute, naive or whole",
+            )
+        })
+    }
+}
+
 /// Settings of a [`stylize`] run.
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -50,6 +50,30 @@ impl PaddingMode {
             _ => None,
         }
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PaddingMode::Zero => "zero",
+            PaddingMode::Replicate => "replicate",
+            PaddingMode::Reflect => "reflect",
+            PaddingMode::Circular => "circular",
+        }
+    }
+}
+
+impl std::fmt::Display for PaddingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for PaddingMode {
+    type Err = vocab::Invalid;
+    fn from_str(s: &str) -> Result<PaddingMode, vocab::Invalid> {
+        PaddingMode::parse(s).ok_or_else(|| {
+            vocab::Invalid::new("padding", s, "reflect, circular, zero or replicate")
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! `l3 infer`: any supported network (ONNX, or a TransformerNet in safetensors) over an image of any size
 //! with BSP tiling; the library side is the `infer-io` crate.
 use anyhow::bail;
-use bsp_tiling::{Budget, Device, DeviceOptions, Mode, PaddingMode, Precision};
-use infer_io::{InferRequest, infer_paths, load_model};
+use infer_io::{InferSettings, infer_paths, load_model};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -11,59 +10,12 @@ pub struct InferArgs {
     /// TransformerNet in safetensors.
     #[arg(long, required_unless_present = "list_pages")]
     pub model: Option<PathBuf>,
-    /// Tile side in input pixels (a multiple of the network's total stride).
-    #[arg(long, default_value_t = 512)]
-    pub tile: usize,
-    /// exact | sampled | naive | whole (also `sampled:N` and `recompute`: exact statistics recomputed
-    /// per normalisation, nothing stored but the output)
-    #[arg(long, default_value = "exact")]
-    pub mode: String,
-    /// Where the graph runs: cpu, cuda (GPU 0) or cuda:N (every node on the CUDA backend's kernels). A
-    /// GPU that cannot be used is an error, never a CPU run.
-    #[arg(long, default_value = "cpu", value_parser = loader::clap_values::Text::<Device>::new("device"))]
-    pub device: Device,
-    /// Bytes of GPU memory the run may use (with --device cuda; default: what is free, less a margin).
-    #[arg(long)]
-    pub gpu_memory: Option<u64>,
-    /// f32. Graph convolutions have f32 kernels only: f16 is refused naming the first convolution.
-    #[arg(long, default_value = "f32")]
-    pub precision: String,
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// TransformerNet safetensors only: padding at the image border (reflect as trained, circular, zero,
-    /// replicate). An ONNX model pads as exported.
-    #[arg(long)]
-    pub padding: Option<String>,
-    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to files (--spill-dir).
-    #[arg(long, default_value_t = 2048)]
-    pub ram_budget_mib: u64,
-    /// Where spill files go (default: the system temporary directory).
-    #[arg(long)]
-    pub spill_dir: Option<PathBuf>,
-    /// Crop the output to the input's size times the network's scale (by default it is the network's
-    /// whole output, as onnxruntime gives it).
-    #[arg(long)]
+    #[command(flatten)]
+    pub settings: InferSettings,
+    /// The older spelling of the default: the output cropped to the input's size times the network's
+    /// scale (`--full` keeps the network's whole output).
+    #[arg(long, hide = true, conflicts_with = "full")]
     pub crop_to_input: bool,
-    /// Factor applied to 8-bit input pixels (0..255): 0.00392156862 (1/255) for networks trained on 0..1.
-    /// `.npy` inputs are taken as they are.
-    #[arg(long, default_value_t = 1.0)]
-    pub in_scale: f32,
-    /// Factor applied to the output before 8-bit clamping (255 for a 0..1 output); float32 outputs are raw.
-    #[arg(long, default_value_t = 1.0)]
-    pub out_scale: f32,
-    /// The output's samples where the format offers a choice: a .tif is uint8 (clamped, like PNG) by
-    /// default or float32 (the raw output); .npy is float32, the image formats uint8.
-    #[arg(long)]
-    pub out_dtype: Option<String>,
-    /// The page of a TIFF input to read (default 0, the first: a slide's full resolution; later pages are
-    /// reduced levels, overviews, thumbnails, label images; see --list-pages). Refused for other inputs.
-    #[arg(long)]
-    pub page: Option<usize>,
-    /// The level of that page to read: 0 (default) the page itself, N its N-th SubIFD — where pyramidal
-    /// slides (OME-TIFF and most whole-slide writers) keep their reduced resolutions; see --list-pages.
-    /// Refused for other inputs.
-    #[arg(long)]
-    pub level: Option<usize>,
     /// Prints the pages of a TIFF file, one line each (index, and level for a page's SubIFDs, WxH,
     /// channels, sample type, tiled or striped with the chunk size, reduced resolution or not), and runs
     /// nothing.
@@ -91,55 +43,8 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
     let (Some(model), Some(input), Some(output)) = (a.model, a.input, a.output) else {
         bail!("--model, an input and an output are required unless --list-pages is given");
     };
-    let Some(mode) = Mode::parse(&a.mode) else {
-        bail!(
-            "unknown --mode {:?}: use exact, sampled, sampled:N, recompute, naive or whole",
-            a.mode
-        );
-    };
-    let padding = match &a.padding {
-        None => None,
-        Some(p) => Some(PaddingMode::parse(p).ok_or_else(|| {
-            anyhow::anyhow!("unknown --padding {p:?}: use reflect, circular, zero or replicate")
-        })?),
-    };
-    let Some(precision) = Precision::parse(&a.precision) else {
-        bail!("unknown --precision {:?}: use f32 or f16", a.precision);
-    };
-    let device = DeviceOptions {
-        device: a.device,
-        gpu_memory: a.gpu_memory,
-        precision,
-    };
-    device.validate()?;
-    let out_dtype =
-        match &a.out_dtype {
-            None => None,
-            Some(d) => Some(infer_io::tiff::OutDType::parse(d).ok_or_else(|| {
-                anyhow::anyhow!("unknown --out-dtype {d:?}: use uint8 or float32")
-            })?),
-        };
-    let g = load_model(&model, padding)?;
-    let defaults = bsp_tiling::Options::default();
-    let req = InferRequest {
-        input,
-        output,
-        mode,
-        tile: a.tile,
-        threads: a.threads.unwrap_or(defaults.threads).max(1),
-        budget: Budget {
-            ram: a.ram_budget_mib << 20,
-            disk: None,
-            spill_dir: a.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
-        },
-        full: !a.crop_to_input,
-        in_scale: a.in_scale,
-        out_scale: a.out_scale,
-        out_dtype,
-        device,
-        page: a.page,
-        level: a.level,
-    };
+    let req = a.settings.request(input, output)?;
+    let g = load_model(&model, a.settings.padding)?;
     let r = infer_paths(&g, &req)?;
     for note in &r.notes {
         eprintln!("infer: {note}");
@@ -156,7 +61,7 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
         r.output.0,
         r.output.1,
         r.output.2,
-        a.mode,
+        req.mode,
         r.info.tiles,
         r.info.spilled_layers,
         r.seconds

@@ -117,7 +117,10 @@ fn errors_are_one_line_and_leave_no_output() {
     };
     check(stylize(&input, &out, &["--tile", "2"]), "halo");
     check(stylize(&input, &out, &["--tile", "10"]), "multiple of");
-    check(stylize(&input, &out, &["--mode", "fast"]), "--mode");
+    check(
+        stylize(&input, &out, &["--mode", "fast"]),
+        "mode \"fast\": expected",
+    );
     check(
         stylize(&dir.path().join("missing.png"), &out, &[]),
         "missing.png",

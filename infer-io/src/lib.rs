@@ -14,6 +14,8 @@
 //! * [`output`] — an output chosen by its extension, written under a temporary name ([`OutputFile`]).
 //! * [`run`] — the model loaded ([`load_model`]) and run from files to files or tensors
 //!   ([`InferRequest`], [`infer_paths`], [`stylize_paths`], ...).
+//! * [`settings`] — the options of a run as every surface spells them ([`InferSettings`]): one model
+//!   for `l3 infer`, `l3 stylize` and Python's `infer` and `Model`.
 //! * [`error`] — the one error type ([`Error`]): damage found when a file is opened and damage found by
 //!   the window that reads it are the same error.
 //!
@@ -28,6 +30,7 @@ pub mod npy;
 pub mod output;
 mod rows;
 pub mod run;
+pub mod settings;
 pub mod tiff;
 
 #[cfg(doctest)]
@@ -40,5 +43,6 @@ pub use l3::L3Regions;
 pub use output::OutputFile;
 pub use run::{
     InferReport, InferRequest, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
-    load_model, output_shape, stylize_paths,
+    load_model, load_network, output_shape, stylize_paths,
 };
+pub use settings::{INFER_SETTING_NAMES, InferSettings};

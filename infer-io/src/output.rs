@@ -41,13 +41,6 @@ fn output_dtypes(out_ext: &str) -> Option<&'static [OutDType]> {
     })
 }
 
-fn dtype_name(d: OutDType) -> &'static str {
-    match d {
-        OutDType::U8 => "uint8",
-        OutDType::F32 => "float32",
-    }
-}
-
 /// Refuses an output path whose type is unknown, or that cannot hold `dtype`, before anything runs.
 pub fn check_output(path: &Path, dtype: Option<OutDType>) -> Result<OutDType> {
     let out_ext = ext(path);
@@ -65,8 +58,8 @@ pub fn check_output(path: &Path, dtype: Option<OutDType>) -> Result<OutDType> {
             path.display().to_string(),
             format!(
                 "a .{out_ext} output holds {}, not {}",
-                dtype_name(dtypes[0]),
-                dtype_name(dtype)
+                dtypes[0].name(),
+                dtype.name()
             ),
         ));
     }

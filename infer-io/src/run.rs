@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 /// safetensors (with `padding` at its borders, reflect by default; ONNX models carry their own padding,
 /// and a padding asked of one is refused).
 pub fn load_model(path: &Path, padding: Option<PaddingMode>) -> Result<Graph> {
+    Ok(load_network(path, padding)?.0)
+}
+
+/// [`load_model`], with the TransformerNet itself where the file holds one (what `stylize` runs).
+pub fn load_network(path: &Path, padding: Option<PaddingMode>) -> Result<(Graph, Option<Net>)> {
     if ext(path) == "onnx" {
         if padding.is_some() {
             return Err(Error::refused(
@@ -21,10 +26,10 @@ pub fn load_model(path: &Path, padding: Option<PaddingMode>) -> Result<Graph> {
                 "applies to TransformerNet safetensors only: an ONNX model pads as it was exported",
             ));
         }
-        return Ok(bsp_tiling::load_onnx(path)?);
+        return Ok((bsp_tiling::load_onnx(path)?, None));
     }
     let net = Net::load_transformer(path, padding.unwrap_or(PaddingMode::Reflect))?;
-    Ok(Graph::from_net(&net))
+    Ok((Graph::from_net(&net), Some(net)))
 }
 
 /// One run.

@@ -65,8 +65,8 @@ pub use loader::{Loader, Next, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
 pub use options::{
-    Bytes, LoaderOptions, Order, Pair, PerChannel, SampleSize, Sampler, Settings, Size,
-    parse_setting,
+    Bytes, LoaderOptions, MAX_THREADS, Order, Pair, PerChannel, SampleSize, Sampler, Settings,
+    Size, parse_setting,
 };
 pub use resume::LoaderState;
 pub use sample::DecodeScope;

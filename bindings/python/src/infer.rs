@@ -3,23 +3,29 @@
 //! tiling, on arrays and on paths (`infer_io`, the same code as `l3 infer`).
 
 use crate::errors::{Failure, Kind, detached, raise};
-use crate::stylize::gpu_words_of;
-use bsp_tiling::{Budget, Graph, Image, Mode, PaddingMode, Tensor};
+use crate::infer_options::infer_settings;
+use bsp_tiling::{Graph, Image, Net, Tensor};
 use infer_io::{
-    InferRequest, InputData, check_page, infer_path_to_tensor, infer_paths, infer_to_path,
-    infer_to_tensor, load_model,
+    InputData, check_page, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
+    load_network,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use std::path::PathBuf;
 use std::sync::Arc;
+use vocab::Invalid;
 
 /// A network loaded once: an ONNX model (``.onnx``: the tileable CNN subset — convolutions, norms,
 /// activations, pooling, resizes, pixel shuffle, skips; see the README) or a TransformerNet in
-/// safetensors (``padding`` applies to it only). Errors name the node and why it cannot be tiled.
-#[pyclass(frozen, module = "l3toolkit")]
+/// safetensors (``padding`` applies to it only: ``"reflect"`` as trained, the default, ``"circular"``,
+/// ``"zero"``, ``"replicate"``). Errors name the node and why it cannot be tiled. ``infer`` runs either;
+/// ``stylize`` runs a TransformerNet.
+#[pyclass(frozen, subclass, module = "l3toolkit")]
 pub struct Model {
-    graph: Arc<Graph>,
+    pub(crate) graph: Arc<Graph>,
+    /// The TransformerNet itself, when the file holds one (what `stylize` runs).
+    pub(crate) net: Option<Arc<Net>>,
     path: PathBuf,
 }
 
@@ -27,17 +33,20 @@ pub struct Model {
 impl Model {
     #[new]
     #[pyo3(signature = (path, *, padding=None))]
-    fn new(py: Python<'_>, path: PathBuf, padding: Option<&str>) -> PyResult<Model> {
-        let padding = match padding {
-            None => None,
-            Some(p) => Some(PaddingMode::parse(p).ok_or_else(|| {
-                raise(py, Kind::Options, format!("padding={p:?}: expected \"reflect\", \"circular\", \"zero\" or \"replicate\""))
-            })?),
-        };
+    pub(crate) fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        padding: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Model> {
+        let mut s = infer_io::InferSettings::default();
+        if let Some(p) = padding {
+            crate::infer_options::set(&mut s, "padding", p)?;
+        }
         let p = path.clone();
-        let graph = detached(py, move || Ok(load_model(&p, padding)?))?;
+        let (graph, net) = detached(py, move || Ok(load_network(&p, s.padding)?))?;
         Ok(Model {
             graph: Arc::new(graph),
+            net: net.map(Arc::new),
             path,
         })
     }
@@ -63,81 +72,75 @@ impl Model {
     }
 }
 
+/// `model=`: a [`Model`] (its padding chosen when it was loaded), or a path loaded with `padding`.
+pub(crate) fn model_of(
+    py: Python<'_>,
+    model: &Bound<'_, PyAny>,
+    padding: Option<bsp_tiling::PaddingMode>,
+) -> PyResult<(Arc<Graph>, Option<Arc<Net>>)> {
+    let opt = |m: String| raise(py, Kind::Options, m);
+    if let Ok(m) = model.cast::<Model>() {
+        if let Some(p) = padding {
+            let why =
+                "none with a loaded Model (its padding is chosen by Model(path, padding=...))";
+            return Err(opt(Invalid::new("padding", p, why).to_string()));
+        }
+        let m = m.get();
+        return Ok((m.graph.clone(), m.net.clone()));
+    }
+    let path: PathBuf = model
+        .extract()
+        .map_err(|_| opt("model: expected a Model or a path".into()))?;
+    let (graph, net) = detached(py, move || Ok(load_network(&path, padding)?))?;
+    Ok((Arc::new(graph), net.map(Arc::new)))
+}
+
 /// Runs a CNN over an image of any size with BSP tiling.
 ///
 /// ``image``: a ``float32`` array ``(C, H, W)`` (taken as is), a ``uint8`` array ``(H, W)`` or
 /// ``(H, W, C)`` (0..255, times ``in_scale``), or a path: read by region from ``.l3`` and ``.tif``/``.tiff``
 /// (TIFF or BigTIFF, tiled or striped; integer samples times ``in_scale``, float32 as they are) and
 /// float32 ``.npy``, or any other image the toolkit reads (PNG, JPEG, ...: decoded whole, with a
-/// ``UserWarning`` saying so). ``page``: the page of a TIFF path to read (default 0, the file's first
-/// image: a slide's full resolution; later pages are reduced levels, overviews, thumbnails); a page the
-/// file lacks raises ``OptionsError`` with the file's page count. ``level``: the level of that page
-/// (default 0, the page itself; N its N-th SubIFD, where pyramidal slides such as OME-TIFF keep their
-/// reduced resolutions); a level the page lacks raises ``OptionsError`` with its count. ``page`` or
-/// ``level`` with an array or another kind of file raises ``OptionsError``. ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet safetensors).
-/// ``mode``: ``"exact"`` (equal to the whole-image result), ``"sampled"`` / ``"sampled:N"``,
-/// ``"recompute"``, ``"naive"`` or ``"whole"``. ``tile``: tile side in pixels (a multiple of the network's
-/// total stride). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by tile, ``.tif``/``.tiff`` a
-/// tiled BigTIFF written tile by tile — uint8, or the raw output with ``out_dtype="float32"`` —, ``.png``
-/// with rows streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are ``out_scale`` times the output,
-/// clamped) the result is written there and ``None`` returned; without, a ``float32`` array ``(C, H', W')`` is returned.
-/// The output is the network's, as onnxruntime gives it; ``crop_to_input=True`` crops it to the input's size
-/// times the network's scale (what ``stylize`` does for a TransformerNet, which pads sides to a multiple of 4).
-/// ``device``: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (every node on bsp-tiling's CUDA backend; a GPU that
-/// cannot be used raises with the reason, never runs on the CPU). ``precision``: ``"f32"`` (graph
-/// convolutions have f32 kernels only: ``"f16"`` raises naming the first convolution). ``gpu_memory``:
-/// bytes of device memory the run may use (default: what is free, less a margin).
+/// ``UserWarning`` saying so). ``model``: a :class:`Model` or a path (``.onnx``, or TransformerNet
+/// safetensors, loaded with ``padding``). With ``output`` (a path: ``.npy`` float32 C×H×W written tile by
+/// tile, ``.tif``/``.tiff`` a tiled BigTIFF written tile by tile — uint8, or the raw output with
+/// ``out_dtype="float32"`` —, ``.png`` with rows streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are
+/// ``out_scale`` times the output, clamped) the result is written there and ``None`` returned; without, a
+/// ``float32`` array ``(C, H', W')`` is returned, cropped to the input's size times the network's scale
+/// (``full=True``: the network's whole output, as onnxruntime gives it).
+///
+/// The other keywords are ``l3 infer``'s flags (``infer_options()`` lists them with their defaults):
+/// ``tile`` (default 512 on the CPU, 2048 on a CUDA device), ``mode`` (``"exact"``, ``"sampled"`` /
+/// ``"sampled:N"``, ``"recompute"``, ``"naive"``, ``"whole"``), ``device`` (``"cpu"``, ``"cuda"``,
+/// ``"cuda:N"``: every node on the CUDA backend; a GPU that cannot be used raises ``GpuError`` with the
+/// reason, never runs on the CPU), ``precision`` (``"f32"``; graph convolutions have f32 kernels only),
+/// ``gpu_memory``, ``threads``, ``padding``, ``ram_budget_mib``, ``spill_dir``, ``full``, ``in_scale``,
+/// ``out_scale``, ``out_dtype``, ``page`` (of a TIFF path; a page the file lacks raises ``OptionsError``
+/// with its page count) and ``level`` (of that page: N its N-th SubIFD). A bad value raises
+/// ``OptionsError`` naming the keyword; ``crop_to_input`` is the deprecated spelling of ``full``'s
+/// opposite.
 #[pyfunction]
-#[pyo3(signature = (
-    image, model, *, output=None, tile=512, mode="exact", threads=None, ram_budget_mib=2048,
-    spill_dir=None, crop_to_input=false, in_scale=1.0, out_scale=1.0, device=None, out_dtype=None,
-    precision="f32", gpu_memory=None, page=None, level=None
-))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(
+    text_signature = "(image, model, *, output=None, tile=None, mode=\"exact\", device=\"cpu\", \
+    precision=\"f32\", gpu_memory=None, threads=None, padding=None, ram_budget_mib=2048, spill_dir=None, \
+    full=False, in_scale=1.0, out_scale=1.0, out_dtype=None, page=None, level=None)"
+)]
+#[pyo3(signature = (image, model, *, output=None, **kwargs))]
 pub fn infer<'py>(
     py: Python<'py>,
     image: &Bound<'py, PyAny>,
     model: &Bound<'py, PyAny>,
     output: Option<PathBuf>,
-    tile: usize,
-    mode: &str,
-    threads: Option<usize>,
-    ram_budget_mib: u64,
-    spill_dir: Option<PathBuf>,
-    crop_to_input: bool,
-    in_scale: f32,
-    out_scale: f32,
-    device: Option<Bound<'py, PyAny>>,
-    out_dtype: Option<&str>,
-    precision: &str,
-    gpu_memory: Option<u64>,
-    page: Option<usize>,
-    level: Option<usize>,
+    kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
-    let out_dtype = match out_dtype {
-        None => None,
-        Some(d) => Some(infer_io::tiff::OutDType::parse(d).ok_or_else(|| {
-            opt(format!(
-                "out_dtype={d:?}: expected \"uint8\" or \"float32\""
-            ))
-        })?),
-    };
-    let Some(mode) = Mode::parse(mode) else {
-        return Err(opt(format!(
-            "mode={mode:?}: expected \"exact\", \"sampled\", \"sampled:N\", \"recompute\", \"naive\" or \"whole\""
-        )));
-    };
-    let dev = crate::stylize::device_options(py, device.as_ref(), precision, gpu_memory)?;
-    let graph = match model.cast::<Model>() {
-        Ok(m) => m.get().graph.clone(),
-        Err(_) => {
-            let path: PathBuf = model
-                .extract()
-                .map_err(|_| opt("model: expected a Model or a path".into()))?;
-            Model::new(py, path, None)?.graph
-        }
-    };
+    let settings = infer_settings(py, "infer", kwargs)?;
+    // Checked before anything is loaded: the paths are set once the input is known.
+    let mut req = settings
+        .request(PathBuf::new(), output.clone().unwrap_or_default())
+        .map_err(|e| Failure::from(e).into_pyerr(py))?;
+    let (page, level) = (settings.page, settings.level);
+    let (graph, _) = model_of(py, model, settings.padding)?;
     // The input: a path, or an array copied out of Python.
     let data = array_input(py, image, graph.channels)?;
     let in_path: Option<PathBuf> = if data.is_none() {
@@ -157,45 +160,24 @@ pub fn infer<'py>(
         Some(p) => check_page(p, page, level).map_err(|e| Failure::from(e).into_pyerr(py))?,
         None => {}
     }
-    let defaults = bsp_tiling::Options::default();
-    let req = InferRequest {
-        input: in_path.clone().unwrap_or_default(),
-        output: output.clone().unwrap_or_default(),
-        mode,
-        tile,
-        threads: threads.unwrap_or(defaults.threads).max(1),
-        budget: Budget {
-            ram: ram_budget_mib << 20,
-            disk: None,
-            spill_dir: spill_dir.unwrap_or_else(std::env::temp_dir),
-        },
-        full: !crop_to_input,
-        in_scale,
-        out_scale,
-        out_dtype,
-        device: dev.clone(),
-        page,
-        level,
-    };
+    req.input = in_path.unwrap_or_default();
     let g = graph.clone();
-    let words = dev.clone();
-    let failure = move |e: infer_io::Error| gpu_words_of(&words, Failure::from(e));
     // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
     let (result, notes) = detached(py, move || match (data, output.is_some()) {
         (Some(data), true) => {
-            let r = infer_to_path(&g, &data, &req).map_err(failure)?;
+            let r = infer_to_path(&g, &data, &req)?;
             Ok((None, r.notes))
         }
         (Some(data), false) => {
-            let (t, info) = infer_to_tensor(&g, &data, &req).map_err(failure)?;
+            let (t, info) = infer_to_tensor(&g, &data, &req)?;
             Ok((Some(t), info.notes))
         }
         (None, true) => {
-            let r = infer_paths(&g, &req).map_err(failure)?;
+            let r = infer_paths(&g, &req)?;
             Ok((None, r.notes))
         }
         (None, false) => {
-            let (t, _, notes) = infer_path_to_tensor(&g, &req).map_err(failure)?;
+            let (t, _, notes) = infer_path_to_tensor(&g, &req)?;
             Ok((Some(t), notes))
         }
     })?;

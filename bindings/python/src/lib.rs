@@ -6,7 +6,10 @@
 //! - [`tensor`]: `Tensor` and `Masks`, the batch's images and label maps exported through DLPack without
 //!   a copy.
 //! - [`convert`]: `convert`, dataset folders into L3, raw, PNG, JPEG, PCR or Liquid.
-//! - [`stylize`]: `stylize` and `StyleModel`, bsp-tiling's tiled style transfer.
+//! - [`infer`]: `infer` and `Model` (any supported network, on arrays and paths); [`infer_options`]:
+//!   their keywords into `infer_io::InferSettings`, the options model `l3 infer` and `l3 stylize` share.
+//! - [`stylize`]: `stylize`, bsp-tiling's tiled style transfer (`StyleModel`, `Model`'s deprecated
+//!   name, is defined in Python).
 //! - [`errors`]: the exception mapping, and [`errors::detached`], which every call into Rust work goes
 //!   through (GIL released, panics caught).
 //!
@@ -17,6 +20,7 @@ mod codec;
 mod convert;
 mod errors;
 mod infer;
+mod infer_options;
 mod loading;
 mod options;
 mod stylize;
@@ -37,12 +41,12 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
     m.add_function(wrap_pyfunction!(infer::infer, m)?)?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
+    m.add_function(wrap_pyfunction!(infer_options::infer_options, m)?)?;
     m.add_function(wrap_pyfunction!(loading::shuffle_report, m)?)?;
     m.add_class::<loading::Loader>()?;
     m.add_class::<loading::Batch>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<tensor::Masks>()?;
-    m.add_class::<stylize::StyleModel>()?;
     m.add_class::<infer::Model>()?;
     Ok(())
 }

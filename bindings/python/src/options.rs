@@ -10,13 +10,13 @@ use pyo3::types::{PyDict, PyString};
 use std::path::PathBuf;
 use vocab::Invalid;
 
-fn invalid(py: Python<'_>, e: Invalid) -> PyErr {
+pub(crate) fn invalid(py: Python<'_>, e: Invalid) -> PyErr {
     raise(py, Kind::Options, e.to_string())
 }
 
 /// A value's text: a `str` as it is, anything else through `str()` (so a `torch.device` or a `Path` reads
 /// as the command line would spell it).
-fn text(v: &Bound<'_, PyAny>) -> PyResult<String> {
+pub(crate) fn text(v: &Bound<'_, PyAny>) -> PyResult<String> {
     match v.cast::<PyString>() {
         Ok(s) => Ok(s.to_string()),
         Err(_) => Ok(v.str()?.to_string()),
@@ -24,14 +24,14 @@ fn text(v: &Bound<'_, PyAny>) -> PyResult<String> {
 }
 
 /// A value parsed from its text by the model's own parser.
-fn parsed<T: std::str::FromStr<Err = Invalid>>(
+pub(crate) fn parsed<T: std::str::FromStr<Err = Invalid>>(
     option: &'static str,
     v: &Bound<'_, PyAny>,
 ) -> PyResult<T> {
     parse_setting(option, &text(v)?).map_err(|e| invalid(v.py(), e))
 }
 
-fn expect<'py, T: FromPyObjectOwned<'py>>(
+pub(crate) fn expect<'py, T: FromPyObjectOwned<'py>>(
     option: &'static str,
     v: &Bound<'py, PyAny>,
     expected: &str,
@@ -42,11 +42,11 @@ fn expect<'py, T: FromPyObjectOwned<'py>>(
     })
 }
 
-fn whole(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
+pub(crate) fn whole(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
     expect(option, v, "a whole number")
 }
 
-fn optional<'py, T>(
+pub(crate) fn optional<'py, T>(
     v: &Bound<'py, PyAny>,
     f: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<T>,
 ) -> PyResult<Option<T>> {
@@ -119,7 +119,7 @@ fn pair(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<Pair> {
 }
 
 /// `budget=` / `cache_limit=`: an int, or text such as `2G`.
-fn bytes(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+pub(crate) fn bytes(option: &'static str, v: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     if v.is_instance_of::<PyString>() {
         return parsed(option, v);
     }

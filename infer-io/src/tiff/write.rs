@@ -51,11 +51,30 @@ impl OutDType {
             _ => None,
         }
     }
+    pub fn name(self) -> &'static str {
+        match self {
+            OutDType::U8 => "uint8",
+            OutDType::F32 => "float32",
+        }
+    }
     fn bytes(self) -> usize {
         match self {
             OutDType::U8 => 1,
             OutDType::F32 => 4,
         }
+    }
+}
+
+impl std::fmt::Display for OutDType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for OutDType {
+    type Err = vocab::Invalid;
+    fn from_str(s: &str) -> std::result::Result<OutDType, vocab::Invalid> {
+        OutDType::parse(s).ok_or_else(|| vocab::Invalid::new("out_dtype", s, "uint8 or float32"))
     }
 }
 

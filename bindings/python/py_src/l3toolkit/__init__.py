@@ -6,12 +6,16 @@
 - :func:`encode`, :func:`decode`, :func:`decode_region`, :func:`info`: the L3 lossless codec on NumPy
   arrays; :func:`read_image` reads any image file.
 - :func:`convert`: dataset folders into L3, raw, PNG, JPEG, PCR or Liquid datasets.
-- :func:`stylize` / :class:`StyleModel`: style transfer on images of any size with BSP tiling.
-- :func:`infer` / :class:`Model`: any CNN (ONNX, the tileable subset) on images of any size, exact.
+- :func:`infer` / :class:`Model`: any CNN (ONNX, the tileable subset, or a TransformerNet in safetensors) on
+  images of any size, exact; :func:`infer_options` lists its keywords, the flags of ``l3 infer``.
+- :func:`stylize`: style transfer on images of any size with BSP tiling, with a :class:`Model` holding a
+  TransformerNet (:class:`StyleModel` is its deprecated name).
 
 Errors are :class:`Error` subclasses: :class:`FormatError`, :class:`IOError` (an ``OSError``),
 :class:`OptionsError`, :class:`GpuError`.
 """
+
+import warnings
 
 from ._errors import Error, FormatError, GpuError, IOError, OptionsError  # noqa: A004
 from ._l3toolkit import (
@@ -19,7 +23,6 @@ from ._l3toolkit import (
     Loader,
     Masks,
     Model,
-    StyleModel,
     Tensor,
     __version__,
     convert,
@@ -27,6 +30,7 @@ from ._l3toolkit import (
     decode_region,
     encode,
     infer,
+    infer_options,
     info,
     loader_options,
     read_image,
@@ -52,9 +56,25 @@ __all__ = [
     "decode_region",
     "encode",
     "infer",
+    "infer_options",
     "info",
     "loader_options",
     "read_image",
     "shuffle_report",
     "stylize",
 ]
+
+
+class StyleModel(Model):
+    """Deprecated: :class:`Model` loads the same networks with the same keywords (``StyleModel(path)`` is
+    ``Model(path)``, with a ``DeprecationWarning``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, path, *, padding=None):
+        warnings.warn(
+            "l3toolkit.StyleModel is deprecated: use l3toolkit.Model (the same networks and keywords)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return super().__new__(cls, path, padding=padding)

@@ -73,16 +73,9 @@ def convert(
     """Converts every image under src into dst in format ``to``; returns a summary. ``format`` and
     ``profile`` choose the L3 format for to="l3", as in ``encode``."""
 
-class StyleModel:
-    """A TransformerNet style-transfer network loaded from safetensors."""
-
-    def __init__(
-        self, path: _Path, *, padding: Literal["reflect", "circular", "zero", "replicate"] = "reflect"
-    ) -> None: ...
-
 def stylize(
     image: npt.NDArray[np.uint8],
-    model: Union[StyleModel, _Path],
+    model: Union[Model, _Path],
     *,
     tile: Optional[int] = None,
     mode: str = "exact",
@@ -101,40 +94,51 @@ def stylize(
 class Model:
     """A network loaded once: an ONNX model (the tileable CNN subset) or a TransformerNet in safetensors."""
 
-    def __init__(self, path: _Path, *, padding: Optional[str] = None) -> None: ...
+    def __init__(self, path: _Path, *, padding: Optional[Literal["reflect", "circular", "zero", "replicate"]] = None) -> None: ...
     @property
     def channels(self) -> int: ...
     @property
     def nodes(self) -> int: ...
+
+class StyleModel(Model):
+    """Deprecated: :class:`Model` (a ``DeprecationWarning`` says so)."""
+
+    def __init__(self, path: _Path, *, padding: Optional[Literal["reflect", "circular", "zero", "replicate"]] = None) -> None: ...
 
 def infer(
     image: Union[npt.NDArray[np.float32], npt.NDArray[np.uint8], _Path],
     model: Union[Model, _Path],
     *,
     output: Optional[_Path] = None,
-    tile: int = 512,
+    tile: Optional[int] = None,
     mode: str = "exact",
+    device: Any = "cpu",
+    precision: Literal["f32", "f16"] = "f32",
+    gpu_memory: Union[int, str, None] = None,
     threads: Optional[int] = None,
+    padding: Optional[Literal["reflect", "circular", "zero", "replicate"]] = None,
     ram_budget_mib: int = 2048,
     spill_dir: Optional[_Path] = None,
-    crop_to_input: bool = False,
+    full: bool = False,
     in_scale: float = 1.0,
     out_scale: float = 1.0,
-    device: Any = None,
     out_dtype: Optional[Literal["uint8", "float32"]] = None,
-    precision: Literal["f32", "f16"] = "f32",
-    gpu_memory: Optional[int] = None,
     page: Optional[int] = None,
     level: Optional[int] = None,
 ) -> Optional[npt.NDArray[np.float32]]:
     """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
     output written to ``output`` (.npy float32 tile by tile, .tif/.tiff tiled BigTIFF tile by tile — uint8
-    or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole). Paths are read by region from
-    .l3 and .tif/.tiff (``page``: the TIFF page, default 0, the first; ``level``: that page's level, default
-    0, the page itself, N its N-th SubIFD — a pyramidal slide's reduced resolution; a page or level the
-    file lacks, or either asked of anything but a TIFF path, raises ``OptionsError``); other images are decoded whole (a
-    ``UserWarning`` says so). ``device="cuda"``
-    runs every node on the CUDA backend (f32; a GPU that cannot be used raises ``GpuError``)."""
+    or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole), cropped to the
+    input's size times the network's scale (``full=True``: the network's whole output). The keywords are
+    ``l3 infer``'s flags (:func:`infer_options`); a bad value raises ``OptionsError`` naming it. Paths are
+    read by region from .l3 and .tif/.tiff (``page``, ``level``: a TIFF's page and that page's level;
+    either asked of anything but a TIFF path raises ``OptionsError``); other images are decoded whole (a
+    ``UserWarning`` says so). ``device="cuda"`` runs every node on the CUDA backend (f32; a GPU that cannot
+    be used raises ``GpuError``)."""
+
+def infer_options() -> List[Tuple[str, str]]:
+    """Every option of :func:`infer` besides ``image``, ``model`` and ``output``, with its default as
+    ``l3 infer --help`` shows it (``"none"`` for an unset one)."""
 
 class Tensor:
     """A batch tensor in loader memory (host, or the GPU of a ``Loader(device="cuda")``), exported through
