@@ -12,9 +12,9 @@ pub struct InferArgs {
     pub model: Option<PathBuf>,
     #[command(flatten)]
     pub settings: InferSettings,
-    /// The older spelling of the default: the output cropped to the input's size times the network's
-    /// scale (`--full` keeps the network's whole output).
-    #[arg(long, hide = true, conflicts_with = "full")]
+    /// The output cropped to the input's size times the network's scale (`--full=false`), instead of the
+    /// network's whole output as onnxruntime gives it.
+    #[arg(long, conflicts_with = "full")]
     pub crop_to_input: bool,
     /// Prints the pages of a TIFF file, one line each (index, and level for a page's SubIFDs, WxH,
     /// channels, sample type, tiled or striped with the chunk size, reduced resolution or not), and runs
@@ -43,7 +43,11 @@ pub fn run(a: InferArgs) -> anyhow::Result<()> {
     let (Some(model), Some(input), Some(output)) = (a.model, a.input, a.output) else {
         bail!("--model, an input and an output are required unless --list-pages is given");
     };
-    let req = a.settings.request(input, output)?;
+    let mut settings = a.settings.clone();
+    if a.crop_to_input {
+        settings.full = Some(false);
+    }
+    let req = settings.request(input, output)?;
     let g = load_model(&model, a.settings.padding)?;
     let r = infer_paths(&g, &req)?;
     for note in &r.notes {

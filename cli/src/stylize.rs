@@ -25,7 +25,11 @@ pub struct StylizeArgs {
 }
 
 pub fn run(a: StylizeArgs) -> anyhow::Result<()> {
-    let req = a.settings.request(a.input, a.output)?;
+    let req = a
+        .settings
+        .clone()
+        .cropped_by_default()
+        .request(a.input, a.output)?;
     let padding = a.settings.padding.unwrap_or(PaddingMode::Reflect);
     let net = Net::load_transformer(&a.model, padding)
         .with_context(|| format!("loading {}", a.model.display()))?;

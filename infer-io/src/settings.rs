@@ -7,9 +7,10 @@
 //! accepts the same names and values, has the same defaults and prints the same words for the same bad
 //! value.
 //!
-//! One older spelling stays accepted: `crop_to_input` (`l3 infer --crop-to-input`, `infer(...,
-//! crop_to_input=True)`) asked for what is now the default on every surface, an output cropped to the
-//! input's size times the network's scale; `crop_to_input=False` is `full=True`.
+//! One option has a default per command: `full`. `l3 infer` and `infer` give a model's output as its
+//! framework does (onnxruntime, PyTorch), so their default is the whole output; `l3 stylize` and
+//! `stylize` are an image filter, so theirs is the picture at its own size. `crop_to_input` (`l3 infer
+//! --crop-to-input`, `infer(..., crop_to_input=True)`) is `full=False` spelt the other way.
 
 use crate::run::InferRequest;
 use crate::tiff::OutDType;
@@ -70,11 +71,11 @@ pub struct InferSettings {
     /// Where spill files go (default: the system temporary directory).
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub spill_dir: Option<PathBuf>,
-    /// Keep the network's whole output, as onnxruntime and PyTorch give it (a TransformerNet rounds
-    /// each side up to a multiple of 4), instead of cropping it to the input's size times the network's
-    /// scale.
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub full: bool,
+    /// The network's whole output, as onnxruntime and PyTorch give it (a TransformerNet rounds each side
+    /// up to a multiple of 4), or (`--full=false`) cropped to the input's size times the network's scale.
+    /// Default: the whole output for `l3 infer`, cropped for `l3 stylize`.
+    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "true|false"))]
+    pub full: Option<bool>,
     /// Factor applied to integer input samples (8-bit: 0..255): 0.00392156862 (1/255) for a network
     /// trained on 0..1. Float inputs (`.npy`, float32 TIFF) are taken as they are.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FACTOR", default_value_t = InferSettings::default().in_scale))]
@@ -111,7 +112,7 @@ impl Default for InferSettings {
             padding: None,
             ram_budget_mib: budget.ram >> 20,
             spill_dir: None,
-            full: false,
+            full: None,
             in_scale: 1.0,
             out_scale: 1.0,
             out_dtype: None,
@@ -157,7 +158,7 @@ impl InferSettings {
             opt(d.padding.map(|v| v.to_string())),
             d.ram_budget_mib.to_string(),
             opt(d.spill_dir.map(|v| v.display().to_string())),
-            d.full.to_string(),
+            opt(d.full.map(|v| v.to_string())),
             d.in_scale.to_string(),
             d.out_scale.to_string(),
             opt(d.out_dtype.map(|v| v.to_string())),
@@ -226,6 +227,13 @@ impl InferSettings {
         })
     }
 
+    /// These settings with `stylize`'s default output size: cropped to the input's size times the
+    /// network's scale unless `full` was given.
+    pub fn cropped_by_default(mut self) -> InferSettings {
+        self.full.get_or_insert(false);
+        self
+    }
+
     /// The run these settings ask for, from `input` to `output` (empty paths where the run reads or
     /// writes memory instead). The page and level are checked against the file when it is opened.
     pub fn request(&self, input: PathBuf, output: PathBuf) -> Result<InferRequest, Invalid> {
@@ -241,7 +249,7 @@ impl InferSettings {
             tile: self.tile()?,
             threads: self.threads()?,
             budget: self.budget()?,
-            full: self.full,
+            full: self.full.unwrap_or(true),
             in_scale: self.in_scale,
             out_scale: self.out_scale,
             out_dtype: self.out_dtype,
@@ -262,7 +270,9 @@ mod tests {
         let r = InferSettings::default()
             .request(PathBuf::new(), PathBuf::new())
             .unwrap();
-        assert_eq!((r.tile, r.mode, r.full), (512, Mode::Exact, false));
+        assert_eq!((r.tile, r.mode, r.full), (512, Mode::Exact, true));
+        let styl = InferSettings::default().cropped_by_default();
+        assert!(!styl.request(PathBuf::new(), PathBuf::new()).unwrap().full);
         assert_eq!(r.budget.ram, 2 << 30);
         assert_eq!(r.device, DeviceOptions::default());
         assert_eq!(InferSettings::defaults().len(), INFER_SETTING_NAMES.len());

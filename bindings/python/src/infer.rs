@@ -106,8 +106,8 @@ pub(crate) fn model_of(
 /// tile, ``.tif``/``.tiff`` a tiled BigTIFF written tile by tile — uint8, or the raw output with
 /// ``out_dtype="float32"`` —, ``.png`` with rows streamed, ``.l3``, ``.ppm``, ``.jpg``; 8-bit outputs are
 /// ``out_scale`` times the output, clamped) the result is written there and ``None`` returned; without, a
-/// ``float32`` array ``(C, H', W')`` is returned, cropped to the input's size times the network's scale
-/// (``full=True``: the network's whole output, as onnxruntime gives it).
+/// ``float32`` array ``(C, H', W')`` is returned: the network's whole output, as onnxruntime gives it
+/// (``full=False`` or ``crop_to_input=True``: cropped to the input's size times the network's scale).
 ///
 /// The other keywords are ``l3 infer``'s flags (``infer_options()`` lists them with their defaults):
 /// ``tile`` (default 512 on the CPU, 2048 on a CUDA device), ``mode`` (``"exact"``, ``"sampled"`` /
@@ -117,13 +117,12 @@ pub(crate) fn model_of(
 /// ``gpu_memory``, ``threads``, ``padding``, ``ram_budget_mib``, ``spill_dir``, ``full``, ``in_scale``,
 /// ``out_scale``, ``out_dtype``, ``page`` (of a TIFF path; a page the file lacks raises ``OptionsError``
 /// with its page count) and ``level`` (of that page: N its N-th SubIFD). A bad value raises
-/// ``OptionsError`` naming the keyword; ``crop_to_input`` is the deprecated spelling of ``full``'s
-/// opposite.
+/// ``OptionsError`` naming the keyword; ``crop_to_input=True`` is ``full=False`` spelt the other way.
 #[pyfunction]
 #[pyo3(
     text_signature = "(image, model, *, output=None, tile=None, mode=\"exact\", device=\"cpu\", \
     precision=\"f32\", gpu_memory=None, threads=None, padding=None, ram_budget_mib=2048, spill_dir=None, \
-    full=False, in_scale=1.0, out_scale=1.0, out_dtype=None, page=None, level=None)"
+    full=None, in_scale=1.0, out_scale=1.0, out_dtype=None, page=None, level=None)"
 )]
 #[pyo3(signature = (image, model, *, output=None, **kwargs))]
 pub fn infer<'py>(

@@ -4,7 +4,7 @@
 
 use crate::options::{bytes, expect, optional, parsed, whole};
 use infer_io::InferSettings;
-use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ pub fn set(s: &mut InferSettings, name: &str, v: &Bound<'_, PyAny>) -> PyResult<
             s.ram_budget_mib = expect("ram_budget_mib", v, "a whole number of MiB")?
         }
         "spill_dir" => s.spill_dir = optional(v, |v| expect::<PathBuf>("spill_dir", v, "a path"))?,
-        "full" => s.full = flag("full")?,
+        "full" => s.full = optional(v, |_| flag("full"))?,
         "in_scale" => s.in_scale = number("in_scale")?,
         "out_scale" => s.out_scale = number("out_scale")?,
         "out_dtype" => s.out_dtype = optional(v, |v| parsed("out_dtype", v))?,
@@ -39,8 +39,7 @@ pub fn set(s: &mut InferSettings, name: &str, v: &Bound<'_, PyAny>) -> PyResult<
 }
 
 /// The settings `function(..., **keywords)` asks for. An unknown keyword is a `TypeError`, as Python
-/// raises for any function. `crop_to_input`, the older spelling, still works (with a
-/// `DeprecationWarning`): `crop_to_input=True` is the default now, `crop_to_input=False` is `full=True`.
+/// raises for any function. `crop_to_input=True` is `full=False` spelt the other way.
 pub fn infer_settings(
     py: Python<'_>,
     function: &str,
@@ -62,21 +61,12 @@ pub fn infer_settings(
         }
     }
     if let Some(crop) = crop_to_input {
-        if kwargs.contains("full")? && s.full == crop {
-            let why = "the opposite of crop_to_input, or only one of them (crop_to_input is full's \
-                       older spelling, negated)";
-            return Err(crate::options::invalid(
-                py,
-                Invalid::new("full", s.full, why),
-            ));
+        if let Some(full) = s.full.filter(|&f| f == crop) {
+            let why = "the opposite of crop_to_input, or only one of them (crop_to_input=True is \
+                       full=False)";
+            return Err(crate::options::invalid(py, Invalid::new("full", full, why)));
         }
-        PyErr::warn(
-            py,
-            &py.get_type::<PyDeprecationWarning>(),
-            c"crop_to_input is deprecated: the output is cropped to the input by default; full=True keeps the network's whole output",
-            2,
-        )?;
-        s.full = !crop;
+        s.full = Some(!crop);
     }
     Ok(s)
 }

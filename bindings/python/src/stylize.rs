@@ -69,6 +69,7 @@ pub fn stylize<'py>(
             crate::infer_options::set(&mut settings, name, &v)?;
         }
     }
+    let settings = settings.cropped_by_default();
     let req = settings
         .request(PathBuf::new(), PathBuf::new())
         .map_err(|e| Failure::from(e).into_pyerr(py))?;

@@ -36,7 +36,7 @@ WALK = {
     "padding": ("circular", "mirror", 'padding "mirror": expected reflect, circular, zero or replicate'),
     "ram_budget_mib": (0, -1, 'ram_budget_mib "-1": expected a whole number'),
     "spill_dir": (".", 3, 'spill_dir "3": expected a path'),
-    "full": (True, "yes", "full \"'yes'\": expected True or False"),
+    "full": (False, "yes", "full \"'yes'\": expected True or False"),
     "in_scale": (0.5, math.nan, 'in_scale "NaN": expected a finite number'),
     "out_scale": (2.0, math.inf, 'out_scale "inf": expected a finite number'),
     "out_dtype": ("float32", "int8", 'out_dtype "int8": expected uint8 or float32'),
@@ -81,7 +81,8 @@ def test_the_command_lines_take_the_same_options_as_python():
     if b is None:
         cannot_run("no l3 binary (build it with cargo build -p l3-cli, or set L3_BIN)")
     python = {n.replace("_", "-") for n, _ in l3.infer_options()}
-    for command, own in (("infer", {"model", "list-pages"}), ("stylize", {"model"})):
+    # crop-to-input: infer's other spelling of --full=false (Python's crop_to_input=True).
+    for command, own in (("infer", {"model", "list-pages", "crop-to-input"}), ("stylize", {"model"})):
         text = subprocess.run([b, command, "--help"], capture_output=True, text=True, check=True).stdout
         flags = set(re.findall(r"^\s+--([a-z0-9-]+)", text, re.M)) - {"help"}
         assert flags - own == python, command
@@ -143,14 +144,15 @@ def test_model_padding_is_the_same_option(tiff):
         l3.infer(tiff, model, tiles=16)
 
 
-def test_output_cropped_to_the_input_unless_full_with_the_older_spelling_kept(tiff):
+def test_infer_gives_the_whole_output_unless_cropped(tiff):
+    """infer's default is the network's output as onnxruntime gives it; full=False and crop_to_input=True
+    crop it to the input; stylize (an image filter) crops by default."""
     model = l3.Model(MODEL)
-    assert l3.infer(tiff, model).shape == (3, 30, 42)
+    assert l3.infer(tiff, model).shape == (3, 32, 44)
     assert l3.infer(tiff, model, full=True).shape == (3, 32, 44)
-    with pytest.warns(DeprecationWarning, match="crop_to_input"):
-        assert l3.infer(tiff, model, crop_to_input=False).shape == (3, 32, 44)
-    with pytest.warns(DeprecationWarning, match="crop_to_input"):
-        assert l3.infer(tiff, model, crop_to_input=True).shape == (3, 30, 42)
+    assert l3.infer(tiff, model, full=False).shape == (3, 30, 42)
+    assert l3.infer(tiff, model, crop_to_input=True).shape == (3, 30, 42)
+    assert l3.infer(tiff, model, crop_to_input=False).shape == (3, 32, 44)
     with pytest.raises(l3.OptionsError, match="^full"):
         l3.infer(tiff, model, crop_to_input=True, full=True)
 

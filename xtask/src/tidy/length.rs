@@ -1,7 +1,9 @@
 //! No function longer than [`MAX_FN_LINES`] lines in a crate's `src/`, test-only items left out: a longer
 //! one is doing several jobs, and its parts want names.
 
-use super::source::{Token, blank_comments_and_literals, matching_close, tokens, without_test_items};
+use super::source::{
+    Token, blank_comments_and_literals, matching_close, tokens, without_test_items,
+};
 use std::path::Path;
 
 /// The longest a function may be, from its `fn` line to its closing brace.
@@ -68,7 +70,10 @@ pub fn check(root: &Path, files: &[std::path::PathBuf]) -> anyhow::Result<Vec<St
             continue;
         };
         let inner = &comps[src + 1..];
-        if inner.iter().any(|c| c == "tests" || c == "tests.rs" || c == "testing.rs") {
+        if inner
+            .iter()
+            .any(|c| c == "tests" || c == "tests.rs" || c == "testing.rs")
+        {
             continue;
         }
         let text = std::fs::read_to_string(root.join(f))?;

@@ -119,7 +119,7 @@ def infer(
     padding: Optional[Literal["reflect", "circular", "zero", "replicate"]] = None,
     ram_budget_mib: int = 2048,
     spill_dir: Optional[_Path] = None,
-    full: bool = False,
+    full: Optional[bool] = None,
     in_scale: float = 1.0,
     out_scale: float = 1.0,
     out_dtype: Optional[Literal["uint8", "float32"]] = None,
@@ -128,8 +128,9 @@ def infer(
 ) -> Optional[npt.NDArray[np.float32]]:
     """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
     output written to ``output`` (.npy float32 tile by tile, .tif/.tiff tiled BigTIFF tile by tile — uint8
-    or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole), cropped to the
-    input's size times the network's scale (``full=True``: the network's whole output). The keywords are
+    or ``out_dtype="float32"`` —, .png, .ppm and .l3 rows streamed, .jpg encoded whole): the
+    network's whole output as onnxruntime gives it (``full=False``: cropped to the input's size times the
+    network's scale). The keywords are
     ``l3 infer``'s flags (:func:`infer_options`); a bad value raises ``OptionsError`` naming it. Paths are
     read by region from .l3 and .tif/.tiff (``page``, ``level``: a TIFF's page and that page's level;
     either asked of anything but a TIFF path raises ``OptionsError``); other images are decoded whole (a
