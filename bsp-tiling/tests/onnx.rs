@@ -494,3 +494,81 @@ fn transformer_nets_exported_to_onnx() {
         }
     }
 }
+
+/// The invalid models of `make_models.py` (`invalid_*.onnx`): what the ONNX checker and onnxruntime
+/// refuse, refused on import with the node, attribute or opset named.
+const INVALID: [(&str, &str); 5] = [
+    ("invalid_dup_output", "is already defined"),
+    ("invalid_group0", "attribute group 0"),
+    ("invalid_group_neg", "attribute group -1"),
+    ("invalid_opset9999", "opset 9999"),
+    ("invalid_no_opset", "imports no opset"),
+];
+
+#[test]
+fn invalid_models_are_refused_naming_what_is_invalid() {
+    for (name, says) in INVALID {
+        let e = err_of(name);
+        assert!(e.to_string().contains(says), "{name}: {e}");
+        match name {
+            "invalid_dup_output" => assert!(
+                matches!(&e, Error::Node { node, op, .. } if node == "redefines" && op == "Relu"),
+                "{e}"
+            ),
+            "invalid_group0" | "invalid_group_neg" => {
+                assert!(matches!(&e, Error::Node { op, .. } if op == "Conv"), "{e}")
+            }
+            _ => assert!(matches!(&e, Error::OnnxFormat { .. }), "{e}"),
+        }
+    }
+    // Valid ONNX past the importer's caps: too large, not "expected positive values".
+    for (name, says) in [
+        (
+            "bad_scale_cap",
+            "scale 1024 is past this importer's cap of 64",
+        ),
+        (
+            "bad_stride_cap",
+            "strides 100000 is larger than this importer's cap",
+        ),
+    ] {
+        let e = err_of(name);
+        assert!(e.to_string().contains(says), "{name}: {e}");
+    }
+}
+
+/// onnxruntime refuses every model the importer refuses as invalid (loading it or running it).
+#[test]
+fn onnxruntime_refuses_the_invalid_models_too() {
+    let Some(py) = python_with_onnx() else {
+        stdx::testing::skip("no Python with onnx and onnxruntime (set BSP_PYTHON)");
+        return;
+    };
+    let script = r#"
+import sys, numpy as np, onnxruntime as ort
+for path in sys.argv[1:]:
+    try:
+        s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        s.run(None, {s.get_inputs()[0].name: np.ones((1, 3, 8, 8), np.float32)})
+        print("ran", path)
+    except Exception as e:
+        print("refused", path)
+"#;
+    let out = std::process::Command::new(&py)
+        .arg("-c")
+        .arg(script)
+        .args(INVALID.map(|(name, _)| data().join(format!("{name}.onnx"))))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("refused ")).count(),
+        INVALID.len(),
+        "{text}"
+    );
+}
