@@ -110,22 +110,30 @@ fn normalisations_of_the_input_itself() {
 #[test]
 fn exact_over_its_budget_recomputes_the_same_output() {
     let g = load("unet_gn");
-    for (size, x, _) in cases("unet_gn") {
+    // Images large enough that their stored values outweigh the recompute schedule's working sets
+    // (its tiles' receptive fields).
+    let images =
+        [(96, 128), (100, 76)].map(|(h, w)| (format!("{h}x{w}"), common::noise_image(3, h, w, 5)));
+    for (size, x) in images {
         let (stored, info) = infer(&g, &x, Mode::Exact, 8, 2, &Budget::default()).unwrap();
         assert!(info.notes.is_empty(), "{size}: {:?}", info.notes);
         assert!(info.peak_store_bytes > 0, "{size}");
+        // The exact run's working sets (what the planner reserves first) and half its stored values.
+        let ws = bsp_tiling::working_set(&g, &x, Mode::Exact, 8, 2).unwrap();
         let tight = Budget {
-            ram: 1024,
+            ram: ws + info.peak_store_bytes / 2,
             disk: Some(0),
             ..Budget::default()
         };
         let (recomputed, info) = infer(&g, &x, Mode::Exact, 8, 2, &tight).unwrap();
         assert_eq!(stored.data, recomputed.data, "{size}: not the same output");
-        assert_eq!(info.notes.len(), 1, "{size}: {:?}", info.notes);
+        // (and a second note where the recompute schedule's tiles were shrunk to fit)
         assert!(
-            info.notes[0].contains("recomputed tile by tile") && info.notes[0].contains("spill"),
-            "{}",
-            info.notes[0]
+            info.notes
+                .iter()
+                .any(|n| n.contains("recomputed tile by tile") && n.contains("spill")),
+            "{size}: {:?}",
+            info.notes
         );
         assert_eq!(info.peak_store_bytes, 0, "{size}: nothing stored");
     }
@@ -172,7 +180,8 @@ fn inlined_values_give_the_bits_of_the_recompute_schedule() {
     }
 }
 
-/// Every stored value spilled (no RAM budget) gives the bits of every value in RAM: windows read their
+/// Every stored value spilled (no RAM budget past the tiles' working sets) gives the bits of every
+/// value in RAM: windows read their
 /// rows from the spill files, and of a narrow strip beside a tile (a halo) only its columns.
 #[test]
 fn spilled_values_give_the_same_bits() {
@@ -188,7 +197,7 @@ fn spilled_values_give_the_same_bits() {
         let (in_ram, info) = infer(&g, &x, Mode::Exact, tile, 2, &Budget::default()).unwrap();
         assert_eq!(info.spilled_layers, 0, "{name}");
         let spill = Budget {
-            ram: 0,
+            ram: bsp_tiling::working_set(&g, &x, Mode::Exact, tile, 2).unwrap(),
             disk: None,
             spill_dir: dir.path().to_path_buf(),
         };
@@ -571,4 +580,43 @@ for path in sys.argv[1:]:
         INVALID.len(),
         "{text}"
     );
+}
+
+/// A model whose output is 16× its input's side, under a RAM budget its default tile's working set
+/// exceeds: the tile is shrunk until it fits (a note says so) and the output is the same bits; a model
+/// that grows 4096× is refused at its smallest tile with the figure, in every tiled mode.
+#[test]
+fn working_sets_are_fitted_to_the_budget_or_refused() {
+    let g = load("grow_x16");
+    let x = common::noise_image(3, 32, 32, 7);
+    let (free, info) = infer(&g, &x, Mode::Exact, 512, 2, &Budget::default()).unwrap();
+    assert!(info.notes.is_empty(), "{:?}", info.notes);
+    let small = Budget {
+        ram: 4 << 20,
+        ..Budget::default()
+    };
+    for mode in [Mode::Exact, Mode::Recompute] {
+        let (y, info) = infer(&g, &x, mode, 512, 2, &small).unwrap();
+        assert_eq!(y.data, free.data, "{mode:?}");
+        assert!(info.tiles > 1, "{mode:?}: {} tiles", info.tiles);
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("tiles of 512 input pixels")
+                    && n.contains("more than the RAM budget (4.0 MiB)")),
+            "{mode:?}: {:?}",
+            info.notes
+        );
+    }
+    let g = load("grow_x4096");
+    let x = common::noise_image(3, 2, 2, 7);
+    for mode in [Mode::Exact, Mode::Recompute, Mode::Sampled(2)] {
+        let e = infer(&g, &x, mode, 512, 1, &small).unwrap_err();
+        assert!(
+            matches!(&e, Error::TileOverBudget { needed, budget, tile: 1, .. }
+                if *needed > 192 << 20 && *budget == 4 << 20),
+            "{mode:?}: {e}"
+        );
+        assert!(e.to_string().contains("RAM budget (4.0 MiB)"), "{e}");
+    }
 }
