@@ -34,7 +34,9 @@ pub struct InferArgs {
     /// replicate). An ONNX model pads as exported.
     #[arg(long)]
     pub padding: Option<String>,
-    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to files (--spill-dir).
+    /// MiB of RAM a run's activations may take: each tile's working set first (a tile too large is
+    /// shrunk to fit, with a note, or the run refused), stored values in the rest, spilled to files
+    /// (--spill-dir) beyond it. L3_MEMORY_LIMIT, where smaller, bounds it too.
     #[arg(long, default_value_t = 2048)]
     pub ram_budget_mib: u64,
     /// Where spill files go (default: the system temporary directory).
