@@ -122,6 +122,38 @@ impl<B: GraphOps> Exact<'_, '_, B> {
     }
 }
 
+/// The budget the stored values of an exact run get: what `budget` leaves once the tiles in flight took
+/// their working sets (`working` bytes, `workers` tiles of side `tile`); they spill past it. Refused
+/// when the working sets do not fit, or the stored values (`stored` bytes at their peak) fit neither
+/// that rest nor the spill space.
+fn reserve(
+    budget: &Budget,
+    stored: u64,
+    working: u64,
+    workers: usize,
+    tile: usize,
+) -> Result<Budget> {
+    let disk = budget.disk_limit()?;
+    let over = |needed| Error::OverBudget {
+        needed,
+        ram: budget.ram,
+        disk,
+        dir: budget.spill_dir.clone(),
+    };
+    if stored > budget.ram.saturating_add(disk) {
+        return Err(over(stored));
+    }
+    working::Allowance::of(budget.ram).admit(working, workers, tile)?;
+    let rest = budget.ram.saturating_sub(working);
+    if stored > rest.saturating_add(disk) {
+        return Err(over(stored.saturating_add(working)));
+    }
+    Ok(Budget {
+        ram: rest,
+        ..budget.clone()
+    })
+}
+
 /// Tiles an exact run works on at once.
 pub(super) fn exact_workers<B: GraphOps>(backend: &B, threads: usize, n_tiles: usize) -> usize {
     backend
@@ -185,24 +217,14 @@ pub(super) fn exact_on<B: GraphOps>(
     let schedule = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
     let n_tiles = grid.len();
     let workers = exact_workers(be.backend, threads, n_tiles);
-    let disk = budget.disk_limit()?;
-    if schedule.peak_bytes > budget.ram.saturating_add(disk) {
-        return Err(Error::OverBudget {
-            needed: schedule.peak_bytes,
-            ram: budget.ram,
-            disk,
-            dir: budget.spill_dir.clone(),
-        });
-    }
-    // The tiles in flight take their working sets first; the stored values get what remains, and spill
-    // past it.
     let working = tile_bytes(g, &plan, &schedule, &grids).saturating_mul(workers as u64);
-    working::Allowance::of(budget.ram).admit(working, workers, grid_tile(grid))?;
-    let ram = budget.ram;
-    let budget = &Budget {
-        ram: budget.ram.saturating_sub(working),
-        ..budget.clone()
-    };
+    let budget = &reserve(
+        budget,
+        schedule.peak_bytes,
+        working,
+        workers,
+        grid_tile(grid),
+    )?;
     let Schedule {
         chains,
         fused,
@@ -214,14 +236,6 @@ pub(super) fn exact_on<B: GraphOps>(
         peak_bytes: needed,
     } = schedule;
     let stored_value = |i: usize| stored_value(&chains, i);
-    if needed > budget.ram.saturating_add(disk) {
-        return Err(Error::OverBudget {
-            needed: needed.saturating_add(working),
-            ram,
-            disk,
-            dir: budget.spill_dir.clone(),
-        });
-    }
     crate::buffers::limit(budget.ram);
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
