@@ -85,13 +85,31 @@ pub enum Error {
         dir: PathBuf,
     },
     #[error(
-        "a whole-image run's stored activations need {needed} bytes at their peak, more than this machine's memory ({limit} bytes, {limit_from}): tile it (exact mode stores its values tile by tile, spilling to disk past its RAM budget)"
+        "a whole-image run's activations (its stored values and a tile's working set) need {needed} bytes at their peak, more than this machine's memory ({limit} bytes, {limit_from}): tile it (exact mode stores its values tile by tile, spilling to disk past its RAM budget)"
     )]
     WholeTooLarge {
         needed: u64,
         limit: u64,
         limit_from: &'static str,
     },
+    /// The tiles worked on at once would hold more than the run may take, even at the smallest tile the
+    /// network allows (or the tile of a mode that cannot change it: whole, naive).
+    #[error(
+        "a tile's working set (its input windows, output and scratch) needs {} with {workers} tile(s) of {tile} input pixels at once, more than {budget_from} ({}); raise the budget (--ram-budget-mib, {}) or use fewer threads",
+        stdx::mem::human(*.needed),
+        stdx::mem::human(*.budget),
+        stdx::mem::LIMIT_VAR
+    )]
+    TileOverBudget {
+        needed: u64,
+        budget: u64,
+        budget_from: String,
+        tile: usize,
+        workers: usize,
+    },
+    /// An allocation past the memory limit, refused before it is made.
+    #[error("{0}")]
+    TooLarge(#[from] stdx::mem::TooLarge),
     #[error("spill file in {dir}: {source}")]
     Spill {
         dir: PathBuf,

@@ -219,6 +219,16 @@ impl OutputSink {
             out: Mutex::new(Output::F32(Tensor::zeros(c, h, w))),
         }
     }
+    /// [`OutputSink::f32`] checked against the memory limit first ([`stdx::mem`]): an output larger
+    /// than the machine allows is a typed error before anything runs, not an abort from the allocator.
+    pub fn try_f32(c: usize, h: usize, w: usize) -> crate::error::Result<OutputSink> {
+        let bytes = (c as u64)
+            .saturating_mul(h as u64)
+            .saturating_mul(w as u64)
+            .saturating_mul(4);
+        stdx::mem::check(bytes, format!("the output ({c}×{h}×{w} float32)"))?;
+        Ok(OutputSink::f32(c, h, w))
+    }
     pub fn rgb8(h: usize, w: usize) -> OutputSink {
         OutputSink {
             out: Mutex::new(Output::Rgb8(Image::rgb8(

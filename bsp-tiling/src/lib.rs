@@ -86,7 +86,7 @@ pub use field::{
 };
 pub use graph::{
     Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run_graph,
-    run_graph_device, run_graph_on,
+    run_graph_device, run_graph_on, working_set,
 };
 pub use grid::Grid;
 pub use meter::{Lease, Meter};

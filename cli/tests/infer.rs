@@ -616,7 +616,7 @@ fn a_damaged_l3_input_is_refused_before_any_output() {
     }
 }
 
-/// A whole-image run whose stored activations exceed the machine's memory (here a 64 KiB
+/// A whole-image run whose activations exceed the machine's memory (here a 600 KiB
 /// `L3_MEMORY_LIMIT`) is refused before it runs — a typed error naming the limit, not the kernel's OOM
 /// killer halfway — and leaves no output; the exact mode, and the sampled mode, whose sample's
 /// statistics are computed tile by tile under the run's budget, run under the same limit.
@@ -625,7 +625,7 @@ fn whole_past_the_memory_limit_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let run = |model: &str, input: &str, mode: &str, out: &Path| {
         Command::new(env!("CARGO_BIN_EXE_l3"))
-            .env("L3_MEMORY_LIMIT", "64K")
+            .env("L3_MEMORY_LIMIT", "600K")
             .args(["infer", "--model"])
             .arg(data(model))
             .args(["--mode", mode, "--tile", "8"])
@@ -655,5 +655,131 @@ fn whole_past_the_memory_limit_is_refused() {
             String::from_utf8_lossy(&o.stderr)
         );
         assert_eq!(npy::read(&out).unwrap().w, w, "{mode}");
+    }
+}
+
+/// A `c×h×w` tensor of small distinct values.
+fn ramp(c: usize, h: usize, w: usize) -> Tensor {
+    Tensor {
+        c,
+        h,
+        w,
+        data: (0..c * h * w).map(|i| (i % 251) as f32 / 251.0).collect(),
+    }
+}
+
+/// The peak RSS `l3 infer` reports on its last stderr line, in MiB.
+fn peak_rss_mib(o: &Output) -> f64 {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let at = err.rfind("peak RSS ").expect("a peak RSS line") + "peak RSS ".len();
+    err[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A model whose output is 16× its input's side (four Resize ×2): at the default tile one tile's output
+/// alone is 12 MiB, past `--ram-budget-mib 4` (or an `L3_MEMORY_LIMIT` of 4 MiB). The tile is shrunk to
+/// fit, said on stderr; the output is the bits of a run without a budget; the peak RSS stays within the
+/// budget of what the process holds on a tiny image, where the unbudgeted run's does not.
+#[test]
+fn a_growing_model_runs_within_its_ram_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    npy::write(&x, &ramp(3, 64, 64)).unwrap();
+    let tiny = dir.path().join("tiny.npy");
+    npy::write(&tiny, &ramp(3, 1, 1)).unwrap();
+    let run = |input: &Path, out: &str, args: &[&str], limit: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_l3"));
+        if let Some(l) = limit {
+            c.env("L3_MEMORY_LIMIT", l);
+        }
+        c.args(["infer", "--model"])
+            .arg(data("grow_x16.onnx"))
+            .args(["--threads", "2"])
+            .args(args)
+            .arg(input)
+            .arg(dir.path().join(out))
+            .output()
+            .unwrap()
+    };
+    let base = peak_rss_mib(&ok(run(&tiny, "tiny.out.npy", &[], None)));
+    let free = ok(run(&x, "free.npy", &[], None));
+    let budgeted = ok(run(&x, "budget.npy", &["--ram-budget-mib", "4"], None));
+    let limited = ok(run(&x, "limit.npy", &[], Some("4M")));
+    let want = npy::read(&dir.path().join("free.npy")).unwrap();
+    assert_eq!((want.c, want.h, want.w), (3, 1024, 1024));
+    for (o, out, from) in [
+        // (the RAM budget less the output writer's share)
+        (&budgeted, "budget.npy", "more than the RAM budget ("),
+        (&limited, "limit.npy", "more than the RAM budget ("),
+    ] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("tiles of 512 input pixels would hold") && err.contains(from),
+            "{err}"
+        );
+        same_bits(&npy::read(&dir.path().join(out)).unwrap(), &want, out);
+        let rss = peak_rss_mib(o);
+        eprintln!("{out}: peak RSS {rss} MiB, {base} MiB on a 1x1 image");
+        assert!(
+            rss <= base + 4.0,
+            "{out}: peak RSS {rss} MiB, {base} MiB on a 1x1 image"
+        );
+    }
+    let rss = peak_rss_mib(&free);
+    assert!(
+        rss > base + 12.0,
+        "without a budget: {rss} MiB ({base} MiB on a 1x1 image)"
+    );
+}
+
+/// A model that grows 4096× (two Resize ×64) cannot fit a 64 MiB budget even at one input pixel per
+/// tile: refused before it runs, with an `l3: error` line naming the budget and the figure, exit status
+/// 1 (not a signal: no abort), and nothing left beside the input — no output, no temporary.
+#[test]
+fn a_model_past_its_budget_at_any_tile_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    npy::write(&x, &ramp(3, 1, 1)).unwrap();
+    for (args, limit, names) in [
+        (
+            &["--ram-budget-mib", "64"][..],
+            None,
+            "more than the RAM budget (",
+        ),
+        (&[][..], Some("64M"), "L3_MEMORY_LIMIT"),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_l3"));
+        if let Some(l) = limit {
+            c.env("L3_MEMORY_LIMIT", l);
+        }
+        let o = c
+            .args(["infer", "--model"])
+            .arg(data("grow_x4096.onnx"))
+            .args(args)
+            .arg(&x)
+            .arg(dir.path().join("y.npy"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("l3: error: "))
+            .expect(&err);
+        assert!(
+            line.contains("a tile's working set")
+                && line.contains("needs 384.0 MiB")
+                && line.contains(names),
+            "{line}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["x.npy"], "nothing but the input is left");
     }
 }

@@ -29,6 +29,8 @@ pub struct OutputFile<'a> {
     pub dtype: Option<OutDType>,
     pub out_scale: f32,
     pub threads: usize,
+    /// Bytes of one band of tiles a `.npy` output assembles before writing it at most.
+    pub band_bytes: usize,
 }
 
 /// The output sample types each format can hold; the first is its default.
@@ -114,7 +116,9 @@ impl OutputFile<'_> {
         let (c, oh, ow) = self.shape;
         Ok(match out_ext {
             "npy" => {
-                let wr = NpyWriter::from_file(file, path, c, oh, ow).map_err(Error::io(path))?;
+                let wr = NpyWriter::from_file(file, path, c, oh, ow)
+                    .map_err(Error::io(path))?
+                    .with_band_bytes(self.band_bytes);
                 let info = run(&wr)?;
                 wr.finish().map_err(Error::io(path))?;
                 info

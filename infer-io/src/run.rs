@@ -79,15 +79,38 @@ impl InferRequest {
             dtype: self.out_dtype,
             out_scale: self.out_scale,
             threads: self.threads,
+            band_bytes: self.writer_band_bytes(),
         }
     }
 
+    /// The RAM budget, or the memory limit ([`stdx::mem`]) where that is smaller.
+    fn ram(&self) -> u64 {
+        self.budget.ram.min(stdx::mem::limit().0)
+    }
+
+    /// A band an output writer assembles at most: an eighth of the RAM budget, within the writer's own
+    /// bound. The writer holds a band or two at once, so a quarter of the budget is left to it.
+    fn writer_band_bytes(&self) -> usize {
+        (self.ram() / 8).min(crate::npy::BAND_BYTES as u64) as usize
+    }
+
+    /// Runs `g` into `sink` under the RAM budget (or the memory limit) less `reserved` bytes (what the
+    /// output's writer holds).
     fn run_graph(
         &self,
         g: &Graph,
         input: &dyn Input,
         sink: &dyn Sink,
+        reserved: u64,
     ) -> bsp_tiling::Result<RunInfo> {
+        let budget = Budget {
+            ram: if reserved == 0 {
+                self.budget.ram
+            } else {
+                self.ram().saturating_sub(reserved)
+            },
+            ..self.budget.clone()
+        };
         bsp_tiling::run_graph_device(
             &self.device,
             g,
@@ -95,7 +118,7 @@ impl InferRequest {
             self.mode,
             self.tile,
             self.threads,
-            &self.budget,
+            &budget,
             sink,
         )
     }
@@ -194,8 +217,8 @@ pub fn infer_to_path(g: &Graph, data: &InputData, req: &InferRequest) -> Result<
 
 fn run_to_tensor(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<(Tensor, RunInfo)> {
     let (c, oh, ow) = output_shape(g, input.height(), input.width(), req.full)?;
-    let sink = bsp_tiling::OutputSink::f32(c, oh, ow);
-    let info = req.run_graph(g, input, &sink)?;
+    let sink = bsp_tiling::OutputSink::try_f32(c, oh, ow)?;
+    let info = req.run_graph(g, input, &sink, 0)?;
     Ok((sink.finish().into_tensor(), info))
 }
 
@@ -203,7 +226,7 @@ fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<Infer
     let (h, w) = (input.height(), input.width());
     let output = output_shape(g, h, w, req.full)?;
     run_to_output(req, (g.channels, h, w), output, |sink| {
-        req.run_graph(g, input, sink)
+        req.run_graph(g, input, sink, 2 * req.writer_band_bytes() as u64)
     })
 }
 

@@ -65,7 +65,9 @@ pub struct InferSettings {
     /// `zero`, `replicate`. An ONNX model pads as it was exported: giving one is refused.
     #[cfg_attr(feature = "clap", arg(long, value_name = "PADDING", value_parser = Text::<PaddingMode>::new("padding")))]
     pub padding: Option<PaddingMode>,
-    /// MiB of activations kept in RAM by `exact`; beyond it layers spill to files in `spill_dir`.
+    /// MiB of RAM a run's activations may take: each tile's working set first (a tile too large is
+    /// shrunk to fit, with a note, or the run refused), stored values in the rest, spilled to files
+    /// (`spill_dir`) beyond it. `L3_MEMORY_LIMIT`, where smaller, bounds it too.
     #[cfg_attr(feature = "clap", arg(long, value_name = "MIB", default_value_t = InferSettings::default().ram_budget_mib))]
     pub ram_budget_mib: u64,
     /// Where spill files go (default: the system temporary directory).

@@ -522,6 +522,37 @@ fn subifd_levels_read_as_their_pixels_and_are_listed() {
     }
 }
 
+/// A page naming 10,000 SubIFDs (all one directory) is refused by one rule whether its levels are
+/// listed or one of them is opened, past the cap or within it; the page itself still reads.
+#[test]
+fn too_many_subifds_are_refused_by_listing_and_opening_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("many.tif");
+    let mut enc = TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap();
+    let px = rng_bytes(16 * 16 * 3, 3);
+    let mut sub = enc.extra_directory().unwrap();
+    tiled_rgb_tags(&mut sub, (16, 16, 16), &px, 1);
+    let at = u32::try_from(sub.finish_with_offsets().unwrap().pointer.0).unwrap();
+    let mut page = enc.image_directory().unwrap();
+    tiled_rgb_tags(&mut page, (16, 16, 16), &px, 0);
+    page.write_tag(Tag::SubIfd, &vec![at; 10_000][..]).unwrap();
+    page.finish().unwrap();
+    let says = "page 0 names 10000 SubIFDs, more than the 256 a pyramid has";
+    let listed = infer_io::tiff::pages(&p).unwrap_err().to_string();
+    assert!(
+        listed.contains(says) && listed.contains("many.tif"),
+        "{listed}"
+    );
+    for level in [1, 256, 9999] {
+        let e = TiffRegions::open_level(&p, 0, level, 1 << 20)
+            .err()
+            .unwrap();
+        assert_eq!(e.to_string(), listed, "level {level}");
+    }
+    let page0 = TiffRegions::open_level(&p, 0, 0, 1 << 20).unwrap();
+    check_windows(&page0, |c, y, x| f32::from(px[(y * 16 + x) * 3 + c]));
+}
+
 /// A file laid out as a slide or a GeoTIFF with overviews: page 0 a 300×200 RGB image in 64×64 tiles,
 /// page 1 a 150×100 RGB reduced page (NewSubfileType = 1) in LZW strips of 7 rows, page 2 a 1-channel
 /// 16-bit page (no NewSubfileType) in Deflate strips of 16 rows.

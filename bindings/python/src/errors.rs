@@ -181,6 +181,8 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::Grid(_)
         | E::OverBudget { .. }
         | E::WholeTooLarge { .. }
+        | E::TileOverBudget { .. }
+        | E::TooLarge(_)
         | E::Channels { .. }
         | E::Device(_)
         | E::DeviceBudget { .. } => Kind::Options,

@@ -57,3 +57,27 @@ def test_a_npy_header_numpy_refuses_is_a_format_error(model, tmp_path):
     with pytest.raises(l3.FormatError, match="brace.npy.*ends"):
         l3.infer(bad, model, tile=32)
     assert l3.infer(good, model, tile=32).shape[0] == 3
+
+
+GROW16 = ROOT / "bsp-tiling/tests/data/onnx/grow_x16.onnx"
+GROW4096 = ROOT / "bsp-tiling/tests/data/onnx/grow_x4096.onnx"
+
+
+def test_a_model_past_its_budget_raises_instead_of_killing_the_interpreter(tmp_path):
+    """Two Resize x64: even one input pixel per tile needs 384 MiB, past a 64 MiB budget. An OptionsError
+    naming the figure and the budget, in memory or to a file, and nothing left in the output's folder."""
+    x = np.full((3, 1, 1), 0.5, np.float32)
+    for output in [None, tmp_path / "y.npy"]:
+        with pytest.raises(l3.OptionsError, match=r"working set .*needs 384\.0 MiB.*RAM budget"):
+            l3.infer(x, l3.Model(GROW4096), ram_budget_mib=64, output=output)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tile_past_its_budget_is_shrunk_with_a_warning():
+    """Four Resize x2: the default tile's output alone is past 4 MiB; smaller tiles, said in a
+    UserWarning, give the same output."""
+    x = (np.arange(3 * 64 * 64) % 251 / 251).astype(np.float32).reshape(3, 64, 64)
+    free = l3.infer(x, l3.Model(GROW16))
+    with pytest.warns(UserWarning, match="tiles of 512 input pixels would hold"):
+        small = l3.infer(x, l3.Model(GROW16), ram_budget_mib=4)
+    assert np.array_equal(free, small)

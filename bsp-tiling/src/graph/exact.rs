@@ -7,6 +7,7 @@ use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err, prepare};
 use super::ops::{self, Op};
 use super::schedule::{Schedule, Through, stored_value};
+use super::working;
 use crate::backend::CpuBackend;
 use crate::bsp::{RunInfo, inner_threads, superstep};
 use crate::error::{Error, Result};
@@ -121,6 +122,63 @@ impl<B: GraphOps> Exact<'_, '_, B> {
     }
 }
 
+/// The budget the stored values of an exact run get: what `budget` leaves once the tiles in flight took
+/// their working sets (`working` bytes, `workers` tiles of side `tile`); they spill past it. Refused
+/// when the working sets do not fit, or the stored values (`stored` bytes at their peak) fit neither
+/// that rest nor the spill space.
+fn reserve(
+    budget: &Budget,
+    stored: u64,
+    working: u64,
+    workers: usize,
+    tile: usize,
+) -> Result<Budget> {
+    let disk = budget.disk_limit()?;
+    let over = |needed| Error::OverBudget {
+        needed,
+        ram: budget.ram,
+        disk,
+        dir: budget.spill_dir.clone(),
+    };
+    if stored > budget.ram.saturating_add(disk) {
+        return Err(over(stored));
+    }
+    working::Allowance::of(budget.ram).admit(working, workers, tile)?;
+    let rest = budget.ram.saturating_sub(working);
+    if stored > rest.saturating_add(disk) {
+        return Err(over(stored.saturating_add(working)));
+    }
+    Ok(Budget {
+        ram: rest,
+        ..budget.clone()
+    })
+}
+
+/// Tiles an exact run works on at once.
+pub(super) fn exact_workers<B: GraphOps>(backend: &B, threads: usize, n_tiles: usize) -> usize {
+    backend
+        .tiles_at_once(threads)
+        .clamp(1, threads.max(1))
+        .clamp(1, n_tiles.max(1))
+}
+
+/// The largest working set of one tile's superstep of `schedule`.
+pub(super) fn tile_bytes(g: &Graph, plan: &GraphPlan, schedule: &Schedule, grids: &[Grid]) -> u64 {
+    working::Sizer {
+        g,
+        plan,
+        through: &schedule.through,
+        inline_of: &schedule.inline_of,
+    }
+    .exact(schedule, grids)
+}
+
+/// The side of `grid`'s first tile (what a refusal names).
+pub(super) fn grid_tile(grid: &Grid) -> usize {
+    let (y0, y1, x0, x1) = grid.tile(0);
+    (y1 - y0).max(x1 - x0)
+}
+
 /// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
 /// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
 /// normalisations apply those statistics instead of the image's own.
@@ -156,6 +214,17 @@ pub(super) fn exact_on<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, grid, v))
         .collect::<Result<_>>()?;
+    let schedule = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    let n_tiles = grid.len();
+    let workers = exact_workers(be.backend, threads, n_tiles);
+    let working = tile_bytes(g, &plan, &schedule, &grids).saturating_mul(workers as u64);
+    let budget = &reserve(
+        budget,
+        schedule.peak_bytes,
+        working,
+        workers,
+        grid_tile(grid),
+    )?;
     let Schedule {
         chains,
         fused,
@@ -165,24 +234,9 @@ pub(super) fn exact_on<B: GraphOps>(
         moves,
         last_use,
         peak_bytes: needed,
-    } = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    } = schedule;
     let stored_value = |i: usize| stored_value(&chains, i);
-    let disk = budget.disk_limit()?;
-    if needed > budget.ram.saturating_add(disk) {
-        return Err(Error::OverBudget {
-            needed,
-            ram: budget.ram,
-            disk,
-            dir: budget.spill_dir.clone(),
-        });
-    }
     crate::buffers::limit(budget.ram);
-    let n_tiles = grid.len();
-    let workers = be
-        .backend
-        .tiles_at_once(threads)
-        .clamp(1, threads.max(1))
-        .clamp(1, n_tiles.max(1));
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
     let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();

@@ -28,31 +28,7 @@ pub(super) fn eval_region<B: GraphOps>(
     stats: &[Option<(Vec<f32>, Vec<f32>)>],
     threads: usize,
 ) -> Result<Tensor> {
-    let mut need: Vec<Option<Range2>> = vec![None; target + 1];
-    need[target] = Some((ry, rx));
-    for i in (0..target).rev() {
-        let v = i + 1;
-        let Some(((y0, y1), (x0, x1))) = need[v] else {
-            continue;
-        };
-        let n = &g.nodes[i];
-        let nh: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].1).collect();
-        let nw: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].2).collect();
-        let (_, oh, ow) = plan.shape[v];
-        for (j, &u) in n.inputs.iter().enumerate() {
-            let ys = n.op.in_map(0, j, &nh, oh, y0, y1);
-            let xs = n.op.in_map(1, j, &nw, ow, x0, x1);
-            let (Some(a), Some(b)) = (span(&ys), span(&xs)) else {
-                continue;
-            };
-            need[u] = Some(match need[u] {
-                None => (a, b),
-                Some(((p0, p1), (q0, q1))) => {
-                    ((p0.min(a.0), p1.max(a.1)), (q0.min(b.0), q1.max(b.1)))
-                }
-            });
-        }
-    }
+    let need = needs(g, plan, target, (ry, rx));
     let mut regions: Vec<Option<Tensor>> = vec![None; target + 1];
     let mut last = vec![0usize; target + 1];
     for (i, n) in g.nodes.iter().enumerate().take(target) {
@@ -114,6 +90,37 @@ pub(super) fn eval_region<B: GraphOps>(
     regions[target]
         .take()
         .ok_or_else(|| Error::Grid("internal: the target was not computed".into()))
+}
+
+/// Per value up to `target`: the region (rows, columns) that computing `target` over `r` needs of it.
+pub(super) fn needs(g: &Graph, plan: &GraphPlan, target: usize, r: Range2) -> Vec<Option<Range2>> {
+    let (ry, rx) = r;
+    let mut need: Vec<Option<Range2>> = vec![None; target + 1];
+    need[target] = Some((ry, rx));
+    for i in (0..target).rev() {
+        let v = i + 1;
+        let Some(((y0, y1), (x0, x1))) = need[v] else {
+            continue;
+        };
+        let n = &g.nodes[i];
+        let nh: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].1).collect();
+        let nw: Vec<usize> = n.inputs.iter().map(|&u| plan.shape[u].2).collect();
+        let (_, oh, ow) = plan.shape[v];
+        for (j, &u) in n.inputs.iter().enumerate() {
+            let ys = n.op.in_map(0, j, &nh, oh, y0, y1);
+            let xs = n.op.in_map(1, j, &nw, ow, x0, x1);
+            let (Some(a), Some(b)) = (span(&ys), span(&xs)) else {
+                continue;
+            };
+            need[u] = Some(match need[u] {
+                None => (a, b),
+                Some(((p0, p1), (q0, q1))) => {
+                    ((p0.min(a.0), p1.max(a.1)), (q0.min(b.0), q1.max(b.1)))
+                }
+            });
+        }
+    }
+    need
 }
 
 /// Per-node `(scale, shift)` of every normalisation for the given statistics.

@@ -23,8 +23,9 @@ mod model;
 pub mod ops;
 mod run;
 mod schedule;
+mod working;
 
 pub use exact::run_graph_exact;
 pub use exec::GraphOps;
 pub use model::{Graph, GraphPlan, GraphStats, Node, NodeHalo};
-pub use run::{infer, infer_on, run_graph, run_graph_device, run_graph_on};
+pub use run::{infer, infer_on, run_graph, run_graph_device, run_graph_on, working_set};

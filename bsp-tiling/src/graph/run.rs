@@ -2,11 +2,13 @@
 //! new tensor, on the device a [`crate::DeviceOptions`] names.
 
 use super::eval::{Run, tensor_stats};
-use super::exact::exact_on;
+use super::exact::{exact_on, exact_workers, tile_bytes};
 use super::exec::GraphOps;
 use super::fixed::{eval_region, run_fixed, scale_shifts};
 use super::model::{Graph, GraphStats, prepare};
 use super::ops::Op;
+use super::schedule::Schedule;
+use super::working;
 use crate::Mode;
 use crate::backend::CpuBackend;
 use crate::bsp::{RunInfo, inner_threads, superstep};
@@ -101,21 +103,35 @@ fn run_mode<B: GraphOps>(
     let grid = || g.grid(h, w, tile);
     let result = match mode {
         Mode::Whole => one_tile(be, g, input, threads, budget, sink),
-        Mode::Exact => match exact_on(be, g, input, &grid()?, threads, budget, sink, None) {
-            // Refused before anything was computed or written: the same output, exact, from the
-            // recompute schedule, which stores no activation.
-            Err(Error::OverBudget {
-                needed, ram, disk, ..
-            }) => {
-                let mut info =
-                    run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
-                let norms = g
-                    .nodes
-                    .iter()
-                    .filter(|n| matches!(n.op, Op::Norm(_)))
-                    .count();
-                let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
-                info.notes.push(format!(
+        Mode::Exact => {
+            match fit(be, g, input, tile, threads, budget, exact_need).and_then(|(tile, note)| {
+                let mut info = exact_on(
+                    be,
+                    g,
+                    input,
+                    &g.grid(h, w, tile)?,
+                    threads,
+                    budget,
+                    sink,
+                    None,
+                )?;
+                info.notes.extend(note);
+                Ok(info)
+            }) {
+                // Refused before anything was computed or written: the same output, exact, from the
+                // recompute schedule, which stores no activation.
+                Err(Error::OverBudget {
+                    needed, ram, disk, ..
+                }) => {
+                    let mut info =
+                        run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
+                    let norms = g
+                        .nodes
+                        .iter()
+                        .filter(|n| matches!(n.op, Op::Norm(_)))
+                        .count();
+                    let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
+                    info.notes.push(format!(
                     "exact: storing every node's output would take {} at its peak, more than the RAM \
                      budget ({}) and the spill space ({}) together, so each normalisation's statistics \
                      were recomputed tile by tile instead ({} passes over the input; the same output)",
@@ -124,10 +140,11 @@ fn run_mode<B: GraphOps>(
                     gb(disk),
                     norms + 1
                 ));
-                Ok(info)
+                    Ok(info)
+                }
+                other => other,
             }
-            other => other,
-        },
+        }
         Mode::Naive => {
             let grid = grid()?;
             let plan = prepare(g, input, &grid)?;
@@ -141,7 +158,7 @@ fn run_mode<B: GraphOps>(
                 let crop = gather(input, &ys, &xs)?;
                 let p = g.plan(y1 - y0, x1 - x0)?;
                 let (c, oh, ow) = p.shape[g.output];
-                let part = OutputSink::f32(c, oh, ow);
+                let part = OutputSink::try_f32(c, oh, ow)?;
                 one_tile(be, g, &crop, inner, budget, &part)?;
                 let (oy0, _, ox0, _) = go.tile(t);
                 sink.put_tile(oy0, ox0, &part.finish().into_tensor())
@@ -152,7 +169,8 @@ fn run_mode<B: GraphOps>(
             })
         }
         Mode::Sampled(f) => {
-            let grid = grid()?;
+            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
+            let grid = g.grid(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             // The sample's statistics by the exact mode, tile by tile under the run's budget (its
             // values stored, spilled or recomputed as an exact run's are); its output is not kept.
@@ -163,11 +181,13 @@ fn run_mode<B: GraphOps>(
             Ok(RunInfo {
                 stats: sampled.stats,
                 tiles: grid.len(),
+                notes: sampled.notes.into_iter().chain(note).collect(),
                 ..RunInfo::default()
             })
         }
         Mode::Recompute => {
-            let grid = grid()?;
+            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
+            let grid = g.grid(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             let mut stats: GraphStats = vec![None; g.nodes.len()];
             for (i, n) in g.nodes.iter().enumerate() {
@@ -198,12 +218,121 @@ fn run_mode<B: GraphOps>(
             Ok(RunInfo {
                 stats,
                 tiles: grid.len(),
+                notes: note.into_iter().collect(),
                 ..RunInfo::default()
             })
         }
     };
     crate::buffers::clear();
     result
+}
+
+/// The working sets of a run's tiles in flight at once, and how many tiles that is (see [`working_set`]).
+type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, usize) -> Result<(u64, usize)>;
+
+/// The tile a run whose working sets `need` gives uses: `tile`, or a smaller one whose working sets fit
+/// the budget (with a note), or the refusal of the smallest.
+fn fit<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    tile: usize,
+    threads: usize,
+    budget: &Budget,
+    need: Need<B>,
+) -> Result<(usize, Option<String>)> {
+    let align = g.plan(input.height(), input.width())?.align;
+    let allowance = working::Allowance::of(budget.ram);
+    working::fit_tile(tile, align, |t| {
+        let (bytes, workers) = need(be, g, input, t, threads)?;
+        allowance.admit(bytes, workers, t)
+    })
+}
+
+/// The working sets of an exact run's tiles of side `tile` worked on at once.
+fn exact_need<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    tile: usize,
+    threads: usize,
+) -> Result<(u64, usize)> {
+    let grid = g.grid(input.height(), input.width(), tile)?;
+    let plan = prepare(g, input, &grid)?;
+    let grids: Vec<Grid> = (0..plan.shape.len())
+        .map(|v| g.value_grid(&plan, &grid, v))
+        .collect::<Result<_>>()?;
+    let s = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    let workers = exact_workers(be.backend, threads, grid.len());
+    let per_tile = tile_bytes(g, &plan, &s, &grids);
+    Ok((per_tile.saturating_mul(workers as u64), workers))
+}
+
+/// The working sets of one-pass evaluations (sampled, recompute) over tiles of side `tile` worked on at
+/// once: the output's tiles, and the inputs of every normalisation whose statistics are recomputed tile
+/// by tile.
+fn fixed_need<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    input: &dyn Input,
+    tile: usize,
+    threads: usize,
+) -> Result<(u64, usize)> {
+    let grid = g.grid(input.height(), input.width(), tile)?;
+    let plan = prepare(g, input, &grid)?;
+    let sizer = working::Sizer {
+        g,
+        plan: &plan,
+        through: &[],
+        inline_of: &[],
+    };
+    let norm_inputs = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Norm(_)))
+        .map(|n| n.inputs[0])
+        .filter(|&u| u > 0);
+    let mut most = (0, 1);
+    for v in std::iter::once(g.output).chain(norm_inputs) {
+        let gv = g.value_grid(&plan, &grid, v)?;
+        let per_tile = working::corners(&gv)
+            .map(|r| sizer.one_pass(v, r))
+            .max()
+            .unwrap_or(0);
+        let workers = be.backend.tiles_at_once(threads).clamp(1, gv.len());
+        let bytes = per_tile.saturating_mul(workers as u64);
+        if bytes > most.0 {
+            most = (bytes, workers);
+        }
+    }
+    Ok(most)
+}
+
+/// The host memory that the tiles of a `mode` run of `g` over `input` (tiles of side `tile`, `threads`
+/// threads, on the CPU) hold at once besides the stored values — their input windows, outputs and
+/// scratch — as the planner sizes it. A RAM budget covers this first (the tile is shrunk until it
+/// does); the stored values get what remains and spill past it.
+pub fn working_set(
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    threads: usize,
+) -> Result<u64> {
+    let be = &Run {
+        backend: &CpuBackend,
+        prep: &(),
+    };
+    let need = match mode {
+        Mode::Sampled(_) | Mode::Recompute => fixed_need(be, g, input, tile, threads)?,
+        Mode::Exact | Mode::Naive => exact_need(be, g, input, tile, threads)?,
+        Mode::Whole => {
+            let align = g.plan(input.height(), input.width())?.align;
+            let side = input.height().max(input.width()).next_multiple_of(align);
+            exact_need(be, g, input, side, threads)?
+        }
+    };
+    Ok(need.0)
 }
 
 /// `g` over all of `input` as one tile with every value in RAM: the whole-image run, a naive tile, the
@@ -229,11 +358,13 @@ fn one_tile<B: GraphOps>(
         ..budget.clone()
     };
     match exact_on(be, g, input, &one, threads, &ram, sink, None) {
-        Err(Error::OverBudget { needed, .. }) => Err(Error::WholeTooLarge {
-            needed,
-            limit,
-            limit_from: source,
-        }),
+        Err(Error::OverBudget { needed, .. } | Error::TileOverBudget { needed, .. }) => {
+            Err(Error::WholeTooLarge {
+                needed,
+                limit,
+                limit_from: source,
+            })
+        }
         r => r,
     }
 }
@@ -262,7 +393,7 @@ pub fn infer_on<B: GraphOps>(
 ) -> Result<(Tensor, RunInfo)> {
     let plan = g.plan(input.height(), input.width())?;
     let (c, h, w) = plan.shape[g.output];
-    let sink = OutputSink::f32(c, h, w);
+    let sink = OutputSink::try_f32(c, h, w)?;
     let info = run_graph_on(backend, g, input, mode, tile, threads, budget, &sink)?;
     Ok((sink.finish().into_tensor(), info))
 }

@@ -1,7 +1,7 @@
 //! Conv and ConvTranspose: weights, groups, strides, dilations, padding (`auto_pad` too), a transposed
 //! convolution's output padding.
 
-use super::importer::{Attrs, Cur, Importer, LIMIT, Ref, pads4, per_channel, two};
+use super::importer::{Attrs, Cur, Importer, LIMIT, Ref, pads4, per_channel, too_large, two};
 use crate::error::Result;
 use crate::graph::ops::{ConvOp, Op, Win};
 
@@ -16,7 +16,12 @@ pub(super) fn conv(imp: &mut Importer, c: &Cur, a: &Attrs) -> Result<Ref> {
             w.dims
         )));
     }
-    let groups = a.i("group", 1).max(1) as usize;
+    // The checker's range: a group count below 1 is invalid (onnxruntime refuses it), not a single group.
+    let groups = match a.i("group", 1) {
+        g @ 1..=LIMIT => g as usize,
+        g if g > LIMIT => return Err(c.err(too_large("group", g))),
+        g => return Err(c.err(format!("attribute group {g}: must be at least 1"))),
+    };
     let (kh, kw) = (w.dims[2], w.dims[3]);
     if let Some(ks) = a.ints("kernel_shape")
         && ks != [kh as i64, kw as i64]
@@ -40,7 +45,7 @@ pub(super) fn conv(imp: &mut Importer, c: &Cur, a: &Attrs) -> Result<Ref> {
             w.dims
         )));
     }
-    if groups == 0 || cin % groups != 0 || cout % groups != 0 {
+    if cin % groups != 0 || cout % groups != 0 {
         return Err(c.err(format!(
             "group {groups} does not divide its {cin} input and {cout} output channels"
         )));

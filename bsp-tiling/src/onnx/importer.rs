@@ -292,11 +292,20 @@ pub(super) fn per_channel(
 /// it keeps every size computation in range).
 pub(super) const LIMIT: i64 = 1 << 16;
 
+/// A value past [`LIMIT`]: refused as too large for this importer (it may be valid ONNX).
+pub(super) fn too_large(what: &str, v: i64) -> String {
+    format!("attribute {what} {v} is larger than this importer's cap of {LIMIT}")
+}
+
 pub(super) fn two(c: &Cur, v: Option<Vec<i64>>, d: i64, what: &str) -> Result<[usize; 2]> {
     match v {
         None => Ok([d as usize; 2]),
         Some(v) if v.len() == 2 && v.iter().all(|&x| (1..=LIMIT).contains(&x)) => {
             Ok([v[0] as usize, v[1] as usize])
+        }
+        Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
+            let big = v.iter().copied().max().unwrap_or(0);
+            Err(c.err(too_large(what, big)))
         }
         Some(v) => Err(c.err(format!(
             "{what} {v:?}: expected two positive values (a 2-D op on N×C×H×W)"
@@ -318,6 +327,10 @@ pub(super) fn pads4(c: &Cur, a: &Attrs) -> Result<[AxisPad; 2]> {
             AxisPad::Explicit(p[0] as usize, p[2] as usize),
             AxisPad::Explicit(p[1] as usize, p[3] as usize),
         ]),
+        Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
+            let big = p.iter().copied().max().unwrap_or(0);
+            Err(c.err(too_large("pads", big)))
+        }
         Some(p) => Err(c.err(format!("pads {p:?}: expected four non-negative values"))),
     }
 }

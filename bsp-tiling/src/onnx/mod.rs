@@ -15,11 +15,15 @@
 //! Anything else is an [`Error::Node`] naming the node, its op and why: ops that reduce the whole image
 //! (GlobalAveragePool, Reduce*), mix all pixels or need a fixed size (Gemm, MatMul, Reshape, Flatten,
 //! Transpose, Softmax, attention), resizes to a fixed size, normalisation over rows or columns, training
-//! mode. A file that does not parse is [`Error::OnnxFormat`].
+//! mode. A file that does not parse is [`Error::OnnxFormat`]. What the ONNX checker and onnxruntime
+//! refuse is refused too (`check`): no opset for the default domain or one past the newest released, a
+//! value name defined twice, attributes out of their range (a group below 1); values past this
+//! importer's caps (kernel sides, strides, pads, resize factors) are refused as too large.
 
 #[allow(clippy::all, missing_docs)]
 mod pb;
 
+mod check;
 mod conv;
 mod elementwise;
 mod importer;
@@ -87,12 +91,8 @@ pub fn graph_from_onnx(bytes: &[u8], model: &str) -> Result<Graph> {
         .graph
         .as_ref()
         .ok_or_else(|| format_err(model, "the model has no graph"))?;
-    let opset = m
-        .opset_import
-        .iter()
-        .find(|o| matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx")))
-        .and_then(|o| o.version)
-        .unwrap_or(1);
+    let opset = check::default_opset(&m, model)?;
+    let mut defined = check::Defined::of(g, model)?;
     let mut imp = Importer {
         model,
         names: HashMap::new(),
@@ -139,6 +139,7 @@ pub fn graph_from_onnx(bytes: &[u8], model: &str) -> Result<Graph> {
                 n.domain.as_deref().unwrap_or("")
             )));
         }
+        defined.outputs(&c, &n.output)?;
         let a = Attrs(
             n.attribute
                 .iter()

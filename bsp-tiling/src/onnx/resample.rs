@@ -40,6 +40,9 @@ pub(super) fn pool(imp: &mut Importer, c: &Cur, a: &Attrs) -> Result<Ref> {
     Ok(Ref::Value(v, ch))
 }
 
+/// The largest factor one Resize may scale by (or its inverse): far beyond any real network's.
+const MAX_SCALE: f32 = 64.0;
+
 /// Resize or Upsample by scales that cut the image into whole-pixel tiles.
 pub(super) fn resize(imp: &mut Importer, c: &Cur, a: &Attrs, opset: i64) -> Result<Ref> {
     let op = c.op.as_str();
@@ -76,8 +79,16 @@ pub(super) fn resize(imp: &mut Importer, c: &Cur, a: &Attrs, opset: i64) -> Resu
             "scales {scales:?}: expected [1, 1, sh, sw] (only the image axes resized)"
         )));
     }
+    if let Some(s) = scales[2..]
+        .iter()
+        .find(|&&s| s.is_finite() && !(1.0 / MAX_SCALE..=MAX_SCALE).contains(&s) && s > 0.0)
+    {
+        return Err(c.err(format!(
+            "scale {s} is past this importer's cap of {MAX_SCALE} (or 1/{MAX_SCALE}) per Resize"
+        )));
+    }
     let ok = |s: f32| {
-        s > 0.0 && s.is_finite() && (1.0 / 64.0..=64.0).contains(&s) && {
+        s > 0.0 && s.is_finite() && (1.0 / MAX_SCALE..=MAX_SCALE).contains(&s) && {
             let v = if s >= 1.0 { s as f64 } else { 1.0 / s as f64 };
             (v - v.round()).abs() < 1e-6
         }

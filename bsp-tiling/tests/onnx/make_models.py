@@ -219,6 +219,53 @@ def bad_models():
     out["bad_sizes"] = b.model(b.node("Resize", ["image", "", "", sizes], mode="nearest"), 3)
     b = B("bad_op", 3, 5)
     out["bad_op"] = b.model(b.node("Cos", [b.conv("image", 3, 8, 3)]), 8)
+    # Valid ONNX past the importer's caps: refused as too large.
+    b = B("bad_scale_cap", 3, 5)
+    out["bad_scale_cap"] = b.model(b.resize("image", 1024.0, coord="asymmetric", nearest="floor"), 3)
+    b = B("bad_stride_cap", 3, 5)
+    out["bad_stride_cap"] = b.model(b.conv("image", 3, 8, 1, stride=100_000, pad=[0, 0, 0, 0]), 8)
+    return out
+
+
+def invalid_models():
+    """Models the ONNX checker and onnxruntime refuse (invalid_*.onnx): the importer must refuse them too."""
+    out = {}
+    b = B("invalid_dup_output", 3, 5)
+    y = b.conv("image", 3, 8, 3)
+    # A second node defining the first one's output.
+    b.nodes.append(helper.make_node("Relu", ["image"], [y], name="redefines"))
+    out["invalid_dup_output"] = b.model(y, 8)
+    for name, group in [("invalid_group0", 0), ("invalid_group_neg", -1)]:
+        b = B(name, 3, 5)
+        y = b.conv("image", 3, 8, 1)
+        for a in b.nodes[-1].attribute:
+            if a.name == "group":
+                a.i = group
+        out[name] = b.model(y, 8)
+    b = B("invalid_opset9999", 3, 5)
+    m = b.model(b.conv("image", 3, 8, 3), 8)
+    m.opset_import[0].version = 9999
+    out["invalid_opset9999"] = m
+    b = B("invalid_no_opset", 3, 5)
+    m = b.model(b.conv("image", 3, 8, 3), 8)
+    del m.opset_import[:]
+    out["invalid_no_opset"] = m
+    return out
+
+
+def growing_models():
+    """Models whose output is far larger than their input (grow_*.onnx): budget tests."""
+    out = {}
+    b = B("grow_x16", 3, 5)
+    y = "image"
+    for _ in range(4):
+        y = b.resize(y, 2.0, coord="asymmetric", nearest="floor")
+    out["grow_x16"] = b.model(y, 3)
+    b = B("grow_x4096", 3, 5)
+    y = b.resize("image", 64.0, coord="asymmetric", nearest="floor")
+    out["grow_x4096"] = b.model(b.resize(y, 64.0, coord="asymmetric", nearest="floor"), 3)
+    b = B("wide_c16384", 3, 5)
+    out["wide_c16384"] = b.model(b.conv("image", 3, 16384, 1, bias=False), 16384)
     return out
 
 
@@ -291,7 +338,7 @@ def main():
             (y,) = sess.run(None, {"image": x})
             np.save(out / f"{name}.in.{h}x{w}.npy", x[0])
             np.save(out / f"{name}.ort.{h}x{w}.npy", y[0].astype(np.float32))
-    for name, m in bad_models().items():
+    for name, m in {**bad_models(), **invalid_models(), **growing_models()}.items():
         (out / f"{name}.onnx").write_bytes(m.SerializeToString())
     print(f"wrote {len(models)} models to {out}")
 

@@ -232,6 +232,13 @@ impl NpyWriter {
         NpyWriter::from_file(File::create(path)?, path, c, h, w)
     }
 
+    /// Assembles bands of at most `bytes` (instead of [`BAND_BYTES`]): what a run under a small memory
+    /// budget can hold for its writer.
+    pub fn with_band_bytes(mut self, bytes: usize) -> NpyWriter {
+        self.band_bytes = bytes;
+        self
+    }
+
     /// As [`create`](Self::create), into `file` (empty, opened for writing; `path` names it in errors):
     /// e.g. the temporary of a `stdx::fs::AtomicFile`.
     pub fn from_file(

@@ -131,17 +131,32 @@ impl<R: Seek> Seek for FirstIfd<R> {
     }
 }
 
-/// The SubIFDs of the page the decoder is on (none when it has no SubIFDs tag).
+/// The most SubIFDs a page may list: a pyramid halving 2^64 pixels has 64 levels; more is a damaged
+/// or hostile file. One rule for listing the levels and for opening one.
+const MAX_LEVELS: usize = 256;
+
+/// The SubIFDs of the page the decoder is on (none when it has no SubIFDs tag); more than
+/// [`MAX_LEVELS`] is refused, whichever level is asked for.
 pub(super) fn sub_ifds<R: Read + Seek>(
     dec: &mut Decoder<R>,
     path: &Path,
     page: usize,
 ) -> Result<Vec<IfdPointer>> {
     let err = |e| tiff_error(path, &format!("reading page {page}'s SubIFDs"), e);
-    match dec.find_tag(Tag::SubIfd).map_err(err)? {
-        None => Ok(Vec::new()),
-        Some(v) => v.into_ifd_vec().map_err(err),
+    let subs = match dec.find_tag(Tag::SubIfd).map_err(err)? {
+        None => Vec::new(),
+        Some(v) => v.into_ifd_vec().map_err(err)?,
+    };
+    if subs.len() > MAX_LEVELS {
+        return Err(Error::Tiff {
+            path: path.to_path_buf(),
+            reason: format!(
+                "page {page} names {} SubIFDs, more than the {MAX_LEVELS} a pyramid has",
+                subs.len()
+            ),
+        });
     }
+    Ok(subs)
 }
 
 /// A decoder of `path` on level `level` (≥ 1) of page `page`, given a decoder already on that page.

@@ -78,10 +78,6 @@ impl fmt::Display for PageInfo {
     }
 }
 
-/// The most SubIFDs a page may list: a pyramid halving 2^64 pixels has 64 levels; more is a damaged
-/// or hostile file, each of whose entries would be opened.
-const MAX_LEVELS: usize = 256;
-
 /// Every page of `path`, in file order, each followed by its SubIFD levels. A damaged directory is a
 /// typed error naming the file and the page.
 pub fn pages(path: &Path) -> Result<Vec<PageInfo>> {
@@ -91,14 +87,6 @@ pub fn pages(path: &Path) -> Result<Vec<PageInfo>> {
     loop {
         out.push(describe(&mut dec, path, index, 0)?);
         let subs = open::sub_ifds(&mut dec, path, index)?.len();
-        if subs > MAX_LEVELS {
-            return Err(crate::error::Error::Tiff {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "page {index} names {subs} SubIFDs, more than the {MAX_LEVELS} a pyramid has"
-                ),
-            });
-        }
         for level in 1..=subs {
             let on_page = open_page_decoder(path, index)?;
             let mut sub = open::open_level(on_page, path, index, level)?;
