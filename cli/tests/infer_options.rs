@@ -163,7 +163,7 @@ fn every_option_takes_a_good_value_and_refuses_a_bad_one_in_the_models_words() {
         ),
         (
             "ram_budget_mib",
-            vec!["0"],
+            vec!["16"],
             vec!["18446744073709551615"],
             checked(InferSettings {
                 ram_budget_mib: u64::MAX,

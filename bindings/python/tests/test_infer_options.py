@@ -34,7 +34,7 @@ WALK = {
     "gpu_memory": (None, "lots", 'gpu_memory "lots": expected bytes'),
     "threads": (1, 0, 'threads "0": expected 1 to'),
     "padding": ("circular", "mirror", 'padding "mirror": expected reflect, circular, zero or replicate'),
-    "ram_budget_mib": (0, -1, 'ram_budget_mib "-1": expected a whole number'),
+    "ram_budget_mib": (16, -1, 'ram_budget_mib "-1": expected a whole number'),
     "spill_dir": (".", 3, 'spill_dir "3": expected a path'),
     "full": (False, "yes", "full \"'yes'\": expected True or False"),
     "in_scale": (0.5, math.nan, 'in_scale "NaN": expected a finite number'),
