@@ -201,6 +201,32 @@ fn f16_operands_error_measured() {
     assert!(max_abs(&tiled16, &whole16) < 1e-3);
 }
 
+/// The graph engine's f16 convolutions (window and weights rounded to binary16, f32 accumulation) give the
+/// stage engine's f16 bits, in every mode: the same rounding at the same place.
+#[test]
+fn f16_graph_convolutions_equal_the_stage_engine() {
+    let net = model("mosaic_nc16.safetensors");
+    let img = corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47);
+    let x = bsp_tiling::image_to_tensor(&img);
+    let g = bsp_tiling::Graph::from_net(&net);
+    let sim16 = DeviceSim::new(u64::MAX, Precision::F16);
+    let (stage, _) = exact_on(
+        &sim16,
+        &net,
+        &x,
+        &Grid::with_count(47, 61, 2, 2, 4).unwrap(),
+    );
+    let f32_whole = net.forward_whole(&CpuBackend, &x, 2, None).unwrap().0;
+    for (mode, tile) in [(Mode::Exact, 16), (Mode::Whole, 0), (Mode::Recompute, 24)] {
+        let (got, info) = bsp_tiling::infer_on(&sim16, &g, &x, mode, tile, 2, &Budget::default())
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert_eq!(max_abs(&got, &stage), 0.0, "{mode:?}");
+        assert!(info.device_peak_bytes > 0);
+        // Rounding happened: not the f32 output.
+        assert!(max_abs(&got, &f32_whole) > 1e-3, "{mode:?}");
+    }
+}
+
 #[test]
 fn every_mode_runs_on_the_device_within_budget() {
     let net = Net::random_transformer(Widths(4, 8, 8), 9, PaddingMode::Reflect);
@@ -314,7 +340,7 @@ fn onnx_graphs_on_the_simulated_device_equal_the_cpu() {
     }
 }
 
-/// A device budget smaller than a node's working set is a typed error naming the node; f16 graph
+/// A device budget smaller than a node's working set is a typed error naming the node; f16 transposed
 /// convolutions have no kernels and are refused by name before anything runs.
 #[test]
 fn onnx_graph_refusals_on_the_simulated_device() {
@@ -344,10 +370,14 @@ fn onnx_graph_refusals_on_the_simulated_device() {
         .unwrap_err();
     match &e {
         Error::Node { node, op, reason } => {
-            assert_eq!(op, "Conv", "{e}");
+            assert_eq!(op, "ConvTranspose", "{e}");
             assert_eq!(
                 node,
-                &g.nodes.iter().find(|n| n.op_type == "Conv").unwrap().name
+                &g.nodes
+                    .iter()
+                    .find(|n| n.op_type == "ConvTranspose")
+                    .unwrap()
+                    .name
             );
             assert!(
                 reason.contains("does not run on the device simulation"),

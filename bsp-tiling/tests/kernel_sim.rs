@@ -707,36 +707,46 @@ mod graph {
                 for y0 in (0..ho).step_by(rows) {
                     let y1 = (y0 + rows).min(ho);
                     let col = sim.zeros(cg * 6 * (y1 - y0) * wo * 4);
-                    sim.launch(
-                        "bsp_im2col_g",
-                        GRID,
-                        BLOCK,
-                        &[
-                            A::B(xb),
-                            i(g * cg),
-                            i(cg),
-                            i(win.h),
-                            i(win.w),
-                            i(3),
-                            i(2),
-                            i(2),
-                            i(1),
-                            i(1),
-                            i(2),
-                            i(y0),
-                            i(y1),
-                            i(wo),
-                            A::B(col),
-                        ],
-                    );
-                    bands.push((g, y0, y1, col));
+                    let col16 = sim.zeros(cg * 6 * (y1 - y0) * wo * 2);
+                    for (kernel, out) in [("bsp_im2col_g", col), ("bsp_im2col_g_f16", col16)] {
+                        sim.launch(
+                            kernel,
+                            GRID,
+                            BLOCK,
+                            &[
+                                A::B(xb),
+                                i(g * cg),
+                                i(cg),
+                                i(win.h),
+                                i(win.w),
+                                i(3),
+                                i(2),
+                                i(2),
+                                i(1),
+                                i(1),
+                                i(2),
+                                i(y0),
+                                i(y1),
+                                i(wo),
+                                A::B(out),
+                            ],
+                        );
+                    }
+                    bands.push((g, y0, y1, col, col16));
                 }
             }
             let res = sim.run(exe, "graph-conv");
             let mut got = f32s(&res[out]);
-            for (g, y0, y1, col) in bands {
+            for (g, y0, y1, col, col16) in bands {
                 let gm = launch::conv_gemm(&c, g, ho, wo, y0, y1).unwrap();
-                gemm(&gm, &f32s(&res[col]), &c.weight, &mut got);
+                let cols = f32s(&res[col]);
+                // The f16 columns: the f32 ones rounded to binary16, nearest even (the `half` crate's).
+                let want16: Vec<u16> = cols
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v).to_bits())
+                    .collect();
+                assert_eq!(u16s(&res[col16]), want16, "graph im2col f16 {range:?}");
+                gemm(&gm, &cols, &c.weight, &mut got);
             }
             close(&got, &want.data, &format!("graph conv {range:?}"));
         }

@@ -140,7 +140,7 @@ fn refusals_are_clear() {
     ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    // Without a GPU the probe's reason; with one, f16 graph convolutions refused by node.
+    // Without a GPU the probe's reason; with one, f16 transposed convolutions refused by node.
     assert!(
         err.contains("device cuda") || err.contains("f32 kernels only"),
         "{err}"

@@ -50,8 +50,8 @@ pub struct InferSettings {
     /// naming the reason, never a CPU run.
     #[cfg_attr(feature = "clap", arg(long, value_name = "cpu|cuda|cuda:N", value_parser = Text::<Device>::new("device"), default_value_t = InferSettings::default().device))]
     pub device: Device,
-    /// `f32`, or `f16` on a CUDA device (GEMM operands in binary16, f32 accumulation; a TransformerNet
-    /// in `l3 stylize` only: graph convolutions have f32 kernels, and f16 is refused naming the first).
+    /// `f32`, or `f16` on a CUDA device (convolution operands in binary16, f32 accumulation; a
+    /// transposed convolution is refused under f16, naming it).
     #[cfg_attr(feature = "clap", arg(long, value_name = "f32|f16", value_parser = Text::<Precision>::new("precision"), default_value_t = InferSettings::default().precision))]
     pub precision: Precision,
     /// Bytes of GPU memory the run may use (e.g. 4G; a CUDA device only; default: what is free, less a

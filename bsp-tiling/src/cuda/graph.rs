@@ -6,6 +6,7 @@
 //! simulation of the kernels checks against ops.rs. Every buffer takes a lease on the backend's meter.
 
 use super::{CudaBackend, CudaTensor, blas_err, drv, grid};
+use crate::device::Precision;
 use crate::error::Result;
 use crate::graph::Node;
 use crate::graph::exec::{self, GraphOps};
@@ -14,12 +15,13 @@ use crate::graph::ops::{self, BinOp, ConvOp, Ctx, Op, Operand, PadOp, PoolOp, Re
 use crate::meter::{Lease, Meter};
 use crate::tensor::Tensor;
 use cudarc::cublas::{Gemm as _, GemmConfig};
-use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use std::sync::Arc;
 
 /// The graph kernels, loaded with the backend's module.
 pub(super) struct GraphKernels {
     im2col: CudaFunction,
+    im2col_f16: CudaFunction,
     col2im: CudaFunction,
     unary: CudaFunction,
     binary: CudaFunction,
@@ -41,6 +43,7 @@ impl GraphKernels {
         };
         Ok(GraphKernels {
             im2col: f("bsp_im2col_g")?,
+            im2col_f16: f("bsp_im2col_g_f16")?,
             col2im: f("bsp_col2im")?,
             unary: f("bsp_unary")?,
             binary: f("bsp_binary")?,
@@ -55,9 +58,10 @@ impl GraphKernels {
     }
 }
 
-/// A convolution's weights and bias on the device.
+/// A convolution's weights and bias on the device, and under [`Precision::F16`] its weights as binary16.
 struct NodeWeights {
     w: CudaSlice<f32>,
+    w16: Option<CudaSlice<u16>>,
     bias: CudaSlice<f32>,
 }
 
@@ -86,6 +90,17 @@ impl CudaBackend {
             return unsafe { self.stream.alloc::<T>(1) }.map_err(drv("cuMemAllocAsync"));
         }
         self.stream.clone_htod(v).map_err(drv("cuMemcpyHtoDAsync"))
+    }
+
+    /// The first `n` values of `w` as binary16 (`bsp_to_f16`: nearest even), counted in the weights'
+    /// lease ([`exec::weight_bytes`]).
+    fn to_f16(&self, w: &CudaSlice<f32>, n: usize) -> Result<CudaSlice<u16>> {
+        // SAFETY: bsp_to_f16 writes all n elements.
+        let mut out =
+            unsafe { self.stream.alloc::<u16>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
+        let n64 = n as i64;
+        launch!(self, self.k.to_f16, "bsp_to_f16", n, [w, &n64, &mut out]);
+        Ok(out)
     }
 
     /// A leased copy of `x` (the in-place kernels work on the node's own output).
@@ -133,6 +148,54 @@ impl CudaBackend {
         unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(blas_err("cublasGemm"))
     }
 
+    /// [`Self::gemm`] on binary16 operands, accumulated and written in f32 (cuBLAS's `gemmEx`).
+    fn gemm_f16(
+        &self,
+        g: &Gemm,
+        a: &CudaSlice<u16>,
+        b: &CudaSlice<u16>,
+        c: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType_t};
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let (alpha, beta) = (1.0f32, g.beta);
+        let a = a.slice(g.a_offset..);
+        let b = b.slice(g.b_offset..);
+        let mut c = c.slice_mut(g.c_offset..);
+        let (pa, _ra) = a.device_ptr(&self.stream);
+        let (pb, _rb) = b.device_ptr(&self.stream);
+        let (pc, _rc) = c.device_ptr_mut(&self.stream);
+        // SAFETY: as in `gemm`: `launch::conv_gemm` describes operands inside these buffers (the caller
+        // sized the columns, weights and outputs from the same dimensions); alpha and beta are f32, as
+        // CUBLAS_COMPUTE_32F reads them.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *blas.handle(),
+                CUBLAS_OP_N,
+                if g.trans_b { CUBLAS_OP_T } else { CUBLAS_OP_N },
+                g.m,
+                g.n,
+                g.k,
+                (&alpha) as *const f32 as *const _,
+                pa as *const _,
+                cudaDataType_t::CUDA_R_16F,
+                g.lda,
+                pb as *const _,
+                cudaDataType_t::CUDA_R_16F,
+                g.ldb,
+                (&beta) as *const f32 as *const _,
+                pc as *mut _,
+                cudaDataType_t::CUDA_R_32F,
+                g.ldc,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err("cublasGemmEx"))
+    }
+
     fn graph_conv(
         &self,
         x: &CudaTensor,
@@ -156,13 +219,22 @@ impl CudaBackend {
         if plane == 0 {
             return Ok(out);
         }
-        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes);
+        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes, self.precision);
         let _lease = self.meter.lease(band_bytes, "im2col columns")?;
         let cg = c.cin / c.groups;
         let kk = cg * c.win[0].k * c.win[1].k;
+        let f16 = match (self.precision, &wts.w16) {
+            (Precision::F16, Some(w16)) => Some(w16),
+            _ => None,
+        };
+        let elems = if f16.is_some() { 0 } else { rows * wo * kk };
         // SAFETY: bsp_im2col_g writes the first (y1-y0)·wo·kk elements before the GEMM reads them.
-        let mut col = unsafe { self.stream.alloc::<f32>((rows * wo * kk).max(1)) }
-            .map_err(drv("cuMemAllocAsync"))?;
+        let mut col =
+            unsafe { self.stream.alloc::<f32>(elems.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
+        let elems16 = if f16.is_some() { rows * wo * kk } else { 0 };
+        // SAFETY: as for `col`, by bsp_im2col_g_f16.
+        let mut col16 =
+            unsafe { self.stream.alloc::<u16>(elems16.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
         let geometry = [
             x.h,
             x.w,
@@ -185,17 +257,35 @@ impl CudaBackend {
                 let y1 = (y0 + rows).min(ho);
                 let gm = launch::conv_gemm(c, g, ho, wo, y0, y1)?;
                 let (a, b) = (y0 as i32, y1 as i32);
-                launch!(
-                    self,
-                    self.g.im2col,
-                    "bsp_im2col_g",
-                    (y1 - y0) * wo * kk,
-                    [
-                        &x.data, &c0, &cgi, &h, &w, &kh, &kw, &sy, &sx, &dy, &dx, &a, &b, &woi,
-                        &mut col
-                    ]
-                );
-                self.gemm(&gm, &col, &wts.w, &mut out.data)?;
+                let n = (y1 - y0) * wo * kk;
+                match f16 {
+                    Some(w16) => {
+                        launch!(
+                            self,
+                            self.g.im2col_f16,
+                            "bsp_im2col_g_f16",
+                            n,
+                            [
+                                &x.data, &c0, &cgi, &h, &w, &kh, &kw, &sy, &sx, &dy, &dx, &a, &b,
+                                &woi, &mut col16
+                            ]
+                        );
+                        self.gemm_f16(&gm, &col16, w16, &mut out.data)?;
+                    }
+                    None => {
+                        launch!(
+                            self,
+                            self.g.im2col,
+                            "bsp_im2col_g",
+                            n,
+                            [
+                                &x.data, &c0, &cgi, &h, &w, &kh, &kw, &sy, &sx, &dy, &dx, &a, &b,
+                                &woi, &mut col
+                            ]
+                        );
+                        self.gemm(&gm, &col, &wts.w, &mut out.data)?;
+                    }
+                }
             }
         }
         Ok(out)
@@ -346,7 +436,13 @@ impl CudaBackend {
         let tables = |v: &[i32]| self.htod(v);
         let tb = ops::pool_tables(p, ctx);
         let _lease = self.meter.lease(
-            exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo), self.band_bytes),
+            exec::scratch_bytes(
+                &node.op,
+                &[(x.c, x.h, x.w)],
+                (x.c, ho, wo),
+                self.band_bytes,
+                self.precision,
+            ),
             "pooling tables",
         )?;
         let (yin, xin) = (
@@ -415,7 +511,13 @@ impl CudaBackend {
         let tables = |v: &[i32]| self.htod(v);
         let [ty, tx] = ops::linear_tables(r, ctx);
         let _lease = self.meter.lease(
-            exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo), self.band_bytes),
+            exec::scratch_bytes(
+                &node.op,
+                &[(x.c, x.h, x.w)],
+                (x.c, ho, wo),
+                self.band_bytes,
+                self.precision,
+            ),
             "resize tables",
         )?;
         let ya = tables(&launch::ints(ty.iter().map(|t| t.0))?)?;
@@ -467,7 +569,13 @@ impl CudaBackend {
         let mut out = self.copy_of(x, "a padded tile")?;
         if p.mode.is_none() && p.value != 0.0 {
             let _lease = self.meter.lease(
-                exec::scratch_bytes(&node.op, &[(x.c, x.h, x.w)], (x.c, ho, wo), self.band_bytes),
+                exec::scratch_bytes(
+                    &node.op,
+                    &[(x.c, x.h, x.w)],
+                    (x.c, ho, wo),
+                    self.band_bytes,
+                    self.precision,
+                ),
                 "padding tables",
             )?;
             let inside = |a: usize| {
@@ -689,11 +797,17 @@ impl GraphOps for CudaBackend {
             out.push(match &n.op {
                 Op::Conv(c) | Op::ConvTranspose(c) => {
                     leases.push(self.meter.lease(
-                        exec::weight_bytes(&n.op),
+                        exec::weight_bytes(&n.op, self.precision),
                         &format!("the weights of `{}`", n.name),
                     )?);
+                    let w = self.htod(&c.weight)?;
+                    let w16 = match (&n.op, self.precision) {
+                        (Op::Conv(_), Precision::F16) => Some(self.to_f16(&w, c.weight.len())?),
+                        _ => None,
+                    };
                     Some(NodeWeights {
-                        w: self.htod(&c.weight)?,
+                        w,
+                        w16,
                         bias: self.htod(&c.bias)?,
                     })
                 }

@@ -230,25 +230,36 @@ extern "C" __global__ void bsp_add(float* __restrict__ x, const float* __restric
 // Columns of one group for output rows y0..y1 of a valid convolution with a kh×kw kernel, per-axis stride
 // and dilation: [cg·kh·kw, (y1-y0)·wo], rows in (channel, ky, kx) order, channels c0..c0+cg of x (c×h×w).
 // ops.rs `im2col`, element for element. A band has fewer than 2^31 elements (the host checks).
+#define BSP_IM2COL_G(STORE)                                                              \
+    unsigned int n = (unsigned int)(y1 - y0) * (unsigned int)wo;                         \
+    unsigned int kk2 = (unsigned int)(kh * kw);                                          \
+    unsigned int total = (unsigned int)cg * kk2 * n;                                     \
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;              \
+         i += gridDim.x * blockDim.x) {                                                  \
+        unsigned int r = i / n;                                                          \
+        unsigned int p = i - r * n;                                                      \
+        unsigned int ch = r / kk2;                                                       \
+        unsigned int rk = r - ch * kk2;                                                  \
+        unsigned int ky = rk / (unsigned int)kw;                                         \
+        unsigned int kx = rk - ky * (unsigned int)kw;                                    \
+        unsigned int oy = (unsigned int)y0 + p / (unsigned int)wo;                       \
+        unsigned int ox = p % (unsigned int)wo;                                          \
+        float v = x[((i64)(c0 + (int)ch) * h + (i64)oy * sy + (i64)ky * dy) * w +        \
+                    (i64)ox * sx + (i64)kx * dx];                                        \
+        col[i] = STORE(v);                                                               \
+    }
+
 extern "C" __global__ void bsp_im2col_g(const float* __restrict__ x, int c0, int cg, int h, int w,
                                         int kh, int kw, int sy, int sx, int dy, int dx, int y0,
                                         int y1, int wo, float* __restrict__ col) {
-    unsigned int n = (unsigned int)(y1 - y0) * (unsigned int)wo;
-    unsigned int kk2 = (unsigned int)(kh * kw);
-    unsigned int total = (unsigned int)cg * kk2 * n;
-    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += gridDim.x * blockDim.x) {
-        unsigned int r = i / n;
-        unsigned int p = i - r * n;
-        unsigned int ch = r / kk2;
-        unsigned int rk = r - ch * kk2;
-        unsigned int ky = rk / (unsigned int)kw;
-        unsigned int kx = rk - ky * (unsigned int)kw;
-        unsigned int oy = (unsigned int)y0 + p / (unsigned int)wo;
-        unsigned int ox = p % (unsigned int)wo;
-        col[i] = x[((i64)(c0 + (int)ch) * h + (i64)oy * sy + (i64)ky * dy) * w + (i64)ox * sx +
-                   (i64)kx * dx];
-    }
+    BSP_IM2COL_G(BSP_AS_F32)
+}
+
+// The same columns as binary16 bit patterns, for the f16 GEMM (f32 accumulation) of Precision::F16.
+extern "C" __global__ void bsp_im2col_g_f16(const float* __restrict__ x, int c0, int cg, int h,
+                                            int w, int kh, int kw, int sy, int sx, int dy, int dx,
+                                            int y0, int y1, int wo, u16* __restrict__ col) {
+    BSP_IM2COL_G(BSP_AS_F16)
 }
 
 // Transposed convolution, second half: cols [cout·kh·kw, xh·xw] (row (co, ky, kx) = Wᵀ·x of the window,

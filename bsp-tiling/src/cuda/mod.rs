@@ -37,7 +37,7 @@ pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
-pub const KERNEL_NAMES: [&str; 24] = [
+pub const KERNEL_NAMES: [&str; 25] = [
     "bsp_gather",
     "bsp_paste",
     "bsp_pad",
@@ -52,6 +52,7 @@ pub const KERNEL_NAMES: [&str; 24] = [
     "bsp_relu",
     "bsp_add",
     "bsp_im2col_g",
+    "bsp_im2col_g_f16",
     "bsp_col2im",
     "bsp_unary",
     "bsp_binary",

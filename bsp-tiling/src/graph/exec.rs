@@ -97,18 +97,36 @@ impl GraphOps for CpuBackend {
     }
 }
 
-/// Device bytes of a node's prepared parameters (convolution weights and biases, f32).
-pub fn weight_bytes(op: &Op) -> u64 {
+/// Device bytes of a node's prepared parameters: convolution weights and biases in f32, and under
+/// [`Precision::F16`] a convolution's binary16 copy of its weights beside them.
+pub fn weight_bytes(op: &Op, precision: Precision) -> u64 {
     match op {
-        Op::Conv(c) | Op::ConvTranspose(c) => ((c.weight.len() + c.bias.len()) * 4) as u64,
+        Op::Conv(c) => {
+            ((c.weight.len() + c.bias.len()) * 4 + f16_weight_len(op, precision) * 2) as u64
+        }
+        Op::ConvTranspose(c) => ((c.weight.len() + c.bias.len()) * 4) as u64,
         _ => 0,
     }
 }
 
-/// Output rows per im2col band of a graph convolution producing `ho × wo`, and the band's bytes (f32
-/// columns of one group at a time).
-pub fn conv_band(c: &ops::ConvOp, ho: usize, wo: usize, band_bytes: usize) -> (usize, u64) {
-    let row = c.cin / c.groups.max(1) * c.win[0].k * c.win[1].k * wo * 4;
+/// Elements of a node's binary16 weight copy: a convolution's weights under [`Precision::F16`].
+fn f16_weight_len(op: &Op, precision: Precision) -> usize {
+    match (op, precision) {
+        (Op::Conv(c), Precision::F16) => c.weight.len(),
+        _ => 0,
+    }
+}
+
+/// Output rows per im2col band of a graph convolution producing `ho × wo`, and the band's bytes (columns
+/// of one group at a time, of [`Precision::elem_bytes`] each).
+pub fn conv_band(
+    c: &ops::ConvOp,
+    ho: usize,
+    wo: usize,
+    band_bytes: usize,
+    precision: Precision,
+) -> (usize, u64) {
+    let row = c.cin / c.groups.max(1) * c.win[0].k * c.win[1].k * wo * precision.elem_bytes();
     let rows = (band_bytes / row.max(1)).clamp(1, ho.max(1));
     (rows, (rows * row) as u64)
 }
@@ -116,17 +134,18 @@ pub fn conv_band(c: &ops::ConvOp, ho: usize, wo: usize, band_bytes: usize) -> (u
 /// Device scratch one node's computation takes besides its windows and its output: im2col columns,
 /// a transposed convolution's `Wᵀ·x` columns, index and weight tables, per-channel parameters. The
 /// CUDA backend allocates exactly these; [`DeviceSim`] leases the same. `band_bytes`: the backend's im2col
-/// band size.
+/// band size; `precision`: its convolutions' operand type.
 pub fn scratch_bytes(
     op: &Op,
     ins: &[(usize, usize, usize)],
     out: (usize, usize, usize),
     band_bytes: usize,
+    precision: Precision,
 ) -> u64 {
     let (c, ho, wo) = out;
     let (_, xh, xw) = ins[0];
     match op {
-        Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes).1,
+        Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes, precision).1,
         Op::ConvTranspose(cv) => (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4) as u64,
         Op::Pool(_) => ((xh + xw + ho + wo) * 4) as u64,
         Op::Resize(r) if r.linear => ((ho + wo) * 12) as u64,
@@ -154,28 +173,52 @@ pub fn refuse(node: &Node, backend: &str, why: &str) -> Error {
     }
 }
 
-/// The graph engine's precision rule on a device: the graph convolutions have f32 kernels only.
+/// The graph engine's precision rule on a device: under [`Precision::F16`] a convolution's GEMM takes
+/// binary16 operands (its im2col columns and weights, rounded to nearest even) and accumulates in f32;
+/// a transposed convolution has an f32 kernel only, and is refused naming it.
 pub fn check_precision(nodes: &[Node], precision: Precision, backend: &str) -> Result<()> {
     if precision == Precision::F32 {
         return Ok(());
     }
-    match nodes
-        .iter()
-        .find(|n| matches!(n.op, Op::Conv(_) | Op::ConvTranspose(_)))
-    {
+    match nodes.iter().find(|n| matches!(n.op, Op::ConvTranspose(_))) {
         Some(n) => Err(refuse(
             n,
             backend,
-            "graph convolutions have f32 kernels only (use precision f32)",
+            "transposed convolutions have f32 kernels only (use precision f32)",
         )),
         None => Ok(()),
     }
 }
 
-/// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases.
+/// `v` rounded to IEEE binary16 and back (nearest even, as `bsp_to_f16` and `bsp_im2col_g_f16` round).
+pub fn round_f16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+/// A convolution as the f16 GEMM computes it: its weights rounded to binary16 ([`round_f16`]).
+fn f16_conv(op: &Op) -> Option<Op> {
+    match op {
+        Op::Conv(c) => Some(Op::Conv(ops::ConvOp {
+            weight: round_f16(&c.weight),
+            ..c.clone()
+        })),
+        _ => None,
+    }
+}
+
+/// What the simulated device prepares for a run: the weights' leases, and under [`Precision::F16`] each
+/// convolution with its weights rounded to binary16 (by node).
+pub struct SimPrepared {
+    _leases: Vec<Lease>,
+    f16: Vec<Option<Op>>,
+}
+
+/// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases. Under
+/// [`Precision::F16`] a convolution computes on its window and weights rounded to binary16, products
+/// summed in f32: what the f16 GEMM computes, up to its order of summation.
 impl GraphOps for DeviceSim {
     type Buf = SimBuf;
-    type Prepared = Vec<Lease>;
+    type Prepared = SimPrepared;
 
     fn tiles_at_once(&self, _threads: usize) -> usize {
         self.concurrency.max(1)
@@ -186,13 +229,30 @@ impl GraphOps for DeviceSim {
     fn check(&self, nodes: &[Node]) -> Result<()> {
         check_precision(nodes, self.precision, "device simulation")
     }
-    fn prepare(&self, nodes: &[Node]) -> Result<Vec<Lease>> {
+    fn prepare(&self, nodes: &[Node]) -> Result<SimPrepared> {
         let m = self.meter_arc();
-        nodes
+        let p = self.precision;
+        let leases = nodes
             .iter()
-            .filter(|n| weight_bytes(&n.op) > 0)
-            .map(|n| m.lease(weight_bytes(&n.op), &format!("the weights of `{}`", n.name)))
-            .collect()
+            .filter(|n| weight_bytes(&n.op, p) > 0)
+            .map(|n| {
+                m.lease(
+                    weight_bytes(&n.op, p),
+                    &format!("the weights of `{}`", n.name),
+                )
+            })
+            .collect::<Result<_>>()?;
+        let f16 = nodes
+            .iter()
+            .map(|n| match p {
+                Precision::F16 => f16_conv(&n.op),
+                Precision::F32 => None,
+            })
+            .collect();
+        Ok(SimPrepared {
+            _leases: leases,
+            f16,
+        })
     }
     fn load(&self, t: Tensor) -> Result<SimBuf> {
         self.hold(t, "a gathered window")
@@ -202,8 +262,8 @@ impl GraphOps for DeviceSim {
     }
     fn compute(
         &self,
-        _: &Vec<Lease>,
-        _: usize,
+        prep: &SimPrepared,
+        i: usize,
         node: &Node,
         ins: Vec<SimBuf>,
         ctx: &Ctx,
@@ -219,11 +279,17 @@ impl GraphOps for DeviceSim {
             .meter_arc()
             .lease(Tensor::bytes(out.0, out.1, out.2), &what)?;
         let scratch = self.meter_arc().lease(
-            scratch_bytes(&node.op, &dims, out, self.band_bytes),
+            scratch_bytes(&node.op, &dims, out, self.band_bytes, self.precision),
             &format!("the scratch of `{}`", node.name),
         )?;
-        let tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
-        let t = ops::compute(&node.op, tensors, ctx);
+        let mut tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
+        let t = match prep.f16.get(i).and_then(Option::as_ref) {
+            Some(op16) => {
+                tensors[0].data = round_f16(&tensors[0].data);
+                ops::compute(op16, tensors, ctx)
+            }
+            None => ops::compute(&node.op, tensors, ctx),
+        };
         drop(ins);
         drop(scratch);
         Ok(SimBuf::with_lease(t, lease))

@@ -73,6 +73,9 @@ static void call(const std::string& name, Launch& a) {
     else if (name == "bsp_im2col_g")
         bsp_im2col_g(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
                      a.n(8), a.n(9), a.n(10), a.n(11), a.n(12), a.n(13), a.p<float>(14));
+    else if (name == "bsp_im2col_g_f16")
+        bsp_im2col_g_f16(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
+                         a.n(7), a.n(8), a.n(9), a.n(10), a.n(11), a.n(12), a.n(13), a.p<u16>(14));
     else if (name == "bsp_col2im")
         bsp_col2im(a.p<const float>(0), a.p<const float>(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
                    a.n(7), a.n(8), a.n(9), a.n(10), a.l(11), a.l(12), a.n(13), a.n(14),
