@@ -219,9 +219,10 @@ const FINGERPRINT_DIGITS: usize = 32;
 /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming the field.
 /// The reason, bounded: serde's own words quote the offending value whole.
 fn read(s: &str) -> std::result::Result<LoaderState, String> {
+    // The path names a field, or the unknown key the input gave: bounded with the reason.
     let field = |path: String, why: String| match path.as_str() {
         "." => clipped(why),
-        _ => format!("{path}: {}", clipped(why)),
+        _ => clipped(format!("{path}: {why}")),
     };
     let saved: Saved = if s.trim_start().starts_with('{') {
         let mut json = serde_json::Deserializer::from_str(s);
