@@ -59,7 +59,10 @@ fn resume_state(arg: &str) -> anyhow::Result<LoaderState> {
     let text_given = arg.trim_start().starts_with('{') || arg.contains('=');
     if !text_given || path.is_file() {
         let text = stdx::fs::read_regular(path, 1 << 20).with_context(|| {
-            format!("--resume {arg}: neither a state ({{\"epoch\":..}}) nor a state file")
+            format!(
+                "--resume {}: neither a state ({{\"epoch\":..}}) nor a state file",
+                stdx::Quoted(arg)
+            )
         })?;
         let text = String::from_utf8_lossy(&text);
         return text
@@ -205,6 +208,12 @@ fn start_loader(
     match &a.resume {
         Some(s) => {
             let state = resume_state(s)?;
+            if state.fingerprint.is_none() {
+                eprintln!(
+                    "l3: warning: --resume: the state names no dataset (it comes from a build before \
+                     state version 3): only the dataset's length is checked"
+                );
+            }
             Loader::resume(ds.clone(), opts, state)
         }
         None => Loader::new(ds.clone(), opts),

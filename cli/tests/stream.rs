@@ -179,6 +179,79 @@ fn stream_stops_and_resumes_from_the_printed_state() {
     assert_eq!(joined, csv(&full).1);
 }
 
+/// `l3 stream` in `dir` over `dataset` (4 per batch, 32 pixels), with `extra` flags.
+fn stream_in(dir: &Path, dataset: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["stream", dataset, "--batch", "4", "--size", "32"];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_l3"))
+        .current_dir(dir)
+        .args(&args)
+        .output()
+        .expect("run l3")
+}
+
+/// A state names its dataset: another one of the same length is refused, naming it, while the same
+/// folder spelled `./a`, `a/` or absolute resumes; a state from before states named their dataset
+/// resumes with a warning.
+#[test]
+fn stream_resumes_only_on_the_dataset_the_state_names() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    common::copy_tree(&f.raw, &a);
+    common::copy_tree(&f.raw, &b);
+    let first = loader::image_files(&b).unwrap().files[0].0.clone();
+    let moved = first.with_file_name(format!(
+        "zz-{}",
+        first.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::rename(b.join(&first), b.join(moved)).unwrap();
+    let state = tmp.path().join("state.json");
+    let state_arg = state.to_str().unwrap();
+    ok(&stream_in(
+        tmp.path(),
+        "a",
+        &["--max-batches", "1", "--state-file", state_arg],
+    ));
+    let out = stream_in(tmp.path(), "b", &["--resume", state_arg]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("another dataset"), "{err}");
+    assert_eq!(err.matches("cannot resume").count(), 1, "{err}");
+    for spelling in ["./a", "a/", "b/../a", a.to_str().unwrap()] {
+        ok(&stream_in(tmp.path(), spelling, &["--resume", state_arg]));
+    }
+    let text = std::fs::read_to_string(&state).unwrap();
+    let start = text.find(",\"fingerprint\":").unwrap();
+    let end = start + text[start..].find("\",\"version\"").unwrap() + 1;
+    let older =
+        format!("{}{}", &text[..start], &text[end..]).replace("\"version\":3", "\"version\":2");
+    let out = stream_in(tmp.path(), "a", &["--resume", older.trim()]);
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("names no dataset"), "{err}");
+}
+
+/// A file that is no state (`/etc/passwd`, a large log) is refused in one bounded line, not printed.
+#[test]
+fn stream_resume_from_a_file_that_is_no_state_is_refused_in_a_bounded_line() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let big = tmp.path().join("log.txt");
+    std::fs::write(&big, "root:x:0:0:root:/root:/bin/bash\n".repeat(20_000)).unwrap();
+    let mut files = vec![big.to_str().unwrap().to_string()];
+    if Path::new("/etc/passwd").is_file() {
+        files.push("/etc/passwd".into());
+    }
+    for file in &files {
+        let out = stream_in(tmp.path(), f.raw.to_str().unwrap(), &["--resume", file]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("unreadable state"), "{err}");
+        assert!(err.len() < 1000, "{file}: {} bytes: {err}", err.len());
+    }
+}
+
 #[test]
 fn stream_names_a_truncated_file_in_one_line() {
     let f = fixture();

@@ -61,14 +61,14 @@ pub use error::{Error, Result};
 pub use format::Format;
 pub use image::{DecodeOptions, ImportOptions, decode, import, max_image_bytes};
 pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
-pub use loader::{Loader, Next, ThreadMonitor};
+pub use loader::{Loader, Next, RestOfEpoch, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
 pub use options::{
     Bytes, LoaderOptions, MAX_THREADS, Order, Pair, PerChannel, SampleSize, Sampler, Settings,
     Size, parse_setting,
 };
-pub use resume::LoaderState;
+pub use resume::{LoaderState, MAX_EPOCH, check_contents};
 pub use sample::DecodeScope;
 pub use shuffle::{ShuffleReport, ShuffleStat, shuffle_report};
 pub use stats::Stats;

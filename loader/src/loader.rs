@@ -78,6 +78,8 @@ impl Loader {
             dataset_len: dataset.len(),
             remaining: None,
             contents: Some(LoaderState::contents_of(&options)),
+            // Taken from the dataset when the run is planned.
+            fingerprint: None,
         };
         Self::resume(dataset, options, state)
     }
@@ -249,6 +251,16 @@ impl Loader {
         self.batches_per_epoch
     }
 
+    /// The batches left of the epoch the next batch belongs to, then `None`: one epoch per loop, as
+    /// Python's `for batch in loader` runs it. After a resume at another world size or batch size that
+    /// is the rest of the saved epoch, whose batches are not [`batches_per_epoch`](Self::batches_per_epoch)'s.
+    pub fn rest_of_epoch(&mut self) -> RestOfEpoch<'_> {
+        RestOfEpoch {
+            epoch: self.next.epoch,
+            loader: self,
+        }
+    }
+
     /// Under [`Order::Liquid`]: the sampler's per-format buffers (slots, items kept across epochs, the hit
     /// ratio they give) for this rank's shard.
     pub fn liquid_buffers(&self) -> Option<&liquid_sampler::BufferPlan> {
@@ -356,6 +368,24 @@ impl Drop for Loader {
     }
 }
 
+/// The batches of one epoch: see [`Loader::rest_of_epoch`].
+pub struct RestOfEpoch<'a> {
+    loader: &'a mut Loader,
+    epoch: usize,
+}
+
+impl Iterator for RestOfEpoch<'_> {
+    type Item = Result<Batch>;
+
+    /// Ends once the loader's position has moved past the epoch (its last batch delivered), or with the run.
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if self.loader.next.epoch != self.epoch {
+            return None;
+        }
+        self.loader.next()
+    }
+}
+
 /// The pipeline's threads, counted by a [`ThreadMonitor`].
 #[derive(Default)]
 struct Threads {
@@ -430,7 +460,7 @@ struct Run {
 impl Run {
     fn plan(ds: &dyn Dataset, o: &LoaderOptions, state: LoaderState) -> Result<Run> {
         check_options(ds, o)?;
-        resume::check_state(ds, o, &state)?;
+        let fingerprint = resume::check_state(ds, o, &state)?;
         let order = sharded_order(ds, o);
         let liquid = match o.order {
             Order::Seeded => None,
@@ -445,7 +475,8 @@ impl Run {
                 o.batch_size
             )));
         }
-        let Start { next, part } = resume::start(&order, o, state, liquid, batches_per_epoch)?;
+        let Start { mut next, part } = resume::start(&order, o, state, liquid, batches_per_epoch)?;
+        next.fingerprint = Some(fingerprint);
         // Items in flight: enough to keep every thread busy, capped in whole batches (credits) so a slow
         // item cannot let the reorder buffer — and memory — grow.
         let workers = o.decode_threads + o.io_threads;

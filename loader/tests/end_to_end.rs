@@ -722,6 +722,7 @@ fn a_state_resumes_at_another_world_size_and_batch_size_exactly_once() {
                 dataset_len: n,
                 remaining: None,
                 contents: None,
+                fingerprint: None,
             };
             let want: Vec<Vec<usize>> =
                 collect(Loader::resume(ds.clone(), shaped(rank, 3, 3), fresh).unwrap())

@@ -367,12 +367,114 @@ fn int_item<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(
         raise(
             py,
             Kind::Options,
-            format!("state_dict[{key:?}] = {v}: expected a non-negative int"),
+            format!(
+                "cannot resume: state_dict[{key:?}] = {}: expected a non-negative int",
+                quoted_repr(&v)
+            ),
         )
     })
 }
 
+/// `v`'s `repr()` as an error message quotes it: bounded, however large the value.
+fn quoted_repr(v: &Bound<'_, PyAny>) -> String {
+    let repr = v.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+    stdx::Quoted(&repr).to_string()
+}
+
+/// The position fields of a `state_dict()`, read by the loader's one state reader.
+const POSITION: [&str; 9] = [
+    "epoch",
+    "batch",
+    "seed",
+    "rank",
+    "world_size",
+    "batch_size",
+    "dataset_len",
+    "remaining",
+    "fingerprint",
+];
+
+/// The position of `state` (a `state_dict()` of layout `version`) as the loader's [`LoaderState`]:
+/// its fields as JSON through the one reader every state goes through, so that each is checked the one
+/// way and a missing or mistyped one is refused by name.
+fn position(py: Python<'_>, state: &Bound<'_, PyDict>, version: u32) -> PyResult<LoaderState> {
+    let dumps = py.import("json")?.getattr("dumps")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("allow_nan", false)?;
+    // Integers of other types (NumPy's) as the ints they stand for; anything else is refused below.
+    kwargs.set_item("default", py.import("operator")?.getattr("index")?)?;
+    let mut fields = vec![format!("\"version\":{version}")];
+    for key in POSITION {
+        let Some(v) = state.get_item(key)? else {
+            continue;
+        };
+        let json: String = dumps
+            .call((&v,), Some(&kwargs))
+            .ok()
+            .and_then(|j| j.extract::<String>().ok())
+            .ok_or_else(|| {
+                raise(
+                    py,
+                    Kind::Options,
+                    format!(
+                        "cannot resume: {key}: {} is not a number or text",
+                        quoted_repr(&v)
+                    ),
+                )
+            })?;
+        fields.push(format!("\"{key}\":{json}"));
+    }
+    LoaderState::from_json_fields(&format!("{{{}}}", fields.join(",")))
+        .map_err(|e| Failure::from(e).into_pyerr(py))
+}
+
 impl Loader {
+    /// The options `state` recorded against this loader's, naming the first that differs. The targets'
+    /// files are compared by what their paths name ([`loader::check_contents`]).
+    fn check_recorded(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let saved = state.get_item("options")?.ok_or_else(|| {
+            raise(
+                py,
+                Kind::Options,
+                "cannot resume: state_dict has no \"options\"",
+            )
+        })?;
+        let ours = self.recorded.to_dict(py)?;
+        for (key, want) in ours.iter() {
+            // States saved before targets, channels and max_size existed had none, 3 and none.
+            let got = saved.get_item(&key).ok().or_else(|| {
+                match key.extract::<String>().ok()?.as_str() {
+                    "targets" => Some(pyo3::types::PyString::new(py, "").into_any()),
+                    "channels" => Some(3u8.into_pyobject(py).ok()?.into_any()),
+                    "max_size" => Some(py.None().into_bound(py)),
+                    _ => None,
+                }
+            });
+            if key.extract::<String>().ok().as_deref() == Some("targets")
+                && let Some(g) = got.as_ref().and_then(|g| g.extract::<String>().ok())
+            {
+                loader::check_contents(&g, &want.extract::<String>()?)
+                    .map_err(|e| Failure::from(e).into_pyerr(py))?;
+                continue;
+            }
+            let same = match &got {
+                Some(g) => g.eq(&want)?,
+                None => false,
+            };
+            if !same {
+                return Err(raise(
+                    py,
+                    Kind::Options,
+                    format!(
+                        "cannot resume: the state has {key} = {}, this loader has {want}",
+                        got.map_or("nothing".into(), |g| quoted_repr(&g))
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Run> {
         self.run.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -394,7 +496,10 @@ impl Loader {
                 Next::Pending => Ok(Step::Pending),
                 Next::End => Ok(Step::Stop),
                 Next::Batch(Ok(b)) => {
-                    if self.epoch_per_iter && b.index + 1 == self.batches_per_epoch {
+                    // The loader's position moves to the next epoch after the last batch of this
+                    // one: after a resume at another shape, the rest of the saved epoch, whose
+                    // batches are not `batches_per_epoch`.
+                    if self.epoch_per_iter && l.state().epoch != b.epoch {
                         run.epoch_done = true;
                     }
                     Ok(Step::Batch(b))
@@ -479,6 +584,8 @@ impl Loader {
                 remaining: None,
                 // The options are checked by `load_state_dict` against those it recorded.
                 contents: None,
+                // Taken from the dataset when the pipeline starts.
+                fingerprint: None,
             };
             let targets =
                 loader::targets::Targets::open(&*dataset, &options.targets, options.skip_errors)?
@@ -568,14 +675,17 @@ impl Loader {
         d.set_item("batch_size", s.batch_size)?;
         d.set_item("dataset_len", s.dataset_len)?;
         d.set_item("remaining", s.remaining_text())?;
+        d.set_item("fingerprint", s.fingerprint)?;
         d.set_item("options", self.recorded.to_dict(py)?)?;
         Ok(d)
     }
 
     /// Continues at a position saved by :meth:`state_dict`. Refused with ``OptionsError`` when the state
-    /// belongs to other options (seed, world size, batch size, dataset length, crop, ...). Every rank has
-    /// the same batches per epoch and moves in lockstep, so a state saved by any rank (rank 0, in a
-    /// checkpoint) resumes every rank at its own shard's position.
+    /// belongs to other options (seed, world size, batch size, crop, ...) or another dataset (its
+    /// ``fingerprint``: the names, sizes and labels of its items; a state saved before states carried one
+    /// is checked by ``dataset_len`` alone, with a ``UserWarning``), or when a field is missing or
+    /// mistyped, naming it. Every rank has the same batches per epoch and moves in lockstep, so a state
+    /// saved by any rank (rank 0, in a checkpoint) resumes every rank at its own shard's position.
     fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let version: u32 = int_item(py, state, "version")?;
         if version == 0 || version > STATE_VERSION {
@@ -583,54 +693,22 @@ impl Loader {
                 py,
                 Kind::Options,
                 format!(
-                    "state_dict version {version}: this l3toolkit reads versions 1 to {STATE_VERSION}"
+                    "cannot resume: state_dict version {version}: this l3toolkit reads versions 1 to \
+                     {STATE_VERSION}"
                 ),
             ));
         }
-        let saved = state
-            .get_item("options")?
-            .ok_or_else(|| raise(py, Kind::Options, "state_dict has no \"options\""))?;
-        let ours = self.recorded.to_dict(py)?;
-        for (key, want) in ours.iter() {
-            // States saved before targets, channels and max_size existed had none, 3 and none.
-            let got = saved.get_item(&key).ok().or_else(|| {
-                match key.extract::<String>().ok()?.as_str() {
-                    "targets" => Some(pyo3::types::PyString::new(py, "").into_any()),
-                    "channels" => Some(3u8.into_pyobject(py).ok()?.into_any()),
-                    "max_size" => Some(py.None().into_bound(py)),
-                    _ => None,
-                }
-            });
-            let same = match &got {
-                Some(g) => g.eq(&want)?,
-                None => false,
-            };
-            if !same {
-                return Err(raise(
-                    py,
-                    Kind::Options,
-                    format!(
-                        "cannot resume: the state has {key} = {}, this loader has {want}",
-                        got.map_or("nothing".into(), |g| g.to_string())
-                    ),
-                ));
-            }
+        self.check_recorded(py, state)?;
+        let st = position(py, state, version)?;
+        if st.fingerprint.is_none() {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+                c"load_state_dict: the state names no dataset (it comes from an l3toolkit before \
+                  state version 3): only the dataset's length is checked",
+                1,
+            )?;
         }
-        let st = LoaderState {
-            epoch: int_item(py, state, "epoch")?,
-            batch: int_item(py, state, "batch")?,
-            seed: int_item(py, state, "seed")?,
-            rank: self.options.rank,
-            world_size: int_item(py, state, "world_size")?,
-            batch_size: int_item(py, state, "batch_size")?,
-            dataset_len: int_item(py, state, "dataset_len")?,
-            remaining: match state.get_item("remaining")? {
-                None => None,
-                Some(r) => LoaderState::parse_remaining(&r.extract::<String>()?)
-                    .map_err(|e| raise(py, Kind::Options, format!("cannot resume: {e}")))?,
-            },
-            contents: None,
-        };
         detached(py, || self.lock().restart(&self.dataset, &self.options, st))
     }
 

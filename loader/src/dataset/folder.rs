@@ -267,6 +267,9 @@ impl Dataset for ImageFolder {
     fn source(&self, index: usize) -> PathBuf {
         self.items[index].path.clone()
     }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        self.items[index].len
+    }
     fn stored_bytes(&self) -> u64 {
         self.bytes
     }

@@ -173,6 +173,9 @@ impl Dataset for LiquidShards {
             it.id
         ))
     }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        Some(self.inner.manifest.items[index].location.length)
+    }
     fn stored_bytes(&self) -> u64 {
         self.inner.item_bytes()
     }

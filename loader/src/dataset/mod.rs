@@ -54,6 +54,12 @@ pub trait Dataset: Send + Sync {
     /// Where item `index` lives (a file, or a file and a position in it): named in every error about it.
     fn source(&self, index: usize) -> PathBuf;
 
+    /// Item `index`'s stored size in bytes as the dataset's listing gives it (`None`: not listed): with
+    /// [`name`](Dataset::name), what a resume state's dataset fingerprint is made of.
+    fn stored_len(&self, _index: usize) -> Option<u64> {
+        None
+    }
+
     /// Total bytes the dataset occupies on disk (at the chosen fidelity, for PCR).
     fn stored_bytes(&self) -> u64;
 
@@ -125,6 +131,9 @@ impl<D: Dataset + ?Sized> Dataset for std::sync::Arc<D> {
     }
     fn source(&self, index: usize) -> PathBuf {
         (**self).source(index)
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        (**self).stored_len(index)
     }
     fn stored_bytes(&self) -> u64 {
         (**self).stored_bytes()

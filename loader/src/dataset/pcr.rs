@@ -254,6 +254,13 @@ impl Dataset for PcrRecords {
         name.push(format!("#{j} ({})", rec.images[j].name));
         name.into()
     }
+    /// The image's header and every scan of it (whatever the group read).
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        let (r, j) = self.items[index];
+        let image = &self.inner.index().records[r].images[j];
+        let scans: u64 = image.scans.iter().map(|p| u64::from(p.len)).sum();
+        Some(u64::from(image.header.len) + scans)
+    }
     /// Bytes read per epoch at this group: every record's prefix up to the group, once.
     fn stored_bytes(&self) -> u64 {
         self.bytes

@@ -3,11 +3,14 @@
 //! changed since the state was saved (the part of its epoch no rank delivered, shared anew; under the
 //! Liquid order found by replaying each saved rank's schedule without I/O).
 
+mod check;
+mod fingerprint;
 mod state;
 
+pub(crate) use check::check_state;
+pub use check::{MAX_EPOCH, check_contents};
 pub use state::LoaderState;
 
-use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::options::LoaderOptions;
 use crate::pipeline::schedule::{Part, ShardedOrder};
@@ -115,83 +118,6 @@ pub(crate) fn start(
     Ok(Start { next, part })
 }
 
-/// Options recorded in a state's `contents` after its first release, with the value every state written
-/// before then implies.
-const ADDED_SINCE_V2: [(&str, &str); 7] = [
-    ("order", "seeded"),
-    ("scale", "none"),
-    ("resize", "none"),
-    ("jitter", "none"),
-    ("interpolation", "bilinear"),
-    ("fill", "0"),
-    ("channels", "3"),
-];
-
-pub(crate) fn check_state(ds: &dyn Dataset, o: &LoaderOptions, state: &LoaderState) -> Result<()> {
-    let check = |what: &str, a: u64, b: u64| {
-        if a != b {
-            Err(Error::Resume(format!(
-                "state has {what} {a}, options have {b}"
-            )))
-        } else {
-            Ok(())
-        }
-    };
-    check("seed", state.seed, o.seed)?;
-    check("dataset length", state.dataset_len as u64, ds.len() as u64)?;
-    if let Some(saved) = &state.contents {
-        let ours = LoaderState::contents_of(o);
-        let pairs = |s: &str| -> Vec<(String, String)> {
-            s.split(';')
-                .map(|p| {
-                    let (k, v) = p.split_once(':').unwrap_or((p, ""));
-                    (k.to_string(), v.to_string())
-                })
-                .collect()
-        };
-        let (saved, ours) = (pairs(saved), pairs(&ours));
-        for (k, v) in &ours {
-            match saved.iter().find(|(sk, _)| sk == k) {
-                Some((_, sv)) if sv == v => {}
-                // A state from a build that did not record this option yet had its default then.
-                None if ADDED_SINCE_V2.contains(&(k.as_str(), v.as_str())) => {}
-                Some((_, sv)) => {
-                    return Err(Error::Resume(format!(
-                        "state has {k} {sv}, options have {k} {v}"
-                    )));
-                }
-                None => {
-                    return Err(Error::Resume(format!(
-                        "state records no {k} (options have {v}): it comes from another build"
-                    )));
-                }
-            }
-        }
-        // Targets are recorded only when asked for: a state with them resumes only with them.
-        if let Some((k, v)) = saved
-            .iter()
-            .find(|(k, _)| !ours.iter().any(|(o, _)| o == k))
-        {
-            return Err(Error::Resume(format!(
-                "state has {k} {v}, options have no {k}"
-            )));
-        }
-    }
-    if state.world_size == 0 || state.batch_size == 0 {
-        return Err(Error::Resume(
-            "state has a world size or batch size of 0".into(),
-        ));
-    }
-    if let Some(r) = &state.remaining
-        && r.last().is_some_and(|r| r.end > ds.len())
-    {
-        return Err(Error::Resume(format!(
-            "state's remaining positions reach past the {} items of the dataset",
-            ds.len()
-        )));
-    }
-    Ok(())
-}
 /// The sampler configuration of rank `rank` of `world_size` at `batch_size`; `items`: the part of an
 /// epoch they share out (`None`: the whole dataset).
 pub(crate) fn liquid_config(

@@ -25,6 +25,11 @@ pub struct LoaderState {
     /// [`LoaderState::contents_of`] writes it: a resume with other such options is refused, naming the
     /// option. `None` (a version-1 state, or a caller that checks options itself): not checked.
     pub contents: Option<String>,
+    /// The fingerprint of the dataset the state was saved on (32 hex digits: see the loader's README,
+    /// "resume"): a resume on a dataset with another one is refused, even one of the same length.
+    /// `None` (a state from a build before version 3): only `dataset_len` identifies the dataset. A
+    /// loader's own states always carry it.
+    pub fingerprint: Option<String>,
 }
 
 impl LoaderState {
@@ -74,9 +79,9 @@ impl LoaderState {
         )
     }
 
-    /// The version of the state's fields (whatever their encoding): 2 added `remaining`;
-    /// 1 (seven fields) still reads.
-    pub const VERSION: u32 = 2;
+    /// The version of the state's fields (whatever their encoding): 3 added `fingerprint`, 2
+    /// `remaining`; 1 (seven fields) still reads.
+    pub const VERSION: u32 = 3;
 
     /// `remaining` as text: `all`, or half-open ranges `a:b` joined by commas (`none` when empty).
     pub fn remaining_text(&self) -> String {
@@ -93,24 +98,40 @@ impl LoaderState {
 
     /// Reads what [`remaining_text`](Self::remaining_text) writes.
     pub fn parse_remaining(text: &str) -> Result<Option<Vec<std::ops::Range<usize>>>> {
-        let bad = || Error::Resume(format!("remaining={text:?}: expected all, none or a:b,c:d"));
-        match text {
-            "all" => return Ok(None),
-            "none" => return Ok(Some(Vec::new())),
-            _ => {}
-        }
-        let mut out: Vec<std::ops::Range<usize>> = Vec::new();
-        for part in text.split(',') {
-            let (a, b) = part.split_once(':').ok_or_else(bad)?;
-            let (a, b): (usize, usize) =
-                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-            if a >= b || out.last().is_some_and(|l| l.end > a) {
-                return Err(bad());
-            }
-            out.push(a..b);
-        }
-        Ok(Some(out))
+        remaining_from(text).map_err(Error::Resume)
     }
+
+    /// A state from the JSON object of its fields, as [`Display`](std::fmt::Display) writes it: what a
+    /// caller that keeps the fields in its own form (Python's `state_dict()`) hands over, so that every
+    /// field is checked the one way. A refusal names the field, not the whole text.
+    pub fn from_json_fields(json: &str) -> Result<Self> {
+        read(json).map_err(Error::Resume)
+    }
+}
+
+/// Reads what [`LoaderState::remaining_text`] writes.
+fn remaining_from(text: &str) -> std::result::Result<Option<Vec<std::ops::Range<usize>>>, String> {
+    let bad = || {
+        format!(
+            "remaining={}: expected all, none or a:b,c:d",
+            stdx::Quoted(text)
+        )
+    };
+    match text {
+        "all" => return Ok(None),
+        "none" => return Ok(Some(Vec::new())),
+        _ => {}
+    }
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for part in text.split(',') {
+        let (a, b) = part.split_once(':').ok_or_else(bad)?;
+        let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        if a >= b || out.last().is_some_and(|l| l.end > a) {
+            return Err(bad());
+        }
+        out.push(a..b);
+    }
+    Ok(Some(out))
 }
 
 /// A state as it is saved: [`LoaderState`]'s fields, `remaining` in its text form
@@ -130,6 +151,8 @@ struct Saved {
     remaining: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     contents: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<String>,
     version: u32,
 }
 
@@ -145,6 +168,7 @@ impl std::fmt::Display for LoaderState {
             dataset_len: self.dataset_len,
             remaining: Some(self.remaining_text()),
             contents: self.contents.clone(),
+            fingerprint: self.fingerprint.clone(),
             version: Self::VERSION,
         };
         let json = serde_json::to_string(&saved).map_err(|_| std::fmt::Error)?;
@@ -173,13 +197,13 @@ fn words(s: &str) -> std::result::Result<serde_json::Value, String> {
     for kv in s.split_whitespace() {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| format!("{kv:?} is not name=value"))?;
+            .ok_or_else(|| format!("{} is not name=value", stdx::Quoted(kv)))?;
         let value = match v.parse::<u64>() {
             Ok(n) if NUMBERS.contains(&k) => serde_json::Value::from(n),
             _ => serde_json::Value::from(v),
         };
         if fields.insert(k.to_string(), value).is_some() {
-            return Err(format!("{k} given twice"));
+            return Err(format!("{} given twice", stdx::Quoted(k)));
         }
     }
     fields
@@ -188,46 +212,72 @@ fn words(s: &str) -> std::result::Result<serde_json::Value, String> {
     Ok(serde_json::Value::Object(fields))
 }
 
+/// Hex digits of a dataset fingerprint.
+const FINGERPRINT_DIGITS: usize = 32;
+
+/// Every field exactly once: a partial state would resume somewhere else (a missing field read as 0
+/// restarts the epoch, or skips the checks against the dataset), so it is refused, naming the field.
+/// The reason, bounded: serde's own words quote the offending value whole.
+fn read(s: &str) -> std::result::Result<LoaderState, String> {
+    // The path names a field, or the unknown key the input gave: bounded with the reason.
+    let field = |path: String, why: String| match path.as_str() {
+        "." => clipped(why),
+        _ => clipped(format!("{path}: {why}")),
+    };
+    let saved: Saved = if s.trim_start().starts_with('{') {
+        let mut json = serde_json::Deserializer::from_str(s);
+        serde_path_to_error::deserialize(&mut json)
+            .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+    } else {
+        serde_path_to_error::deserialize(words(s)?)
+            .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+    };
+    if !(1..=LoaderState::VERSION).contains(&saved.version) {
+        return Err(format!(
+            "version {}: this build reads versions 1 to {}",
+            saved.version,
+            LoaderState::VERSION
+        ));
+    }
+    if let Some(f) = &saved.fingerprint
+        && (f.len() != FINGERPRINT_DIGITS || !f.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        return Err(format!(
+            "fingerprint {}: expected {FINGERPRINT_DIGITS} hex digits",
+            stdx::Quoted(f)
+        ));
+    }
+    let remaining = match &saved.remaining {
+        None => None,
+        Some(r) => remaining_from(r)?,
+    };
+    Ok(LoaderState {
+        epoch: saved.epoch,
+        batch: saved.batch,
+        seed: saved.seed,
+        rank: saved.rank,
+        world_size: saved.world_size,
+        batch_size: saved.batch_size,
+        dataset_len: saved.dataset_len,
+        remaining,
+        contents: saved.contents,
+        fingerprint: saved.fingerprint,
+    })
+}
+
+/// `why` cut to a bounded length (twice what a quote shows: a reason may quote a value and name it).
+fn clipped(why: String) -> String {
+    match why.char_indices().nth(2 * stdx::QUOTE_CHARS) {
+        None => why,
+        Some((cut, _)) => format!("{}… (cut)", &why[..cut]),
+    }
+}
+
 impl std::str::FromStr for LoaderState {
     type Err = Error;
-    /// Every field exactly once: a partial state would resume somewhere else (a missing field read as 0
-    /// restarts the epoch, or skips the checks against the dataset), so it is refused, naming the field.
+    /// See [`read`]; the refusal quotes the text (bounded: a state file may be any file).
     fn from_str(s: &str) -> Result<Self> {
-        let bad = |why: String| Error::Resume(format!("unreadable state {s:?}: {why}"));
-        let field = |path: String, why: String| match path.as_str() {
-            "." => bad(why),
-            _ => bad(format!("{path}: {why}")),
-        };
-        let saved: Saved = if s.trim_start().starts_with('{') {
-            let mut json = serde_json::Deserializer::from_str(s);
-            serde_path_to_error::deserialize(&mut json)
-                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
-        } else {
-            serde_path_to_error::deserialize(words(s).map_err(bad)?)
-                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
-        };
-        if !(1..=Self::VERSION).contains(&saved.version) {
-            return Err(bad(format!(
-                "version {}: this build reads versions 1 to {}",
-                saved.version,
-                Self::VERSION
-            )));
-        }
-        let remaining = match &saved.remaining {
-            None => None,
-            Some(r) => Self::parse_remaining(r)?,
-        };
-        Ok(LoaderState {
-            epoch: saved.epoch,
-            batch: saved.batch,
-            seed: saved.seed,
-            rank: saved.rank,
-            world_size: saved.world_size,
-            batch_size: saved.batch_size,
-            dataset_len: saved.dataset_len,
-            remaining,
-            contents: saved.contents,
-        })
+        read(s).map_err(|why| Error::Resume(format!("unreadable state {}: {why}", stdx::Quoted(s))))
     }
 }
 
@@ -246,6 +296,7 @@ mod state_tests {
             dataset_len: 5000,
             remaining: Some(vec![3..9, 12..4000]),
             contents: Some(LoaderState::contents_of(&LoaderOptions::default())),
+            fingerprint: Some("0123456789abcdef0123456789abcdef".into()),
         }
     }
 
@@ -262,13 +313,15 @@ mod state_tests {
             "{text}"
         );
         assert!(
-            text.ends_with(",\"version\":2}") && !text.contains('\n'),
+            text.ends_with(",\"fingerprint\":\"0123456789abcdef0123456789abcdef\",\"version\":3}")
+                && !text.contains('\n'),
             "{text}"
         );
         assert_eq!(text.parse::<LoaderState>().unwrap(), st);
         let whole = LoaderState {
             remaining: None,
             contents: None,
+            fingerprint: None,
             ..st
         };
         assert_eq!(whole.to_string().parse::<LoaderState>().unwrap(), whole);
@@ -296,7 +349,27 @@ mod state_tests {
                 json.replace("\"epoch\":3", "\"epoch\":3,\"step\":1"),
                 "unknown field `step`",
             ),
-            (json.replace("\"version\":2", "\"version\":3"), "version 3"),
+            (json.replace("\"version\":3", "\"version\":4"), "version 4"),
+            (
+                json.replace("0123456789abcdef0123456789abcdef", "xyz"),
+                "fingerprint \"xyz\": expected 32 hex digits",
+            ),
+            (
+                json.replace("\"rank\":1", "\"rank\":\"x\""),
+                "rank: invalid type: string \"x\"",
+            ),
+            (
+                json.replace("\"rank\":1", "\"rank\":null"),
+                "rank: invalid type: null",
+            ),
+            (
+                json.replace("\"rank\":1", "\"rank\":[1]"),
+                "rank: invalid type: sequence",
+            ),
+            (
+                json.replace("\"3:9,12:4000\"", "7"),
+                "remaining: invalid type: integer `7`",
+            ),
             (json.replace("3:9,12:4000", "5:3"), "remaining=\"5:3\""),
             (
                 json.replace("3:9,12:4000", "1:4,2:6"),
@@ -305,7 +378,7 @@ mod state_tests {
             (json[..json.len() - 9].to_string(), "EOF"),
             ("epoch=3 batch=17".to_string(), "missing field `seed`"),
             (String::new(), "missing field `epoch`"),
-            (format!("{words} batch=2"), "batch given twice"),
+            (format!("{words} batch=2"), "\"batch\" given twice"),
             (
                 words.replace("epoch=3", "epoch=x"),
                 "epoch: invalid type: string \"x\"",
@@ -313,7 +386,7 @@ mod state_tests {
             ("epoch".to_string(), "not name=value"),
             (format!("{words} step=1"), "unknown field `step`"),
             (format!("{words} remaining=x"), "remaining=\"x\""),
-            (format!("{words} version=3"), "version 3"),
+            (format!("{words} version=4"), "version 4"),
         ] {
             let e = input.parse::<LoaderState>().unwrap_err().to_string();
             assert!(e.contains(says), "{input:?}: {e}");
@@ -354,5 +427,28 @@ mod state_tests {
         let v1: LoaderState = include_str!("fixtures/v1.state").trim().parse().unwrap();
         assert_eq!((v1.epoch, v1.batch, v1.seed), (3, 17, 1));
         assert_eq!((v1.remaining, v1.contents), (None, None));
+    }
+
+    /// However long the text (a state file that is really some other file), the refusal quotes a
+    /// bounded part of it, and so does a mistyped field's reason.
+    #[test]
+    fn a_refusal_quotes_a_bounded_part_of_the_text() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n".repeat(5000);
+        let e = passwd.parse::<LoaderState>().unwrap_err().to_string();
+        assert!(e.len() < 1000, "{} bytes: {e}", e.len());
+        assert!(e.contains("more characters)"), "{e}");
+        let long = "x".repeat(100_000);
+        let json = state()
+            .to_string()
+            .replace("\"rank\":1", &format!("\"rank\":\"{long}\""));
+        let e = json.parse::<LoaderState>().unwrap_err().to_string();
+        assert!(e.len() < 2000 && e.contains("rank: invalid type"), "{e}");
+        let e = LoaderState::from_json_fields(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot resume: rank: invalid type"), "{e}");
+        assert_eq!(e.matches("cannot resume").count(), 1, "{e}");
+        let e = format!("{} step=1", "epoch=1 ".repeat(10)).parse::<LoaderState>();
+        assert!(e.unwrap_err().to_string().len() < 1000);
     }
 }
