@@ -138,9 +138,14 @@ impl MaskIndex {
 
     /// The first paired mask's key, if any item has one.
     pub fn first_key(&self) -> Option<&str> {
+        self.keys().next()
+    }
+
+    /// The paired masks' keys, in item order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.keys
             .iter()
-            .find_map(|k| k.as_ref().ok().map(String::as_str))
+            .filter_map(|k| k.as_ref().ok().map(String::as_str))
     }
 
     /// The whole of mask `key`.
