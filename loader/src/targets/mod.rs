@@ -60,6 +60,16 @@ impl TargetOptions {
                 "a finite number of pixels, 0 or more",
             ));
         }
+        if let Some(boxes) = &self.boxes
+            && boxes.to_str().is_some_and(|b| b.contains("://"))
+        {
+            return Err(Invalid::new(
+                "boxes",
+                boxes.display(),
+                "a local COCO instances file: boxes are read from the local file system only (copy \
+                 the file from the store first; masks= may be an s3:// prefix)",
+            ));
+        }
         if self.masks.is_none()
             && (self.naming != MaskNaming::default() || self.ignore_index != 255)
         {
