@@ -769,3 +769,21 @@ fn names_that_are_not_utf8_stream_and_are_shown_escaped() {
     let err = fails_with(&out, &["k\\xF6ln/bad\\xFE.png"]);
     assert!(!err.contains('\u{fffd}'), "{err}");
 }
+
+/// `--boxes` takes a local file: an `s3://` location is refused in one line saying so, not with the
+/// operating system's "No such file or directory".
+#[test]
+fn boxes_from_a_store_are_refused_saying_they_are_read_locally() {
+    let tmp = tempfile::tempdir().unwrap();
+    png(&tmp.path().join("a.png"), 40, 30, 1);
+    let out = run(&[
+        "stream",
+        s(tmp.path()),
+        "--size",
+        "16",
+        "--boxes",
+        "s3://bucket/instances.json",
+    ]);
+    let err = fails_with(&out, &["s3://bucket/instances.json", "local"]);
+    assert!(!err.contains("No such file"), "{err}");
+}

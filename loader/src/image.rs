@@ -116,11 +116,24 @@ fn admit_header(
     total: u64,
     bytes: &[u8],
 ) -> Result<DecodeBudget> {
+    check_header(path, name, (w, h), samples, total, bytes)?;
+    Ok(DecodeBudget::reserve(total))
+}
+
+/// [`admit_header`]'s checks without the reservation, for decoders (masks) whose memory is not their
+/// `total` output bytes: they reserve what they hold themselves.
+pub(crate) fn check_header(
+    path: &Path,
+    name: &'static str,
+    (w, h): (u32, u32),
+    samples: u64,
+    total: u64,
+    bytes: &[u8],
+) -> Result<()> {
     if u64::from(w) * u64::from(h) * samples > max_image_bytes() {
         return Err(too_large(path, name, w, h, samples));
     }
-    plausible(path, name, (w, h), total, bytes)?;
-    Ok(DecodeBudget::reserve(total))
+    plausible(path, name, (w, h), total, bytes)
 }
 
 /// Decoded bytes being produced at once by every decoder of the process together, at most

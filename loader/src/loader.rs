@@ -40,7 +40,8 @@ pub enum Next {
     Batch(Result<Batch>),
     /// The run is over.
     End,
-    /// No batch within the timeout (ask again).
+    /// No batch to deliver within the timeout (ask again): none arrived, or only one whose every item
+    /// was skipped, which is never delivered.
     Pending,
 }
 
@@ -63,6 +64,8 @@ pub struct Loader {
     decode_threads: usize,
     failed: bool,
     waited: Duration,
+    /// The skipped items of batches not delivered because every item was skipped, for the next batch.
+    carried_skips: Vec<(usize, String)>,
 }
 
 impl Loader {
@@ -238,6 +241,7 @@ impl Loader {
             decode_threads: o.decode_threads,
             failed: false,
             waited: Duration::ZERO,
+            carried_skips: Vec::new(),
         })
     }
 
@@ -302,13 +306,8 @@ impl Loader {
                 return self.stopped_by(why.unwrap_or_else(|| "a pipeline thread stopped".into()));
             }
         };
-        let wait = std::mem::take(&mut self.waited);
-        Counters::add(&self.counters.wait_ns, wait.as_nanos() as u64);
         match got {
             Ok(mut b) => {
-                b.wait = wait;
-                Counters::add(&self.counters.batches_delivered, 1);
-                Counters::add(&self.counters.items_delivered, b.len() as u64);
                 self.next.batch = b.index + 1;
                 self.next.epoch = b.epoch;
                 let batches = match self.part {
@@ -320,6 +319,19 @@ impl Loader {
                     self.next.batch = 0;
                     self.next.remaining = None;
                 }
+                // A batch whose every item was skipped is never delivered (a training step on it
+                // would average over nothing): the position moves past it, and its skipped items are
+                // listed with the next batch delivered.
+                if b.is_empty() {
+                    self.carried_skips.append(&mut b.skipped);
+                    return Next::Pending;
+                }
+                let carried = std::mem::take(&mut self.carried_skips);
+                b.skipped.splice(0..0, carried);
+                b.wait = std::mem::take(&mut self.waited);
+                Counters::add(&self.counters.wait_ns, b.wait.as_nanos() as u64);
+                Counters::add(&self.counters.batches_delivered, 1);
+                Counters::add(&self.counters.items_delivered, b.len() as u64);
                 Next::Batch(Ok(b))
             }
             Err(e) => {

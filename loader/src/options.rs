@@ -628,8 +628,8 @@ pub struct Settings {
     #[cfg_attr(feature = "clap", arg(long, value_name = "1|3|4", default_value_t = Settings::default().channels))]
     pub channels: u8,
     /// A folder (or `s3://` prefix) of label maps, one per image at the same relative path and stem
-    /// (8- or 16-bit gray PNG, 8-bit PGM/PPM or one-channel L3), each given exactly its image's
-    /// geometry with nearest interpolation.
+    /// (gray PNG at 1 to 16 bits, values kept as stored; 8-bit PGM/PPM or one-channel L3), each given
+    /// exactly its image's geometry with nearest interpolation.
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub masks: Option<PathBuf>,
     /// The end of an image's stem that its mask's name replaces with `mask_suffix` (Cityscapes:
@@ -642,8 +642,8 @@ pub struct Settings {
     /// The mask value where a sample reaches past its image.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().ignore_index))]
     pub ignore_index: u16,
-    /// A COCO instances JSON file whose boxes follow every crop and flip (`images[].file_name` relative
-    /// to the source, matched by path and stem).
+    /// A local COCO instances JSON file whose boxes follow every crop and flip (`images[].file_name`
+    /// relative to the source, matched by path and stem).
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE.json"))]
     pub boxes: Option<PathBuf>,
     /// Boxes narrower or shorter than this many output pixels after clipping are dropped with their

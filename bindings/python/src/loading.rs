@@ -42,7 +42,9 @@ pub struct Batch {
     /// Position of this batch within its epoch (0-based).
     #[pyo3(get)]
     index: usize,
-    /// Items left out of this batch as ``(dataset index, reason)`` (only with ``skip_errors=True``).
+    /// Items left out of this batch as ``(dataset index, reason)`` (only with ``skip_errors=True``), after
+    /// those of the batches just before it whose every item was skipped: such batches are never
+    /// delivered.
     #[pyo3(get)]
     skipped: Vec<(usize, String)>,
     /// Seconds the consumer waited for this batch.
@@ -492,7 +494,13 @@ impl Loader {
                 run.restart(&self.dataset, &self.options, at)?;
             }
             let l = run.loader.as_mut().expect("started above");
+            let epoch = l.state().epoch;
             match l.next_timeout(SLICE) {
+                // The epoch's last batch had every item skipped (never delivered): its end is here.
+                Next::Pending if self.epoch_per_iter && l.state().epoch > epoch => {
+                    run.epoch_done = true;
+                    Ok(Step::Stop)
+                }
                 Next::Pending => Ok(Step::Pending),
                 Next::End => Ok(Step::Stop),
                 Next::Batch(Ok(b)) => {

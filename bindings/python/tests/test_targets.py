@@ -225,3 +225,24 @@ def test_against_torchvision_where_installed(tree):
                 if b.flipped[i]:
                     ref = F.horizontal_flip(ref)
                 assert torch.equal(m[i], ref[0]), names[idx]
+
+
+def test_batches_whose_every_item_is_skipped_are_never_delivered(tmp_path):
+    """Six flat images in batches of two; the masks of the last four are of another size, so the
+    second and third batches have every item skipped: each epoch's loop yields only the first batch
+    (never an empty one), its skipped items come with the next batch delivered, and the loop ends
+    with the epoch."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    images.mkdir()
+    masks.mkdir()
+    for i, name in enumerate("abcdef"):
+        Image.fromarray(np.full((24, 32, 3), 10 * (i + 1), np.uint8)).save(images / f"{name}.png")
+        size = (32, 24) if i < 2 else (5, 5)
+        Image.fromarray(np.full(size[::-1], i + 1, np.uint8)).save(masks / f"{name}.png")
+    loader = l3.Loader(images, 2, crop=(24, 32), shuffle=False, threads=2, masks=masks, skip_errors=True)
+    for epoch in range(2):
+        batches = list(loader)
+        assert [len(b) for b in batches] == [2], epoch
+        assert [int(i) for i in batches[0].indices] == [0, 1]
+        # Epoch 0's first batch has nothing skipped before it; epoch 1's carries epoch 0's four.
+        assert len(batches[0].skipped) == 4 * epoch

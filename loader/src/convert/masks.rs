@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Converts every label map under `input` (8- or 16-bit gray PNG, 8-bit PGM/PPM, one-channel L3; kept
+/// Converts every label map under `input` (gray PNG at 1 to 16 bits, 8-bit PGM/PPM, one-channel L3; kept
 /// sub-folders) into `output` as one-channel `target` files (L3, PNG or raw: lossless targets only).
 /// 16-bit masks are copied unchanged as PNG and counted in [`ConvertSummary::kept_png`]. A file that is
 /// no mask (colour, alpha, a lossy format) is an error naming it.

@@ -121,6 +121,7 @@ impl LiquidShards {
                     format!("{} names, and item id {} has none", names.len(), it.id),
                 ));
             }
+            check_unique(&names, &inner.manifest, &storage.name(ITEM_NAMES))?;
             Some(names)
         } else {
             None
@@ -143,6 +144,28 @@ impl LiquidShards {
     pub fn is_dataset(dir: &Path) -> bool {
         dir.join(liquid_sampler::manifest::MANIFEST_NAME).is_file()
     }
+}
+
+/// Refuses an [`ITEM_NAMES`] file (`path`) that gives two of the manifest's items the same name: both
+/// would be paired with the same mask and the same boxes.
+fn check_unique(names: &[String], manifest: &liquid_sampler::Manifest, path: &Path) -> Result<()> {
+    let mut seen: std::collections::HashMap<&str, u64> =
+        std::collections::HashMap::with_capacity(manifest.items.len());
+    for it in &manifest.items {
+        let name = names[it.id as usize].as_str();
+        if let Some(first) = seen.insert(name, it.id) {
+            return Err(Error::dataset(
+                path,
+                format!(
+                    "item ids {first} and {} are both named {}: each item needs its own name (masks \
+                     and boxes are paired by name)",
+                    it.id,
+                    stdx::Quoted(name)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Dataset for LiquidShards {

@@ -103,13 +103,14 @@ impl MaskIndex {
                 by_stem
                     .get(stem.as_str())
                     .map(|k| k.to_string())
-                    .ok_or_else(|| {
-                        format!(
+                    .ok_or_else(|| match not_a_file(&storage, &stem) {
+                        Some(why) => format!("{}: its mask {why}", source.display()),
+                        None => format!(
                             "{}: its mask {}.{{{}}} is missing",
                             source.display(),
                             storage.name(&stem).display(),
                             MASK_EXTENSIONS.join(",")
-                        )
+                        ),
                     })
             })
             .collect();
@@ -138,9 +139,14 @@ impl MaskIndex {
 
     /// The first paired mask's key, if any item has one.
     pub fn first_key(&self) -> Option<&str> {
+        self.keys().next()
+    }
+
+    /// The paired masks' keys, in item order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.keys
             .iter()
-            .find_map(|k| k.as_ref().ok().map(String::as_str))
+            .filter_map(|k| k.as_ref().ok().map(String::as_str))
     }
 
     /// The whole of mask `key`.
@@ -179,6 +185,19 @@ impl MaskIndex {
     pub fn name(&self, key: &str) -> PathBuf {
         self.storage.name(key)
     }
+}
+
+/// Why a local mask `stem` with one of the mask extensions is there but was not listed: it is a FIFO,
+/// a device or a folder (the listing holds regular files only), named with what it is rather than
+/// reported missing. `None` when there is no such entry (or the masks are not local).
+fn not_a_file(storage: &Storage, stem: &str) -> Option<String> {
+    let root = storage.local_root()?;
+    MASK_EXTENSIONS.iter().find_map(|ext| {
+        let path = root.join(format!("{stem}.{ext}"));
+        std::fs::symlink_metadata(&path).ok()?;
+        let why = stdx::fs::open_regular(&path).err()?;
+        Some(format!("{} cannot be read: {why}", path.display()))
+    })
 }
 
 /// The source rectangle a mask sample of geometry `g` picks from ([`Axis::nearest`](vocab::Axis::nearest)

@@ -65,8 +65,10 @@ impl CocoBoxes {
     /// `path` and the entry.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<CocoBoxes> {
         let bad = |why: String| Error::dataset(path, why);
-        let file: CocoFile = serde_json::from_slice(bytes)
-            .map_err(|e| bad(format!("not a COCO instances file: {e}")))?;
+        let file: CocoFile = serde_json::from_slice(bytes).map_err(|e| {
+            let e = e.to_string();
+            bad(format!("not a COCO instances file: {}", stdx::Quoted(&e)))
+        })?;
         // Image id -> position in `entries`; stems are checked unique below.
         let mut at: HashMap<i64, usize> = HashMap::with_capacity(file.images.len());
         let mut entries: Vec<(String, ItemBoxes)> = Vec::with_capacity(file.images.len());
@@ -74,8 +76,9 @@ impl CocoBoxes {
             let name = img.file_name.trim_start_matches("./");
             if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
                 return Err(bad(format!(
-                    "image {}: file_name {:?} is not a path relative to the source",
-                    img.id, img.file_name
+                    "image {}: file_name {} is not a path relative to the source",
+                    img.id,
+                    stdx::Quoted(&img.file_name)
                 )));
             }
             if at.insert(img.id, entries.len()).is_some() {
@@ -120,8 +123,9 @@ impl CocoBoxes {
         for (stem, boxes) in entries {
             if by_stem.contains_key(&stem) {
                 return Err(bad(format!(
-                    "{stem:?} is listed twice in images[] (file names are matched without their \
-                     extension)"
+                    "{} is listed twice in images[] (file names are matched without their \
+                     extension)",
+                    stdx::Quoted(&stem)
                 )));
             }
             by_stem.insert(stem, boxes);
@@ -149,7 +153,11 @@ impl CocoBoxes {
         if !self.by_stem.is_empty() {
             let mut left: Vec<&String> = self.by_stem.keys().collect();
             left.sort();
-            let shown: Vec<&str> = left.iter().take(3).map(|s| s.as_str()).collect();
+            let shown: Vec<String> = left
+                .iter()
+                .take(3)
+                .map(|s| stdx::Quoted(s).to_string())
+                .collect();
             return Err(Error::dataset(
                 path,
                 format!(

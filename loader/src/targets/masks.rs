@@ -1,25 +1,47 @@
-//! Label maps decoded and resampled: decoding one ([`decode_mask`]: 8- or 16-bit single-channel PNG,
+//! Label maps decoded and resampled: decoding one ([`decode_mask`]: 1-, 2-, 4-, 8- or 16-bit gray PNG,
 //! 8-bit PGM/PPM, one-channel L3; [`decode_stored_mask`]: what the read stage fetched of it), and writing
 //! it into its sample with exactly the image's geometry and nearest interpolation ([`write_mask`]).
 //! Which mask belongs to which image, and reading it, is the read stage's ([`MaskIndex`]).
+//!
+//! Every decode reads the mask's header first ([`MaskHeader`]): the caller's check (its image's size)
+//! and the checks and shared budget every image decode goes through (`max_image_bytes`, the header
+//! against the data's length) come before a single value is allocated, so a small file that claims a
+//! huge mask costs nothing.
 
+use super::mask_png::PngMask;
 pub use crate::dataset::masks::{MASK_EXTENSIONS, MaskIndex, MaskNaming, picked, strip_extension};
 use crate::error::{Error, Result};
 use crate::format::Format;
+use crate::image::DecodeBudget;
 use crate::item::Stored;
 use std::path::Path;
 use vocab::Geometry;
 
-/// Whether `index`'s masks are 16-bit: the first paired mask decides (its header alone is decoded); every
-/// other 16-bit mask of an 8-bit set is then an error naming it.
-pub fn probe_wide(index: &MaskIndex) -> Result<bool> {
-    let Some(key) = index.first_key() else {
-        return Ok(false);
-    };
-    let bytes = index.read(key)?;
-    let mut mask = MaskImage::default();
-    decode_mask(&bytes, &index.name(key), &mut mask)?;
-    Ok(mask.wide)
+/// What a mask file's header says, read before anything is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskHeader {
+    pub width: u32,
+    pub height: u32,
+    /// Stored with 16 bits per value.
+    pub wide: bool,
+}
+
+/// Whether `index`'s masks are 16-bit: the first paired mask decides, from its header alone; every
+/// other 16-bit mask of an 8-bit set is then an error naming it. With `skip_errors` a mask that cannot
+/// be read or whose header is damaged is passed over (its item fails, and is skipped, when the run
+/// reaches it): the first readable one decides, and 8-bit when there is none.
+pub fn probe_wide(index: &MaskIndex, skip_errors: bool) -> Result<bool> {
+    for key in index.keys() {
+        let header = index
+            .read(key)
+            .and_then(|bytes| mask_header(&bytes, &index.name(key)));
+        match header {
+            Ok(h) => return Ok(h.wide),
+            Err(_) if skip_errors => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 /// A decoded label map: one value per pixel, rows top to bottom.
@@ -35,9 +57,10 @@ pub struct MaskImage {
     pub rect: vocab::Rect,
 }
 
-/// Decodes a label map: an 8- or 16-bit gray PNG, an 8-bit PGM (or a PPM whose three channels agree),
-/// or a one-channel L3 file. Anything else — colour, alpha, a palette — is an error naming `path`: a
-/// label is a class index, and no conversion of colours into indices would be the user's.
+/// Decodes a label map: a gray PNG (1, 2, 4, 8 or 16 bits per value, kept as stored: a 1-bit mask's
+/// classes are 0 and 1, never rescaled), an 8-bit PGM (or a PPM whose three channels agree), or a
+/// one-channel L3 file. Anything else — colour, alpha, a palette — is an error naming `path` and what
+/// the file is: a label is a class index, and no conversion of colours into indices would be the user's.
 pub fn decode_mask(bytes: &[u8], path: &Path, out: &mut MaskImage) -> Result<()> {
     decode_mask_region(bytes, path, None, out)
 }
@@ -50,63 +73,110 @@ pub fn decode_mask_region(
     want: Option<vocab::Rect>,
     out: &mut MaskImage,
 ) -> Result<()> {
-    let format = Format::sniff(bytes);
-    let name = format.map_or("mask", Format::name);
-    let bad = |why: String| Error::decode(path, name, why);
-    let check_size = |w: u32, h: u32, per: u64| {
-        let bytes = u64::from(w) * u64::from(h) * per;
-        if w == 0 || h == 0 || bytes > crate::image::max_image_bytes() {
-            return Err(bad(format!(
-                "a {w}x{h} mask: empty or over the image size limit"
-            )));
-        }
-        Ok(())
-    };
-    match format {
+    decode_checked(bytes, path, want, |_| Ok(()), out)
+}
+
+/// The header of the mask file `bytes` (`path` names it in errors), without decoding its values.
+pub fn mask_header(bytes: &[u8], path: &Path) -> Result<MaskHeader> {
+    match Format::sniff(bytes) {
         Some(Format::Png) => {
-            use image::{ColorType, ImageDecoder};
-            let err = |e: image::ImageError| Error::decode(path, "png", e);
-            let mut dec =
-                image::codecs::png::PngDecoder::new(std::io::Cursor::new(bytes)).map_err(err)?;
-            let mut limits = image::Limits::default();
-            limits.max_alloc = Some(crate::image::max_image_bytes().saturating_mul(2));
-            dec.set_limits(limits).map_err(err)?;
-            let (w, h) = dec.dimensions();
-            let wide = match dec.color_type() {
-                ColorType::L8 => false,
-                ColorType::L16 => true,
-                other => {
-                    return Err(bad(format!(
-                        "a mask is one 8- or 16-bit gray channel of class indices, not {other:?}"
-                    )));
-                }
-            };
-            check_size(w, h, if wide { 2 } else { 1 })?;
-            if bytes.len() as u64 * 1032 < dec.total_bytes() {
-                return Err(bad(format!(
-                    "the header promises {w}x{h} values, more than its data can hold"
-                )));
-            }
-            let mut buf = vec![0u8; dec.total_bytes() as usize];
-            dec.read_image(&mut buf).map_err(err)?;
-            out.values.clear();
-            if wide {
-                out.values.extend(
-                    buf.chunks_exact(2)
-                        .map(|b| u16::from_ne_bytes([b[0], b[1]])),
-                );
-            } else {
-                out.values.extend(buf.iter().map(|&v| u16::from(v)));
-            }
-            (out.width, out.height, out.wide) = (w, h, wide);
+            let (width, height, wide) = PngMask::open(bytes, path)?.header();
+            Ok(MaskHeader {
+                width,
+                height,
+                wide,
+            })
         }
         Some(Format::Raw) => {
+            let view = crate::raw::parse(bytes).map_err(|e| Error::decode(path, "raw", e))?;
+            Ok(MaskHeader {
+                width: view.width,
+                height: view.height,
+                wide: false,
+            })
+        }
+        Some(Format::L3) => {
+            let n =
+                l3_format::L3Index::prefix_len(bytes).map_err(|e| Error::decode(path, "l3", e))?;
+            let index = l3_format::L3Index::parse(&bytes[..n.min(bytes.len())], bytes.len() as u64)
+                .map_err(|e| Error::decode(path, "l3", e))?;
+            l3_header((index.width(), index.height(), index.channels()), path)
+        }
+        other => Err(not_a_mask(path, other)),
+    }
+}
+
+fn not_a_mask(path: &Path, format: Option<Format>) -> Error {
+    Error::decode(
+        path,
+        format.map_or("mask", Format::name),
+        "not a mask file (gray PNG, 8-bit PGM/PPM or one-channel L3)",
+    )
+}
+
+/// Admits the decode of a mask of `h` into the shared decode budget once the checks every image decode
+/// makes from its header have passed (`name`'s `packed` bytes of decoded data against the file's
+/// length): the values (two bytes each) and `working` bytes beside them are reserved until the guard
+/// drops.
+fn admit(
+    path: &Path,
+    name: &'static str,
+    h: &MaskHeader,
+    (packed, working): (u64, u64),
+    bytes: &[u8],
+) -> Result<DecodeBudget> {
+    let samples = if h.wide { 2 } else { 1 };
+    if h.width == 0 || h.height == 0 {
+        return Err(Error::decode(
+            path,
+            name,
+            format!("a {}x{} mask is empty", h.width, h.height),
+        ));
+    }
+    crate::image::check_header(path, name, (h.width, h.height), samples, packed, bytes)?;
+    let values = u64::from(h.width) * u64::from(h.height) * 2;
+    Ok(DecodeBudget::reserve(values.saturating_add(working)))
+}
+
+/// [`decode_mask_region`] with `check` run on the header before anything is allocated (the decode
+/// stage's: the mask has its image's size).
+fn decode_checked(
+    bytes: &[u8],
+    path: &Path,
+    want: Option<vocab::Rect>,
+    check: impl FnOnce(&MaskHeader) -> Result<()>,
+    out: &mut MaskImage,
+) -> Result<()> {
+    match Format::sniff(bytes) {
+        Some(Format::Png) => {
+            let png = PngMask::open(bytes, path)?;
+            let (width, height, wide) = png.header();
+            let header = MaskHeader {
+                width,
+                height,
+                wide,
+            };
+            check(&header)?;
+            let sizes = (png.packed_len(), png.working_bytes());
+            let _decoding = admit(path, "png", &header, sizes, bytes)?;
+            png.decode(path, &mut out.values)?;
+            (out.width, out.height, out.wide) = (width, height, wide);
+        }
+        Some(Format::Raw) => {
+            let bad = |why: String| Error::decode(path, "raw", why);
             let view = crate::raw::parse(bytes).map_err(bad)?;
-            check_size(view.width, view.height, 1)?;
+            let header = MaskHeader {
+                width: view.width,
+                height: view.height,
+                wide: false,
+            };
+            check(&header)?;
             let c = view.channels as usize;
             if c == 2 || c == 4 {
                 return Err(bad("a mask has no alpha channel".into()));
             }
+            let packed = view.pixels.len() as u64;
+            let _decoding = admit(path, "raw", &header, (packed, 0), bytes)?;
             out.values.clear();
             for px in view.pixels.chunks_exact(c) {
                 if px.iter().any(|&v| v != px[0]) {
@@ -123,15 +193,12 @@ pub fn decode_mask_region(
         Some(Format::L3) => {
             let file = l3_format::L3File::parse(bytes).map_err(|e| Error::decode(path, "l3", e))?;
             let dims = (file.width(), file.height(), file.channels());
+            check(&l3_header(dims, path)?)?;
             return decode_l3_mask(dims, path, want, out, |r, buf, layout| {
                 file.decode_region(r, buf, layout)
             });
         }
-        _ => {
-            return Err(bad(
-                "not a mask file (8- or 16-bit gray PNG, 8-bit PGM/PPM or one-channel L3)".into(),
-            ));
-        }
+        other => return Err(not_a_mask(path, other)),
     }
     out.rect = vocab::Rect::new(0, 0, out.width, out.height);
     Ok(())
@@ -139,17 +206,20 @@ pub fn decode_mask_region(
 
 /// [`decode_mask_region`] of what the read stage stored for a mask: its whole bytes, or the header,
 /// offset table and patches of an L3 mask that a region read fetched (then `want` must lie inside what
-/// was read, or the decode is an error naming `path`).
+/// was read, or the decode is an error naming `path`). `check` is run on the mask's header before
+/// anything is allocated or decoded.
 pub fn decode_stored_mask(
     stored: &Stored,
     path: &Path,
     want: Option<vocab::Rect>,
+    check: impl FnOnce(&MaskHeader) -> Result<()>,
     out: &mut MaskImage,
 ) -> Result<()> {
     match stored {
-        Stored::Whole(bytes) => decode_mask_region(bytes, path, want, out),
+        Stored::Whole(bytes) => decode_checked(bytes, path, want, check, out),
         Stored::L3Region { index, fragments } => {
             let dims = (index.width(), index.height(), index.channels());
+            check(&l3_header(dims, path)?)?;
             decode_l3_mask(dims, path, want, out, |r, buf, layout| {
                 index.decode_region(fragments, r, buf, layout)
             })
@@ -157,8 +227,24 @@ pub fn decode_stored_mask(
     }
 }
 
+/// The header of an L3 mask of `(width, height, channels)`: one channel, or an error naming `path`.
+fn l3_header((width, height, channels): (u32, u32, u8), path: &Path) -> Result<MaskHeader> {
+    if channels != 1 {
+        return Err(Error::decode(
+            path,
+            "l3",
+            format!("a mask is one channel of class indices; this L3 file has {channels}"),
+        ));
+    }
+    Ok(MaskHeader {
+        width,
+        height,
+        wide: false,
+    })
+}
+
 /// An L3 mask of `(width, height, channels)`: the part `want` (the whole mask when `want` is `None` or
-/// does not fit) decoded by `decode` into `out`.
+/// does not fit) decoded by `decode` into `out`, admitted into the decode budget first.
 fn decode_l3_mask(
     (w, h, channels): (u32, u32, u8),
     path: &Path,
@@ -170,21 +256,21 @@ fn decode_l3_mask(
         l3_format::PixelLayout,
     ) -> std::result::Result<(), l3_format::Error>,
 ) -> Result<()> {
-    let bad = |why: String| Error::decode(path, "l3", why);
-    if channels != 1 {
-        return Err(bad(format!(
-            "a mask is one channel of class indices; this L3 file has {channels}"
-        )));
-    }
+    l3_header((w, h, channels), path)?;
     if w == 0 || h == 0 || u64::from(w) * u64::from(h) > crate::image::max_image_bytes() {
-        return Err(bad(format!(
-            "a {w}x{h} mask: empty or over the image size limit"
-        )));
+        return Err(Error::decode(
+            path,
+            "l3",
+            format!("a {w}x{h} mask: empty or over the image size limit"),
+        ));
     }
     let r = want
         .filter(|r| r.fits(w, h))
         .unwrap_or(vocab::Rect::new(0, 0, w, h));
-    let mut buf = vec![0u8; r.w as usize * r.h as usize];
+    let part = u64::from(r.w) * u64::from(r.h);
+    // The decoded bytes and their values, two bytes each.
+    let _decoding = DecodeBudget::reserve(part * 3);
+    let mut buf = vec![0u8; part as usize];
     let layout = l3_format::PixelLayout::packed(r.w, r.h, 1, false);
     decode(l3_format::Rect::new(r.x, r.y, r.w, r.h), &mut buf, layout)
         .map_err(|e| Error::decode(path, "l3", e))?;
@@ -357,6 +443,207 @@ mod tests {
         let rgb = l3_format::encode(&[0; 45], 5, 3, 3, 32).unwrap();
         assert!(decode_mask(&rgb, p, &mut m).is_err());
         assert!(decode_mask(b"junk", p, &mut m).is_err());
+    }
+
+    /// A PNG written by the `png` crate itself, at any colour type and bit depth (`rows` packed as
+    /// stored), with a palette for indexed colour.
+    fn png_raw(
+        w: u32,
+        h: u32,
+        color: png::ColorType,
+        depth: png::BitDepth,
+        rows: &[u8],
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(color);
+        enc.set_depth(depth);
+        if color == png::ColorType::Indexed {
+            enc.set_palette(vec![0u8; 3 * 16]);
+        }
+        let mut writer = enc.write_header().unwrap();
+        writer.write_image_data(rows).unwrap();
+        writer.finish().unwrap();
+        out
+    }
+
+    /// 1-, 2- and 4-bit gray masks keep their values (class 1 of a 1-bit mask is 1, not 255), row
+    /// padding bits are no values, and interlaced files give the same values.
+    #[test]
+    fn low_bit_masks_keep_their_class_values() {
+        use png::{BitDepth, ColorType};
+        let mut m = MaskImage::default();
+        // 5x2 at 1 bit: each row one byte, the last 3 bits padding (set, to catch their misuse).
+        let one = png_raw(
+            5,
+            2,
+            ColorType::Grayscale,
+            BitDepth::One,
+            &[0b1011_0111, 0b0100_1111],
+        );
+        decode_mask(&one, Path::new("one.png"), &mut m).unwrap();
+        assert_eq!(m.values, [1, 0, 1, 1, 0, 0, 1, 0, 0, 1]);
+        assert!(!m.wide);
+        let two = png_raw(3, 1, ColorType::Grayscale, BitDepth::Two, &[0b1110_0100]);
+        decode_mask(&two, Path::new("two.png"), &mut m).unwrap();
+        assert_eq!(m.values, [3, 2, 1]);
+        let four = png_raw(3, 1, ColorType::Grayscale, BitDepth::Four, &[0x1F, 0x70]);
+        decode_mask(&four, Path::new("four.png"), &mut m).unwrap();
+        assert_eq!(m.values, [1, 15, 7]);
+        // Interlaced (Adam7), 8-bit, 9x7: the passes are put back together.
+        let (w, h) = (9u32, 7u32);
+        let px: Vec<u8> = (0..w * h).map(|i| (i % 19) as u8).collect();
+        decode_mask(&adam7_gray8(w, h, &px), Path::new("adam7.png"), &mut m).unwrap();
+        assert_eq!(
+            m.values,
+            px.iter().map(|&v| u16::from(v)).collect::<Vec<_>>()
+        );
+    }
+
+    /// An interlaced 8-bit gray PNG (the `png` crate writes none): the seven Adam7 passes, each row
+    /// unfiltered, in one stored (uncompressed) zlib block.
+    fn adam7_gray8(w: u32, h: u32, px: &[u8]) -> Vec<u8> {
+        let passes = [
+            (0, 0, 8, 8),
+            (4, 0, 8, 8),
+            (0, 4, 4, 8),
+            (2, 0, 4, 4),
+            (0, 2, 2, 4),
+            (1, 0, 2, 2),
+            (0, 1, 1, 2),
+        ];
+        let mut raw = Vec::new();
+        for (x0, y0, dx, dy) in passes {
+            if x0 >= w || y0 >= h {
+                continue;
+            }
+            for y in (y0..h).step_by(dy) {
+                raw.push(0);
+                raw.extend((x0..w).step_by(dx).map(|x| px[(y * w + x) as usize]));
+            }
+        }
+        let mut z = vec![0x78, 0x01, 0x01];
+        z.extend((raw.len() as u16).to_le_bytes());
+        z.extend((!(raw.len() as u16)).to_le_bytes());
+        z.extend(&raw);
+        let (mut a, mut b) = (1u32, 0u32);
+        for &v in &raw {
+            a = (a + u32::from(v)) % 65521;
+            b = (b + a) % 65521;
+        }
+        z.extend(((b << 16) | a).to_be_bytes());
+        let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut chunk = |kind: &[u8], data: &[u8]| {
+            out.extend((data.len() as u32).to_be_bytes());
+            let body = [kind, data].concat();
+            out.extend(&body);
+            out.extend(crc32fast::hash(&body).to_be_bytes());
+        };
+        let mut ihdr = [w.to_be_bytes(), h.to_be_bytes()].concat();
+        ihdr.extend([8, 0, 0, 0, 1]);
+        chunk(b"IHDR", &ihdr);
+        chunk(b"IDAT", &z);
+        chunk(b"IEND", &[]);
+        out
+    }
+
+    /// A palette PNG is named as one (the image crate would call it RGB), and so are colour and alpha.
+    #[test]
+    fn a_palette_or_colour_png_mask_is_named_for_what_it_is() {
+        use png::{BitDepth, ColorType};
+        let mut m = MaskImage::default();
+        let e = |bytes: &[u8]| {
+            let mut m = MaskImage::default();
+            decode_mask(bytes, Path::new("m.png"), &mut m)
+                .unwrap_err()
+                .to_string()
+        };
+        let palette = png_raw(2, 1, ColorType::Indexed, BitDepth::Eight, &[1, 2]);
+        let msg = e(&palette);
+        assert!(msg.contains("m.png") && msg.contains("palette"), "{msg}");
+        assert!(!msg.contains("Rgb"), "{msg}");
+        let rgb = png_raw(1, 1, ColorType::Rgb, BitDepth::Eight, &[1, 2, 3]);
+        assert!(e(&rgb).contains("colour PNG"), "{}", e(&rgb));
+        let la = png_raw(1, 1, ColorType::GrayscaleAlpha, BitDepth::Eight, &[1, 255]);
+        assert!(e(&la).contains("alpha"), "{}", e(&la));
+        assert!(mask_header(&palette, Path::new("m.png")).is_err());
+        let gray = png_raw(2, 1, ColorType::Grayscale, BitDepth::Eight, &[1, 2]);
+        decode_mask(&gray, Path::new("m.png"), &mut m).unwrap();
+    }
+
+    /// A small PNG whose header claims 20000x20000 values, with as much (junk) data as deflate needs to
+    /// reach that size (so the data's length does not give it away): what a deflate bomb looks like
+    /// from its header.
+    pub(crate) fn bomb_png() -> Vec<u8> {
+        let mut png = png_raw(1, 1, png::ColorType::Grayscale, png::BitDepth::Eight, &[0]);
+        let side = 20000u32;
+        png[16..20].copy_from_slice(&side.to_be_bytes());
+        png[20..24].copy_from_slice(&side.to_be_bytes());
+        let crc = crc32fast::hash(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        // Replace everything after IHDR by one IDAT of (side*(side+1))/1032 bytes and IEND.
+        png.truncate(33);
+        let len = (u64::from(side) * u64::from(side + 1)).div_ceil(1032) as usize + 16;
+        let mut chunk = b"IDAT".to_vec();
+        chunk.resize(4 + len, 0);
+        png.extend((len as u32).to_be_bytes());
+        png.extend(&chunk);
+        png.extend(crc32fast::hash(&chunk).to_be_bytes());
+        png.extend(0u32.to_be_bytes());
+        png.extend(b"IEND");
+        png.extend(crc32fast::hash(b"IEND").to_be_bytes());
+        png
+    }
+
+    /// The decode stage's check (the mask has its image's size) runs on the header: a deflate bomb
+    /// beside a small image is refused before anything is allocated for its values.
+    #[test]
+    fn a_mask_is_checked_from_its_header_before_its_values_are_allocated() {
+        let bomb = bomb_png();
+        assert!(bomb.len() < 400_000);
+        let h = mask_header(&bomb, Path::new("bomb.png")).unwrap();
+        assert_eq!((h.width, h.height, h.wide), (20000, 20000, false));
+        let mut m = MaskImage::default();
+        let stored = Stored::Whole(bomb);
+        let e = decode_stored_mask(
+            &stored,
+            Path::new("bomb.png"),
+            None,
+            |h| {
+                assert_eq!((h.width, h.height), (20000, 20000));
+                Err(Error::dataset("bomb.png", "not its image's 64x48"))
+            },
+            &mut m,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("64x48"), "{e}");
+        assert_eq!(m.values.capacity(), 0, "nothing allocated before the check");
+    }
+
+    /// Mask decodes wait for room in the decode budget images share: with the whole budget held by
+    /// another decode, a mask decode waits until it is released.
+    #[test]
+    fn mask_decodes_share_the_image_decode_budget() {
+        let budget = crate::image::max_image_bytes();
+        let held = DecodeBudget::reserve(budget);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let gray = png(64, 64, false, |x, y| (x ^ y) as u16);
+        let waiter = std::thread::spawn(move || {
+            let mut m = MaskImage::default();
+            decode_mask(&gray, Path::new("m.png"), &mut m).unwrap();
+            tx.send(m.values.len()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "the mask decode did not wait for the budget"
+        );
+        drop(held);
+        let n = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("released");
+        assert_eq!(n, 64 * 64);
+        waiter.join().unwrap();
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! stage with exactly the geometry its image got ([`vocab::Geometry`]).
 
 pub mod boxes;
+mod mask_png;
 pub mod masks;
 
 use crate::dataset::Dataset;
@@ -57,6 +58,16 @@ impl TargetOptions {
                 "min_box_size",
                 self.min_box_size,
                 "a finite number of pixels, 0 or more",
+            ));
+        }
+        if let Some(boxes) = &self.boxes
+            && boxes.to_str().is_some_and(|b| b.contains("://"))
+        {
+            return Err(Invalid::new(
+                "boxes",
+                boxes.display(),
+                "a local COCO instances file: boxes are read from the local file system only (copy \
+                 the file from the store first; masks= may be an s3:// prefix)",
             ));
         }
         if self.masks.is_none()
@@ -160,7 +171,7 @@ impl Targets {
             }
         };
         let wide = match &masks {
-            Some(m) => masks::probe_wide(m)?,
+            Some(m) => masks::probe_wide(m, skip_errors)?,
             None => false,
         };
         if !wide && o.ignore_index > 255 {
@@ -262,23 +273,21 @@ impl Targets {
                     ),
                 )
             };
-            // A region read fetched the patches of the mask's own size's geometry: a mask of another
-            // size is that error, not a decode of patches never read.
-            if let Stored::L3Region { index, .. } = stored
-                && (index.width(), index.height()) != image
-            {
-                return Err(other_size((index.width(), index.height())));
-            }
-            masks::decode_stored_mask(stored, &path, Some(masks::picked(g)), scratch)?;
-            if (scratch.width, scratch.height) != image {
-                return Err(other_size((scratch.width, scratch.height)));
-            }
-            if scratch.wide && !self.wide {
-                return Err(Error::dataset(
-                    &path,
-                    "a 16-bit mask in a set of 8-bit masks (the first mask decides the batch type)",
-                ));
-            }
+            // From the header, before anything is allocated or decoded (a region read fetched the
+            // patches of the mask's own size's geometry: a mask of another size is this error too).
+            let check = |h: &masks::MaskHeader| {
+                if (h.width, h.height) != image {
+                    return Err(other_size((h.width, h.height)));
+                }
+                if h.wide && !self.wide {
+                    return Err(Error::dataset(
+                        &path,
+                        "a 16-bit mask in a set of 8-bit masks (the first mask decides the batch type)",
+                    ));
+                }
+                Ok(())
+            };
+            masks::decode_stored_mask(stored, &path, Some(masks::picked(g)), check, scratch)?;
             masks::write_mask(scratch, g, out, self.ignore_index, self.wide, slot);
         }
         Ok(self.boxes_for(index, g))
