@@ -278,41 +278,96 @@ fn torch_available() -> Result<String, String> {
     }
 }
 
+/// The section's settings, from the environment (`L3_BSP_*`, `L3_BENCH_QUICK`).
+struct Settings {
+    quick: bool,
+    max_secs: f64,
+    whole_max: usize,
+    compare_max: usize,
+    gpu_tile: usize,
+    gpu_memory: u64,
+    threads: usize,
+    sizes: Vec<usize>,
+    devices: Vec<String>,
+    /// `L3_BSP_MODES`: the modes to run (default every one).
+    only: Option<String>,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
+        let max_side = env_usize("L3_BSP_MAX_SIDE", if quick { 1024 } else { 16384 });
+        let sizes = match std::env::var("L3_BSP_SIZES") {
+            Ok(list) => list
+                .split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect(),
+            Err(_) => [512, 1024, 2048, 4096, 8192, 10000, 16384]
+                .into_iter()
+                .filter(|&s| s <= max_side)
+                .collect(),
+        };
+        Settings {
+            quick,
+            max_secs: env_usize("L3_BSP_MAX_SECS", 300) as f64,
+            whole_max: env_usize("L3_BSP_WHOLE_MAX", 4096),
+            compare_max: env_usize("L3_BSP_COMPARE_MAX", 16384),
+            gpu_tile: env_usize("L3_BSP_GPU_TILE", 2048),
+            gpu_memory: env_usize("L3_BSP_GPU_MEMORY", 8 << 30) as u64,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            sizes,
+            devices: std::env::var("L3_BSP_DEVICES")
+                .unwrap_or_else(|_| "cpu,cuda".into())
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect(),
+            only: std::env::var("L3_BSP_MODES").ok(),
+        }
+    }
+
+    fn wants(&self, mode: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|m| m == mode))
+    }
+}
+
+/// The GPU's name and free memory (opened once here, then closed: children open their own), or why
+/// there is none.
+fn probe_gpu(cfg: &Settings) -> Result<(String, u64), String> {
+    if !cfg.devices.iter().any(|d| d == "cuda") {
+        return Err("not requested (L3_BSP_DEVICES)".into());
+    }
+    match CudaBackend::new(0, None, Precision::F32) {
+        Ok(b) => Ok((b.name(), b.memory().budget())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+const MODES: &[&str] = &["whole", "exact", "sampled", "naive", "recompute"];
+
+/// The size sweep's table and what the plots and the closing paragraphs take from it.
+struct Sweep {
+    t: Table,
+    last_secs: HashMap<String, f64>,
+    series: HashMap<String, Vec<(f64, f64)>>,
+    rss_series: HashMap<String, Vec<(f64, f64)>>,
+    errs: Vec<String>,
+    gpu_10k: HashMap<&'static str, f64>,
+}
+
+/// A table row with only its first cells: side, device, mode, and why it did not run.
+fn blank(side: usize, dev: &str, mode: &str, why: String) -> Vec<String> {
+    let mut v = vec![side.to_string(), dev.into(), mode.into(), "-".into(), why];
+    v.resize(15, String::new());
+    v
+}
+
 pub fn run(r: &mut Report) -> anyhow::Result<()> {
     // Child mode: one run, and leave without touching the report.
     run_if_child("L3_BSP_CHILD", "bsp", child);
-    let quick = std::env::var_os("L3_BENCH_QUICK").is_some();
-    let max_side = env_usize("L3_BSP_MAX_SIDE", if quick { 1024 } else { 16384 });
-    let max_secs = env_usize("L3_BSP_MAX_SECS", 300) as f64;
-    let whole_max = env_usize("L3_BSP_WHOLE_MAX", 4096);
-    let compare_max = env_usize("L3_BSP_COMPARE_MAX", 16384);
-    let gpu_tile = env_usize("L3_BSP_GPU_TILE", 2048);
-    let gpu_memory = env_usize("L3_BSP_GPU_MEMORY", 8 << 30) as u64;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let sizes: Vec<usize> = match std::env::var("L3_BSP_SIZES") {
-        Ok(list) => list
-            .split(',')
-            .filter_map(|s| s.trim().parse().ok())
-            .collect(),
-        Err(_) => [512, 1024, 2048, 4096, 8192, 10000, 16384]
-            .into_iter()
-            .filter(|&s| s <= max_side)
-            .collect(),
-    };
-    let devices: Vec<String> = std::env::var("L3_BSP_DEVICES")
-        .unwrap_or_else(|_| "cpu,cuda".into())
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect();
-    // Is there a GPU? (Opened once here for its name and memory, then closed: children open their own.)
-    let gpu: Result<(String, u64), String> = if devices.iter().any(|d| d == "cuda") {
-        match CudaBackend::new(0, None, Precision::F32) {
-            Ok(b) => Ok((b.name(), b.memory().budget())),
-            Err(e) => Err(e.to_string()),
-        }
-    } else {
-        Err("not requested (L3_BSP_DEVICES)".into())
-    };
+    let cfg = Settings::from_env();
+    let gpu = probe_gpu(&cfg);
     let torch = match (&gpu, std::env::var("L3_BSP_TORCH").as_deref()) {
         (_, Ok("0")) => Err("disabled (L3_BSP_TORCH=0)".to_string()),
         (Err(_), _) => Err("no GPU".to_string()),
@@ -327,6 +382,78 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     let exe = scratch.path().join("l3-bench-bsp-child");
     std::fs::copy(std::env::current_exe()?, &exe).context("copying the bench binary")?;
     let net = Net::load_transformer(&model_path(), PaddingMode::Reflect)?;
+    describe(r, &cfg, &net, &gpu, &torch);
+    let mut sweep = Sweep {
+        t: time_table(),
+        last_secs: HashMap::new(),
+        series: HashMap::new(),
+        rss_series: HashMap::new(),
+        errs: vec![],
+        gpu_10k: HashMap::new(),
+    };
+    for &side in &cfg.sizes {
+        let mut wholes: HashMap<&str, PathBuf> = HashMap::new();
+        for dev in &cfg.devices {
+            let dev = dev.as_str();
+            if dev == "cuda"
+                && let Err(why) = &gpu
+            {
+                sweep
+                    .t
+                    .row(blank(side, dev, "all", format!("no GPU: {why}")));
+                continue;
+            }
+            for &mode in MODES {
+                let ctx = (&cfg, exe.as_path(), scratch.path());
+                one_run(&mut sweep, ctx, side, dev, mode, &mut wholes)?;
+            }
+        }
+        if let Ok(v) = &torch {
+            sweep.t.row(torch_row(side, v));
+        }
+        if side == 10000 {
+            for (mode, secs) in [
+                ("sampled (BSP-sample)", PAPER_SAMPLED_SECS),
+                ("exact (BSP)", PAPER_EXACT_SECS),
+            ] {
+                let mut v = vec![
+                    side.to_string(),
+                    "paper: 1 Titan X, TensorFlow".into(),
+                    mode.into(),
+                    "–".into(),
+                    secs.into(),
+                ];
+                v.resize(15, String::new());
+                sweep.t.row(v);
+            }
+        }
+        for p in wholes.values() {
+            std::fs::remove_file(p).ok();
+        }
+    }
+    r.table(&sweep.t);
+    for e in &sweep.errs {
+        r.para(&format!("Run failed: {e}"));
+    }
+    plots(r, &sweep);
+    sampling_and_seams(r, &cfg, &net)?;
+    paper_comparison(r, &net, &sweep);
+    // The ONNX models (`cargo xtask bench onnx` alone), unless L3_BSP_ONNX=0.
+    if std::env::var("L3_BSP_ONNX").as_deref() != Ok("0") {
+        super::onnx::run(r)?;
+    }
+    Ok(())
+}
+
+/// The paragraphs above the tables: the model, the input, how each device runs, the peers.
+fn describe(
+    r: &mut Report,
+    cfg: &Settings,
+    net: &Net,
+    gpu: &Result<(String, u64), String>,
+    torch: &Result<String, String>,
+) {
+    let (threads, gpu_tile, gpu_memory) = (cfg.threads, cfg.gpu_tile, cfg.gpu_memory);
     let w = net.widths();
     r.para(&format!(
         "Model: `{MODEL}` (TransformerNet, widths {}/{}/{}, {} parameters; the slim one, to keep a 2-core CPU \
@@ -349,19 +476,21 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         net.parameters(),
         gpu_memory >> 20
     ));
-    match &gpu {
+    match gpu {
         Ok((name, free)) => r.para(&format!("GPU: {name}; {} MiB free at start.", free >> 20)),
         Err(why) => r.para(&format!("GPU rows: no GPU — {why}.")),
     }
-    match &torch {
+    match torch {
         Ok(v) => r.para(&format!(
             "PyTorch peer: `bsp-tiling/benches/torch_peer.py` (the same TransformerNet in a few lines of torch, \
              whole image, f32 without TF32, `torch.inference_mode`), torch {v}."
         )),
         Err(why) => r.para(&format!("PyTorch peer rows: skipped — {why}.")),
     }
-    let modes: &[&str] = &["whole", "exact", "sampled", "naive", "recompute"];
-    let mut t = Table::new(
+}
+
+fn time_table() -> Table {
+    Table::new(
         "Time and peak memory by image size, device and mode",
         &[
             "side",
@@ -380,191 +509,152 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "mean abs vs whole",
             "PSNR vs whole (dB)",
         ],
-    );
-    let blank = |side: usize, dev: &str, mode: &str, why: String| {
-        let mut v = vec![side.to_string(), dev.into(), mode.into(), "-".into(), why];
-        v.resize(15, String::new());
-        v
+    )
+}
+
+/// One child run of `mode` on `dev` at `side`, its row (or why it did not run), and its output compared
+/// with the whole-image reference (this device's; for the GPU's whole image, the CPU's).
+fn one_run<'a>(
+    sweep: &mut Sweep,
+    (cfg, exe, scratch): (&Settings, &Path, &Path),
+    side: usize,
+    dev: &'a str,
+    mode: &'static str,
+    wholes: &mut HashMap<&'a str, PathBuf>,
+) -> anyhow::Result<()> {
+    let cuda = dev == "cuda";
+    if !cfg.wants(mode) || (mode == "recompute" && side > 2048) {
+        return Ok(());
+    }
+    if mode == "whole" && !cuda && side > cfg.whole_max {
+        let why = format!("skipped: side > L3_BSP_WHOLE_MAX={}", cfg.whole_max);
+        sweep.t.row(blank(side, dev, mode, why));
+        return Ok(());
+    }
+    let key = format!("{dev}/{mode}");
+    if let Some(prev) = sweep.last_secs.get(&key) {
+        let predicted = prev * 4.0;
+        if predicted > cfg.max_secs {
+            let why = format!(
+                "skipped: predicted {predicted:.0} s > L3_BSP_MAX_SECS={:.0}",
+                cfg.max_secs
+            );
+            sweep.t.row(blank(side, dev, mode, why));
+            return Ok(());
+        }
+    }
+    eprintln!("bsp: {side}² {dev} {mode}");
+    let mpx = (side * side) as f64 / 1e6;
+    let compare_it = if cuda {
+        side <= cfg.compare_max
+    } else {
+        side <= cfg.whole_max
     };
-    let mut last_secs: HashMap<String, f64> = HashMap::new();
-    let mut series: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
-    let mut rss_series: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
-    let mut errs: Vec<String> = vec![];
-    let only = std::env::var("L3_BSP_MODES").ok();
-    let mut gpu_10k: HashMap<&str, f64> = HashMap::new();
-    for &side in &sizes {
-        let mpx = (side * side) as f64 / 1e6;
-        let mut wholes: HashMap<&str, PathBuf> = HashMap::new();
-        for dev in &devices {
-            let dev = dev.as_str();
-            let cuda = dev == "cuda";
-            if cuda && let Err(why) = &gpu {
-                t.row(blank(side, dev, "all", format!("no GPU: {why}")));
-                continue;
-            }
-            for &mode in modes {
-                if only
-                    .as_deref()
-                    .is_some_and(|o| !o.split(',').any(|m| m == mode))
-                {
-                    continue;
-                }
-                if mode == "whole" && !cuda && side > whole_max {
-                    t.row(blank(
-                        side,
-                        dev,
-                        mode,
-                        format!("skipped: side > L3_BSP_WHOLE_MAX={whole_max}"),
-                    ));
-                    continue;
-                }
-                if mode == "recompute" && side > 2048 {
-                    continue;
-                }
-                let key = format!("{dev}/{mode}");
-                if let Some(prev) = last_secs.get(&key) {
-                    let predicted = prev * 4.0;
-                    if predicted > max_secs {
-                        t.row(blank(
-                            side,
-                            dev,
-                            mode,
-                            format!(
-                                "skipped: predicted {predicted:.0} s > L3_BSP_MAX_SECS={max_secs:.0}"
-                            ),
-                        ));
-                        continue;
-                    }
-                }
-                eprintln!("bsp: {side}² {dev} {mode}");
-                let compare_it = if cuda {
-                    side <= compare_max
-                } else {
-                    side <= whole_max
-                };
-                let out = scratch.path().join(format!("{dev}-{mode}-{side}.f32"));
-                let mut spec = format!(
-                    "side={side};mode={mode};threads={threads};spill={};device={dev};tile={}",
-                    scratch.path().display(),
-                    if cuda { gpu_tile } else { TILE }
-                );
-                if cuda && mode != "whole" {
-                    spec.push_str(&format!(";gpu_memory={gpu_memory}"));
-                }
-                if compare_it {
-                    spec.push_str(&format!(";out={}", out.display()));
-                }
-                let run = match spawn(&exe, &spec) {
-                    Ok(run) => run,
-                    Err(e) => {
-                        t.row(blank(side, dev, mode, format!("failed: {e:#}")));
-                        errs.push(format!("{side}² {dev} {mode}: {e:#}"));
-                        continue;
-                    }
-                };
-                last_secs.insert(key.clone(), run.secs);
-                series.entry(key.clone()).or_default().push((mpx, run.secs));
-                rss_series
-                    .entry(key)
-                    .or_default()
-                    .push((mpx, run.peak as f64 / 1048576.0));
-                if cuda && side == 10000 {
-                    gpu_10k.insert(mode, run.secs);
-                }
-                let mut cells = vec![
-                    side.to_string(),
-                    dev.into(),
-                    mode.into(),
-                    run.tiles.to_string(),
-                    format!("{:.2}", run.secs),
-                    format!("{:.3}", mpx / run.secs),
-                    mib(run.peak),
-                    mib(run.before),
-                    if cuda {
-                        mib(run.device_peak)
-                    } else {
-                        "–".into()
-                    },
-                    if cuda { mib(run.driver) } else { "–".into() },
-                    if cuda {
-                        format!("{:.2}", run.init)
-                    } else {
-                        "–".into()
-                    },
-                    format!("{} / {}", run.resident, run.spilled),
-                ];
-                // The reference: this device's whole image; for the GPU's whole image, the CPU's.
-                let reference = if mode == "whole" {
-                    wholes.get("cpu").cloned()
-                } else {
-                    wholes.get(dev).cloned()
-                };
-                match (compare_it, reference) {
-                    (true, Some(refp)) => {
-                        let a = read_output(&out, side)?;
-                        let b = read_output(&refp, side)?;
-                        let e = compare(&a, &b);
-                        cells.extend([
-                            format!("{:.2e}", e.max_abs),
-                            format!("{:.3}", e.mean_abs),
-                            format!("{:.1}", e.psnr_db),
-                        ]);
-                    }
-                    _ if mode == "whole" => cells.extend(["—".into(), "—".into(), "—".into()]),
-                    _ => cells.extend(["n/a".into(), "n/a".into(), "n/a".into()]),
-                }
-                if mode == "whole" && compare_it {
-                    wholes.insert(dev, out.clone());
-                } else {
-                    std::fs::remove_file(&out).ok();
-                }
-                t.row(cells);
-            }
-        }
-        if let Ok(v) = &torch {
-            let script = std::env::var_os("L3_BSP_TORCH_PEER")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| workspace_root().join("bsp-tiling/benches/torch_peer.py"));
-            eprintln!("bsp: {side}² torch");
-            let p = torch_peer(&script, side);
-            let mut v = vec![
-                side.to_string(),
-                format!("cuda (PyTorch {})", v.split(' ').next().unwrap_or("")),
-                "whole".into(),
-                "1".into(),
-                p.secs.map_or_else(|| p.note.clone(), |s| format!("{s:.2}")),
-                p.secs.map_or(String::new(), |s| format!("{:.3}", mpx / s)),
-                String::new(),
-                String::new(),
-                p.peak.map_or(String::new(), mib),
-            ];
-            v.resize(15, String::new());
-            t.row(v);
-        }
-        if side == 10000 {
-            for (mode, secs) in [
-                ("sampled (BSP-sample)", PAPER_SAMPLED_SECS),
-                ("exact (BSP)", PAPER_EXACT_SECS),
-            ] {
-                let mut v = vec![
-                    side.to_string(),
-                    "paper: 1 Titan X, TensorFlow".into(),
-                    mode.into(),
-                    "–".into(),
-                    secs.into(),
-                ];
-                v.resize(15, String::new());
-                t.row(v);
-            }
-        }
-        for p in wholes.values() {
-            std::fs::remove_file(p).ok();
-        }
+    let out = scratch.join(format!("{dev}-{mode}-{side}.f32"));
+    let mut spec = format!(
+        "side={side};mode={mode};threads={};spill={};device={dev};tile={}",
+        cfg.threads,
+        scratch.display(),
+        if cuda { cfg.gpu_tile } else { TILE }
+    );
+    if cuda && mode != "whole" {
+        spec.push_str(&format!(";gpu_memory={}", cfg.gpu_memory));
     }
-    r.table(&t);
-    for e in &errs {
-        r.para(&format!("Run failed: {e}"));
+    if compare_it {
+        spec.push_str(&format!(";out={}", out.display()));
     }
+    let run = match spawn(exe, &spec) {
+        Ok(run) => run,
+        Err(e) => {
+            sweep
+                .t
+                .row(blank(side, dev, mode, format!("failed: {e:#}")));
+            sweep.errs.push(format!("{side}² {dev} {mode}: {e:#}"));
+            return Ok(());
+        }
+    };
+    sweep.last_secs.insert(key.clone(), run.secs);
+    sweep
+        .series
+        .entry(key.clone())
+        .or_default()
+        .push((mpx, run.secs));
+    sweep
+        .rss_series
+        .entry(key)
+        .or_default()
+        .push((mpx, run.peak as f64 / 1048576.0));
+    if cuda && side == 10000 {
+        sweep.gpu_10k.insert(mode, run.secs);
+    }
+    let on_gpu = |v: String| if cuda { v } else { "–".into() };
+    let mut cells = vec![
+        side.to_string(),
+        dev.into(),
+        mode.into(),
+        run.tiles.to_string(),
+        format!("{:.2}", run.secs),
+        format!("{:.3}", mpx / run.secs),
+        mib(run.peak),
+        mib(run.before),
+        on_gpu(mib(run.device_peak)),
+        on_gpu(mib(run.driver)),
+        on_gpu(format!("{:.2}", run.init)),
+        format!("{} / {}", run.resident, run.spilled),
+    ];
+    let reference = if mode == "whole" {
+        wholes.get("cpu").cloned()
+    } else {
+        wholes.get(dev).cloned()
+    };
+    match (compare_it, reference) {
+        (true, Some(refp)) => {
+            let a = read_output(&out, side)?;
+            let b = read_output(&refp, side)?;
+            let e = compare(&a, &b);
+            cells.extend([
+                format!("{:.2e}", e.max_abs),
+                format!("{:.3}", e.mean_abs),
+                format!("{:.1}", e.psnr_db),
+            ]);
+        }
+        _ if mode == "whole" => cells.extend(["—".into(), "—".into(), "—".into()]),
+        _ => cells.extend(["n/a".into(), "n/a".into(), "n/a".into()]),
+    }
+    if mode == "whole" && compare_it {
+        wholes.insert(dev, out.clone());
+    } else {
+        std::fs::remove_file(&out).ok();
+    }
+    sweep.t.row(cells);
+    Ok(())
+}
+
+/// The PyTorch peer's row at `side` (torch version `v`).
+fn torch_row(side: usize, v: &str) -> Vec<String> {
+    let script = std::env::var_os("L3_BSP_TORCH_PEER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("bsp-tiling/benches/torch_peer.py"));
+    eprintln!("bsp: {side}² torch");
+    let mpx = (side * side) as f64 / 1e6;
+    let p = torch_peer(&script, side);
+    let mut row = vec![
+        side.to_string(),
+        format!("cuda (PyTorch {})", v.split(' ').next().unwrap_or("")),
+        "whole".into(),
+        "1".into(),
+        p.secs.map_or_else(|| p.note.clone(), |s| format!("{s:.2}")),
+        p.secs.map_or(String::new(), |s| format!("{:.3}", mpx / s)),
+        String::new(),
+        String::new(),
+        p.peak.map_or(String::new(), mib),
+    ];
+    row.resize(15, String::new());
+    row
+}
+
+/// Time and peak RSS against image size, one line per device and mode.
+fn plots(r: &mut Report, sweep: &Sweep) {
     let to_series = |m: &HashMap<String, Vec<(f64, f64)>>| -> Vec<Series> {
         let mut v: Vec<Series> = m
             .iter()
@@ -582,7 +672,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "Time vs image size (candy_nc8)",
             "megapixels",
             "seconds",
-            &to_series(&series),
+            &to_series(&sweep.series),
         ),
     );
     r.svg(
@@ -591,13 +681,16 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "Peak RSS vs image size",
             "megapixels",
             "MiB",
-            &to_series(&rss_series),
+            &to_series(&sweep.rss_series),
         ),
     );
+}
 
-    // Sampling error and seams, in-process on the CPU at one size.
-    let side = if quick { 512 } else { 1024 };
+/// Sampling error and seams, in-process on the CPU at one size.
+fn sampling_and_seams(r: &mut Report, cfg: &Settings, net: &Net) -> anyhow::Result<()> {
+    let side = if cfg.quick { 512 } else { 1024 };
     let input = make_input(side)?;
+    let threads = cfg.threads;
     let run_mode = |mode: Mode, tile: usize| -> anyhow::Result<Tensor> {
         let opts = Options {
             mode,
@@ -605,7 +698,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             threads,
             ..Options::default()
         };
-        Ok(stylize(&net, &CpuBackend, &input, &opts, false)?
+        Ok(stylize(net, &CpuBackend, &input, &opts, false)?
             .0
             .into_tensor())
     };
@@ -662,9 +755,13 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ]);
     }
     r.table(&sm);
-    // Where this lands relative to the paper's 10,000² in under a minute on a Titan X.
-    let flops = 2.0 * macs_per_pixel(&net) as f64;
-    if let Some(p) = series.get("cpu/sampled").and_then(|p| p.last()) {
+    Ok(())
+}
+
+/// Where this lands relative to the paper's 10,000² in under a minute on a Titan X.
+fn paper_comparison(r: &mut Report, net: &Net, sweep: &Sweep) {
+    let flops = 2.0 * macs_per_pixel(net) as f64;
+    if let Some(p) = sweep.series.get("cpu/sampled").and_then(|p| p.last()) {
         let rate = p.0 / p.1;
         r.para(&format!(
             "Paper: 10,000² (100 Mpx) in under a minute on one Titan X with the sampled mode (BSP-sample, under \
@@ -678,8 +775,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             100e6 * flops / 1e12,
         ));
     }
-    if !gpu_10k.is_empty() {
-        let mut v: Vec<_> = gpu_10k.iter().collect();
+    if !sweep.gpu_10k.is_empty() {
+        let mut v: Vec<_> = sweep.gpu_10k.iter().collect();
         v.sort_by(|a, b| a.0.cmp(b.0));
         r.para(&format!(
             "GPU at 10,000²: {} (targets: exact under 10 s; the paper's Titan X: BSP-sample < 50 s, BSP > 400 s).",
@@ -689,11 +786,6 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 .join(", ")
         ));
     }
-    // The ONNX models (`cargo xtask bench onnx` alone), unless L3_BSP_ONNX=0.
-    if std::env::var("L3_BSP_ONNX").as_deref() != Ok("0") {
-        super::onnx::run(r)?;
-    }
-    Ok(())
 }
 
 /// Multiply-adds per input pixel of the network (each stage's output pixels per input pixel × k²·cin·cout).
