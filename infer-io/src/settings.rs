@@ -25,11 +25,8 @@ use loader::clap_values::Text;
 /// The most worker threads a run may ask for: the loader's bound on a pool.
 pub use loader::MAX_THREADS;
 
-/// The one tile default of every surface: 512 on the CPU (tiles of a few MiB per worker), 2048 on a
-/// CUDA device (few, large launches; the device's memory budget still bounds what is placed).
-pub fn default_tile(device: Device) -> usize {
-    bsp_tiling::default_tile(device)
-}
+/// The one tile default of every surface (bsp-tiling's: 512 on the CPU, 2048 on a CUDA device).
+pub use bsp_tiling::default_tile;
 
 /// An inference run's options as `l3 infer`, `l3 stylize` and `l3toolkit.infer` spell them: the field is
 /// the Python keyword, the flag the same with `-` for `_`. Defaults are [`InferSettings::default`]'s,

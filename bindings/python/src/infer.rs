@@ -198,6 +198,15 @@ pub fn infer<'py>(
     }
 }
 
+/// The elements of `a` in C order, copied out of Python (a strided view element by element).
+fn copied<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> Vec<T> {
+    let ro = a.readonly();
+    match ro.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => ro.as_array().iter().copied().collect(),
+    }
+}
+
 /// `image` copied out of Python when it is an array (`None` when it is not): a float32 `(C, H, W)`
 /// tensor, or a uint8 `(H, W)` / `(H, W, C)` image, widened to RGB for a network of `channels` 3.
 fn array_input(
@@ -215,11 +224,7 @@ fn array_input(
                 )));
             }
         };
-        let ro = a.readonly();
-        let v: Vec<f32> = match ro.as_slice() {
-            Ok(s) => s.to_vec(),
-            Err(_) => ro.as_array().iter().copied().collect(),
-        };
+        let v = copied(a);
         Some(InputData::Tensor(
             Tensor::from_vec(c, h, w, v).map_err(|e| Failure::from(e).into_pyerr(py))?,
         ))
@@ -233,11 +238,7 @@ fn array_input(
                 )));
             }
         };
-        let ro = a.readonly();
-        let pixels: Vec<u8> = match ro.as_slice() {
-            Ok(s) => s.to_vec(),
-            Err(_) => ro.as_array().iter().copied().collect(),
-        };
+        let pixels = copied(a);
         let img = Image {
             width: w as u32,
             height: h as u32,
