@@ -106,10 +106,13 @@ impl MaskIndex {
                     .ok_or_else(|| match not_a_file(&storage, &stem) {
                         Some(why) => format!("{}: its mask {why}", source.display()),
                         None => format!(
-                            "{}: its mask {}.{{{}}} is missing",
+                            "{}: its mask {} is missing",
                             source.display(),
-                            storage.name(&stem).display(),
-                            MASK_EXTENSIONS.join(",")
+                            stdx::Quoted(&format!(
+                                "{}.{{{}}}",
+                                storage.name(&stem).display(),
+                                MASK_EXTENSIONS.join(",")
+                            ))
                         ),
                     })
             })
@@ -265,5 +268,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("x_m.p") && e.contains("same mask"), "{e}");
+    }
+
+    /// An item name is the dataset's text (a Liquid dataset's `item-names.json`): however long, the
+    /// message about its missing mask stays one bounded line.
+    #[test]
+    fn a_huge_item_name_gives_a_bounded_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("{}.png", "n".repeat(50_000));
+        let names = [Some(long)];
+        let sources = [PathBuf::from("shard-0@0+10 (item id 0)")];
+        let idx = MaskIndex::pair(
+            Storage::local(dir.path()),
+            &names,
+            &sources,
+            &MaskNaming::default(),
+        )
+        .unwrap();
+        let e = idx.key(0).unwrap_err().to_string();
+        assert!(e.len() < 1_000, "{} bytes: {}", e.len(), &e[..300]);
+        assert!(
+            e.contains("more characters") && e.contains("is missing"),
+            "{e}"
+        );
     }
 }
