@@ -33,6 +33,10 @@ pub struct OutputFile<'a> {
     pub band_bytes: usize,
 }
 
+/// Rows an 8-bit image's encoder holds beyond the bands it is given: L3's row of patches (at most 256
+/// rows), PNG's and JPEG's few rows of state.
+const ENCODER_ROWS: u64 = 256;
+
 /// The output sample types each format can hold; the first is its default.
 fn output_dtypes(out_ext: &str) -> Option<&'static [OutDType]> {
     Some(match out_ext {
@@ -81,6 +85,46 @@ fn check_8bit_channels(c: usize) -> Result<()> {
 }
 
 impl OutputFile<'_> {
+    /// Bytes this file's writer holds at once when the run's tiles are at most `tile` pixels tall: a
+    /// `.npy` two bands of [`band_bytes`](Self::band_bytes); a TIFF the tiles of its own grid that two
+    /// bands of run tiles leave partly filled; an 8-bit image two bands of rows (tiles finish roughly in
+    /// row order) and the encoder's row of patches or strips. What the run itself may then use is the
+    /// RAM budget less this.
+    pub fn held_bytes(&self, tile: usize) -> u64 {
+        let (c, h, w) = self.shape;
+        let (c, h, w, tile) = (c as u64, h as u64, w as u64, tile.max(1) as u64);
+        let rows = |r: u64| r.min(h);
+        match ext(self.path).as_str() {
+            "npy" => 2 * self.band_bytes as u64,
+            "tif" | "tiff" => {
+                let t = crate::tiff::TILE as u64;
+                let bps = self.dtype.unwrap_or(OutDType::U8).bytes() as u64;
+                rows(2 * tile + t).div_ceil(t) * t * w.div_ceil(t) * t * c * bps
+            }
+            _ => rows(2 * tile + ENCODER_ROWS) * w * c,
+        }
+    }
+
+    /// Refuses a run whose writer alone would hold more than `ram` bytes (see
+    /// [`held_bytes`](Self::held_bytes)), naming the figures and what to change; else the bytes to reserve.
+    pub fn reserve(&self, tile: usize, ram: u64) -> Result<u64> {
+        let held = self.held_bytes(tile);
+        if held >= ram {
+            let (c, _, w) = self.shape;
+            return Err(Error::refused(
+                self.path.display().to_string(),
+                format!(
+                    "its writer would hold {} at once (bands of {tile} rows of {w} × {c} values), as \
+                     much as the RAM budget ({}) or more: use a smaller --tile or a larger \
+                     --ram-budget-mib",
+                    stdx::mem::human(held),
+                    stdx::mem::human(ram)
+                ),
+            ));
+        }
+        Ok(held)
+    }
+
     /// Runs `run` into a sink writing this file under a temporary name, renamed once complete.
     pub fn write(&self, run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>) -> Result<RunInfo> {
         let path = self.path;

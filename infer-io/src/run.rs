@@ -83,6 +83,19 @@ impl InferRequest {
         }
     }
 
+    /// The output rows one tile of an input `h` rows tall gives at most, its output `oh` rows tall: the
+    /// tile scaled as the network scales (an upsampling network's bands are taller), the whole output
+    /// in [`Mode::Whole`] (one tile).
+    fn output_rows(&self, h: usize, oh: usize) -> usize {
+        match self.mode {
+            Mode::Whole => oh,
+            _ => self
+                .tile
+                .saturating_mul(oh.div_ceil(h.max(1)).max(1))
+                .min(oh),
+        }
+    }
+
     /// The RAM budget, or the memory limit ([`stdx::mem`]) where that is smaller.
     fn ram(&self) -> u64 {
         self.budget.ram.min(stdx::mem::limit().0)
@@ -225,8 +238,11 @@ fn run_to_tensor(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<(Te
 fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<InferReport> {
     let (h, w) = (input.height(), input.width());
     let output = output_shape(g, h, w, req.full)?;
+    let reserved = req
+        .output(output)
+        .reserve(req.output_rows(h, output.1), req.ram())?;
     run_to_output(req, (g.channels, h, w), output, |sink| {
-        req.run_graph(g, input, sink, 2 * req.writer_band_bytes() as u64)
+        req.run_graph(g, input, sink, reserved)
     })
 }
 
@@ -268,11 +284,17 @@ pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
     let (h, w) = (input.height(), input.width());
     let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
     let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
+    let reserved = req
+        .output((c, oh, ow))
+        .reserve(req.output_rows(h, oh), req.ram())?;
     let opts = bsp_tiling::Options {
         mode: req.mode,
         tile: req.tile,
         threads: req.threads,
-        budget: req.budget.clone(),
+        budget: Budget {
+            ram: req.ram() - reserved,
+            ..req.budget.clone()
+        },
     };
     let mut report = run_to_output(req, (3, h, w), (c, oh, ow), |sink| {
         bsp_tiling::stylize_on_into(&req.device, net, &input, &opts, sink)

@@ -68,3 +68,38 @@ fn a_run_removes_dead_writers_temporaries_of_its_output_only() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The output's writer holds bands of rows as wide as the image: what it holds is taken from the RAM
+/// budget before the run starts, and a writer that alone would exceed it is refused up front, naming the
+/// figures, with nothing written.
+#[test]
+fn a_writer_over_the_budget_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("wide.npy");
+    let (h, w) = (40, 20_000);
+    let t =
+        bsp_tiling::Tensor::from_vec(3, h, w, (0..3 * h * w).map(|v| (v % 251) as f32).collect())
+            .unwrap();
+    infer_io::npy::write(&input, &t).unwrap();
+    let g = load_model(&model(), None).unwrap();
+    let out = dir.path().join("wide.png");
+    let mut req = request(&input, &out);
+    req.budget.ram = 1 << 20;
+    let e = infer_paths(&g, &req).unwrap_err().to_string();
+    assert!(
+        e.contains("wide.png") && e.contains("writer would hold") && e.contains("--tile"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("wide.png"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // With room for the writer's bands the same run writes the image.
+    req.budget.ram = 256 << 20;
+    infer_paths(&g, &req).unwrap();
+    let file = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
+    let png = png::Decoder::new(file).read_info().unwrap();
+    assert_eq!((png.info().width, png.info().height), (w as u32, h as u32));
+}

@@ -57,7 +57,7 @@ impl OutDType {
             OutDType::F32 => "float32",
         }
     }
-    fn bytes(self) -> usize {
+    pub(crate) fn bytes(self) -> usize {
         match self {
             OutDType::U8 => 1,
             OutDType::F32 => 4,
