@@ -121,6 +121,14 @@ pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
     if has_v2 { v1.max(V2_BLOCK) } else { v1 }
 }
 
+/// Blocks of a launch that decode its `n_descs` version-1 patches. The kernel (`l3_team_lanes` in
+/// kernel.cu) gives each patch a team of lanes, 8 columns per lane: a power of two of at least 4 lanes
+/// with 8 × lanes ≥ `block_dim` ≥ the widest patch; a block holds `block_dim / lanes` teams.
+pub(crate) fn v1_blocks(n_descs: usize, block_dim: u32) -> u32 {
+    let lanes = (block_dim / 8).max(4).next_power_of_two();
+    (n_descs as u32).div_ceil(block_dim / lanes)
+}
+
 /// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp
 /// while the rest of its block waits, so small blocks let more chunks run at once on an SM; the
 /// reconstruction loops over (plane, column) pairs with any block size.
