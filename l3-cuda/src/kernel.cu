@@ -86,8 +86,14 @@ __device__ __forceinline__ u32 l3_paeth(const u8* prev, u32 c, u32 w) {
     return (u32)tr;
 }
 
-// f32 -> IEEE binary16 bits, round to nearest even (no cuda_fp16.h: NVRTC needs no include path).
+// f32 -> IEEE binary16 bits, round to nearest even (no cuda_fp16.h: NVRTC needs no include path). On
+// the device one `cvt.rn.f16.f32`, the same rounding; the CPU simulation runs the arithmetic below.
 __device__ __forceinline__ u16 l3_f32_to_f16(float f) {
+#ifndef CUDA_CPU_SIM
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
     union { float f; u32 u; } v;
     v.f = f;
     u32 x = v.u;
@@ -123,18 +129,30 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
 
 // ==== Version 1: a team of lanes per patch, L3_VALS columns per lane, rows in registers. ====
 //
-// A block of B threads decodes B / T patches, T = the power of two >= B / L3_VALS lanes per patch (a
-// team: T divides the warp, and T * L3_VALS >= B >= the widest patch). Lane g of a team owns columns
-// [8g, 8g + 8): by SPEC.md 3.3 their deltas are 8 * nbit whole bits starting at bit 4 of byte 1 + g*nbit of
-// the row, so one 64-bit window of the row gives all eight. The previous row stays in the lane's
-// registers; the two neighbours Paeth needs from other lanes (columns 8g - 1 and 8g + 8) come by shuffle.
-// No shared memory and no block barrier: the occupancy is bounded by registers alone.
+// A block of B threads decodes B / T patches, T = the power of two >= B / L3_VALS lanes per patch, at
+// least 4 (a team: T divides the warp, and T * L3_VALS >= B >= the widest patch). Lane g of a team owns
+// the L3_VALS columns from c0 = g * L3_VALS: by SPEC.md 3.3 each 8 of them have 8 * nbit whole bits of
+// deltas starting at bit 4 of byte 1 + (c0 / 8 + i) * nbit of the row, so one 64-bit window of the row
+// gives eight. The previous row stays in the lane's registers; the two neighbours Paeth needs from other
+// lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle. No shared memory and no block barrier: the
+// occupancy is bounded by registers alone.
+#ifndef L3_VALS
 #define L3_VALS 8
+#endif
+#define L3_WINDOWS (L3_VALS / 8)
+// At most 256 threads a block (layout.rs), and registers for N such blocks an SM: the most blocks for
+// which the row loops do not spill (sm_90: 64 registers a thread for whole images, 80 for samples,
+// whose writes keep more per patch: 50 % and 37.5 % occupancy).
+#ifdef CUDA_CPU_SIM
+#define L3_BOUNDS(n)
+#else
+#define L3_BOUNDS(n) __launch_bounds__(256, n)
+#endif
 #define L3_FULL 0xffffffffu
 
 // Lanes per team for a block of `threads` (a multiple of 32): mirrored by `layout::v1_team_lanes`.
 __device__ __forceinline__ u32 l3_team_lanes(u32 threads) {
-    u32 t = threads / L3_VALS;
+    u32 t = (threads + L3_VALS - 1u) / L3_VALS;
     return t <= 4u ? 4u : 1u << (32 - __clz((int)(t - 1u)));
 }
 
@@ -153,35 +171,76 @@ __device__ bool l3_rows_fit(const u8* __restrict__ src, u32 len, u32 w, u32 rows
     return !exact || pos == len;
 }
 
-// The 64 bits of a row from bit 4 of byte `at` on (LSB first); bytes at or past `len` read as 0.
-__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 len, u32 at) {
+// The u32 at the 4-aligned `p`.
+__device__ __forceinline__ u32 l3_word(const u8* p) {
+#ifdef CUDA_CPU_SIM
+    u32 w;
+    memcpy(&w, p, 4);
+    return w;
+#else
+    return *(const u32*)p;
+#endif
+}
+
+// l3_window byte by byte: bytes at or past `len` read as 0 (only near a patch's first and last bytes).
+__device__ __noinline__ u64 l3_window_bytes(const u8* __restrict__ src, u32 len, u32 at) {
     u64 x = 0u;
-L3_UNROLL
     for (u32 k = 0; k < 9u; k++) {
-        u32 b = at + k < len ? (u32)src[at + k] : 0u;
-        x |= k < 8u ? (u64)b << (8u * k) >> 4 : (u64)b << 60;
+        u64 b = at + k < len ? (u64)src[at + k] : 0u;
+        x |= k < 8u ? b << (8u * k) >> 4 : b << 60;
     }
     return x;
 }
 
+// The 64 bits of a patch's bytes from bit 4 of byte `at` on (LSB first): from the three aligned words
+// around them when these lie inside the patch's `len` bytes, else byte by byte. `mis` is the patch's
+// misalignment, src mod 4.
+__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 len, u32 mis, u32 at) {
+    u32 a = mis + at, a0 = a & ~3u;  // offsets from the aligned word at or before src
+    if (a0 < mis || a0 + 12u > mis + len) return l3_window_bytes(src, len, at);
+    const u8* p = src + a0 - mis;
+    u64 w0 = l3_word(p), w1 = l3_word(p + 4), w2 = l3_word(p + 8);
+    u32 sh = (a & 3u) * 8u + 4u;
+    u32 lo = (u32)(((w1 << 32) | w0) >> sh), hi = (u32)(((w2 << 32) | w1) >> sh);
+    return ((u64)hi << 32) | lo;
+}
+
 // The custom Paeth predictor (SPEC.md 3.2) at a column with both neighbours, from the differences of the
 // row above: dl = T - TL, dr = TR - T (so |p - TL| = |dr|, |p - TR| = |dl|, |p - T| = |dr - dl|).
-__device__ __forceinline__ u32 l3_paeth_d(u32 tl, u32 t, u32 tr, int dl, int dr, u32 adl, u32 adr) {
-    u32 adt = (u32)l3_abs(dr - dl);
+__device__ __forceinline__ int l3_paeth_d(int tl, int t, int tr, int dl, int dr, int adl, int adr) {
+    int adt = l3_abs(dr - dl);
     return (adr <= adt && adr <= adl) ? tl : (adt <= adl ? t : tr);
 }
 
-// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit(row, column, value)`.
+// Column 0 has no TL, so only T and TR compete; the general predictor gives the same when TL is taken
+// to be this value (|tr - 2t| <= t: T wins, and TL = 2t - tr makes |p - T| zero; else TL = T leaves TR
+// alone at distance zero).
+__device__ __forceinline__ int l3_left_stand_in(int t, int tr) {
+    int e = tr - 2 * t;
+    return l3_abs(e) <= t ? -e : t;
+}
+
+// Column w - 1 has no TR, so only TL and T compete; the general predictor gives the same when TR is
+// taken to be this value (t <= |tl - 2t|: TL wins, and TR = T puts TL at distance zero; else TR =
+// 2t - tl makes |p - T| zero).
+__device__ __forceinline__ int l3_right_stand_in(int tl, int t) {
+    int e = tl - 2 * t;
+    return t <= l3_abs(e) ? t : -e;
+}
+
+// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit`'s rows.
 // `exact`: the rows must use the patch's bytes exactly (a whole patch, as the CPU's whole-image decoder
 // checks); otherwise only the rows decoded must lie inside them (as the CPU's region decoder checks).
 // A patch that fails sets *err to min(*err, d) and emits nothing. Every lane of the warp must call it
-// (shuffles); `active`: this lane's team has a patch.
-template <typename Emit>
-__device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
-                              bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+// (shuffles); `active`: this lane's team has a patch. ALIGNED: every patch of the warp is a multiple of
+// L3_VALS wide, so column w - 1 is the last of a lane (most patches: 32 or 64 wide).
+template <bool ALIGNED, typename Emit>
+__device__ void l3_patch_rows_w(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
+                                bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
     u32 team = l3_team_lanes(blockDim.x);
     u32 g = threadIdx.x & (team - 1u);
     const u8* src = data + data_offset;
+    u32 mis = (u32)(u64)src & 3u;
     bool ok = active && l3_rows_fit(src, len, w, rows, exact);
     if (active && !ok && g == 0u) atomicMin(err, d);
     u32 my_rows = ok ? rows : 0u;
@@ -194,60 +253,74 @@ L3_UNROLL
     u32 c0 = g * L3_VALS;
     u32 valid = w > c0 ? (w - c0 < L3_VALS ? w - c0 : L3_VALS) : 0u;  // columns of this lane in the patch
     bool left = g == 0u;                                              // holds column 0
-    bool right = valid > 0u && c0 + L3_VALS >= w && w > 1u;           // holds column w - 1 (w > 1)
+    bool right = valid > 0u && c0 + L3_VALS >= w;                     // holds column w - 1
     u32 rj = valid - 1u;
-    u32 prev[L3_VALS];
+    int prev[L3_VALS];
 L3_UNROLL
-    for (u32 j = 0; j < L3_VALS; j++) prev[j] = 0u;  // row 0 predicts 0 everywhere: its values are stored
+    for (u32 j = 0; j < L3_VALS; j++) prev[j] = 0;  // row 0 predicts 0 everywhere: its values are stored
     u32 pos = 0u;
     for (u32 r = 0; r < n; r++) {
-        bool live = r < my_rows;
+        bool live = r < my_rows && valid > 0u;
         u32 b0 = live ? (u32)src[pos] : 0u, b1 = live ? (u32)src[pos + 1u] : 0u;
         u32 nbit = b0 & 15u, mask = (1u << nbit) - 1u;
         u32 base = (b0 >> 4) | ((b1 & 15u) << 4);
-        u64 win = live ? l3_window(src, len, pos + 1u + g * nbit) : 0u;
-        u32 lo = (u32)win, hi = (u32)(win >> (4u * nbit));
-        u32 tl_in = __shfl_up_sync(L3_FULL, prev[L3_VALS - 1], 1, (int)team);
-        u32 tr_in = __shfl_down_sync(L3_FULL, prev[0], 1, (int)team);
-        // Differences D[k] = T[k] - T[k - 1] of the row above, T[-1] = tl_in, T[8] = tr_in.
-        int dd[L3_VALS + 1];
-        u32 ad[L3_VALS + 1];
+        u32 lo[L3_WINDOWS], hi[L3_WINDOWS];
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++) {
+            u64 win = live ? l3_window(src, len, mis, pos + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
+            lo[i] = (u32)win;
+            hi[i] = (u32)(win >> (4u * nbit));
+        }
+        int tl_in = __shfl_up_sync(L3_FULL, prev[L3_VALS - 1], 1, (int)team);
+        int tr_in = __shfl_down_sync(L3_FULL, prev[0], 1, (int)team);
+        if (left) tl_in = w == 1u ? prev[0] : l3_left_stand_in(prev[0], prev[1]);
+        if (ALIGNED && right) tr_in = l3_right_stand_in(prev[L3_VALS - 2], prev[L3_VALS - 1]);
+        if (!ALIGNED && w == 1u) tr_in = prev[0];  // one column: T alone (TL = TR = T gives T)
+        // Differences D[k] = T[k] - T[k - 1] of the row above, T[-1] = tl_in, T[L3_VALS] = tr_in.
+        int dd[L3_VALS + 1], ad[L3_VALS + 1];
 L3_UNROLL
         for (u32 k = 0; k <= L3_VALS; k++) {
-            u32 a = k == 0u ? tl_in : prev[k - 1u], b = k == L3_VALS ? tr_in : prev[k];
-            dd[k] = (int)b - (int)a;
-            ad[k] = (u32)l3_abs(dd[k]);
+            int a = k == 0u ? tl_in : prev[k - 1u], b = k == L3_VALS ? tr_in : prev[k];
+            dd[k] = b - a;
+            ad[k] = l3_abs(dd[k]);
         }
-        u32 pred[L3_VALS];
+        int pred[L3_VALS];
 L3_UNROLL
         for (u32 j = 0; j < L3_VALS; j++) {
-            u32 tl = j == 0u ? tl_in : prev[j - 1u], tr = j + 1u == L3_VALS ? tr_in : prev[j + 1u];
+            int tl = j == 0u ? tl_in : prev[j - 1u], tr = j + 1u == L3_VALS ? tr_in : prev[j + 1u];
             pred[j] = l3_paeth_d(tl, prev[j], tr, dd[j], dd[j + 1u], ad[j], ad[j + 1u]);
         }
-        if (left) {  // column 0: TL absent, so only T and TR compete (w == 1: T alone)
-            u32 t = prev[0];
-            u32 l0 = (u32)l3_abs(dd[1] - (int)t) <= t ? t : prev[1];
-            pred[0] = w == 1u ? t : l0;
-        }
-        if (right) {  // column w - 1: TR absent, so only TL and T compete  (sass-count: rare)
-            u32 tl = tl_in, t = prev[0];
+        if (!ALIGNED && right && w > 1u) {  // column w - 1 at a lane's column rj  (sass-count: rare)
+            int tl = tl_in, t = prev[0];
 L3_UNROLL
             for (u32 j = 1; j < L3_VALS; j++)
                 if (j == rj) tl = prev[j - 1u], t = prev[j];
-            u32 re = t <= (u32)l3_abs((int)tl - 2 * (int)t) ? tl : t;
+            int re = t <= l3_abs(tl - 2 * t) ? tl : t;
 L3_UNROLL
             for (u32 j = 0; j < L3_VALS; j++)
                 if (j == rj) pred[j] = re;
         }
+        auto row = emit.row(r, c0, live);
 L3_UNROLL
         for (u32 j = 0; j < L3_VALS; j++) {
-            u32 delta = (j < 4u ? lo >> (j * nbit) : hi >> ((j - 4u) * nbit)) & mask;
-            u32 v = (base + delta + pred[j]) & 255u;  // sass-count: values=8
-            if (live && j < valid) emit(r, c0 + j, v);
-            prev[j] = v;
+            u32 q = j % 8u;
+            u32 delta = (q < 4u ? lo[j / 8u] >> (q * nbit) : hi[j / 8u] >> ((q - 4u) * nbit)) & mask;
+            u32 v = (base + delta + (u32)pred[j]) & 255u;  // sass-count: values=L3_VALS
+            if (live && (ALIGNED || j < valid)) row.put(j, v);
+            prev[j] = (int)v;
         }
         if (live) pos += (12u + w * nbit + 7u) >> 3;
     }
+}
+
+// l3_patch_rows_w, ALIGNED when every patch of the warp allows it (a warp-uniform choice).
+template <typename Emit>
+__device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
+                              bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+    if (__ballot_sync(L3_FULL, active && w % L3_VALS != 0u) == 0u)
+        l3_patch_rows_w<true>(data, data_offset, len, w, rows, exact, d, err, active, emit);
+    else
+        l3_patch_rows_w<false>(data, data_offset, len, w, rows, exact, d, err, active, emit);
 }
 
 // ==== Version 2 (l3-format/SPEC.md, part 2): one thread block per patch, every plane of it. ====
@@ -635,8 +708,15 @@ struct L3WholeEmit {
     u64 base;
     u32 row_stride, pixel_stride;
     const float* sb;
-    __device__ __forceinline__ void operator()(u32 r, u32 c, u32 v) const {
-        l3_store(out, base + (u64)r * row_stride + (u64)c * pixel_stride, v, sb);
+    // Columns c0 + j of row r (live: the lane has columns in the patch).
+    struct Row {
+        Out* p;
+        u32 ps;
+        const float* sb;
+        __device__ __forceinline__ void put(u32 j, u32 v) const { l3_store(p + (int)(j * ps), 0u, v, sb); }
+    };
+    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
+        return Row{live ? out + base + (u64)r * row_stride + (u64)c0 * pixel_stride : out, pixel_stride, sb};
     }
 };
 
@@ -678,9 +758,10 @@ __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* 
 }
 
 #define L3_DECODE_KERNEL(name, Out)                                                                      \
-    extern "C" __global__ void name(const u8* data, const PatchDesc* descs, u32 n_descs, Out* out,          \
-                                    const float* scale_bias, u32* err, u32 stage_cap, const V2Desc* v2,     \
-                                    u32 n_v2, const u8* tables, u8* scratch) {                              \
+    extern "C" __global__ void L3_BOUNDS(4) name(const u8* data, const PatchDesc* descs, u32 n_descs,      \
+                                                 Out* out, const float* scale_bias, u32* err,              \
+                                                 u32 stage_cap, const V2Desc* v2, u32 n_v2,                \
+                                                 const u8* tables, u8* scratch) {                          \
         (void)stage_cap;                                                                                  \
         l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err, v2, n_v2, tables, scratch);     \
     }
@@ -728,12 +809,27 @@ struct L3SampleEmit {
     int row_stride, col_stride;
     u32 copy_stride, skip, col0, col1, copies;
     const float* sb;
-    __device__ __forceinline__ void operator()(u32 r, u32 c, u32 v) const {
-        if (r < skip || c < col0 || c >= col1) return;
-        long long at = (long long)base + (long long)(r - skip) * row_stride + (long long)(c - col0) * col_stride;
+    // Columns c0 + j of row r: written when the row is at or below `skip` and the column in [col0, col1).
+    // `p` is where column c0 would go (the column may lie outside the window: then nothing is written
+    // there, so `p` comes from an integer address).
+    struct Row {
+        Out* p;
+        int cs;
+        u32 off, n, copy_stride, copies;
+        bool on;
+        const float* sb;
+        __device__ __forceinline__ void put(u32 j, u32 v) const {
+            if (!on || j + off >= n) return;
+            Out* q = p + (int)j * cs;
 L3_UNROLL
-        for (u32 k = 0; k < (COPIES ? COPIES : 3u); k++)
-            if (COPIES || k < copies) l3_store(out, (u64)at + (u64)k * copy_stride, v, sb + 2u * k);
+            for (u32 k = 0; k < (COPIES ? COPIES : 3u); k++)
+                if (COPIES || k < copies) l3_store(q, (u64)k * copy_stride, v, sb + 2u * k);
+        }
+    };
+    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
+        long long e = (long long)base + (long long)(r - skip) * row_stride + ((long long)c0 - col0) * col_stride;
+        return Row{(Out*)((u64)out + (u64)(e * (long long)sizeof(Out))), col_stride, c0 - col0, col1 - col0,
+                   copy_stride, copies, live && r >= skip, sb};
     }
 };
 
@@ -802,7 +898,7 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
 }
 
 #define L3_SAMPLES_KERNEL(name, Out)                                                                       \
-    extern "C" __global__ void name(const u8* data, const SampleDesc* descs, u32 n_descs,                   \
+    extern "C" __global__ void L3_BOUNDS(3) name(const u8* data, const SampleDesc* descs, u32 n_descs,      \
                                     const FillDesc* fills, u32 n_fills, Out* out, const float* scale_bias, \
                                     u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw,              \
                                     const V2Desc* v2, u32 n_v2, const u8* tables, u8* scratch) {           \

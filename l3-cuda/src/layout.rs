@@ -1,6 +1,6 @@
 //! What every kind of batch shares about its output and its launch, and plans nothing itself: the shape of
 //! the output tensor ([`TensorInfo`]), how a sample batch is shaped ([`SampleOptions`]), the normalisation
-//! the kernels fuse in (`scale_bias_for`), the threads per block and the shared-memory stage. A leaf:
+//! the kernels fuse in (`scale_bias_for`), the threads per block and the v1 blocks of a launch. A leaf:
 //! `plan`, `sample` and `resample` all use it, and it uses none of them.
 
 use crate::error::Error;
@@ -110,8 +110,9 @@ impl TensorInfo {
     }
 }
 
-/// Largest compressed patch staged in shared memory (bigger ones are read from global memory). 16 KiB
-/// holds any 128×128 patch (at most 128 × 130 bytes) and keeps several blocks resident per SM.
+/// The kernels' `stage_cap` argument: the largest patch of a batch, at most 16 KiB. The v1 kernel used to
+/// stage patches up to this size in shared memory; it now reads them through L1 and ignores the argument,
+/// which stays for the launch's argument order.
 pub(crate) const STAGE_CAP: u32 = 16 * 1024;
 
 /// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
