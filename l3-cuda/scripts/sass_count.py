@@ -40,7 +40,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 KERNEL = os.path.join(REPO, "l3-cuda", "src", "kernel.cu")
 V1_KERNELS = ["l3_decode_u8", "l3_decode_f32", "l3_decode_f16", "l3_samples_u8", "l3_samples_f32",
               "l3_samples_f16"]
-MARKER = re.compile(r"sass-count:\s*values=(\d+)")
+MARKER = re.compile(r"sass-count:\s*values=(\w+)")
 LEGACY = "l3_bits(src, len, bit0 + c * nbit, nbit)"
 
 
@@ -73,12 +73,19 @@ def run(cmd):
     return r.stdout
 
 
-def seeds(source):
-    """(line numbers of the value statement, values per iteration) in the kernel source."""
+def seeds(source, defines):
+    """(line numbers of the value statement, values per iteration) in the kernel source; N may name a
+    macro (`-D` defines first, then the source's `#define`)."""
     lines = source.splitlines()
-    marked = [(i + 1, int(m.group(1))) for i, l in enumerate(lines) for m in [MARKER.search(l)] if m]
+    marked = [(i + 1, m.group(1)) for i, l in enumerate(lines) for m in [MARKER.search(l)] if m]
     if marked:
-        return {n for n, _ in marked}, marked[0][1]
+        n = marked[0][1]
+        if not n.isdigit():
+            found = re.search(rf"^\s*#\s*define\s+{n}\s+(\d+)", source, re.M)
+            n = defines.get(n) or (found and found.group(1))
+            if not n:
+                sys.exit(f"sass_count: {marked[0][1]} has no value")
+        return {line for line, _ in marked}, int(n)
     legacy = {i + 1 for i, l in enumerate(lines) if LEGACY in l}
     if not legacy:
         sys.exit("sass_count: no `sass-count: values=N` marker in the kernel source")
@@ -188,20 +195,22 @@ def occupancy(regs, smem, block):
     return blocks * warps / 64.0, blocks
 
 
-def count(source, arch, block, dyn_smem, label):
+def count(source, arch, block, dyn_smem, label, defines):
     nvcc, nvdisasm, cuobjdump = find_tool("nvcc"), find_tool("nvdisasm"), find_tool("cuobjdump")
-    lines, per_iter = seeds(source)
+    lines, per_iter = seeds(source, defines)
     with tempfile.TemporaryDirectory() as tmp:
         cu = os.path.join(tmp, "kernel.cu")
         with open(cu, "w") as f:
             f.write(source)
         cubin = os.path.join(tmp, "kernel.cubin")
-        run([nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-lineinfo", "-o", cubin, cu])
+        flags = [f"-D{k}={v}" for k, v in defines.items()]
+        run([nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-lineinfo", *flags, "-o", cubin, cu])
         funcs = parse(run([nvdisasm, "-g", "-c", cubin]))
         res = resources(run([cuobjdump, "-res-usage", cubin]))
-    print(f"== {label}: {arch}, {per_iter} value(s) per iteration, value line(s) {sorted(lines)}")
-    print(f"{'kernel':16} {'insns':>6} {'regs':>4} {'stack':>5} {'smem':>6} {'occ':>5}  value loop(s): "
-          f"body / fewest..most per iteration -> most per value")
+    print(f"== {label}: {arch}, {per_iter} value(s) per iteration of the value loop, value line(s) "
+          f"{sorted(lines)}; occupancy for {block}-thread blocks, {dyn_smem} B dynamic shared memory")
+    print(f"{'kernel':16} {'insns':>6} {'regs':>4} {'stack':>5} {'smem':>6} {'occ':>5}  value loops, fastest "
+          f"first: most per value (instructions in the body; fewest..most per iteration)")
     best = {}
     for name in V1_KERNELS:
         insns = funcs.get(name)
@@ -209,25 +218,28 @@ def count(source, arch, block, dyn_smem, label):
             print(f"{name:16} missing")
             continue
         seed = {i for i, x in enumerate(insns) if x[2] in lines}
+        every = loops(insns)
         found = []
-        for head, end in loops(insns):
+        for head, end in every:
             if not any(head <= s <= end for s in seed):
                 continue
-            inner = [(h, e) for h, e in loops(insns) if head <= h and e <= end and (h, e) != (head, end)
+            inner = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)
                      and any(h <= s <= e for s in seed)]
             if not inner:
                 found.append((head, end))
         r = res.get(name, {})
         smem = r.get("SHARED", 0) + dyn_smem
         occ, _ = occupancy(r.get("REG", 0), smem, block)
-        desc = []
+        rows = []
         for head, end in sorted(set(found)):
-            nested = [(h, e) for h, e in loops(insns) if head <= h and e <= end and (h, e) != (head, end)]
+            nested = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)]
             lo, hi = paths(insns, head, end, nested)
-            desc.append(f"{end - head + 1} / {lo}..{hi} -> {hi / per_iter:.1f}")
-            best.setdefault(name, []).append(hi / per_iter)
+            rows.append((hi / per_iter, end - head + 1, lo, hi))
+        rows.sort()
+        best[name] = [x[0] for x in rows]
+        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi})" for v, body, lo, hi in rows)
         print(f"{name:16} {len(insns):6} {r.get('REG', 0):4} {r.get('STACK', 0):5} {smem:6} "
-              f"{occ * 100:4.0f}%  {'; '.join(desc) or 'no loop found'}")
+              f"{occ * 100:4.0f}%  {desc or 'no loop found'}")
     return best
 
 
@@ -238,21 +250,26 @@ def main():
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--block", type=int, default=64, help="threads per block, for the occupancy")
     ap.add_argument("--dyn-smem", type=int, default=0, help="dynamic shared memory per block (bytes)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="a define for the working tree's kernel (an experiment: -D L3_VALS=16)")
     ap.add_argument("--before-dyn-smem", type=int, default=4224,
                     help="the REF kernel's dynamic shared memory (its stage: a 64x64 patch, 4,224 B)")
     a = ap.parse_args()
     before = None
     if a.compare:
         src = run(["git", "-C", REPO, "show", f"{a.compare}:l3-cuda/src/kernel.cu"])
-        before = count(src, a.arch, a.block, a.before_dyn_smem, f"{a.compare}'s kernel.cu")
+        before = count(src, a.arch, a.block, a.before_dyn_smem, f"{a.compare}'s kernel.cu", {})
+    defines = dict(d.split("=", 1) for d in a.defines)
     with open(a.kernel) as f:
-        after = count(f.read(), a.arch, a.block, a.dyn_smem, os.path.relpath(a.kernel, REPO))
+        after = count(f.read(), a.arch, a.block, a.dyn_smem, os.path.relpath(a.kernel, REPO), defines)
     if before:
-        print("== SASS instructions per decoded value (most per iteration / values), before -> after")
+        print("== SASS instructions per decoded value, before -> after (ratio): the slowest loops (before: "
+              "rows with Paeth) and the fastest loop after")
         for name in V1_KERNELS:
-            if name in before and name in after:
-                b, n = max(before[name]), max(after[name])
-                print(f"{name:16} {b:6.1f} -> {n:5.1f}  ({n / b:.2f}x)")
+            if before.get(name) and after.get(name):
+                b, a_lo, a_hi = max(before[name]), min(after[name]), max(after[name])
+                print(f"{name:16} {b:6.1f} -> {a_hi:5.1f} ({a_hi / b:.2f}x); fastest {a_lo:5.1f} "
+                      f"({a_lo / b:.2f}x)")
 
 
 if __name__ == "__main__":
