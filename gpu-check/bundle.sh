@@ -17,8 +17,8 @@
 #   gpu-bin/shared/       what the tests and measurements read from ../shared: the corpus images they
 #                         name, the two style-transfer models, the L3 v2 conformance vectors
 #
-# The scripts the steps run (l3-cuda/scripts, gpu-check/overlap_l3toolkit.py, bsp-tiling/benches/torch_peer.py,
-# the Python tests) come with the working tree, which travels with the bundle. The bundle plus the tracked
+# The scripts the steps run (l3-cuda/scripts, sass_count.py among them, gpu-check/overlap_l3toolkit.py,
+# bsp-tiling/benches/torch_peer.py, the Python tests) come with the working tree, which travels with the bundle. The bundle plus the tracked
 # tree must stay under 64 MiB (what one device call carries): this script fails if they do not.
 #
 #     bash gpu-check/bundle.sh [extra cargo flags, e.g. --no-default-features --features cuda-12]

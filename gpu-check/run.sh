@@ -25,6 +25,9 @@
 #   memcheck racecheck synccheck initcheck
 #                compute-sanitizer over every device test of l3-cuda and bsp-tiling (memcheck: and the
 #                loader's); racecheck over the tests that launch every kernel variant
+#   sass         l3-cuda/scripts/sass_count.py: the v1 decode kernels compiled by this machine's nvcc for
+#                sm_90, SASS instructions per decoded value, registers, occupancy (no GPU used; not run
+#                without nvcc, nvdisasm and cuobjdump)
 #   prepare      the measurement data: the corpus scaled to HD, FHD, UHD as PNG and JPEG q90
 #   kernel       the kernel, device-resident, against a device-to-device copy (v1, v2-BP, v2-ANS;
 #                NHWC u8, NCHW f16)
@@ -60,8 +63,8 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     run1) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
-    run2) STEPS+=(env prepare kernel fig7a overlap ncu bsp-bench) ;;
-    all) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
+    run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench) ;;
+    all) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
@@ -152,7 +155,7 @@ step() {
     note "| $name | $result | $secs |"
     echo "   $result ($secs s)"
     local facts
-    facts=$(grep -hE "^test result:|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|skipping|byte-exact|GPU tiled|f16|budget [0-9]|GPU vs CPU" "$LOGS/$name.log" | grep -v "^test .* \.\.\. ok$" | sort | uniq -c | head -20)
+    facts=$(grep -hE "^test result:|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|skipping|byte-exact|GPU tiled|f16|budget [0-9]|GPU vs CPU|^l3_(decode|samples)_" "$LOGS/$name.log" | grep -v "^test .* \.\.\. ok$" | sort | uniq -c | head -20)
     [ -n "$facts" ] && SUMMARY+=("**$name**: $(echo "$facts" | sed 's/^ *//' | paste -sd';' | cut -c1-1500)")
     if [ "$result" != ok ]; then
         SUMMARY+=("**$name** (tail of the log):
@@ -233,6 +236,14 @@ run_step() {
     initcheck)
         sanitize l3-initcheck initcheck 120 "" "$BIN/l3_cuda_gpu" --test-threads=4
         sanitize bsp-initcheck initcheck 90 "" "$BIN/bsp_gpu" ;;
+    sass)
+        GPU_STEP=0
+        if command -v nvcc >/dev/null && command -v nvdisasm >/dev/null && command -v cuobjdump >/dev/null; then
+            step sass 120 python3 "$ROOT/l3-cuda/scripts/sass_count.py"
+        else
+            note "| sass | not run: no nvcc, nvdisasm and cuobjdump on PATH | 0 |"; write_summary
+        fi
+        ;;
     prepare)
         GPU_STEP=0
         step prepare 120 python3 "$ROOT/l3-cuda/scripts/prepare_data.py" "$L3_CORPUS" "$DATA" ;;
@@ -315,7 +326,8 @@ dry_run() {
         if [ -x "$BIN/$p" ] && "$BIN/$p" --help >/dev/null 2>&1 || "$BIN/$p" 2>&1 | grep -qi usage; then ok "$p starts"; else miss "$p"; fi
     done
     ls "$BUNDLE"/wheels/*abi3*.whl >/dev/null 2>&1 && ok "wheel $(basename "$BUNDLE"/wheels/*.whl)" || miss "abi3 wheel"
-    for s in l3-cuda/scripts/prepare_data.py l3-cuda/scripts/fig7a_peers.py gpu-check/overlap_l3toolkit.py \
+    for s in l3-cuda/scripts/prepare_data.py l3-cuda/scripts/fig7a_peers.py l3-cuda/scripts/sass_count.py \
+             gpu-check/overlap_l3toolkit.py \
              bsp-tiling/benches/torch_peer.py bench/src/sections/tasks_bench.py; do
         python3 -m py_compile "$ROOT/$s" 2>/dev/null && ok "$s" || miss "$s"
     done
@@ -331,7 +343,7 @@ dry_run() {
         command -v "$tool" >/dev/null && ok "$tool" || echo "  --    $tool not on this machine (the device has it)"
     done
     for s in "${STEPS[@]}"; do
-        case " env l3-gpu l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck prepare kernel fig7a overlap ncu bsp-bench tasks " in
+        case " env l3-gpu l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks " in
         *" $s "*) ;; *) miss "step $s (unknown)" ;; esac
     done
     [ $bad = 0 ] && echo "dry run: the bundle is complete; steps: ${STEPS[*]}" || echo "dry run: the bundle is NOT complete"

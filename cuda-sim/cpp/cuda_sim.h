@@ -36,6 +36,7 @@ struct dim3 {
 struct SimThread {
     dim3 thread_idx, block_idx;
     unsigned ballots = 0;
+    unsigned shuffles = 0;
 };
 // Atomic (relaxed) only so that ThreadSanitizer does not see the scheduler's writes of it as races.
 extern std::atomic<SimThread*> cuda_sim_current;
@@ -51,6 +52,7 @@ extern u8* cuda_sim_dyn_smem;
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
+#define __noinline__ __attribute__((noinline))
 
 // Suspends the calling thread at the block's barrier (warp < 0) or at warp `warp`'s barrier until it
 // opens (cuda_sim_run.h).
@@ -92,6 +94,49 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
     if (pred) w.votes[k].fetch_or(1u << lane);
     cuda_sim_barrier((int)warp);
     return w.votes[k].load();
+}
+
+// A shuffle takes one warp barrier, like a ballot: every lane stores its value in its slot of one of
+// three rows in turn, and after the barrier reads the source lane's slot. A row is stored again three
+// shuffles later, when every lane has passed the barrier after its reads.
+struct SimWarpShuffles {
+    std::atomic<unsigned> slots[3][32] = {};
+};
+inline SimWarpShuffles cuda_sim_shuffles[CUDA_SIM_MAX_WARPS];
+
+template <typename T>
+inline T cuda_sim_shfl(unsigned mask, T v, unsigned src_lane) {
+    static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    cuda_sim_full_mask(mask);
+    SimThread& t = *cuda_sim_current.load(std::memory_order_relaxed);
+    unsigned lane = t.thread_idx.x % 32, warp = t.thread_idx.x / 32;
+    unsigned k = t.shuffles++ % 3, bits;
+    memcpy(&bits, &v, 4);
+    cuda_sim_shuffles[warp].slots[k][lane].store(bits, std::memory_order_relaxed);
+    cuda_sim_barrier((int)warp);
+    bits = cuda_sim_shuffles[warp].slots[k][src_lane % 32].load(std::memory_order_relaxed);
+    memcpy(&v, &bits, 4);
+    return v;
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    unsigned lane = threadIdx.x % 32;
+    return cuda_sim_shfl(mask, v, (lane & ~(unsigned)(width - 1)) + ((unsigned)src & (unsigned)(width - 1)));
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    unsigned lane = threadIdx.x % 32;
+    return cuda_sim_shfl(mask, v, lane % (unsigned)width >= d ? lane - d : lane);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    unsigned lane = threadIdx.x % 32;
+    return cuda_sim_shfl(mask, v, lane % (unsigned)width + d < (unsigned)width ? lane + d : lane);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) {
+    unsigned lane = threadIdx.x % 32, src = lane ^ (unsigned)m;
+    return cuda_sim_shfl(mask, v, src / (unsigned)width == lane / (unsigned)width ? src : lane);
 }
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }

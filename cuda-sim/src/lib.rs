@@ -3,8 +3,8 @@
 //! CUDA thread as a fiber, optionally under AddressSanitizer + UBSan or ThreadSanitizer.
 //!
 //! - `cpp/cuda_sim.h` ([`SHIM`]): the CUDA surface a kernel sees (`threadIdx`, `__shared__`,
-//!   `__syncthreads`, `__syncwarp`, `__ballot_sync`, atomics, ...). A kernel source leaves out its own
-//!   typedefs when `CUDA_CPU_SIM` is defined.
+//!   `__syncthreads`, `__syncwarp`, `__ballot_sync`, `__shfl_*_sync`, atomics, ...). A kernel source
+//!   leaves out its own typedefs when `CUDA_CPU_SIM` is defined.
 //! - `cpp/cuda_sim_run.h` ([`RUNTIME`]): `cuda_sim_launch(grid, block, fn)`, the fiber scheduler (a
 //!   barrier that not every thread reaches is reported, not waited on), and file reading for harnesses.
 //! - [`Harness`]: a crate's harness (its `main`, which reads a launch file its tests write and calls its

@@ -2,14 +2,15 @@
 // cpu-sim/harness.cpp through the toolkit's CUDA simulator (cuda-sim) so the very same source can be
 // checked without a GPU.
 //
-// Parallelism (l3-eccv22, section 4.4):
-//   * one thread block per patch descriptor = (image, channel, patch) of the whole batch;
-//   * inside a block the patch's compressed bytes are staged in shared memory (when they fit), ONE thread
-//     walks only the row headers (h steps of O(1), never the pixels) to find every row's byte offset, nbit
-//     and base;
-//   * then rows are decoded in order; within a row one thread per pixel unpacks its delta (pixel-wise
-//     base-delta) and applies the custom Paeth filter from the previous row, held in shared memory
-//     (double-buffered, so a single barrier per row suffices).
+// Parallelism (l3-eccv22, section 4.4; version 1):
+//   * one team of lanes per patch descriptor = (image, channel, patch) of the whole batch, several teams
+//     per block (l3_patch_rows has the geometry);
+//   * every lane of a team first walks the patch's row headers (h steps of O(1), never the pixels) to
+//     check that the rows fit its bytes;
+//   * then rows are decoded in order; within a row each lane decodes 8 adjacent pixels from one 64-bit
+//     window of the row (pixel-wise base-delta) and applies the custom Paeth filter from the previous
+//     row, which stays in its registers; the two neighbours from other lanes come by warp shuffle. No
+//     shared memory, no block barrier.
 // Every read is bounded by the patch's byte range, every write by the descriptor the host validated.
 // A patch whose rows do not fit its bytes (nbit > 8, a row past the end, and for whole images bytes left
 // over: what the CPU decoder rejects; caught before the launch when the host walks the rows) sets *err to
@@ -43,7 +44,12 @@ typedef unsigned long long u64;
 #define L3_DYNAMIC_SMEM(name) extern __shared__ __align__(16) u8 name[]
 #endif
 
-#define L3_MAX_PATCH 256
+// Fully unrolled loops keep per-lane arrays in registers (g++ for the CPU simulation ignores it).
+#ifdef CUDA_CPU_SIM
+#define L3_UNROLL
+#else
+#define L3_UNROLL _Pragma("unroll")
+#endif
 
 // Reads n (0..=8) bits starting at bit `bitpos`, LSB-first; bytes at or past `len` read as 0.
 __device__ __forceinline__ u32 l3_bits(const u8* p, u32 len, u32 bitpos, u32 n) {
@@ -80,8 +86,14 @@ __device__ __forceinline__ u32 l3_paeth(const u8* prev, u32 c, u32 w) {
     return (u32)tr;
 }
 
-// f32 -> IEEE binary16 bits, round to nearest even (no cuda_fp16.h: NVRTC needs no include path).
+// f32 -> IEEE binary16 bits, round to nearest even (no cuda_fp16.h: NVRTC needs no include path). On
+// the device one `cvt.rn.f16.f32`, the same rounding; the CPU simulation runs the arithmetic below.
 __device__ __forceinline__ u16 l3_f32_to_f16(float f) {
+#ifndef CUDA_CPU_SIM
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
     union { float f; u32 u; } v;
     v.f = f;
     u32 x = v.u;
@@ -115,72 +127,200 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
     out[i] = l3_f32_to_f16(fmaf((float)v, sb[0], sb[1]));
 }
 
-// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit(row, column, value)`.
+// ==== Version 1: a team of lanes per patch, L3_VALS columns per lane, rows in registers. ====
+//
+// A block of B threads decodes B / T patches, T = the power of two >= B / L3_VALS lanes per patch, at
+// least 4 (a team: T divides the warp, and T * L3_VALS >= B >= the widest patch). Lane g of a team owns
+// the L3_VALS columns from c0 = g * L3_VALS: by SPEC.md 3.3 each 8 of them have 8 * nbit whole bits of
+// deltas starting at bit 4 of byte 1 + (c0 / 8 + i) * nbit of the row, so one 64-bit window of the row
+// gives eight. The previous row stays in the lane's registers; the two neighbours Paeth needs from other
+// lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle. No shared memory and no block barrier: the
+// occupancy is bounded by registers alone.
+#ifndef L3_VALS
+#define L3_VALS 8
+#endif
+#define L3_WINDOWS (L3_VALS / 8)
+// At most 256 threads a block (layout.rs), and registers for N such blocks an SM: the most blocks for
+// which the row loops do not spill (sm_90: 64 registers a thread for whole images, 80 for samples,
+// whose writes keep more per patch: 50 % and 37.5 % occupancy).
+#ifdef CUDA_CPU_SIM
+#define L3_BOUNDS(n)
+#else
+#define L3_BOUNDS(n) __launch_bounds__(256, n)
+#endif
+#define L3_FULL 0xffffffffu
+
+// Lanes per team for a block of `threads` (a multiple of 32): mirrored by `layout::v1_team_lanes`.
+__device__ __forceinline__ u32 l3_team_lanes(u32 threads) {
+    u32 t = (threads + L3_VALS - 1u) / L3_VALS;
+    return t <= 4u ? 4u : 1u << (32 - __clz((int)(t - 1u)));
+}
+
+// Whether rows [0, rows) of a patch `w` wide fit its `len` bytes (SPEC.md 4): every row's nbit <= 8 and
+// row inside the patch, and with `exact` no bytes left over. Only the 2-byte row headers are read.
+__device__ bool l3_rows_fit(const u8* __restrict__ src, u32 len, u32 w, u32 rows, bool exact) {
+    if (w == 0u || rows == 0u || w > 255u || rows > 255u) return false;
+    u32 pos = 0u;
+    for (u32 r = 0; r < rows; r++) {
+        if (pos + 2u > len) return false;
+        u32 nbit = src[pos] & 15u;
+        if (nbit > 8u) return false;
+        pos += (12u + w * nbit + 7u) >> 3;
+        if (pos > len) return false;
+    }
+    return !exact || pos == len;
+}
+
+// The u32 at the 4-aligned `p`.
+__device__ __forceinline__ u32 l3_word(const u8* p) {
+#ifdef CUDA_CPU_SIM
+    u32 w;
+    memcpy(&w, p, 4);
+    return w;
+#else
+    return *(const u32*)p;
+#endif
+}
+
+// l3_window byte by byte: bytes at or past `len` read as 0 (only near a patch's first and last bytes).
+__device__ __noinline__ u64 l3_window_bytes(const u8* __restrict__ src, u32 len, u32 at) {
+    u64 x = 0u;
+    for (u32 k = 0; k < 9u; k++) {
+        u64 b = at + k < len ? (u64)src[at + k] : 0u;
+        x |= k < 8u ? b << (8u * k) >> 4 : b << 60;
+    }
+    return x;
+}
+
+// The 64 bits of a patch's bytes from bit 4 of byte `at` on (LSB first): from the three aligned words
+// around them when these lie inside the patch's `len` bytes, else byte by byte. `mis` is the patch's
+// misalignment, src mod 4.
+__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 len, u32 mis, u32 at) {
+    u32 a = mis + at, a0 = a & ~3u;  // offsets from the aligned word at or before src
+    if (a0 < mis || a0 + 12u > mis + len) return l3_window_bytes(src, len, at);
+    const u8* p = src + a0 - mis;
+    u64 w0 = l3_word(p), w1 = l3_word(p + 4), w2 = l3_word(p + 8);
+    u32 sh = (a & 3u) * 8u + 4u;
+    u32 lo = (u32)(((w1 << 32) | w0) >> sh), hi = (u32)(((w2 << 32) | w1) >> sh);
+    return ((u64)hi << 32) | lo;
+}
+
+// The custom Paeth predictor (SPEC.md 3.2) at a column with both neighbours, from the differences of the
+// row above: dl = T - TL, dr = TR - T (so |p - TL| = |dr|, |p - TR| = |dl|, |p - T| = |dr - dl|).
+__device__ __forceinline__ int l3_paeth_d(int tl, int t, int tr, int dl, int dr, int adl, int adr) {
+    int adt = l3_abs(dr - dl);
+    return (adr <= adt && adr <= adl) ? tl : (adt <= adl ? t : tr);
+}
+
+// Column 0 has no TL, so only T and TR compete; the general predictor gives the same when TL is taken
+// to be this value (|tr - 2t| <= t: T wins, and TL = 2t - tr makes |p - T| zero; else TL = T leaves TR
+// alone at distance zero).
+__device__ __forceinline__ int l3_left_stand_in(int t, int tr) {
+    int e = tr - 2 * t;
+    return l3_abs(e) <= t ? -e : t;
+}
+
+// Column w - 1 has no TR, so only TL and T compete; the general predictor gives the same when TR is
+// taken to be this value (t <= |tl - 2t|: TL wins, and TR = T puts TL at distance zero; else TR =
+// 2t - tl makes |p - T| zero).
+__device__ __forceinline__ int l3_right_stand_in(int tl, int t) {
+    int e = tl - 2 * t;
+    return t <= l3_abs(e) ? t : -e;
+}
+
+// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit`'s rows.
 // `exact`: the rows must use the patch's bytes exactly (a whole patch, as the CPU's whole-image decoder
 // checks); otherwise only the rows decoded must lie inside them (as the CPU's region decoder checks).
-// A patch that fails sets *err to min(*err, d) and emits nothing. Must be reached by every thread of the
-// block (it holds barriers); `w`, `rows` and `len` are block-uniform.
+// A patch that fails sets *err to min(*err, d) and emits nothing. Every lane of the warp must call it
+// (shuffles); `active`: this lane's team has a patch. ALIGNED: every patch of the warp is a multiple of
+// L3_VALS wide, so column w - 1 is the last of a lane (most patches: 32 or 64 wide).
+template <bool ALIGNED, typename Emit>
+__device__ void l3_patch_rows_w(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
+                                bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+    u32 team = l3_team_lanes(blockDim.x);
+    u32 g = threadIdx.x & (team - 1u);
+    const u8* src = data + data_offset;
+    u32 mis = (u32)(u64)src & 3u;
+    bool ok = active && l3_rows_fit(src, len, w, rows, exact);
+    if (active && !ok && g == 0u) atomicMin(err, d);
+    u32 my_rows = ok ? rows : 0u;
+    u32 n = my_rows;  // the warp's trip count: every lane takes part in every shuffle
+L3_UNROLL
+    for (u32 m = 16u; m > 0u; m >>= 1) {
+        u32 o = __shfl_xor_sync(L3_FULL, n, (int)m);
+        n = o > n ? o : n;
+    }
+    u32 c0 = g * L3_VALS;
+    u32 valid = w > c0 ? (w - c0 < L3_VALS ? w - c0 : L3_VALS) : 0u;  // columns of this lane in the patch
+    bool left = g == 0u;                                              // holds column 0
+    bool right = valid > 0u && c0 + L3_VALS >= w;                     // holds column w - 1
+    u32 rj = valid - 1u;
+    int prev[L3_VALS];
+L3_UNROLL
+    for (u32 j = 0; j < L3_VALS; j++) prev[j] = 0;  // row 0 predicts 0 everywhere: its values are stored
+    u32 pos = 0u;
+    for (u32 r = 0; r < n; r++) {
+        bool live = r < my_rows && valid > 0u;
+        u32 b0 = live ? (u32)src[pos] : 0u, b1 = live ? (u32)src[pos + 1u] : 0u;
+        u32 nbit = b0 & 15u, mask = (1u << nbit) - 1u;
+        u32 base = (b0 >> 4) | ((b1 & 15u) << 4);
+        u32 lo[L3_WINDOWS], hi[L3_WINDOWS];
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++) {
+            u64 win = live ? l3_window(src, len, mis, pos + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
+            lo[i] = (u32)win;
+            hi[i] = (u32)(win >> (4u * nbit));
+        }
+        int tl_in = __shfl_up_sync(L3_FULL, prev[L3_VALS - 1], 1, (int)team);
+        int tr_in = __shfl_down_sync(L3_FULL, prev[0], 1, (int)team);
+        if (left) tl_in = w == 1u ? prev[0] : l3_left_stand_in(prev[0], prev[1]);
+        if (ALIGNED && right) tr_in = l3_right_stand_in(prev[L3_VALS - 2], prev[L3_VALS - 1]);
+        if (!ALIGNED && w == 1u) tr_in = prev[0];  // one column: T alone (TL = TR = T gives T)
+        // Differences D[k] = T[k] - T[k - 1] of the row above, T[-1] = tl_in, T[L3_VALS] = tr_in.
+        int dd[L3_VALS + 1], ad[L3_VALS + 1];
+L3_UNROLL
+        for (u32 k = 0; k <= L3_VALS; k++) {
+            int a = k == 0u ? tl_in : prev[k - 1u], b = k == L3_VALS ? tr_in : prev[k];
+            dd[k] = b - a;
+            ad[k] = l3_abs(dd[k]);
+        }
+        int pred[L3_VALS];
+L3_UNROLL
+        for (u32 j = 0; j < L3_VALS; j++) {
+            int tl = j == 0u ? tl_in : prev[j - 1u], tr = j + 1u == L3_VALS ? tr_in : prev[j + 1u];
+            pred[j] = l3_paeth_d(tl, prev[j], tr, dd[j], dd[j + 1u], ad[j], ad[j + 1u]);
+        }
+        if (!ALIGNED && right && w > 1u) {  // column w - 1 at a lane's column rj  (sass-count: rare)
+            int tl = tl_in, t = prev[0];
+L3_UNROLL
+            for (u32 j = 1; j < L3_VALS; j++)
+                if (j == rj) tl = prev[j - 1u], t = prev[j];
+            int re = t <= l3_abs(tl - 2 * t) ? tl : t;
+L3_UNROLL
+            for (u32 j = 0; j < L3_VALS; j++)
+                if (j == rj) pred[j] = re;
+        }
+        auto row = emit.row(r, c0, live);
+L3_UNROLL
+        for (u32 j = 0; j < L3_VALS; j++) {
+            u32 q = j % 8u;
+            u32 delta = (q < 4u ? lo[j / 8u] >> (q * nbit) : hi[j / 8u] >> ((q - 4u) * nbit)) & mask;
+            u32 v = (base + delta + (u32)pred[j]) & 255u;  // sass-count: values=L3_VALS
+            if (live && (ALIGNED || j < valid)) row.put(j, v);
+            prev[j] = (int)v;
+        }
+        if (live) pos += (12u + w * nbit + 7u) >> 3;
+    }
+}
+
+// l3_patch_rows_w, ALIGNED when every patch of the warp allows it (a warp-uniform choice).
 template <typename Emit>
 __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
-                              bool exact, u32 d, u32* __restrict__ err, u32 stage_cap, const Emit& emit) {
-    __shared__ u32 s_off[L3_MAX_PATCH];
-    __shared__ u8 s_nbit[L3_MAX_PATCH];
-    __shared__ u8 s_base[L3_MAX_PATCH];
-    __shared__ u8 s_rows[2][L3_MAX_PATCH];
-    __shared__ u32 s_ok;
-    L3_DYNAMIC_SMEM(s_stage);
-
-    u32 tid = threadIdx.x, nthreads = blockDim.x;
-    if (w == 0u || rows == 0u || w > 255u || rows > 255u) {
-        if (tid == 0u) atomicMin(err, d);
-        return;
-    }
-
-    // Stage the compressed patch in shared memory when it fits: the header walk and the unpack then
-    // touch only shared memory. Otherwise both read global memory directly.
-    const u8* src = data + data_offset;
-    if (len <= stage_cap) {
-        for (u32 i = tid; i < len; i += nthreads) s_stage[i] = src[i];
-        src = s_stage;
-    }
-    __syncthreads();
-
-    // One thread walks the row headers only: row r's bytes start where row r-1's (12 + w*nbit bits,
-    // byte-padded) end. Every row decoded must fit in the patch's bytes.
-    if (tid == 0u) {
-        u32 pos = 0u, ok = 1u;
-        for (u32 r = 0; r < rows; r++) {
-            if (pos + 2u > len) { ok = 0u; break; }
-            u32 bit = pos * 8u;
-            u32 nbit = l3_bits(src, len, bit, 4u);
-            if (nbit > 8u) { ok = 0u; break; }
-            u32 row_len = (12u + w * nbit + 7u) >> 3;
-            if (pos + row_len > len) { ok = 0u; break; }
-            s_off[r] = pos;
-            s_nbit[r] = (u8)nbit;
-            s_base[r] = (u8)l3_bits(src, len, bit + 4u, 8u);
-            pos += row_len;
-        }
-        if (exact && pos != len) ok = 0u;  // trailing bytes: the CPU's whole decode rejects them too
-        s_ok = ok;
-        if (!ok) atomicMin(err, d);
-    }
-    __syncthreads();
-    if (!s_ok) return;
-
-    for (u32 r = 0; r < rows; r++) {
-        u8* cur = s_rows[r & 1u];
-        const u8* prev = s_rows[(r & 1u) ^ 1u];
-        u32 nbit = s_nbit[r], base = s_base[r];
-        u32 bit0 = s_off[r] * 8u + 12u;
-        for (u32 c = tid; c < w; c += nthreads) {
-            u32 v = (base + l3_bits(src, len, bit0 + c * nbit, nbit)) & 255u;
-            if (r > 0u) v = (v + l3_paeth(prev, c, w)) & 255u;
-            cur[c] = (u8)v;
-            emit(r, c, v);
-        }
-        __syncthreads();
-    }
+                              bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+    if (__ballot_sync(L3_FULL, active && w % L3_VALS != 0u) == 0u)
+        l3_patch_rows_w<true>(data, data_offset, len, w, rows, exact, d, err, active, emit);
+    else
+        l3_patch_rows_w<false>(data, data_offset, len, w, rows, exact, d, err, active, emit);
 }
 
 // ==== Version 2 (l3-format/SPEC.md, part 2): one thread block per patch, every plane of it. ====
@@ -568,37 +708,62 @@ struct L3WholeEmit {
     u64 base;
     u32 row_stride, pixel_stride;
     const float* sb;
-    __device__ __forceinline__ void operator()(u32 r, u32 c, u32 v) const {
-        l3_store(out, base + (u64)r * row_stride + (u64)c * pixel_stride, v, sb);
+    // Columns c0 + j of row r (live: the lane has columns in the patch).
+    struct Row {
+        Out* p;
+        u32 ps;
+        const float* sb;
+        __device__ __forceinline__ void put(u32 j, u32 v) const { l3_store(p + (int)(j * ps), 0u, v, sb); }
+    };
+    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
+        return Row{live ? out + base + (u64)r * row_stride + (u64)c0 * pixel_stride : out, pixel_stride, sb};
     }
 };
 
+// The v1 blocks of a launch of `n_descs` v1 patches: blockDim / l3_team_lanes teams each.
+__device__ __forceinline__ u32 l3_v1_blocks(u32 n_descs) {
+    u32 per = blockDim.x / l3_team_lanes(blockDim.x);
+    return (n_descs + per - 1u) / per;
+}
+
+// This lane's v1 patch: block b's teams take patches [b * per, b * per + per).
+__device__ __forceinline__ u32 l3_v1_patch() {
+    u32 team = l3_team_lanes(blockDim.x);
+    return blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+}
+
 // scale_bias: 2 floats (scale, bias) per channel index, out = v * scale + bias (unused for u8).
-// Blocks [0, n_descs) decode v1 patches, the next n_v2 blocks v2 patches (all planes of one each).
+// The first l3_v1_blocks(n_descs) blocks decode v1 patches (a team of lanes each), the next n_v2 blocks
+// v2 patches (all planes of one each).
 template <typename Out>
 __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* __restrict__ descs,
                                   u32 n_descs, Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, u32 stage_cap, const V2Desc* __restrict__ v2,
-                                  u32 n_v2, const u8* __restrict__ tables, u8* __restrict__ scratch) {
-    u32 d = blockIdx.x;
-    if (d >= n_descs) {
-        if (d - n_descs < n_v2) {
-            V2Desc vd = v2[d - n_descs];
-            l3v2_patch(data, vd, out, scale_bias, err, d, tables, scratch);
+                                  u32* __restrict__ err, const V2Desc* __restrict__ v2, u32 n_v2,
+                                  const u8* __restrict__ tables, u8* __restrict__ scratch) {
+    u32 nb1 = l3_v1_blocks(n_descs);
+    if (blockIdx.x >= nb1) {
+        u32 b = blockIdx.x - nb1;
+        if (b < n_v2) {
+            V2Desc vd = v2[b];
+            l3v2_patch(data, vd, out, scale_bias, err, n_descs + b, tables, scratch);
         }
         return;
     }
-    PatchDesc pd = descs[d];
+    u32 d = l3_v1_patch();
+    bool active = d < n_descs;
+    PatchDesc pd = {};
+    if (active) pd = descs[d];
     L3WholeEmit<Out> emit{out, pd.out_offset, pd.row_stride, pd.pixel_stride, scale_bias + 2u * pd.channel};
-    l3_patch_rows(data, pd.data_offset, pd.data_len, pd.w, pd.h, true, d, err, stage_cap, emit);
+    l3_patch_rows(data, pd.data_offset, pd.data_len, pd.w, pd.h, true, d, err, active, emit);
 }
 
 #define L3_DECODE_KERNEL(name, Out)                                                                      \
-    extern "C" __global__ void name(const u8* data, const PatchDesc* descs, u32 n_descs, Out* out,          \
-                                    const float* scale_bias, u32* err, u32 stage_cap, const V2Desc* v2,     \
-                                    u32 n_v2, const u8* tables, u8* scratch) {                              \
-        l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err, stage_cap, v2, n_v2, tables,     \
-                               scratch);                                                                     \
+    extern "C" __global__ void L3_BOUNDS(4) name(const u8* data, const PatchDesc* descs, u32 n_descs,      \
+                                                 Out* out, const float* scale_bias, u32* err,              \
+                                                 u32 stage_cap, const V2Desc* v2, u32 n_v2,                \
+                                                 const u8* tables, u8* scratch) {                          \
+        (void)stage_cap;                                                                                  \
+        l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err, v2, n_v2, tables, scratch);     \
     }
 L3_DECODE_KERNEL(l3_decode_u8, u8)
 L3_DECODE_KERNEL(l3_decode_f32, float)
@@ -635,44 +800,82 @@ struct FillDesc {
     u32 reserved;
 };
 
-template <typename Out>
+// COPIES: 1 when every patch of the warp has one copy (RGB, the common case), else 0: `copies` (1, or 3
+// for a gray image, copied to R, G, B) read at run time.
+template <typename Out, u32 COPIES>
 struct L3SampleEmit {
     Out* out;
     u64 base;
     int row_stride, col_stride;
     u32 copy_stride, skip, col0, col1, copies;
     const float* sb;
-    __device__ __forceinline__ void operator()(u32 r, u32 c, u32 v) const {
-        if (r < skip || c < col0 || c >= col1) return;
-        long long at = (long long)base + (long long)(r - skip) * row_stride + (long long)(c - col0) * col_stride;
-        for (u32 k = 0; k < copies; k++) l3_store(out, (u64)at + (u64)k * copy_stride, v, sb + 2u * k);
+    // Columns c0 + j of row r: written when the row is at or below `skip` and the column in [col0, col1).
+    // `p` is where column c0 would go (the column may lie outside the window: then nothing is written
+    // there, so `p` comes from an integer address).
+    struct Row {
+        Out* p;
+        int cs;
+        u32 off, n, copy_stride, copies;
+        bool on;
+        const float* sb;
+        __device__ __forceinline__ void put(u32 j, u32 v) const {
+            if (!on || j + off >= n) return;
+            Out* q = p + (int)j * cs;
+L3_UNROLL
+            for (u32 k = 0; k < (COPIES ? COPIES : 3u); k++)
+                if (COPIES || k < copies) l3_store(q, (u64)k * copy_stride, v, sb + 2u * k);
+        }
+    };
+    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
+        long long e = (long long)base + (long long)(r - skip) * row_stride + ((long long)c0 - col0) * col_stride;
+        return Row{(Out*)((u64)out + (u64)(e * (long long)sizeof(Out))), col_stride, c0 - col0, col1 - col0,
+                   copy_stride, copies, live && r >= skip, sb};
     }
 };
 
-// width/height: the sample's; nchw: 1 for planar output, 0 for interleaved. Blocks [0, n_descs) decode
-// v1 patches, the next n_v2 blocks v2 patches, the next n_fills blocks padding.
+// One v1 patch of a sample batch per team (every lane of the warp calls it; `active`: the team has one).
+template <typename Out>
+__device__ void l3_sample_rows(const u8* __restrict__ data, const SampleDesc& sd, u32 d,
+                               u32* __restrict__ err, bool active, Out* __restrict__ out,
+                               const float* __restrict__ scale_bias) {
+    const float* sb = scale_bias + 2u * sd.channel;
+    if (__ballot_sync(L3_FULL, active && sd.copies != 1u) == 0u) {
+        L3SampleEmit<Out, 1> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
+                                  sd.skip, sd.col0, sd.col1, 1u, sb};
+        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, d, err, active, emit);
+    } else {
+        L3SampleEmit<Out, 0> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
+                                  sd.skip, sd.col0, sd.col1, sd.copies, sb};
+        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, d, err, active, emit);
+    }
+}
+
+// width/height: the sample's; nchw: 1 for planar output, 0 for interleaved. The first
+// l3_v1_blocks(n_descs) blocks decode v1 patches, the next n_v2 blocks v2 patches, the next n_fills
+// blocks padding.
 template <typename Out>
 __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc* __restrict__ descs,
                                   u32 n_descs, const FillDesc* __restrict__ fills, u32 n_fills,
                                   Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, u32 stage_cap, u32 width, u32 height, u32 nchw,
+                                  u32* __restrict__ err, u32 width, u32 height, u32 nchw,
                                   const V2Desc* __restrict__ v2, u32 n_v2, const u8* __restrict__ tables,
                                   u8* __restrict__ scratch) {
+    u32 nb1 = l3_v1_blocks(n_descs);
     u32 b = blockIdx.x;
-    if (b >= n_descs && b - n_descs < n_v2) {
-        V2Desc vd = v2[b - n_descs];
-        l3v2_patch(data, vd, out, scale_bias, err, b, tables, scratch);
+    if (b >= nb1 && b - nb1 < n_v2) {
+        V2Desc vd = v2[b - nb1];
+        l3v2_patch(data, vd, out, scale_bias, err, n_descs + (b - nb1), tables, scratch);
         return;
     }
-    if (b < n_descs) {
-        SampleDesc sd = descs[b];
-        L3SampleEmit<Out> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
-                               sd.skip, sd.col0, sd.col1, sd.copies, scale_bias + 2u * sd.channel};
-        l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, b, err, stage_cap,
-                      emit);
+    if (b < nb1) {
+        u32 d = l3_v1_patch();
+        bool active = d < n_descs;
+        SampleDesc sd = {};
+        if (active) sd = descs[d];
+        l3_sample_rows(data, sd, d, err, active, out, scale_bias);
         return;
     }
-    b -= n_descs + n_v2;
+    b -= nb1 + n_v2;
     if (b >= n_fills) return;
     FillDesc f = fills[b];
     u32 cpp = nchw ? 1u : 3u, planes = nchw ? 3u : 1u;
@@ -695,12 +898,13 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
 }
 
 #define L3_SAMPLES_KERNEL(name, Out)                                                                       \
-    extern "C" __global__ void name(const u8* data, const SampleDesc* descs, u32 n_descs,                   \
+    extern "C" __global__ void L3_BOUNDS(3) name(const u8* data, const SampleDesc* descs, u32 n_descs,      \
                                     const FillDesc* fills, u32 n_fills, Out* out, const float* scale_bias, \
                                     u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw,              \
                                     const V2Desc* v2, u32 n_v2, const u8* tables, u8* scratch) {           \
-        l3_decode_samples<Out>(data, descs, n_descs, fills, n_fills, out, scale_bias, err, stage_cap,      \
-                               width, height, nchw, v2, n_v2, tables, scratch);                            \
+        (void)stage_cap;                                                                                  \
+        l3_decode_samples<Out>(data, descs, n_descs, fills, n_fills, out, scale_bias, err, width, height,  \
+                               nchw, v2, n_v2, tables, scratch);                                           \
     }
 L3_SAMPLES_KERNEL(l3_samples_u8, u8)
 L3_SAMPLES_KERNEL(l3_samples_f32, float)

@@ -6,6 +6,7 @@ use crate::batch::{DecodedBatch, DeviceOutput, Origin};
 use crate::error::Error;
 use crate::input::InputOffsets;
 use crate::kernels::Kernels;
+use crate::layout::v1_blocks;
 use crate::plan::{BatchPlan, ImageSlot};
 use crate::resample::ResampleStage;
 use crate::sample::SamplePlan;
@@ -64,7 +65,7 @@ pub(crate) fn launch(
     let n = plan.descs.len() as u32;
     let n_v2 = plan.v2.descs.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (n + n_v2, 1, 1),
+        grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim) + n_v2, 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
@@ -133,7 +134,11 @@ pub(crate) fn launch_samples(
     let n_v2 = plan.v2.descs.len() as u32;
     let n_fills = plan.fills.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (n_descs + n_v2 + n_fills, 1, 1),
+        grid_dim: (
+            v1_blocks(plan.descs.len(), plan.block_dim) + n_v2 + n_fills,
+            1,
+            1,
+        ),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };

@@ -1,6 +1,6 @@
 //! What every kind of batch shares about its output and its launch, and plans nothing itself: the shape of
 //! the output tensor ([`TensorInfo`]), how a sample batch is shaped ([`SampleOptions`]), the normalisation
-//! the kernels fuse in (`scale_bias_for`), the threads per block and the shared-memory stage. A leaf:
+//! the kernels fuse in (`scale_bias_for`), the threads per block and the v1 blocks of a launch. A leaf:
 //! `plan`, `sample` and `resample` all use it, and it uses none of them.
 
 use crate::error::Error;
@@ -110,8 +110,9 @@ impl TensorInfo {
     }
 }
 
-/// Largest compressed patch staged in shared memory (bigger ones are read from global memory). 16 KiB
-/// holds any 128×128 patch (at most 128 × 130 bytes) and keeps several blocks resident per SM.
+/// The kernels' `stage_cap` argument: the largest patch of a batch, at most 16 KiB. The v1 kernel used to
+/// stage patches up to this size in shared memory; it now reads them through L1 and ignores the argument,
+/// which stays for the launch's argument order.
 pub(crate) const STAGE_CAP: u32 = 16 * 1024;
 
 /// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
@@ -119,6 +120,14 @@ pub(crate) const STAGE_CAP: u32 = 16 * 1024;
 pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
     let v1 = max_v1_width.div_ceil(32).clamp(1, 8) * 32;
     if has_v2 { v1.max(V2_BLOCK) } else { v1 }
+}
+
+/// Blocks of a launch that decode its `n_descs` version-1 patches. The kernel (`l3_team_lanes` in
+/// kernel.cu) gives each patch a team of lanes, 8 columns per lane: a power of two of at least 4 lanes
+/// with 8 × lanes ≥ `block_dim` ≥ the widest patch; a block holds `block_dim / lanes` teams.
+pub(crate) fn v1_blocks(n_descs: usize, block_dim: u32) -> u32 {
+    let lanes = (block_dim / 8).max(4).next_power_of_two();
+    (n_descs as u32).div_ceil(block_dim / lanes)
 }
 
 /// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp

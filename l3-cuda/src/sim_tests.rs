@@ -10,6 +10,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use crate::layout::v1_blocks;
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
 use common::{Content, Rng, SampleCase, TestImage, image};
@@ -73,7 +74,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
     let launch = Launch {
         samples: false,
         dtype: plan.dtype,
-        grid: (plan.descs.len() + plan.v2.descs.len()) as u32,
+        grid: v1_blocks(plan.descs.len(), plan.block_dim) + plan.v2.descs.len() as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,
@@ -113,7 +114,8 @@ fn run_sim_samples(
     let launch = Launch {
         samples: true,
         dtype: plan.tensor.dtype,
-        grid: (plan.descs.len() + plan.v2.descs.len() + plan.fills.len()) as u32,
+        grid: v1_blocks(plan.descs.len(), plan.block_dim)
+            + (plan.v2.descs.len() + plan.fills.len()) as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,

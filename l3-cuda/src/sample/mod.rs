@@ -394,9 +394,10 @@ impl SamplePlan {
         }
     }
 
-    /// Dynamic shared memory per block.
+    /// Dynamic shared memory per block: none. The v1 kernel keeps a patch's rows in registers and reads
+    /// its bytes through L1, so `stage_cap` is passed but no longer staged.
     pub(crate) fn shared_bytes(&self) -> u32 {
-        self.stage_cap
+        0
     }
 
     /// Kernel argument of the decode launch: 1 for NCHW output, 0 for NHWC.

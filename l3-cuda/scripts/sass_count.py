@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""SASS instructions per decoded value of the L3 v1 decode kernels, counted without a GPU.
+
+Compiles kernel.cu for one architecture (default sm_90) with nvcc (`--std=c++17`, as NVRTC compiles it at
+run time, plus `-lineinfo`, which adds line tables and changes no code), disassembles the cubin with
+nvdisasm (`-g`: the source line of every instruction) and reads registers, stack and static shared memory
+with `cuobjdump -res-usage`. No driver and no GPU are needed: the PyPI wheels `nvidia-cuda-nvcc`,
+`nvidia-cuda-nvdisasm` and `nvidia-cuda-cuobjdump` are enough.
+
+How the value loop is found: kernel.cu marks the statement that decodes a value with a comment
+`sass-count: values=N` (N values decoded per iteration of the loop around it, per thread). Every
+instruction nvdisasm attributes to that line is a seed; the loop is the innermost backward branch
+(a BRA whose target lies at or before it) whose range [target, branch] holds a seed. For kernel.cu before
+the marker existed, the seed is the line `l3_bits(src, len, bit0 + c * nbit, nbit)` with N = 1.
+
+For each loop it prints the instructions in the loop's range ("body"), and the fewest and the most a
+thread executes in one iteration (paths through the body's forward branches, the backward edge cut; a
+CALL inside counts as one instruction; a loop nested in the body, such as an unrolled loop over a gray
+pixel's copies, is not entered: its remainder code, up to 3 copies, is). "per value" divides the most by N: a thread's instructions per
+decoded value on the longest path, so rare paths (image edges) count as if always taken.
+
+    python3 l3-cuda/scripts/sass_count.py                      # the working tree's kernel.cu
+    python3 l3-cuda/scripts/sass_count.py --compare main       # main's kernel.cu, then this one, and the ratio
+    python3 l3-cuda/scripts/sass_count.py --kernel other.cu --arch sm_80 --block 64 --dyn-smem 4224
+
+Tools are looked up in $NVCC / $NVDISASM / $CUOBJDUMP, then PATH, $CUDA_HOME/bin, /usr/local/cuda/bin and
+the nvidia wheels of this Python (and of target/sass-venv). Exits 2 when a tool is missing.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+KERNEL = os.path.join(REPO, "l3-cuda", "src", "kernel.cu")
+V1_KERNELS = ["l3_decode_u8", "l3_decode_f32", "l3_decode_f16", "l3_samples_u8", "l3_samples_f32",
+              "l3_samples_f16"]
+MARKER = re.compile(r"sass-count:\s*values=(\w+)")
+LEGACY = "l3_bits(src, len, bit0 + c * nbit, nbit)"
+
+
+def find_tool(name):
+    env = os.environ.get(name.upper())
+    if env:
+        return env
+    found = shutil.which(name)
+    if found:
+        return found
+    dirs = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin"), "/usr/local/cuda/bin"]
+    import site
+    roots = list(site.getsitepackages()) + [site.getusersitepackages()]
+    roots += glob.glob(os.path.join(REPO, "target", "sass-venv", "lib", "python3*", "site-packages"))
+    for root in roots:
+        dirs += glob.glob(os.path.join(root, "nvidia", "*", "bin"))
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    print(f"sass_count: {name} not found (pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm "
+          f"nvidia-cuda-cuobjdump, or set ${name.upper()})", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"sass_count: {' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
+    return r.stdout
+
+
+def seeds(source, defines):
+    """(line numbers of the value statement, values per iteration) in the kernel source; N may name a
+    macro (`-D` defines first, then the source's `#define`)."""
+    lines = source.splitlines()
+    marked = [(i + 1, m.group(1)) for i, l in enumerate(lines) for m in [MARKER.search(l)] if m]
+    if marked:
+        n = marked[0][1]
+        if not n.isdigit():
+            found = re.search(rf"^\s*#\s*define\s+{n}\s+(\d+)", source, re.M)
+            n = defines.get(n) or (found and found.group(1))
+            if not n:
+                sys.exit(f"sass_count: {marked[0][1]} has no value")
+        return {line for line, _ in marked}, int(n)
+    legacy = {i + 1 for i, l in enumerate(lines) if LEGACY in l}
+    if not legacy:
+        sys.exit("sass_count: no `sass-count: values=N` marker in the kernel source")
+    return legacy, 1
+
+
+INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+LINE = re.compile(r'//## File ".*", line (\d+)')
+LABEL = re.compile(r"^(\.L_x_\d+):")
+FUNC = re.compile(r"^\s*\.section\s+\.text\.(\w+),")
+
+
+def parse(sass):
+    """{function: [(addr, text, line, [labels])]} from `nvdisasm -g -c`."""
+    funcs, cur, line, labels = {}, None, None, []
+    for raw in sass.splitlines():
+        m = FUNC.match(raw)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            line, labels = None, []
+            continue
+        if cur is None:
+            continue
+        m = LINE.search(raw)
+        if m:
+            line = int(m.group(1))
+            continue
+        m = LABEL.match(raw.strip())
+        if m:
+            labels.append(m.group(1))
+            continue
+        m = INSN.search(raw)
+        if m:
+            cur.append((int(m.group(1), 16), m.group(2), line, labels))
+            labels = []
+    return funcs
+
+
+def branch_target(text):
+    m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", text)
+    return m.group(1) if m else None
+
+
+def loops(insns):
+    """[(head index, backward branch index)] of every backward branch."""
+    at = {lab: i for i, (_, _, _, labs) in enumerate(insns) for lab in labs}
+    out = []
+    for i, (_, text, _, _) in enumerate(insns):
+        t = branch_target(text)
+        if t is not None and t in at and at[t] <= i:
+            out.append((at[t], i))
+    return out
+
+
+def paths(insns, head, end, nested):
+    """Fewest and most instructions from `head` to the backward branch at `end` (forward edges only),
+    never entering a loop nested in it (`nested`: its (head, end) pairs)."""
+    at = {lab: i for i, (_, _, _, labs) in enumerate(insns) for lab in labs}
+    lo, hi = {end: 1}, {end: 1}
+    for i in range(end - 1, head - 1, -1):
+        if any(h <= i <= e for h, e in nested):
+            continue
+        text = insns[i][1]
+        succ = []
+        unconditional = not text.startswith("@")
+        op = text.split()[1] if text.startswith("@") else text.split()[0]
+        t = branch_target(text)
+        if op.startswith("BRA") and t is not None:
+            j = at.get(t)
+            if j is not None and i < j <= end:
+                succ.append(j)
+            if not unconditional and i + 1 <= end:
+                succ.append(i + 1)
+        elif op == "EXIT" and unconditional:
+            pass
+        elif i + 1 <= end:
+            succ.append(i + 1)
+        reach = [s for s in succ if s in lo]
+        if reach:
+            lo[i] = 1 + min(lo[s] for s in reach)
+            hi[i] = 1 + max(hi[s] for s in reach)
+    return lo.get(head), hi.get(head)
+
+
+def resources(cuobjdump_out):
+    res, cur = {}, None
+    for l in cuobjdump_out.splitlines():
+        m = re.match(r"\s*Function (\w+):", l)
+        if m:
+            cur = m.group(1)
+            continue
+        if cur and "REG:" in l:
+            res[cur] = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", l)}
+            cur = None
+    return res
+
+
+def occupancy(regs, smem, block):
+    """Resident warps per SM over 64 on sm_90 (2,048 threads, 32 blocks, 64 Ki registers allocated per
+    warp in units of 256, 228 KiB shared memory with 1 KiB reserved per block)."""
+    warps = (block + 31) // 32
+    by_threads = 2048 // block
+    per_warp = ((max(regs, 1) * 32 + 255) // 256) * 256
+    by_regs = (65536 // per_warp) // warps
+    by_smem = (228 * 1024) // (smem + 1024)
+    blocks = min(by_threads, by_regs, by_smem, 32)
+    return blocks * warps / 64.0, blocks
+
+
+def count(source, arch, block, dyn_smem, label, defines):
+    nvcc, nvdisasm, cuobjdump = find_tool("nvcc"), find_tool("nvdisasm"), find_tool("cuobjdump")
+    lines, per_iter = seeds(source, defines)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = os.path.join(tmp, "kernel.cu")
+        with open(cu, "w") as f:
+            f.write(source)
+        cubin = os.path.join(tmp, "kernel.cubin")
+        flags = [f"-D{k}={v}" for k, v in defines.items()]
+        run([nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-lineinfo", *flags, "-o", cubin, cu])
+        funcs = parse(run([nvdisasm, "-g", "-c", cubin]))
+        res = resources(run([cuobjdump, "-res-usage", cubin]))
+    print(f"== {label}: {arch}, {per_iter} value(s) per iteration of the value loop, value line(s) "
+          f"{sorted(lines)}; occupancy for {block}-thread blocks, {dyn_smem} B dynamic shared memory")
+    print(f"{'kernel':16} {'insns':>6} {'regs':>4} {'stack':>5} {'smem':>6} {'occ':>5}  value loops, fastest "
+          f"first: most per value (instructions in the body; fewest..most per iteration)")
+    best = {}
+    for name in V1_KERNELS:
+        insns = funcs.get(name)
+        if not insns:
+            print(f"{name:16} missing")
+            continue
+        seed = {i for i, x in enumerate(insns) if x[2] in lines}
+        every = loops(insns)
+        found = []
+        for head, end in every:
+            if not any(head <= s <= end for s in seed):
+                continue
+            inner = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)
+                     and any(h <= s <= e for s in seed)]
+            if not inner:
+                found.append((head, end))
+        r = res.get(name, {})
+        smem = r.get("SHARED", 0) + dyn_smem
+        occ, _ = occupancy(r.get("REG", 0), smem, block)
+        rows = []
+        for head, end in sorted(set(found)):
+            nested = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)]
+            lo, hi = paths(insns, head, end, nested)
+            rows.append((hi / per_iter, end - head + 1, lo, hi))
+        rows.sort()
+        best[name] = [x[0] for x in rows]
+        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi})" for v, body, lo, hi in rows)
+        print(f"{name:16} {len(insns):6} {r.get('REG', 0):4} {r.get('STACK', 0):5} {smem:6} "
+              f"{occ * 100:4.0f}%  {desc or 'no loop found'}")
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kernel", default=KERNEL, help="kernel source (default: the working tree's)")
+    ap.add_argument("--compare", metavar="REF", help="also count REF's l3-cuda/src/kernel.cu (git)")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--block", type=int, default=64, help="threads per block, for the occupancy")
+    ap.add_argument("--dyn-smem", type=int, default=0, help="dynamic shared memory per block (bytes)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="a define for the working tree's kernel (an experiment: -D L3_VALS=16)")
+    ap.add_argument("--before-dyn-smem", type=int, default=4224,
+                    help="the REF kernel's dynamic shared memory (its stage: a 64x64 patch, 4,224 B)")
+    a = ap.parse_args()
+    before = None
+    if a.compare:
+        src = run(["git", "-C", REPO, "show", f"{a.compare}:l3-cuda/src/kernel.cu"])
+        before = count(src, a.arch, a.block, a.before_dyn_smem, f"{a.compare}'s kernel.cu", {})
+    defines = dict(d.split("=", 1) for d in a.defines)
+    with open(a.kernel) as f:
+        after = count(f.read(), a.arch, a.block, a.dyn_smem, os.path.relpath(a.kernel, REPO), defines)
+    if before:
+        print("== SASS instructions per decoded value, before -> after (ratio): the slowest loops (before: "
+              "rows with Paeth) and the fastest loop after")
+        for name in V1_KERNELS:
+            if before.get(name) and after.get(name):
+                b, a_lo, a_hi = max(before[name]), min(after[name]), max(after[name])
+                print(f"{name:16} {b:6.1f} -> {a_hi:5.1f} ({a_hi / b:.2f}x); fastest {a_lo:5.1f} "
+                      f"({a_lo / b:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
