@@ -8,7 +8,7 @@
 //! without one the tests print why and skip.
 
 #[path = "../tests/common/mod.rs"]
-mod common;
+pub(crate) mod common;
 
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};

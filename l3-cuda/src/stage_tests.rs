@@ -4,13 +4,11 @@
 //! into many pieces — are byte for byte the single-threaded plan and the input packed in order, and a
 //! corrupt source is named as a single thread names it.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use crate::error::Error;
 use crate::input::{InputOffsets, Tables, pack_tables};
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
+use crate::sim_tests::common;
 use common::{Content, Rng, SampleCase};
 use vocab::{DType, Layout, Normalize, Window};
 
