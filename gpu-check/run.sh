@@ -31,7 +31,7 @@
 #   prepare      the measurement data: the corpus scaled to HD, FHD, UHD as PNG and JPEG q90
 #   kernel       the kernel, device-resident, against a device-to-device copy (v1, v2-BP, v2-ANS;
 #                NHWC u8, NCHW f16)
-#   fig7a        Figure 7(a): L3 on the GPU, L3 and PNG on all CPU cores, JPEG q90 on nvJPEG
+#   fig7a        Figure 7(a): L3 on the GPU, L3 and PNG on all CPU cores, JPEG q90 on nvJPEG; the host stage alone
 #   overlap      a ResNet-50 training step with L3 batches decoded alongside vs a synthetic batch
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
 #   bsp-bench    `l3-bench bsp` on the device: exact, sampled and whole, 2048² to 16384², and PyTorch
@@ -155,7 +155,7 @@ step() {
     note "| $name | $result | $secs |"
     echo "   $result ($secs s)"
     local facts
-    facts=$(grep -hE "^test result:|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|skipping|byte-exact|GPU tiled|f16|budget [0-9]|GPU vs CPU|^l3_(decode|samples)_" "$LOGS/$name.log" | grep -v "^test .* \.\.\. ok$" | sort | uniq -c | head -20)
+    facts=$(grep -hE "^test result:|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|skipping|byte-exact|GPU tiled|f16|host stage|budget [0-9]|GPU vs CPU|^l3_(decode|samples)_" "$LOGS/$name.log" | grep -v "^test .* \.\.\. ok$" | sort | uniq -c | head -20)
     [ -n "$facts" ] && SUMMARY+=("**$name**: $(echo "$facts" | sed 's/^ *//' | paste -sd';' | cut -c1-1500)")
     if [ "$result" != ok ]; then
         SUMMARY+=("**$name** (tail of the log):
@@ -251,6 +251,9 @@ run_step() {
         step kernel 150 "$BIN/fig7a" "$DATA" --what kernel --formats v1,v2-bp,v2-ans --min-secs 1 --json "$LOGS/l3.jsonl" ;;
     fig7a)
         step fig7a-l3 150 "$BIN/fig7a" "$DATA" --what gpu,cpu --formats v1,v2-ans --min-secs 2 --json "$LOGS/l3.jsonl"
+        # The host stage alone (read, plan, stage into ordinary memory) on 1, 2, 4, ... threads up to every core.
+        GPU_STEP=0 step fig7a-host 90 "$BIN/fig7a" "$DATA" --what host --res fhd --formats v1,v2-ans --min-secs 1 \
+            --json "$LOGS/l3.jsonl"
         step fig7a-peers 150 python3 "$ROOT/l3-cuda/scripts/fig7a_peers.py" "$DATA" --min-secs 2 \
             --json "$LOGS/peers.jsonl" --l3-json "$LOGS/l3.jsonl"
         ;;

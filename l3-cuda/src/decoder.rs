@@ -4,7 +4,7 @@
 
 use crate::batch::{DecodedBatch, Origin, ResidentBatch};
 use crate::error::Error;
-use crate::input::{InputOffsets, Tables, pack_input, pack_sample_input, pack_tables};
+use crate::input::{InputOffsets, Tables, pack_tables};
 use crate::kernels::Kernels;
 use crate::launch::{launch, launch_samples};
 use crate::layout::SampleOptions;
@@ -45,6 +45,8 @@ pub struct BatchDecoder {
     /// Completion events of submitted batches, oldest first.
     in_flight: VecDeque<CudaEvent>,
     max_in_flight: usize,
+    /// Threads of a batch's host stage (0: every core).
+    host_threads: usize,
 }
 
 /// Default bound on batches submitted and not yet decoded: one decoding while the next is copied.
@@ -106,6 +108,7 @@ impl BatchDecoder {
             next: 0,
             in_flight: VecDeque::new(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            host_threads: 0,
         })
     }
 
@@ -132,6 +135,19 @@ impl BatchDecoder {
     /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).
     pub fn set_max_in_flight(&mut self, n: usize) {
         self.max_in_flight = n.max(1);
+    }
+
+    /// Threads a submit plans and stages a batch on ([`set_host_threads`](Self::set_host_threads)).
+    pub fn host_threads(&self) -> usize {
+        stdx::parallel::threads(self.host_threads)
+    }
+
+    /// Sets the threads of a batch's host stage — parsing and planning the sources, and writing their
+    /// patch bytes and the tables into pinned staging — 0 (the default) for every core. The caller's
+    /// thread is one of them; the others last for the call. One thread moves about 5 GB/s, less than a
+    /// decode of FHD images consumes: the host stage on one thread is what bounds end-to-end decoding.
+    pub fn set_host_threads(&mut self, threads: usize) {
+        self.host_threads = threads;
     }
 
     /// A new stream at the device's highest priority, for the caller's compute work, so decoding the next
@@ -167,16 +183,8 @@ impl BatchDecoder {
             return Err(Error::PlanMismatch);
         }
         let off = InputOffsets::of(&plan);
-        let p = plan.clone();
-        let slot = self.stage(
-            off,
-            0,
-            |dst| {
-                pack_input(&p, images, off, dst);
-                Ok(())
-            },
-            None,
-        )?;
+        let (p, threads) = (plan.clone(), self.host_threads);
+        let slot = self.stage(off, 0, |dst| p.stage_into(images, dst, threads), None)?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
         let batch = self.launch(Origin::Images(plan), input, off)?;
         self.track(batch)
@@ -194,7 +202,7 @@ impl BatchDecoder {
         windows: &[Window],
         opts: &SampleOptions,
     ) -> Result<DecodedBatch, Error> {
-        let plan = SamplePlan::new(sources, windows, opts)?;
+        let plan = SamplePlan::new_parallel(sources, windows, opts, self.host_threads)?;
         self.submit_sample_plan(Arc::new(plan), sources)
     }
 
@@ -209,8 +217,8 @@ impl BatchDecoder {
             return Err(Error::PlanMismatch);
         }
         let off = InputOffsets::of_samples(&plan);
-        let p = plan.clone();
-        let slot = self.stage(off, 0, |dst| pack_sample_input(&p, sources, off, dst), None)?;
+        let (p, threads) = (plan.clone(), self.host_threads);
+        let slot = self.stage(off, 0, |dst| p.stage_into(sources, dst, threads), None)?;
         let input = self.slots[slot].input.as_ref().expect("staged above");
         let batch = self.launch(Origin::Samples(plan), input, off)?;
         self.track(batch)
@@ -274,9 +282,9 @@ impl BatchDecoder {
     }
 
     /// Waits until fewer than `max_in_flight` submitted batches are still queued or decoding.
-    fn throttle(&mut self) -> Result<(), Error> {
-        while self.in_flight.len() >= self.max_in_flight {
-            if let Some(oldest) = self.in_flight.pop_front() {
+    fn throttle(in_flight: &mut VecDeque<CudaEvent>, max_in_flight: usize) -> Result<(), Error> {
+        while in_flight.len() >= max_in_flight {
+            if let Some(oldest) = in_flight.pop_front() {
                 oldest
                     .synchronize()
                     .map_err(|e| Error::driver("cuEventSynchronize", e))?;
@@ -285,10 +293,11 @@ impl BatchDecoder {
         Ok(())
     }
 
-    /// Waits for the in-flight bound, then fills the next slot's pinned staging with input bytes
-    /// `[staged_from, off.total)` (by `fill`), copies them and `pinned_prefix` (already pinned, to input
-    /// offset 0) on the copy stream, and makes the decode stream wait for the copy. Returns the slot,
-    /// whose `input` the launch reads.
+    /// Fills the next slot's pinned staging with input bytes `[staged_from, off.total)` (by `fill`: the
+    /// host stage), waits for the in-flight bound, then copies them and `pinned_prefix` (already pinned,
+    /// to input offset 0) on the copy stream, and makes the decode stream wait for the copy. Returns the
+    /// slot, whose `input` the launch reads. The fill waits only for the last copy out of its slot, not
+    /// for any decode: batch i+1's host stage runs while batches i−1 and i are still on the device.
     fn stage(
         &mut self,
         off: InputOffsets,
@@ -299,7 +308,6 @@ impl BatchDecoder {
         self.ctx
             .bind_to_thread()
             .map_err(|e| Error::driver("cuCtxSetCurrent", e))?;
-        self.throttle()?;
         let staged_len = off.total - staged_from;
         let slot_index = self.next;
         let ctx = self.ctx.clone();
@@ -334,6 +342,7 @@ impl BatchDecoder {
             .map_err(|e| Error::driver("cuEventSynchronize", e))?;
         // Nothing is queued for this slot until `fill` succeeded, so a failure leaves it reusable.
         fill(&mut host[..staged_len])?;
+        Self::throttle(&mut self.in_flight, self.max_in_flight)?;
         self.next ^= 1;
         {
             // Waits (through cudarc's event tracking) for the previous decode that read this input.
@@ -373,7 +382,7 @@ impl BatchDecoder {
         let plan = Arc::new(BatchPlan::new(images, opts)?);
         let off = InputOffsets::of(&plan);
         let mut host = vec![0u8; off.total];
-        pack_input(&plan, images, off, &mut host);
+        plan.stage_into(images, &mut host, self.host_threads)?;
         self.upload_input(Origin::Images(plan), &host, off)
     }
 
@@ -385,10 +394,15 @@ impl BatchDecoder {
         windows: &[Window],
         opts: &SampleOptions,
     ) -> Result<ResidentBatch, Error> {
-        let plan = Arc::new(SamplePlan::new(sources, windows, opts)?);
+        let plan = Arc::new(SamplePlan::new_parallel(
+            sources,
+            windows,
+            opts,
+            self.host_threads,
+        )?);
         let off = InputOffsets::of_samples(&plan);
         let mut host = vec![0u8; off.total];
-        pack_sample_input(&plan, sources, off, &mut host)?;
+        plan.stage_into(sources, &mut host, self.host_threads)?;
         self.upload_input(Origin::Samples(plan), &host, off)
     }
 

@@ -42,6 +42,9 @@ pub enum Error {
     /// `submit_plan` was given other images than the plan was built from.
     #[error("the images do not match the batch plan they were submitted with")]
     PlanMismatch,
+    /// `stage_into` was given a buffer shorter than the batch's device input (`staged_len`).
+    #[error("staging buffer of {len} bytes for a batch input of {needed} bytes")]
+    StagingTooSmall { len: usize, needed: usize },
     #[error("empty batch: nothing to decode")]
     EmptyBatch,
     /// The batch exceeds what one launch can address (grid size, u32 strides).

@@ -30,7 +30,8 @@
 //! Modules, host side, each using only those before it: `layout` (what every batch shares about its output:
 //! [`TensorInfo`], [`SampleOptions`], the fused normalisation, threads per block), `v2` (version-2
 //! descriptors and ANS tables), `plan` (whole-image batches), `resample` (a resampled batch's passes),
-//! `sample/` (sample batches: `source`, `patches`, `desc`), `input` (the packed device input of a launch).
+//! `sample/` (sample batches: `source`, `patches`, `desc`, `parts`), `input` (the packed device input of a
+//! launch, written on several threads: the host stage).
 //! Every descriptor is a `#[repr(C)]` `bytemuck::Pod` struct laid out as kernel.cu's: its bytes are the
 //! table the kernel reads. Device side: `kernels`
 //! (`kernel.cu`, compiled once per architecture), `decoder` ([`BatchDecoder`]: streams, pinned staging, the
@@ -56,6 +57,8 @@ mod v2;
 extern crate self as l3_cuda;
 #[cfg(test)]
 mod sim_tests;
+#[cfg(test)]
+mod stage_tests;
 
 pub use batch::{DecodedBatch, DeviceOutput, ResidentBatch};
 pub use cudarc;

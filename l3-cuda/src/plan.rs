@@ -306,6 +306,8 @@ impl BatchPlan {
 
     /// Copies every image's patch data, back to back, into `dst` (at least [`input_len`](Self::input_len)
     /// bytes): the device input the descriptors point into. `images` must be the slice the plan was built from.
+    /// One thread, in order: what the tests hold [`stage_into`](Self::stage_into) to.
+    #[cfg(test)]
     pub(crate) fn pack_into(&self, images: &[&[u8]], dst: &mut [u8]) {
         for ((src, at), bytes) in self.sources.iter().zip(images) {
             dst[*at..*at + src.len()].copy_from_slice(&bytes[src.clone()]);
@@ -323,8 +325,8 @@ impl BatchPlan {
     }
 
     /// The descriptor table as the kernel reads it (`struct PatchDesc`).
-    pub(crate) fn descriptor_bytes(&self) -> Vec<u8> {
-        bytemuck::cast_slice(&self.descs).to_vec()
+    pub(crate) fn descriptor_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.descs)
     }
 
     /// The kernel's error word (the lowest failing descriptor, or u32::MAX) as an error naming the image.

@@ -8,7 +8,7 @@
 //! without one the tests print why and skip.
 
 #[path = "../tests/common/mod.rs"]
-mod common;
+pub(crate) mod common;
 
 use crate::layout::v1_blocks;
 use crate::plan::{BatchPlan, DecodeOptions};
@@ -82,12 +82,12 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         n_fills: 0,
         sample: [0; 3],
         data,
-        descs: plan.descriptor_bytes(),
+        descs: plan.descriptor_bytes().to_vec(),
         fills: Vec::new(),
         scale_bias: plan.scale_bias,
         out_bytes: plan.out_len * plan.dtype.size(),
         n_v2: plan.v2.descs.len() as u32,
-        v2: plan.v2.descriptor_bytes(),
+        v2: plan.v2.descriptor_bytes().to_vec(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
         resample: None,
@@ -123,12 +123,12 @@ fn run_sim_samples(
         n_fills: plan.fills.len() as u32,
         sample: [w, h, plan.nchw()],
         data: &data,
-        descs: plan.descriptor_bytes(),
-        fills: plan.fill_bytes(),
+        descs: plan.descriptor_bytes().to_vec(),
+        fills: plan.fill_bytes().to_vec(),
         scale_bias: plan.scale_bias,
         out_bytes: plan.tensor.len() * plan.tensor.dtype.size(),
         n_v2: plan.v2.descs.len() as u32,
-        v2: plan.v2.descriptor_bytes(),
+        v2: plan.v2.descriptor_bytes().to_vec(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
         resample: plan.resample.as_ref().map(|r| {

@@ -174,8 +174,8 @@ impl V2Batch {
     }
 
     /// The descriptor table as the kernel reads it (`struct V2Desc`).
-    pub fn descriptor_bytes(&self) -> Vec<u8> {
-        bytemuck::cast_slice(&self.descs).to_vec()
+    pub fn descriptor_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.descs)
     }
 
     /// The error for v2 descriptor `i` the kernel rejected.
@@ -220,7 +220,8 @@ mod tests {
             ids: vec![(0, 0)],
             ..V2Batch::default()
         }
-        .descriptor_bytes();
+        .descriptor_bytes()
+        .to_vec();
         assert_eq!(b.len(), V2_DESC_BYTES);
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());

@@ -94,12 +94,12 @@ pub struct SamplePlan {
 
 impl SamplePlan {
     /// The descriptor table as the kernel reads it (`struct SampleDesc`).
-    pub(crate) fn descriptor_bytes(&self) -> Vec<u8> {
-        bytemuck::cast_slice(&self.descs).to_vec()
+    pub(crate) fn descriptor_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.descs)
     }
 
     /// The padding table as the kernel reads it (`struct FillDesc`).
-    pub(crate) fn fill_bytes(&self) -> Vec<u8> {
-        bytemuck::cast_slice(&self.fills).to_vec()
+    pub(crate) fn fill_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.fills)
     }
 }

@@ -14,9 +14,11 @@
 //! intermediate, then resamples it (`resample`).
 //!
 //! Its parts: `source` (what the bytes come from, the patch grid), `patches` (one source's descriptors),
-//! `desc` ([`SamplePlan`] itself and the tables its launch reads: it imports no other part).
+//! `desc` ([`SamplePlan`] itself and the tables its launch reads: it imports no other part), `parts` (a
+//! batch planned on several threads, a part per source joined at prefix sums).
 
 mod desc;
+mod parts;
 mod patches;
 mod source;
 
@@ -30,6 +32,7 @@ use crate::resample::{ResampleStage, Sources};
 use crate::v2::V2Batch;
 use desc::FILL_ELEMS_PER_BLOCK;
 use l3_format::Rect;
+use parts::SampleGeometry;
 use patches::V2Layout;
 use source::Grid;
 use vocab::{DType, Geometry, Interpolation, Layout, Window};
@@ -45,9 +48,22 @@ impl SamplePlan {
         windows: &[Window],
         opts: &SampleOptions,
     ) -> Result<Self, Error> {
+        Self::new_parallel(sources, windows, opts, 1)
+    }
+
+    /// [`new`](Self::new) on `threads` threads (0: every core): the sources are parsed and planned in
+    /// parallel, each on its own, and joined at offsets from prefix sums. The plan is the one
+    /// [`new`](Self::new) builds, byte for byte; of several bad sources, the error names the first.
+    pub fn new_parallel(
+        sources: &[SampleSource<'_>],
+        windows: &[Window],
+        opts: &SampleOptions,
+        threads: usize,
+    ) -> Result<Self, Error> {
         check_batch(sources.len(), windows.len(), opts)?;
         if opts.channels == 3 {
-            return Self::plan_windows(sources, windows, opts, Intermediate::Rgb).map(|(p, _)| p);
+            return Self::plan_windows(sources, windows, opts, Intermediate::Rgb, threads)
+                .map(|(p, _)| p);
         }
         // Luma and RGBA batches are made by the resampling kernels, which convert channels as the CPU
         // does; a window is a resampling that copies. Windows are checked here, so that an error names
@@ -57,26 +73,27 @@ impl SamplePlan {
             check_window(index, win, (grid.width, grid.height), opts)?;
         }
         let geometries: Vec<Geometry> = windows.iter().map(Geometry::from_window).collect();
-        Self::resampled(sources, &geometries, Interpolation::Nearest, opts)
+        Self::resampled_parallel(sources, &geometries, Interpolation::Nearest, opts, threads)
     }
 
     /// [`new`](Self::new) for `opts.channels` = 3 (the batch itself), or the decode of a resampled
-    /// batch into its intermediate (`into`). Also returns whether each image has alpha.
+    /// batch into its intermediate (`into`), on `threads` threads (0: every core). Also returns whether
+    /// each image has alpha.
     fn plan_windows(
         sources: &[SampleSource<'_>],
         windows: &[Window],
         opts: &SampleOptions,
         into: Intermediate,
+        threads: usize,
     ) -> Result<(Self, Vec<bool>), Error> {
         let (sw, sh) = (opts.width, opts.height);
         let scale_bias = scale_bias_for(opts.dtype, opts.normalize)?;
         let too_large = |what| Error::TooLarge { what };
         let n = sources.len();
-        let grids = sources
-            .iter()
-            .enumerate()
-            .map(|(index, src)| Grid::open(src).map_err(|e| e.at(index)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let threads = stdx::parallel::threads(threads).min(n);
+        let grids = parts::in_order(sources, threads, |index, src| {
+            Grid::open(src).map_err(|e| e.at(index))
+        })?;
         let alpha: Vec<bool> = grids.iter().map(|g| g.channels == 4).collect();
         let ci: u32 = match into {
             Intermediate::Rgb => 3,
@@ -102,13 +119,15 @@ impl SamplePlan {
             Layout::Nhwc => (sw as i32 * ci as i32, ci as i32, 1u32),
             Layout::Nchw => (sw as i32, 1i32, plane as u32),
         };
-        let elem = |x: u32, y: u32, c: u32| -> u64 {
-            match opts.layout {
-                Layout::Nhwc => {
-                    (u64::from(y) * u64::from(sw) + u64::from(x)) * u64::from(ci) + u64::from(c)
-                }
-                Layout::Nchw => u64::from(c) * plane + u64::from(y) * u64::from(sw) + u64::from(x),
-            }
+        let geo = SampleGeometry {
+            layout: opts.layout,
+            width: sw,
+            plane,
+            channels: ci,
+            sample_len,
+            strides: (row_stride, col_step, copy_stride),
+            rows_per_fill: (FILL_ELEMS_PER_BLOCK / (sw as usize * ci as usize))
+                .clamp(1, sh as usize) as u32,
         };
         let mut plan = SamplePlan {
             tensor: TensorInfo::dense(
@@ -132,62 +151,23 @@ impl SamplePlan {
             v2: V2Batch::default(),
             resample: None,
         };
-        let rows_per_fill =
-            (FILL_ELEMS_PER_BLOCK / (sw as usize * ci as usize)).clamp(1, sh as usize) as u32;
         let (mut max_w, mut max_len) = (1u32, 0u32);
-        for (index, ((src, win), grid)) in sources.iter().zip(windows).zip(&grids).enumerate() {
-            let r = win.src;
-            check_window(index, win, (grid.width, grid.height), opts)?;
-            let base = index as u64 * sample_len;
-            if let Some((profile, tables)) = &grid.v2 {
-                let layout = V2Layout {
-                    row_stride,
-                    col_step,
-                    chan_stride: copy_stride,
-                    base,
-                    elem: &elem,
-                };
-                plan.plan_v2(
-                    src,
-                    grid,
-                    index,
-                    win,
-                    *profile,
-                    tables.as_ref(),
-                    &layout,
-                    opts,
-                )?;
-            } else {
-                plan.plan_v1(
-                    src,
-                    grid,
-                    index,
-                    win,
-                    base,
-                    &elem,
-                    (row_stride, col_step, copy_stride),
-                    opts,
-                    &mut max_w,
-                    &mut max_len,
-                )?;
+        if threads <= 1 {
+            for (index, ((src, win), grid)) in sources.iter().zip(windows).zip(&grids).enumerate() {
+                plan.plan_source(index, src, win, grid, &geo, opts, &mut max_w, &mut max_len)?;
             }
-            if r.w != sw || r.h != sh {
-                let mut y = 0;
-                while y < sh {
-                    let y1 = (y + rows_per_fill).min(sh);
-                    plan.fills.push(FillDesc {
-                        out_offset: base,
-                        y0: y,
-                        y1,
-                        dx: win.dx,
-                        dy: win.dy,
-                        w: r.w,
-                        h: r.h,
-                        fill: u32::from(opts.fill),
-                        pad: 0,
-                    });
-                    y = y1;
-                }
+        } else {
+            // Every source planned on its own (offsets from 0), then joined at prefix sums.
+            let planned = parts::in_order(&grids, threads, |index, grid| {
+                let mut part = plan.part();
+                let (mut w, mut l) = (1u32, 0u32);
+                let (src, win) = (&sources[index], &windows[index]);
+                part.plan_source(index, src, win, grid, &geo, opts, &mut w, &mut l)?;
+                Ok((part, w, l))
+            })?;
+            for (part, w, l) in planned {
+                plan.append_part(part)?;
+                (max_w, max_len) = (max_w.max(w), max_len.max(l));
             }
         }
         if plan.descs.len() + plan.v2.descs.len() + plan.fills.len() > i32::MAX as usize {
@@ -196,6 +176,78 @@ impl SamplePlan {
         plan.block_dim = block_dim(max_w, !plan.v2.descs.is_empty());
         plan.stage_cap = max_len.min(STAGE_CAP);
         Ok((plan, alpha))
+    }
+
+    /// Sample `index`: window `win` of `src` (whose grid is `grid`), its descriptors and padding.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_source(
+        &mut self,
+        index: usize,
+        src: &SampleSource<'_>,
+        win: &Window,
+        grid: &Grid<'_>,
+        geo: &SampleGeometry,
+        opts: &SampleOptions,
+        max_w: &mut u32,
+        max_len: &mut u32,
+    ) -> Result<(), Error> {
+        let r = win.src;
+        check_window(index, win, (grid.width, grid.height), opts)?;
+        let base = index as u64 * geo.sample_len;
+        let elem = |x: u32, y: u32, c: u32| geo.elem(x, y, c);
+        let (row_stride, col_step, copy_stride) = geo.strides;
+        if let Some((profile, tables)) = &grid.v2 {
+            let layout = V2Layout {
+                row_stride,
+                col_step,
+                chan_stride: copy_stride,
+                base,
+                elem: &elem,
+            };
+            self.plan_v2(
+                src,
+                grid,
+                index,
+                win,
+                *profile,
+                tables.as_ref(),
+                &layout,
+                opts,
+            )?;
+        } else {
+            self.plan_v1(
+                src,
+                grid,
+                index,
+                win,
+                base,
+                &elem,
+                geo.strides,
+                opts,
+                max_w,
+                max_len,
+            )?;
+        }
+        let (sw, sh) = (opts.width, opts.height);
+        if r.w != sw || r.h != sh {
+            let mut y = 0;
+            while y < sh {
+                let y1 = (y + geo.rows_per_fill).min(sh);
+                self.fills.push(FillDesc {
+                    out_offset: base,
+                    y0: y,
+                    y1,
+                    dx: win.dx,
+                    dy: win.dy,
+                    w: r.w,
+                    h: r.h,
+                    fill: u32::from(opts.fill),
+                    pad: 0,
+                });
+                y = y1;
+            }
+        }
+        Ok(())
     }
 
     /// Validates and plans a resampled batch: sample `i` is `geometries[i]` of `sources[i]` (a
@@ -210,6 +262,18 @@ impl SamplePlan {
         interpolation: Interpolation,
         opts: &SampleOptions,
     ) -> Result<Self, Error> {
+        Self::resampled_parallel(sources, geometries, interpolation, opts, 1)
+    }
+
+    /// [`resampled`](Self::resampled) on `threads` threads (0: every core), as
+    /// [`new_parallel`](Self::new_parallel) plans.
+    pub fn resampled_parallel(
+        sources: &[SampleSource<'_>],
+        geometries: &[Geometry],
+        interpolation: Interpolation,
+        opts: &SampleOptions,
+        threads: usize,
+    ) -> Result<Self, Error> {
         check_batch(sources.len(), geometries.len(), opts)?;
         let src = Sources::new(geometries, interpolation);
         let decode = SampleOptions {
@@ -223,7 +287,8 @@ impl SamplePlan {
             check_rows_on_host: opts.check_rows_on_host,
         };
         let into = Intermediate::For(opts.channels);
-        let (mut plan, alpha) = SamplePlan::plan_windows(sources, &src.windows, &decode, into)?;
+        let (mut plan, alpha) =
+            SamplePlan::plan_windows(sources, &src.windows, &decode, into, threads)?;
         // The passes read each rectangle only: the intermediate's padding is never written nor read.
         plan.fills.clear();
         let ci = plan.tensor.channels() as u8;
@@ -354,7 +419,9 @@ impl SamplePlan {
 
     /// Copies the patch bytes under every window into `dst` (at least [`input_len`](Self::input_len)
     /// bytes): the device input the descriptors point into. [`Error::PlanMismatch`] when a source does not
-    /// hold bytes the plan needs (other sources than it was built from).
+    /// hold bytes the plan needs (other sources than it was built from). One thread, in order: what the
+    /// tests hold [`stage_into`](Self::stage_into) to.
+    #[cfg(test)]
     pub(crate) fn pack_into(
         &self,
         sources: &[SampleSource<'_>],

@@ -29,7 +29,7 @@ impl SampleSource<'_> {
     }
 
     /// The bytes at file offsets `r`, if this source holds all of them.
-    pub(super) fn bytes(&self, r: Range<u64>) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, r: Range<u64>) -> Option<&[u8]> {
         match self {
             SampleSource::File(b) => {
                 b.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)

@@ -11,15 +11,21 @@
 //! - `cpu`: the same batches decoded by `l3-format` on every CPU core (normalisation through a per-channel
 //!   lookup table of f16 bits), then copied to the device from pinned memory; without a GPU, the host
 //!   batches only.
+//! - `host`: the host stage of `gpu` alone, on any machine — every batch read from the page cache, parsed,
+//!   planned and staged (`SamplePlan::new_parallel` + `stage_into`) into ordinary memory instead of pinned
+//!   staging — on 1, 2, 4, … threads up to every core (`--threads` to choose): images/s, staged GB/s and
+//!   images/s per thread, against the per-core share of the end-to-end target (README.md).
 //!
 //! ```text
-//! fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch 16]
-//!       [--min-secs 3] [--json FILE]
+//! fig7a DATA [--what kernel,gpu,cpu,host] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch 16]
+//!       [--min-secs 3] [--threads 1,2,4] [--json FILE]
 //! ```
 //! DATA holds `hd/`, `fhd/`, `uhd/` with `*.png` of exactly that size (from `scripts/prepare_data.py`);
 //! each is encoded to `*.l3` (v1, the paper's format; the default) or `*.v2-bp.l3` / `*.v2-ans.l3` beside
 //! it on first use (each format's default patch size); rows of a version-2 format end in its name. One JSON object per measurement
 //! is appended to FILE (default `DATA/l3.jsonl`), and a table is printed.
+
+mod host;
 
 use l3_cuda::cudarc::driver::{CudaSlice, PinnedHostSlice};
 use l3_cuda::{BatchDecoder, SampleOptions, SamplePlan, SampleSource};
@@ -42,12 +48,14 @@ struct Args {
     batch: usize,
     min: Duration,
     json: PathBuf,
+    /// Thread counts of the `host` rows.
+    threads: Vec<usize>,
 }
 
 fn args() -> Res<Args> {
     let mut it = std::env::args().skip(1);
     let data = PathBuf::from(it.next().ok_or(
-        "usage: fig7a DATA [--what kernel,gpu,cpu] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch N] [--min-secs S] [--json FILE]",
+        "usage: fig7a DATA [--what kernel,gpu,cpu,host] [--res hd,fhd,uhd] [--formats v1,v2-bp,v2-ans] [--batch N] [--min-secs S] [--threads 1,2,4] [--json FILE]",
     )?);
     let mut a = Args {
         json: data.join("l3.jsonl"),
@@ -57,6 +65,7 @@ fn args() -> Res<Args> {
         formats: vec!["v1".into()],
         batch: 16,
         min: Duration::from_secs(3),
+        threads: host::default_threads(),
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -68,6 +77,7 @@ fn args() -> Res<Args> {
             "--batch" => a.batch = v.parse()?,
             "--min-secs" => a.min = Duration::from_secs_f64(v.parse()?),
             "--json" => a.json = v.into(),
+            "--threads" => a.threads = v.split(',').map(str::parse).collect::<Result<_, _>>()?,
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
@@ -232,6 +242,12 @@ fn main() -> Res<()> {
             if want("cpu") {
                 let row = cpu_end_to_end(decoder.as_ref(), res, &batch, w, h, a.min)?;
                 emit(&a.json, w, h, &named(row))?;
+            }
+            if want("host") {
+                let rows = host::host_stage(res, &batch, w, h, &a.threads, a.min)?;
+                for row in rows {
+                    emit(&a.json, w, h, &named(row))?;
+                }
             }
         }
     }
