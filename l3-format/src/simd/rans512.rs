@@ -129,12 +129,9 @@ impl<const K: usize> LaneStates<K> for Zmm<K> {
         let mut xs = [[0u32; LANES]; K];
         // SAFETY: AVX-512 stores of 16 lanes into 32-lane arrays.
         unsafe {
-            for k in 0..K {
-                for h in 0..2 {
-                    _mm512_storeu_si512(
-                        xs[k][16 * h..16 * h + 16].as_mut_ptr().cast(),
-                        self.0[k][h],
-                    );
+            for (x, regs) in xs.iter_mut().zip(&self.0) {
+                for (h, &r) in regs.iter().enumerate() {
+                    _mm512_storeu_si512(x[16 * h..16 * h + 16].as_mut_ptr().cast(), r);
                 }
             }
         }

@@ -665,9 +665,9 @@ impl<const K: usize> LaneStates<K> for Ymm<K> {
         let mut xs = [[0u32; LANES]; K];
         // SAFETY: AVX2 stores of 8 lanes into 32-lane arrays.
         unsafe {
-            for k in 0..K {
-                for v in 0..4 {
-                    _mm256_storeu_si256(xs[k][8 * v..8 * v + 8].as_mut_ptr().cast(), self.0[k][v]);
+            for (x, regs) in xs.iter_mut().zip(&self.0) {
+                for (v, &r) in regs.iter().enumerate() {
+                    _mm256_storeu_si256(x[8 * v..8 * v + 8].as_mut_ptr().cast(), r);
                 }
             }
         }
