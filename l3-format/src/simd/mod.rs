@@ -11,7 +11,9 @@
 //! against its portable twin:
 //! - `v1`: the v1 row decoder (`decode_row_avx2`; portable twin `v1/kernel.rs`);
 //! - `interleave`: the RGB/RGBA interleavers (portable twins in `interleave.rs`);
-//! - `v2`: the v2 rANS and BP decoders and row reconstruction (portable twins in `v2/`).
+//! - `v2`: the v2 rANS and BP decoders and row reconstruction (portable twins in `v2/`);
+//! - `rans512`: the v2 rANS step on AVX-512 where the CPU has it and gathers fast (the rest of the AVX2
+//!   chunk decoder unchanged; a test holds it to the portable and AVX2 decoders).
 //!
 //! The row and interleave kernels are `#[inline(always)] unsafe fn`s rather than `#[target_feature]` ones so
 //! that they inline into the AVX2 band decoders (a call per row costs ~10 %); their contract is that the
@@ -20,6 +22,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod interleave;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod rans512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod v1;
 #[cfg(target_arch = "x86_64")]

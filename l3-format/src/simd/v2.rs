@@ -376,11 +376,15 @@ unsafe fn check_used(ctx: __m256i, active: usize, k: &CtxConsts, id: PatchId) ->
     Ok(())
 }
 
-/// Where a chunk's refill words come from: a copy of the chunk's words followed by 16 zero bytes, so that
-/// a load of 8 words at `min(pos, nwords)` never leaves the buffer and a damaged chunk reads zeros past its
-/// end (the decoder reports it once the plane is done). The lane states and the word cursor are locals of
-/// the decode loop, so that they stay in registers.
-struct Lanes<'a> {
+/// Bytes of zeros after a chunk's words in [`Lanes`]: the widest refill load (16 words) at the last word
+/// stays inside the buffer.
+const WORD_PAD: usize = 32;
+
+/// Where a chunk's refill words come from: a copy of the chunk's words followed by [`WORD_PAD`] zero
+/// bytes, so that a load of 8 (16) words at `min(pos, nwords)` never leaves the buffer and a damaged chunk
+/// reads zeros past its end (the decoder reports it once the plane is done). The lane states and the word
+/// cursor are locals of the decode loop, so that they stay in registers.
+pub(crate) struct Lanes<'a> {
     padded: &'a [u8],
     nwords: usize,
 }
@@ -390,22 +394,29 @@ impl<'a> Lanes<'a> {
     fn fill(buf: &mut Vec<u8>, words: &[u8]) {
         buf.clear();
         buf.extend_from_slice(&words[..words.len() / 2 * 2]);
-        buf.extend_from_slice(&[0; 16]);
+        buf.extend_from_slice(&[0; WORD_PAD]);
     }
 
     /// The words of a buffer [`Lanes::fill`] filled.
     fn new(padded: &'a [u8]) -> Self {
         Lanes {
             padded,
-            nwords: padded.len().saturating_sub(16) / 2,
+            nwords: padded.len().saturating_sub(WORD_PAD) / 2,
         }
     }
 
     /// The 8 words from word `pos` on (zeros past the end).
     #[inline(always)]
     unsafe fn next8(&self, pos: usize) -> __m128i {
-        // SAFETY: 2·min(pos, nwords) + 16 ≤ 2·nwords + 16 = the buffer's length.
+        // SAFETY: 2·min(pos, nwords) + 16 ≤ 2·nwords + WORD_PAD = the buffer's length.
         unsafe { _mm_loadu_si128(self.padded.as_ptr().add(2 * pos.min(self.nwords)).cast()) }
+    }
+
+    /// The 16 words from word `pos` on (zeros past the end).
+    #[inline(always)]
+    pub(crate) unsafe fn next16(&self, pos: usize) -> __m256i {
+        // SAFETY: 2·min(pos, nwords) + 32 ≤ 2·nwords + WORD_PAD = the buffer's length.
+        unsafe { _mm256_loadu_si256(self.padded.as_ptr().add(2 * pos.min(self.nwords)).cast()) }
     }
 }
 
@@ -447,12 +458,12 @@ unsafe fn gather_dec(dec: &[u32], idx: __m256i) -> __m256i {
 /// being a lane's context less its plane's first (0 for selectors), and the offset within the symbol
 /// adds `slot & low` (see `AnsTables::decode_table`); `hardware`: read them with `vpgatherdd`.
 #[derive(Clone, Copy)]
-struct Lookup<'t> {
-    dec: &'t [u32],
-    base: __m256i,
-    up: __m128i,
-    down: __m128i,
-    low: __m256i,
+pub(crate) struct Lookup<'t> {
+    pub(crate) dec: &'t [u32],
+    pub(crate) base: __m256i,
+    pub(crate) up: __m128i,
+    pub(crate) down: __m128i,
+    pub(crate) low: __m256i,
     hardware: bool,
 }
 
@@ -589,6 +600,81 @@ unsafe fn step<const K: usize, const FULL: bool>(
     }
 }
 
+/// The lane states of `K` chunks held in vector registers, and the decode step over them: four 8-lane
+/// AVX2 registers per chunk here ([`Ymm`]), two 16-lane AVX-512 ones in `crate::simd::rans512`. The rest
+/// of the chunk decoder (contexts, segments, checks) is the same for both ([`decode_chunks`]).
+pub(crate) trait LaneStates<const K: usize>: Sized {
+    /// The chunks' initial states, lane order.
+    ///
+    /// # Safety
+    /// The CPU must have the instructions of the implementation.
+    unsafe fn load(x0: &[[u32; LANES]; K]) -> Self;
+    /// One step of up to 32 lanes (`active`, from lane 0) in each chunk, contexts relative to the plane's
+    /// first in `ctx` (lane i in byte i); returns each chunk's 32 symbols.
+    ///
+    /// # Safety
+    /// As [`LaneStates::load`]; `look` must read inside its table (see `step_vec`).
+    unsafe fn step<const FULL: bool>(
+        &mut self,
+        l: &[Lanes<'_>; K],
+        pos: &mut [usize; K],
+        ctx: &[__m256i; K],
+        active: usize,
+        look: &Lookup<'_>,
+    ) -> [__m256i; K];
+    /// The states, lane order.
+    ///
+    /// # Safety
+    /// As [`LaneStates::load`].
+    unsafe fn states(&self) -> [[u32; LANES]; K];
+}
+
+/// 32 lanes as four AVX2 registers per chunk.
+pub(crate) struct Ymm<const K: usize>([[__m256i; 4]; K]);
+
+impl<const K: usize> LaneStates<K> for Ymm<K> {
+    #[inline(always)]
+    unsafe fn load(x0: &[[u32; LANES]; K]) -> Self {
+        // SAFETY: AVX2 loads of 8 lanes from 32-lane arrays.
+        unsafe {
+            let mut x = [[_mm256_setzero_si256(); 4]; K];
+            for k in 0..K {
+                for v in 0..4 {
+                    x[k][v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
+                }
+            }
+            Ymm(x)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn step<const FULL: bool>(
+        &mut self,
+        l: &[Lanes<'_>; K],
+        pos: &mut [usize; K],
+        ctx: &[__m256i; K],
+        active: usize,
+        look: &Lookup<'_>,
+    ) -> [__m256i; K] {
+        // SAFETY: the caller's guarantees are `step`'s.
+        unsafe { step::<K, FULL>(l, &mut self.0, pos, ctx, active, look) }
+    }
+
+    #[inline(always)]
+    unsafe fn states(&self) -> [[u32; LANES]; K] {
+        let mut xs = [[0u32; LANES]; K];
+        // SAFETY: AVX2 stores of 8 lanes into 32-lane arrays.
+        unsafe {
+            for (x, regs) in xs.iter_mut().zip(&self.0) {
+                for (v, &r) in regs.iter().enumerate() {
+                    _mm256_storeu_si256(x[8 * v..8 * v + 8].as_mut_ptr().cast(), r);
+                }
+            }
+        }
+        xs
+    }
+}
+
 /// Whether the vector decoder's table reads stay inside `t` for planes `0..c` (see `step_vec`) and the
 /// stores inside `store`'s row padding; the scalar decoder handles what does not.
 fn vector_tables_fit(t: Tables<'_>, c: usize, store: Store) -> bool {
@@ -649,6 +735,28 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
     words: &mut [Vec<u8>],
     ids: [PatchId; K],
 ) -> Result<(), Error> {
+    // SAFETY: the caller's guarantees.
+    unsafe { decode_chunks::<K, Ymm<K>>(chunks, t, pw, ph, c, store, z, sel, words, ids) }
+}
+
+/// [`decode_chunks_avx2`] with the lane states and step of `S`.
+///
+/// # Safety
+/// The CPU must support AVX2, BMI2, POPCNT and the instructions of `S`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn decode_chunks<const K: usize, S: LaneStates<K>>(
+    chunks: [&[u8]; K],
+    t: Tables<'_>,
+    pw: usize,
+    ph: usize,
+    c: usize,
+    store: Store,
+    z: &mut [&mut [u8]; K],
+    sel: &mut [&mut [u8]; K],
+    words: &mut [Vec<u8>],
+    ids: [PatchId; K],
+) -> Result<(), Error> {
     if words.len() < K || !vector_tables_fit(t, c, store) {
         for k in 0..K {
             ans::decode_chunk_scalar(chunks[k], t, pw, ph, c, store, z[k], sel[k], ids[k])?;
@@ -666,13 +774,8 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             Lanes::fill(buf, &chunk[STATE_BYTES..]);
         }
         let l: [Lanes<'_>; K] = std::array::from_fn(|k| Lanes::new(&words[k]));
-        let mut x = [[_mm256_setzero_si256(); 4]; K];
+        let mut x = S::load(&x0);
         let mut pos = [0usize; K];
-        for k in 0..K {
-            for v in 0..4 {
-                x[k][v] = _mm256_loadu_si256(x0[k][8 * v..8 * v + 8].as_ptr().cast());
-            }
-        }
         let kc = CtxConsts::new(t);
         let nsel = runs(pw);
         let hardware = crate::simd::fast_gather();
@@ -692,9 +795,9 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
             let zero = [_mm256_setzero_si256(); K];
             for j in (0..n).step_by(LANES) {
                 let s = if n - j >= LANES {
-                    step::<K, true>(&l, &mut x, &mut pos, &zero, LANES, &sel_look)
+                    x.step::<true>(&l, &mut pos, &zero, LANES, &sel_look)
                 } else {
-                    step::<K, false>(&l, &mut x, &mut pos, &zero, n - j, &sel_look)
+                    x.step::<false>(&l, &mut pos, &zero, n - j, &sel_look)
                 };
                 for k in 0..K {
                     store32(&mut sbuf[k], j, s[k]);
@@ -733,9 +836,9 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                         }
                     }
                     let s = if active == LANES {
-                        step::<K, true>(&l, &mut x, &mut pos, &ctx, LANES, &res_look)
+                        x.step::<true>(&l, &mut pos, &ctx, LANES, &res_look)
                     } else {
-                        step::<K, false>(&l, &mut x, &mut pos, &ctx, active, &res_look)
+                        x.step::<false>(&l, &mut pos, &ctx, active, &res_look)
                     };
                     for (zk, sk) in z.iter_mut().zip(s) {
                         store32(zk, cur + 1 + c0, sk);
@@ -757,12 +860,9 @@ pub(crate) unsafe fn decode_chunks_avx2<const K: usize>(
                 }
             }
         }
+        let xs = x.states();
         for k in 0..K {
-            let mut xs = [0u32; LANES];
-            for v in 0..4 {
-                _mm256_storeu_si256(xs[8 * v..8 * v + 8].as_mut_ptr().cast(), x[k][v]);
-            }
-            ans::finish(&xs, pos[k], l[k].nwords, ids[k])?;
+            ans::finish(&xs[k], pos[k], l[k].nwords, ids[k])?;
         }
         Ok(())
     }

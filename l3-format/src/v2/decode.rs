@@ -328,6 +328,23 @@ fn ans_entropy<const AVX2: bool, const K: usize>(
                 reason: "decode pairs",
             });
         };
+        if crate::simd::rans512::usable() {
+            // SAFETY: AVX2, BMI2, POPCNT and AVX-512 F/BW/VL checked at run time by `usable`.
+            return unsafe {
+                crate::simd::rans512::decode_chunks_avx512::<K>(
+                    chunks,
+                    prep.tables(),
+                    pw,
+                    ph,
+                    c,
+                    store,
+                    z,
+                    sel,
+                    &mut work.words,
+                    ids,
+                )
+            };
+        }
         // SAFETY: `AVX2` is true only after the run-time AVX2+BMI2+POPCNT check.
         return unsafe {
             crate::simd::v2::decode_chunks_avx2::<K>(
