@@ -257,18 +257,20 @@ impl<O: RowsOut> Sink for Rows8<O> {
             return Err(stopped());
         }
         let (c, w) = (self.c, self.w);
-        if !st.bands.contains_key(&y0) {
-            let mut px = Vec::new();
-            if px.try_reserve_exact(rows * w * c).is_err() {
-                return Err(encode(&self.path)(&format!(
-                    "no memory for a band of {rows} rows of {w} × {c} bytes"
-                ))
-                .into());
+        let band = match st.bands.entry(y0) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let mut px = Vec::new();
+                if px.try_reserve_exact(rows * w * c).is_err() {
+                    return Err(encode(&self.path)(&format!(
+                        "no memory for a band of {rows} rows of {w} × {c} bytes"
+                    ))
+                    .into());
+                }
+                px.resize(rows * w * c, 0);
+                e.insert((px, 0, rows))
             }
-            px.resize(rows * w * c, 0);
-            st.bands.insert(y0, (px, 0, rows));
-        }
-        let band = st.bands.get_mut(&y0).expect("inserted");
+        };
         for y in 0..rows {
             for x in 0..cols {
                 for ch in 0..c {
