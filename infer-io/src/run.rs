@@ -284,9 +284,12 @@ pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
     let (h, w) = (input.height(), input.width());
     let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
     let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
+    // The writer's bands come off the budget; the stage engine spills what no longer fits (a budget of
+    // 0 spills every stored layer), so the writer is not refused here.
     let reserved = req
         .output((c, oh, ow))
-        .reserve(req.output_rows(h, oh), req.ram())?;
+        .held_bytes(req.output_rows(h, oh))
+        .min(req.ram());
     let opts = bsp_tiling::Options {
         mode: req.mode,
         tile: req.tile,
