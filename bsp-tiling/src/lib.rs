@@ -103,7 +103,7 @@ pub use vocab::Image;
 pub enum Mode {
     /// The whole image at once: the reference (memory grows with the image).
     Whole,
-    /// BSP tiling, exact: halo exchange and merged statistics at every layer. An ONNX graph whose stored
+    /// BSP tiling, exact: halo exchange and merged statistics at every layer. A run whose stored
     /// node outputs would not fit the RAM budget plus the spill space runs the [`Mode::Recompute`]
     /// schedule instead (the same output), and its run's notes say so.
     Exact,
@@ -239,10 +239,11 @@ pub fn stylize_shape(net: &Net, h: usize, w: usize) -> Result<(usize, usize, usi
         .ok_or_else(|| Error::Unsupported("empty network".into()))
 }
 
-/// Runs `net` over `input` in the chosen mode on `backend`. The output has PyTorch's whole-image size for
-/// this input ([`stylize_shape`]), in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else
-/// float32. [`stylize_into`] writes it to a [`Sink`] instead.
-pub fn stylize<B: Backend>(
+/// Runs `net` over `input` in the chosen mode on `backend`: [`Graph::from_net`] through the graph engine,
+/// on [`grid_for`]'s tiles. The output has PyTorch's whole-image size for this input ([`stylize_shape`]),
+/// in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else float32. [`stylize_into`] writes it
+/// to a [`Sink`] instead.
+pub fn stylize<B: GraphOps>(
     net: &Net,
     backend: &B,
     input: &dyn Input,
@@ -268,7 +269,7 @@ fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
 /// float32 values with their top-left corner in the [`stylize_shape`] output; a sink smaller than that
 /// clips them. Every mode streams except [`Mode::Whole`], whose one tile is the whole output. The first
 /// error of the sink stops the run and is returned.
-pub fn stylize_into<B: Backend>(
+pub fn stylize_into<B: GraphOps>(
     net: &Net,
     backend: &B,
     input: &dyn Input,
@@ -277,60 +278,20 @@ pub fn stylize_into<B: Backend>(
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
     stylize_shape(net, h, w)?;
-    if let Some(m) = backend.meter() {
+    if let Some(m) = backend.device_meter() {
         m.reset_peak();
     }
-    let grid = || grid_for(net, h, w, opts.tile);
-    let mut info = match opts.mode {
-        Mode::Whole => {
-            let x = field::gather(
-                input,
-                &(0..h).map(Some).collect::<Vec<_>>(),
-                &(0..w).map(Some).collect::<Vec<_>>(),
-            )?;
-            let (y, stats) = net.forward_tensor(backend, x, opts.threads, None)?;
-            sink.put_tile(0, 0, &y)?;
-            RunInfo {
-                stats,
-                tiles: 1,
-                ..RunInfo::default()
-            }
-        }
-        Mode::Exact => bsp::run_exact(
-            net,
-            backend,
-            input,
-            &grid()?,
-            opts.threads,
-            &opts.budget,
-            sink,
-        )?,
-        Mode::Sampled(f) => onepass::run_sampled(
-            net,
-            backend,
-            input,
-            &grid()?,
-            f,
-            opts.threads,
-            &opts.budget,
-            sink,
-        )?,
-        Mode::Recompute => {
-            onepass::run_recompute(net, backend, input, &grid()?, opts.threads, sink)?
-        }
-        Mode::Naive => {
-            let g = grid()?;
-            naive::run_naive(net, backend, input, &g, opts.threads, sink)?;
-            RunInfo {
-                tiles: g.len(),
-                ..RunInfo::default()
-            }
-        }
-    };
-    if let Some(m) = backend.meter() {
-        info.device_peak_bytes = m.peak();
-    }
-    Ok(info)
+    graph::run_tiled(
+        backend,
+        &Graph::from_net(net),
+        input,
+        opts.mode,
+        opts.tile,
+        &|h, w, t| grid_for(net, h, w, t),
+        opts.threads,
+        &opts.budget,
+        sink,
+    )
 }
 
 /// [`stylize`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory

@@ -220,22 +220,39 @@ fn tiles_images_and_budgets() {
         net.forward_whole(&CpuBackend, &gray, 1, None),
         Err(Error::Channels { .. })
     ));
-    // more activations than RAM + disk budget
+    // more activations than RAM + disk budget: the stage engine refuses; `stylize` runs the recompute
+    // schedule instead (nothing stored), the same output, and says so
     let budget = Budget {
         ram: 1000,
         disk: Some(5000),
         spill_dir: std::env::temp_dir(),
     };
+    let g = bsp_tiling::grid_for(&net, 30, 30, 16).unwrap();
+    let sink = OutputSink::f32(3, 32, 32);
+    let e = run_exact(&net, &CpuBackend, &x, &g, 1, &budget, &sink).unwrap_err();
+    assert!(
+        matches!(e, Error::OverBudget { needed, .. } if needed > 6000),
+        "{e}"
+    );
     let opts = Options {
         mode: Mode::Exact,
         tile: 16,
         threads: 1,
         budget,
     };
-    let e = stylize(&net, &CpuBackend, &x, &opts, true).unwrap_err();
+    let (got, info) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
+    let whole = Options {
+        mode: Mode::Whole,
+        ..opts.clone()
+    };
+    let want = stylize(&net, &CpuBackend, &x, &whole, false).unwrap().0;
+    assert_eq!(max_abs(&got.into_tensor(), &want.into_tensor()), 0.0);
     assert!(
-        matches!(e, Error::OverBudget { needed, .. } if needed > 6000),
-        "{e}"
+        info.notes
+            .iter()
+            .any(|n| n.contains("recomputed tile by tile")),
+        "{:?}",
+        info.notes
     );
     // a spill directory that does not exist
     let budget = Budget {

@@ -256,14 +256,16 @@ fn every_mode_runs_on_the_device_within_budget() {
             info.device_peak_bytes > 0 && info.device_peak_bytes <= 64 << 20,
             "{mode:?}"
         );
-        // Too small a device for the whole image: refused up front with the reason.
-        if mode == Mode::Whole {
-            let plan = net.plan(40, 48).unwrap();
-            let need = bsp_tiling::testing::whole_peak(&sim, &net, &plan, 40, 48);
-            assert!(info.device_peak_bytes <= need);
-            let small = DeviceSim::new(need - 1, Precision::F32);
-            let e = stylize(&net, &small, &x, &opts, false).unwrap_err();
-            assert!(e.to_string().contains("whole-image pass over 48x40"), "{e}");
+        // A device smaller than the run's peak: a typed error naming what did not fit.
+        let small = DeviceSim::new(info.device_peak_bytes - 1, Precision::F32);
+        match stylize(&net, &small, &x, &opts, false) {
+            Err(Error::DeviceBudget { what, .. }) => {
+                assert!(what.contains('`'), "{mode:?}: {what}")
+            }
+            other => panic!(
+                "{mode:?}: expected a device budget error, got {:?}",
+                other.map(|r| r.1)
+            ),
         }
     }
 }

@@ -271,6 +271,48 @@ fn gpu_f16_error_measured() {
     assert!(e.mean_abs < 1.0, "{e:?}");
 }
 
+/// `stylize` in f16 on the GPU (the graph engine's f16 convolutions: `bsp_im2col_g_f16`, cuBLAS
+/// `gemmEx` with binary16 operands) against the same rounding simulated on the CPU: equal up to the
+/// GEMM's order of summation.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_f16_stylize_matches_its_simulation() {
+    let g16 = cuda(None, Precision::F16);
+    let sim16 = bsp_tiling::testing::DeviceSim::new(u64::MAX, Precision::F16);
+    let net = Net::random_transformer(Widths(8, 16, 32), 5, PaddingMode::Reflect);
+    let x = noise_image(3, 150, 130, 4);
+    for mode in [Mode::Exact, Mode::Whole] {
+        let opts = Options {
+            mode,
+            tile: 64,
+            threads: 2,
+            ..Options::default()
+        };
+        let want = stylize(&net, &sim16, &x, &opts, false)
+            .unwrap()
+            .0
+            .into_tensor();
+        let f32 = stylize(&net, &CpuBackend, &x, &opts, false)
+            .unwrap()
+            .0
+            .into_tensor();
+        let got = stylize(&net, &g16, &x, &opts, false)
+            .unwrap()
+            .0
+            .into_tensor();
+        let e = compare(&got, &want);
+        let r = compare(&want, &f32);
+        eprintln!(
+            "{mode:?} f16: GPU vs simulation max abs {:.3e}; simulation vs f32 max abs {:.3e}",
+            e.max_abs, r.max_abs
+        );
+        assert!(
+            e.max_abs <= 5e-2 && r.max_abs > 1e-3,
+            "{mode:?}: {e:?} {r:?}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_every_mode_matches_cpu() {

@@ -22,7 +22,7 @@ use crate::report::{Report, Series, Table, corpus_dir, line_plot, workspace_root
 use anyhow::Context;
 use bsp_tiling::metrics::{compare, seams};
 use bsp_tiling::{
-    Backend, Budget, CpuBackend, CudaBackend, Image, Mode, Net, Options, PaddingMode, Precision,
+    Budget, CpuBackend, CudaBackend, GraphOps, Image, Mode, Net, Options, PaddingMode, Precision,
     Tensor, stylize,
 };
 use std::collections::HashMap;
@@ -83,7 +83,7 @@ struct Measured {
     out: bsp_tiling::Output,
 }
 
-fn measure<B: Backend>(
+fn measure<B: GraphOps>(
     net: &Net,
     backend: &B,
     input: &Image,
@@ -339,7 +339,7 @@ fn probe_gpu(cfg: &Settings) -> Result<(String, u64), String> {
         return Err("not requested (L3_BSP_DEVICES)".into());
     }
     match CudaBackend::new(0, None, Precision::F32) {
-        Ok(b) => Ok((b.name(), b.memory().budget())),
+        Ok(b) => Ok((bsp_tiling::Backend::name(&b), b.memory().budget())),
         Err(e) => Err(e.to_string()),
     }
 }

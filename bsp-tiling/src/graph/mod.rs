@@ -28,4 +28,5 @@ mod working;
 pub use exact::run_graph_exact;
 pub use exec::GraphOps;
 pub use model::{Graph, GraphPlan, GraphStats, Node, NodeHalo};
+pub(crate) use run::run_tiled;
 pub use run::{infer, infer_on, run_graph, run_graph_device, run_graph_on, working_set};

@@ -47,13 +47,44 @@ pub fn run_graph_on<B: GraphOps>(
     budget: &Budget,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
+    run_tiled(
+        backend,
+        g,
+        input,
+        mode,
+        tile,
+        &|h, w, t| g.grid(h, w, t),
+        threads,
+        budget,
+        sink,
+    )
+}
+
+/// The grid of tiles of side `t` over an `h × w` input (the image, or the sampled mode's downsampled
+/// copy), called as `tiles(h, w, t)`.
+pub(crate) type Tiles<'a> = dyn Fn(usize, usize, usize) -> Result<Grid> + 'a;
+
+/// [`run_graph_on`] on the grids `tiles` makes: the graph's own ([`Graph::grid`]), or a caller's rule
+/// (the TransformerNet's, whose tiles are at least as wide as its convolutions' halos).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_tiled<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    mode: Mode,
+    tile: usize,
+    tiles: &Tiles,
+    threads: usize,
+    budget: &Budget,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
     backend.check(&g.nodes)?;
     let prep = backend.prepare(&g.nodes)?;
     let be = &Run {
         backend,
         prep: &prep,
     };
-    let mut info = run_mode(be, g, input, mode, tile, threads, budget, sink)?;
+    let mut info = run_mode(be, g, input, mode, tile, tiles, threads, budget, sink)?;
     if let Some(m) = backend.device_meter() {
         info.device_peak_bytes = m.peak();
     }
@@ -95,36 +126,48 @@ fn run_mode<B: GraphOps>(
     input: &dyn Input,
     mode: Mode,
     tile: usize,
+    tiles: &Tiles,
     threads: usize,
     budget: &Budget,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
-    let grid = || g.grid(h, w, tile);
+    let grid = || tiles(h, w, tile);
     let result = match mode {
         Mode::Whole => one_tile(be, g, input, threads, budget, sink),
         Mode::Exact => {
-            match fit(be, g, input, tile, threads, budget, exact_need).and_then(|(tile, note)| {
-                let mut info = exact_on(
-                    be,
-                    g,
-                    input,
-                    &g.grid(h, w, tile)?,
-                    threads,
-                    budget,
-                    sink,
-                    None,
-                )?;
-                info.notes.extend(note);
-                Ok(info)
-            }) {
+            match fit(be, g, input, tile, tiles, threads, budget, exact_need).and_then(
+                |(tile, note)| {
+                    let mut info = exact_on(
+                        be,
+                        g,
+                        input,
+                        &tiles(h, w, tile)?,
+                        threads,
+                        budget,
+                        sink,
+                        None,
+                    )?;
+                    info.notes.extend(note);
+                    Ok(info)
+                },
+            ) {
                 // Refused before anything was computed or written: the same output, exact, from the
                 // recompute schedule, which stores no activation.
                 Err(Error::OverBudget {
                     needed, ram, disk, ..
                 }) => {
-                    let mut info =
-                        run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
+                    let mut info = run_mode(
+                        be,
+                        g,
+                        input,
+                        Mode::Recompute,
+                        tile,
+                        tiles,
+                        threads,
+                        budget,
+                        sink,
+                    )?;
                     let norms = g
                         .nodes
                         .iter()
@@ -169,14 +212,24 @@ fn run_mode<B: GraphOps>(
             })
         }
         Mode::Sampled(f) => {
-            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
-            let grid = g.grid(h, w, tile)?;
+            let (tile, note) = fit(be, g, input, tile, tiles, threads, budget, fixed_need)?;
+            let grid = tiles(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             // The sample's statistics by the exact mode, tile by tile under the run's budget (its
             // values stored, spilled or recomputed as an exact run's are); its output is not kept.
             let small = crate::onepass::Downsampled::new(input, f);
             let discard = OutputSink::f32(0, 0, 0);
-            let sampled = run_mode(be, g, &small, Mode::Exact, tile, threads, budget, &discard)?;
+            let sampled = run_mode(
+                be,
+                g,
+                &small,
+                Mode::Exact,
+                tile,
+                tiles,
+                threads,
+                budget,
+                &discard,
+            )?;
             run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
             Ok(RunInfo {
                 stats: sampled.stats,
@@ -186,8 +239,8 @@ fn run_mode<B: GraphOps>(
             })
         }
         Mode::Recompute => {
-            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
-            let grid = g.grid(h, w, tile)?;
+            let (tile, note) = fit(be, g, input, tile, tiles, threads, budget, fixed_need)?;
+            let grid = tiles(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             let mut stats: GraphStats = vec![None; g.nodes.len()];
             for (i, n) in g.nodes.iter().enumerate() {
@@ -228,7 +281,7 @@ fn run_mode<B: GraphOps>(
 }
 
 /// The working sets of a run's tiles in flight at once, and how many tiles that is (see [`working_set`]).
-type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, usize) -> Result<(u64, usize)>;
+type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, &Tiles, usize) -> Result<(u64, usize)>;
 
 /// The tile a run whose working sets `need` gives uses: `tile`, or a smaller one whose working sets fit
 /// the budget (with a note), or the refusal of the smallest.
@@ -237,6 +290,7 @@ fn fit<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
+    tiles: &Tiles,
     threads: usize,
     budget: &Budget,
     need: Need<B>,
@@ -244,7 +298,7 @@ fn fit<B: GraphOps>(
     let align = g.plan(input.height(), input.width())?.align;
     let allowance = working::Allowance::of(budget.ram);
     working::fit_tile(tile, align, |t| {
-        let (bytes, workers) = need(be, g, input, t, threads)?;
+        let (bytes, workers) = need(be, g, input, t, tiles, threads)?;
         allowance.admit(bytes, workers, t)
     })
 }
@@ -255,9 +309,10 @@ fn exact_need<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
+    tiles: &Tiles,
     threads: usize,
 ) -> Result<(u64, usize)> {
-    let grid = g.grid(input.height(), input.width(), tile)?;
+    let grid = tiles(input.height(), input.width(), tile)?;
     let plan = prepare(g, input, &grid)?;
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, &grid, v))
@@ -276,9 +331,10 @@ fn fixed_need<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
+    tiles: &Tiles,
     threads: usize,
 ) -> Result<(u64, usize)> {
-    let grid = g.grid(input.height(), input.width(), tile)?;
+    let grid = tiles(input.height(), input.width(), tile)?;
     let plan = prepare(g, input, &grid)?;
     let sizer = working::Sizer {
         g,
@@ -323,13 +379,14 @@ pub fn working_set(
         backend: &CpuBackend,
         prep: &(),
     };
+    let tiles = &|h, w, t| g.grid(h, w, t);
     let need = match mode {
-        Mode::Sampled(_) | Mode::Recompute => fixed_need(be, g, input, tile, threads)?,
-        Mode::Exact | Mode::Naive => exact_need(be, g, input, tile, threads)?,
+        Mode::Sampled(_) | Mode::Recompute => fixed_need(be, g, input, tile, tiles, threads)?,
+        Mode::Exact | Mode::Naive => exact_need(be, g, input, tile, tiles, threads)?,
         Mode::Whole => {
             let align = g.plan(input.height(), input.width())?.align;
             let side = input.height().max(input.width()).next_multiple_of(align);
-            exact_need(be, g, input, side, threads)?
+            exact_need(be, g, input, side, tiles, threads)?
         }
     };
     Ok(need.0)
