@@ -11,20 +11,24 @@
 //!   geometry and host computation), [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA),
 //!   [`graph::launch`] (the graph kernels' host half).
 //! * [`onnx`] — the ONNX importer into a [`Graph`] ([`load_onnx`]), one module per op family.
-//! * The stage engine for [`Net`] (TransformerNet from safetensors, `model`), picked by [`Mode`] in
-//!   [`stylize`]: `whole` (the whole-image pass, the reference, and its device peak), `bsp` (exact
-//!   supersteps, [`RunInfo`]), `onepass` (sampled / recompute), `naive` (no halo, per-tile statistics),
-//!   `grid` ([`Grid`]: tile borders aligned to the total stride).
+//! * [`stylize`] and its device/sink forms run [`Net`] (TransformerNet from safetensors, `model`) as
+//!   [`Graph::from_net`] through the graph engine, in the [`Mode`] asked, on [`grid_for`]'s tiles
+//!   (`grid`: [`Grid`], borders aligned to the total stride, every tile at least as wide as a halo).
+//! * The stage engine that ran [`stylize`] before, kept as the reference the graph engine is checked
+//!   against bit for bit (`tests/engines.rs`) until it goes: `whole` (the whole-image pass and its device
+//!   peak), `bsp` (exact supersteps, [`RunInfo`]), `onepass` (sampled / recompute), `naive` (no halo,
+//!   per-tile statistics), on the [`Backend`] trait.
 //!
 //! Shared underneath:
 //!
-//! * `tensor`, `padding`, [`backend`] — a small CPU engine behind the [`Backend`] trait, whose
-//!   activations are the backend's own type, so that a device keeps them in its memory.
+//! * `tensor`, `padding`, [`backend`] — the stage engine's small CPU engine behind the [`Backend`] trait,
+//!   whose activations are the backend's own type, so that a device keeps them in its memory.
 //! * `gemm` — convolution as a packed GEMM in a fixed summation order (portable and AVX2 kernels,
 //!   bit-identical); `win` — a window's geometry along one axis, which it and `graph::ops` share.
 //! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM) on the
 //!   toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`], [`DeviceOptions`],
-//!   [`Precision`]) and [`stylize_on`] / [`run_graph_device`] run on it.
+//!   [`Precision`]: f16 convolution operands with f32 accumulation, in both engines) and [`stylize_on`] /
+//!   [`run_graph_device`] run on it.
 //! * `meter`, `place`, `sim` — device memory: leases against a budget ([`Meter`]), the placement of
 //!   layers (resident on the device or through host memory), and the device simulated on the CPU.
 //! * `stats` (Chan/Welford, [`ChannelStats`]), `store` (activations in RAM or spilled, [`Budget`]),
