@@ -4,9 +4,11 @@
 //! superstep. Buffers that large come straight from the kernel, which faults them in and zeroes them on
 //! first touch: profiles of the ONNX models at 2048² spent a third (U-Net) to a half (the 4× upscaler) of
 //! their time there, most of it zeroing. So buffers a run is done with are handed back ([`give`]) and
-//! reused, up to [`CAP_BYTES`] held, and a buffer its user overwrites whole is taken as it is
-//! ([`scratch`]): neither the kernel nor a memset zeroes it again. A run [`clear`]s what is left when it
-//! ends. (Transparent huge pages for fresh buffers were tried too: fewer faults, but more system time in
+//! reused, and a buffer its user overwrites whole is taken as it is ([`scratch`]): neither the kernel nor
+//! a memset zeroes it again. What the pool holds is resident memory the run's planner did not give to
+//! a stored value, so the exact engine sets its bound ([`limit`]) superstep by superstep to what the
+//! plan leaves: the stored values' planned peak less those stored now, plus the tiles' working sets.
+//! A run [`clear`]s what is left when it ends. (Transparent huge pages for fresh buffers were tried too: fewer faults, but more system time in
 //! zeroing and compacting 2 MiB pages — the 4× upscaler at 1024² took 9 s of system time instead of 3.5.)
 
 use std::sync::Mutex;
@@ -15,14 +17,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Bytes held for reuse at most; a buffer handed back past this is freed.
 pub const CAP_BYTES: usize = 1 << 30;
 
-/// The bound in force: [`CAP_BYTES`], or less for a run with a smaller RAM budget ([`limit`]).
+/// The bound in force: [`CAP_BYTES`], or what the running superstep's plan leaves ([`limit`]).
 static LIMIT: AtomicUsize = AtomicUsize::new(CAP_BYTES);
 
-/// Holds at most half of a run's RAM budget (and never more than [`CAP_BYTES`]), so that the buffers
-/// kept for reuse do not take the memory a small budget asked to keep free. Process-wide: the last run
-/// to start sets it.
-pub fn limit(ram_budget: u64) {
-    let bytes = (ram_budget / 2).min(CAP_BYTES as u64) as usize;
+/// Holds at most `bytes` (never more than [`CAP_BYTES`]), freeing what is held past it now. Process-wide:
+/// the last caller sets it.
+pub fn limit(bytes: u64) {
+    let bytes = bytes.min(CAP_BYTES as u64) as usize;
     LIMIT.store(bytes, Ordering::Relaxed);
     let mut p = pool();
     while p.bytes > bytes {

@@ -161,6 +161,14 @@ impl Layer {
         })
     }
 
+    /// Stops counting this layer's RAM against the budget: its one reader takes its tiles one by one
+    /// into the value it stores (a normalisation, an element-wise node), so the same memory is counted
+    /// once, as that value's.
+    pub fn hand_over_ram(&mut self) {
+        self.ram_used.fetch_sub(self.ram_bytes, Ordering::Relaxed);
+        self.ram_bytes = 0;
+    }
+
     pub fn spilled(&self) -> bool {
         matches!(self.backing, Backing::Disk { .. })
     }

@@ -6,7 +6,7 @@ use super::eval::{Run, eval_node, tensor_stats};
 use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err, prepare};
 use super::ops::{self, Op};
-use super::schedule::{Schedule, Through, stored_value};
+use super::schedule::{Schedule, Through, stored_value, taken_input};
 use super::working;
 use crate::backend::CpuBackend;
 use crate::bsp::{RunInfo, inner_threads, superstep};
@@ -17,7 +17,7 @@ use crate::stats::{ChannelStats, merge_all};
 use crate::store::{Budget, Layer};
 use crate::tensor::Tensor;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A value's storage during a run: the image, a tiled layer (RAM or spill), or a region of one
 /// (one-pass evaluation).
@@ -236,7 +236,14 @@ pub(super) fn exact_on<B: GraphOps>(
         peak_bytes: needed,
     } = schedule;
     let stored_value = |i: usize| stored_value(&chains, i);
-    crate::buffers::limit(budget.ram);
+    // The buffers kept for reuse count against the plan: the stored values' planned peak (in RAM) less
+    // what is stored now, plus the working sets of the tiles in flight.
+    let pool_room = |stored: u64| {
+        needed
+            .min(budget.ram)
+            .saturating_sub(stored)
+            .saturating_add(working)
+    };
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
     let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
@@ -282,6 +289,11 @@ pub(super) fn exact_on<B: GraphOps>(
         // The value this superstep stores: the node's, or its chain's last.
         let v = stored_value(i);
         let gv = &grids[v];
+        if let Some(u) = taken_input(g, &moves, &grids, i)
+            && let Some(Val::Layer(l)) = &mut vals[u]
+        {
+            l.hand_over_ram();
+        }
         let layer = if v == g.output {
             None
         } else {
@@ -289,6 +301,7 @@ pub(super) fn exact_on<B: GraphOps>(
             info.spilled_layers += l.spilled() as usize;
             Some(l)
         };
+        crate::buffers::limit(pool_room(ram_used.load(Ordering::Relaxed)));
         let field = |u: usize| vals[u].as_ref().expect("value alive").field();
         let exact = Exact {
             be,

@@ -93,7 +93,7 @@ impl Schedule {
                 }
             }
         }
-        let peak_bytes = peak_bytes(g, plan, grids, &last_use, &inline_of);
+        let peak_bytes = peak_bytes(g, plan, grids, &last_use, &inline_of, &moves);
         Schedule {
             chains,
             fused,
@@ -115,12 +115,14 @@ fn peak_bytes(
     grids: &[Grid],
     last_use: &[usize],
     inline_of: &[Option<usize>],
+    moves: &[bool],
 ) -> u64 {
     (0..g.nodes.len())
         .map(|i| {
+            let taken = taken_input(g, moves, grids, i);
             (1..=i + 1)
                 .filter(|&v| v != g.output && inline_of[v].is_none())
-                .filter(|&v| v == i + 1 || last_use[v] >= i)
+                .filter(|&v| v == i + 1 || (last_use[v] >= i && Some(v) != taken))
                 .map(|v| Layer::bytes(plan.shape[v].0, &grids[v]))
                 .sum::<u64>()
         })
@@ -227,6 +229,17 @@ fn moved_values(g: &Graph, through: &[Through]) -> Vec<bool> {
                     || matches!(g.nodes[r].op, Op::Norm(_)))
         })
         .collect()
+}
+
+/// The input of node `i` whose stored tiles become node `i`'s, one by one as its superstep takes them
+/// (a normalisation or an element-wise node of one input, on the same grid: the buffer is computed in
+/// place), so that the two are one value's memory, counted once: the stage engine's normalisation in
+/// place.
+pub(super) fn taken_input(g: &Graph, moves: &[bool], grids: &[Grid], i: usize) -> Option<usize> {
+    match g.nodes[i].inputs[..] {
+        [u] if moves[u] && grids[u] == grids[i + 1] => Some(u),
+        _ => None,
+    }
 }
 
 /// The value unit `i` stores: its node's, or its element-wise chain's last.
