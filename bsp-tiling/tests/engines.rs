@@ -114,7 +114,9 @@ fn spilled_runs_give_the_same_bits() {
     let (want, wi) = stage(&net, &CpuBackend, &x, &opts);
     let (got, gi) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
     assert!(same_bits(&got.into_tensor(), &want));
-    assert_eq!(gi.tiles, wi.tiles);
+    // The graph engine fits each tile's working set into the RAM budget first (a tile too large is
+    // halved): under this budget it runs smaller tiles than the stage engine, with the same bits.
+    assert!(gi.tiles >= wi.tiles, "{} tiles < {}", gi.tiles, wi.tiles);
     eprintln!(
         "spilled: graph engine {} node values, stage engine {} stage outputs",
         gi.spilled_layers, wi.spilled_layers
