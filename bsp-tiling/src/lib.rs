@@ -14,8 +14,8 @@
 //! * [`stylize`] and its device/sink forms run [`Net`] (TransformerNet from safetensors, `model`) as
 //!   [`Graph::from_net`] through the graph engine, in the [`Mode`] asked, on [`grid_for`]'s tiles
 //!   (`grid`: [`Grid`], borders aligned to the total stride, every tile at least as wide as a halo).
-//! * The stage engine that ran [`stylize`] before, kept as the reference the graph engine is checked
-//!   against bit for bit (`tests/engines.rs`) until it goes: `whole` (the whole-image pass and its device
+//! * The stage engine that ran [`stylize`] before (its outputs are pinned by digest in
+//!   `tests/engines.rs`), still driven by the stage-level tests and benchmarks until it goes: `whole` (the whole-image pass and its device
 //!   peak), `bsp` (exact supersteps, [`RunInfo`]), `onepass` (sampled / recompute), `naive` (no halo,
 //!   per-tile statistics), on the [`Backend`] trait.
 //!

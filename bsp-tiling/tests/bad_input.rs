@@ -169,6 +169,10 @@ fn arbitrary_bytes_never_panic() {
     }
 }
 
+/// Enough RAM for the recompute schedule's working set of the small network below on a 256×256 image,
+/// not for its stored activations.
+const RAM_FOR_A_TILE: u64 = 600_000;
+
 #[test]
 fn tiles_images_and_budgets() {
     let net = Net::random_transformer(Widths(4, 4, 4), 2, PaddingMode::Reflect);
@@ -220,32 +224,45 @@ fn tiles_images_and_budgets() {
         net.forward_whole(&CpuBackend, &gray, 1, None),
         Err(Error::Channels { .. })
     ));
-    // more activations than RAM + disk budget: the stage engine refuses; `stylize` runs the recompute
-    // schedule instead (nothing stored), the same output, and says so
-    let budget = Budget {
+    // a RAM budget below one tile's working set, even at the smallest tile: refused, naming the budget
+    let tiny = Budget {
         ram: 1000,
         disk: Some(5000),
         spill_dir: std::env::temp_dir(),
     };
-    let g = bsp_tiling::grid_for(&net, 30, 30, 16).unwrap();
-    let sink = OutputSink::f32(3, 32, 32);
-    let e = run_exact(&net, &CpuBackend, &x, &g, 1, &budget, &sink).unwrap_err();
+    let opts = Options {
+        mode: Mode::Exact,
+        tile: 16,
+        threads: 1,
+        budget: tiny,
+    };
+    let e = stylize(&net, &CpuBackend, &x, &opts, false).unwrap_err();
     assert!(
-        matches!(e, Error::OverBudget { needed, .. } if needed > 6000),
+        matches!(e, Error::TileOverBudget { budget: 1000, .. }),
         "{e}"
     );
+    // room for a tile's working set but not for the stored activations in RAM and on disk: `stylize`
+    // runs the recompute schedule instead (nothing stored), the same output, and says so
+    let budget = Budget {
+        ram: RAM_FOR_A_TILE,
+        disk: Some(5000),
+        spill_dir: std::env::temp_dir(),
+    };
     let opts = Options {
         mode: Mode::Exact,
         tile: 16,
         threads: 1,
         budget,
     };
-    let (got, info) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
+    let big = noise_image(3, 256, 256, 2);
+    let (got, info) = stylize(&net, &CpuBackend, &big, &opts, false).unwrap();
+    // the reference under the default budget (a whole-image pass holds its working set in RAM)
     let whole = Options {
         mode: Mode::Whole,
+        budget: Budget::default(),
         ..opts.clone()
     };
-    let want = stylize(&net, &CpuBackend, &x, &whole, false).unwrap().0;
+    let want = stylize(&net, &CpuBackend, &big, &whole, false).unwrap().0;
     assert_eq!(max_abs(&got.into_tensor(), &want.into_tensor()), 0.0);
     assert!(
         info.notes
@@ -254,9 +271,10 @@ fn tiles_images_and_budgets() {
         "{:?}",
         info.notes
     );
-    // a spill directory that does not exist
+    // a spill directory that does not exist, under a RAM budget that holds a tile's working set but
+    // must spill stored values
     let budget = Budget {
-        ram: 0,
+        ram: 40_000,
         disk: Some(1 << 30),
         spill_dir: "/nonexistent/spill".into(),
     };
@@ -266,10 +284,8 @@ fn tiles_images_and_budgets() {
         threads: 1,
         budget,
     };
-    assert!(matches!(
-        stylize(&net, &CpuBackend, &x, &opts, true),
-        Err(Error::Spill { .. })
-    ));
+    let e = stylize(&net, &CpuBackend, &x, &opts, true).unwrap_err();
+    assert!(matches!(e, Error::Spill { .. }), "{e}");
 }
 
 /// A model path that is a FIFO, a device (a symlink to `/dev/zero`) or a folder is refused at once, for

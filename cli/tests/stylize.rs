@@ -89,7 +89,7 @@ fn jpeg_in_png_out_with_circular_padding_and_spilling() {
         &b,
         &[
             &args[..],
-            &["--ram-budget-mib", "0", "--spill-dir", spill_s],
+            &["--ram-budget-mib", "1", "--spill-dir", spill_s],
         ]
         .concat(),
     );
@@ -284,8 +284,8 @@ fn tiny_inputs_are_refused_as_before() {
     }
 }
 
-/// A run that fails once its output is open (the spill directory is missing and nothing fits in RAM)
-/// leaves no output and no temporary.
+/// A run that fails once its output is open (the spill directory is missing and its stored values do
+/// not fit in 1 MiB of RAM) leaves no output and no temporary.
 #[test]
 fn a_failed_run_leaves_no_output() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,7 +302,7 @@ fn a_failed_run_leaves_no_output() {
                 "--tile",
                 "16",
                 "--ram-budget-mib",
-                "0",
+                "1",
                 "--spill-dir",
                 missing,
             ],

@@ -284,12 +284,11 @@ pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
     let (h, w) = (input.height(), input.width());
     let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
     let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
-    // The writer's bands come off the budget; the stage engine spills what no longer fits (a budget of
-    // 0 spills every stored layer), so the writer is not refused here.
+    // The writer's bands come off the budget, as for `l3 infer`: a writer that would hold the whole
+    // budget is refused before the run.
     let reserved = req
         .output((c, oh, ow))
-        .held_bytes(req.output_rows(h, oh))
-        .min(req.ram());
+        .reserve(req.output_rows(h, oh), req.ram())?;
     let opts = bsp_tiling::Options {
         mode: req.mode,
         tile: req.tile,

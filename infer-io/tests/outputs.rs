@@ -102,4 +102,25 @@ fn a_writer_over_the_budget_is_refused_before_the_run() {
     let file = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
     let png = png::Decoder::new(file).read_info().unwrap();
     assert_eq!((png.info().width, png.info().height), (w as u32, h as u32));
+    // `l3 stylize` takes its writer off the same budget, and refuses it the same way.
+    let image = dir.path().join("wide_in.png");
+    let mut enc = png::Encoder::new(std::fs::File::create(&image).unwrap(), w as u32, h as u32);
+    enc.set_color(png::ColorType::Rgb);
+    let mut writer = enc.write_header().unwrap();
+    writer.write_image_data(&vec![7u8; 3 * h * w]).unwrap();
+    writer.finish().unwrap();
+    let net = bsp_tiling::Net::random_transformer(
+        bsp_tiling::Widths(4, 4, 4),
+        1,
+        bsp_tiling::PaddingMode::Reflect,
+    );
+    let out = dir.path().join("wide_styled.png");
+    let mut req = request(&image, &out);
+    req.budget.ram = 1 << 20;
+    let e = infer_io::stylize_paths(&net, &req).unwrap_err().to_string();
+    assert!(
+        e.contains("wide_styled.png") && e.contains("writer would hold"),
+        "{e}"
+    );
+    assert!(!out.exists());
 }

@@ -285,6 +285,7 @@ type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, &Tiles, usize) -> Resu
 
 /// The tile a run whose working sets `need` gives uses: `tile`, or a smaller one whose working sets fit
 /// the budget (with a note), or the refusal of the smallest.
+#[allow(clippy::too_many_arguments)]
 fn fit<B: GraphOps>(
     be: &Run<'_, B>,
     g: &Graph,

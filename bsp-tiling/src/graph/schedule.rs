@@ -93,8 +93,7 @@ impl Schedule {
                 }
             }
         }
-        let peak_bytes = peak_bytes(g, plan, grids, &last_use, &inline_of, &moves);
-        Schedule {
+        let mut schedule = Schedule {
             chains,
             fused,
             through,
@@ -102,27 +101,33 @@ impl Schedule {
             inline_of,
             moves,
             last_use,
-            peak_bytes,
-        }
+            peak_bytes: 0,
+        };
+        schedule.peak_bytes = peak_bytes(g, plan, grids, &schedule);
+        schedule
     }
 }
 
-/// Host bytes of the stored values alive at once at their peak (values computed where they are read,
-/// `inline_of`, are not stored).
-fn peak_bytes(
-    g: &Graph,
-    plan: &GraphPlan,
-    grids: &[Grid],
-    last_use: &[usize],
-    inline_of: &[Option<usize>],
-    moves: &[bool],
-) -> u64 {
-    (0..g.nodes.len())
+/// Host bytes of the stored values alive at once at their peak: over the supersteps (the heads of
+/// units computed in a superstep of their own), the value the superstep stores and every stored value
+/// read at or after it, less an input whose tiles it takes. Values never stored — an element-wise
+/// chain's intermediates, values read through, inlined units' — take no memory here (working sets are
+/// [`super::working`]'s).
+fn peak_bytes(g: &Graph, plan: &GraphPlan, grids: &[Grid], s: &Schedule) -> u64 {
+    let heads = || {
+        (0..g.nodes.len()).filter(|&i| !s.fused[i] && s.through[i + 1].is_none() && !s.inlined[i])
+    };
+    let mut stored = vec![false; plan.shape.len()];
+    for i in heads() {
+        stored[stored_value(&s.chains, i)] = true;
+    }
+    heads()
         .map(|i| {
-            let taken = taken_input(g, moves, grids, i);
-            (1..=i + 1)
-                .filter(|&v| v != g.output && inline_of[v].is_none())
-                .filter(|&v| v == i + 1 || (last_use[v] >= i && Some(v) != taken))
+            let out = stored_value(&s.chains, i);
+            let taken = taken_input(g, &s.moves, grids, i);
+            (1..=out)
+                .filter(|&v| stored[v] && v != g.output)
+                .filter(|&v| v == out || (v <= i && s.last_use[v] >= i && Some(v) != taken))
                 .map(|v| Layer::bytes(plan.shape[v].0, &grids[v]))
                 .sum::<u64>()
         })
@@ -169,11 +174,13 @@ fn fusion(g: &Graph, plan: &GraphPlan) -> (Vec<Vec<usize>>, Vec<bool>) {
 /// A value read through: where its node's index maps lead, over the whole value (rows, columns).
 pub(super) type Through = Option<(usize, [Vec<Option<usize>>; 2])>;
 
-/// Per value: whether it is read through rather than computed (pad fusion). A Pad that only copies or
-/// mirrors values (reflect, edge, wrap, or zeros) and whose output one Conv alone reads is not computed
-/// and stored: that Conv gathers its window from the Pad's input through the Pad's index maps (a zero
-/// pad's `None` is the zero the Conv's own padding reads). The window is the same, without a stored
-/// copy of the padded value and a second gather.
+/// Per value: whether it is read through rather than computed (index-map fusion). A node that only
+/// copies values by an index map — a Pad that copies or mirrors (reflect, edge, wrap, or zeros) or a
+/// nearest Resize — whose output one Conv alone reads, directly or through other such nodes, is not
+/// computed and stored: that Conv gathers its window from the first stored value through the composed
+/// index maps (a zero pad's `None` is the zero the Conv's own padding reads). The window is the same,
+/// without stored copies of the padded or upsampled value (for the TransformerNet's decoder, a
+/// full-resolution value of twice its output's channels) and a second gather.
 fn pad_through(g: &Graph, plan: &GraphPlan, chains: &[Vec<usize>], fused: &[bool]) -> Vec<Through> {
     let mut readers: Vec<Vec<usize>> = vec![vec![]; plan.shape.len()];
     for (r, n) in g.nodes.iter().enumerate() {
@@ -182,13 +189,20 @@ fn pad_through(g: &Graph, plan: &GraphPlan, chains: &[Vec<usize>], fused: &[bool
         }
     }
     let mut through: Vec<Through> = vec![None; plan.shape.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
+    // From the last node back, so that a reader's own read-through is known before its input's.
+    for (i, n) in g.nodes.iter().enumerate().rev() {
         let v = i + 1;
-        let Op::Pad(p) = &n.op else { continue };
-        let copies = p.mode.is_some() || p.value == 0.0;
-        let one_conv = matches!(readers[v][..], [r] if matches!(g.nodes[r].op, Op::Conv(_)));
-        if !copies
-            || !one_conv
+        let maps_only = match &n.op {
+            Op::Pad(p) => p.mode.is_some() || p.value == 0.0,
+            Op::Resize(r) => !r.linear,
+            _ => false,
+        };
+        let one_reader = match readers[v][..] {
+            [r] => matches!(g.nodes[r].op, Op::Conv(_)) || through[r + 1].is_some(),
+            _ => false,
+        };
+        if !maps_only
+            || !one_reader
             || v == g.output
             || plan.feeds_norm[v]
             || fused[i]
@@ -206,6 +220,21 @@ fn pad_through(g: &Graph, plan: &GraphPlan, chains: &[Vec<usize>], fused: &[bool
                 n.op.in_map(1, 0, &[iw], ow, 0, ow),
             ],
         ));
+    }
+    // Compose chains of read-throughs, first to last, so that each leads to a stored value.
+    for v in 0..through.len() {
+        let Some((u, maps)) = through[v].take() else {
+            continue;
+        };
+        through[v] = Some(match &through[u] {
+            Some((src, inner)) => {
+                let via = |m: &[Option<usize>], k: &[Option<usize>]| -> Vec<Option<usize>> {
+                    m.iter().map(|o| o.and_then(|i| k[i])).collect()
+                };
+                (*src, [via(&maps[0], &inner[0]), via(&maps[1], &inner[1])])
+            }
+            None => (u, maps),
+        });
     }
     through
 }
