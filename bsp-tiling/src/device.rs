@@ -4,18 +4,17 @@
 //! `--gpu-memory BYTES` and `--precision f32|f16` to; [`crate::stylize_on`] opens the backend they name
 //! and fails with the reason (no driver, no device, no NVRTC/cuBLAS) rather than fall back to the CPU.
 //!
-//! The byte counts here ([`weight_bytes`], [`band`], ...) are shared by the CUDA backend and its host
-//! stand-in [`crate::sim::DeviceSim`], so that the placement planner ([`crate::place`]), the simulation that
-//! tests it on the CPU and the real device all count the same allocations.
+//! The byte counts here are shared by the CUDA backend and its host stand-in [`crate::sim::DeviceSim`]
+//! (with `graph::exec`'s), so that the simulation that tests the device budget on the CPU and the real
+//! device count the same allocations.
 
-use crate::backend::Conv2d;
 use crate::error::{Error, Result};
 use vocab::Invalid;
 
 pub use vocab::Device;
 
 /// A tile side that suits the device: 512 on the CPU (tiles of a few MiB per worker), 2048 on a GPU (few,
-/// large launches; the placement planner keeps the device within its budget either way).
+/// large launches; the meter keeps the device within its budget either way).
 pub fn default_tile(device: Device) -> usize {
     match device {
         Device::Cpu => 512,
@@ -117,46 +116,6 @@ pub const HEADROOM: u64 = 512 << 20;
 /// Bytes of im2col columns a device backend builds per GEMM (a band of output rows), unless told otherwise.
 pub const DEVICE_BAND_BYTES: usize = 256 << 20;
 
-/// Bytes of device memory the weights of `conv` take: f32 weight and bias, plus an f16 copy of the weight.
-pub fn weight_bytes(conv: &Conv2d, precision: Precision) -> u64 {
-    let f16 = match precision {
-        Precision::F32 => 0,
-        Precision::F16 => conv.weight.len() * 2,
-    };
-    ((conv.weight.len() + conv.bias.len()) * 4 + f16) as u64
-}
-
-/// Output rows per im2col band and the band's bytes for a `ho × wo` output.
-pub fn band(
-    conv: &Conv2d,
-    ho: usize,
-    wo: usize,
-    band_bytes: usize,
-    precision: Precision,
-) -> (usize, u64) {
-    let row = conv.cin * conv.k * conv.k * wo * precision.elem_bytes();
-    let rows = (band_bytes / row.max(1)).clamp(1, ho.max(1));
-    (rows, (rows * row) as u64)
-}
-
-/// Threads per block of the statistics reduction (a power of two, at most 256: kernels.cu).
-pub const STATS_THREADS: usize = 256;
-
-/// Blocks per channel of the statistics reduction: enough to fill a GPU, at most 1024 partials.
-pub fn stats_blocks(plane: usize) -> usize {
-    plane.div_ceil(STATS_THREADS * 16).clamp(1, 1024)
-}
-
-/// Bytes of the statistics reduction's scratch: per-block partials, then per-channel sums and M2.
-pub fn stats_scratch_bytes(c: usize, plane: usize) -> u64 {
-    (c * (stats_blocks(plane) + 2) * 8) as u64
-}
-
-/// Bytes of a gather's index maps (i32, -1 for a zero).
-pub fn gather_scratch_bytes(ny: usize, nx: usize) -> u64 {
-    ((ny + nx) * 4) as u64
-}
-
 /// Bytes of a normalisation's per-channel scale and shift.
 pub fn norm_scratch_bytes(c: usize) -> u64 {
     (2 * c * 4) as u64
@@ -189,27 +148,5 @@ mod tests {
                 .starts_with("gpu_memory \"1073741824\": expected none on device cpu")
         );
         assert!(DeviceOptions::default().validate().is_ok());
-    }
-
-    #[test]
-    fn band_rows_follow_the_byte_budget() {
-        let conv = Conv2d {
-            cin: 8,
-            cout: 16,
-            k: 3,
-            stride: 1,
-            weight: vec![0.0; 16 * 8 * 9],
-            bias: vec![0.0; 16],
-        };
-        // 72 values per output pixel, 100 pixels per row: 28,800 bytes a row in f32.
-        assert_eq!(band(&conv, 50, 100, 100_000, Precision::F32), (3, 86_400));
-        assert_eq!(band(&conv, 50, 100, 100_000, Precision::F16), (6, 86_400));
-        // Never zero rows, never more than the output has.
-        assert_eq!(band(&conv, 50, 100, 10, Precision::F32).0, 1);
-        assert_eq!(band(&conv, 2, 100, 1 << 30, Precision::F32).0, 2);
-        assert_eq!(
-            weight_bytes(&conv, Precision::F16),
-            (1152 + 16) * 4 + 1152 * 2
-        );
     }
 }

@@ -1,8 +1,6 @@
-//! The tile grid: row and column borders, aligned to the network's total stride, and the grid it becomes
-//! at every stage of a network ([`stage_grids`]).
+//! The tile grid: row and column borders, aligned to the network's total stride.
 
 use crate::error::{Error, Result};
-use crate::model::{Net, Plan};
 
 /// Tile borders along both axes, each list starting at 0 and ending at the image side.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,44 +147,4 @@ impl Grid {
         }
         v
     }
-}
-/// Checks that every tile, at every resolution, is at least as wide as the halo the next convolution
-/// reads, so that halos come from the immediate neighbours (and the reflection of a tile never needs
-/// more than the image has). Returns the per-stage grids.
-pub fn stage_grids(net: &Net, plan: &Plan, grid: &Grid) -> Result<Vec<Grid>> {
-    let mut grids = vec![];
-    let mut in_grid = grid.clone();
-    let mut in_div = 1;
-    for (i, s) in net.stages.iter().enumerate() {
-        let (ay, ax) = plan.axes[i];
-        let halo = ay.halo().max(ax.halo());
-        let min_tile = in_grid
-            .rows
-            .windows(2)
-            .chain(in_grid.cols.windows(2))
-            .map(|p| p[1] - p[0])
-            .min()
-            .unwrap_or(0);
-        if min_tile < halo {
-            let min = (0..net.stages.len())
-                .map(|j| {
-                    plan.axes[j].0.halo().max(plan.axes[j].1.halo())
-                        * if j == 0 { 1 } else { plan.div[j - 1] }
-                })
-                .max()
-                .unwrap_or(1);
-            return Err(Error::TileSmallerThanHalo {
-                tile: min_tile * in_div,
-                layer: s.name.clone(),
-                halo: halo * in_div,
-                min,
-            });
-        }
-        let (_, h, w) = plan.out[i];
-        let g = grid.at_level(plan.div[i], h, w)?;
-        in_grid = g.clone();
-        in_div = plan.div[i];
-        grids.push(g);
-    }
-    Ok(grids)
 }

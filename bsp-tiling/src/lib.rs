@@ -1,52 +1,49 @@
 //! CNN inference on images of any size: BSP tiling with dictionary padding and synchronised
 //! normalisation statistics (after "Processing Extremely Large Images with CNNs", CIKM'17).
 //!
-//! Two engines share the tiles, the statistics and the storage:
+//! One engine runs every network, tiled:
 //!
 //! * [`graph`] — the DAG engine for any tileable CNN: `graph::model` ([`Graph`], [`Node`], their plan
 //!   for one input size, halos, TransformerNet as a graph), `graph::schedule` (which values are stored,
-//!   fused, read through or inlined), `graph::eval` (one node over one output range), `graph::exact`
-//!   (the superstep engine), `graph::fixed` (one pass per output tile with fixed statistics),
-//!   `graph::run` ([`run_graph`], [`infer`] and their backend/device forms), [`graph::ops`] (each op's
-//!   geometry and host computation), [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA),
-//!   [`graph::launch`] (the graph kernels' host half).
+//!   fused, read through or inlined, and their peak bytes), `graph::working` (a tile's working set, the
+//!   tile fitted to the RAM budget), `graph::eval` (one node over one output range), `graph::exact` (the
+//!   superstep engine), `graph::superstep` (every tile in parallel, the return the barrier),
+//!   `graph::fixed` (one pass per output tile with fixed statistics), `graph::run` ([`run_graph`],
+//!   [`infer`] and their backend/device forms), [`graph::ops`] (each op's geometry and host computation),
+//!   [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA), [`graph::launch`] (the graph kernels'
+//!   host half).
 //! * [`onnx`] — the ONNX importer into a [`Graph`] ([`load_onnx`]), one module per op family.
 //! * [`stylize`] and its device/sink forms run [`Net`] (TransformerNet from safetensors, `model`) as
 //!   [`Graph::from_net`] through the graph engine, in the [`Mode`] asked, on [`grid_for`]'s tiles
 //!   (`grid`: [`Grid`], borders aligned to the total stride, every tile at least as wide as a halo).
-//! * The stage engine that ran [`stylize`] before (its outputs are pinned by digest in
-//!   `tests/engines.rs`), still driven by the stage-level tests and benchmarks until it goes: `whole` (the whole-image pass and its device
-//!   peak), `bsp` (exact supersteps, [`RunInfo`]), `onepass` (sampled / recompute), `naive` (no halo,
-//!   per-tile statistics), on the [`Backend`] trait.
+//!   `run_info`: what a run reports ([`RunInfo`]).
 //!
-//! Shared underneath:
+//! Underneath:
 //!
-//! * `tensor`, `padding`, [`backend`] — the stage engine's small CPU engine behind the [`Backend`] trait,
-//!   whose activations are the backend's own type, so that a device keeps them in its memory.
+//! * `tensor`, `padding`, [`backend`] — values, PyTorch's paddings, the TransformerNet's parameters and
+//!   [`CpuBackend`], the reference backend.
 //! * `gemm` — convolution as a packed GEMM in a fixed summation order (portable and AVX2 kernels,
 //!   bit-identical); `win` — a window's geometry along one axis, which it and `graph::ops` share.
 //! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM) on the
 //!   toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`], [`DeviceOptions`],
-//!   [`Precision`]: f16 convolution operands with f32 accumulation, in both engines) and [`stylize_on`] /
+//!   [`Precision`]: f16 convolution operands with f32 accumulation) and [`stylize_on`] /
 //!   [`run_graph_device`] run on it.
-//! * `meter`, `place`, `sim` — device memory: leases against a budget ([`Meter`]), the placement of
-//!   layers (resident on the device or through host memory), and the device simulated on the CPU.
-//! * `stats` (Chan/Welford, [`ChannelStats`]), `store` (activations in RAM or spilled, [`Budget`]),
+//! * `meter`, `sim` — device memory: leases against a budget ([`Meter`]), and the device simulated on
+//!   the CPU.
+//! * `stats` (Chan/Welford, [`ChannelStats`]), `store` (values in RAM or spilled, [`Budget`]),
 //!   `buffers` (large buffers reused between supersteps).
-//! * [`field`] — inputs and outputs of any size ([`Input`], [`Sink`], [`OutputSink`], [`Output`]), and
-//!   the index maps a [`Field`] implemented elsewhere reads its windows by. Files read by region and
-//!   written tile by tile (`.npy`, TIFF, L3, PNG, ...) are the `infer-io` crate's: this one knows no file
-//!   format but its models'.
+//! * [`field`] — inputs and outputs of any size ([`Input`], [`Sink`], [`OutputSink`], [`Output`]), the
+//!   index maps a [`Field`] implemented elsewhere reads its windows by, and the sampled mode's
+//!   downsampled input. Files read by region and written tile by tile (`.npy`, TIFF, L3, PNG, ...) are the
+//!   `infer-io` crate's: this one knows no file format but its models'.
 //! * [`metrics`] — error vs a reference, the seam metric, peak RSS.
 //!
 //! Everything a user of the library needs is re-exported here; what only this crate's tests,
-//! benchmarks and fuzz targets drive (the stage engine's modes on an explicit grid, the placement
-//! planner, the simulated device, the CUDA kernels' source and launch parameters) is in the hidden
+//! benchmarks and fuzz targets drive (the simulated device, the CUDA kernels' source) is in the hidden
 //! `testing` module.
 #![deny(unsafe_code)]
 
 pub mod backend;
-mod bsp;
 mod buffers;
 #[allow(unsafe_code)]
 mod cuda;
@@ -60,11 +57,9 @@ mod grid;
 mod meter;
 pub mod metrics;
 mod model;
-mod naive;
-mod onepass;
 pub mod onnx;
 mod padding;
-mod place;
+mod run_info;
 mod sim;
 mod stats;
 #[allow(unsafe_code)]
@@ -72,7 +67,6 @@ mod store;
 mod tensor;
 #[doc(hidden)]
 pub mod testing;
-mod whole;
 mod win;
 
 /// The README's example runs as a doctest.
@@ -80,8 +74,7 @@ mod win;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctest;
 
-pub use backend::{Backend, CpuBackend};
-pub use bsp::RunInfo;
+pub use backend::CpuBackend;
 pub use cuda::CudaBackend;
 pub use device::{Device, DeviceOptions, Precision, default_tile};
 pub use error::{Error, Result};
@@ -97,6 +90,7 @@ pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
 pub use onnx::{graph_from_onnx, load_onnx};
 pub use padding::PaddingMode;
+pub use run_info::RunInfo;
 pub use stats::ChannelStats;
 pub use store::Budget;
 pub use tensor::Tensor;

@@ -5,7 +5,7 @@
 //! BSP supersteps: the only points where a tile needs its neighbours (the halo of the convolution) or the
 //! whole image (the statistics of the normalisation).
 
-use crate::backend::{Backend, Conv2d, Norm};
+use crate::backend::{Conv2d, Norm};
 use crate::error::{Error, Result};
 use crate::padding::PaddingMode;
 use crate::stats::ChannelStats;
@@ -202,14 +202,6 @@ impl Net {
             plan.div.push(down / up);
         }
         Ok(plan)
-    }
-
-    /// Every stage's weights, prepared by `backend` (in its memory, for a device).
-    pub fn load_weights<B: Backend>(&self, backend: &B) -> Result<Vec<B::Weights>> {
-        self.stages
-            .iter()
-            .map(|s| backend.weights(&s.conv))
-            .collect()
     }
 }
 

@@ -217,27 +217,6 @@ impl Layer {
         }
     }
 
-    /// Runs `f` on tile `t`'s data, mutable; written back to the spill file when it is mapped.
-    pub fn modify<R>(&self, t: usize, f: impl FnOnce(&mut [f32]) -> R) -> std::io::Result<R> {
-        match &self.backing {
-            Backing::Ram(v) => {
-                let mut g = v[t].write().unwrap_or_else(|e| e.into_inner());
-                if g.is_empty() {
-                    *g = crate::buffers::zeros(self.tile_len(t));
-                }
-                Ok(f(&mut g))
-            }
-            Backing::Disk { file, offsets } => {
-                let mut buf = crate::buffers::scratch(self.tile_len(t));
-                file.read_exact_at(bytemuck::cast_slice_mut(&mut buf), offsets[t])?;
-                let r = f(&mut buf);
-                file.write_all_at(bytemuck::cast_slice(&buf), offsets[t])?;
-                crate::buffers::give(buf);
-                Ok(r)
-            }
-        }
-    }
-
     /// Rows `l0..l1` of tile `t`'s channel `c`, as `dst` (whole rows); with `cols`, only those columns
     /// of each row are read (a narrow strip of a wide tile, such as a halo beside it).
     #[allow(clippy::too_many_arguments)]

@@ -1,34 +1,40 @@
-//! BSP-exact (and the recomputing one-pass mode) equal the whole-image forward pass.
+//! Exact tiling (and the recomputing one-pass mode) equal the whole-image pass, through `stylize`.
 
 mod common;
 
-use bsp_tiling::testing::run_exact;
-use bsp_tiling::testing::{run_recompute, run_sampled};
-use bsp_tiling::{Budget, CpuBackend, Grid, Input, Net, OutputSink, PaddingMode, Tensor, Widths};
+use bsp_tiling::{
+    Budget, CpuBackend, Input, Mode, Net, Options, PaddingMode, RunInfo, Tensor, Widths, grid_for,
+    min_tile, stylize,
+};
 use common::*;
 
 const TOL: f32 = 1e-4;
 
-fn whole(net: &Net, x: &Tensor) -> Tensor {
-    net.forward_whole(&CpuBackend, x, 2, None).unwrap().0
+fn run(net: &Net, x: &dyn Input, mode: Mode, tile: usize, budget: &Budget) -> (Tensor, RunInfo) {
+    let opts = Options {
+        mode,
+        tile,
+        threads: 2,
+        budget: budget.clone(),
+    };
+    let (out, info) = stylize(net, &CpuBackend, x, &opts, false).unwrap();
+    (out.into_tensor(), info)
 }
 
-fn exact(net: &Net, x: &dyn Input, grid: &Grid, budget: &Budget) -> (Tensor, bsp_tiling::RunInfo) {
-    let plan = net.plan(x.height(), x.width()).unwrap();
-    let (c, h, w) = *plan.out.last().unwrap();
-    let sink = OutputSink::f32(c, h, w);
-    let info = run_exact(net, &CpuBackend, x, grid, 2, budget, &sink).unwrap();
-    (sink.finish().into_tensor(), info)
+fn whole(net: &Net, x: &dyn Input) -> Tensor {
+    run(net, x, Mode::Whole, 0, &Budget::default()).0
 }
 
-fn grids(h: usize, w: usize) -> Vec<Grid> {
-    vec![
-        Grid::with_count(h, w, 1, 1, 4).unwrap(),
-        Grid::with_count(h, w, 2, 3, 4).unwrap(),
-        Grid::with_count(h, w, 7, 5, 4).unwrap(),
-        // Tiles of 12 that do not divide the image (last ones of 9 or 5 pixels; 2 joins its neighbour).
-        Grid::with_tile(h, w, 12, 4, 4).unwrap(),
-    ]
+fn exact(net: &Net, x: &dyn Input, tile: usize, budget: &Budget) -> (Tensor, RunInfo) {
+    run(net, x, Mode::Exact, tile, budget)
+}
+
+/// Tile sides from the smallest the network accepts (whose last tiles rarely divide the image: a
+/// remainder narrower than it joins its neighbour) to one tile for the whole image.
+fn tiles(net: &Net) -> [usize; 4] {
+    let m = min_tile(net);
+    let align = net.total_stride();
+    [m, m + align, 2 * m + align, 4096]
 }
 
 #[test]
@@ -39,15 +45,11 @@ fn random_weights_every_grid_and_odd_sizes() {
         let x = noise_image(3, h, w, 9);
         let want = whole(&net, &x);
         assert_eq!((want.h, want.w), (h.div_ceil(4) * 4, w.div_ceil(4) * 4));
-        for g in grids(h, w) {
-            let (got, info) = exact(&net, &x, &g, &Budget::default());
+        for tile in tiles(&net) {
+            let (got, info) = exact(&net, &x, tile, &Budget::default());
             let err = max_abs(&got, &want);
-            assert!(
-                err < TOL,
-                "{h}x{w} grid {:?}: max abs {err}",
-                (g.n_rows(), g.n_cols())
-            );
-            assert_eq!(info.tiles, g.len());
+            assert!(err < TOL, "{h}x{w} tile {tile}: max abs {err}");
+            assert_eq!(info.tiles, grid_for(&net, h, w, tile).unwrap().len());
         }
     }
 }
@@ -62,8 +64,8 @@ fn every_padding_mode_is_exact() {
         let net = Net::random_transformer(Widths(4, 6, 8), 3, mode);
         let x = noise_image(3, 43, 30, 5);
         let want = whole(&net, &x);
-        let g = Grid::with_count(43, 30, 3, 2, 4).unwrap();
-        let (got, _) = exact(&net, &x, &g, &Budget::default());
+        let (got, info) = exact(&net, &x, tiles(&net)[1], &Budget::default());
+        assert!(info.tiles > 1, "{mode:?}");
         assert!(max_abs(&got, &want) < TOL, "{mode:?}");
     }
 }
@@ -78,54 +80,44 @@ fn real_models_on_a_corpus_crop() {
         // Real outputs span the 0..255 range: check the tolerance is tight relative to it.
         let span = want.data.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         assert!(span > 50.0, "{m}: output span {span}");
-        for g in grids(53, 70) {
-            let (got, _) = exact(&net, &img, &g, &Budget::default());
+        for tile in tiles(&net) {
+            let (got, _) = exact(&net, &img, tile, &Budget::default());
             let err = max_abs(&got, &want);
-            assert!(err < TOL, "{m} grid {}x{}: {err}", g.n_rows(), g.n_cols());
+            assert!(err < TOL, "{m} tile {tile}: {err}");
         }
     }
 }
 
 #[test]
-fn spilled_to_memory_mapped_files_is_still_exact() {
+fn spilled_to_spill_files_is_still_exact() {
     let net = model("candy_nc8.safetensors");
     let img = corpus_crop("Storm.jpg", 6, 10, 10, 64, 48);
-    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
+    let want = whole(&net, &img);
     let dir = tempfile::tempdir().unwrap();
-    let budget = Budget {
-        ram: 0,
-        disk: None,
-        spill_dir: dir.path().to_path_buf(),
-    };
-    let g = Grid::with_count(48, 64, 3, 4, 4).unwrap();
-    let (got, info) = exact(&net, &img, &g, &budget);
-    assert_eq!(
-        info.spilled_layers,
-        net.stages.len() - 1,
-        "every stored layer spills with no RAM budget"
-    );
-    assert!(max_abs(&got, &want) < TOL);
-    // A budget that holds some layers in RAM and spills the rest.
-    let budget = Budget {
-        ram: 60_000,
-        ..budget
-    };
-    let (got, info) = exact(&net, &img, &g, &budget);
-    assert!(
-        info.spilled_layers > 0 && info.spilled_layers < net.stages.len() - 1,
-        "{}",
-        info.spilled_layers
-    );
-    assert!(max_abs(&got, &want) < TOL);
+    let tile = tiles(&net)[0];
+    // A RAM budget that holds a tile's working set and few stored values, then one that holds more.
+    let mut spilled = vec![];
+    for ram in [120_000, 200_000] {
+        let budget = Budget {
+            ram,
+            disk: None,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let (got, info) = exact(&net, &img, tile, &budget);
+        assert!(max_abs(&got, &want) < TOL, "RAM {ram}");
+        spilled.push(info.spilled_layers);
+    }
+    assert!(spilled[0] > spilled[1] && spilled[1] > 0, "{spilled:?}");
 }
 
 #[test]
 fn statistics_merge_to_the_whole_image_ones() {
     let net = model("mosaic_nc16.safetensors");
     let x = bsp_tiling::image_to_tensor(&corpus_crop("Wood.jpg", 10, 0, 0, 60, 44));
-    let (_, whole_stats) = net.forward_whole(&CpuBackend, &x, 1, None).unwrap();
-    let g = Grid::with_count(44, 60, 3, 3, 4).unwrap();
-    let (_, info) = exact(&net, &x, &g, &Budget::default());
+    let whole_stats = run(&net, &x, Mode::Whole, 0, &Budget::default()).1.stats;
+    let (_, info) = exact(&net, &x, tiles(&net)[0], &Budget::default());
+    assert!(info.tiles > 1);
+    assert_eq!(whole_stats.len(), info.stats.len());
     for (a, b) in whole_stats.iter().zip(&info.stats) {
         match (a, b) {
             (Some(a), Some(b)) => {
@@ -136,7 +128,7 @@ fn statistics_merge_to_the_whole_image_ones() {
                 }
             }
             (None, None) => {}
-            _ => panic!("normalising stages differ"),
+            _ => panic!("normalising nodes differ"),
         }
     }
 }
@@ -145,17 +137,15 @@ fn statistics_merge_to_the_whole_image_ones() {
 fn recompute_and_full_resolution_sampling_are_exact() {
     let net = model("candy_nc8.safetensors");
     let img = corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47);
-    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
-    let g = Grid::with_count(47, 61, 3, 4, 4).unwrap();
-    let (c, h, w) = (want.c, want.h, want.w);
-    let sink = OutputSink::f32(c, h, w);
-    run_recompute(&net, &CpuBackend, &img, &g, 2, &sink).unwrap();
-    let err = max_abs(&sink.finish().into_tensor(), &want);
+    let want = whole(&net, &img);
+    let tile = tiles(&net)[0];
+    let (got, info) = run(&net, &img, Mode::Recompute, tile, &Budget::default());
+    assert!(info.tiles > 1);
+    let err = max_abs(&got, &want);
     assert!(err < TOL, "recompute: {err}");
     // Sampling factor 1 = the image's own statistics: the one-pass receptive-field halo is exact.
-    let sink = OutputSink::f32(c, h, w);
-    run_sampled(&net, &CpuBackend, &img, &g, 1, 2, &Budget::default(), &sink).unwrap();
-    let err = max_abs(&sink.finish().into_tensor(), &want);
+    let (got, _) = run(&net, &img, Mode::Sampled(1), tile, &Budget::default());
+    let err = max_abs(&got, &want);
     assert!(err < TOL, "sampled:1: {err}");
 }
 
@@ -163,11 +153,9 @@ fn recompute_and_full_resolution_sampling_are_exact() {
 fn sampling_at_half_resolution_is_approximate() {
     let net = model("mosaic_nc16.safetensors");
     let img = corpus_crop("EveningGlow.jpg", 4, 100, 100, 160, 120);
-    let want = whole(&net, &bsp_tiling::image_to_tensor(&img));
-    let g = Grid::with_tile(120, 160, 64, 4, 4).unwrap();
-    let sink = OutputSink::f32(want.c, want.h, want.w);
-    run_sampled(&net, &CpuBackend, &img, &g, 2, 2, &Budget::default(), &sink).unwrap();
-    let e = bsp_tiling::metrics::compare(&sink.finish().into_tensor(), &want);
+    let want = whole(&net, &img);
+    let (got, _) = run(&net, &img, Mode::Sampled(2), 64, &Budget::default());
+    let e = bsp_tiling::metrics::compare(&got, &want);
     // Not exact: statistics of a half-size image differ (a NumPy reimplementation gave ~18/255 mean error).
     assert!(e.mean_abs > 1.0, "{e:?}");
     assert!(e.psnr_db > 8.0 && e.psnr_db < 40.0, "{e:?}");

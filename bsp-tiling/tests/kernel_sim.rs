@@ -12,9 +12,7 @@
 //! real); the harness (tests/cpu-sim/harness.cpp) and the kernels are embedded in the test binary. Needs
 //! a C++20 compiler (`c++`, or `$CXX`); without one the tests print why and skip.
 
-use bsp_tiling::backend::{Backend, Conv2d, CpuBackend, Norm, Pad, host};
-use bsp_tiling::testing::{band_gemm, stats_blocks};
-use bsp_tiling::{ChannelStats, PaddingMode, Tensor};
+use bsp_tiling::Tensor;
 use cuda_sim::{Flavour, Harness, harness_or_skip};
 use std::path::Path;
 
@@ -108,11 +106,6 @@ fn f32s(b: &[u8]) -> Vec<f32> {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
-fn f64s(b: &[u8]) -> Vec<f64> {
-    b.chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
 fn u16s(b: &[u8]) -> Vec<u16> {
     b.chunks_exact(2)
         .map(|c| u16::from_le_bytes(c.try_into().unwrap()))
@@ -151,255 +144,6 @@ fn i(v: usize) -> A {
 }
 fn l(v: usize) -> A {
     A::L(v as i64)
-}
-
-fn check_gather_paste_pad_upsample(exe: &Path) {
-    let mut rng = Rng(11);
-    let x = rng.tensor(3, 5, 6);
-    let mut sim = Sim::default();
-    let xb = sim.f32s(&x.data);
-    // A window with zeros (None) and repeated, out-of-order indices.
-    let ys = [Some(4), None, Some(0), Some(0), Some(3), None, Some(2)];
-    let xs = [None, Some(5), Some(1), Some(2), Some(2)];
-    let map = |m: &[Option<usize>]| {
-        m.iter()
-            .map(|v| v.map_or(-1, |v| v as i32))
-            .collect::<Vec<_>>()
-    };
-    let (yb, xsb) = (sim.i32s(&map(&ys)), sim.i32s(&map(&xs)));
-    let gb = sim.zeros(3 * ys.len() * xs.len() * 4);
-    sim.launch(
-        "bsp_gather",
-        GRID,
-        BLOCK,
-        &[
-            A::B(xb),
-            l(5),
-            l(6),
-            i(3),
-            A::B(yb),
-            i(ys.len()),
-            A::B(xsb),
-            i(xs.len()),
-            A::B(gb),
-        ],
-    );
-    // Paste x into a 3×9×10 layer at (3, 2).
-    let mut layer = rng.tensor(3, 9, 10);
-    let lb = sim.f32s(&layer.data);
-    sim.launch(
-        "bsp_paste",
-        GRID,
-        BLOCK,
-        &[
-            A::B(lb),
-            l(9),
-            l(10),
-            A::B(xb),
-            i(3),
-            i(5),
-            i(6),
-            l(3),
-            l(2),
-        ],
-    );
-    let pads = [
-        Pad {
-            top: 2,
-            bottom: 3,
-            left: 1,
-            right: 4,
-        },
-        Pad {
-            top: 7,
-            bottom: 0,
-            left: 0,
-            right: 9,
-        },
-    ];
-    let modes = [
-        PaddingMode::Zero,
-        PaddingMode::Replicate,
-        PaddingMode::Reflect,
-        PaddingMode::Circular,
-    ];
-    let mut pad_bufs = vec![];
-    for pad in pads {
-        for (m, mode) in modes.iter().enumerate() {
-            let (oh, ow) = (5 + pad.top + pad.bottom, 6 + pad.left + pad.right);
-            let ob = sim.zeros(3 * oh * ow * 4);
-            sim.launch(
-                "bsp_pad",
-                GRID,
-                BLOCK,
-                &[
-                    A::B(xb),
-                    i(3),
-                    i(5),
-                    i(6),
-                    i(pad.top),
-                    i(pad.left),
-                    i(oh),
-                    i(ow),
-                    i(m),
-                    A::B(ob),
-                ],
-            );
-            pad_bufs.push((pad, *mode, ob));
-        }
-    }
-    let ub = sim.zeros(3 * 10 * 12 * 4);
-    sim.launch(
-        "bsp_upsample2x",
-        GRID,
-        BLOCK,
-        &[A::B(xb), i(3), i(5), i(6), A::B(ub)],
-    );
-    let out = sim.run(exe, "layout");
-    let want = CpuBackend.gather(&x, &ys, &xs).unwrap();
-    assert_same(&f32s(&out[gb]), &want.data, "gather");
-    layer.paste(3, 2, &x);
-    assert_same(&f32s(&out[lb]), &layer.data, "paste");
-    for (pad, mode, ob) in pad_bufs {
-        let want = CpuBackend.pad(&x, pad, mode).unwrap();
-        assert_same(
-            &f32s(&out[ob]),
-            &want.data,
-            &format!("pad {mode:?} {pad:?}"),
-        );
-    }
-    let want = CpuBackend.upsample_nearest2x(&x).unwrap();
-    assert_same(&f32s(&out[ub]), &want.data, "upsample");
-}
-
-/// A column-major GEMM with cuBLAS's parameters (`C[m×n] += A[m×k]·B[k×n]`, leading dimensions), in f64.
-#[allow(clippy::too_many_arguments)]
-fn colmajor_gemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    for j in 0..n {
-        for r in 0..m {
-            let mut acc = c[r + j * ldc] as f64;
-            for p in 0..k {
-                acc += a[r + p * lda] as f64 * b[p + j * ldb] as f64;
-            }
-            c[r + j * ldc] = acc as f32;
-        }
-    }
-}
-
-fn check_conv(exe: &Path) {
-    let mut rng = Rng(5);
-    for (k, s, cin, cout, h, w, rows) in [
-        (9, 1, 3, 4, 14, 13, 2),
-        (3, 2, 4, 5, 11, 12, 3),
-        (3, 1, 2, 3, 6, 7, 100),
-        (1, 1, 3, 2, 4, 5, 1),
-    ] {
-        let x = rng.tensor(cin, h, w);
-        let conv = Conv2d {
-            cin,
-            cout,
-            k,
-            stride: s,
-            weight: (0..cout * cin * k * k).map(|_| rng.f() * 0.1).collect(),
-            bias: (0..cout).map(|_| rng.f()).collect(),
-        };
-        let (ho, wo) = ((h - k) / s + 1, (w - k) / s + 1);
-        let kk = cin * k * k;
-        let mut sim = Sim::default();
-        let xb = sim.f32s(&x.data);
-        let bias = sim.f32s(&conv.bias);
-        let out = sim.zeros(cout * ho * wo * 4);
-        sim.launch(
-            "bsp_fill_bias",
-            GRID,
-            BLOCK,
-            &[A::B(out), i(cout), l(ho * wo), A::B(bias)],
-        );
-        let mut bands = vec![];
-        for y0 in (0..ho).step_by(rows) {
-            let y1 = (y0 + rows).min(ho);
-            let n = (y1 - y0) * wo;
-            let col = sim.zeros(kk * n * 4);
-            let col16 = sim.zeros(kk * n * 2);
-            let args = |dst| {
-                [
-                    A::B(xb),
-                    i(cin),
-                    i(h),
-                    i(w),
-                    i(k),
-                    i(s),
-                    i(y0),
-                    i(y1),
-                    i(wo),
-                    A::B(dst),
-                ]
-            };
-            sim.launch("bsp_im2col", GRID, BLOCK, &args(col));
-            sim.launch("bsp_im2col_f16", GRID, BLOCK, &args(col16));
-            bands.push((y0, y1, col, col16));
-        }
-        let tag = format!("conv k{k} s{s}");
-        let res = sim.run(exe, "conv");
-        // The bias fill, then each band's columns as the CPU builds them, then the GEMM with the exact
-        // parameters the CUDA backend gives cuBLAS.
-        let mut got = f32s(&res[out]);
-        for (p, v) in got.iter().enumerate() {
-            assert_eq!(*v, conv.bias[p / (ho * wo)], "{tag}: bias fill");
-        }
-        for (y0, y1, col, col16) in bands {
-            let cols = f32s(&res[col]);
-            let mut want = vec![];
-            host::im2col(&x, k, s, y0, y1, wo, &mut want);
-            let n = (y1 - y0) * wo;
-            assert_same(
-                &cols,
-                &want[..kk * n],
-                &format!("{tag}: im2col rows {y0}..{y1}"),
-            );
-            let bits: Vec<u16> = want[..kk * n]
-                .iter()
-                .map(|&v| half::f16::from_f32(v).to_bits())
-                .collect();
-            let g16 = u16s(&res[col16]);
-            if let Some(p) = (0..bits.len()).find(|&p| g16[p] != bits[p]) {
-                panic!(
-                    "{tag}: im2col_f16 rows {y0}..{y1}, element {p}: {:#06x} for {}, want {:#06x}",
-                    g16[p], want[p], bits[p]
-                );
-            }
-            let g = band_gemm(&conv, ho, wo, y0, y1).unwrap();
-            let u = |v: i32| v as usize;
-            colmajor_gemm(
-                u(g.m),
-                u(g.n),
-                u(g.k),
-                &cols,
-                u(g.lda),
-                &conv.weight,
-                u(g.ldb),
-                &mut got[g.c_offset..],
-                u(g.ldc),
-            );
-        }
-        let want = CpuBackend.conv2d_valid(&x, &conv, &(), 1).unwrap();
-        let err = got
-            .iter()
-            .zip(&want.data)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
-        assert!(err < 1e-4, "{tag}: band GEMM vs CPU conv: {err}");
-    }
 }
 
 fn check_f16_rounding(exe: &Path) {
@@ -457,98 +201,8 @@ fn check_f16_rounding(exe: &Path) {
     assert!(half::f16::from_bits(u16s(&res[nob])[0]).is_nan());
 }
 
-fn check_stats_and_elementwise(exe: &Path) {
-    let mut rng = Rng(3);
-    let (c, h, w) = (3, 37, 29);
-    let x = rng.tensor(c, h, w);
-    let plane = h * w;
-    let mut sim = Sim::default();
-    let xb = sim.f32s(&x.data);
-    // Several blocks per channel (the real launch uses device::stats_blocks of a GPU-sized plane).
-    let nb = 3;
-    let partials = sim.zeros(c * nb * 8);
-    let sums = sim.zeros(c * 8);
-    let m2 = sim.zeros(c * 8);
-    for (squares, target) in [(0, sums), (1, m2)] {
-        sim.launch(
-            "bsp_channel_partials",
-            (nb as u32, c as u32),
-            BLOCK,
-            &[A::B(xb), l(plane), A::B(sums), i(squares), A::B(partials)],
-        );
-        sim.launch(
-            "bsp_sum_partials",
-            GRID,
-            BLOCK,
-            &[A::B(partials), i(nb), i(c), A::B(target)],
-        );
-    }
-    let stats: Vec<ChannelStats> = CpuBackend.channel_stats(&x).unwrap();
-    let norm = Norm {
-        gamma: vec![1.5, -0.5, 2.0],
-        beta: vec![0.25, 3.0, -1.0],
-        eps: 1e-5,
-    };
-    let (scale, shift) = norm.scale_shift(&stats);
-    let (sb, hb) = (sim.f32s(&scale), sim.f32s(&shift));
-    let mut outs = vec![];
-    for relu in [0, 1] {
-        let yb = sim.f32s(&x.data);
-        sim.launch(
-            "bsp_scale_shift",
-            GRID,
-            BLOCK,
-            &[A::B(yb), i(c), l(plane), A::B(sb), A::B(hb), i(relu)],
-        );
-        outs.push(yb);
-    }
-    let rb = sim.f32s(&x.data);
-    sim.launch("bsp_relu", GRID, BLOCK, &[A::B(rb), l(c * plane)]);
-    let y = rng.tensor(c, h, w);
-    let (ab, yb) = (sim.f32s(&x.data), sim.f32s(&y.data));
-    sim.launch("bsp_add", GRID, BLOCK, &[A::B(ab), A::B(yb), l(c * plane)]);
-    let res = sim.run(exe, "stats");
-    let (s, q) = (f64s(&res[sums]), f64s(&res[m2]));
-    for ch in 0..c {
-        let mean = s[ch] / plane as f64;
-        let want = stats[ch];
-        assert!(
-            (mean - want.mean).abs() <= 1e-12 * (1.0 + want.mean.abs()),
-            "mean {ch}"
-        );
-        assert!(
-            (q[ch] - want.m2).abs() <= 1e-10 * want.m2,
-            "m2 {ch}: {} vs {}",
-            q[ch],
-            want.m2
-        );
-    }
-    for (relu, yb) in outs.into_iter().enumerate() {
-        let mut want = x.clone();
-        CpuBackend
-            .normalize(&mut want, &stats, &norm, relu == 1)
-            .unwrap();
-        assert_same(
-            &f32s(&res[yb]),
-            &want.data,
-            &format!("normalise relu={relu}"),
-        );
-    }
-    let mut want = x.clone();
-    CpuBackend.relu(&mut want).unwrap();
-    assert_same(&f32s(&res[rb]), &want.data, "relu");
-    let mut want = x.clone();
-    CpuBackend.add(&mut want, &y).unwrap();
-    assert_same(&f32s(&res[ab]), &want.data, "add");
-    // The launch the backend makes has this many blocks per channel for a 512² tile.
-    assert!(stats_blocks(512 * 512) > 1 && stats_blocks(1) == 1);
-}
-
 fn check_all(exe: &Path) {
-    check_gather_paste_pad_upsample(exe);
-    check_conv(exe);
     check_f16_rounding(exe);
-    check_stats_and_elementwise(exe);
     graph::check_graph_conv(exe);
     graph::check_graph_conv_transpose(exe);
     graph::check_graph_elementwise(exe);
@@ -582,7 +236,7 @@ mod graph {
                 let n_out = op.out_len(a, &lens).unwrap();
                 op.in_map(a, j, &lens, n_out, range[a].0, range[a].1)
             });
-            wins.push(CpuBackend.gather(x, &m[0], &m[1]).unwrap());
+            wins.push(bsp_tiling::field::gather(*x, &m[0], &m[1]).unwrap());
             maps.push(m);
         }
         Windows { wins, maps, n_in }
@@ -1213,7 +867,7 @@ fn sim_kernels_under_address_and_ub_sanitizers() {
 }
 
 #[test]
-fn sim_reduction_under_thread_sanitizer() {
+fn sim_kernels_under_thread_sanitizer() {
     let exe = harness_or_skip!(HARNESS, Flavour::Tsan);
-    check_stats_and_elementwise(exe);
+    check_all(exe);
 }

@@ -78,7 +78,6 @@ struct Measured {
     secs: f64,
     tiles: usize,
     spilled: usize,
-    resident: usize,
     device_peak: u64,
     out: bsp_tiling::Output,
 }
@@ -98,7 +97,6 @@ fn measure<B: GraphOps>(
         secs: t0.elapsed().as_secs_f64(),
         tiles: info.tiles,
         spilled: info.spilled_layers,
-        resident: info.resident_layers,
         device_peak: info.device_peak_bytes,
         out,
     })
@@ -162,8 +160,8 @@ fn child(spec: &str) -> anyhow::Result<()> {
         std::fs::write(p, bytemuck_bytes(&t.data)).with_context(|| format!("writing {p}"))?;
     }
     println!(
-        "BSPCHILD secs={:.3} peak={peak} before={rss_before} tiles={} spilled={} resident={} devpeak={} driver={driver} init={init:.3}",
-        m.secs, m.tiles, m.spilled, m.resident, m.device_peak
+        "BSPCHILD secs={:.3} peak={peak} before={rss_before} tiles={} spilled={} devpeak={} driver={driver} init={init:.3}",
+        m.secs, m.tiles, m.spilled, m.device_peak
     );
     Ok(())
 }
@@ -187,7 +185,6 @@ struct Run {
     before: u64,
     tiles: usize,
     spilled: usize,
-    resident: usize,
     device_peak: u64,
     driver: u64,
     init: f64,
@@ -207,7 +204,6 @@ fn spawn(exe: &Path, spec: &str) -> anyhow::Result<Run> {
         before: num("before") as u64,
         tiles: num("tiles") as usize,
         spilled: num("spilled") as usize,
-        resident: num("resident") as usize,
         device_peak: num("devpeak") as u64,
         driver: num("driver") as u64,
         init: num("init"),
@@ -339,7 +335,7 @@ fn probe_gpu(cfg: &Settings) -> Result<(String, u64), String> {
         return Err("not requested (L3_BSP_DEVICES)".into());
     }
     match CudaBackend::new(0, None, Precision::F32) {
-        Ok(b) => Ok((bsp_tiling::Backend::name(&b), b.memory().budget())),
+        Ok(b) => Ok((b.name(), b.memory().budget())),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -504,7 +500,7 @@ fn time_table() -> Table {
             "device peak (MiB)",
             "driver (MiB)",
             "GPU init (s)",
-            "resident / spilled layers",
+            "spilled values",
             "max abs vs whole",
             "mean abs vs whole",
             "PSNR vs whole (dB)",
@@ -600,7 +596,7 @@ fn one_run<'a>(
         on_gpu(mib(run.device_peak)),
         on_gpu(mib(run.driver)),
         on_gpu(format!("{:.2}", run.init)),
-        format!("{} / {}", run.resident, run.spilled),
+        run.spilled.to_string(),
     ];
     let reference = if mode == "whole" {
         wholes.get("cpu").cloned()

@@ -820,10 +820,10 @@ impl GraphOps for CudaBackend {
         })
     }
     fn load(&self, t: Tensor) -> Result<CudaTensor> {
-        crate::Backend::upload(self, t)
+        self.upload(t)
     }
     fn store(&self, x: CudaTensor) -> Result<Tensor> {
-        crate::Backend::download(self, x)
+        self.download(x)
     }
     fn compute(
         &self,

@@ -224,7 +224,7 @@ impl GraphOps for DeviceSim {
         self.concurrency.max(1)
     }
     fn device_meter(&self) -> Option<&Meter> {
-        crate::Backend::meter(self)
+        Some(self.meter())
     }
     fn check(&self, nodes: &[Node]) -> Result<()> {
         check_precision(nodes, self.precision, "device simulation")

@@ -7,7 +7,7 @@ use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err};
 use super::ops::Op;
 use super::schedule::Range2;
-use crate::bsp::{inner_threads, superstep};
+use super::superstep::{inner_threads, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, Region, Sink, span};
 use crate::grid::Grid;

@@ -23,6 +23,7 @@ mod model;
 pub mod ops;
 mod run;
 mod schedule;
+mod superstep;
 mod working;
 
 pub use exact::run_graph_exact;

@@ -8,13 +8,14 @@ use super::fixed::{eval_region, run_fixed, scale_shifts};
 use super::model::{Graph, GraphStats, prepare};
 use super::ops::Op;
 use super::schedule::Schedule;
+use super::superstep::{inner_threads, superstep};
 use super::working;
 use crate::Mode;
 use crate::backend::CpuBackend;
-use crate::bsp::{RunInfo, inner_threads, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Input, OutputSink, Sink, gather};
 use crate::grid::Grid;
+use crate::run_info::RunInfo;
 use crate::stats::merge_all;
 use crate::store::Budget;
 use crate::tensor::Tensor;
@@ -217,7 +218,7 @@ fn run_mode<B: GraphOps>(
             let plan = prepare(g, input, &grid)?;
             // The sample's statistics by the exact mode, tile by tile under the run's budget (its
             // values stored, spilled or recomputed as an exact run's are); its output is not kept.
-            let small = crate::onepass::Downsampled::new(input, f);
+            let small = crate::field::Downsampled::new(input, f);
             let discard = OutputSink::f32(0, 0, 0);
             let sampled = run_mode(
                 be,

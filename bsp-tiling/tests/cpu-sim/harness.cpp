@@ -37,39 +37,13 @@ struct Launch {
 
 // One CUDA thread's work: calls the kernel `name` with the launch's arguments.
 static void call(const std::string& name, Launch& a) {
-    if (name == "bsp_gather")
-        bsp_gather(a.p<const float>(0), a.l(1), a.l(2), a.n(3), a.p<const int>(4), a.n(5),
-                   a.p<const int>(6), a.n(7), a.p<float>(8));
-    else if (name == "bsp_paste")
-        bsp_paste(a.p<float>(0), a.l(1), a.l(2), a.p<const float>(3), a.n(4), a.n(5), a.n(6),
-                  a.l(7), a.l(8));
-    else if (name == "bsp_pad")
-        bsp_pad(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
-                a.n(8), a.p<float>(9));
-    else if (name == "bsp_upsample2x")
-        bsp_upsample2x(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.p<float>(4));
-    else if (name == "bsp_im2col")
-        bsp_im2col(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
-                   a.n(8), a.p<float>(9));
-    else if (name == "bsp_im2col_f16")
-        bsp_im2col_f16(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6),
-                       a.n(7), a.n(8), a.p<u16>(9));
-    else if (name == "bsp_to_f16")
+    if (name == "bsp_to_f16")
         bsp_to_f16(a.p<const float>(0), a.l(1), a.p<u16>(2));
     else if (name == "bsp_fill_bias")
         bsp_fill_bias(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3));
-    else if (name == "bsp_channel_partials")
-        bsp_channel_partials(a.p<const float>(0), a.l(1), a.p<const double>(2), a.n(3),
-                             a.p<double>(4));
-    else if (name == "bsp_sum_partials")
-        bsp_sum_partials(a.p<const double>(0), a.n(1), a.n(2), a.p<double>(3));
     else if (name == "bsp_scale_shift")
         bsp_scale_shift(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3), a.p<const float>(4),
                         a.n(5));
-    else if (name == "bsp_relu")
-        bsp_relu(a.p<float>(0), a.l(1));
-    else if (name == "bsp_add")
-        bsp_add(a.p<float>(0), a.p<const float>(1), a.l(2));
     else if (name == "bsp_im2col_g")
         bsp_im2col_g(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.n(5), a.n(6), a.n(7),
                      a.n(8), a.n(9), a.n(10), a.n(11), a.n(12), a.n(13), a.p<float>(14));

@@ -1,0 +1,23 @@
+//! What a run did besides its output: what `stylize`, `run_graph` and `infer` return.
+
+use crate::model::NetStats;
+
+/// What a tiled run did besides its output.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    /// Per graph node: the statistics a normalisation applied.
+    pub stats: NetStats,
+    /// Tiles of the grid.
+    pub tiles: usize,
+    /// Largest number of activation bytes held at once in host memory (RAM and spill files).
+    pub peak_store_bytes: u64,
+    /// Stored values that went to spill files.
+    pub spilled_layers: usize,
+    /// Graph values computed where their one reader reads them instead of stored (exact runs of
+    /// ONNX graphs on the host: a small halo recomputed instead of a stored value copied).
+    pub inlined_values: usize,
+    /// Device memory in use at its peak during the run, as metered (device backends).
+    pub device_peak_bytes: u64,
+    /// What the run chose that its user should know (how an exact run kept within its budget).
+    pub notes: Vec<String>,
+}
