@@ -228,6 +228,51 @@ pub fn decode_sample(
     }
 }
 
+/// [`decode_sample`]'s region path for a window the caller chose rather than the spec's crop (what
+/// `l3toolkit.decode_batch` decodes): `win` of the L3 file whose header and offset table are `index` and
+/// of which `fragments` holds (at least) the patches under `win.src`, into `slot`, a sample of `spec`'s
+/// size, layout, type and channels. Only those patches are decoded (and, in a file with entry CRCs,
+/// checked). `path` names the file in errors.
+pub fn decode_l3_window(
+    index: &L3Index,
+    fragments: &Fragments,
+    path: &Path,
+    win: Window,
+    spec: &SampleSpec,
+    scratch: &mut Scratch,
+    slot: &mut [u8],
+) -> Result<Decoded> {
+    let l3_err = |e: l3_format::Error| Error::decode(path, "l3", e);
+    let (w, h) = (index.width(), index.height());
+    let fits = win.src.fits(w, h)
+        && u64::from(win.dx) + u64::from(win.src.w) <= u64::from(spec.width)
+        && u64::from(win.dy) + u64::from(win.src.h) <= u64::from(spec.height);
+    if !fits || spec.recipe.is_whole() || slot.len() != spec.sample_bytes() {
+        return Err(Error::Options(format!(
+            "{}: window {win} does not fit the {w}x{h} image or the {}x{} sample",
+            path.display(),
+            spec.width,
+            spec.height
+        )));
+    }
+    let shape = Shape::Copy(win);
+    let pixels = write_region(
+        spec,
+        &shape,
+        index.channels(),
+        path,
+        scratch,
+        slot,
+        |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
+    )?;
+    Ok(Decoded {
+        pixels,
+        partial: false,
+        geometry: Some(shape.geometry()),
+        image: (w, h),
+    })
+}
+
 /// Writes the sample of a whole decoded image — `px` interleaved, `(width, height, channels)` — into
 /// `slot` (for datasets with decoders of their own), with `scratch`'s buffers.
 pub fn write_pixels(

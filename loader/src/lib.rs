@@ -11,6 +11,9 @@
 //! - [`SampleSpec`]: how each item becomes a sample (crop, flip, [`Recipe`], [`Interpolation`],
 //!   [`Layout`], [`DType`], [`Normalize`]); [`decode_sample`] is the one decode path from stored bytes to a
 //!   sample; [`transform`] resamples a sample's [`Geometry`] in Pillow's integer arithmetic.
+//! - [`decode_buffers`]: a caller's list of L3 buffers (windows chosen by the caller) into one tensor,
+//!   on CPU threads through [`decode_l3_window`] or on a CUDA device through `l3-cuda`: what
+//!   `l3toolkit.decode_batch` gives pipelines that are not the loader.
 //! - [`shuffle_report`]: how far an order is from a uniform shuffle, from the schedule alone.
 //! - [`convert`]: writing datasets (per-file formats, PCR records, Liquid mixes); [`import`] reads any
 //!   image file with the toolkit's one set of rules.
@@ -32,6 +35,7 @@
 #![deny(unsafe_code)]
 
 mod batch;
+mod buffers;
 pub mod convert;
 mod dataset;
 mod error;
@@ -53,6 +57,7 @@ pub mod targets;
 pub mod transform;
 
 pub use batch::{Batch, Masks, Tensor};
+pub use buffers::{BufferBatch, BufferOptions, L3Buffer, decode_buffers};
 pub use dataset::folder::ImageFiles;
 pub use dataset::{
     Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
@@ -60,7 +65,9 @@ pub use dataset::{
 pub use error::{Error, Result};
 pub use format::Format;
 pub use image::{DecodeOptions, ImportOptions, decode, import, max_image_bytes};
-pub use item::{Decoded, SampleRequest, Scratch, Stored, decode_sample, write_pixels};
+pub use item::{
+    Decoded, SampleRequest, Scratch, Stored, decode_l3_window, decode_sample, write_pixels,
+};
 pub use loader::{Loader, Next, RestOfEpoch, ThreadMonitor};
 #[cfg(feature = "clap")]
 pub use options::clap_values;
