@@ -23,6 +23,10 @@ const REQUIREMENTS: &[&str] = &[
     "onnxruntime>=1.18",
     // An independent TIFF reader and writer for `l3toolkit.infer`'s TIFF/BigTIFF input and output tests.
     "tifffile>=2023.1",
+    // The Pillow plugin's Hugging Face test (`load_dataset("imagefolder")` over L3 files) and the
+    // WebDataset example's: together about 47 s and 0.46 GB of wheels (pyarrow and pandas included).
+    "datasets>=2.14",
+    "webdataset>=0.2.86",
 ];
 
 /// The test environment's folder, `target/python/venv`.

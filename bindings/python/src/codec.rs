@@ -312,3 +312,33 @@ pub fn read_image(
     })?;
     image_array(py, img.pixels, img.height, img.width, img.channels)
 }
+
+/// For the Pillow plugin's lazy open: what the first bytes of an L3 file of `file_len` bytes say.
+/// Returns ``(needed, header)``: ``header`` is ``None`` until ``prefix`` holds the file's whole prefix
+/// (header, tables, offset table: ``needed`` bytes, read by calling again with more), then a dict of
+/// ``width``, ``height``, ``channels``, ``patch_size``, ``version``, ``profile``. Errors name ``name``.
+#[pyfunction]
+#[pyo3(name = "_read_header")]
+pub fn read_header<'py>(
+    py: Python<'py>,
+    prefix: &[u8],
+    file_len: u64,
+    name: &str,
+) -> PyResult<(usize, Option<Bound<'py, PyDict>>)> {
+    let bad = |e: l3_format::Error| Failure::l3(name, e).into_pyerr(py);
+    let needed = l3_format::L3Index::prefix_len(prefix).map_err(bad)?;
+    let have = prefix.len() as u64;
+    if needed > prefix.len() && have < file_len {
+        return Ok((needed, None));
+    }
+    let index =
+        l3_format::L3Index::parse(&prefix[..needed.min(prefix.len())], file_len).map_err(bad)?;
+    let d = PyDict::new(py);
+    d.set_item("width", index.width())?;
+    d.set_item("height", index.height())?;
+    d.set_item("channels", index.channels())?;
+    d.set_item("patch_size", index.patch_size())?;
+    d.set_item("version", index.version())?;
+    d.set_item("profile", index.profile().map(|p| p.name()))?;
+    Ok((needed, Some(d)))
+}

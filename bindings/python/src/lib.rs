@@ -2,6 +2,7 @@
 //! `py_src/l3toolkit/`, re-exports it with the exception classes, the rank defaults and type stubs).
 //!
 //! - [`codec`]: `encode`, `decode`, `decode_region`, `info`, `read_image` on NumPy arrays.
+//! - [`buffers`]: `decode_batch`, a list of L3 buffers from any pipeline into one DLPack tensor.
 //! - [`loading`]: `Loader` (the loader's pipeline as an iterator) and `Batch`.
 //! - [`tensor`]: `Tensor` and `Masks`, the batch's images and label maps exported through DLPack without
 //!   a copy.
@@ -16,6 +17,7 @@
 //! `unsafe` lives only in `tensor.rs` (completing a DLPack managed tensor).
 #![deny(unsafe_code)]
 
+mod buffers;
 mod codec;
 mod convert;
 mod errors;
@@ -37,6 +39,8 @@ fn _l3toolkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::decode_region, m)?)?;
     m.add_function(wrap_pyfunction!(codec::info, m)?)?;
     m.add_function(wrap_pyfunction!(codec::read_image, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::read_header, m)?)?;
+    m.add_function(wrap_pyfunction!(buffers::decode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(stylize::stylize, m)?)?;
     m.add_function(wrap_pyfunction!(infer::infer, m)?)?;

@@ -53,6 +53,7 @@ def test_loader_signature():
         ("info", [("data", P.empty)]),
         ("convert", [("src", P.empty), ("dst", P.empty), ("to", "l3"), ("progress", True)]),
         ("stylize", [("image", P.empty), ("model", P.empty)]),
+        ("decode_batch", [("buffers", P.empty)]),
     ],
 )
 def test_function_signatures(name, want):
@@ -74,3 +75,11 @@ def test_exceptions_form_one_family():
         assert issubclass(cls, l3.Error)
     assert issubclass(l3.IOError, OSError)
     assert issubclass(l3.FormatError, ValueError) and issubclass(l3.OptionsError, ValueError)
+    # What Pillow's callers catch for a broken image file, and still one of ours.
+    assert issubclass(l3.ImageFileError, l3.FormatError) and issubclass(l3.ImageFileError, OSError)
+
+
+def test_decode_batch_defaults():
+    got = {n: d for n, _, d in params(l3.decode_batch)}
+    assert got == {"buffers": P.empty, "device": None, "windows": None, "layout": "NCHW", "dtype": "uint8",
+                   "channels": None, "threads": None}

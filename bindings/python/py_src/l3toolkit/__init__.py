@@ -5,6 +5,10 @@
   ``torch.from_dlpack``, ``numpy.from_dlpack`` and ``jax.dlpack.from_dlpack`` take it without a copy.
 - :func:`encode`, :func:`decode`, :func:`decode_region`, :func:`info`: the L3 lossless codec on NumPy
   arrays; :func:`read_image` reads any image file.
+- :func:`decode_batch`: a list of L3 buffers (or paths) from any pipeline — WebDataset, DALI, your own
+  ``Dataset`` — into one DLPack tensor on the CPU or a CUDA device, windows optional.
+- Pillow reads and writes ``.l3`` once this package is imported (:mod:`l3toolkit.pillow`):
+  ``Image.open``, torchvision's ``ImageFolder`` and Hugging Face ``datasets`` read L3 datasets unchanged.
 - :func:`convert`: dataset folders into L3, raw, PNG, JPEG, PCR or Liquid datasets.
 - :func:`infer` / :class:`Model`: any CNN (ONNX, the tileable subset, or a TransformerNet in safetensors) on
   images of any size, exact; :func:`infer_options` lists its keywords, the flags of ``l3 infer``.
@@ -12,12 +16,13 @@
   TransformerNet (:class:`StyleModel` is its deprecated name).
 
 Errors are :class:`Error` subclasses: :class:`FormatError`, :class:`IOError` (an ``OSError``),
-:class:`OptionsError`, :class:`GpuError`.
+:class:`OptionsError`, :class:`GpuError`; a damaged L3 file read through Pillow raises
+:class:`ImageFileError` (a ``FormatError`` and an ``OSError``).
 """
 
 import warnings
 
-from ._errors import Error, FormatError, GpuError, IOError, OptionsError  # noqa: A004
+from ._errors import Error, FormatError, GpuError, ImageFileError, IOError, OptionsError  # noqa: A004
 from ._l3toolkit import (
     Batch,
     Loader,
@@ -27,6 +32,7 @@ from ._l3toolkit import (
     __version__,
     convert,
     decode,
+    decode_batch,
     decode_region,
     encode,
     infer,
@@ -44,6 +50,7 @@ __all__ = [
     "FormatError",
     "GpuError",
     "IOError",
+    "ImageFileError",
     "Loader",
     "Masks",
     "Model",
@@ -53,6 +60,7 @@ __all__ = [
     "__version__",
     "convert",
     "decode",
+    "decode_batch",
     "decode_region",
     "encode",
     "infer",
@@ -63,6 +71,12 @@ __all__ = [
     "shuffle_report",
     "stylize",
 ]
+
+try:
+    from . import pillow  # noqa: F401  (registers the L3 plugin with Pillow)
+except ModuleNotFoundError as e:
+    if e.name != "PIL":  # only a missing Pillow means there is nothing to register with
+        raise
 
 
 class StyleModel(Model):

@@ -26,6 +26,9 @@ class OptionsError(Error, ValueError):
 class GpuError(Error, RuntimeError):
     """The GPU was asked for and cannot do the work."""
 
+class ImageFileError(FormatError, OSError):
+    """A damaged L3 file read through Pillow: a FormatError that is also an OSError, naming the file."""
+
 def encode(
     array: npt.NDArray[np.uint8],
     patch: Optional[int] = None,
@@ -45,6 +48,21 @@ def decode(data: _Data, *, threads: Optional[int] = None) -> npt.NDArray[np.uint
 
 def decode_region(data: _Data, x: int, y: int, w: int, h: int) -> npt.NDArray[np.uint8]:
     """Decodes only the w×h rectangle at (x, y), touching only the patches under it."""
+
+def decode_batch(
+    buffers: Sequence[Union[_Data, npt.NDArray[np.uint8]]],
+    *,
+    device: Any = None,
+    windows: Optional[Sequence[Optional[Tuple[int, int, int, int]]]] = None,
+    layout: Literal["NCHW", "NHWC"] = "NCHW",
+    dtype: Literal["uint8", "float16", "float32"] = "uint8",
+    channels: Optional[Literal[1, 3, 4]] = None,
+    threads: Optional[int] = None,
+) -> Union["Tensor", List["Tensor"]]:
+    """Decodes a list of L3 files (bytes, bytes-like objects or paths) into one DLPack Tensor, or a
+    list of one-sample Tensors when the samples differ in shape; windows are (top, left, height, width)
+    or None, and only the patches under each are decoded. device "cuda" decodes with l3-cuda (GpuError
+    without a usable GPU, never a CPU fallback)."""
 
 def info(data: _Data) -> Dict[str, Any]:
     """Header of an L3 file: width, height, channels, patch_size, patches_x, patches_y, version,

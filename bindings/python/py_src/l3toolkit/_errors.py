@@ -19,3 +19,8 @@ class OptionsError(Error, ValueError):
 
 class GpuError(Error, RuntimeError):
     """The GPU was asked for and cannot do the work (no driver or device, or a failed batch)."""
+
+
+class ImageFileError(FormatError, OSError):
+    """A damaged L3 file read through Pillow (``Image.open``, ``load``, ``crop``): a :class:`FormatError`
+    that is also the ``OSError`` Pillow's callers catch for a broken image file, naming the file."""
