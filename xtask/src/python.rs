@@ -27,6 +27,14 @@ const REQUIREMENTS: &[&str] = &[
     // WebDataset example's: together about 47 s and 0.46 GB of wheels (pyarrow and pandas included).
     "datasets>=2.14",
     "webdataset>=0.2.86",
+    // The PyTorch side of the framework tests (DLPack views, `torch.distributed` with gloo in the elastic
+    // tests, torchvision's transforms as a reference) and the training examples under `examples/`, on the
+    // CPU. torchvision pins the torch it was built against, so pip's resolver keeps the two matched. On
+    // Linux x86-64 PyPI's torch brings the CUDA libraries with it (about 5.4 GB installed, 2 to 5 minutes
+    // cold on a 2-core machine); where PyTorch's own CPU index is reachable, `PIP_EXTRA_INDEX_URL`
+    // pointing at it installs the CPU-only build instead (its `+cpu` version sorts above PyPI's).
+    "torch>=2.4",
+    "torchvision>=0.19",
 ];
 
 /// The test environment's folder, `target/python/venv`.

@@ -1,5 +1,5 @@
-"""Zero-copy hand-over to PyTorch and JAX (run where they are installed: CI tests through NumPy, since a CPU
-machine cannot install torch without gigabytes of CUDA wheels; the GPU machine has both)."""
+"""Zero-copy hand-over to PyTorch and JAX, both in the test environment (on the CPU; the GPU machine runs the
+device tests, which skip elsewhere for want of a device)."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from conftest import require_module
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32"])
 def test_torch_from_dlpack_views_the_batch(small, dtype):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     loader = l3.Loader(small.l3, 4, crop=(32, 48), dtype=dtype, rank=0, world_size=1)
     b = next(loader)
     t = torch.from_dlpack(b.images)
@@ -25,13 +25,42 @@ def test_torch_from_dlpack_views_the_batch(small, dtype):
 
 
 def test_torch_cuda_consumer_of_a_host_batch(small):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     b = next(l3.Loader(small.l3, 4, crop=32, rank=0, world_size=1))
     on_gpu = torch.from_dlpack(b.images).cuda(non_blocking=True)
     torch.cuda.synchronize()
     assert torch.equal(on_gpu.cpu(), torch.from_numpy(np.from_dlpack(b.images)))
+
+
+def test_pin_memory_agrees_with_torch(small):
+    """``pin_memory=True`` is refused, with the reason, only where torch sees no CUDA device either; where it
+    is granted, torch views each batch without a copy, and with a device it sees page-locked memory that
+    ``.cuda(non_blocking=True)`` copies as it is."""
+    torch = require_module("torch")
+    kw = dict(crop=32, shuffle=False, epochs=1, rank=0, world_size=1)
+    try:
+        pinned = l3.Loader(small.l3, 2, pin_memory=True, **kw)
+    except l3.GpuError as e:
+        assert str(e).startswith("pin_memory: cannot page-lock batch memory"), str(e)
+        assert not torch.cuda.is_available(), f"torch has a CUDA device, the loader refused to pin: {e}"
+        return
+    cpu = list(l3.Loader(small.l3, 2, **kw))
+    got = list(pinned)
+    assert len(got) == len(cpu) > 0
+    for b, c in zip(got, cpu):
+        assert b.images.pinned
+        t = torch.from_dlpack(b.images)
+        assert t.data_ptr() == b.images.data_ptr
+        want = torch.from_numpy(np.from_dlpack(c.images))
+        if torch.cuda.is_available():
+            assert t.is_pinned()
+            on_gpu = t.cuda(non_blocking=True)
+            torch.cuda.synchronize()
+            assert torch.equal(on_gpu.cpu(), want)
+        else:
+            assert torch.equal(t, want)
 
 
 def test_jax_from_dlpack_views_the_batch(small):
@@ -48,7 +77,7 @@ def test_jax_from_dlpack_views_the_batch(small):
 def test_torch_takes_a_device_batch_without_a_copy(small, dtype):
     """A GPU loader's batch stays on the device: torch views it on its current stream (ordered after the
     decode by __dlpack__(stream=...)), it equals the CPU loader's batch, and it outlives the loader."""
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     opts = dict(crop=(40, 56), flip=True, seed=3, dtype=dtype, rank=0, world_size=1)

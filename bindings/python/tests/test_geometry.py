@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 import l3toolkit as l3
+from conftest import require_module
 
 # Odd sizes on purpose: a single pixel, a 7x3 sliver, a 4097x2161 frame, and two ordinary photos' sizes.
 SIZES = [(1, 1), (7, 3), (4097, 2161), (640, 480), (301, 203)]
@@ -244,7 +245,7 @@ def test_cuda_resampled_batches_equal_cpu_batches(images, recipe):
     """device="cuda" applies every transform in the kernels (resampling with the CPU's integer tables,
     padding with ``fill``): each device batch, viewed by torch without a copy, equals the CPU loader's
     batch bit for bit, and so do the reported windows and flips."""
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     root, _ = images
@@ -260,13 +261,11 @@ def test_cuda_resampled_batches_equal_cpu_batches(images, recipe):
         assert np.array_equal(np.asarray(g.flipped), np.asarray(c.flipped))
 
 
-def test_torchvision_v2_agrees_where_it_is_installed(images):
-    try:
-        import torch
-        from torchvision.transforms.v2 import functional as F
-    except ImportError as e:
-        print(f"skipping the torchvision comparison: {e}")
-        pytest.skip(f"torchvision is not installed ({e})")
+def test_torchvision_v2_agrees(images):
+    torch = require_module("torch")
+    require_module("torchvision")
+    from torchvision.transforms.v2 import functional as F
+
     root, pixels = images
     (b,) = batches(root / "png", scale=(0.08, 1.0), flip=True, seed=3)
     a = nhwc(b)

@@ -1,6 +1,6 @@
 """Masks and boxes from Python: a Cityscapes-like tree made from the corpus (label maps by colour
 quantisation, one COCO box per class present), checked against Pillow and an independent box
-computation; torchvision where it is installed."""
+computation; and torchvision's own transforms."""
 
 import json
 
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 import l3toolkit as l3
-from conftest import corpus_files
+from conftest import corpus_files, require_module
 
 CROP = (40, 56)
 
@@ -184,7 +184,7 @@ def test_cuda_masks_equal_cpu_masks(tree, tmp_path, recipe):
     """device="cuda" decodes one-channel L3 masks in the kernels beside their images, with the images'
     geometries: each device batch's images and masks, viewed by torch without a copy, equal the CPU
     loader's byte for byte."""
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     root, _ = tree
@@ -205,13 +205,12 @@ def test_cuda_masks_equal_cpu_masks(tree, tmp_path, recipe):
         assert np.array_equal(np.asarray(a.windows), np.asarray(b.windows))
 
 
-def test_against_torchvision_where_installed(tree):
-    try:
-        import torch
-        from torchvision import tv_tensors
-        from torchvision.transforms.v2 import functional as F
-    except ImportError as e:
-        pytest.skip(f"torchvision is not installed ({e}); numpy's PyTorch nearest rule above stands in")
+def test_against_torchvision(tree):
+    torch = require_module("torch")
+    require_module("torchvision")
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
     root, truth = tree
     names = sorted(truth)
     with loader(root, shuffle=False, scale=(0.1, 1.0), flip=True) as ld:

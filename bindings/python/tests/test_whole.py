@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 import l3toolkit as l3
+from conftest import require_module
 from test_targets import torch_nearest
 
 # name: (width, height); odd sizes, a 1x1, one wider and one taller than the rest.
@@ -189,15 +190,14 @@ def test_skipped_items_leave_the_padding_to_the_rest(tree, tmp_path):
     assert np.from_dlpack(batch.images).shape == (2, 29, 64, 3)
 
 
-def test_torchvision_v2_agrees_where_it_is_installed(tree):
+def test_torchvision_v2_agrees(tree):
     """torchvision's ``Resize(20, max_size=48)`` of each whole image and its mask (``tv_tensors.Mask``:
     nearest), flipped as reported: images within ±1 (antialiased bilinear on uint8), masks exact."""
-    try:
-        import torch
-        from torchvision import tv_tensors
-        from torchvision.transforms.v2 import functional as F
-    except ImportError as e:
-        pytest.skip(f"torchvision is not installed ({e}); Pillow's resize above stands in")
+    torch = require_module("torch")
+    require_module("torchvision")
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
     batches = run(tree, "l3", resize=20, max_size=48, flip=True, layout="NHWC", masks=tree / "masks")
     for batch in batches:
         x, m = nhwc(batch), np.from_dlpack(batch.masks)
@@ -245,7 +245,7 @@ def test_cuda_whole_batches_equal_cpu_batches(tree, tmp_path, sizing):
         if os.environ.get("L3_EXPECT_GPU"):
             raise  # the GPU bundle's run: this machine has a GPU, so a refusal is a failure
         pytest.skip(f"no usable CUDA device: {e}")
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     with gpu, l3.Loader(tree / "l3", 4, **kw) as cpu:
         on_gpu, on_cpu = list(gpu), list(cpu)
     assert len(on_gpu) == len(on_cpu) > 0
