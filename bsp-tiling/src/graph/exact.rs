@@ -199,6 +199,30 @@ pub fn run_graph_exact(
     exact_on(&be, g, input, grid, threads, budget, sink, fixed)
 }
 
+/// The input's per-channel statistics, merged from its tiles on `grid`.
+fn input_stats(input: &dyn Input, grid: &Grid, workers: usize) -> Result<Vec<ChannelStats>> {
+    let local = superstep(grid.len(), workers, |t| {
+        let (y0, y1, x0, x1) = grid.tile(t);
+        let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
+        let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
+        Ok(tensor_stats(&crate::field::gather(input, &ys, &xs)?))
+    })?;
+    Ok(merge_all(&local))
+}
+
+/// Recycles the stored values no node after node `done` reads (the input and the output aside).
+fn recycle_dead(vals: &mut [Option<Val<'_>>], last_use: &[usize], done: usize) {
+    for (u, val) in vals.iter_mut().enumerate() {
+        if u > 0
+            && last_use[u] != usize::MAX
+            && last_use[u] <= done
+            && let Some(Val::Layer(l)) = val.take()
+        {
+            l.recycle();
+        }
+    }
+}
+
 /// [`run_graph_exact`] with every node computed on `be`'s backend.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn exact_on<B: GraphOps>(
@@ -261,14 +285,7 @@ pub(super) fn exact_on<B: GraphOps>(
     let spill = spill_err(budget);
     // A normalisation of the graph input itself: the input's statistics, tile by tile, first.
     if plan.feeds_norm[0] {
-        let g0 = &grids[0];
-        let local = superstep(g0.len(), workers, |t| {
-            let (y0, y1, x0, x1) = g0.tile(t);
-            let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
-            let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
-            Ok(tensor_stats(&crate::field::gather(input, &ys, &xs)?))
-        })?;
-        stats[0] = Some(merge_all(&local));
+        stats[0] = Some(input_stats(input, &grids[0], workers)?);
     }
     for (i, n) in g.nodes.iter().enumerate() {
         if fused[i] || through[i + 1].is_some() {
@@ -334,16 +351,7 @@ pub(super) fn exact_on<B: GraphOps>(
             stats[v] = Some(merge_all(&tiles));
         }
         vals[v] = layer.map(Val::Layer);
-        let done = v - 1;
-        for (u, val) in vals.iter_mut().enumerate() {
-            if u > 0
-                && last_use[u] != usize::MAX
-                && last_use[u] <= done
-                && let Some(Val::Layer(l)) = val.take()
-            {
-                l.recycle();
-            }
-        }
+        recycle_dead(&mut vals, &last_use, v - 1);
     }
     if let Some(m) = be.backend.device_meter() {
         info.device_peak_bytes = m.peak();

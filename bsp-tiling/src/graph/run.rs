@@ -5,7 +5,7 @@ use super::eval::{Run, tensor_stats};
 use super::exact::{exact_on, exact_workers, tile_bytes};
 use super::exec::GraphOps;
 use super::fixed::{eval_region, run_fixed, scale_shifts};
-use super::model::{Graph, GraphStats, prepare};
+use super::model::{Graph, GraphPlan, GraphStats, prepare};
 use super::ops::Op;
 use super::schedule::Schedule;
 use super::superstep::{inner_threads, superstep};
@@ -169,21 +169,7 @@ fn run_mode<B: GraphOps>(
                         budget,
                         sink,
                     )?;
-                    let norms = g
-                        .nodes
-                        .iter()
-                        .filter(|n| matches!(n.op, Op::Norm(_)))
-                        .count();
-                    let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
-                    info.notes.push(format!(
-                    "exact: storing every node's output would take {} at its peak, more than the RAM \
-                     budget ({}) and the spill space ({}) together, so each normalisation's statistics \
-                     were recomputed tile by tile instead ({} passes over the input; the same output)",
-                    gb(needed),
-                    gb(ram),
-                    gb(disk),
-                    norms + 1
-                ));
+                    info.notes.push(recompute_note(g, needed, ram, disk));
                     Ok(info)
                 }
                 other => other,
@@ -243,31 +229,7 @@ fn run_mode<B: GraphOps>(
             let (tile, note) = fit(be, g, input, tile, tiles, threads, budget, fixed_need)?;
             let grid = tiles(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
-            let mut stats: GraphStats = vec![None; g.nodes.len()];
-            for (i, n) in g.nodes.iter().enumerate() {
-                if !matches!(n.op, Op::Norm(_)) {
-                    continue;
-                }
-                let u = n.inputs[0];
-                let gu = g.value_grid(&plan, &grid, u)?;
-                let workers = be.backend.tiles_at_once(threads).clamp(1, gu.len());
-                let inner = inner_threads(threads, workers);
-                let ss = scale_shifts(g, &stats);
-                let tiles = superstep(gu.len(), workers, |t| {
-                    let (y0, y1, x0, x1) = gu.tile(t);
-                    let x = if u == 0 {
-                        gather(
-                            input,
-                            &(y0..y1).map(Some).collect::<Vec<_>>(),
-                            &(x0..x1).map(Some).collect::<Vec<_>>(),
-                        )?
-                    } else {
-                        eval_region(be, g, &plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
-                    };
-                    Ok(tensor_stats(&x))
-                })?;
-                stats[i] = Some(merge_all(&tiles));
-            }
+            let stats = recompute_stats(be, g, &plan, input, &grid, threads)?;
             run_fixed(be, g, &plan, input, &grid, &stats, threads, sink)?;
             Ok(RunInfo {
                 stats,
@@ -279,6 +241,63 @@ fn run_mode<B: GraphOps>(
     };
     crate::buffers::clear();
     result
+}
+
+/// Each normalisation's statistics, recomputed tile by tile: its input evaluated over every tile of its
+/// grid with the statistics merged so far (the recompute mode's passes).
+fn recompute_stats<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    plan: &GraphPlan,
+    input: &dyn Input,
+    grid: &Grid,
+    threads: usize,
+) -> Result<GraphStats> {
+    let mut stats: GraphStats = vec![None; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !matches!(n.op, Op::Norm(_)) {
+            continue;
+        }
+        let u = n.inputs[0];
+        let gu = g.value_grid(plan, grid, u)?;
+        let workers = be.backend.tiles_at_once(threads).clamp(1, gu.len());
+        let inner = inner_threads(threads, workers);
+        let ss = scale_shifts(g, &stats);
+        let tiles = superstep(gu.len(), workers, |t| {
+            let (y0, y1, x0, x1) = gu.tile(t);
+            let x = if u == 0 {
+                gather(
+                    input,
+                    &(y0..y1).map(Some).collect::<Vec<_>>(),
+                    &(x0..x1).map(Some).collect::<Vec<_>>(),
+                )?
+            } else {
+                eval_region(be, g, plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
+            };
+            Ok(tensor_stats(&x))
+        })?;
+        stats[i] = Some(merge_all(&tiles));
+    }
+    Ok(stats)
+}
+
+/// The note of an exact run that ran the recompute schedule because its stored values did not fit.
+fn recompute_note(g: &Graph, needed: u64, ram: u64, disk: u64) -> String {
+    let norms = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Norm(_)))
+        .count();
+    let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
+    format!(
+        "exact: storing every node's output would take {} at its peak, more than the RAM budget ({}) \
+         and the spill space ({}) together, so each normalisation's statistics were recomputed tile by \
+         tile instead ({} passes over the input; the same output)",
+        gb(needed),
+        gb(ram),
+        gb(disk),
+        norms + 1
+    )
 }
 
 /// The working sets of a run's tiles in flight at once, and how many tiles that is (see [`working_set`]).
