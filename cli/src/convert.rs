@@ -1,13 +1,15 @@
-//! `l3 convert --to l3|raw|pcr|png|jpeg IN_DIR OUT_DIR`: a thin shell over `loader::convert`.
+//! `l3 convert --to l3|raw|pcr|png|jpeg|shards IN_DIR OUT_DIR`: a thin shell over `loader::convert`.
 use anyhow::{Context, bail};
 use loader::convert::{
-    Conversion, ConvertOptions, PcrBuild, convert_folder, convert_masks, to_pcr,
+    Conversion, ConvertOptions, PcrBuild, ShardBuild, convert_folder, convert_masks, to_pcr,
+    to_shards,
 };
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ConvertArgs {
-    /// Output format: l3, raw (PPM/PGM/PAM), pcr (records transcoded from JPEGs), png or jpeg.
+    /// Output format: l3, raw (PPM/PGM/PAM), pcr (records transcoded from JPEGs), png, jpeg, or shards
+    /// (WebDataset tar shards of the files as they are, with an index of member offsets beside each).
     #[arg(long)]
     pub to: String,
     pub input: PathBuf,
@@ -26,12 +28,31 @@ pub struct ConvertArgs {
     /// channel; 16-bit masks stay PNG (L3 and raw hold 8 bits), and the tool says how many.
     #[arg(long)]
     pub masks: bool,
+    /// With `--to shards`: bytes per shard at most (512MB, 1G, or plain bytes; K, M, G are powers of 1024).
+    #[arg(long, default_value = "512MB")]
+    pub shard_size: String,
+    /// With `--to shards`: shard file names are PREFIX-000000.tar, PREFIX-000001.tar, ...
+    #[arg(long, default_value = "shard")]
+    pub shard_prefix: String,
+    /// With `--to shards`: a folder of masks paired with the images by path and stem, written as
+    /// KEY.seg.EXT members.
+    #[arg(long, value_name = "DIR")]
+    pub shard_masks: Option<PathBuf>,
+    /// With `--to shards`: a COCO instances file whose boxes are written per image as KEY.json members.
+    #[arg(long, value_name = "FILE")]
+    pub boxes: Option<PathBuf>,
     /// With `--to l3`: the L3 format (as `l3 encode`: default v2, profile ans).
     #[command(flatten)]
     pub l3: crate::codec::L3FormatArgs,
 }
 
 pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
+    if a.to == "shards" {
+        return shards(&a);
+    }
+    if a.shard_masks.is_some() || a.boxes.is_some() {
+        bail!("--shard-masks and --boxes go with --to shards");
+    }
     let threads = stdx::parallel::threads(a.threads.unwrap_or(0));
     let chose = a.l3.format.is_some() || a.l3.profile.is_some();
     let l3 = if a.to == "l3" {
@@ -89,6 +110,54 @@ pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Shards hold the files as they are; masks and boxes join them as members of each image's sample.
+fn shards(a: &ConvertArgs) -> anyhow::Result<()> {
+    if a.quality.is_some() || a.masks || a.to_8bit {
+        bail!(
+            "--to shards packs the files as they are: no --quality, --masks or --to-8bit (convert first)"
+        );
+    }
+    let shard_size = parse_shard_size(&a.shard_size)?;
+    let t0 = std::time::Instant::now();
+    let build = ShardBuild {
+        shard_size,
+        prefix: a.shard_prefix.clone(),
+        masks: a.shard_masks.clone(),
+        boxes: a.boxes.clone(),
+        ..ShardBuild::default()
+    };
+    let s = to_shards(&a.input, &a.output, &build)
+        .with_context(|| format!("packing {} into shards", a.input.display()))?;
+    if s.removed > 0 {
+        eprintln!(
+            "l3: note: removed {} shard files an earlier run wrote past the last one",
+            s.removed
+        );
+    }
+    println!(
+        "wrote {} samples in {} shards ({} bytes) in {:.1} s: open them as {}",
+        s.samples,
+        s.shards,
+        s.bytes_written,
+        t0.elapsed().as_secs_f64(),
+        s.pattern
+    );
+    Ok(())
+}
+
+/// `512MB`, `512MiB`, `512M`, `1G` or plain bytes (K, M, G, T are powers of 1024).
+fn parse_shard_size(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    match stdx::mem::parse_size(t) {
+        Some(n) if n > 0 => Ok(n),
+        _ => bail!("--shard-size {text:?}: a size such as 512MB, 1G or 100000000"),
+    }
 }
 
 /// PCRs are built from JPEGs: JPEG inputs are transcoded losslessly; other inputs only with `--quality`.

@@ -31,6 +31,14 @@ pub enum Error {
     /// A dataset description (folder, labels CSV, manifest, index) is malformed, empty or ambiguous.
     #[error("{}: {reason}", path.display())]
     Dataset { path: PathBuf, reason: String },
+    /// A shard of a shard set (a tar) or its index is damaged, disagrees with the other, or lacks a member:
+    /// names the shard and, where one is concerned, the member.
+    #[error("{}{}: {reason}", shard.display(), member.as_deref().map(|m| format!(": member {m}")).unwrap_or_default())]
+    Shard {
+        shard: PathBuf,
+        member: Option<String>,
+        reason: String,
+    },
     /// A PCR dataset or record failed its checks (the message names the file).
     #[error("{0}")]
     Pcr(#[from] pcr::Error),
@@ -85,6 +93,18 @@ impl Error {
     pub(crate) fn dataset(path: impl Into<PathBuf>, reason: impl ToString) -> Self {
         Error::Dataset {
             path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    pub(crate) fn shard(
+        shard: impl Into<PathBuf>,
+        member: Option<&str>,
+        reason: impl ToString,
+    ) -> Self {
+        Error::Shard {
+            shard: shard.into(),
+            member: member.map(str::to_string),
             reason: reason.to_string(),
         }
     }

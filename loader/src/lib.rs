@@ -3,7 +3,8 @@
 //!
 //! - [`Dataset`]: one trait for every source — [`ImageFolder`] (PNG, JPEG, raw PPM, L3, WebP, TIFF, BMP, GIF files),
 //!   [`LiquidShards`] (the packed multi-format dataset of `liquid-sampler`), [`PcrRecords`] (PCR at a
-//!   chosen scan group) — opened by [`open_dataset`].
+//!   chosen scan group), [`ShardSet`] (WebDataset tar shards with an index of member offsets: random access
+//!   and L3 region reads inside a member) — opened by [`open_dataset`].
 //! - [`Loader`]: the pipeline (`pipeline`: order → read → decode → assemble → prefetch) delivering
 //!   [`Batch`]es of one [`Tensor`] each, with seeded shuffling or Liquid's shuffle buffers ([`Order`]),
 //!   rank sharding, exact [`LoaderState`] resume (at another world size too), live [`Stats`]; decoding on CPU threads into host
@@ -60,7 +61,8 @@ pub use batch::{Batch, Masks, Tensor};
 pub use buffers::{BufferBatch, BufferOptions, L3Buffer, decode_buffers};
 pub use dataset::folder::ImageFiles;
 pub use dataset::{
-    Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, image_files, open_dataset,
+    Blocks, Dataset, ImageFolder, LiquidShards, OpenOptions, PcrRecords, ShardSet, image_files,
+    open_dataset,
 };
 pub use error::{Error, Result};
 pub use format::Format;

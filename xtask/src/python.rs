@@ -23,8 +23,10 @@ const REQUIREMENTS: &[&str] = &[
     "onnxruntime>=1.18",
     // An independent TIFF reader and writer for `l3toolkit.infer`'s TIFF/BigTIFF input and output tests.
     "tifffile>=2023.1",
-    // The Pillow plugin's Hugging Face test (`load_dataset("imagefolder")` over L3 files) and the
-    // WebDataset example's: together about 47 s and 0.46 GB of wheels (pyarrow and pandas included).
+    // The Pillow plugin's Hugging Face test (`load_dataset("imagefolder")` over L3 files), the WebDataset
+    // example's, and the shard tests (webdataset reads the tar shards `l3 convert --to shards` writes, and
+    // writes shards for the loader to index): together about 47 s and 0.46 GB of wheels (pyarrow and
+    // pandas included).
     "datasets>=2.14",
     "webdataset>=0.2.86",
     // The PyTorch side of the framework tests (DLPack views, `torch.distributed` with gloo in the elastic

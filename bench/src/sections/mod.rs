@@ -12,6 +12,8 @@ mod pcr;
 mod python;
 mod resample;
 #[allow(unsafe_code)]
+mod shards;
+#[allow(unsafe_code)]
 mod storage;
 mod tasks;
 
@@ -62,6 +64,11 @@ const SECTIONS: &[Section] = &[
         name: "storage",
         about: "Every format against storage bandwidth, Liquid profiled at each (pcr-iclr20, liquid-apsys23)",
         run: storage::run,
+    },
+    Section {
+        name: "shards",
+        about: "One object per image vs WebDataset tar shards on S3: objects, requests, bytes, images/s",
+        run: shards::run,
     },
     Section {
         name: "python",

@@ -1,5 +1,6 @@
 //! Writing datasets: a folder of images converted to another per-file format (L3, raw, PNG, JPEG), PCR
-//! records ([`to_pcr`]) and a Liquid multi-format dataset at its profiled ratio ([`to_liquid`]).
+//! records ([`to_pcr`]), a Liquid multi-format dataset at its profiled ratio ([`to_liquid`]) and
+//! WebDataset tar shards with an index of member offsets ([`to_shards`]).
 //!
 //! Every writer locks its output folder (a second writer is refused at once), writes each file under a
 //! temporary name then renames it (a crash leaves no partial file under a final name), clears the
@@ -10,11 +11,13 @@ mod jpeg_rows;
 mod liquid;
 mod masks;
 mod pcr;
+mod shards;
 
 pub use jpeg_rows::JpegRows;
 pub use liquid::{LiquidBuild, LiquidEvent, LiquidReport, decoders as liquid_decoders, to_liquid};
 pub use masks::convert_masks;
 pub use pcr::{PcrBuild, PcrSummary, to_pcr};
+pub use shards::{ShardBuild, ShardSummary, to_shards};
 
 use crate::dataset::image_files;
 use crate::error::{Error, Result};

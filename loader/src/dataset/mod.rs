@@ -7,11 +7,13 @@ pub(crate) mod masks;
 mod open;
 mod pcr;
 pub(crate) mod regions;
+pub(crate) mod shards;
 
 pub use folder::{ImageFolder, image_files};
 pub use liquid::LiquidShards;
 pub use open::{OpenOptions, open_dataset};
 pub use pcr::PcrRecords;
+pub use shards::ShardSet;
 
 use crate::error::Result;
 use crate::format::Format;

@@ -85,15 +85,75 @@ pub(crate) fn read_rect(
     (base, len): (u64, u64),
     rect: impl FnOnce(u32, u32) -> l3_format::Rect,
 ) -> Result<(Stored, u64)> {
+    read_framed(cache, item, file, (base, len), rect, None)
+}
+
+/// The bytes just before an item that are read with its first range and checked — a tar member's
+/// header, in front of its data — so that checking where the item lies costs no request of its own.
+pub(crate) struct Frame<'a> {
+    pub len: u64,
+    pub check: &'a dyn Fn(&[u8]) -> Result<()>,
+    /// The first read takes at least this many bytes of the item, so that its header and offset table
+    /// usually come in one request rather than two.
+    pub read_ahead: u64,
+}
+
+/// [`read_region`] with `frame`'s bytes before the item read and checked when its offset table is
+/// (once per cached table).
+pub(crate) fn read_region_framed(
+    cache: &IndexCache,
+    item: usize,
+    file: &Opened,
+    (base, len): (u64, u64),
+    req: &SampleRequest,
+    frame: &Frame,
+) -> Result<(Stored, u64)> {
+    let rect = |w, h| req.source_rect(w, h);
+    read_framed(cache, item, file, (base, len), rect, Some(frame))
+}
+
+fn read_framed(
+    cache: &IndexCache,
+    item: usize,
+    file: &Opened,
+    (base, len): (u64, u64),
+    rect: impl FnOnce(u32, u32) -> l3_format::Rect,
+    frame: Option<&Frame>,
+) -> Result<(Stored, u64)> {
     let l3 = |e: l3_format::Error| Error::decode(file.name(), "l3", e);
     let (index, mut read) = cache.get_or_read(item, || {
         // The header says how long the offset table is (and a v2-ANS file's tables how long they are):
         // read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads, v2-ANS with a
         // read-ahead until its tables are in.
         let mut read = 0u64;
+        let mut framed = frame;
+        // With a frame, the bytes read ahead (item offset, bytes): later parts of the prefix come from it.
+        let mut held: Option<(u64, Vec<u8>)> = None;
         let index = L3Index::read_from(len, |r| {
-            let part = file.read_range(base + r.start..base + r.end)?;
+            if let Some((at, bytes)) = &held
+                && r.start >= *at
+                && r.end <= at + bytes.len() as u64
+            {
+                return Ok(bytes[(r.start - at) as usize..(r.end - at) as usize].to_vec());
+            }
+            let before = match framed.take() {
+                Some(f) if r.start == 0 && base >= f.len => Some(f),
+                _ => None,
+            };
+            let from = base + r.start - before.map_or(0, |f| f.len);
+            let end = match frame {
+                Some(f) => r.end.max(r.start + f.read_ahead).min(len),
+                None => r.end,
+            };
+            let mut part = file.read_range(from..base + end)?;
             read += part.len() as u64;
+            if let Some(f) = before {
+                (f.check)(&part[..f.len as usize])?;
+                part.drain(..f.len as usize);
+            }
+            if frame.is_some() {
+                held = Some((r.start, part.clone()));
+            }
             Ok(part)
         })
         .map_err(|e| match e {

@@ -270,6 +270,11 @@ impl DiskCache {
         self.writer = Some(tx);
     }
 
+    /// The cache's folder.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     #[cfg(test)]
     pub fn bytes_held(&self) -> u64 {
         std::fs::read_dir(&self.dir)

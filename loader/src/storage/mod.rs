@@ -197,6 +197,22 @@ impl Storage {
         }
     }
 
+    /// The folder of the local cache of remote objects, if one is on.
+    pub(crate) fn cache_dir(&self) -> Option<&Path> {
+        self.inner.cache.as_ref().map(|c| c.dir())
+    }
+
+    /// What identifies the version of remote `key` the last listing saw (its ETag, else its
+    /// last-modified time); `None` for local storage or a key not listed.
+    pub(crate) fn version_tag(&self, key: &str) -> Option<String> {
+        let known = self
+            .inner
+            .versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        known.get(key).map(Version::tag)
+    }
+
     /// The bandwidth cap, if any.
     pub fn bandwidth(&self) -> Option<u64> {
         self.inner.cap.as_ref().map(|c| c.rate())

@@ -1,0 +1,65 @@
+"""WebDataset tar shards: ``webdataset`` reads the shards ``l3 convert --to shards`` writes, unchanged, and
+``l3toolkit.Loader`` reads shards ``webdataset.TarWriter`` writes (their index built on first open and kept
+beside them) with the samples and order of the folder they came from."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import l3toolkit as l3
+from conftest import REPO, cannot_run, require_module
+
+wds = require_module("webdataset", module_level=True)
+
+
+def l3_binary() -> Path:
+    """The ``l3`` binary the Rust tests built (or ``$L3_BIN``, or one on the PATH)."""
+    candidates = [os.environ.get("L3_BIN"), REPO / "target" / "debug" / "l3", REPO / "target" / "release" / "l3",
+                  shutil.which("l3")]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    cannot_run("no l3 binary (cargo build -p l3-cli, or set L3_BIN)")
+
+
+def epoch(loader):
+    return [(b.indices.tolist(), b.labels.tolist(), np.from_dlpack(b.images).tobytes()) for b in loader]
+
+
+def test_webdataset_reads_the_shards_l3_writes(small, tmp_path):
+    out = tmp_path / "shards"
+    subprocess.run([str(l3_binary()), "convert", "--to", "shards", str(small.l3), str(out), "--shard-size", "200K",
+                    "--shard-prefix", "train"], check=True, capture_output=True)
+    shards = sorted(out.glob("train-*.tar"))
+    assert len(shards) >= 2
+    urls = f"{out}/train-{{000000..{len(shards) - 1:06d}}}.tar"
+    got = {s["__key__"]: s for s in wds.WebDataset(urls, shardshuffle=False)}
+    assert sorted(got) == [str(p) for p in small.items]
+    for i, item in enumerate(small.items):
+        sample = got[str(item)]
+        assert sample["l3"] == (small.l3 / item.with_suffix(".l3")).read_bytes()
+        assert int(sample["cls"]) == small.labels[i]
+    # The same pattern through the loader: the folder's samples, in its order.
+    kw = dict(batch_size=4, crop=32, shuffle=True, seed=5, threads=2)
+    assert epoch(l3.Loader(urls, **kw)) == epoch(l3.Loader(small.l3, **kw))
+
+
+def test_the_loader_reads_shards_webdataset_wrote(small, tmp_path):
+    out = tmp_path / "wds"
+    out.mkdir()
+    pattern = str(out / "png-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=5, verbose=0) as sink:
+        for i, item in enumerate(small.items):
+            sink.write({"__key__": str(item), "png": (small.png / item.with_suffix(".png")).read_bytes(),
+                        "cls": str(small.labels[i])})
+    n = len(list(out.glob("*.tar")))
+    assert n >= 2
+    kw = dict(batch_size=4, crop=32, shuffle=True, seed=5, threads=2)
+    loader = l3.Loader(f"{out}/png-{{000000..{n - 1:06d}}}.tar", **kw)
+    assert epoch(loader) == epoch(l3.Loader(small.png, **kw))
+    assert len(list(out.glob("*.tar.idx"))) == n, "the built indexes are kept beside the shards"
+    # A folder of shards opens too, with the kept indexes.
+    assert epoch(l3.Loader(out, **kw)) == epoch(l3.Loader(small.png, **kw))

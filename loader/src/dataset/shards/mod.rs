@@ -1,0 +1,317 @@
+//! A set of WebDataset tar shards read with random access: each shard's index (`NAME.tar.idx`, see
+//! `loader/SHARDS.md`) says where every member's data lies, so an item is one byte-range read of its
+//! shard — its tar header and its data together, the header checked against the index — and an L3
+//! member under a crop is read by region inside the shard (its header, offset table and the patches
+//! under the window only). Shards written by other tools open too: their index is built on first open by
+//! reading the tar's headers, and kept (see [`cache`]).
+//!
+//! Items are the samples of the shards in order (shards as the pattern or the sorted listing gives
+//! them, samples in tar order), so shards written from a folder list its items in the folder's order,
+//! with the folder's names, sizes and labels: the same seeded order, and the same resume fingerprint.
+
+mod cache;
+pub(crate) mod index;
+pub(crate) mod pattern;
+pub(crate) mod tar;
+
+use super::Dataset;
+use super::regions::{Frame, IndexCache, read_region_framed};
+use crate::error::{Error, Result};
+use crate::format::Format;
+use crate::item::{SampleRequest, Stored};
+use crate::sample::DecodeScope;
+use crate::storage::{Storage, StorageOptions};
+use index::{ShardIndex, split_key};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use index::SUFFIX as INDEX_SUFFIX;
+
+/// Bytes of an L3 member read with its header: its offset table too, for most images (a 4K image's
+/// table is about 20 KiB), so the first region read of a member is two requests (prefix, patches) and
+/// every later one a single request.
+const PREFIX_READ_AHEAD: u64 = 64 << 10;
+
+/// Offset tables of L3 members kept for region reads, per shard set.
+const INDEX_CACHE_BYTES: usize = 64 << 20;
+
+/// The items of a set of tar shards (see the module documentation).
+#[derive(Debug)]
+pub struct ShardSet {
+    storage: Storage,
+    /// What the set was opened as (a pattern, a folder), for messages.
+    location: String,
+    shards: Vec<Shard>,
+    items: Vec<ShardItem>,
+    bytes: u64,
+    /// Indexes built by scanning tars when the set was opened (none found beside them or kept).
+    built: usize,
+    indexes: IndexCache,
+}
+
+#[derive(Debug)]
+struct Shard {
+    key: String,
+}
+
+#[derive(Debug)]
+struct ShardItem {
+    shard: u32,
+    /// The item's name in its dataset (`photo/a.l3`).
+    name: String,
+    /// The image member's name in the tar.
+    member: String,
+    label: u32,
+    format: Format,
+    offset: u64,
+    size: u64,
+}
+
+impl ShardSet {
+    /// Opens `location`: `DIR/NAME-{000000..000099}.tar`, one `x.tar`, or a folder holding `*.tar`
+    /// files — local or `s3://bucket/prefix/...` — read through `options`.
+    pub fn open(location: &str, options: &StorageOptions) -> Result<Self> {
+        if pattern::names_shards(location) {
+            let (dir, names) = pattern::split(location).map_err(|e| Error::dataset(location, e))?;
+            let storage = Storage::open(&dir, options)?;
+            Self::open_in(storage, Some(names), location)
+        } else {
+            Self::open_in(Storage::open(location, options)?, None, location)
+        }
+    }
+
+    /// The shards `names` (keys under `storage`'s root; `None`: every `*.tar` the root holds, sorted).
+    pub(crate) fn open_in(
+        storage: Storage,
+        names: Option<Vec<String>>,
+        location: &str,
+    ) -> Result<Self> {
+        let listed: HashMap<String, u64> = storage.list()?.files.into_iter().collect();
+        let names = match names {
+            Some(n) => n,
+            None => {
+                let mut n: Vec<String> = listed
+                    .keys()
+                    .filter(|k| k.ends_with(".tar"))
+                    .cloned()
+                    .collect();
+                n.sort();
+                n
+            }
+        };
+        if names.is_empty() {
+            return Err(Error::dataset(location, "no .tar shards found"));
+        }
+        let mut set = ShardSet {
+            storage,
+            location: location.to_string(),
+            shards: Vec::with_capacity(names.len()),
+            items: Vec::new(),
+            bytes: 0,
+            built: 0,
+            indexes: IndexCache::new(INDEX_CACHE_BYTES),
+        };
+        let mut owners: HashMap<String, String> = HashMap::new();
+        for key in names {
+            let name = set.storage.name(&key);
+            let size = *listed
+                .get(&key)
+                .ok_or_else(|| Error::shard(&name, None, "no such shard"))?;
+            let beside = format!("{key}{INDEX_SUFFIX}");
+            let index = if listed.contains_key(&beside) {
+                let bytes = set.storage.read(&beside, index::MAX_INDEX_BYTES)?;
+                ShardIndex::parse(&bytes, &set.storage.name(&beside))?
+            } else {
+                let (index, built) = cache::built_index(&set.storage, &key, size)?;
+                set.built += usize::from(built);
+                index
+            };
+            index.check(&name, size)?;
+            let s = set.shards.len() as u32;
+            set.add_samples(s, &key, &index, &mut owners)?;
+            set.shards.push(Shard { key });
+        }
+        if set.items.is_empty() {
+            return Err(Error::dataset(location, "the shards hold no images"));
+        }
+        Ok(set)
+    }
+
+    /// Adds the samples of shard `s` (`key`) as items: each needs an image member (`KEY.l3`, `KEY.png`,
+    /// ...; masks `KEY.seg.*` are not images), and a key may be in one shard only (`owners`: the shard
+    /// of each key so far).
+    fn add_samples(
+        &mut self,
+        s: u32,
+        key: &str,
+        index: &ShardIndex,
+        owners: &mut HashMap<String, String>,
+    ) -> Result<()> {
+        let here = self.storage.name(key);
+        for sample in &index.samples {
+            if let Some(other) = owners.insert(sample.key.clone(), key.to_string()) {
+                return Err(Error::shard(
+                    &here,
+                    None,
+                    format!(
+                        "key {:?} is in {} too: a key names one sample of a shard set",
+                        sample.key,
+                        self.storage.name(&other).display()
+                    ),
+                ));
+            }
+            let image = sample.members.iter().find_map(|m| {
+                let (_, ext) = split_key(&m.name)?;
+                if ext.starts_with("seg.") {
+                    return None;
+                }
+                Format::from_path(Path::new(&m.name)).map(|f| (m, f))
+            });
+            let Some((m, format)) = image else {
+                return Err(Error::shard(
+                    &here,
+                    None,
+                    format!("key {:?} has no image member", sample.key),
+                ));
+            };
+            self.bytes += m.size;
+            self.items.push(ShardItem {
+                shard: s,
+                name: sample.name.clone().unwrap_or_else(|| m.name.clone()),
+                member: m.name.clone(),
+                label: sample.label.unwrap_or(0),
+                format,
+                offset: m.offset,
+                size: m.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Shards in the set.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Indexes built by reading tar headers when the set was opened (0 when every shard had one).
+    pub fn indexes_built(&self) -> usize {
+        self.built
+    }
+
+    /// The read layer the shards come through (its request and byte counts).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Checks the tar header in front of item `index`'s data against the index: its checksum, its
+    /// name and its size.
+    fn check_header(&self, index: usize, block: &[u8]) -> Result<()> {
+        let item = &self.items[index];
+        let shard = self.storage.name(&self.shards[item.shard as usize].key);
+        let bad = |why: String| Error::shard(&shard, Some(&item.member), why);
+        let h = tar::parse(block).map_err(|e| {
+            bad(format!(
+                "no tar header at byte {} where the index puts it: {e} (the index disagrees with \
+                 the shard)",
+                item.offset - tar::BLOCK
+            ))
+        })?;
+        if !h.is_file() || !tar::names(&h, &item.member) || h.size != item.size {
+            return Err(bad(format!(
+                "the tar header before byte {} names {:?} of {} bytes, not this member of {} bytes \
+                 (the index disagrees with the shard)",
+                item.offset, h.name, h.size, item.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Dataset for ShardSet {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+    fn label(&self, index: usize) -> u32 {
+        self.items[index].label
+    }
+    fn format(&self, index: usize) -> Format {
+        self.items[index].format
+    }
+    fn name(&self, index: usize) -> Option<String> {
+        Some(self.items[index].name.clone())
+    }
+    fn source(&self, index: usize) -> PathBuf {
+        let item = &self.items[index];
+        let mut s = self
+            .storage
+            .name(&self.shards[item.shard as usize].key)
+            .into_os_string();
+        s.push(format!("#{}", item.member));
+        s.into()
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        Some(self.items[index].size)
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// One request: the member's tar header and data together (the header checked), or — an L3 member
+    /// under a crop — its header, offset table and the patches under the window.
+    fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
+        let item = &self.items[index];
+        let key = &self.shards[item.shard as usize].key;
+        let file = self.storage.open_key(key)?;
+        let shard = self.storage.name(key);
+        let member = |e: Error| match e {
+            e @ Error::Shard { .. } => e,
+            e => {
+                let text = e.to_string();
+                let head = format!("{}: ", shard.display());
+                let reason = text.strip_prefix(&head).unwrap_or(&text);
+                Error::shard(&shard, Some(&item.member), reason)
+            }
+        };
+        if item.format == Format::L3 && req.scope == DecodeScope::Region {
+            let check = |b: &[u8]| self.check_header(index, b);
+            let frame = Frame {
+                len: tar::BLOCK,
+                check: &check,
+                read_ahead: PREFIX_READ_AHEAD,
+            };
+            return read_region_framed(
+                &self.indexes,
+                index,
+                &file,
+                (item.offset, item.size),
+                req,
+                &frame,
+            )
+            .map_err(member);
+        }
+        let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
+        if item.size > limit {
+            return Err(member(Error::dataset(
+                self.source(index),
+                format!("{} bytes, over the limit of {limit} bytes", item.size),
+            )));
+        }
+        let mut bytes = file
+            .read_range(item.offset - tar::BLOCK..item.offset + item.size)
+            .map_err(member)?;
+        let n = bytes.len() as u64;
+        self.check_header(index, &bytes[..tar::BLOCK as usize])?;
+        bytes.drain(..tar::BLOCK as usize);
+        Ok((Stored::Whole(bytes), n))
+    }
+    fn describe(&self) -> String {
+        format!(
+            "shard set {} ({} images in {} shards)",
+            self.location,
+            self.items.len(),
+            self.shards.len()
+        )
+    }
+    fn storage(&self) -> Option<&Storage> {
+        Some(&self.storage)
+    }
+}
