@@ -248,8 +248,8 @@ mod tests {
         let long_dir = "d".repeat(120);
         let very_long = format!("{}/{}", "x".repeat(200), "y".repeat(150));
         let split = format!("{long_dir}/file.png");
-        let names: [&str; 3] = ["a/b.l3", &split, &very_long];
-        for name in names {
+        let cases: [&str; 3] = ["a/b.l3", &split, &very_long];
+        for name in cases {
             let h = file_header(name, 12345).unwrap();
             assert_eq!(h.len() as u64 % BLOCK, 0);
             let last = parse(&h[h.len() - BLOCK as usize..]).unwrap();
@@ -263,7 +263,10 @@ mod tests {
                 assert_eq!(pax_fields(data).unwrap(), (Some(name.to_string()), None));
             }
         }
-        assert_eq!(pax_record("path", "abc"), "13 path=abc\n");
+        assert_eq!(pax_record("path", "abc"), "12 path=abc\n");
+        // The length counts its own digits: 98 bytes of text and 2 digits would be 100, which has 3.
+        let r = pax_record("path", &"a".repeat(91));
+        assert!(r.starts_with("101 ") && r.len() == 101, "{r}");
         let mut h = file_header("a.png", 1).unwrap();
         h[0] = b'b';
         assert!(parse(&h).unwrap_err().contains("checksum"));
