@@ -67,6 +67,57 @@ fn convert_to_shards_writes_a_set_that_streams() {
         &"16",
     ]));
     assert!(streamed.contains("6 images"), "{streamed}");
+    // Masks and boxes packed as members of each sample, streamed from there with `@shards`.
+    let masks = dir.path().join("masks");
+    let mut images = Vec::new();
+    for i in 0..6u32 {
+        let rel = format!("{}/im{i}.png", if i % 2 == 0 { "even" } else { "odd" });
+        std::fs::create_dir_all(masks.join(&rel).parent().unwrap()).unwrap();
+        image::GrayImage::from_fn(40 + i, 30, |x, _| image::Luma([(x % 3) as u8]))
+            .save(masks.join(&rel))
+            .unwrap();
+        images.push(format!(r#"{{"id": {i}, "file_name": "{rel}"}}"#));
+    }
+    let coco = dir.path().join("boxes.json");
+    let boxes = r#"[{"image_id": 1, "bbox": [0, 0, 41, 30], "category_id": 3}]"#;
+    std::fs::write(
+        &coco,
+        format!(
+            r#"{{"images": [{}], "annotations": {boxes}}}"#,
+            images.join(", ")
+        ),
+    )
+    .unwrap();
+    let with_targets = dir.path().join("with-targets");
+    ok(&l3(&[
+        &"convert",
+        &"--to",
+        &"shards",
+        &src,
+        &with_targets,
+        &"--shard-masks",
+        &masks,
+        &"--boxes",
+        &coco,
+    ]));
+    let streamed = ok(&l3(&[
+        &"stream",
+        &with_targets,
+        &"--batch",
+        &"2",
+        &"--epochs",
+        &"1",
+        &"--size",
+        &"16",
+        &"--masks",
+        &"@shards",
+        &"--boxes",
+        &"@shards",
+    ]));
+    assert!(
+        streamed.contains("targets: 6 masks") && streamed.contains(", 1 boxes"),
+        "{streamed}"
+    );
     // A size that is not one fails in one line naming the flag.
     let bad = l3(&[
         &"convert",

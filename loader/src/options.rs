@@ -629,7 +629,8 @@ pub struct Settings {
     pub channels: u8,
     /// A folder (or `s3://` prefix) of label maps, one per image at the same relative path and stem
     /// (gray PNG at 1 to 16 bits, values kept as stored; 8-bit PGM/PPM or one-channel L3), each given
-    /// exactly its image's geometry with nearest interpolation.
+    /// exactly its image's geometry with nearest interpolation; `@shards` over a shard set: each
+    /// sample's `KEY.seg.*` member.
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub masks: Option<PathBuf>,
     /// The end of an image's stem that its mask's name replaces with `mask_suffix` (Cityscapes:
@@ -643,7 +644,8 @@ pub struct Settings {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::default().ignore_index))]
     pub ignore_index: u16,
     /// A local COCO instances JSON file whose boxes follow every crop and flip (`images[].file_name`
-    /// relative to the source, matched by path and stem).
+    /// relative to the source, matched by path and stem); `@shards` over a shard set: each sample's
+    /// `KEY.json` member.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE.json"))]
     pub boxes: Option<PathBuf>,
     /// Boxes narrower or shorter than this many output pixels after clipping are dropped with their

@@ -54,17 +54,18 @@ fn delivered(batches: &[Batch]) -> Vec<(Vec<usize>, Vec<u32>, Vec<u8>)> {
         .collect()
 }
 
-/// Shards of `folder` in `out`, about `per_shard` images each (sized from the folder's largest image).
+/// Shards of `folder` in `out`, about `per_shard` images each (sized from the folder's mean image: the
+/// corpus's images differ in size by more than the shard count the tests need).
 fn write_shards(folder: &Path, out: &Path, per_shard: u64) -> loader::convert::ShardSummary {
-    let largest = loader::image_files(folder)
+    let sizes: Vec<u64> = loader::image_files(folder)
         .unwrap()
         .files
         .iter()
         .map(|(rel, _)| std::fs::metadata(folder.join(rel)).unwrap().len())
-        .max()
-        .unwrap();
+        .collect();
+    let mean = sizes.iter().sum::<u64>() / sizes.len() as u64;
     let build = ShardBuild {
-        shard_size: per_shard * (largest + 2048),
+        shard_size: per_shard * (mean + 2048),
         prefix: "train".into(),
         ..ShardBuild::default()
     };
@@ -145,10 +146,12 @@ fn shards_deliver_the_folder_in_its_order_and_resume_across_the_two() {
         got.sort();
         assert_eq!(got, (0..shards.len()).collect::<Vec<_>>());
     }
-    // Elastic: saved at world size 2, resumed at 3: the ranks together finish the epoch once.
+    // Elastic: saved at world size 2, resumed at 3: the ranks together finish the epoch once (the
+    // tail dropped rather than padded with repeats, so that a repeat is an error here).
     let shaped = |rank, world_size| LoaderOptions {
         rank,
         world_size,
+        shard_tail: loader::ShardPolicy::DropTail,
         ..o.clone()
     };
     let mut got: Vec<usize> = Vec::new();
@@ -300,10 +303,14 @@ fn damaged_shards_and_indexes_fail_naming_shard_and_member() {
         "{e}"
     );
 
-    // An index whose offsets are off by a block: the header check at read names shard and member.
+    // An index whose offset is off by a block (the sample's `.cls` member left out, so that the index is
+    // in order): the header check at read names shard and member.
     let d = fresh("shifted");
     let text = std::fs::read_to_string(index0(&d)).unwrap();
     let mut index: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let members = index["samples"][0]["members"].as_array_mut().unwrap();
+    assert!(members[1]["name"].as_str().unwrap().ends_with(".cls"));
+    members.remove(1);
     let m = &mut index["samples"][0]["members"][0];
     m["offset"] = (m["offset"].as_u64().unwrap() + 512).into();
     std::fs::write(index0(&d), index.to_string()).unwrap();
@@ -444,4 +451,138 @@ fn masks_and_boxes_travel_as_members_of_their_sample() {
     assert_eq!(fewer.removed, 2 * (s.shards - 1));
     let ds = open(out.to_str().unwrap()).unwrap();
     assert_eq!(ds.len(), 5);
+}
+
+/// (ids, masks, boxes, box labels) of every batch, in order.
+fn targets_of(batches: &[Batch]) -> Vec<TargetsOf> {
+    batches
+        .iter()
+        .map(|b| {
+            let m = b.masks.as_ref().expect("masks");
+            let masks = (0..b.len()).map(|i| m.mask(i).expect("a mask")).collect();
+            (
+                b.ids.clone(),
+                masks,
+                b.boxes.clone().expect("boxes"),
+                b.box_labels.clone().expect("box labels"),
+            )
+        })
+        .collect()
+}
+
+type TargetsOf = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<[f32; 4]>>, Vec<Vec<i64>>);
+
+#[test]
+fn a_loader_over_shards_takes_masks_and_boxes_from_their_members_as_from_the_folder() {
+    use loader::targets::{IN_SHARDS, TargetOptions};
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    // Label maps from the images (a class per grey level band), converted to one-channel L3 so that
+    // region reads inside the mask members are exercised too; one box per image, its label its class.
+    let (png_masks, masks) = (tmp.path().join("masks-png"), tmp.path().join("masks"));
+    let mut coco_images = Vec::new();
+    let mut annotations = Vec::new();
+    for (i, (rel, _)) in loader::image_files(&f.mixed)
+        .unwrap()
+        .files
+        .iter()
+        .enumerate()
+    {
+        let img = image::open(f.mixed.join(rel)).unwrap().to_luma8();
+        let (w, h) = img.dimensions();
+        let mask =
+            image::GrayImage::from_fn(w, h, |x, y| image::Luma([img.get_pixel(x, y).0[0] / 40]));
+        let dst = png_masks.join(rel.with_extension("png"));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        mask.save(&dst).unwrap();
+        let name = rel.with_extension("l3").to_str().unwrap().to_string();
+        coco_images.push(serde_json::json!({"id": i, "file_name": name}));
+        let bbox = [
+            w as f64 / 4.0,
+            h as f64 / 5.0,
+            w as f64 / 2.0,
+            h as f64 / 3.0,
+        ];
+        annotations.push(serde_json::json!({"image_id": i, "bbox": bbox, "category_id": i % 3}));
+    }
+    loader::convert::convert_folder(
+        &png_masks,
+        &masks,
+        loader::convert::Target::L3_DEFAULT,
+        &loader::convert::ConvertOptions {
+            threads: 2,
+            to_8bit: false,
+        },
+        &|_, _| {},
+    )
+    .unwrap();
+    let coco = tmp.path().join("boxes.json");
+    let doc = serde_json::json!({"images": coco_images, "annotations": annotations});
+    std::fs::write(&coco, doc.to_string()).unwrap();
+    let out = tmp.path().join("shards");
+    let build = ShardBuild {
+        shard_size: 64 << 10,
+        masks: Some(masks.clone()),
+        boxes: Some(coco.clone()),
+        ..ShardBuild::default()
+    };
+    let s = to_shards(&f.l3, &out, &build).unwrap();
+    assert!(s.shards >= 2, "{} shards", s.shards);
+    let with = |m: &Path, b: &Path, scope| LoaderOptions {
+        decode: scope,
+        targets: TargetOptions {
+            masks: Some(m.to_path_buf()),
+            boxes: Some(b.to_path_buf()),
+            ..TargetOptions::default()
+        },
+        ..opts(3)
+    };
+    let folder: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&f.l3).unwrap());
+    let shards = open(out.to_str().unwrap()).unwrap();
+    let carried = Path::new(IN_SHARDS);
+    for scope in [loader::DecodeScope::Region, loader::DecodeScope::Whole] {
+        let want = run(&folder, with(&masks, &coco, scope));
+        let got = run(&shards, with(carried, carried, scope));
+        assert_eq!(delivered(&got), delivered(&want), "{scope:?}: images");
+        let want = targets_of(&want);
+        assert_eq!(targets_of(&got), want, "{scope:?}: masks and boxes");
+        assert!(
+            want.iter().any(|t| t.2.iter().any(|b| !b.is_empty())),
+            "no boxes at all"
+        );
+    }
+    // Over a folder, @shards names nothing: an error saying so.
+    let e = Loader::new(
+        folder.clone(),
+        with(carried, &coco, loader::DecodeScope::Region),
+    )
+    .err()
+    .expect("an error")
+    .to_string();
+    assert!(e.contains("@shards") && e.contains("no shard set"), "{e}");
+    // A mask member whose tar header the index misplaces: the error names shard and member.
+    let index0 = out.join("shard-000000.tar.idx");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index0).unwrap()).unwrap();
+    let members = index["samples"][0]["members"].as_array_mut().unwrap();
+    let seg = members
+        .iter_mut()
+        .find(|m| m["name"].as_str().unwrap().contains(".seg."))
+        .unwrap();
+    let seg_name = seg["name"].as_str().unwrap().to_string();
+    seg["size"] = (seg["size"].as_u64().unwrap() - 1).into();
+    std::fs::write(&index0, index.to_string()).unwrap();
+    let shards = open(out.to_str().unwrap()).unwrap();
+    for scope in [loader::DecodeScope::Region, loader::DecodeScope::Whole] {
+        // (The first mask is read when the loader starts, to learn the masks' depth.)
+        let e = match Loader::new(shards.clone(), with(carried, carried, scope)) {
+            Err(e) => e,
+            Ok(mut l) => l.find_map(|b| b.err()).expect("an error"),
+        }
+        .to_string();
+        assert!(
+            e.contains("shard-000000.tar") && e.contains(&seg_name) && e.contains("disagrees"),
+            "{scope:?}: {e}"
+        );
+    }
 }

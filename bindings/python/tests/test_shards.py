@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 import l3toolkit as l3
 from conftest import REPO, cannot_run, require_module
@@ -63,3 +64,25 @@ def test_the_loader_reads_shards_webdataset_wrote(small, tmp_path):
     assert len(list(out.glob("*.tar.idx"))) == n, "the built indexes are kept beside the shards"
     # A folder of shards opens too, with the kept indexes.
     assert epoch(l3.Loader(out, **kw)) == epoch(l3.Loader(small.png, **kw))
+
+
+def test_masks_travel_in_the_shards(small, tmp_path):
+    """``--shard-masks`` packs each image's label map as its ``KEY.seg.png`` member; ``masks="@shards"``
+    reads it from there: the masks the folder with its mask folder gives, and ``webdataset`` sees them."""
+    masks = tmp_path / "masks"
+    for item in small.items:
+        rgb = np.asarray(Image.open(small.png / item.with_suffix(".png")).convert("L"))
+        (masks / item.parent).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rgb // 32).save(masks / item.with_suffix(".png"))
+    out = tmp_path / "shards"
+    subprocess.run([str(l3_binary()), "convert", "--to", "shards", str(small.png), str(out), "--shard-size", "300K",
+                    "--shard-masks", str(masks)], check=True, capture_output=True)
+    seg = {s["__key__"]: s["seg.png"] for s in wds.WebDataset(str(out / "shard-000000.tar"), shardshuffle=False)}
+    first = str(small.items[0])
+    assert seg[first] == (masks / small.items[0].with_suffix(".png")).read_bytes()
+
+    def masks_of(loader):
+        return [(b.indices.tolist(), np.from_dlpack(b.masks).tobytes()) for b in loader]
+
+    kw = dict(batch_size=4, crop=32, shuffle=True, seed=5, threads=2)
+    assert masks_of(l3.Loader(out, masks="@shards", **kw)) == masks_of(l3.Loader(small.png, masks=masks, **kw))

@@ -3,7 +3,8 @@
 //! by region, as its image, any other mask whole. Decoding and resampling it is
 //! [`crate::targets::masks`]'s part.
 
-use crate::dataset::regions::{IndexCache, read_rect};
+use crate::dataset::regions::{IndexCache, read_rect, read_rect_framed};
+use crate::dataset::shards::{Carried, Member, ShardSet};
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::sample::DecodeScope;
@@ -59,6 +60,9 @@ pub struct MaskIndex {
     storage: Storage,
     /// Per dataset item: the mask's key, or why it has none (an error naming both files).
     keys: Vec<std::result::Result<String, String>>,
+    /// Masks carried in shards (`KEY.seg.*` members), by key (`SHARD#MEMBER`); empty for a folder of
+    /// masks.
+    members: HashMap<String, Member>,
 }
 
 impl MaskIndex {
@@ -117,7 +121,36 @@ impl MaskIndex {
                     })
             })
             .collect();
-        Ok(MaskIndex { storage, keys })
+        Ok(MaskIndex {
+            storage,
+            keys,
+            members: HashMap::new(),
+        })
+    }
+
+    /// The masks `shards` carries (each sample's `KEY.seg.*` member), paired with their items.
+    pub fn carried(shards: &ShardSet) -> MaskIndex {
+        use crate::dataset::Dataset;
+        let storage = shards.storage().clone();
+        let mut members = HashMap::new();
+        let keys = (0..shards.len())
+            .map(|i| match shards.carried(i, Carried::Mask) {
+                Some(m) => {
+                    let key = format!("{}#{}", m.shard, m.name);
+                    members.insert(key.clone(), m);
+                    Ok(key)
+                }
+                None => Err(format!(
+                    "{}: its sample has no mask member (KEY.seg.png, KEY.seg.l3, ...)",
+                    shards.source(i).display()
+                )),
+            })
+            .collect();
+        MaskIndex {
+            storage,
+            keys,
+            members,
+        }
     }
 
     /// The read layer the masks come through.
@@ -155,7 +188,10 @@ impl MaskIndex {
     /// The whole of mask `key`.
     pub fn read(&self, key: &str) -> Result<Vec<u8>> {
         let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
-        self.storage.read(key, limit)
+        match self.members.get(key) {
+            Some(m) => m.read(&self.storage, limit),
+            None => self.storage.read(key, limit),
+        }
     }
 
     /// What item `item`'s mask `key` contributes to the sample `req` asks for, with the bytes read: an
@@ -173,14 +209,31 @@ impl MaskIndex {
             .rsplit_once('.')
             .is_some_and(|(_, e)| e.eq_ignore_ascii_case("l3"));
         if l3 && req.scope == DecodeScope::Region {
+            let pick = |w, h| picked(&req.geometry(w, h));
+            if let Some(m) = self.members.get(key) {
+                let file = self.storage.open_key(&m.shard)?;
+                let check = |b: &[u8]| m.check_header(&self.storage, b);
+                return read_rect_framed(
+                    indexes,
+                    item,
+                    &file,
+                    (m.offset, m.size),
+                    pick,
+                    &m.frame(&check),
+                );
+            }
             let file = self.storage.open_key(key)?;
             let len = file.size()?;
-            return read_rect(indexes, item, &file, (0, len), |w, h| {
-                picked(&req.geometry(w, h))
-            });
+            return read_rect(indexes, item, &file, (0, len), pick);
         }
         let bytes = self.read(key)?;
-        let n = bytes.len() as u64;
+        // A carried mask's read took its tar header along.
+        let header = if self.members.contains_key(key) {
+            512
+        } else {
+            0
+        };
+        let n = bytes.len() as u64 + header;
         Ok((Stored::Whole(bytes), n))
     }
 

@@ -113,6 +113,12 @@ pub trait Dataset: Send + Sync {
     fn liquid(&self) -> Option<&liquid_sampler::Dataset> {
         None
     }
+
+    /// The shard set behind this one, if it is one: what carries targets as members of its samples
+    /// (`masks=@shards`, `boxes=@shards`).
+    fn shard_set(&self) -> Option<&ShardSet> {
+        None
+    }
 }
 
 impl<D: Dataset + ?Sized> Dataset for std::sync::Arc<D> {
@@ -167,6 +173,9 @@ impl<D: Dataset + ?Sized> Dataset for std::sync::Arc<D> {
     }
     fn liquid(&self) -> Option<&liquid_sampler::Dataset> {
         (**self).liquid()
+    }
+    fn shard_set(&self) -> Option<&ShardSet> {
+        (**self).shard_set()
     }
 }
 

@@ -88,6 +88,18 @@ pub(crate) fn read_rect(
     read_framed(cache, item, file, (base, len), rect, None)
 }
 
+/// [`read_rect`] with `frame`'s bytes before the item read and checked (an L3 mask carried in a shard).
+pub(crate) fn read_rect_framed(
+    cache: &IndexCache,
+    item: usize,
+    file: &Opened,
+    (base, len): (u64, u64),
+    rect: impl FnOnce(u32, u32) -> l3_format::Rect,
+    frame: &Frame,
+) -> Result<(Stored, u64)> {
+    read_framed(cache, item, file, (base, len), rect, Some(frame))
+}
+
 /// The bytes just before an item that are read with its first range and checked — a tar member's
 /// header, in front of its data — so that checking where the item lies costs no request of its own.
 pub(crate) struct Frame<'a> {

@@ -173,6 +173,47 @@ impl CocoBoxes {
     }
 }
 
+/// A shard sample's `KEY.json` member (what `l3 convert --to shards --boxes` writes).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CarriedBoxes {
+    boxes: Vec<[f64; 4]>,
+    labels: Vec<i64>,
+}
+
+/// Parses a `KEY.json` member carried in a shard (`source` names it): `{"boxes": [[x1, y1, x2, y2],
+/// ...], "labels": [...]}` in source pixels, one label per box.
+pub fn parse_carried(bytes: &[u8], source: &Path) -> Result<ItemBoxes> {
+    let bad = |why: String| Error::dataset(source, why);
+    let c: CarriedBoxes = serde_json::from_slice(bytes).map_err(|e| {
+        let e = e.to_string();
+        bad(format!(
+            "not a boxes member ({{\"boxes\": [[x1, y1, x2, y2], ...], \"labels\": [...]}}): {}",
+            stdx::Quoted(&e)
+        ))
+    })?;
+    if c.boxes.len() != c.labels.len() {
+        return Err(bad(format!(
+            "{} boxes but {} labels",
+            c.boxes.len(),
+            c.labels.len()
+        )));
+    }
+    if let Some(b) = c
+        .boxes
+        .iter()
+        .find(|b| !b.iter().all(|v| v.is_finite()) || b[2] < b[0] || b[3] < b[1])
+    {
+        return Err(bad(format!(
+            "box {b:?} is not a finite [x1, y1, x2, y2] with x1 <= x2 and y1 <= y2"
+        )));
+    }
+    Ok(ItemBoxes {
+        boxes: c.boxes,
+        labels: c.labels,
+    })
+}
+
 /// Carries `boxes` (source pixels) through `g` into output pixels ([`Geometry::map_box`]: scaled and
 /// shifted with the image, mirrored with it), clipped to the part of the sample the image covers, and
 /// dropped with their labels when narrower or shorter than `min_size` after clipping (torchvision's

@@ -9,6 +9,7 @@ pub mod masks;
 use crate::dataset::Dataset;
 use crate::dataset::masks::{MaskIndex, MaskNaming};
 use crate::dataset::regions::IndexCache;
+use crate::dataset::shards::{Carried, ShardSet};
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::storage::{Storage, StorageOptions};
@@ -16,6 +17,10 @@ use boxes::{CocoBoxes, ItemBoxes, SampleBoxes};
 use masks::MaskImage;
 use std::path::{Path, PathBuf};
 use vocab::{Geometry, Invalid};
+
+/// The `masks` and `boxes` location that names the targets a shard set carries: each sample's
+/// `KEY.seg.*` member as its mask, its `KEY.json` member as its boxes.
+pub const IN_SHARDS: &str = "@shards";
 
 /// What targets a loader delivers beside the images (all off by default).
 #[derive(Clone, Debug)]
@@ -124,6 +129,31 @@ pub struct Targets {
     indexes: IndexCache,
 }
 
+/// Why `option` = [`IN_SHARDS`] cannot work over `ds`.
+fn not_shards(ds: &dyn Dataset, option: &str) -> Error {
+    Error::dataset(
+        ds.describe(),
+        format!(
+            "{option}={IN_SHARDS} takes the targets a shard set carries, and this is no shard set"
+        ),
+    )
+}
+
+/// Each item's boxes from its sample's `KEY.json` member (none without one): one read per member,
+/// when the loader starts, as a COCO file is read then.
+fn carried_boxes(shards: &ShardSet) -> Result<Vec<ItemBoxes>> {
+    let limit = 64 << 20;
+    (0..shards.len())
+        .map(|i| match shards.carried(i, Carried::Boxes) {
+            None => Ok(ItemBoxes::default()),
+            Some(m) => {
+                let bytes = m.read(shards.storage(), limit)?;
+                boxes::parse_carried(&bytes, &m.source(shards.storage()))
+            }
+        })
+        .collect()
+}
+
 /// The byte budget of the masks' cached offset tables (a one-channel table is a third of its image's).
 const MASK_INDEX_CACHE_BYTES: usize = 16 << 20;
 
@@ -148,6 +178,9 @@ impl Targets {
         }
         let masks = match &o.masks {
             None => None,
+            Some(dir) if dir.as_os_str() == IN_SHARDS => Some(MaskIndex::carried(
+                ds.shard_set().ok_or_else(|| not_shards(ds, "masks"))?,
+            )),
             Some(dir) => {
                 let text = dir
                     .to_str()
@@ -181,6 +214,9 @@ impl Targets {
         }
         let boxes = match &o.boxes {
             None => None,
+            Some(path) if path.as_os_str() == IN_SHARDS => Some(carried_boxes(
+                ds.shard_set().ok_or_else(|| not_shards(ds, "boxes"))?,
+            )?),
             Some(path) => {
                 let coco = CocoBoxes::open(path)?;
                 Some(coco.match_items(&names, path, &ds.describe())?)

@@ -65,6 +65,110 @@ struct ShardItem {
     format: Format,
     offset: u64,
     size: u64,
+    /// The sample's mask member (`KEY.seg.*`) and boxes member (`KEY.json`), if it has them.
+    mask: Option<MemberSpan>,
+    boxes: Option<MemberSpan>,
+}
+
+/// Where a member's data lies in its shard.
+#[derive(Clone, Debug)]
+struct MemberSpan {
+    name: String,
+    offset: u64,
+    size: u64,
+}
+
+/// A target a sample carries as a member of its own (`masks=@shards`, `boxes=@shards`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carried {
+    /// `KEY.seg.EXT`: its label map.
+    Mask,
+    /// `KEY.json`: its boxes.
+    Boxes,
+}
+
+/// A member of a shard, located: what a target carried in a shard set is read from.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    /// The shard's key under the set's storage.
+    pub shard: String,
+    /// The member's name in the tar (`c/img_0.seg.l3`).
+    pub name: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl Member {
+    /// Where the member lives, for messages: `SHARD#MEMBER`, as items are named.
+    pub fn source(&self, storage: &Storage) -> PathBuf {
+        let mut s = storage.name(&self.shard).into_os_string();
+        s.push(format!("#{}", self.name));
+        s.into()
+    }
+
+    /// Checks `block`, the 512 bytes before the member's data, against where the index puts it: a tar
+    /// header (checksum) naming this member with its size.
+    pub fn check_header(&self, storage: &Storage, block: &[u8]) -> Result<()> {
+        let shard = storage.name(&self.shard);
+        let bad = |why: String| Error::shard(&shard, Some(&self.name), why);
+        let h = tar::parse(block).map_err(|e| {
+            bad(format!(
+                "no tar header at byte {} where the index puts it: {e} (the index disagrees with \
+                 the shard)",
+                self.offset - tar::BLOCK
+            ))
+        })?;
+        if !h.is_file() || !tar::names(&h, &self.name) || h.size != self.size {
+            return Err(bad(format!(
+                "the tar header before byte {} names {:?} of {} bytes, not this member of {} bytes \
+                 (the index disagrees with the shard)",
+                self.offset, h.name, h.size, self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// The member's data, over at most `limit` bytes refused: one read of its header and data
+    /// together, the header checked.
+    pub fn read(&self, storage: &Storage, limit: u64) -> Result<Vec<u8>> {
+        let shard = storage.name(&self.shard);
+        if self.size > limit {
+            return Err(Error::shard(
+                &shard,
+                Some(&self.name),
+                format!("{} bytes, over the limit of {limit} bytes", self.size),
+            ));
+        }
+        let file = storage.open_key(&self.shard)?;
+        let mut bytes = file
+            .read_range(self.offset - tar::BLOCK..self.offset + self.size)
+            .map_err(|e| in_member(e, &shard, &self.name))?;
+        self.check_header(storage, &bytes[..tar::BLOCK as usize])?;
+        bytes.drain(..tar::BLOCK as usize);
+        Ok(bytes)
+    }
+
+    /// The frame an L3 member's region reads check: its tar header, read with its L3 header.
+    pub fn frame<'a>(&self, check: &'a dyn Fn(&[u8]) -> Result<()>) -> Frame<'a> {
+        Frame {
+            len: tar::BLOCK,
+            check,
+            read_ahead: PREFIX_READ_AHEAD,
+        }
+    }
+}
+
+/// `e`, an error reading member `member` of `shard`, as an error naming both.
+fn in_member(e: Error, shard: &Path, member: &str) -> Error {
+    match e {
+        e @ Error::Shard { .. } => e,
+        e => {
+            let text = e.to_string();
+            let head = format!("{}: ", shard.display());
+            let reason = text.strip_prefix(&head).unwrap_or(&text);
+            Error::shard(shard, Some(member), reason)
+        }
+    }
 }
 
 impl ShardSet {
@@ -174,8 +278,23 @@ impl ShardSet {
                     format!("key {:?} has no image member", sample.key),
                 ));
             };
+            let span = |m: &index::Member| MemberSpan {
+                name: m.name.clone(),
+                offset: m.offset,
+                size: m.size,
+            };
+            let carried = |want: Carried| {
+                sample.members.iter().find(|m| {
+                    split_key(&m.name).is_some_and(|(_, ext)| match want {
+                        Carried::Mask => ext.starts_with("seg."),
+                        Carried::Boxes => ext == "json",
+                    })
+                })
+            };
             self.bytes += m.size;
             self.items.push(ShardItem {
+                mask: carried(Carried::Mask).map(span),
+                boxes: carried(Carried::Boxes).map(span),
                 shard: s,
                 name: sample.name.clone().unwrap_or_else(|| m.name.clone()),
                 member: m.name.clone(),
@@ -203,27 +322,30 @@ impl ShardSet {
         &self.storage
     }
 
-    /// Checks the tar header in front of item `index`'s data against the index: its checksum, its
-    /// name and its size.
-    fn check_header(&self, index: usize, block: &[u8]) -> Result<()> {
+    /// The image member of item `index`, located.
+    fn image(&self, index: usize) -> Member {
         let item = &self.items[index];
-        let shard = self.storage.name(&self.shards[item.shard as usize].key);
-        let bad = |why: String| Error::shard(&shard, Some(&item.member), why);
-        let h = tar::parse(block).map_err(|e| {
-            bad(format!(
-                "no tar header at byte {} where the index puts it: {e} (the index disagrees with \
-                 the shard)",
-                item.offset - tar::BLOCK
-            ))
-        })?;
-        if !h.is_file() || !tar::names(&h, &item.member) || h.size != item.size {
-            return Err(bad(format!(
-                "the tar header before byte {} names {:?} of {} bytes, not this member of {} bytes \
-                 (the index disagrees with the shard)",
-                item.offset, h.name, h.size, item.size
-            )));
+        Member {
+            shard: self.shards[item.shard as usize].key.clone(),
+            name: item.member.clone(),
+            offset: item.offset,
+            size: item.size,
         }
-        Ok(())
+    }
+
+    /// Item `index`'s member carrying `what`, if its sample has one.
+    pub(crate) fn carried(&self, index: usize, what: Carried) -> Option<Member> {
+        let item = &self.items[index];
+        let span = match what {
+            Carried::Mask => item.mask.as_ref(),
+            Carried::Boxes => item.boxes.as_ref(),
+        }?;
+        Some(Member {
+            shard: self.shards[item.shard as usize].key.clone(),
+            name: span.name.clone(),
+            offset: span.offset,
+            size: span.size,
+        })
     }
 }
 
@@ -259,48 +381,23 @@ impl Dataset for ShardSet {
     /// under a crop — its header, offset table and the patches under the window.
     fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
         let item = &self.items[index];
-        let key = &self.shards[item.shard as usize].key;
-        let file = self.storage.open_key(key)?;
-        let shard = self.storage.name(key);
-        let member = |e: Error| match e {
-            e @ Error::Shard { .. } => e,
-            e => {
-                let text = e.to_string();
-                let head = format!("{}: ", shard.display());
-                let reason = text.strip_prefix(&head).unwrap_or(&text);
-                Error::shard(&shard, Some(&item.member), reason)
-            }
-        };
+        let image = self.image(index);
+        let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
         if item.format == Format::L3 && req.scope == DecodeScope::Region {
-            let check = |b: &[u8]| self.check_header(index, b);
-            let frame = Frame {
-                len: tar::BLOCK,
-                check: &check,
-                read_ahead: PREFIX_READ_AHEAD,
-            };
+            let file = self.storage.open_key(&image.shard)?;
+            let check = |b: &[u8]| image.check_header(&self.storage, b);
             return read_region_framed(
                 &self.indexes,
                 index,
                 &file,
                 (item.offset, item.size),
                 req,
-                &frame,
+                &image.frame(&check),
             )
-            .map_err(member);
+            .map_err(|e| in_member(e, &self.storage.name(&image.shard), &item.member));
         }
-        let limit = crate::image::max_image_bytes().saturating_add(1 << 20);
-        if item.size > limit {
-            return Err(member(Error::dataset(
-                self.source(index),
-                format!("{} bytes, over the limit of {limit} bytes", item.size),
-            )));
-        }
-        let mut bytes = file
-            .read_range(item.offset - tar::BLOCK..item.offset + item.size)
-            .map_err(member)?;
-        let n = bytes.len() as u64;
-        self.check_header(index, &bytes[..tar::BLOCK as usize])?;
-        bytes.drain(..tar::BLOCK as usize);
+        let bytes = image.read(&self.storage, limit)?;
+        let n = bytes.len() as u64 + tar::BLOCK;
         Ok((Stored::Whole(bytes), n))
     }
     fn describe(&self) -> String {
@@ -313,5 +410,8 @@ impl Dataset for ShardSet {
     }
     fn storage(&self) -> Option<&Storage> {
         Some(&self.storage)
+    }
+    fn shard_set(&self) -> Option<&ShardSet> {
+        Some(self)
     }
 }
