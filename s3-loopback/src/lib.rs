@@ -330,6 +330,72 @@ impl Drop for Server {
     }
 }
 
+/// Records the ETag of every object under `root` (each top-level folder a bucket) as s3s-fs records it
+/// for an object PUT through the API. s3s-fs otherwise hashes an object whole (MD5) on every GET of a
+/// file placed in the folder by hand — a ranged GET of a 4 byte slice of a 500 MB object included —,
+/// a cost no real store has, which would swamp what a benchmark of ranged reads measures. The recorded
+/// ETag is the object's MD5 as it is now: an object changed afterwards keeps its old ETag, so tests that
+/// change objects under a running server must not call this. Returns the objects recorded.
+pub fn record_etags(root: &Path) -> std::io::Result<u64> {
+    use md5::{Digest, Md5};
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                walk(&entry.path(), out)?;
+            } else if kind.is_file() {
+                out.push(entry.path());
+            }
+        }
+        Ok(())
+    }
+    let mut n = 0;
+    for bucket in std::fs::read_dir(root)? {
+        let bucket = bucket?;
+        if !bucket.file_type()?.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        walk(&bucket.path(), &mut files)?;
+        for file in files {
+            let rel = file
+                .strip_prefix(bucket.path())
+                .map_err(std::io::Error::other)?;
+            let key: Vec<String> = rel
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect();
+            let hash = Md5::digest(std::fs::read(&file)?);
+            let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+            let name = format!(
+                ".bucket-{}.object-{}.internal.json",
+                base64_url(bucket.file_name().to_string_lossy().as_bytes()),
+                base64_url(key.join("/").as_bytes())
+            );
+            std::fs::write(root.join(name), format!("{{\"e_tag\":\"{hex}\"}}"))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// URL-safe base64 without padding: how s3s-fs names an object's side files.
+fn base64_url(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let v = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |v, (i, &b)| v | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ABC[(v >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
 /// The environment an S3 client needs to reach a server of this crate at `endpoint`.
 pub fn client_env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
@@ -339,4 +405,15 @@ pub fn client_env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("AWS_REGION", "us-east-1".into()),
         ("AWS_ALLOW_HTTP", "true".into()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn side_file_names_are_url_safe_base64_without_padding() {
+        assert_eq!(super::base64_url(b"data"), "ZGF0YQ");
+        assert_eq!(super::base64_url(b"a/b.tar"), "YS9iLnRhcg");
+        assert_eq!(super::base64_url(b"\xfb\xff"), "-_8");
+        assert_eq!(super::base64_url(b""), "");
+    }
 }

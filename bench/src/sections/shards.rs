@@ -87,6 +87,8 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
         ..ShardBuild::default()
     };
     let s = to_shards(&folder, &shard_dir, &build)?;
+    // As objects PUT through the API have: without it s3s-fs hashes a whole shard on each ranged GET.
+    s3_loopback::record_etags(&work.path().join("s3"))?;
     let server = s3_loopback::Server::start(&work.path().join("s3"), "127.0.0.1:0".parse()?)?;
     // SAFETY: set before any loader thread starts.
     unsafe {

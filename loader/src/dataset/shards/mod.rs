@@ -27,10 +27,11 @@ use std::path::{Path, PathBuf};
 
 pub use index::SUFFIX as INDEX_SUFFIX;
 
-/// Bytes of an L3 member read with its header: its offset table too, for most images (a 4K image's
-/// table is about 20 KiB), so the first region read of a member is two requests (prefix, patches) and
-/// every later one a single request.
-const PREFIX_READ_AHEAD: u64 = 64 << 10;
+/// Bytes of an L3 member read with its header: its offset table too, for images up to a few megapixels
+/// (a 384² image's table is a few hundred bytes, a 4K image's about 20 KiB), so that the first region
+/// read of a member is usually two requests (prefix, patches) and every later one a single request.
+/// More would move bytes that a crop does not need for the small images training sets hold.
+const PREFIX_READ_AHEAD: u64 = 8 << 10;
 
 /// Offset tables of L3 members kept for region reads, per shard set.
 const INDEX_CACHE_BYTES: usize = 64 << 20;
