@@ -71,7 +71,7 @@ enum Backing {
     Disk { file: File, offsets: Vec<u64> },
 }
 
-/// One stage's output for every tile of its grid.
+/// One stored value for every tile of its grid.
 pub struct Layer {
     pub c: usize,
     pub grid: Grid,

@@ -262,8 +262,7 @@ fn moved_values(g: &Graph, through: &[Through]) -> Vec<bool> {
 
 /// The input of node `i` whose stored tiles become node `i`'s, one by one as its superstep takes them
 /// (a normalisation or an element-wise node of one input, on the same grid: the buffer is computed in
-/// place), so that the two are one value's memory, counted once: the stage engine's normalisation in
-/// place.
+/// place), so that the two are one value's memory, counted once: a normalisation in place.
 pub(super) fn taken_input(g: &Graph, moves: &[bool], grids: &[Grid], i: usize) -> Option<usize> {
     match g.nodes[i].inputs[..] {
         [u] if moves[u] && grids[u] == grids[i + 1] => Some(u),
