@@ -218,6 +218,12 @@ impl Geometry {
         })
     }
 
+    /// The one form of a geometry: a copy as the plain window it is (`src` at the window, no offset),
+    /// anything that resamples as it is.
+    pub fn canonical(self) -> Geometry {
+        self.as_window().map_or(self, |w| Geometry::from_window(&w))
+    }
+
     /// A source box `(x1, y1, x2, y2)` as output pixels of the sample (mirrored with the flip), unclipped.
     pub fn map_box(&self, b: [f64; 4]) -> [f64; 4] {
         let (mut x1, mut x2) = (self.x.map(b[0]), self.x.map(b[2]));
@@ -438,8 +444,23 @@ impl Recipe {
     }
 
     /// The geometry of a `width`×`height` image (both positive) for a `crop` (width, height) sample, with
-    /// `random` crop positions and `hflip`, drawing from `rng` (crop first, then the flip).
+    /// `random` crop positions and `hflip`, drawing from `rng` (crop first, then the flip). A geometry
+    /// that resamples nothing (a jitter or resize that drew scale 1) comes back as the plain window it is
+    /// ([`Geometry::canonical`]), so that every decode path — region or whole, CPU or GPU — reports the
+    /// same one.
     pub fn geometry(
+        &self,
+        size: (u32, u32),
+        crop: (u32, u32),
+        random: bool,
+        hflip: bool,
+        rng: &mut SplitMix64,
+    ) -> Geometry {
+        self.drawn_geometry(size, crop, random, hflip, rng)
+            .canonical()
+    }
+
+    fn drawn_geometry(
         &self,
         (width, height): (u32, u32),
         (crop_w, crop_h): (u32, u32),
@@ -577,6 +598,21 @@ mod tests {
         // A very wide image with an impossible area: the fallback's centre crop at the widest ratio.
         let w = resized_crop_window(1000, 10, [1.0, 1.0], [1.0, 1.0], &mut rng);
         assert_eq!(w, (495, 0, 10, 10));
+    }
+
+    #[test]
+    fn a_jitter_of_scale_one_is_the_plain_window() {
+        // 240 * f floors to 240 for f in [1, 1 + 1/240): a jitter range inside it always draws scale 1.
+        let mut rng = SplitMix64::new(5);
+        let g = Recipe::Jitter {
+            range: [1.0, 1.001],
+        }
+        .geometry((240, 150), (64, 48), true, false, &mut rng);
+        assert!(g.is_copy());
+        assert_eq!((g.x.offset, g.y.offset, g.size()), (0, 0, (64, 48)));
+        assert_eq!(g, g.canonical());
+        assert_eq!(g, Geometry::from_window(&g.as_window().unwrap()));
+        assert_eq!(g.window(), Rect::new(g.x.src, g.y.src, 64, 48));
     }
 
     #[test]
