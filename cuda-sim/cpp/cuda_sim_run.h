@@ -115,6 +115,10 @@ static ucontext_t main_ctx;
 [[maybe_unused]] static const void* main_stack_bottom;
 [[maybe_unused]] static size_t main_stack_size;
 static void (*sim_block_fn)();  // runs the kernel for the current thread's block
+// The order the blocks of a launch run in: a GPU promises none, so a kernel whose result depends on it
+// (two blocks writing one element, a block reading what another wrote) is wrong. CUDA_SIM_BLOCK_ORDER =
+// forward (the default), reverse, or a number: a shuffle seeded with it.
+static std::vector<unsigned> sim_order;
 
 static inline void hb_release(void* p) {
 #ifdef CUDA_SIM_TSAN
@@ -207,7 +211,8 @@ static void fiber_main() {
 #ifdef CUDA_SIM_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &main_stack_bottom, &main_stack_size);
 #endif
-    for (unsigned b = 0; b < gridDim.x * gridDim.y; b++) {
+    for (unsigned i = 0; i < gridDim.x * gridDim.y; i++) {
+        const unsigned b = sim_order[i];
         f.t.block_idx.x = b % gridDim.x;
         f.t.block_idx.y = b / gridDim.x;
         sim_block_fn();
@@ -247,6 +252,23 @@ static void cuda_sim_launch(dim3 grid, unsigned block, void (*fn)()) {
     sim_block_fn = fn;
     const unsigned blocks = grid.x * grid.y;
     if (blocks == 0) return;
+    sim_order.resize(blocks);
+    for (unsigned b = 0; b < blocks; b++) sim_order[b] = b;
+    if (const char* order = getenv("CUDA_SIM_BLOCK_ORDER")) {
+        if (strcmp(order, "reverse") == 0) {
+            for (unsigned b = 0; b < blocks; b++) sim_order[b] = blocks - 1 - b;
+        } else if (strcmp(order, "forward") != 0) {
+            unsigned long long x = strtoull(order, nullptr, 10) * 0x9E3779B97F4A7C15ull + 1;
+            for (unsigned b = blocks; b > 1; b--) {  // Fisher-Yates with splitmix64
+                x += 0x9E3779B97F4A7C15ull;
+                unsigned long long z = x;
+                z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+                z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+                z ^= z >> 31;
+                std::swap(sim_order[b - 1], sim_order[z % b]);
+            }
+        }
+    }
     // Kernel frames are small; sanitizers make them larger. A guard page below catches an overflow.
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), stack_size = 256 * 1024;
     fibers = std::vector<SimFiber>(block);

@@ -3,8 +3,11 @@
 // open); the others are wrong on purpose. "race" writes shared memory in one thread and reads it in
 // another warp with only warp barriers between (ThreadSanitizer must report it), "overflow" reads past a
 // local array after a barrier (AddressSanitizer must report it: the frames of suspended fibers keep their
-// redzones), "divergent" reaches __syncthreads in only some threads (the scheduler must report it).
+// redzones), "divergent" reaches __syncthreads in only some threads (the scheduler must report it);
+// "order" prints the order its blocks ran in.
 #include "cuda_sim.h"
+
+#include <vector>
 
 u32 cuda_sim_probe_sink;  // not static: the read it takes cannot be optimised away
 
@@ -39,15 +42,26 @@ static void probe_indices() {
     seen[id] += count == blockDim.x ? 1 : 100;
 }
 
+// "order": every block appends its index to a list as it starts; the list is printed (the order the
+// blocks ran in, which CUDA_SIM_BLOCK_ORDER sets).
+static std::vector<unsigned> order_seen;
+static void probe_order() {
+    if (threadIdx.x == 0) order_seen.push_back(blockIdx.y * gridDim.x + blockIdx.x);
+}
+
 #include "cuda_sim_run.h"
 
 int main(int argc, char** argv) {
-    if (argc != 2) { fprintf(stderr, "usage: probes race|overflow|divergent|indices\n"); return 2; }
+    if (argc != 2) { fprintf(stderr, "usage: probes race|overflow|divergent|indices|order\n"); return 2; }
     const char* name = argv[1];
     if (strcmp(name, "race") == 0) cuda_sim_launch(dim3{2, 1, 1}, 64, probe_race);
     else if (strcmp(name, "overflow") == 0) cuda_sim_launch(dim3{1, 1, 1}, 64, probe_overflow);
     else if (strcmp(name, "divergent") == 0) cuda_sim_launch(dim3{1, 1, 1}, 64, probe_divergent);
-    else if (strcmp(name, "indices") == 0) {
+    else if (strcmp(name, "order") == 0) {
+        cuda_sim_launch(dim3{4, 2, 1}, 32, probe_order);
+        for (unsigned b : order_seen) printf("%u ", b);
+        printf("\n");
+    } else if (strcmp(name, "indices") == 0) {
         cuda_sim_launch(dim3{3, 2, 1}, 40, probe_indices);
         for (unsigned i = 0; i < sizeof seen / sizeof seen[0]; i++) {
             if (seen[i] != 1) { fprintf(stderr, "thread %u ran %u times (or saw a short block)\n", i, seen[i]); return 1; }

@@ -11,7 +11,8 @@
 //!   kernels) plus the kernel source, written into a build folder with the two headers above and compiled
 //!   once per [`Flavour`] per test process. Everything is embedded in the test binary, so a binary
 //!   carried to another machine needs no source tree.
-//! - [`run`]: one harness run over an input file, its output file back.
+//! - [`run`]: one harness run over an input file, its output file back, the blocks of every launch in
+//!   a shuffled order ([`block_order`]; a GPU promises none).
 //!
 //! A missing C++ compiler or sanitizer runtime is [`Error::Unavailable`] (a test prints it and skips); a
 //! compile error in the sources is [`Error::Source`] (a test fails).
@@ -21,7 +22,7 @@ mod build;
 mod run;
 
 pub use build::{Error, Flavour, Harness};
-pub use run::run;
+pub use run::{block_order, run, run_in_order};
 /// The workspace's rule for a test that cannot run here, used by [`harness_or_skip!`].
 pub use stdx::testing::skip;
 

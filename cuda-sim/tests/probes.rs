@@ -40,6 +40,48 @@ fn every_thread_of_a_2d_grid_with_partial_warps_runs_once() {
     }
 }
 
+/// The blocks of a launch run in the order `CUDA_SIM_BLOCK_ORDER` names: forward, reverse, or a
+/// shuffle that a seed replays and another seed changes; [`cuda_sim::run`] gives every tag its own.
+#[test]
+fn blocks_run_in_the_order_asked() {
+    let Ok(exe) = PROBES.get(Flavour::Plain) else {
+        let _ = probe(Flavour::Plain, "order"); // prints why, or fails on a source error
+        return;
+    };
+    let ran = |order: &str| -> Vec<u32> {
+        let out = Command::new(exe)
+            .arg("order")
+            .env("CUDA_SIM_BLOCK_ORDER", order)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|b| b.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(ran("forward"), (0..8).collect::<Vec<_>>());
+    assert_eq!(ran("reverse"), (0..8).rev().collect::<Vec<_>>());
+    let (a, b) = (ran("12345"), ran("54321"));
+    assert_eq!(a, ran("12345"), "a seed replays its shuffle");
+    for s in [&a, &b] {
+        let mut sorted = s.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..8).collect::<Vec<_>>(),
+            "every block once: {s:?}"
+        );
+    }
+    assert_ne!(a, b, "two seeds, one order");
+    assert_ne!(a, (0..8).collect::<Vec<_>>());
+    assert_ne!(cuda_sim::block_order("a"), cuda_sim::block_order("b"));
+}
+
 /// The simulated threads are fibers whose switches order nothing; only barriers do. A probe kernel that
 /// reads shared memory another warp wrote, with only warp barriers between, shows that a race the
 /// kernel's barriers do not order is still reported.

@@ -522,7 +522,7 @@ fn sim_samples_every_layout_and_dtype_match_reference() {
             (DType::F32, None),
         ] {
             seed += 1;
-            let case = common::random_sample_case(seed, 12, layout, dtype, normalize);
+            let case = common::random_sample_case(seed, 24, layout, dtype, normalize);
             check_samples_case(
                 exe,
                 &case,
