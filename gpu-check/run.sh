@@ -24,7 +24,8 @@
 #                equal to CPU batches, and the device paths of stylize/infer
 #   memcheck racecheck synccheck initcheck
 #                compute-sanitizer over every device test of l3-cuda and bsp-tiling (memcheck: and the
-#                loader's); racecheck over the tests that launch every kernel variant
+#                loader's, then l3-cuda's sample tests one at a time, and ten plain runs of them on eight
+#                threads); racecheck over the tests that launch every kernel variant
 #   sass         l3-cuda/scripts/sass_count.py: the v1 decode kernels compiled by this machine's nvcc for
 #                sm_90, SASS instructions per decoded value, registers, occupancy (no GPU used; not run
 #                without nvcc, nvdisasm and cuobjdump)
@@ -222,6 +223,14 @@ run_step() {
     # over those with kernels of their own (the others).
     memcheck)
         sanitize l3-memcheck memcheck 150 "--leak-check full" "$BIN/l3_cuda_gpu" --test-threads=4
+        # The sample tests alone, one at a time, then (without a sanitizer) ten times over on eight
+        # threads: on an H200 (2026-11-28) three of them differed from the reference by a few grey levels
+        # under memcheck with four test threads and passed everywhere else; these two say whether the
+        # cause is the kernel or decoders running side by side.
+        sanitize l3-memcheck-serial memcheck 120 "--leak-check full" "$BIN/l3_cuda_gpu" \
+            gpu_samples gpu_resident_samples --test-threads=1
+        step l3-stress 120 bash -c 'for i in 1 2 3 4 5 6 7 8 9 10; do
+            "$0" --include-ignored gpu_samples gpu_resident --test-threads=8 || exit; done' "$BIN/l3_cuda_gpu"
         sanitize bsp-memcheck memcheck 120 "--leak-check full" "$BIN/bsp_gpu"
         sanitize loader-memcheck memcheck 90 "--leak-check full" "$BIN/loader_gpu" ;;
     # racecheck runs a kernel about a thousand times slower: whole suites did not finish in 150 s on an
