@@ -55,6 +55,9 @@ def test_pin_memory_agrees_with_torch(small):
         assert t.data_ptr() == b.images.data_ptr
         want = torch.from_numpy(np.from_dlpack(c.images))
         if torch.cuda.is_available():
+            # torch answers is_pinned() False for every pointer until it has initialised CUDA itself
+            # (at::Context::isPinnedPtr); a training step has, by the time it copies a batch.
+            torch.cuda.init()
             assert t.is_pinned()
             on_gpu = t.cuda(non_blocking=True)
             torch.cuda.synchronize()
