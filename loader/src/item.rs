@@ -165,42 +165,18 @@ pub fn decode_sample(
     let l3_err = |e: l3_format::Error| Error::decode(path, "l3", e);
     match stored {
         Stored::L3Region { index, fragments } => {
-            let shape = req.shape(index.width(), index.height());
-            let geometry = Some(shape.geometry());
-            let pixels = write_region(
-                req.spec,
-                &shape,
-                index.channels(),
-                path,
-                scratch,
-                slot,
-                |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
-            )?;
-            Ok(Decoded {
-                pixels,
-                partial: false,
-                geometry,
-                image: (index.width(), index.height()),
+            let dims = (index.width(), index.height(), index.channels());
+            let shape = req.shape(dims.0, dims.1);
+            write_region(req.spec, &shape, dims, path, scratch, slot, |r, out, l| {
+                index.decode_region(fragments, r, out, l).map_err(l3_err)
             })
         }
         Stored::Whole(bytes) if format == Format::L3 && req.scope == DecodeScope::Region => {
             let file = l3_format::L3File::parse(bytes).map_err(l3_err)?;
-            let shape = req.shape(file.width(), file.height());
-            let geometry = Some(shape.geometry());
-            let pixels = write_region(
-                req.spec,
-                &shape,
-                file.channels(),
-                path,
-                scratch,
-                slot,
-                |r, out, l| file.decode_region(r, out, l).map_err(l3_err),
-            )?;
-            Ok(Decoded {
-                pixels,
-                partial: false,
-                geometry,
-                image: (file.width(), file.height()),
+            let dims = (file.width(), file.height(), file.channels());
+            let shape = req.shape(dims.0, dims.1);
+            write_region(req.spec, &shape, dims, path, scratch, slot, |r, out, l| {
+                file.decode_region(r, out, l).map_err(l3_err)
             })
         }
         Stored::Whole(bytes) if format == Format::Raw => {
@@ -255,22 +231,16 @@ pub fn decode_l3_window(
             spec.height
         )));
     }
-    let shape = Shape::Copy(win);
-    let pixels = write_region(
+    let dims = (w, h, index.channels());
+    write_region(
         spec,
-        &shape,
-        index.channels(),
+        &Shape::Copy(win),
+        dims,
         path,
         scratch,
         slot,
         |r, out, l| index.decode_region(fragments, r, out, l).map_err(l3_err),
-    )?;
-    Ok(Decoded {
-        pixels,
-        partial: false,
-        geometry: Some(shape.geometry()),
-        image: (w, h),
-    })
+    )
 }
 
 /// Writes the sample of a whole decoded image — `px` interleaved, `(width, height, channels)` — into
@@ -409,22 +379,29 @@ fn write_resampled(
 /// Decodes what a sample of an L3 image needs with `decode(rect, out, layout)` and writes the sample:
 /// a plain window straight into the slot when the sample's layout allows it (u8 RGB), else into scratch
 /// and converted; a resampled one from the window plus the filter's margin. Returns the pixels decoded.
+/// The sample of `shape` from an L3 image of `(width, height, channels)` whose region decoder is
+/// `decode`: only the source rectangle the shape reads is decoded.
 fn write_region(
     spec: &SampleSpec,
     shape: &Shape,
-    channels: u8,
+    (width, height, channels): (u32, u32, u8),
     path: &Path,
     scratch: &mut Scratch,
     slot: &mut [u8],
     decode: impl FnOnce(Rect, &mut [u8], PixelLayout) -> Result<()>,
-) -> Result<u64> {
+) -> Result<Decoded> {
     // A whole image's sample goes to `scratch.sample`, sized now (see `target`).
     let mut own = std::mem::take(&mut scratch.sample);
     let written = target(spec, &shape.geometry(), path, slot, &mut own).and_then(|(spec, slot)| {
         write_region_into(&spec, shape, channels, path, scratch, slot, decode)
     });
     scratch.sample = own;
-    written
+    Ok(Decoded {
+        pixels: written?,
+        partial: false,
+        geometry: Some(shape.geometry()),
+        image: (width, height),
+    })
 }
 
 fn write_region_into(

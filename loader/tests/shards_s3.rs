@@ -132,7 +132,7 @@ fn shards_on_s3_read_one_range_per_member() {
             epochs: Some(2),
             sample: SampleSpec {
                 crop: Crop::Center,
-                ..centre.sample.clone()
+                ..centre.sample
             },
             ..centre
         },

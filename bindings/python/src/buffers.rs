@@ -2,48 +2,15 @@
 //! `Dataset`) decoded into one DLPack [`Tensor`] — or a list of them, for mixed sizes — by the loader's
 //! [`loader::decode_buffers`] (its CPU decode path on `stdx::parallel` threads, or `l3-cuda`).
 
+use crate::codec::Data;
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::options::{device, invalid};
 use crate::tensor::Tensor;
 use loader::{BufferBatch, BufferOptions, L3Buffer, parse_setting};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::PyList;
 use std::path::PathBuf;
 use vocab::{DType, Layout, Rect};
-
-/// One buffer as given: bytes read in place, a copy of any other bytes-like object, or a path.
-enum Given<'py> {
-    Bytes(Bound<'py, PyBytes>),
-    Copied(Vec<u8>),
-    Path(PathBuf),
-}
-
-impl<'py> Given<'py> {
-    fn extract(i: usize, obj: &Bound<'py, PyAny>) -> PyResult<Given<'py>> {
-        if let Ok(b) = obj.cast::<PyBytes>() {
-            return Ok(Given::Bytes(b.clone()));
-        }
-        if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
-            return Ok(Given::Path(obj.extract()?));
-        }
-        let py = obj.py();
-        let view = py
-            .get_type::<pyo3::types::PyMemoryView>()
-            .call1((obj,))
-            .map_err(|_| {
-                raise(
-                    py,
-                    Kind::Options,
-                    format!(
-                        "buffers[{i}]: expected L3 data as bytes, a bytes-like object or a path, not {}",
-                        obj.get_type().name().map_or("?".into(), |n| n.to_string())
-                    ),
-                )
-            })?;
-        let bytes = py.get_type::<PyBytes>().call1((view,))?;
-        Ok(Given::Copied(bytes.cast::<PyBytes>()?.as_bytes().to_vec()))
-    }
-}
 
 /// `windows[i]`: `None` (the whole image) or `(top, left, height, width)`, as `Batch.windows` rows.
 fn window(i: usize, w: &Bound<'_, PyAny>) -> PyResult<Option<Rect>> {
@@ -99,7 +66,7 @@ pub fn decode_batch<'py>(
         device: device.map_or(Ok(vocab::Device::Cpu), self::device)?,
         threads: threads.unwrap_or(0),
     };
-    let given: Vec<Given> = buffers
+    let given: Vec<Data> = buffers
         .try_iter()
         .map_err(|_| {
             raise(
@@ -109,7 +76,7 @@ pub fn decode_batch<'py>(
             )
         })?
         .enumerate()
-        .map(|(i, b)| Given::extract(i, &b?))
+        .map(|(i, b)| Data::extract_named(&b?, &format!("buffers[{i}]: ")))
         .collect::<PyResult<_>>()?;
     let rects: Vec<Option<Rect>> = match windows {
         None => vec![None; given.len()],
@@ -137,16 +104,15 @@ pub fn decode_batch<'py>(
         .iter()
         .enumerate()
         .map(|(i, g)| match g {
-            Given::Path(p) => p.clone(),
+            Data::Path(p) => p.clone(),
             _ => PathBuf::from(format!("buffers[{i}]")),
         })
         .collect();
     let borrowed: Vec<Option<&[u8]>> = given
         .iter()
         .map(|g| match g {
-            Given::Bytes(b) => Some(b.as_bytes()),
-            Given::Copied(v) => Some(v.as_slice()),
-            Given::Path(_) => None,
+            Data::Bytes(b) => Some(b.as_bytes()),
+            Data::Path(_) => None,
         })
         .collect();
     let out = detached(py, || {

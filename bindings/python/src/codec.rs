@@ -8,14 +8,20 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use std::path::PathBuf;
 
-/// L3 data given as bytes (read in place) or as a path (read with the GIL released).
-enum Data<'py> {
+/// L3 data given as bytes (read in place), any other bytes-like object (copied into bytes) or a path
+/// (read with the GIL released).
+pub(crate) enum Data<'py> {
     Bytes(Bound<'py, PyBytes>),
     Path(PathBuf),
 }
 
 impl<'py> Data<'py> {
     fn extract(obj: &Bound<'py, PyAny>) -> PyResult<Data<'py>> {
+        Data::extract_named(obj, "")
+    }
+
+    /// [`Data::extract`] with `what` (e.g. `"buffers[3]: "`) before the message of an unusable object.
+    pub(crate) fn extract_named(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Data<'py>> {
         if let Ok(b) = obj.cast::<PyBytes>() {
             return Ok(Data::Bytes(b.clone()));
         }
@@ -32,7 +38,7 @@ impl<'py> Data<'py> {
                     py,
                     Kind::Options,
                     format!(
-                        "expected L3 data as bytes, a bytes-like object or a path, not {}",
+                        "{what}expected L3 data as bytes, a bytes-like object or a path, not {}",
                         obj.get_type().name().map_or("?".into(), |n| n.to_string())
                     ),
                 )
