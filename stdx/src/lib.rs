@@ -16,7 +16,8 @@
 //! add the file name in their own typed errors.
 
 // `unsafe` lives only where std has no call for it: `kill(pid, 0)` (fs/atomic.rs), clearing `O_NONBLOCK`
-// after a FIFO-safe open (fs/regular.rs) and `getrlimit` (mem.rs); tests make FIFOs with `mkfifo`.
+// after a FIFO-safe open (fs/regular.rs), `getrlimit` (mem.rs) and lending a call's work to parked
+// worker threads (parallel/helpers.rs); tests make FIFOs with `mkfifo`.
 #![deny(unsafe_code)]
 
 pub mod fs;

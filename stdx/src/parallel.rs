@@ -1,11 +1,16 @@
-//! The one worker pool: scoped threads pulling items from a shared queue. The first error stops the other
+//! The one worker pool: threads pulling items from a shared queue. The first error stops the other
 //! workers after the item they hold, and is returned; results keep the input order.
 //!
-//! Scoped threads rather than a global pool: every caller says how many threads it was granted (a loader's
-//! decode threads, the profiler's probe threads), and nothing outlives the call.
+//! Every caller says how many threads it was granted (a loader's decode threads, the profiler's probe
+//! threads) and gets exactly that many for the call, as scoped threads would give; the threads
+//! themselves are kept parked between calls ([`helpers`]), since starting them is what a short call
+//! costs most.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+#[allow(unsafe_code)]
+mod helpers;
 
 /// `requested`, or every core when it is 0.
 pub fn threads(requested: usize) -> usize {
@@ -48,12 +53,7 @@ where
     if n <= 1 {
         worker();
     } else {
-        std::thread::scope(|s| {
-            for _ in 1..n {
-                s.spawn(worker);
-            }
-            worker();
-        });
+        helpers::run(n - 1, &worker);
     }
     match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
@@ -100,6 +100,67 @@ mod tests {
             let r: Result<Vec<u64>, ()> = map(&v, t, |i, x| Ok(x * 2 + i as u64));
             assert_eq!(r.unwrap(), v.iter().map(|x| x * 3).collect::<Vec<_>>());
         }
+    }
+
+    /// A call gets every thread it asked for at once (each item waits until all are running), and a
+    /// later call is served by the same threads, parked in between.
+    #[test]
+    fn a_call_gets_its_threads_at_once_and_they_are_kept() {
+        use std::collections::HashSet;
+        use std::time::{Duration, Instant};
+        let ids = |n: usize| {
+            let running = AtomicUsize::new(0);
+            let seen = Mutex::new(HashSet::new());
+            for_each(0..n, n, |_| {
+                running.fetch_add(1, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while running.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                seen.lock().unwrap().insert(std::thread::current().id());
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(running.load(Ordering::SeqCst), n);
+            seen.into_inner().unwrap()
+        };
+        let first = ids(6);
+        assert_eq!(first.len(), 6, "six threads at once");
+        let second = ids(6);
+        assert_eq!(second.len(), 6);
+        // The caller is one of them; the five helpers are the first call's.
+        assert!(
+            second.intersection(&first).count() >= 5,
+            "{first:?} {second:?}"
+        );
+    }
+
+    /// A panic on a helper reaches the caller once every thread has stopped; nested calls and calls from
+    /// several threads at once each get their own threads.
+    #[test]
+    fn panics_propagate_and_calls_nest() {
+        let r = std::panic::catch_unwind(|| {
+            for_each(0..64u32, 4, |i| {
+                assert!(i != 40, "item 40");
+                Ok::<(), ()>(())
+            })
+        });
+        assert!(r.is_err());
+        let total = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for_each(0..8u32, 3, |_| {
+                        for_each(0..8u32, 3, |_| {
+                            total.fetch_add(1, Ordering::Relaxed);
+                            Ok::<(), ()>(())
+                        })
+                    })
+                    .unwrap();
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 3 * 8 * 8);
     }
 
     #[test]
