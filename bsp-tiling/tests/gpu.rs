@@ -80,34 +80,21 @@ fn gpu_tiled_equals_whole_f32() {
     }
 }
 
-/// Device budgets from the whole GPU down to a few MiB: every run that fits stays within its budget
-/// (metered) and equals the CPU; one that does not is a typed error naming what did not fit.
+/// Device budgets from the whole GPU down to a few MiB: every run stays within its budget (metered) and
+/// equals the CPU; a budget below the cuBLAS workspace (a fixed 32 MiB) is refused when the backend
+/// opens, naming the workspace.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_budgets_hold() {
     let net = Net::random_transformer(Widths(8, 16, 32), 4, PaddingMode::Reflect);
     let x = noise_image(3, 512, 640, 9);
     let cpu_whole = styled(&net, &CpuBackend, &x, Mode::Whole, 0).unwrap().0;
-    for budget in [
-        None,
-        Some(96u64 << 20),
-        Some(64 << 20),
-        Some(48 << 20),
-        Some(8 << 20),
-    ] {
+    for budget in [None, Some(96u64 << 20)] {
         let gpu = cuda(budget, Precision::F32);
-        let info = match styled(&net, &gpu, &x, Mode::Exact, 128) {
-            Ok((out, info)) => {
-                let e = compare(&out, &cpu_whole);
-                assert!(e.max_abs <= 1e-3, "{e:?}");
-                info
-            }
-            Err(e @ Error::DeviceBudget { .. }) => {
-                eprintln!("budget {budget:?}: {e}");
-                continue;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let (out, info) = styled(&net, &gpu, &x, Mode::Exact, 128)
+            .unwrap_or_else(|e| panic!("budget {budget:?}: {e}"));
+        let e = compare(&out, &cpu_whole);
+        assert!(e.max_abs <= 1e-3, "budget {budget:?}: {e:?}");
         let b = gpu.memory().budget();
         eprintln!(
             "budget {b}: device peak {}, driver-reported use {} (baseline {})",
@@ -116,6 +103,20 @@ fn gpu_budgets_hold() {
             gpu.baseline_used,
         );
         assert!(info.device_peak_bytes > 0 && info.device_peak_bytes <= b);
+    }
+    // The workspace is fixed: a budget below it is refused by name, before anything runs.
+    match CudaBackend::new(0, Some(8 << 20), Precision::F32) {
+        Err(Error::DeviceBudget {
+            what,
+            needed,
+            budget,
+        }) => {
+            eprintln!("budget {budget}: {what} needs {needed} bytes (refused)");
+            assert!(what.contains("cuBLAS workspace"), "{what}");
+            assert!(needed > budget && budget == 8 << 20, "{needed} {budget}");
+        }
+        Err(e) => panic!("budget 8 MiB: expected the cuBLAS workspace refused, got: {e}"),
+        Ok(_) => panic!("budget 8 MiB: the backend opened below its cuBLAS workspace"),
     }
 }
 
