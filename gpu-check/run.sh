@@ -90,7 +90,7 @@ rm -f "$LOGS"/*.log "$LOGS"/summary.md
 
 L3_RACE=(gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder gpu_v2_batches_match_cpu_decoder
     gpu_samples_every_layout_and_dtype_match_reference --test-threads=1)
-BSP_RACE=(gpu_every_mode_matches_cpu --test-threads=1)
+BSP_RACE=(gpu_every_kernel_small --test-threads=1)
 PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
@@ -226,7 +226,8 @@ run_step() {
         sanitize loader-memcheck memcheck 90 "--leak-check full" "$BIN/loader_gpu" ;;
     # racecheck runs a kernel about a thousand times slower: whole suites did not finish in 150 s on an
     # H100, so it takes the tests that launch every kernel variant on small images (v1, v2-BP, v2-ANS;
-    # whole images and samples in every layout and dtype; every bsp-tiling op).
+    # whole images and samples in every layout and dtype; every bsp-tiling kernel, on the ONNX test models
+    # and a tiny TransformerNet).
     racecheck)
         sanitize l3-racecheck racecheck 120 "--racecheck-report all" "$BIN/l3_cuda_gpu" "${L3_RACE[@]}"
         sanitize bsp-racecheck racecheck 90 "--racecheck-report all" "$BIN/bsp_gpu" "${BSP_RACE[@]}" ;;

@@ -351,6 +351,48 @@ fn gpu_onnx_graphs_match_cpu() {
     assert!(matches!(&e, Error::Node { op, .. } if op == "Conv"), "{e}");
 }
 
+/// Every graph kernel at least once, on the smallest inputs, for compute-sanitizer's racecheck (which
+/// runs kernels, cuBLAS's among them, about a thousand times slower; gpu-bin/run.sh's `BSP_RACE`): every
+/// ONNX test model once on the whole image (their ops together launch every kernel of `kernels.cu`), and
+/// a tiny TransformerNet in exact tiles in f32 and f16 (`bsp_to_f16`, `bsp_im2col_g_f16`), each against
+/// the CPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_kernel_small() {
+    let gpu = cuda(None, Precision::F32);
+    for (name, model, input, tile) in ONNX_MODELS {
+        let (g, x) = onnx_model(name, model, input);
+        let b = Budget::default();
+        let (want, _) = bsp_tiling::infer(&g, &x, Mode::Whole, tile, 1, &b).unwrap();
+        let (got, _) = bsp_tiling::infer_on(&gpu, &g, &x, Mode::Whole, tile, 1, &b)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let scale = want.data.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+        let e = compare(&got, &want);
+        eprintln!("{name}: GPU vs CPU max abs {:.3e}", e.max_abs);
+        assert!(e.max_abs <= 1e-4 * scale, "{name}: {e:?}");
+    }
+    let net = Net::random_transformer(Widths(4, 8, 8), 1, PaddingMode::Reflect);
+    let x = noise_image(3, 20, 24, 2);
+    let want = styled(&net, &CpuBackend, &x, Mode::Exact, 16).unwrap().0;
+    for precision in [Precision::F32, Precision::F16] {
+        let dev = cuda(None, precision);
+        let got = styled(&net, &dev, &x, Mode::Exact, 16)
+            .unwrap_or_else(|e| panic!("{precision}: {e}"))
+            .0;
+        let e = compare(&got, &want);
+        eprintln!(
+            "TransformerNet 24x20 {precision}: GPU vs CPU max abs {:.3e}",
+            e.max_abs
+        );
+        let tol = if precision == Precision::F16 {
+            5e-2
+        } else {
+            1e-3
+        };
+        assert!(e.max_abs <= tol, "{precision}: {e:?}");
+    }
+}
+
 /// `run_graph_device` with `Device::Cuda` and no usable GPU fails with the probe's reason; it never runs
 /// the graph on the CPU instead.
 #[test]
