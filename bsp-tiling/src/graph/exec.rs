@@ -98,21 +98,21 @@ impl GraphOps for CpuBackend {
 }
 
 /// Device bytes of a node's prepared parameters: convolution weights and biases in f32, and under
-/// [`Precision::F16`] a convolution's binary16 copy of its weights beside them.
+/// [`Precision::F16`] a (transposed) convolution's binary16 copy of its weights beside them.
 pub fn weight_bytes(op: &Op, precision: Precision) -> u64 {
     match op {
-        Op::Conv(c) => {
+        Op::Conv(c) | Op::ConvTranspose(c) => {
             ((c.weight.len() + c.bias.len()) * 4 + f16_weight_len(op, precision) * 2) as u64
         }
-        Op::ConvTranspose(c) => ((c.weight.len() + c.bias.len()) * 4) as u64,
         _ => 0,
     }
 }
 
-/// Elements of a node's binary16 weight copy: a convolution's weights under [`Precision::F16`].
+/// Elements of a node's binary16 weight copy: a (transposed) convolution's weights under
+/// [`Precision::F16`].
 fn f16_weight_len(op: &Op, precision: Precision) -> usize {
     match (op, precision) {
-        (Op::Conv(c), Precision::F16) => c.weight.len(),
+        (Op::Conv(c) | Op::ConvTranspose(c), Precision::F16) => c.weight.len(),
         _ => 0,
     }
 }
@@ -132,7 +132,8 @@ pub fn conv_band(
 }
 
 /// Device scratch one node's computation takes besides its windows and its output: im2col columns,
-/// a transposed convolution's `Wᵀ·x` columns, index and weight tables, per-channel parameters. The
+/// a transposed convolution's `Wᵀ·x` columns (and under [`Precision::F16`] its input as binary16), index
+/// and weight tables, per-channel parameters. The
 /// CUDA backend allocates exactly these; [`DeviceSim`] leases the same. `band_bytes`: the backend's im2col
 /// band size; `precision`: its convolutions' operand type.
 pub fn scratch_bytes(
@@ -143,10 +144,16 @@ pub fn scratch_bytes(
     precision: Precision,
 ) -> u64 {
     let (c, ho, wo) = out;
-    let (_, xh, xw) = ins[0];
+    let (xc, xh, xw) = ins[0];
     match op {
         Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes, precision).1,
-        Op::ConvTranspose(cv) => (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4) as u64,
+        Op::ConvTranspose(cv) => {
+            let f16_input = match precision {
+                Precision::F16 => xc * xh * xw * 2,
+                Precision::F32 => 0,
+            };
+            (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4 + f16_input) as u64
+        }
         Op::Pool(_) => ((xh + xw + ho + wo) * 4) as u64,
         Op::Resize(r) if r.linear => ((ho + wo) * 12) as u64,
         Op::Pad(p) if p.mode.is_none() && p.value != 0.0 => ((ho + wo) * 4) as u64,
@@ -173,49 +180,36 @@ pub fn refuse(node: &Node, backend: &str, why: &str) -> Error {
     }
 }
 
-/// The graph engine's precision rule on a device: under [`Precision::F16`] a convolution's GEMM takes
-/// binary16 operands (its im2col columns and weights, rounded to nearest even) and accumulates in f32;
-/// a transposed convolution has an f32 kernel only, and is refused naming it.
-pub fn check_precision(nodes: &[Node], precision: Precision, backend: &str) -> Result<()> {
-    if precision == Precision::F32 {
-        return Ok(());
-    }
-    match nodes.iter().find(|n| matches!(n.op, Op::ConvTranspose(_))) {
-        Some(n) => Err(refuse(
-            n,
-            backend,
-            "transposed convolutions have f32 kernels only (use precision f32)",
-        )),
-        None => Ok(()),
-    }
-}
-
 /// `v` rounded to IEEE binary16 and back (nearest even, as `bsp_to_f16` and `bsp_im2col_g_f16` round).
 pub fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
-/// A convolution as the f16 GEMM computes it: its weights rounded to binary16 ([`round_f16`]).
+/// A (transposed) convolution as the f16 GEMM computes it: its weights rounded to binary16
+/// ([`round_f16`]).
 fn f16_conv(op: &Op) -> Option<Op> {
+    let rounded = |c: &ops::ConvOp| ops::ConvOp {
+        weight: round_f16(&c.weight),
+        ..c.clone()
+    };
     match op {
-        Op::Conv(c) => Some(Op::Conv(ops::ConvOp {
-            weight: round_f16(&c.weight),
-            ..c.clone()
-        })),
+        Op::Conv(c) => Some(Op::Conv(rounded(c))),
+        Op::ConvTranspose(c) => Some(Op::ConvTranspose(rounded(c))),
         _ => None,
     }
 }
 
 /// What the simulated device prepares for a run: the weights' leases, and under [`Precision::F16`] each
-/// convolution with its weights rounded to binary16 (by node).
+/// (transposed) convolution with its weights rounded to binary16 (by node).
 pub struct SimPrepared {
     _leases: Vec<Lease>,
     f16: Vec<Option<Op>>,
 }
 
 /// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases. Under
-/// [`Precision::F16`] a convolution computes on its window and weights rounded to binary16, products
-/// summed in f32: what the f16 GEMM computes, up to its order of summation.
+/// [`Precision::F16`] a convolution or a transposed convolution computes on its window and weights
+/// rounded to binary16, products summed in f32: what the f16 GEMM computes, up to its order of summation
+/// (a product of two binary16 values is exact in f32).
 impl GraphOps for DeviceSim {
     type Buf = SimBuf;
     type Prepared = SimPrepared;
@@ -225,9 +219,6 @@ impl GraphOps for DeviceSim {
     }
     fn device_meter(&self) -> Option<&Meter> {
         Some(self.meter())
-    }
-    fn check(&self, nodes: &[Node]) -> Result<()> {
-        check_precision(nodes, self.precision, "device simulation")
     }
     fn prepare(&self, nodes: &[Node]) -> Result<SimPrepared> {
         let m = self.meter_arc();
