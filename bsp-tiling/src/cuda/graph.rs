@@ -198,8 +198,11 @@ impl CudaBackend {
         .map_err(blas_err("cublasGemmEx"))
     }
 
+    /// A convolution in bands of output rows: each band's im2col columns, then its GEMM per group. The
+    /// band is as wide as [`exec::lease_conv_band`] finds room for.
     fn graph_conv(
         &self,
+        name: &str,
         x: &CudaTensor,
         c: &ConvOp,
         wts: &NodeWeights,
@@ -221,8 +224,14 @@ impl CudaBackend {
         if plane == 0 {
             return Ok(out);
         }
-        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes, self.precision);
-        let _lease = self.meter.lease(band_bytes, "im2col columns")?;
+        let what = format!("the im2col columns of `{name}`");
+        let (rows, _lease) = exec::lease_conv_band(
+            &self.meter,
+            (c, ho, wo),
+            self.band_bytes,
+            self.precision,
+            &what,
+        )?;
         let cg = c.cin / c.groups;
         let kk = cg * c.win[0].k * c.win[1].k;
         let f16 = match (self.precision, &wts.w16) {
@@ -423,7 +432,7 @@ impl CudaBackend {
         let x = &ins[0];
         let out = (ho, wo);
         match &node.op {
-            Op::Conv(c) => self.graph_conv(x, c, weights()?, ho, wo),
+            Op::Conv(c) => self.graph_conv(&node.name, x, c, weights()?, ho, wo),
             Op::ConvTranspose(c) => self.graph_conv_transpose(x, c, weights()?, ctx, ho, wo),
             Op::Pool(p) => self.graph_pool(node, x, p, ctx, out),
             Op::Resize(r) if r.linear => self.graph_resize_linear(node, x, r, ctx, out),
