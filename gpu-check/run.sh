@@ -35,7 +35,8 @@
 #   fig7a        Figure 7(a): L3 on the GPU, L3 and PNG on all CPU cores, JPEG q90 on nvJPEG; the host stage alone
 #   overlap      a ResNet-50 training step with L3 batches decoded alongside vs a synthetic batch
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
-#   bsp-bench    `l3-bench bsp` on the device: exact, sampled and whole, 2048² to 16384², and PyTorch
+#   bsp-bench    `l3-bench bsp` on the device: every mode at 2048², whole and exact and PyTorch at 4096² to
+#                16384² as far as a 220 s deadline allows (each case in bsp-runs.jsonl once measured)
 #   tasks        `cargo xtask bench tasks`'s recipes on the device machine: torch's DataLoader with
 #                transforms.v2 (a worker per core), l3toolkit.Loader on all cores, and device="cuda"
 #                (images/s; tasks.tsv); each file listed TASKS_COPIES times (default 64), so an
@@ -91,7 +92,7 @@ rm -f "$LOGS"/*.log "$LOGS"/summary.md
 
 L3_RACE=(gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder gpu_v2_batches_match_cpu_decoder
     gpu_samples_every_layout_and_dtype_match_reference --test-threads=1)
-BSP_RACE=(gpu_every_mode_matches_cpu --test-threads=1)
+BSP_RACE=(gpu_every_kernel_small --test-threads=1)
 PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
@@ -235,7 +236,8 @@ run_step() {
         sanitize loader-memcheck memcheck 90 "--leak-check full" "$BIN/loader_gpu" ;;
     # racecheck runs a kernel about a thousand times slower: whole suites did not finish in 150 s on an
     # H100, so it takes the tests that launch every kernel variant on small images (v1, v2-BP, v2-ANS;
-    # whole images and samples in every layout and dtype; every bsp-tiling op).
+    # whole images and samples in every layout and dtype; every bsp-tiling kernel, on the ONNX test models
+    # and a tiny TransformerNet).
     racecheck)
         sanitize l3-racecheck racecheck 120 "--racecheck-report all" "$BIN/l3_cuda_gpu" "${L3_RACE[@]}"
         sanitize bsp-racecheck racecheck 90 "--racecheck-report all" "$BIN/bsp_gpu" "${BSP_RACE[@]}" ;;
@@ -281,13 +283,21 @@ run_step() {
         [ -f "$LOGS/l3_samples_fhd_nchw_f16.ncu-rep" ] && ncu --import "$LOGS/l3_samples_fhd_nchw_f16.ncu-rep" \
             --page details >"$LOGS/ncu-details.txt" 2>&1
         ;;
+    # 300 s: on an H200 the 2048² and 4096² cases of every mode and 8192² whole + exact took about 294 s
+    # together. So every mode at 2048² only, whole + exact + PyTorch from 4096² up, the ONNX models (a CPU
+    # measurement, `cargo xtask bench onnx`) not here, and a 220 s deadline for the sweep that starts no
+    # case predicted (from its mode's last wall time, scaled by pixels) to end past it and stops one that
+    # runs over, leaving time for the report; each case is in bsp-runs.jsonl as soon as it is measured.
     bsp-bench)
-        export L3_BSP_SIZES=${L3_BSP_SIZES:-2048,4096,8192,10000,16384}
+        export L3_BSP_SIZES=${L3_BSP_SIZES:-2048,4096,8192,16384}
+        export L3_BSP_ALL_MODES_MAX=${L3_BSP_ALL_MODES_MAX:-2048}
+        export L3_BSP_DEADLINE_SECS=${L3_BSP_DEADLINE_SECS:-220}
+        export L3_BSP_ONNX=${L3_BSP_ONNX:-0}
         export L3_BSP_DEVICES=${L3_BSP_DEVICES:-cuda}
         export L3_BSP_SCRATCH="$WORK/bsp-scratch"
         export L3_BSP_TORCH_PEER="$ROOT/bsp-tiling/benches/torch_peer.py"
         step bsp-bench 300 env L3_WORKSPACE_ROOT="$ROOT" "$BIN/l3-bench" bsp
-        keep "$ROOT/target/bench/bsp.md" "$ROOT"/target/bench/bsp*.svg
+        keep "$ROOT/target/bench/bsp.md" "$ROOT/target/bench/bsp-runs.jsonl" "$ROOT"/target/bench/bsp*.svg
         ;;
     tasks)
         if python_ready; then

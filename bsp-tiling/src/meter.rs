@@ -31,6 +31,11 @@ impl Meter {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Bytes the budget still leaves (a moment's figure: other leases may take them first).
+    pub fn available(&self) -> u64 {
+        self.budget.saturating_sub(self.used())
+    }
+
     /// The most bytes in use at once since creation (or the last [`Meter::reset_peak`]).
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
@@ -107,8 +112,9 @@ mod tests {
         );
         drop(a);
         assert_eq!(m.used(), 400);
+        assert_eq!(m.available(), 600);
         let c = m.lease(500, "c").unwrap();
-        assert_eq!((m.used(), m.peak()), (900, 1000));
+        assert_eq!((m.used(), m.peak(), m.available()), (900, 1000, 100));
         drop((b, c));
         m.reset_peak();
         assert_eq!((m.used(), m.peak()), (0, 0));

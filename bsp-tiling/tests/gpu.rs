@@ -80,34 +80,22 @@ fn gpu_tiled_equals_whole_f32() {
     }
 }
 
-/// Device budgets from the whole GPU down to a few MiB: every run that fits stays within its budget
-/// (metered) and equals the CPU; one that does not is a typed error naming what did not fit.
+/// Device budgets from the whole GPU down to a few MiB: every run stays within its budget (metered) and
+/// equals the CPU — under 64 and 48 MiB, less than the widest convolution's im2col columns need at once
+/// (77 MB with the workspace), by building them in bands of output rows; a budget below the cuBLAS
+/// workspace (a fixed 32 MiB) is refused when the backend opens, naming the workspace.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_budgets_hold() {
     let net = Net::random_transformer(Widths(8, 16, 32), 4, PaddingMode::Reflect);
     let x = noise_image(3, 512, 640, 9);
     let cpu_whole = styled(&net, &CpuBackend, &x, Mode::Whole, 0).unwrap().0;
-    for budget in [
-        None,
-        Some(96u64 << 20),
-        Some(64 << 20),
-        Some(48 << 20),
-        Some(8 << 20),
-    ] {
+    for budget in [None, Some(96u64 << 20), Some(64 << 20), Some(48 << 20)] {
         let gpu = cuda(budget, Precision::F32);
-        let info = match styled(&net, &gpu, &x, Mode::Exact, 128) {
-            Ok((out, info)) => {
-                let e = compare(&out, &cpu_whole);
-                assert!(e.max_abs <= 1e-3, "{e:?}");
-                info
-            }
-            Err(e @ Error::DeviceBudget { .. }) => {
-                eprintln!("budget {budget:?}: {e}");
-                continue;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let (out, info) = styled(&net, &gpu, &x, Mode::Exact, 128)
+            .unwrap_or_else(|e| panic!("budget {budget:?}: {e}"));
+        let e = compare(&out, &cpu_whole);
+        assert!(e.max_abs <= 1e-3, "budget {budget:?}: {e:?}");
         let b = gpu.memory().budget();
         eprintln!(
             "budget {b}: device peak {}, driver-reported use {} (baseline {})",
@@ -116,6 +104,20 @@ fn gpu_budgets_hold() {
             gpu.baseline_used,
         );
         assert!(info.device_peak_bytes > 0 && info.device_peak_bytes <= b);
+    }
+    // The workspace is fixed: a budget below it is refused by name, before anything runs.
+    match CudaBackend::new(0, Some(8 << 20), Precision::F32) {
+        Err(Error::DeviceBudget {
+            what,
+            needed,
+            budget,
+        }) => {
+            eprintln!("budget {budget}: {what} needs {needed} bytes (refused)");
+            assert!(what.contains("cuBLAS workspace"), "{what}");
+            assert!(needed > budget && budget == 8 << 20, "{needed} {budget}");
+        }
+        Err(e) => panic!("budget 8 MiB: expected the cuBLAS workspace refused, got: {e}"),
+        Ok(_) => panic!("budget 8 MiB: the backend opened below its cuBLAS workspace"),
     }
 }
 
@@ -341,13 +343,73 @@ fn gpu_onnx_graphs_match_cpu() {
             assert!(info.device_peak_bytes <= budget, "{name} {mode:?}");
         }
     }
-    // f16 graph convolutions have no kernels: refused by node, before anything runs.
+    // f16: every node of every model runs (transposed convolutions too), against the same rounding
+    // simulated on the CPU (equal up to the GEMMs' order of summation) and within an f16 error of f32.
     let half = cuda(None, Precision::F16);
-    let (g, x) = onnx_model("unet_gn", ONNX_MODELS[0].1, ONNX_MODELS[0].2);
-    let e = bsp_tiling::infer_on(&half, &g, &x, Mode::Exact, 8, 1, &Budget::default())
-        .map(|_| ())
-        .unwrap_err();
-    assert!(matches!(&e, Error::Node { op, .. } if op == "Conv"), "{e}");
+    for (name, model, input, tile) in ONNX_MODELS {
+        let (g, x) = onnx_model(name, model, input);
+        let sim16 = bsp_tiling::testing::DeviceSim::new(u64::MAX, Precision::F16);
+        let b = Budget::default();
+        let (want32, _) = bsp_tiling::infer(&g, &x, Mode::Exact, tile, 4, &b).unwrap();
+        let (want, _) = bsp_tiling::infer_on(&sim16, &g, &x, Mode::Exact, tile, 4, &b).unwrap();
+        let (got, info) = bsp_tiling::infer_on(&half, &g, &x, Mode::Exact, tile, 4, &b)
+            .unwrap_or_else(|e| panic!("{name} f16: {e}"));
+        let scale = want32.data.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+        let (e, r) = (compare(&got, &want), compare(&got, &want32));
+        eprintln!(
+            "{name} f16 Exact: GPU vs simulation {:.2e}, GPU vs f32 CPU {:.2e} of the largest magnitude, device peak {} bytes",
+            e.max_abs / scale,
+            r.max_abs / scale,
+            info.device_peak_bytes
+        );
+        assert!(
+            e.max_abs <= 1e-2 * scale,
+            "{name} f16: GPU vs simulation {e:?}"
+        );
+        assert!(r.max_abs <= 2e-2 * scale, "{name} f16: GPU vs f32 {r:?}");
+    }
+}
+
+/// Every graph kernel at least once, on the smallest inputs, for compute-sanitizer's racecheck (which
+/// runs kernels, cuBLAS's among them, about a thousand times slower; gpu-bin/run.sh's `BSP_RACE`): every
+/// ONNX test model once on the whole image (their ops together launch every kernel of `kernels.cu`), and
+/// a tiny TransformerNet in exact tiles in f32 and f16 (`bsp_to_f16`, `bsp_im2col_g_f16`), each against
+/// the CPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_kernel_small() {
+    let gpu = cuda(None, Precision::F32);
+    for (name, model, input, tile) in ONNX_MODELS {
+        let (g, x) = onnx_model(name, model, input);
+        let b = Budget::default();
+        let (want, _) = bsp_tiling::infer(&g, &x, Mode::Whole, tile, 1, &b).unwrap();
+        let (got, _) = bsp_tiling::infer_on(&gpu, &g, &x, Mode::Whole, tile, 1, &b)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let scale = want.data.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+        let e = compare(&got, &want);
+        eprintln!("{name}: GPU vs CPU max abs {:.3e}", e.max_abs);
+        assert!(e.max_abs <= 1e-4 * scale, "{name}: {e:?}");
+    }
+    let net = Net::random_transformer(Widths(4, 8, 8), 1, PaddingMode::Reflect);
+    let x = noise_image(3, 20, 24, 2);
+    let want = styled(&net, &CpuBackend, &x, Mode::Exact, 16).unwrap().0;
+    for precision in [Precision::F32, Precision::F16] {
+        let dev = cuda(None, precision);
+        let got = styled(&net, &dev, &x, Mode::Exact, 16)
+            .unwrap_or_else(|e| panic!("{precision}: {e}"))
+            .0;
+        let e = compare(&got, &want);
+        eprintln!(
+            "TransformerNet 24x20 {precision}: GPU vs CPU max abs {:.3e}",
+            e.max_abs
+        );
+        let tol = if precision == Precision::F16 {
+            5e-2
+        } else {
+            1e-3
+        };
+        assert!(e.max_abs <= tol, "{precision}: {e:?}");
+    }
 }
 
 /// `run_graph_device` with `Device::Cuda` and no usable GPU fails with the probe's reason; it never runs

@@ -213,6 +213,8 @@ fn check_all(exe: &Path) {
 /// gathers them (`Op::in_map` over an output range) from odd-sized inputs.
 mod graph {
     use super::*;
+    use bsp_tiling::Precision;
+    use bsp_tiling::graph::exec;
     use bsp_tiling::graph::launch::{self, Gemm};
     use bsp_tiling::graph::ops::{
         self, AxisPad, BinOp, ConvOp, Coord, Ctx, Nearest, Op, Operand, PadOp, PoolOp, ResizeOp,
@@ -333,7 +335,9 @@ mod graph {
     }
 
     /// General im2col (kh ≠ kw, per-axis stride and dilation, groups) + the bias fill, the GEMMs
-    /// `launch::conv_gemm` gives cuBLAS, against ops.rs `conv`, for a middle range and the whole output.
+    /// `launch::conv_gemm` gives cuBLAS, against ops.rs `conv`, for a middle range and the whole output;
+    /// in bands of output rows as `exec::conv_band` sizes them for a band budget (all rows, two, one):
+    /// the banded columns and GEMMs give the one-band output bit for bit.
     pub fn check_graph_conv(exe: &Path) {
         let mut rng = Rng(21);
         let c = conv_op(&mut rng, false, 4, 6, 2);
@@ -344,66 +348,95 @@ mod graph {
             let w = windows(&op, &[&x], range);
             let want = reference(&op, &w, range);
             let (ho, wo) = (range[0].1 - range[0].0, range[1].1 - range[1].0);
-            let win = &w.wins[0];
-            let mut sim = Sim::default();
-            let xb = sim.f32s(&win.data);
-            let bias = sim.f32s(&c.bias);
-            let out = sim.zeros(c.cout * ho * wo * 4);
-            sim.launch(
-                "bsp_fill_bias",
-                GRID,
-                BLOCK,
-                &[A::B(out), i(c.cout), l(ho * wo), A::B(bias)],
-            );
-            let (cg, rows) = (c.cin / c.groups, 2);
-            let mut bands = vec![];
-            for g in 0..c.groups {
-                for y0 in (0..ho).step_by(rows) {
-                    let y1 = (y0 + rows).min(ho);
-                    let col = sim.zeros(cg * 6 * (y1 - y0) * wo * 4);
-                    let col16 = sim.zeros(cg * 6 * (y1 - y0) * wo * 2);
-                    for (kernel, out) in [("bsp_im2col_g", col), ("bsp_im2col_g_f16", col16)] {
-                        sim.launch(
-                            kernel,
-                            GRID,
-                            BLOCK,
-                            &[
-                                A::B(xb),
-                                i(g * cg),
-                                i(cg),
-                                i(win.h),
-                                i(win.w),
-                                i(3),
-                                i(2),
-                                i(2),
-                                i(1),
-                                i(1),
-                                i(2),
-                                i(y0),
-                                i(y1),
-                                i(wo),
-                                A::B(out),
-                            ],
-                        );
-                    }
-                    bands.push((g, y0, y1, col, col16));
+            let row_bytes = c.cin / c.groups * 6 * wo * 4;
+            let mut one_band = None;
+            for band_bytes in [usize::MAX, 2 * row_bytes + 7, 1] {
+                let (rows, _) = exec::conv_band(&c, ho, wo, band_bytes, Precision::F32);
+                let got = banded_conv(exe, &c, &w.wins[0], (ho, wo), rows, range);
+                close(
+                    &got,
+                    &want.data,
+                    &format!("graph conv {range:?} rows {rows}"),
+                );
+                match &one_band {
+                    None => one_band = Some(got),
+                    Some(all) => assert!(
+                        got.iter().zip(all).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "graph conv {range:?}: bands of {rows} rows differ from one band"
+                    ),
                 }
             }
-            let res = sim.run(exe, "graph-conv");
-            let mut got = f32s(&res[out]);
-            for (g, y0, y1, col, col16) in bands {
-                let gm = launch::conv_gemm(&c, g, ho, wo, y0, y1).unwrap();
-                let cols = f32s(&res[col]);
-                // The f16 columns: the f32 ones rounded to binary16, nearest even (the `half` crate's).
-                let want16: Vec<u16> = cols
-                    .iter()
-                    .map(|&v| half::f16::from_f32(v).to_bits())
-                    .collect();
-                assert_eq!(u16s(&res[col16]), want16, "graph im2col f16 {range:?}");
-                gemm(&gm, &cols, &c.weight, &mut got);
-            }
-            close(&got, &want.data, &format!("graph conv {range:?}"));
         }
+    }
+
+    /// The bias fill, im2col (f32 and f16) per group and band of `rows` output rows, and the band GEMMs
+    /// (through the reference GEMM) of a convolution over window `win`.
+    fn banded_conv(
+        exe: &Path,
+        c: &ConvOp,
+        win: &Tensor,
+        (ho, wo): (usize, usize),
+        rows: usize,
+        range: [(usize, usize); 2],
+    ) -> Vec<f32> {
+        let mut sim = Sim::default();
+        let xb = sim.f32s(&win.data);
+        let bias = sim.f32s(&c.bias);
+        let out = sim.zeros(c.cout * ho * wo * 4);
+        sim.launch(
+            "bsp_fill_bias",
+            GRID,
+            BLOCK,
+            &[A::B(out), i(c.cout), l(ho * wo), A::B(bias)],
+        );
+        let cg = c.cin / c.groups;
+        let mut bands = vec![];
+        for g in 0..c.groups {
+            for y0 in (0..ho).step_by(rows) {
+                let y1 = (y0 + rows).min(ho);
+                let col = sim.zeros(cg * 6 * (y1 - y0) * wo * 4);
+                let col16 = sim.zeros(cg * 6 * (y1 - y0) * wo * 2);
+                for (kernel, out) in [("bsp_im2col_g", col), ("bsp_im2col_g_f16", col16)] {
+                    sim.launch(
+                        kernel,
+                        GRID,
+                        BLOCK,
+                        &[
+                            A::B(xb),
+                            i(g * cg),
+                            i(cg),
+                            i(win.h),
+                            i(win.w),
+                            i(3),
+                            i(2),
+                            i(2),
+                            i(1),
+                            i(1),
+                            i(2),
+                            i(y0),
+                            i(y1),
+                            i(wo),
+                            A::B(out),
+                        ],
+                    );
+                }
+                bands.push((g, y0, y1, col, col16));
+            }
+        }
+        let res = sim.run(exe, "graph-conv");
+        let mut got = f32s(&res[out]);
+        for (g, y0, y1, col, col16) in bands {
+            let gm = launch::conv_gemm(c, g, ho, wo, y0, y1).unwrap();
+            let cols = f32s(&res[col]);
+            // The f16 columns: the f32 ones rounded to binary16, nearest even (the `half` crate's).
+            let want16: Vec<u16> = cols
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            assert_eq!(u16s(&res[col16]), want16, "graph im2col f16 {range:?}");
+            gemm(&gm, &cols, &c.weight, &mut got);
+        }
+        got
     }
 
     /// ConvTranspose: the GEMM `launch::convt_gemm` gives cuBLAS, then the col2im kernel (fixed

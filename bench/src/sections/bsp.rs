@@ -15,7 +15,13 @@
 //! `L3_BSP_COMPARE_MAX` (largest side whose GPU outputs are compared, default 16384), `L3_BSP_TORCH`
 //! (`0` skips the PyTorch peer), `L3_BSP_TORCH_PEER` (the peer script, default
 //! `bsp-tiling/benches/torch_peer.py`), `L3_BSP_SCRATCH` (scratch folder, default under `target/`),
-//! `L3_BSP_ONNX` (`0` skips the ONNX models, which `onnx.rs` measures after the TransformerNet).
+//! `L3_BSP_ONNX` (`0` skips the ONNX models, which `onnx.rs` measures after the TransformerNet),
+//! `L3_BSP_ALL_MODES_MAX` (largest side at which sampled, naive and recompute run; above it whole and exact
+//! only), `L3_BSP_DEADLINE_SECS` (seconds into the sweep after which no run starts, nor one predicted from
+//! its mode's last wall time to end later, and a running child is stopped: for a step with a time limit).
+//!
+//! Every row is also written, as soon as it is known, as one JSON line (header: cell) to
+//! `target/bench/bsp-runs.jsonl`, so that a sweep cut short still leaves every case it finished.
 
 use super::child::{line_of, num, run_if_child};
 use crate::report::{Report, Series, Table, corpus_dir, line_plot, workspace_root};
@@ -190,12 +196,48 @@ struct Run {
     init: f64,
 }
 
-fn spawn(exe: &Path, spec: &str) -> anyhow::Result<Run> {
-    let o = std::process::Command::new(exe)
+/// Runs one child; stops it once `limit` has passed (the sweep's deadline), an error saying so.
+fn spawn(exe: &Path, spec: &str, limit: Option<std::time::Duration>) -> anyhow::Result<Run> {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(exe)
         .arg("bsp")
         .env("L3_BSP_CHILD", spec)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("starting the child")?;
+    // Its two pipes read on threads, so that a child that writes much never blocks on a full pipe.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = vec![];
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().context("waiting for the child")? {
+            break st;
+        }
+        if limit.is_some_and(|l| t0.elapsed() >= l) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "stopped after {:.0} s at L3_BSP_DEADLINE_SECS",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let o = std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
     let kv = line_of(&o, "BSPCHILD ").map_err(anyhow::Error::msg)?;
     let num = |k: &str| num(&kv, k);
     Ok(Run {
@@ -287,6 +329,12 @@ struct Settings {
     devices: Vec<String>,
     /// `L3_BSP_MODES`: the modes to run (default every one).
     only: Option<String>,
+    /// `L3_BSP_ALL_MODES_MAX`: the largest side at which the slow modes (sampled, naive, recompute) run;
+    /// above it only whole and exact (default: every side).
+    all_modes_max: usize,
+    /// `L3_BSP_DEADLINE_SECS`: seconds from the start of the sweep past which no run is started (or one
+    /// predicted to end past it), and a running child is stopped (default: none).
+    deadline: Option<f64>,
 }
 
 impl Settings {
@@ -318,6 +366,10 @@ impl Settings {
                 .map(|s| s.trim().to_string())
                 .collect(),
             only: std::env::var("L3_BSP_MODES").ok(),
+            all_modes_max: env_usize("L3_BSP_ALL_MODES_MAX", usize::MAX),
+            deadline: std::env::var("L3_BSP_DEADLINE_SECS")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 
@@ -345,11 +397,67 @@ const MODES: &[&str] = &["whole", "exact", "sampled", "naive", "recompute"];
 /// The size sweep's table and what the plots and the closing paragraphs take from it.
 struct Sweep {
     t: Table,
+    /// Each row as a JSON line as soon as it is known (`target/bench/bsp-runs.jsonl`), so that a run cut
+    /// short still leaves every case it finished.
+    lines: Option<std::fs::File>,
+    start: Instant,
+    /// Per `device/mode`: the last run's megapixels and its child's wall-clock seconds (set-up included).
+    wall: HashMap<String, (f64, f64)>,
     last_secs: HashMap<String, f64>,
     series: HashMap<String, Vec<(f64, f64)>>,
     rss_series: HashMap<String, Vec<(f64, f64)>>,
     errs: Vec<String>,
     gpu_10k: HashMap<&'static str, f64>,
+}
+
+impl Sweep {
+    /// A row of the table, and at once a flushed JSON line of it (header: cell).
+    fn record(&mut self, cells: Vec<String>) {
+        if let Some(f) = &mut self.lines {
+            use std::io::Write as _;
+            let fields: Vec<String> = self
+                .t
+                .headers
+                .iter()
+                .zip(&cells)
+                .filter(|(_, c)| !c.is_empty())
+                .map(|(h, c)| format!("{}:{}", json_string(h), json_string(c)))
+                .collect();
+            let line = format!("{{{}}}\n", fields.join(","));
+            if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
+                eprintln!("bsp: bsp-runs.jsonl: {e}");
+                self.lines = None;
+            }
+        }
+        self.t.row(cells);
+    }
+
+    /// Why a run predicted to take `predicted` seconds is not started: the sweep's deadline
+    /// (`L3_BSP_DEADLINE_SECS`) reached, or to be passed by then.
+    fn past_deadline(&self, cfg: &Settings, predicted: f64) -> Option<String> {
+        let d = cfg.deadline?;
+        let now = self.start.elapsed().as_secs_f64();
+        (now + predicted > d).then(|| {
+            format!(
+                "not run: {now:.0} s + predicted {predicted:.0} s > L3_BSP_DEADLINE_SECS={d:.0}"
+            )
+        })
+    }
+}
+
+/// `s` as a JSON string.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A table row with only its first cells: side, device, mode, and why it did not run.
@@ -379,8 +487,15 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     std::fs::copy(std::env::current_exe()?, &exe).context("copying the bench binary")?;
     let net = Net::load_transformer(&model_path(), PaddingMode::Reflect)?;
     describe(r, &cfg, &net, &gpu, &torch);
+    let lines_path = crate::report::bench_dir().join("bsp-runs.jsonl");
+    std::fs::create_dir_all(crate::report::bench_dir()).context("target/bench")?;
     let mut sweep = Sweep {
         t: time_table(),
+        lines: std::fs::File::create(&lines_path)
+            .map_err(|e| eprintln!("bsp: {}: {e}", lines_path.display()))
+            .ok(),
+        start: Instant::now(),
+        wall: HashMap::new(),
         last_secs: HashMap::new(),
         series: HashMap::new(),
         rss_series: HashMap::new(),
@@ -394,9 +509,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             if dev == "cuda"
                 && let Err(why) = &gpu
             {
-                sweep
-                    .t
-                    .row(blank(side, dev, "all", format!("no GPU: {why}")));
+                sweep.record(blank(side, dev, "all", format!("no GPU: {why}")));
                 continue;
             }
             for &mode in MODES {
@@ -405,7 +518,10 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             }
         }
         if let Ok(v) = &torch {
-            sweep.t.row(torch_row(side, v));
+            match sweep.past_deadline(&cfg, 0.0) {
+                Some(why) => sweep.record(blank(side, "cuda (PyTorch)", "whole", why)),
+                None => sweep.record(torch_row(side, v)),
+            }
         }
         if side == 10000 {
             for (mode, secs) in [
@@ -420,7 +536,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                     secs.into(),
                 ];
                 v.resize(15, String::new());
-                sweep.t.row(v);
+                sweep.record(v);
             }
         }
         for p in wholes.values() {
@@ -522,9 +638,14 @@ fn one_run<'a>(
     if !cfg.wants(mode) || (mode == "recompute" && side > 2048) {
         return Ok(());
     }
+    if !matches!(mode, "whole" | "exact") && side > cfg.all_modes_max {
+        let why = format!("not run: side > L3_BSP_ALL_MODES_MAX={}", cfg.all_modes_max);
+        sweep.record(blank(side, dev, mode, why));
+        return Ok(());
+    }
     if mode == "whole" && !cuda && side > cfg.whole_max {
         let why = format!("skipped: side > L3_BSP_WHOLE_MAX={}", cfg.whole_max);
-        sweep.t.row(blank(side, dev, mode, why));
+        sweep.record(blank(side, dev, mode, why));
         return Ok(());
     }
     let key = format!("{dev}/{mode}");
@@ -535,12 +656,18 @@ fn one_run<'a>(
                 "skipped: predicted {predicted:.0} s > L3_BSP_MAX_SECS={:.0}",
                 cfg.max_secs
             );
-            sweep.t.row(blank(side, dev, mode, why));
+            sweep.record(blank(side, dev, mode, why));
             return Ok(());
         }
     }
-    eprintln!("bsp: {side}² {dev} {mode}");
     let mpx = (side * side) as f64 / 1e6;
+    // The child's whole wall time (set-up, input, output included) scales with the pixels.
+    let predicted = sweep.wall.get(&key).map_or(0.0, |&(m, w)| w * mpx / m);
+    if let Some(why) = sweep.past_deadline(cfg, predicted) {
+        sweep.record(blank(side, dev, mode, why));
+        return Ok(());
+    }
+    eprintln!("bsp: {side}² {dev} {mode}");
     let compare_it = if cuda {
         side <= cfg.compare_max
     } else {
@@ -559,17 +686,22 @@ fn one_run<'a>(
     if compare_it {
         spec.push_str(&format!(";out={}", out.display()));
     }
-    let run = match spawn(exe, &spec) {
+    let t0 = Instant::now();
+    let left = cfg.deadline.map(|d| {
+        std::time::Duration::from_secs_f64((d - sweep.start.elapsed().as_secs_f64()).max(0.0))
+    });
+    let run = match spawn(exe, &spec, left) {
         Ok(run) => run,
         Err(e) => {
-            sweep
-                .t
-                .row(blank(side, dev, mode, format!("failed: {e:#}")));
+            sweep.record(blank(side, dev, mode, format!("failed: {e:#}")));
             sweep.errs.push(format!("{side}² {dev} {mode}: {e:#}"));
             return Ok(());
         }
     };
     sweep.last_secs.insert(key.clone(), run.secs);
+    sweep
+        .wall
+        .insert(key.clone(), (mpx, t0.elapsed().as_secs_f64()));
     sweep
         .series
         .entry(key.clone())
@@ -622,7 +754,11 @@ fn one_run<'a>(
     } else {
         std::fs::remove_file(&out).ok();
     }
-    sweep.t.row(cells);
+    eprintln!(
+        "bsp: {side}² {dev} {mode}: {} s, device peak {} MiB, max abs vs whole {}",
+        cells[4], cells[8], cells[12]
+    );
+    sweep.record(cells);
     Ok(())
 }
 

@@ -1,9 +1,10 @@
 //! The graph engine's ops on the CUDA backend ([`GraphOps`]): each node's output range computed from its
 //! uploaded windows by the graph kernels of `kernels.cu` — general im2col + the cuBLAS band GEMM per
-//! group, transposed convolution as a GEMM `Wᵀ·x` and a col2im scatter in a fixed order, pooling, linear
-//! resize, padding values, pixel shuffles, the per-channel affine map, the unary and binary functions and
-//! channel concatenation — with the tables and GEMM parameters of [`crate::graph::launch`], which the CPU
-//! simulation of the kernels checks against ops.rs. Every buffer takes a lease on the backend's meter.
+//! group, transposed convolution as a GEMM `Wᵀ·x` (binary16 operands under f16, as a convolution's) and
+//! a col2im scatter in a fixed order, pooling, linear resize, padding values, pixel shuffles, the
+//! per-channel affine map, the unary and binary functions and channel concatenation — with the tables and
+//! GEMM parameters of [`crate::graph::launch`], which the CPU simulation of the kernels checks against
+//! ops.rs. Every buffer takes a lease on the backend's meter.
 
 use super::{CudaBackend, CudaTensor, blas_err, drv, grid};
 use crate::device::Precision;
@@ -58,7 +59,8 @@ impl GraphKernels {
     }
 }
 
-/// A convolution's weights and bias on the device, and under [`Precision::F16`] its weights as binary16.
+/// A (transposed) convolution's weights and bias on the device, and under [`Precision::F16`] its weights
+/// as binary16.
 struct NodeWeights {
     w: CudaSlice<f32>,
     w16: Option<CudaSlice<u16>>,
@@ -196,8 +198,11 @@ impl CudaBackend {
         .map_err(blas_err("cublasGemmEx"))
     }
 
+    /// A convolution in bands of output rows: each band's im2col columns, then its GEMM per group. The
+    /// band is as wide as [`exec::lease_conv_band`] finds room for.
     fn graph_conv(
         &self,
+        name: &str,
         x: &CudaTensor,
         c: &ConvOp,
         wts: &NodeWeights,
@@ -219,8 +224,14 @@ impl CudaBackend {
         if plane == 0 {
             return Ok(out);
         }
-        let (rows, band_bytes) = exec::conv_band(c, ho, wo, self.band_bytes, self.precision);
-        let _lease = self.meter.lease(band_bytes, "im2col columns")?;
+        let what = format!("the im2col columns of `{name}`");
+        let (rows, _lease) = exec::lease_conv_band(
+            &self.meter,
+            (c, ho, wo),
+            self.band_bytes,
+            self.precision,
+            &what,
+        )?;
         let cg = c.cin / c.groups;
         let kk = cg * c.win[0].k * c.win[1].k;
         let f16 = match (self.precision, &wts.w16) {
@@ -306,9 +317,30 @@ impl CudaBackend {
         let (mut cols, _lease) =
             self.alloc::<f32>(c.cout * kh * kw * n, "a transposed convolution's columns")?;
         if n > 0 {
+            // Under f16 the GEMM's operands are the input and the weights as binary16, as a
+            // convolution's are; the columns and the col2im sums stay f32.
+            let x16 = match (self.precision, &wts.w16) {
+                (Precision::F16, Some(w16)) => {
+                    let (mut x16, lease) =
+                        self.alloc::<u16>(x.len(), "a transposed convolution's f16 input")?;
+                    let n64 = x.len() as i64;
+                    launch!(
+                        self,
+                        self.k.to_f16,
+                        "bsp_to_f16",
+                        x.len(),
+                        [&x.data, &n64, &mut x16]
+                    );
+                    Some((x16, w16, lease))
+                }
+                _ => None,
+            };
             for g in 0..c.groups {
                 let gm = launch::convt_gemm(c, g, x.h, x.w)?;
-                self.gemm(&gm, &x.data, &wts.w, &mut cols)?;
+                match &x16 {
+                    Some((x16, w16, _)) => self.gemm_f16(&gm, x16, w16, &mut cols)?,
+                    None => self.gemm(&gm, &x.data, &wts.w, &mut cols)?,
+                }
             }
         } else {
             self.stream
@@ -400,7 +432,7 @@ impl CudaBackend {
         let x = &ins[0];
         let out = (ho, wo);
         match &node.op {
-            Op::Conv(c) => self.graph_conv(x, c, weights()?, ho, wo),
+            Op::Conv(c) => self.graph_conv(&node.name, x, c, weights()?, ho, wo),
             Op::ConvTranspose(c) => self.graph_conv_transpose(x, c, weights()?, ctx, ho, wo),
             Op::Pool(p) => self.graph_pool(node, x, p, ctx, out),
             Op::Resize(r) if r.linear => self.graph_resize_linear(node, x, r, ctx, out),
@@ -787,9 +819,6 @@ impl GraphOps for CudaBackend {
     fn device_meter(&self) -> Option<&Meter> {
         Some(&self.meter)
     }
-    fn check(&self, nodes: &[Node]) -> Result<()> {
-        exec::check_precision(nodes, self.precision, "cuda")
-    }
     fn prepare(&self, nodes: &[Node]) -> Result<GraphWeights> {
         let mut leases = vec![];
         let mut out = vec![];
@@ -801,9 +830,9 @@ impl GraphOps for CudaBackend {
                         &format!("the weights of `{}`", n.name),
                     )?);
                     let w = self.htod(&c.weight)?;
-                    let w16 = match (&n.op, self.precision) {
-                        (Op::Conv(_), Precision::F16) => Some(self.to_f16(&w, c.weight.len())?),
-                        _ => None,
+                    let w16 = match self.precision {
+                        Precision::F16 => Some(self.to_f16(&w, c.weight.len())?),
+                        Precision::F32 => None,
                     };
                     Some(NodeWeights {
                         w,

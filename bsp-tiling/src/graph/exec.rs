@@ -98,27 +98,28 @@ impl GraphOps for CpuBackend {
 }
 
 /// Device bytes of a node's prepared parameters: convolution weights and biases in f32, and under
-/// [`Precision::F16`] a convolution's binary16 copy of its weights beside them.
+/// [`Precision::F16`] a (transposed) convolution's binary16 copy of its weights beside them.
 pub fn weight_bytes(op: &Op, precision: Precision) -> u64 {
     match op {
-        Op::Conv(c) => {
+        Op::Conv(c) | Op::ConvTranspose(c) => {
             ((c.weight.len() + c.bias.len()) * 4 + f16_weight_len(op, precision) * 2) as u64
         }
-        Op::ConvTranspose(c) => ((c.weight.len() + c.bias.len()) * 4) as u64,
         _ => 0,
     }
 }
 
-/// Elements of a node's binary16 weight copy: a convolution's weights under [`Precision::F16`].
+/// Elements of a node's binary16 weight copy: a (transposed) convolution's weights under
+/// [`Precision::F16`].
 fn f16_weight_len(op: &Op, precision: Precision) -> usize {
     match (op, precision) {
-        (Op::Conv(c), Precision::F16) => c.weight.len(),
+        (Op::Conv(c) | Op::ConvTranspose(c), Precision::F16) => c.weight.len(),
         _ => 0,
     }
 }
 
 /// Output rows per im2col band of a graph convolution producing `ho × wo`, and the band's bytes (columns
-/// of one group at a time, of [`Precision::elem_bytes`] each).
+/// of one group at a time, of [`Precision::elem_bytes`] each): as many rows as `band_bytes` holds, at
+/// least one.
 pub fn conv_band(
     c: &ops::ConvOp,
     ho: usize,
@@ -131,10 +132,35 @@ pub fn conv_band(
     (rows, (rows * row) as u64)
 }
 
+/// The im2col band a device convolution works in, leased: at most `band_bytes`, and no more than the
+/// budget leaves, so that a budget shapes the run (more, narrower GEMMs) instead of refusing it. Refused
+/// (naming `what` and its bytes) only when one output row's columns do not fit. The CUDA backend and
+/// [`DeviceSim`] both size their bands here.
+pub fn lease_conv_band(
+    meter: &std::sync::Arc<Meter>,
+    (c, ho, wo): (&ops::ConvOp, usize, usize),
+    band_bytes: usize,
+    precision: Precision,
+    what: &str,
+) -> Result<(usize, Lease)> {
+    let mut cap = band_bytes.min(usize::try_from(meter.available()).unwrap_or(usize::MAX));
+    loop {
+        let (rows, bytes) = conv_band(c, ho, wo, cap, precision);
+        match meter.lease(bytes, what) {
+            Ok(lease) => return Ok((rows, lease)),
+            Err(e) if rows == 1 => return Err(e),
+            // Other leases took the room meanwhile: a narrower band (rows strictly fewer each time).
+            Err(_) => cap = (bytes as usize - 1).min(meter.available() as usize),
+        }
+    }
+}
+
 /// Device scratch one node's computation takes besides its windows and its output: im2col columns,
-/// a transposed convolution's `Wᵀ·x` columns, index and weight tables, per-channel parameters. The
+/// a transposed convolution's `Wᵀ·x` columns (and under [`Precision::F16`] its input as binary16), index
+/// and weight tables, per-channel parameters. The
 /// CUDA backend allocates exactly these; [`DeviceSim`] leases the same. `band_bytes`: the backend's im2col
-/// band size; `precision`: its convolutions' operand type.
+/// band size (a convolution's columns: the most its band takes, [`lease_conv_band`] leases what the budget
+/// leaves of it); `precision`: its convolutions' operand type.
 pub fn scratch_bytes(
     op: &Op,
     ins: &[(usize, usize, usize)],
@@ -143,10 +169,16 @@ pub fn scratch_bytes(
     precision: Precision,
 ) -> u64 {
     let (c, ho, wo) = out;
-    let (_, xh, xw) = ins[0];
+    let (xc, xh, xw) = ins[0];
     match op {
         Op::Conv(cv) => conv_band(cv, ho, wo, band_bytes, precision).1,
-        Op::ConvTranspose(cv) => (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4) as u64,
+        Op::ConvTranspose(cv) => {
+            let f16_input = match precision {
+                Precision::F16 => xc * xh * xw * 2,
+                Precision::F32 => 0,
+            };
+            (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4 + f16_input) as u64
+        }
         Op::Pool(_) => ((xh + xw + ho + wo) * 4) as u64,
         Op::Resize(r) if r.linear => ((ho + wo) * 12) as u64,
         Op::Pad(p) if p.mode.is_none() && p.value != 0.0 => ((ho + wo) * 4) as u64,
@@ -173,49 +205,36 @@ pub fn refuse(node: &Node, backend: &str, why: &str) -> Error {
     }
 }
 
-/// The graph engine's precision rule on a device: under [`Precision::F16`] a convolution's GEMM takes
-/// binary16 operands (its im2col columns and weights, rounded to nearest even) and accumulates in f32;
-/// a transposed convolution has an f32 kernel only, and is refused naming it.
-pub fn check_precision(nodes: &[Node], precision: Precision, backend: &str) -> Result<()> {
-    if precision == Precision::F32 {
-        return Ok(());
-    }
-    match nodes.iter().find(|n| matches!(n.op, Op::ConvTranspose(_))) {
-        Some(n) => Err(refuse(
-            n,
-            backend,
-            "transposed convolutions have f32 kernels only (use precision f32)",
-        )),
-        None => Ok(()),
-    }
-}
-
 /// `v` rounded to IEEE binary16 and back (nearest even, as `bsp_to_f16` and `bsp_im2col_g_f16` round).
 pub fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
-/// A convolution as the f16 GEMM computes it: its weights rounded to binary16 ([`round_f16`]).
+/// A (transposed) convolution as the f16 GEMM computes it: its weights rounded to binary16
+/// ([`round_f16`]).
 fn f16_conv(op: &Op) -> Option<Op> {
+    let rounded = |c: &ops::ConvOp| ops::ConvOp {
+        weight: round_f16(&c.weight),
+        ..c.clone()
+    };
     match op {
-        Op::Conv(c) => Some(Op::Conv(ops::ConvOp {
-            weight: round_f16(&c.weight),
-            ..c.clone()
-        })),
+        Op::Conv(c) => Some(Op::Conv(rounded(c))),
+        Op::ConvTranspose(c) => Some(Op::ConvTranspose(rounded(c))),
         _ => None,
     }
 }
 
 /// What the simulated device prepares for a run: the weights' leases, and under [`Precision::F16`] each
-/// convolution with its weights rounded to binary16 (by node).
+/// (transposed) convolution with its weights rounded to binary16 (by node).
 pub struct SimPrepared {
     _leases: Vec<Lease>,
     f16: Vec<Option<Op>>,
 }
 
 /// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases. Under
-/// [`Precision::F16`] a convolution computes on its window and weights rounded to binary16, products
-/// summed in f32: what the f16 GEMM computes, up to its order of summation.
+/// [`Precision::F16`] a convolution or a transposed convolution computes on its window and weights
+/// rounded to binary16, products summed in f32: what the f16 GEMM computes, up to its order of summation
+/// (a product of two binary16 values is exact in f32).
 impl GraphOps for DeviceSim {
     type Buf = SimBuf;
     type Prepared = SimPrepared;
@@ -225,9 +244,6 @@ impl GraphOps for DeviceSim {
     }
     fn device_meter(&self) -> Option<&Meter> {
         Some(self.meter())
-    }
-    fn check(&self, nodes: &[Node]) -> Result<()> {
-        check_precision(nodes, self.precision, "device simulation")
     }
     fn prepare(&self, nodes: &[Node]) -> Result<SimPrepared> {
         let m = self.meter_arc();
@@ -278,10 +294,24 @@ impl GraphOps for DeviceSim {
         let lease = self
             .meter_arc()
             .lease(Tensor::bytes(out.0, out.1, out.2), &what)?;
-        let scratch = self.meter_arc().lease(
-            scratch_bytes(&node.op, &dims, out, self.band_bytes, self.precision),
-            &format!("the scratch of `{}`", node.name),
-        )?;
+        let scratch = match &node.op {
+            Op::Conv(c) => {
+                let what = format!("the im2col columns of `{}`", node.name);
+                let conv = (c, out.1, out.2);
+                lease_conv_band(
+                    self.meter_arc(),
+                    conv,
+                    self.band_bytes,
+                    self.precision,
+                    &what,
+                )?
+                .1
+            }
+            op => self.meter_arc().lease(
+                scratch_bytes(op, &dims, out, self.band_bytes, self.precision),
+                &format!("the scratch of `{}`", node.name),
+            )?,
+        };
         let mut tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
         let t = match prep.f16.get(i).and_then(Option::as_ref) {
             Some(op16) => {
@@ -293,5 +323,73 @@ impl GraphOps for DeviceSim {
         drop(ins);
         drop(scratch);
         Ok(SimBuf::with_lease(t, lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::win::Win;
+
+    /// A 3×3 convolution of 4 channels: one output row of width 10 is 4·9·10 columns.
+    fn conv() -> ops::ConvOp {
+        let win = Win {
+            k: 3,
+            stride: 1,
+            dilation: 1,
+        };
+        ops::ConvOp {
+            cin: 4,
+            cout: 2,
+            groups: 1,
+            win: [win, win],
+            pad: [ops::AxisPad::Explicit(1, 1); 2],
+            output_padding: [0, 0],
+            weight: vec![0.0; 2 * 4 * 9],
+            bias: vec![0.0; 2],
+        }
+    }
+
+    /// The band takes what the budget leaves (whole rows of it), all rows when they fit, and is refused
+    /// naming the columns and their bytes only when one row does not fit.
+    #[test]
+    fn conv_bands_fit_what_the_budget_leaves() {
+        let (c, row) = (conv(), 4 * 9 * 10 * 4u64);
+        let m = Meter::new(10 * row);
+        let held = m.lease(7 * row + row / 2, "windows").unwrap();
+        let (rows, lease) =
+            lease_conv_band(&m, (&c, 8, 10), 1 << 30, Precision::F32, "cols").unwrap();
+        assert_eq!((rows, lease.bytes()), (2, 2 * row));
+        drop(lease);
+        // The backend's band size still caps it; f16 columns are half as wide.
+        let (rows, _l) =
+            lease_conv_band(&m, (&c, 8, 10), row as usize, Precision::F16, "c").unwrap();
+        assert_eq!(rows, 2);
+        drop((held, _l));
+        let (rows, lease) =
+            lease_conv_band(&m, (&c, 8, 10), 1 << 30, Precision::F32, "cols").unwrap();
+        assert_eq!((rows, lease.bytes()), (8, 8 * row));
+        drop(lease);
+        let _held = m.lease(9 * row + row / 2, "windows").unwrap();
+        match lease_conv_band(
+            &m,
+            (&c, 8, 10),
+            1 << 30,
+            Precision::F32,
+            "the im2col columns of `c`",
+        ) {
+            Err(Error::DeviceBudget {
+                what,
+                needed,
+                budget,
+            }) => {
+                assert!(what.starts_with("the im2col columns of `c`"), "{what}");
+                assert_eq!((needed, budget), (10 * row + row / 2, 10 * row));
+            }
+            other => panic!(
+                "expected a refusal of one row, got {:?}",
+                other.map(|r| r.0)
+            ),
+        }
     }
 }
