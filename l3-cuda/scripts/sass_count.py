@@ -140,11 +140,19 @@ def loops(insns):
     return out
 
 
-def paths(insns, head, end, nested):
+def opcode(text):
+    """The opcode of an instruction, without its predicate and modifiers (`@P0 STG.E.U8` -> STG)."""
+    words = text.split()
+    op = words[1] if text.startswith("@") and len(words) > 1 else words[0]
+    return op.split(".")[0]
+
+
+def paths(insns, head, end, nested, weight=lambda text: 1):
     """Fewest and most instructions from `head` to the backward branch at `end` (forward edges only),
-    never entering a loop nested in it (`nested`: its (head, end) pairs)."""
+    never entering a loop nested in it (`nested`: its (head, end) pairs). `weight` counts an instruction
+    (1 each by default; for the stores per value, 1 for a store and 0 for the rest)."""
     at = {lab: i for i, (_, _, _, labs) in enumerate(insns) for lab in labs}
-    lo, hi = {end: 1}, {end: 1}
+    lo, hi = {end: weight(insns[end][1])}, {end: weight(insns[end][1])}
     for i in range(end - 1, head - 1, -1):
         if any(h <= i <= e for h, e in nested):
             continue
@@ -165,8 +173,9 @@ def paths(insns, head, end, nested):
             succ.append(i + 1)
         reach = [s for s in succ if s in lo]
         if reach:
-            lo[i] = 1 + min(lo[s] for s in reach)
-            hi[i] = 1 + max(hi[s] for s in reach)
+            w = weight(text)
+            lo[i] = w + min(lo[s] for s in reach)
+            hi[i] = w + max(hi[s] for s in reach)
     return lo.get(head), hi.get(head)
 
 
@@ -210,7 +219,9 @@ def count(source, arch, block, dyn_smem, label, defines):
     print(f"== {label}: {arch}, {per_iter} value(s) per iteration of the value loop, value line(s) "
           f"{sorted(lines)}; occupancy for {block}-thread blocks, {dyn_smem} B dynamic shared memory")
     print(f"{'kernel':16} {'insns':>6} {'regs':>4} {'stack':>5} {'smem':>6} {'occ':>5}  value loops, fastest "
-          f"first: most per value (instructions in the body; fewest..most per iteration)")
+          f"first: most per value (instructions in the body; fewest..most per iteration; and per value "
+          f"on the longest path: global stores (STG, or ST to a generic address), shared stores and loads, "
+          f"local (spill) loads and stores, global loads (LDG or generic LD))")
     best = {}
     for name in V1_KERNELS:
         insns = funcs.get(name)
@@ -234,10 +245,13 @@ def count(source, arch, block, dyn_smem, label, defines):
         for head, end in sorted(set(found)):
             nested = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)]
             lo, hi = paths(insns, head, end, nested)
-            rows.append((hi / per_iter, end - head + 1, lo, hi))
+            mem = [paths(insns, head, end, nested, lambda t, o=o: int(opcode(t) in o))[1] / per_iter
+                   for o in (("STG", "ST"), ("STS",), ("LDS",), ("STL", "LDL"), ("LDG", "LD"))]
+            rows.append((hi / per_iter, end - head + 1, lo, hi, mem))
         rows.sort()
         best[name] = [x[0] for x in rows]
-        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi})" for v, body, lo, hi in rows)
+        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi}; STG {m[0]:.2f}, STS {m[1]:.2f}, LDS {m[2]:.2f}, local {m[3]:.2f}, LDG {m[4]:.2f})"
+                         for v, body, lo, hi, m in rows)
         print(f"{name:16} {len(insns):6} {r.get('REG', 0):4} {r.get('STACK', 0):5} {smem:6} "
               f"{occ * 100:4.0f}%  {desc or 'no loop found'}")
     return best

@@ -9,8 +9,10 @@
 //     check that the rows fit its bytes;
 //   * then rows are decoded in order; within a row each lane decodes 8 adjacent pixels from one 64-bit
 //     window of the row (pixel-wise base-delta) and applies the custom Paeth filter from the previous
-//     row, which stays in its registers; the two neighbours from other lanes come by warp shuffle. No
-//     shared memory, no block barrier.
+//     row, which stays in its registers; the two neighbours from other lanes come by warp shuffle;
+//   * each decoded row goes through a small per-warp stage in shared memory so that the lanes of a warp
+//     store adjacent columns side by side (coalesced), not eight columns apart. Warp barriers only, no
+//     block barrier.
 // Every read is bounded by the patch's byte range, every write by the descriptor the host validated.
 // A patch whose rows do not fit its bytes (nbit > 8, a row past the end, and for whole images bytes left
 // over: what the CPU decoder rejects; caught before the launch when the host walks the rows) sets *err to
@@ -134,12 +136,26 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
 // the L3_VALS columns from c0 = g * L3_VALS: by SPEC.md 3.3 each 8 of them have 8 * nbit whole bits of
 // deltas starting at bit 4 of byte 1 + (c0 / 8 + i) * nbit of the row, so one 64-bit window of the row
 // gives eight. The previous row stays in the lane's registers; the two neighbours Paeth needs from other
-// lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle. No shared memory and no block barrier: the
-// occupancy is bounded by registers alone.
+// lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle.
+//
+// Stores: were lane g to store its own columns, the lanes of a warp would write addresses L3_VALS
+// columns apart at each store (a quarter of each 32-byte sector used, as Nsight Compute measured). So each
+// lane puts its decoded row's L3_VALS bytes into the warp's stage in shared memory (the team's columns in
+// order), the warp syncs, and lane g stores columns k * T + g (k = 0..L3_VALS-1): the lanes of a team write
+// T adjacent columns at once. Shared memory rather than a transpose through shuffles: one 8-byte shared
+// store per lane and row and one byte load per value, against log2 T rounds of shuffles and selects over
+// eight registers each. Teams are padded apart (T bytes, to 8-byte alignment) so that the byte loads of
+// a warp's teams fall in distinct banks. Two warp barriers a row (after the stores, and before the next
+// row's); no block barrier, and occupancy stays bounded by registers (the stage is 2,560 bytes a block).
 #ifndef L3_VALS
 #define L3_VALS 8
 #endif
 #define L3_WINDOWS (L3_VALS / 8)
+// Stage bytes per team of T lanes (T * L3_VALS columns, T bytes of padding, rounded to 8) and per warp: the
+// most is eight teams of 4 lanes (320 bytes for 8 columns a lane); a block has at most 8 warps.
+#define L3_STAGE_TEAM(t) (((t) * (L3_VALS + 1u) + 7u) & ~7u)
+#define L3_STAGE_WARP (8u * L3_STAGE_TEAM(4u))
+#define L3_STAGE_BYTES (8u * L3_STAGE_WARP)
 // At most 256 threads a block (layout.rs), and registers for N such blocks an SM: the most blocks for
 // which the row loops do not spill (sm_90: 64 registers a thread for whole images, 80 for samples,
 // whose writes keep more per patch: 50 % and 37.5 % occupancy).
@@ -154,6 +170,13 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
 __device__ __forceinline__ u32 l3_team_lanes(u32 threads) {
     u32 t = (threads + L3_VALS - 1u) / L3_VALS;
     return t <= 4u ? 4u : 1u << (32 - __clz((int)(t - 1u)));
+}
+
+// This lane's team's part of the block's stage (shared memory, static: one per kernel).
+__device__ __forceinline__ u8* l3_v1_stage(u32 team) {
+    __shared__ u64 s_stage[L3_STAGE_BYTES / 8u];
+    u32 lane = threadIdx.x & 31u;
+    return (u8*)s_stage + (threadIdx.x >> 5) * L3_STAGE_WARP + (lane / team) * L3_STAGE_TEAM(team);
 }
 
 // Whether rows [0, rows) of a patch `w` wide fit its `len` bytes (SPEC.md 4): every row's nbit <= 8 and
@@ -228,7 +251,8 @@ __device__ __forceinline__ int l3_right_stand_in(int tl, int t) {
     return t <= l3_abs(e) ? t : -e;
 }
 
-// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit`'s rows.
+// Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit`'s rows, through the
+// stage (a row's column c at byte c of the team's part).
 // `exact`: the rows must use the patch's bytes exactly (a whole patch, as the CPU's whole-image decoder
 // checks); otherwise only the rows decoded must lie inside them (as the CPU's region decoder checks).
 // A patch that fails sets *err to min(*err, d) and emits nothing. Every lane of the warp must call it
@@ -255,6 +279,7 @@ L3_UNROLL
     bool left = g == 0u;                                              // holds column 0
     bool right = valid > 0u && c0 + L3_VALS >= w;                     // holds column w - 1
     u32 rj = valid - 1u;
+    u8* stage = l3_v1_stage(team);
     int prev[L3_VALS];
 L3_UNROLL
     for (u32 j = 0; j < L3_VALS; j++) prev[j] = 0;  // row 0 predicts 0 everywhere: its values are stored
@@ -300,16 +325,27 @@ L3_UNROLL
             for (u32 j = 0; j < L3_VALS; j++)
                 if (j == rj) pred[j] = re;
         }
-        auto row = emit.row(r, c0, live);
+        u64 packed[L3_WINDOWS];
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++) packed[i] = 0u;
 L3_UNROLL
         for (u32 j = 0; j < L3_VALS; j++) {
             u32 q = j % 8u;
             u32 delta = (q < 4u ? lo[j / 8u] >> (q * nbit) : hi[j / 8u] >> ((q - 4u) * nbit)) & mask;
             u32 v = (base + delta + (u32)pred[j]) & 255u;  // sass-count: values=L3_VALS
-            if (live && (ALIGNED || j < valid)) row.put(j, v);
+            packed[j / 8u] |= (u64)v << (8u * q);
             prev[j] = (int)v;
         }
         if (live) pos += (12u + w * nbit + 7u) >> 3;
+        // The row through the stage: the team's lanes store its columns side by side. Columns past w
+        // (lanes beyond the patch) hold junk that store_row never stores.
+        bool on = r < my_rows;  // the same on every lane of the team
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++)
+            if (on) ((u64*)stage)[g * L3_WINDOWS + i] = packed[i];
+        __syncwarp();
+        if (on) emit.store_row(r, stage, team, g);
+        __syncwarp();  // every lane has read the stage before the next row overwrites it
     }
 }
 
@@ -706,17 +742,17 @@ template <typename Out>
 struct L3WholeEmit {
     Out* out;
     u64 base;
-    u32 row_stride, pixel_stride;
-    const float* sb;
-    // Columns c0 + j of row r (live: the lane has columns in the patch).
-    struct Row {
-        Out* p;
-        u32 ps;
-        const float* sb;
-        __device__ __forceinline__ void put(u32 j, u32 v) const { l3_store(p + (int)(j * ps), 0u, v, sb); }
-    };
-    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
-        return Row{live ? out + base + (u64)r * row_stride + (u64)c0 * pixel_stride : out, pixel_stride, sb};
+    u32 row_stride, pixel_stride, w;
+    float sb[2];  // scale and bias, in registers: `out` cannot alias them
+    // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
+    // k * team + g that are in the patch.
+    __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
+        Out* p = out + base + (u64)r * row_stride;
+L3_UNROLL
+        for (u32 k = 0; k < L3_VALS; k++) {
+            u32 c = k * team + g;
+            if (c < w) l3_store(p + c * pixel_stride, 0u, stage[c], sb);
+        }
     }
 };
 
@@ -753,7 +789,8 @@ __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* 
     bool active = d < n_descs;
     PatchDesc pd = {};
     if (active) pd = descs[d];
-    L3WholeEmit<Out> emit{out, pd.out_offset, pd.row_stride, pd.pixel_stride, scale_bias + 2u * pd.channel};
+    L3WholeEmit<Out> emit{out, pd.out_offset, pd.row_stride, pd.pixel_stride, pd.w, {0.0f, 0.0f}};
+    if (active) emit.sb[0] = scale_bias[2u * pd.channel], emit.sb[1] = scale_bias[2u * pd.channel + 1u];
     l3_patch_rows(data, pd.data_offset, pd.data_len, pd.w, pd.h, true, d, err, active, emit);
 }
 
@@ -808,28 +845,23 @@ struct L3SampleEmit {
     u64 base;
     int row_stride, col_stride;
     u32 copy_stride, skip, col0, col1, copies;
-    const float* sb;
-    // Columns c0 + j of row r: written when the row is at or below `skip` and the column in [col0, col1).
-    // `p` is where column c0 would go (the column may lie outside the window: then nothing is written
-    // there, so `p` comes from an integer address).
-    struct Row {
-        Out* p;
-        int cs;
-        u32 off, n, copy_stride, copies;
-        bool on;
-        const float* sb;
-        __device__ __forceinline__ void put(u32 j, u32 v) const {
-            if (!on || j + off >= n) return;
-            Out* q = p + (int)j * cs;
+    float sb[2u * (COPIES ? COPIES : 3u)];  // scale and bias per copy, in registers: `out` cannot alias them
+    // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
+    // k * team + g that are in [col0, col1), when the row is at or below `skip`.
+    __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
+        if (r < skip) return;
+        Out* p = out + ((long long)base + (long long)(r - skip) * row_stride);  // column col0
+        u32 n = col1 - col0;
 L3_UNROLL
-            for (u32 k = 0; k < (COPIES ? COPIES : 3u); k++)
-                if (COPIES || k < copies) l3_store(q, (u64)k * copy_stride, v, sb + 2u * k);
+        for (u32 k = 0; k < L3_VALS; k++) {
+            u32 c = k * team + g, u = c - col0;  // u wraps past n for c < col0
+            if (u >= n) continue;
+            Out* q = p + (int)u * col_stride;
+            u32 v = stage[c];
+L3_UNROLL
+            for (u32 i = 0; i < (COPIES ? COPIES : 3u); i++)
+                if (COPIES || i < copies) l3_store(q, (u64)i * copy_stride, v, sb + 2u * i);
         }
-    };
-    __device__ __forceinline__ Row row(u32 r, u32 c0, bool live) const {
-        long long e = (long long)base + (long long)(r - skip) * row_stride + ((long long)c0 - col0) * col_stride;
-        return Row{(Out*)((u64)out + (u64)(e * (long long)sizeof(Out))), col_stride, c0 - col0, col1 - col0,
-                   copy_stride, copies, live && r >= skip, sb};
     }
 };
 
@@ -841,11 +873,15 @@ __device__ void l3_sample_rows(const u8* __restrict__ data, const SampleDesc& sd
     const float* sb = scale_bias + 2u * sd.channel;
     if (__ballot_sync(L3_FULL, active && sd.copies != 1u) == 0u) {
         L3SampleEmit<Out, 1> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
-                                  sd.skip, sd.col0, sd.col1, 1u, sb};
+                                  sd.skip, sd.col0, sd.col1, 1u, {}};
+        if (active) emit.sb[0] = sb[0], emit.sb[1] = sb[1];
         l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, d, err, active, emit);
     } else {
         L3SampleEmit<Out, 0> emit{out, sd.out_offset, sd.row_stride, sd.col_stride, sd.copy_stride,
-                                  sd.skip, sd.col0, sd.col1, sd.copies, sb};
+                                  sd.skip, sd.col0, sd.col1, sd.copies, {}};
+L3_UNROLL
+        for (u32 i = 0; i < 6u; i++)
+            if (active && i < 2u * sd.copies) emit.sb[i] = sb[i];
         l3_patch_rows(data, sd.data_offset, sd.data_len, sd.w, sd.rows, sd.exact != 0, d, err, active, emit);
     }
 }
