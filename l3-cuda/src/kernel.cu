@@ -747,11 +747,13 @@ struct L3WholeEmit {
     // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
     // k * team + g that are in the patch.
     __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
-        Out* p = out + base + (u64)r * row_stride;
+        Out* q = out + base + (u64)r * row_stride + g * pixel_stride;  // column g, stepped by team
+        u32 step = team * pixel_stride;
 L3_UNROLL
         for (u32 k = 0; k < L3_VALS; k++) {
             u32 c = k * team + g;
-            if (c < w) l3_store(p + c * pixel_stride, 0u, stage[c], sb);
+            if (c < w) l3_store(q, 0u, stage[c], sb);
+            q += step;
         }
     }
 };
@@ -852,15 +854,19 @@ struct L3SampleEmit {
         if (r < skip) return;
         Out* p = out + ((long long)base + (long long)(r - skip) * row_stride);  // column col0
         u32 n = col1 - col0;
+        u32 u = g - col0;                   // column k * team + g less col0; wraps past n below col0
+        Out* q = p + (int)u * col_stride;  // where it goes: stepped, not recomputed (no 64-bit product
+        int step = (int)team * col_stride;  // per value); outside the window it is never dereferenced
 L3_UNROLL
         for (u32 k = 0; k < L3_VALS; k++) {
-            u32 c = k * team + g, u = c - col0;  // u wraps past n for c < col0
-            if (u >= n) continue;
-            Out* q = p + (int)u * col_stride;
-            u32 v = stage[c];
+            if (u < n) {
+                u32 v = stage[k * team + g];
 L3_UNROLL
-            for (u32 i = 0; i < (COPIES ? COPIES : 3u); i++)
-                if (COPIES || i < copies) l3_store(q, (u64)i * copy_stride, v, sb + 2u * i);
+                for (u32 i = 0; i < (COPIES ? COPIES : 3u); i++)
+                    if (COPIES || i < copies) l3_store(q, (u64)i * copy_stride, v, sb + 2u * i);
+            }
+            u += team;
+            q += step;
         }
     }
 };
