@@ -17,7 +17,9 @@ For each loop it prints the instructions in the loop's range ("body"), and the f
 thread executes in one iteration (paths through the body's forward branches, the backward edge cut; a
 CALL inside counts as one instruction; a loop nested in the body, such as an unrolled loop over a gray
 pixel's copies, is not entered: its remainder code, up to 3 copies, is). "per value" divides the most by N: a thread's instructions per
-decoded value on the longest path, so rare paths (image edges) count as if always taken.
+decoded value on the longest path, so rare paths (image edges) count as if always taken. The same longest-path
+count, of single opcodes, gives per value the global stores (STG, or ST to a generic address), shared stores
+and loads, local-memory (spill) loads and stores, and global loads (LDG, or LD).
 
     python3 l3-cuda/scripts/sass_count.py                      # the working tree's kernel.cu
     python3 l3-cuda/scripts/sass_count.py --compare main       # main's kernel.cu, then this one, and the ratio
