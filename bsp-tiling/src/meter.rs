@@ -1,17 +1,19 @@
 //! Accounting of a device's memory against a budget: every allocation a device backend makes takes a
 //! [`Lease`] first, which fails with [`Error::DeviceBudget`] rather than exceed the budget, and gives its
-//! bytes back when dropped. The high-water mark is what the benchmark reports as device peak memory.
+//! bytes back when dropped. The high-water mark is what the benchmark reports as device peak memory. The
+//! meter also counts the bytes copied between host and device, what a run's bus traffic costs.
 
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes in use, their peak, and the budget.
+/// Bytes in use, their peak, the budget, and the bytes copied in and out.
 #[derive(Debug)]
 pub struct Meter {
     budget: u64,
     used: AtomicU64,
     peak: AtomicU64,
+    copied: AtomicU64,
 }
 
 impl Meter {
@@ -20,6 +22,7 @@ impl Meter {
             budget,
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            copied: AtomicU64::new(0),
         })
     }
 
@@ -39,6 +42,16 @@ impl Meter {
     /// The most bytes in use at once since creation (or the last [`Meter::reset_peak`]).
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` copied between host and device memory (either way).
+    pub fn copied(&self, bytes: u64) {
+        self.copied.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes copied between host and device since creation.
+    pub fn copied_total(&self) -> u64 {
+        self.copied.load(Ordering::Relaxed)
     }
 
     /// Restarts the high-water mark from what is in use now.

@@ -18,6 +18,9 @@ pub struct RunInfo {
     pub inlined_values: usize,
     /// Device memory in use at its peak during the run, as metered (device backends).
     pub device_peak_bytes: u64,
+    /// Bytes copied between host and device memory during the run (device backends): the windows
+    /// uploaded and the outputs downloaded. Each stored value crosses the bus both ways.
+    pub device_copied_bytes: u64,
     /// What the run chose that its user should know (how an exact run kept within its budget).
     pub notes: Vec<String>,
 }

@@ -290,3 +290,41 @@ fn budgets_band_the_im2col_columns() {
         );
     }
 }
+
+/// The bytes a device run copies between host and device are counted (`RunInfo::device_copied_bytes`):
+/// at least the input going up and the output coming down, in every mode, and more in tiled modes,
+/// where every stored value crosses the bus both ways. The figure is printed per input pixel: what the
+/// bus costs a device run, which the GPU bundle's timings need beside them.
+#[test]
+fn device_runs_count_the_bytes_they_copy() {
+    let net = Net::random_transformer(Widths(8, 16, 32), 11, PaddingMode::Reflect);
+    let x = noise_image(3, 80, 96, 4);
+    let sim = DeviceSim::new(u64::MAX, Precision::F32);
+    let floor = Tensor::bytes(3, 80, 96) * 2; // input up, output (3 channels, same size) down
+    let mut copied = Vec::new();
+    for (mode, tile) in [(Mode::Whole, 0), (Mode::Exact, 32), (Mode::Recompute, 32)] {
+        let opts = Options {
+            mode,
+            tile,
+            threads: 2,
+            ..Options::default()
+        };
+        let info = stylize(&net, &sim, &x, &opts, false).unwrap().1;
+        eprintln!(
+            "{mode:?} tile {tile}: {} bytes copied, {:.1} per input pixel",
+            info.device_copied_bytes,
+            info.device_copied_bytes as f64 / (80.0 * 96.0)
+        );
+        assert!(info.device_copied_bytes >= floor, "{mode:?}: {info:?}");
+        copied.push(info.device_copied_bytes);
+    }
+    // The CPU backend copies nothing.
+    let cpu = stylize(&net, &CpuBackend, &x, &Options::default(), false)
+        .unwrap()
+        .1;
+    assert_eq!(cpu.device_copied_bytes, 0);
+    assert!(
+        copied[1] > copied[0],
+        "exact tiles copy more than one whole tile: {copied:?}"
+    );
+}

@@ -85,6 +85,7 @@ struct Measured {
     tiles: usize,
     spilled: usize,
     device_peak: u64,
+    copied: u64,
     out: bsp_tiling::Output,
 }
 
@@ -104,6 +105,7 @@ fn measure<B: GraphOps>(
         tiles: info.tiles,
         spilled: info.spilled_layers,
         device_peak: info.device_peak_bytes,
+        copied: info.device_copied_bytes,
         out,
     })
 }
@@ -166,8 +168,8 @@ fn child(spec: &str) -> anyhow::Result<()> {
         std::fs::write(p, bytemuck_bytes(&t.data)).with_context(|| format!("writing {p}"))?;
     }
     println!(
-        "BSPCHILD secs={:.3} peak={peak} before={rss_before} tiles={} spilled={} devpeak={} driver={driver} init={init:.3}",
-        m.secs, m.tiles, m.spilled, m.device_peak
+        "BSPCHILD secs={:.3} peak={peak} before={rss_before} tiles={} spilled={} devpeak={} copied={} driver={driver} init={init:.3}",
+        m.secs, m.tiles, m.spilled, m.device_peak, m.copied
     );
     Ok(())
 }
@@ -192,6 +194,7 @@ struct Run {
     tiles: usize,
     spilled: usize,
     device_peak: u64,
+    copied: u64,
     driver: u64,
     init: f64,
 }
@@ -247,6 +250,7 @@ fn spawn(exe: &Path, spec: &str, limit: Option<std::time::Duration>) -> anyhow::
         tiles: num("tiles") as usize,
         spilled: num("spilled") as usize,
         device_peak: num("devpeak") as u64,
+        copied: num("copied") as u64,
         driver: num("driver") as u64,
         init: num("init"),
     })
@@ -463,7 +467,7 @@ fn json_string(s: &str) -> String {
 /// A table row with only its first cells: side, device, mode, and why it did not run.
 fn blank(side: usize, dev: &str, mode: &str, why: String) -> Vec<String> {
     let mut v = vec![side.to_string(), dev.into(), mode.into(), "-".into(), why];
-    v.resize(15, String::new());
+    v.resize(16, String::new());
     v
 }
 
@@ -535,7 +539,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                     "–".into(),
                     secs.into(),
                 ];
-                v.resize(15, String::new());
+                v.resize(16, String::new());
                 sweep.record(v);
             }
         }
@@ -578,7 +582,8 @@ fn describe(
          is its `VmHWM` (it includes the decoded source photo, see 'RSS before', and the output image: f32 where \
          it is compared with whole, else 8-bit); device peak is the metered peak of the backend's own \
          allocations (activations, weights, im2col bands, cuBLAS workspace), 'driver' the device memory in use \
-         after the run less before it. Times exclude decoding and writing. Sampled = statistics from the image \
+         after the run less before it; 'host-device copies' the bytes the run copied over the bus (the \
+         windows each superstep uploads and the values it downloads). Times exclude decoding and writing. Sampled = statistics from the image \
          downsampled 2×, computed with the exact engine. Recompute = exact statistics recomputed per \
          normalising layer with no stored activations (run up to 2048²). Errors are against the same device's \
          whole-image output; the GPU whole row is against the CPU's.",
@@ -617,6 +622,7 @@ fn time_table() -> Table {
             "driver (MiB)",
             "GPU init (s)",
             "spilled values",
+            "host-device copies (GiB)",
             "max abs vs whole",
             "mean abs vs whole",
             "PSNR vs whole (dB)",
@@ -729,6 +735,7 @@ fn one_run<'a>(
         on_gpu(mib(run.driver)),
         on_gpu(format!("{:.2}", run.init)),
         run.spilled.to_string(),
+        on_gpu(format!("{:.2}", run.copied as f64 / f64::from(1u32 << 30))),
     ];
     let reference = if mode == "whole" {
         wholes.get("cpu").cloned()
@@ -756,7 +763,7 @@ fn one_run<'a>(
     }
     eprintln!(
         "bsp: {side}² {dev} {mode}: {} s, device peak {} MiB, max abs vs whole {}",
-        cells[4], cells[8], cells[12]
+        cells[4], cells[8], cells[13]
     );
     sweep.record(cells);
     Ok(())
@@ -781,7 +788,7 @@ fn torch_row(side: usize, v: &str) -> Vec<String> {
         String::new(),
         p.peak.map_or(String::new(), mib),
     ];
-    row.resize(15, String::new());
+    row.resize(16, String::new());
     row
 }
 

@@ -270,6 +270,7 @@ impl CudaBackend {
             // SAFETY: an empty tensor is never read.
             unsafe { self.stream.alloc::<f32>(1) }.map_err(drv("cuMemAllocAsync"))?
         } else {
+            self.meter.copied(Tensor::bytes(t.c, t.h, t.w));
             self.stream
                 .clone_htod(&t.data)
                 .map_err(drv("cuMemcpyHtoDAsync"))?
@@ -287,6 +288,7 @@ impl CudaBackend {
     pub fn download(&self, x: CudaTensor) -> Result<Tensor> {
         let mut out = vec![0.0f32; x.len()];
         if !out.is_empty() {
+            self.meter.copied(Tensor::bytes(x.c, x.h, x.w));
             let src = x.data.slice(0..out.len());
             // A copy to pageable host memory returns once it has completed.
             self.stream

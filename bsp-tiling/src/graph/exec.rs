@@ -271,9 +271,11 @@ impl GraphOps for DeviceSim {
         })
     }
     fn load(&self, t: Tensor) -> Result<SimBuf> {
+        self.meter().copied(Tensor::bytes(t.c, t.h, t.w));
         self.hold(t, "a gathered window")
     }
     fn store(&self, x: SimBuf) -> Result<Tensor> {
+        self.meter().copied(Tensor::bytes(x.t.c, x.t.h, x.t.w));
         Ok(x.t)
     }
     fn compute(

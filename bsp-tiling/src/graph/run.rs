@@ -85,9 +85,11 @@ pub(crate) fn run_tiled<B: GraphOps>(
         backend,
         prep: &prep,
     };
+    let copied_before = backend.device_meter().map_or(0, |m| m.copied_total());
     let mut info = run_mode(be, g, input, mode, tile, tiles, threads, budget, sink)?;
     if let Some(m) = backend.device_meter() {
         info.device_peak_bytes = m.peak();
+        info.device_copied_bytes = m.copied_total() - copied_before;
     }
     Ok(info)
 }
