@@ -397,7 +397,10 @@ fn a_damaged_head_in_the_index_fails_naming_shard_and_member() {
         .find_map(|b| b.err())
         .expect("an error")
         .to_string();
-    assert!(e.contains("train-000000.tar") && e.contains(&name), "{e}");
+    assert!(
+        e.contains(&format!("train-000000.tar: member {name}")) && e.contains("CRC"),
+        "{e}"
+    );
 }
 
 fn error_of(result: loader::Result<Arc<dyn Dataset>>) -> Error {
