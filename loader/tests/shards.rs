@@ -209,9 +209,14 @@ fn shards_without_an_index_get_one_on_first_open_and_keep_it() {
     assert_eq!(first.indexes_built(), s.shards);
     // The index built from the tar's headers lists what the writer's did (less what only the writer
     // knows: nothing, for names without inner dots).
+    // The built index records the shard's modification time, where the writer's has its MD5 too.
     for (k, w) in written.iter().enumerate() {
-        let built = std::fs::read(idx(k)).expect("kept beside the shard");
-        assert_eq!(&built, w, "shard {k}");
+        let mut built = json(&std::fs::read(idx(k)).expect("kept beside the shard"));
+        let mut w = json(w);
+        let (b, w_version) = (built["shard_version"].take(), w["shard_version"].take());
+        assert_eq!(b["modified_ns"], w_version["modified_ns"], "shard {k}");
+        assert!(w_version["md5"].is_string());
+        assert_eq!(built, w, "shard {k}");
     }
     let again = ShardSet::open(&location, &StorageOptions::default()).unwrap();
     assert_eq!(again.indexes_built(), 0);
@@ -258,6 +263,144 @@ fn shards_without_an_index_get_one_on_first_open_and_keep_it() {
         assert_eq!(ds.stored_len(i), Some(direct.len() as u64));
     }
     assert_eq!(run(&ds, opts(2)).iter().map(Batch::len).sum::<usize>(), 4);
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+fn region(batch: usize) -> LoaderOptions {
+    LoaderOptions {
+        decode: loader::DecodeScope::Region,
+        ..opts(batch)
+    }
+}
+
+/// The heads of the L3 members an index holds, by member name (base64, as in the file).
+fn heads(index: &serde_json::Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for sample in index["samples"].as_array().unwrap() {
+        for m in sample["members"].as_array().unwrap() {
+            if let Some(h) = m["head"].as_str() {
+                out.push((m["name"].as_str().unwrap().to_string(), h.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// An index of version 2 carries each L3 member's head and its shard's version; a set opened with them
+/// reads what the folder gives, and so does one whose shard changed since (the heads then read from the
+/// shard, the change counted), one with a version-1 index, and one whose index was built by scanning.
+#[test]
+fn l3_heads_in_the_index_are_used_only_for_the_shard_they_were_written_with() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("l3");
+    let s = write_shards(&f.l3, &out, 4);
+    let idx = |k: usize| out.join(format!("train-{k:06}.tar.idx"));
+    let location = pattern(&out, s.shards);
+    let folder: Arc<dyn Dataset> = Arc::new(ImageFolder::open(&f.l3).unwrap());
+    let want = delivered(&run(&folder, region(3)));
+    let written: Vec<serde_json::Value> = (0..s.shards)
+        .map(|k| json(&std::fs::read(idx(k)).unwrap()))
+        .collect();
+    for (k, index) in written.iter().enumerate() {
+        assert_eq!(index["version"], 2);
+        let v = &index["shard_version"];
+        assert!(v["modified_ns"].is_u64() && v["md5"].as_str().unwrap().len() == 32);
+        let members = index["samples"].as_array().unwrap().len();
+        assert_eq!(
+            heads(index).len(),
+            members,
+            "shard {k}: a head per L3 member"
+        );
+    }
+    let set = ShardSet::open(&location, &StorageOptions::default()).unwrap();
+    assert_eq!(set.stale_indexes(), 0);
+    let set: Arc<dyn Dataset> = Arc::new(set);
+    assert_eq!(delivered(&run(&set, region(3))), want);
+
+    // A shard touched since its index was written: its heads are read from it, and the change counted.
+    let shard1 = out.join("train-000001.tar");
+    let touched =
+        std::fs::metadata(&shard1).unwrap().modified().unwrap() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&shard1)
+        .unwrap()
+        .set_modified(touched)
+        .unwrap();
+    let set = ShardSet::open(&location, &StorageOptions::default()).unwrap();
+    assert_eq!(set.stale_indexes(), 1);
+    let set: Arc<dyn Dataset> = Arc::new(set);
+    assert_eq!(delivered(&run(&set, region(3))), want);
+
+    // Version-1 indexes (no shard version, no heads) open and read as before.
+    for (k, index) in written.iter().enumerate() {
+        let mut v1 = index.clone();
+        v1["version"] = 1.into();
+        v1.as_object_mut().unwrap().remove("shard_version");
+        for sample in v1["samples"].as_array_mut().unwrap() {
+            for m in sample["members"].as_array_mut().unwrap() {
+                m.as_object_mut().unwrap().remove("head");
+            }
+        }
+        std::fs::write(idx(k), serde_json::to_vec(&v1).unwrap()).unwrap();
+    }
+    let set = ShardSet::open(&location, &StorageOptions::default()).unwrap();
+    assert_eq!((set.stale_indexes(), set.indexes_built()), (0, 0));
+    let set: Arc<dyn Dataset> = Arc::new(set);
+    assert_eq!(delivered(&run(&set, region(3))), want);
+
+    // Indexes built by scanning the tars record the heads the writer did (those in the chunks read).
+    for k in 0..s.shards {
+        std::fs::remove_file(idx(k)).unwrap();
+    }
+    let set = ShardSet::open(&location, &StorageOptions::default()).unwrap();
+    assert_eq!((set.stale_indexes(), set.indexes_built()), (0, s.shards));
+    let mut scanned = 0;
+    for (k, index) in written.iter().enumerate() {
+        let built = heads(&json(&std::fs::read(idx(k)).unwrap()));
+        let all = heads(index);
+        assert!(built.iter().all(|h| all.contains(h)), "shard {k}");
+        scanned += built.len();
+    }
+    assert!(scanned > 0, "no head recorded by the scans");
+    let set: Arc<dyn Dataset> = Arc::new(set);
+    assert_eq!(delivered(&run(&set, region(3))), want);
+}
+
+/// A head in the index that is not the member's (damaged in the index, the index's version still the
+/// shard's) is an error naming the shard and the member — l3-format's prefix CRC — never another image.
+#[test]
+fn a_damaged_head_in_the_index_fails_naming_shard_and_member() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("l3");
+    let s = write_shards(&f.l3, &out, 4);
+    let idx = out.join("train-000000.tar.idx");
+    let mut index = json(&std::fs::read(&idx).unwrap());
+    let member = &mut index["samples"][0]["members"][0];
+    let name = member["name"].as_str().unwrap().to_string();
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut head = b64.decode(member["head"].as_str().unwrap()).unwrap();
+    let at = head.len() - 6;
+    head[at] ^= 0x10;
+    member["head"] = b64.encode(&head).into();
+    std::fs::write(&idx, serde_json::to_vec(&index).unwrap()).unwrap();
+    let set = ShardSet::open(&pattern(&out, s.shards), &StorageOptions::default()).unwrap();
+    assert_eq!(set.stale_indexes(), 0);
+    let e = Loader::new(Arc::new(set), region(2))
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("an error")
+        .to_string();
+    assert!(
+        e.contains(&format!("train-000000.tar: member {name}")) && e.contains("CRC"),
+        "{e}"
+    );
 }
 
 fn error_of(result: loader::Result<Arc<dyn Dataset>>) -> Error {

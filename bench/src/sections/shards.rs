@@ -109,6 +109,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             "decode",
             "epoch",
             "GETs (open)",
+            "bytes (open)",
             "GETs / epoch",
             "GETs / image",
             "bytes / epoch",
@@ -123,7 +124,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             server.reset();
             let ds = open_dataset(Path::new(&location), &OpenOptions::default())
                 .with_context(|| format!("opening {location}"))?;
-            let (open_gets, _) = server.served();
+            let (open_gets, open_bytes) = server.served();
             for epoch in 0..2 {
                 server.reset();
                 let m = stream_epochs(ds.clone(), options(scope, threads), 1)
@@ -143,6 +144,11 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                     } else {
                         String::new()
                     },
+                    if epoch == 0 {
+                        open_bytes.to_string()
+                    } else {
+                        String::new()
+                    },
                     gets.to_string(),
                     format!("{:.2}", gets as f64 / m.images.max(1) as f64),
                     bytes.to_string(),
@@ -154,7 +160,7 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     r.para(&format!(
         "{} shards of about {PER_SHARD} images ({} objects with their indexes) hold what the folder \
          holds in {} objects. GETs are object reads the server counted (listings are not GETs); opening \
-         a shard set reads each shard's index once.",
+         a shard set reads each shard's index once (its bytes: bytes (open)).",
         s.shards,
         2 * s.shards,
         files.len()

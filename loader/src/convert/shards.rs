@@ -13,11 +13,13 @@
 use crate::Dataset;
 use crate::dataset::ImageFolder;
 use crate::dataset::masks::{MaskIndex, MaskNaming};
-use crate::dataset::shards::index::{Member, Sample, ShardIndex, split_key};
+use crate::dataset::shards::index::{Member, Sample, ShardIndex, is_l3, l3_head, split_key};
+use crate::dataset::shards::version::{Seen, ShardVersion};
 use crate::dataset::shards::{INDEX_SUFFIX, tar};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use crate::targets::boxes::CocoBoxes;
+use md5::{Digest, Md5};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -160,6 +162,35 @@ pub fn to_shards(input: &Path, output: &Path, build: &ShardBuild) -> Result<Shar
     writer.finish()
 }
 
+/// A shard's writer that hashes what goes through it (the shard's MD5, for its index).
+struct Hashing<W> {
+    out: W,
+    md5: Md5,
+}
+
+impl<W> Hashing<W> {
+    /// The MD5 of what was written, hex; the writer dropped.
+    fn finish(self) -> String {
+        drop(self.out);
+        self.md5
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.md5.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
 /// Item name `a/b.c.png` → key `a/b_c` and extension `png`.
 fn key_of(name: &str) -> (String, String) {
     let file_start = name.rfind('/').map_or(0, |i| i + 1);
@@ -213,13 +244,17 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    /// Writes the current shard, then its index.
+    /// Writes the current shard, then its index (with each L3 member's head, and the shard's
+    /// modification time and MD5: the versions of it the heads are for).
     fn write_shard(&mut self) -> Result<()> {
         let file_name = format!("{}-{:06}.tar", self.build.prefix, self.summary.shards);
         let path = self.output.join(&file_name);
         let io = |e: std::io::Error| Error::io(&path, e);
         let mut file = stdx::fs::AtomicFile::create(&path).map_err(io)?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file.file());
+        let mut out = Hashing {
+            out: std::io::BufWriter::with_capacity(1 << 20, file.file()),
+            md5: Md5::new(),
+        };
         let mut index = ShardIndex::new(&file_name, 0);
         let mut at = 0u64;
         for (key, name, label, members) in self.samples.drain(..) {
@@ -238,10 +273,12 @@ impl<'a> Writer<'a> {
                 let pad = tar::padded(m.bytes.len() as u64) - m.bytes.len() as u64;
                 out.write_all(&vec![0u8; pad as usize]).map_err(io)?;
                 at += header.len() as u64;
+                let size = m.bytes.len() as u64;
                 sample.members.push(Member {
+                    head: is_l3(&m.name).then(|| l3_head(&m.bytes, size)).flatten(),
                     name: m.name,
                     offset: at,
-                    size: m.bytes.len() as u64,
+                    size,
                 });
                 at += tar::padded(m.bytes.len() as u64);
             }
@@ -250,9 +287,21 @@ impl<'a> Writer<'a> {
         }
         out.write_all(&[0u8; tar::END]).map_err(io)?;
         out.flush().map_err(io)?;
-        drop(out);
+        let md5 = out.finish();
         file.commit().map_err(io)?;
         index.size = at + tar::END as u64;
+        // The renamed file keeps the time it was written at; a copy (or an upload) of it is another
+        // version, whose heads are read from it unless it is byte for byte this one on an object
+        // store that gives single-part uploads their MD5 as ETag.
+        let modified_ns = match Seen::of(&Storage::local(self.output), &file_name) {
+            Seen::Local { modified_ns } => Some(modified_ns),
+            _ => None,
+        };
+        index.shard_version = Some(ShardVersion {
+            modified_ns,
+            etag: None,
+            md5: Some(md5),
+        });
         let bytes = index.to_bytes();
         let index_path = self.output.join(format!("{file_name}{INDEX_SUFFIX}"));
         stdx::fs::write_atomic(&index_path, &bytes).map_err(|e| Error::io(&index_path, e))?;

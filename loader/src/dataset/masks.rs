@@ -4,7 +4,7 @@
 //! [`crate::targets::masks`]'s part.
 
 use crate::dataset::regions::{IndexCache, read_rect, read_rect_framed};
-use crate::dataset::shards::{Carried, Member, ShardSet};
+use crate::dataset::shards::{Carried, Member, ShardSet, in_member};
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::sample::DecodeScope;
@@ -220,7 +220,8 @@ impl MaskIndex {
                     (m.offset, m.size),
                     pick,
                     &m.frame(&check),
-                );
+                )
+                .map_err(|e| in_member(e, &self.storage.name(&m.shard), &m.name));
             }
             let file = self.storage.open_key(key)?;
             let len = file.size()?;

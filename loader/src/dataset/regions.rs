@@ -108,6 +108,11 @@ pub(crate) struct Frame<'a> {
     /// The first read takes at least this many bytes of the item, so that its header and offset table
     /// usually come in one request rather than two.
     pub read_ahead: u64,
+    /// The item's header and offset table, known without reading them (a shard's index carries them
+    /// for the version of the shard it describes): parsed with l3-format's checks (the prefix CRC where
+    /// the file has one) instead of read, and the frame — whose agreement the index's version vouches
+    /// for — not read.
+    pub head: Option<&'a [u8]>,
 }
 
 /// [`read_region`] with `frame`'s bytes before the item read and checked when its offset table is
@@ -134,6 +139,9 @@ fn read_framed(
 ) -> Result<(Stored, u64)> {
     let l3 = |e: l3_format::Error| Error::decode(file.name(), "l3", e);
     let (index, mut read) = cache.get_or_read(item, || {
+        if let Some(head) = frame.and_then(|f| f.head) {
+            return Ok((Arc::new(L3Index::parse(head, len).map_err(l3)?), 0));
+        }
         // The header says how long the offset table is (and a v2-ANS file's tables how long they are):
         // read the header, then exactly the rest of the prefix — v1 and v2-BP in two reads, v2-ANS with a
         // read-ahead until its tables are in.

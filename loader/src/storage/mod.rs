@@ -213,6 +213,17 @@ impl Storage {
         known.get(key).map(Version::tag)
     }
 
+    /// Remote `key`'s ETag (as listed, quotes kept) and last-modified time in milliseconds, as the last
+    /// listing saw them; `None` for local storage or a key not listed.
+    pub(crate) fn listed_version(&self, key: &str) -> Option<(Option<String>, i64)> {
+        let known = self
+            .inner
+            .versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        known.get(key).map(|v| (v.etag.clone(), v.modified_ms))
+    }
+
     /// The bandwidth cap, if any.
     pub fn bandwidth(&self) -> Option<u64> {
         self.inner.cap.as_ref().map(|c| c.rate())

@@ -3,9 +3,11 @@
 //! is writable, else in the user's cache folder; for a remote shard in the loader's disk cache folder
 //! (`StorageOptions::cache`) when there is one, else in the user's cache folder. A kept index is found
 //! by the shard's location, size and version (modification time, or the object's ETag), so a shard that
-//! changes gets a new one; a kept index that does not read or check is built again.
+//! changes gets a new one; a kept index that does not read or check is built again. A built index records
+//! that version too, so the L3 heads it holds are used (see [`super::version`]).
 
 use super::index::{SUFFIX, ShardIndex};
+use super::version::Seen;
 use crate::error::Result;
 use crate::storage::Storage;
 use sha2::{Digest, Sha256};
@@ -17,7 +19,8 @@ const FOLDER: &str = "shard-index";
 /// Shard `key`'s index (`size` bytes as listed), from where an earlier open kept it, else built and
 /// kept. Also says whether it was built now.
 pub(super) fn built_index(storage: &Storage, key: &str, size: u64) -> Result<(ShardIndex, bool)> {
-    let kept = kept_path(storage, key, size);
+    let seen = Seen::of(storage, key);
+    let kept = kept_path(storage, key, size, &seen);
     if let Some(path) = &kept
         && let Ok(bytes) = stdx::fs::read_regular(path, super::index::MAX_INDEX_BYTES)
         && let Ok(index) = ShardIndex::parse(&bytes, path)
@@ -27,7 +30,8 @@ pub(super) fn built_index(storage: &Storage, key: &str, size: u64) -> Result<(Sh
     }
     let file = storage.open_key(key)?;
     let shard = key.rsplit('/').next().unwrap_or(key);
-    let index = ShardIndex::build(&file, size, shard)?;
+    let mut index = ShardIndex::build(&file, size, shard)?;
+    index.shard_version = Some(seen.recorded());
     let bytes = index.to_bytes();
     // Keeping it is best effort: a shard set on read-only storage without a cache folder is scanned at
     // every open, and still read.
@@ -42,20 +46,13 @@ pub(super) fn built_index(storage: &Storage, key: &str, size: u64) -> Result<(Sh
 }
 
 /// Where shard `key`'s built index is kept in a cache folder (`None`: no cache folder to keep it in).
-fn kept_path(storage: &Storage, key: &str, size: u64) -> Option<PathBuf> {
+fn kept_path(storage: &Storage, key: &str, size: u64, seen: &Seen) -> Option<PathBuf> {
     let dir = match storage.cache_dir() {
         Some(d) if storage.is_remote() => d.to_path_buf(),
         _ => user_cache()?,
     };
     let name = storage.name(key);
-    let version = match storage.local_root() {
-        Some(_) => std::fs::metadata(&name)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or_else(String::new, |d| d.as_nanos().to_string()),
-        None => storage.version_tag(key).unwrap_or_default(),
-    };
+    let version = seen.tag(storage, key);
     let place = std::fs::canonicalize(&name).unwrap_or(name);
     let mut h = Sha256::new();
     let place = place.to_string_lossy();

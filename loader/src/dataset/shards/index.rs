@@ -4,6 +4,7 @@
 //! scanning the tar's headers (shards other tools wrote) and kept where [`super::cache`] says.
 
 use super::tar;
+use super::version::ShardVersion;
 use crate::error::{Error, Result};
 use crate::storage::Opened;
 use serde::{Deserialize, Serialize};
@@ -11,8 +12,14 @@ use std::path::Path;
 
 /// The `format` field of every index.
 pub const FORMAT: &str = "l3-shard-index";
-/// The version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The version this build writes. Version 2 added the shard's version and the L3 members' heads;
+/// version-1 indexes (without them) are read too.
+pub const VERSION: u32 = 2;
+/// The index versions this build reads.
+const READS: [u32; 2] = [1, 2];
+/// Largest head (an L3 member's header and offset table) an index carries; a member with a larger one
+/// has its head read from the shard, as without an index of version 2.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
 /// What an index's file name adds to its shard's.
 pub const SUFFIX: &str = ".idx";
 /// Index files larger than this are refused before being read.
@@ -35,6 +42,9 @@ pub struct ShardIndex {
     pub shard: String,
     /// The shard's size in bytes: an index whose shard has another size is not its index.
     pub size: u64,
+    /// The version of the shard this index describes: its heads are used only for that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_version: Option<ShardVersion>,
     pub samples: Vec<Sample>,
 }
 
@@ -61,6 +71,54 @@ pub struct Member {
     /// Byte offset of the data (a multiple of 512; its header is the 512 bytes before it).
     pub offset: u64,
     pub size: u64,
+    /// An L3 member's first bytes up to the end of its offset table (what a region read needs before
+    /// the patches), base64 in the file.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "base64_bytes"
+    )]
+    pub head: Option<Vec<u8>>,
+}
+
+/// `head` as standard base64 text.
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_str(&STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("not base64: {e}")))
+    }
+}
+
+/// The head of the L3 file `data` (of `size` bytes; `data` its first bytes, as many as are at hand)
+/// an index records: its prefix — header, tables, offset table — when `data` holds all of it, it is at
+/// most [`MAX_HEAD_BYTES`] and it parses.
+pub fn l3_head(data: &[u8], size: u64) -> Option<Vec<u8>> {
+    let n = l3_format::L3Index::prefix_len(data).ok()?;
+    if n > MAX_HEAD_BYTES || n > data.len() {
+        return None;
+    }
+    l3_format::L3Index::parse(&data[..n], size).ok()?;
+    Some(data[..n].to_vec())
+}
+
+/// Whether member `name` is an L3 file (its extension's last part `l3`: `KEY.l3`, `KEY.seg.l3`).
+pub fn is_l3(name: &str) -> bool {
+    name.rsplit_once('.')
+        .is_some_and(|(_, e)| e.eq_ignore_ascii_case("l3"))
 }
 
 /// WebDataset's split of a member name into key and extension: the extension starts at the first `.`
@@ -80,6 +138,7 @@ impl ShardIndex {
             version: VERSION,
             shard: shard.into(),
             size,
+            shard_version: None,
             samples: Vec::new(),
         }
     }
@@ -93,12 +152,12 @@ impl ShardIndex {
                 format!("not a shard index: at {}: {}", e.path(), e.inner()),
             )
         })?;
-        if index.format != FORMAT || index.version != VERSION {
+        if index.format != FORMAT || !READS.contains(&index.version) {
             return Err(Error::dataset(
                 path,
                 format!(
-                    "a shard index of format {:?} version {} (this build reads {FORMAT:?} version \
-                     {VERSION})",
+                    "a shard index of format {:?} version {} (this build reads {FORMAT:?} versions \
+                     1 and {VERSION})",
                     index.format, index.version
                 ),
             ));
@@ -149,6 +208,19 @@ impl ShardIndex {
                         ),
                     ));
                 }
+                if let Some(h) = &m.head
+                    && (h.len() > MAX_HEAD_BYTES || h.len() as u64 > m.size)
+                {
+                    return Err(bad(
+                        Some(&m.name),
+                        format!(
+                            "the index holds a head of {} bytes for a member of {} (at most the \
+                             member and {MAX_HEAD_BYTES} bytes)",
+                            h.len(),
+                            m.size
+                        ),
+                    ));
+                }
                 if split_key(&m.name).map(|(k, _)| k) != Some(s.key.as_str()) {
                     return Err(bad(
                         Some(&m.name),
@@ -165,7 +237,8 @@ impl ShardIndex {
     /// order: PAX and GNU long names are followed, members that are not regular files and names without
     /// a key are left out, `.cls` members are read for labels. Members of one key must be consecutive
     /// (as WebDataset reads them); a key that comes back later, a damaged header or a member running
-    /// past the end is an error naming the shard and the member.
+    /// past the end is an error naming the shard and the member. An L3 member's head is recorded when
+    /// the chunk that held its header holds it too (no read of its own).
     pub fn build(file: &Opened, size: u64, shard: &str) -> Result<ShardIndex> {
         let name = file.name();
         let bad = |member: Option<&str>, reason: String| Error::shard(&name, member, reason);
@@ -229,10 +302,14 @@ impl ShardIndex {
                 _ if header.is_file() => {
                     long_name = None;
                     if let Some((key, ext)) = split_key(&member) {
+                        let head = is_l3(&member)
+                            .then(|| l3_head(scan.held(data, member_size), member_size))
+                            .flatten();
                         let entry = Member {
                             name: member.clone(),
                             offset: data,
                             size: member_size,
+                            head,
                         };
                         let label = if ext == "cls" && member_size <= MAX_LABEL_BYTES {
                             Some(parse_label(scan.bytes(data, member_size)?, &name, &member)?)
@@ -302,6 +379,17 @@ struct Scan<'a, 'b> {
 }
 
 impl Scan<'_, '_> {
+    /// The bytes from `at` up to `at + len` that the chunk held has (none when it does not start there).
+    fn held(&self, at: u64, len: u64) -> &[u8] {
+        let end = self.start + self.buf.len() as u64;
+        if at < self.start || at >= end {
+            return &[];
+        }
+        let from = (at - self.start) as usize;
+        let to = (at.saturating_add(len)).min(end);
+        &self.buf[from..(to - self.start) as usize]
+    }
+
     /// Bytes `at .. at + len` (within the file), reading the chunk that starts at `at` when they are not
     /// in the one held.
     fn bytes(&mut self, at: u64, len: u64) -> Result<&[u8]> {

@@ -2,8 +2,10 @@
 //! `loader/SHARDS.md`) says where every member's data lies, so an item is one byte-range read of its
 //! shard — its tar header and its data together, the header checked against the index — and an L3
 //! member under a crop is read by region inside the shard (its header, offset table and the patches
-//! under the window only). Shards written by other tools open too: their index is built on first open by
-//! reading the tar's headers, and kept (see [`cache`]).
+//! under the window only). Where the index carries the member's head (its L3 header and offset table)
+//! and describes this very version of the shard ([`version`]), that region read is a single request
+//! from the first epoch on. Shards written by other tools open too: their index is built on first open
+//! by reading the tar's headers, and kept (see [`cache`]).
 //!
 //! Items are the samples of the shards in order (shards as the pattern or the sorted listing gives
 //! them, samples in tar order), so shards written from a folder list its items in the folder's order,
@@ -13,6 +15,7 @@ mod cache;
 pub(crate) mod index;
 pub(crate) mod pattern;
 pub(crate) mod tar;
+pub(crate) mod version;
 
 use super::Dataset;
 use super::regions::{Frame, IndexCache, read_region_framed};
@@ -24,6 +27,8 @@ use crate::storage::{Storage, StorageOptions};
 use index::{ShardIndex, split_key};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use version::Seen;
 
 pub use index::SUFFIX as INDEX_SUFFIX;
 
@@ -36,6 +41,10 @@ const PREFIX_READ_AHEAD: u64 = 8 << 10;
 /// Offset tables of L3 members kept for region reads, per shard set.
 const INDEX_CACHE_BYTES: usize = 64 << 20;
 
+/// Heads of L3 members (from the indexes) a shard set holds at most: past it, members' heads are read
+/// from the shards as without them, so that a huge set does not hold gigabytes of heads.
+const HEADS_BYTES: usize = 512 << 20;
+
 /// The items of a set of tar shards (see the module documentation).
 #[derive(Debug)]
 pub struct ShardSet {
@@ -47,6 +56,9 @@ pub struct ShardSet {
     bytes: u64,
     /// Indexes built by scanning tars when the set was opened (none found beside them or kept).
     built: usize,
+    /// Shards whose index carries heads but describes another version of the shard: their heads are
+    /// read from the shard.
+    stale: usize,
     indexes: IndexCache,
 }
 
@@ -66,6 +78,8 @@ struct ShardItem {
     format: Format,
     offset: u64,
     size: u64,
+    /// The image member's head, when its index carries it and describes this shard.
+    head: Option<Arc<[u8]>>,
     /// The sample's mask member (`KEY.seg.*`) and boxes member (`KEY.json`), if it has them.
     mask: Option<MemberSpan>,
     boxes: Option<MemberSpan>,
@@ -77,6 +91,7 @@ struct MemberSpan {
     name: String,
     offset: u64,
     size: u64,
+    head: Option<Arc<[u8]>>,
 }
 
 /// A target a sample carries as a member of its own (`masks=@shards`, `boxes=@shards`).
@@ -97,6 +112,8 @@ pub(crate) struct Member {
     pub name: String,
     pub offset: u64,
     pub size: u64,
+    /// An L3 member's head from the index (used only when the index describes this shard).
+    pub head: Option<Arc<[u8]>>,
 }
 
 impl Member {
@@ -149,18 +166,20 @@ impl Member {
         Ok(bytes)
     }
 
-    /// The frame an L3 member's region reads check: its tar header, read with its L3 header.
-    pub fn frame<'a>(&self, check: &'a dyn Fn(&[u8]) -> Result<()>) -> Frame<'a> {
+    /// The frame an L3 member's region reads check: its tar header, read with its L3 header — or,
+    /// where the index gave its head, nothing read before the patches.
+    pub fn frame<'a>(&'a self, check: &'a dyn Fn(&[u8]) -> Result<()>) -> Frame<'a> {
         Frame {
             len: tar::BLOCK,
             check,
             read_ahead: PREFIX_READ_AHEAD,
+            head: self.head.as_deref(),
         }
     }
 }
 
 /// `e`, an error reading member `member` of `shard`, as an error naming both.
-fn in_member(e: Error, shard: &Path, member: &str) -> Error {
+pub(crate) fn in_member(e: Error, shard: &Path, member: &str) -> Error {
     match e {
         e @ Error::Shard { .. } => e,
         e => {
@@ -214,8 +233,10 @@ impl ShardSet {
             items: Vec::new(),
             bytes: 0,
             built: 0,
+            stale: 0,
             indexes: IndexCache::new(INDEX_CACHE_BYTES),
         };
+        let mut heads_left = HEADS_BYTES;
         let mut owners: HashMap<String, String> = HashMap::new();
         for key in names {
             let name = set.storage.name(&key);
@@ -232,9 +253,30 @@ impl ShardSet {
                 index
             };
             index.check(&name, size)?;
+            let has_heads = index
+                .samples
+                .iter()
+                .any(|s| s.members.iter().any(|m| m.head.is_some()));
+            let fresh = index
+                .shard_version
+                .as_ref()
+                .is_some_and(|v| v.describes(&Seen::of(&set.storage, &key)));
+            set.stale += usize::from(has_heads && !fresh);
+            let heads = (has_heads && fresh).then_some(&mut heads_left);
             let s = set.shards.len() as u32;
-            set.add_samples(s, &key, &index, &mut owners)?;
+            set.add_samples(s, &key, &index, &mut owners, heads)?;
             set.shards.push(Shard { key });
+        }
+        if set.stale > 0 {
+            // Once per open, as the loader's other fallbacks say so: reads stay correct, one request
+            // more on each L3 member's first region read.
+            eprintln!(
+                "l3 loader: note: {} of {} shards of {location} changed since their index was written \
+                 (modification time or ETag): their L3 members' heads are read from the shards, not \
+                 taken from the index (delete such an index to rebuild it)",
+                set.stale,
+                set.shards.len()
+            );
         }
         if set.items.is_empty() {
             return Err(Error::dataset(location, "the shards hold no images"));
@@ -244,13 +286,15 @@ impl ShardSet {
 
     /// Adds the samples of shard `s` (`key`) as items: each needs an image member (`KEY.l3`, `KEY.png`,
     /// ...; masks `KEY.seg.*` are not images), and a key may be in one shard only (`owners`: the shard
-    /// of each key so far).
+    /// of each key so far). Members' heads are kept while `heads` (the bytes of heads the set may still
+    /// hold; `None`: the index's are not to be used) lasts.
     fn add_samples(
         &mut self,
         s: u32,
         key: &str,
         index: &ShardIndex,
         owners: &mut HashMap<String, String>,
+        mut heads: Option<&mut usize>,
     ) -> Result<()> {
         let here = self.storage.name(key);
         for sample in &index.samples {
@@ -279,10 +323,17 @@ impl ShardSet {
                     format!("key {:?} has no image member", sample.key),
                 ));
             };
-            let span = |m: &index::Member| MemberSpan {
+            let mut head = |m: &index::Member| {
+                let h = m.head.as_deref()?;
+                let left = heads.as_deref_mut()?;
+                *left = left.checked_sub(h.len())?;
+                Some(Arc::<[u8]>::from(h))
+            };
+            let mut span = |m: &index::Member| MemberSpan {
                 name: m.name.clone(),
                 offset: m.offset,
                 size: m.size,
+                head: head(m),
             };
             let carried = |want: Carried| {
                 sample.members.iter().find(|m| {
@@ -293,9 +344,10 @@ impl ShardSet {
                 })
             };
             self.bytes += m.size;
+            let image = span(m);
             self.items.push(ShardItem {
-                mask: carried(Carried::Mask).map(span),
-                boxes: carried(Carried::Boxes).map(span),
+                mask: carried(Carried::Mask).map(&mut span),
+                boxes: carried(Carried::Boxes).map(&mut span),
                 shard: s,
                 name: sample.name.clone().unwrap_or_else(|| m.name.clone()),
                 member: m.name.clone(),
@@ -303,6 +355,7 @@ impl ShardSet {
                 format,
                 offset: m.offset,
                 size: m.size,
+                head: image.head,
             });
         }
         Ok(())
@@ -318,6 +371,12 @@ impl ShardSet {
         self.built
     }
 
+    /// Shards whose index carries L3 heads but was written for another version of the shard (the file
+    /// touched or rewritten, the object replaced): their members' heads are read from the shard.
+    pub fn stale_indexes(&self) -> usize {
+        self.stale
+    }
+
     /// The read layer the shards come through (its request and byte counts).
     pub fn storage(&self) -> &Storage {
         &self.storage
@@ -331,6 +390,7 @@ impl ShardSet {
             name: item.member.clone(),
             offset: item.offset,
             size: item.size,
+            head: item.head.clone(),
         }
     }
 
@@ -346,6 +406,7 @@ impl ShardSet {
             name: span.name.clone(),
             offset: span.offset,
             size: span.size,
+            head: span.head.clone(),
         })
     }
 }
@@ -379,7 +440,8 @@ impl Dataset for ShardSet {
         self.bytes
     }
     /// One request: the member's tar header and data together (the header checked), or — an L3 member
-    /// under a crop — its header, offset table and the patches under the window.
+    /// under a crop — the patches under the window, after its header and offset table (from the index
+    /// where it carries them for this shard, else read with the tar header on the member's first read).
     fn read(&self, index: usize, req: &SampleRequest) -> Result<(Stored, u64)> {
         let item = &self.items[index];
         let image = self.image(index);
