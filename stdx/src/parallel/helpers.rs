@@ -45,8 +45,23 @@ impl Latch {
     }
 }
 
-/// The parked helpers, each by the channel that wakes it.
-static IDLE: Mutex<Vec<Sender<Task>>> = Mutex::new(Vec::new());
+/// The parked helpers, each by the channel that wakes it, and the process they were started in: a
+/// child made by `fork` (Python's multiprocessing, a DataLoader's workers) inherits the list but not the
+/// threads, and must start its own rather than wait for work handed to threads that do not exist.
+static IDLE: Mutex<(u32, Vec<Sender<Task>>)> = Mutex::new((0, Vec::new()));
+
+/// A parked helper of this process, if any.
+fn parked() -> Option<Sender<Task>> {
+    let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if idle.0 != pid {
+        // Started in another process (or none yet): their threads are not here. Forget them without
+        // dropping: a channel's drop may take locks that a thread of the parent held at the fork.
+        std::mem::forget(std::mem::take(&mut idle.1));
+        idle.0 = pid;
+    }
+    idle.1.pop()
+}
 
 /// Runs `work` on the calling thread and on `helpers` more threads at once, and returns when all have
 /// finished; a panic in any of them is raised here after that. A helper that cannot be started (the
@@ -83,8 +98,7 @@ pub(super) fn run(helpers: usize, work: &(dyn Fn() + Sync)) {
 /// Gives `task` to a parked helper, or to a new one; back if no thread could take it.
 fn hand_over(mut task: Task) -> Result<(), Task> {
     loop {
-        let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        let Some(wake) = idle else { break };
+        let Some(wake) = parked() else { break };
         match wake.send(task) {
             Ok(()) => return Ok(()),
             // That helper is gone (its thread ended): try the next.
@@ -120,9 +134,15 @@ fn helper(mut task: Task, wake: Sender<Task>, tasks: Receiver<Task>) {
         // `work` is not used past this point: the call it borrows from may return now.
         done.finish(panic);
         drop(done);
-        IDLE.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(wake.clone());
+        {
+            let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.0 != std::process::id() {
+                // A helper runs only in the process that started it: this cannot happen, but a helper
+                // listed under another process's id would be forgotten, so it ends instead.
+                return;
+            }
+            idle.1.push(wake.clone());
+        }
         match tasks.recv() {
             Ok(next) => task = next,
             Err(_) => return,
