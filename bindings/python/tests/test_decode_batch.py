@@ -33,6 +33,23 @@ def test_same_sizes_stack_into_one_tensor_equal_to_decode():
     assert np.array_equal(np.asarray(f32), want.astype(np.float32) * np.float32(1 / 255))
 
 
+def _decode_in_child(files):
+    return np.asarray(l3.decode_batch(files, layout="NHWC", threads=4)).copy()
+
+
+def test_a_forked_worker_decodes_on_threads_of_its_own():
+    """The toolkit keeps its worker threads parked between calls; a child made by fork after the parent
+    used them — a PyTorch DataLoader worker, multiprocessing's default on Linux — has none of them, and
+    decodes on threads of its own instead of waiting for the parent's."""
+    import multiprocessing as mp
+
+    files = [l3.encode(noisy(48, 40, 3, seed=s)) for s in range(8)]
+    want = np.asarray(l3.decode_batch(files, layout="NHWC", threads=4)).copy()
+    with mp.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(_decode_in_child, (files,)).get(timeout=60)
+    assert np.array_equal(got, want)
+
+
 def test_every_kind_of_buffer_and_paths(tmp_path):
     px = noisy(33, 21, 4, seed=1)
     data = l3.encode(px, format="v1")
