@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{copy_tree, fixture};
+use common::{copy_tree, fixture, touch_later};
 use loader::convert::{ShardBuild, to_shards};
 use loader::{
     Batch, Dataset, Error, ImageFolder, Loader, LoaderOptions, OpenOptions, SampleSpec, ShardSet,
@@ -322,15 +322,7 @@ fn l3_heads_in_the_index_are_used_only_for_the_shard_they_were_written_with() {
     assert_eq!(delivered(&run(&set, region(3))), want);
 
     // A shard touched since its index was written: its heads are read from it, and the change counted.
-    let shard1 = out.join("train-000001.tar");
-    let touched =
-        std::fs::metadata(&shard1).unwrap().modified().unwrap() + std::time::Duration::from_secs(5);
-    std::fs::File::options()
-        .write(true)
-        .open(&shard1)
-        .unwrap()
-        .set_modified(touched)
-        .unwrap();
+    touch_later(&out.join("train-000001.tar"));
     let set = ShardSet::open(&location, &StorageOptions::default()).unwrap();
     assert_eq!(set.stale_indexes(), 1);
     let set: Arc<dyn Dataset> = Arc::new(set);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{copy_tree, fixture};
+use common::{copy_tree, fixture, touch_later};
 use loader::convert::{ShardBuild, to_shards};
 use loader::{
     Batch, CacheOptions, Dataset, DecodeScope, Loader, LoaderOptions, OpenOptions, SampleSpec,
@@ -209,15 +209,7 @@ fn shards_on_s3_read_one_range_per_member() {
     // A shard that changed since its index was written (here touched: the listing's last-modified
     // time is another): its members' heads are read from it again, with their tar headers — one GET
     // more for each of its members — and the samples are the same.
-    let shard0 = bucket.join("small/train-000000.tar");
-    let later =
-        std::fs::metadata(&shard0).unwrap().modified().unwrap() + std::time::Duration::from_secs(5);
-    std::fs::File::options()
-        .write(true)
-        .open(&shard0)
-        .unwrap()
-        .set_modified(later)
-        .unwrap();
+    touch_later(&bucket.join("small/train-000000.tar"));
     let touched = ShardSet::open(&small_pattern, &StorageOptions::default()).unwrap();
     assert_eq!(touched.stale_indexes(), 1);
     let in_shard0 = (0..touched.len())
