@@ -12,6 +12,10 @@
 #   env          the device, driver, CUDA, the tools and the Python packages found
 #   l3-gpu       l3-cuda's device tests: every patch size, v1/v2-BP/v2-ANS, the corpus byte-exact against
 #                the CPU decoder, samples in every layout and dtype, pinned, pipelined, corrupt rows
+#   l3-variants  the tests that found the last-row error (H200, 2026-11-28) under the v1 kernel as built
+#                and under variants set through L3_NVRTC_OPTIONS (kernel.cu's L3_NEVER_ALIGNED,
+#                L3_STAGE_OWN_COLUMNS, L3_STAGE_FENCE; and -G): which code shapes this device decodes right
+#                (fails when the kernel as built fails; the variants are reported)
 #   l3-lib       l3-cuda's library tests: the CPU simulation of the kernels and NVRTC on the real toolkit
 #   cuda-setup   the probe and pinned host memory on the real driver
 #   loader-gpu   device-resident loader batches equal to CPU batches (layouts, dtypes, crops, flips, a
@@ -64,14 +68,14 @@ while [ $# -gt 0 ]; do
     --dry-run) DRY=1 ;;
     --deadline) DEADLINE=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    run1) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
+    run1) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
     run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench) ;;
-    all) STEPS+=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
+    all) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
 done
-[ ${#STEPS[@]} -gt 0 ] || STEPS=(env l3-gpu loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck)
+[ ${#STEPS[@]} -gt 0 ] || STEPS=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck)
 
 export L3_CORPUS="$BUNDLE/shared/corpus"
 export BSP_SHARED_DIR="$BUNDLE/shared"
@@ -204,6 +208,20 @@ run_step() {
             nproc; free -g | head -2; uname -r'
         ;;
     l3-gpu) step l3-gpu 150 "$BIN/l3_cuda_gpu" --include-ignored --test-threads=4 --nocapture ;;
+    l3-variants)
+        step l3-variants 150 bash -c 'rc=0
+            for v in "" -DL3_NEVER_ALIGNED -DL3_STAGE_OWN_COLUMNS -DL3_STAGE_FENCE -G; do
+                if L3_NVRTC_OPTIONS="$v" "$0" --include-ignored --exact --test-threads=1 \
+                    gpu_every_patch_size_matches_cpu_decoder gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder \
+                    gpu_pinned_batch_matches_cpu_decoder gpu_samples_every_layout_and_dtype_match_reference \
+                    >"$1" 2>&1; then
+                    echo "variant [$v]: ok"
+                else
+                    echo "variant [$v]: FAILED"; grep -m4 "differs" "$1" | cut -c1-700
+                    [ -z "$v" ] && rc=1
+                fi
+            done
+            exit $rc' "$BIN/l3_cuda_gpu" "$LOGS/l3-variants-last.log" ;;
     l3-lib) step l3-lib 120 "$BIN/l3_cuda_lib" --include-ignored --test-threads=8 ;;
     cuda-setup) step cuda-setup 60 "$BIN/cuda_setup_lib" --include-ignored --nocapture ;;
     loader-gpu) step loader-gpu 120 "$BIN/loader_gpu" --include-ignored --test-threads=3 --nocapture ;;

@@ -22,6 +22,15 @@ pub struct Program {
     cache: Mutex<Vec<(Arch, Ptx)>>,
 }
 
+/// Options appended to every compile from `L3_NVRTC_OPTIONS` (split at whitespace), such as `-DNAME`
+/// to build a variant of a kernel on the device machine without rebuilding the binary that embeds it:
+/// how a hypothesis about the hardware is tested where there is no cargo.
+fn extra_options() -> Vec<String> {
+    std::env::var("L3_NVRTC_OPTIONS")
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
 impl Program {
     pub const fn new(name: &'static str, source: &'static str) -> Program {
         Program {
@@ -54,10 +63,13 @@ impl Program {
         let arch_name = arch.virtual_arch();
         let opts = CompileOptions {
             fmad: (!self.fmad).then_some(false),
-            options: vec![
+            options: [
                 format!("--gpu-architecture={arch_name}"),
                 "--std=c++17".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(extra_options())
+            .collect(),
             name: Some(self.name.into()),
             ..Default::default()
         };

@@ -241,12 +241,15 @@ impl BatchDecoder {
         )?);
         let off = InputOffsets::of(&plan);
         let p = plan.clone();
+        // Staged from the end of the files, so that the slack before the tables is zeros as well.
         let fill = |dst: &mut [u8]| {
-            pack_tables(&Tables::of(&p), off, dst);
+            let (slack, tables) = dst.split_at_mut(off.descs - off.data_len);
+            slack.fill(0);
+            pack_tables(&Tables::of(&p), off, tables);
             Ok(())
         };
         let host = &batch.host()?[..batch.len];
-        let slot = self.stage(off, off.descs, fill, Some(host))?;
+        let slot = self.stage(off, off.data_len, fill, Some(host))?;
         let ev = self
             .copy_stream
             .record_event(None)

@@ -8,6 +8,12 @@ use crate::error::Error;
 use crate::plan::BatchPlan;
 use crate::sample::{SamplePlan, SampleSource};
 
+/// Zero bytes between the patch data and the descriptors. The v1 kernel reads a row's bits in 12-byte
+/// aligned windows that may reach up to 11 bytes past a patch's last byte (20 with 16 columns a lane),
+/// so that it needs neither a bounds check nor a byte-by-byte path near the end; the bits it reads there
+/// only ever reach columns past the patch, which it never stores.
+pub(crate) const WINDOW_SLACK: usize = 32;
+
 /// Where the descriptor table, the padding table, the scale/bias table and the end lie in the packed
 /// device input (patch data first, from offset 0).
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +41,7 @@ impl InputOffsets {
         resample_bytes: usize,
     ) -> Self {
         // Every section is a whole number of 8-byte descriptors, so each starts 8-aligned.
-        let descs = data_len.next_multiple_of(16);
+        let descs = (data_len + WINDOW_SLACK).next_multiple_of(16);
         let v2 = descs + desc_bytes;
         let fills = v2 + v2_bytes;
         let tables = fills + fill_bytes;

@@ -13,7 +13,8 @@
 //   * each decoded row goes through a small per-warp stage in shared memory so that the lanes of a warp
 //     store adjacent columns side by side (coalesced), not eight columns apart. Warp barriers only, no
 //     block barrier.
-// Every read is bounded by the patch's byte range, every write by the descriptor the host validated.
+// Every read is bounded by the patch's byte range plus the input's WINDOW_SLACK bytes after the last
+// patch, every write by the descriptor the host validated.
 // A patch whose rows do not fit its bytes (nbit > 8, a row past the end, and for whole images bytes left
 // over: what the CPU decoder rejects; caught before the launch when the host walks the rows) sets *err to
 // the lowest failing descriptor index and writes nothing.
@@ -165,6 +166,16 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
 #define L3_BOUNDS(n) __launch_bounds__(256, n)
 #endif
 #define L3_FULL 0xffffffffu
+// The column of a patch row that lane g of a team stores k-th: k * team + g, so that adjacent lanes
+// store adjacent columns. L3_STAGE_OWN_COLUMNS (an experiment, set through L3_NVRTC_OPTIONS) has every
+// lane store its own columns g * L3_VALS + k, read back from its own stage bytes, as before the stage.
+#ifdef L3_STAGE_OWN_COLUMNS
+#define L3_COL(k, team, g) ((g) * L3_VALS + (k))
+#define L3_COL_STEP(team) 1u
+#else
+#define L3_COL(k, team, g) ((k) * (team) + (g))
+#define L3_COL_STEP(team) (team)
+#endif
 
 // Lanes per team for a block of `threads` (a multiple of 32): mirrored by `layout::v1_team_lanes`.
 __device__ __forceinline__ u32 l3_team_lanes(u32 threads) {
@@ -205,23 +216,16 @@ __device__ __forceinline__ u32 l3_word(const u8* p) {
 #endif
 }
 
-// l3_window byte by byte: bytes at or past `len` read as 0 (only near a patch's first and last bytes).
-__device__ __noinline__ u64 l3_window_bytes(const u8* __restrict__ src, u32 len, u32 at) {
-    u64 x = 0u;
-    for (u32 k = 0; k < 9u; k++) {
-        u64 b = at + k < len ? (u64)src[at + k] : 0u;
-        x |= k < 8u ? b << (8u * k) >> 4 : b << 60;
-    }
-    return x;
-}
-
-// The 64 bits of a patch's bytes from bit 4 of byte `at` on (LSB first): from the three aligned words
-// around them when these lie inside the patch's `len` bytes, else byte by byte. `mis` is the patch's
-// misalignment, src mod 4.
-__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 len, u32 mis, u32 at) {
-    u32 a = mis + at, a0 = a & ~3u;  // offsets from the aligned word at or before src
-    if (a0 < mis || a0 + 12u > mis + len) return l3_window_bytes(src, len, at);
-    const u8* p = src + a0 - mis;
+// The 64 bits of a patch's bytes from bit 4 of byte `at` on (LSB first), from the three aligned words
+// around them. The words may reach past the patch's last byte (and, for its first bytes, before its
+// first): the input keeps WINDOW_SLACK zero bytes after the last patch (input.rs) and starts 4-aligned,
+// so they never leave it, and bits past a row's end reach only columns past the patch, which are never
+// stored. No bounds branch and no call: the H200 decoded the last row of patches wrong while a
+// byte-by-byte fallback for windows near a patch's end was called from here, in divergent code between
+// warp shuffles (l3-cuda README, "Measured on an H200").
+__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 mis, u32 at) {
+    u32 a = mis + at;
+    const u8* p = src - mis + (a & ~3u);
     u64 w0 = l3_word(p), w1 = l3_word(p + 4), w2 = l3_word(p + 8);
     u32 sh = (a & 3u) * 8u + 4u;
     u32 lo = (u32)(((w1 << 32) | w0) >> sh), hi = (u32)(((w2 << 32) | w1) >> sh);
@@ -292,7 +296,7 @@ L3_UNROLL
         u32 lo[L3_WINDOWS], hi[L3_WINDOWS];
 L3_UNROLL
         for (u32 i = 0; i < L3_WINDOWS; i++) {
-            u64 win = live ? l3_window(src, len, mis, pos + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
+            u64 win = live ? l3_window(src, mis, pos + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
             lo[i] = (u32)win;
             hi[i] = (u32)(win >> (4u * nbit));
         }
@@ -343,8 +347,14 @@ L3_UNROLL
 L3_UNROLL
         for (u32 i = 0; i < L3_WINDOWS; i++)
             if (on) ((u64*)stage)[g * L3_WINDOWS + i] = packed[i];
+#ifdef L3_STAGE_FENCE
+        __threadfence_block();
+#endif
         __syncwarp();
         if (on) emit.store_row(r, stage, team, g);
+#ifdef L3_STAGE_FENCE
+        __threadfence_block();
+#endif
         __syncwarp();  // every lane has read the stage before the next row overwrites it
     }
 }
@@ -353,7 +363,11 @@ L3_UNROLL
 template <typename Emit>
 __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
                               bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+#ifdef L3_NEVER_ALIGNED
+    if (false)
+#else
     if (__ballot_sync(L3_FULL, active && w % L3_VALS != 0u) == 0u)
+#endif
         l3_patch_rows_w<true>(data, data_offset, len, w, rows, exact, d, err, active, emit);
     else
         l3_patch_rows_w<false>(data, data_offset, len, w, rows, exact, d, err, active, emit);
@@ -747,11 +761,11 @@ struct L3WholeEmit {
     // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
     // k * team + g that are in the patch.
     __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
-        Out* q = out + base + (u64)r * row_stride + g * pixel_stride;  // column g, stepped by team
-        u32 step = team * pixel_stride;
+        Out* q = out + base + (u64)r * row_stride + L3_COL(0u, team, g) * pixel_stride;
+        u32 step = L3_COL_STEP(team) * pixel_stride;
 L3_UNROLL
         for (u32 k = 0; k < L3_VALS; k++) {
-            u32 c = k * team + g;
+            u32 c = L3_COL(k, team, g);
             if (c < w) l3_store(q, 0u, stage[c], sb);
             q += step;
         }
@@ -854,18 +868,18 @@ struct L3SampleEmit {
         if (r < skip) return;
         Out* p = out + ((long long)base + (long long)(r - skip) * row_stride);  // column col0
         u32 n = col1 - col0;
-        u32 u = g - col0;                   // column k * team + g less col0; wraps past n below col0
-        Out* q = p + (int)u * col_stride;  // where it goes: stepped, not recomputed (no 64-bit product
-        int step = (int)team * col_stride;  // per value); outside the window it is never dereferenced
+        u32 u = L3_COL(0u, team, g) - col0;  // column L3_COL(k, ..) less col0; wraps past n below col0
+        Out* q = p + (int)u * col_stride;    // where it goes: stepped, not recomputed (no 64-bit product
+        int step = (int)L3_COL_STEP(team) * col_stride;  // per value); outside the window never used
 L3_UNROLL
         for (u32 k = 0; k < L3_VALS; k++) {
             if (u < n) {
-                u32 v = stage[k * team + g];
+                u32 v = stage[L3_COL(k, team, g)];
 L3_UNROLL
                 for (u32 i = 0; i < (COPIES ? COPIES : 3u); i++)
                     if (COPIES || i < copies) l3_store(q, (u64)i * copy_stride, v, sb + 2u * i);
             }
-            u += team;
+            u += L3_COL_STEP(team);
             q += step;
         }
     }

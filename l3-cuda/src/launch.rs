@@ -69,7 +69,7 @@ pub(crate) fn launch(
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
-    let data = input.slice(0..off.data_len.max(1));
+    let data = input.slice(0..off.descs);
     let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
     let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
     let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
@@ -142,7 +142,7 @@ pub(crate) fn launch_samples(
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
-    let data = input.slice(0..off.data_len.max(1));
+    let data = input.slice(0..off.descs);
     let descs = input.slice(off.descs..off.v2.max(off.descs + 1));
     let v2 = input.slice(off.v2..off.fills.max(off.v2 + 1));
     let fills = input.slice(off.fills..off.tables.max(off.fills + 1));

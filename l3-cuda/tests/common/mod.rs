@@ -253,12 +253,8 @@ pub fn check_output(
         let want = cpu_decode(&img.file, layout);
         match dtype {
             DType::U8 => {
-                if got != want.as_slice() {
-                    let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
-                    panic!(
-                        "{tag}: {} differs at byte {i}: {} vs CPU {}",
-                        img.label, got[i], want[i]
-                    );
+                if let Some(report) = u8_mismatches(got, &want, slot, layout) {
+                    panic!("{tag}: {} {report}", img.label);
                 }
             }
             DType::F32 | DType::F16 => {
@@ -287,6 +283,44 @@ pub fn check_output(
             }
         }
     }
+}
+
+/// Where u8 output `got` differs from `want` (both `slot`'s image in `layout`): how many elements, and the
+/// first few as (channel, row, column): got vs CPU, so that a failure on a device shows its pattern
+/// (one lane, one row, a whole patch) from the log alone. None when they are equal.
+pub fn u8_mismatches(
+    got: &[u8],
+    want: &[u8],
+    slot: &l3_cuda::ImageSlot,
+    layout: Layout,
+) -> Option<String> {
+    let (w, h, c) = (
+        slot.width as usize,
+        slot.height as usize,
+        slot.channels as usize,
+    );
+    let bad: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+    let first = *bad.first()?;
+    let at = |i: usize| match layout {
+        Layout::Nchw => (i / (w * h), i / w % h, i % w),
+        Layout::Nhwc => (i % c, i / c / w, i / c % w),
+    };
+    let list: Vec<String> = bad
+        .iter()
+        .take(24)
+        .map(|&i| {
+            let (ch, y, x) = at(i);
+            format!("({ch},{y},{x}) {} vs {}", got[i], want[i])
+        })
+        .collect();
+    Some(format!(
+        "differs at byte {first}: {} vs CPU {}; {} of {} bytes differ: {}",
+        got[first],
+        want[first],
+        bad.len(),
+        want.len(),
+        list.join(", ")
+    ))
 }
 
 /// A `w`×`h` crop at (x0, y0) of a corpus PNG as interleaved pixels, or None if the corpus is missing.
