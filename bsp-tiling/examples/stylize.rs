@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         info.tiles,
         t.elapsed().as_secs_f64()
     );
-    let out = out.into_tensor();
+    let out = out.into_tensor()?;
 
     let whole = stylize_on(
         &dev,
@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         false,
     )?
     .0;
-    let e = compare(&out, &whole.into_tensor());
+    let e = compare(&out, &whole.into_tensor()?);
     let borders = |n: usize| (1..n.div_ceil(128)).map(|i| i * 128).collect::<Vec<_>>();
     let s = seams(&out, &borders(h), &borders(w));
     println!(

@@ -11,6 +11,7 @@
 //! A run [`clear`]s what is left when it ends. (Transparent huge pages for fresh buffers were tried too: fewer faults, but more system time in
 //! zeroing and compacting 2 MiB pages — the 4× upscaler at 1024² took 9 s of system time instead of 3.5.)
 
+use crate::error::{Error, Result};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -74,21 +75,24 @@ fn take(n: usize) -> Option<Vec<f32>> {
     Some(v)
 }
 
-/// A zeroed buffer of length `n`.
-pub fn zeros(n: usize) -> Vec<f32> {
+/// A zeroed buffer of length `n`; [`Error::OutOfMemory`] when the allocator refuses it.
+pub fn zeros(n: usize) -> Result<Vec<f32>> {
     match take(n) {
         Some(mut v) => {
             v.fill(0.0);
-            v
+            Ok(v)
         }
         None => fresh(n),
     }
 }
 
 /// A buffer of length `n` whose values are left from an earlier use (zeros when fresh): for a caller that
-/// writes every element before reading any.
-pub fn scratch(n: usize) -> Vec<f32> {
-    take(n).unwrap_or_else(|| fresh(n))
+/// writes every element before reading any. [`Error::OutOfMemory`] when the allocator refuses it.
+pub fn scratch(n: usize) -> Result<Vec<f32>> {
+    match take(n) {
+        Some(v) => Ok(v),
+        None => fresh(n),
+    }
 }
 
 /// Hands `v` back for reuse (freed when it is small or the pool is full).
@@ -116,11 +120,31 @@ pub fn clear() {
 
 /// A new zeroed buffer: the allocator's, a large one a fresh mapping, whose pages are then populated in
 /// one call instead of one page fault each as they are first written (in a VM each fault is a trap to
-/// the kernel, and two threads faulting at once contend for the mapping's lock).
-fn fresh(n: usize) -> Vec<f32> {
-    let v = vec![0.0f32; n];
+/// the kernel, and two threads faulting at once contend for the mapping's lock). A refusal is
+/// [`Error::OutOfMemory`], not the abort `vec!` makes of it: under a process limit (`ulimit -v`, a
+/// container's) the run ends with an error that says so, and whatever it writes is left whole.
+fn fresh(n: usize) -> Result<Vec<f32>> {
+    let v = zeroed(n).ok_or(Error::OutOfMemory {
+        bytes: (n as u64).saturating_mul(4),
+    })?;
     populate(&v);
-    v
+    Ok(v)
+}
+
+/// `vec![0.0f32; n]` (calloc: fresh pages are zero without a memset), or `None` where that would abort.
+#[allow(unsafe_code)]
+fn zeroed(n: usize) -> Option<Vec<f32>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size; a non-null pointer from `alloc_zeroed` is an allocation of the
+    // global allocator with exactly the layout of `n` f32s (all zero bits, a valid 0.0 each), which is
+    // what `Vec::from_raw_parts` takes over with length and capacity `n`.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<f32>();
+        (!p.is_null()).then(|| Vec::from_raw_parts(p, n, n))
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -152,21 +176,39 @@ mod tests {
     #[test]
     fn zeros_are_zero_fresh_or_reused() {
         for n in [0, 1, 1000, MIN_LEN - 1, MIN_LEN + 12345] {
-            let v = zeros(n);
+            let v = zeros(n).unwrap();
             assert_eq!(v.len(), n);
             assert!(v.iter().all(|&x| x == 0.0));
         }
-        let mut v = zeros(MIN_LEN * 3);
+        let mut v = zeros(MIN_LEN * 3).unwrap();
         v.iter_mut().for_each(|x| *x = 7.0);
         give(v);
         for n in [MIN_LEN * 2, MIN_LEN * 3] {
-            let w = zeros(n);
+            let w = zeros(n).unwrap();
             assert_eq!(w.len(), n);
             assert!(w.iter().all(|&x| x == 0.0));
             give(w);
         }
-        let s = scratch(MIN_LEN * 2);
+        let s = scratch(MIN_LEN * 2).unwrap();
         assert_eq!(s.len(), MIN_LEN * 2);
         clear();
+    }
+
+    /// A buffer the allocator cannot give is an error naming its size, not an abort: past the address
+    /// space (the layout itself fails) and far past any machine's memory (the allocator says no).
+    #[test]
+    fn a_refused_allocation_is_an_error() {
+        for n in [usize::MAX / 2, 1usize << 60] {
+            for got in [zeros(n), scratch(n)] {
+                match got {
+                    Err(Error::OutOfMemory { bytes }) => {
+                        assert_eq!(bytes, (n as u64).saturating_mul(4));
+                    }
+                    other => panic!("{n} f32s: {:?}", other.map(|v| v.len())),
+                }
+            }
+        }
+        let e = zeros(1usize << 60).unwrap_err().to_string();
+        assert!(e.contains("out of memory") && e.contains("MiB"), "{e}");
     }
 }

@@ -8,6 +8,15 @@ pub fn shape_text(shape: &[usize]) -> String {
     format!("[{}]", dims.join(", "))
 }
 
+/// A byte count for people: MiB, or "more bytes than the address space holds".
+fn bytes_text(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        "more bytes than the address space holds".into()
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
+
 /// Everything that can go wrong loading a model or running it over an image.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -118,6 +127,12 @@ pub enum Error {
     },
     #[error("tensor data of length {len} does not match shape {}", shape_text(.shape))]
     TensorShape { len: usize, shape: [usize; 3] },
+    /// An activation buffer the allocator refused: the machine's memory or the process's limit.
+    #[error(
+        "out of memory: an activation of {} could not be allocated (the machine's memory or this process's limit, e.g. `ulimit -v`, is used up); lower the RAM budget or the tile size",
+        bytes_text(*.bytes)
+    )]
+    OutOfMemory { bytes: u64 },
     #[error("input has {found} channels, the network expects {expected}")]
     Channels { expected: usize, found: usize },
     #[error("unsupported network: {0}")]

@@ -25,7 +25,7 @@ pub trait Field: Sync {
 
 /// Gathers a window into a new tensor.
 pub fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> Result<Tensor> {
-    let mut t = Tensor::scratch(f.channels(), ys.len(), xs.len());
+    let mut t = Tensor::scratch(f.channels(), ys.len(), xs.len())?;
     f.gather(ys, xs, &mut t.data)?;
     Ok(t)
 }
@@ -160,12 +160,12 @@ impl Input for Tensor {
 }
 
 /// An image as a `C×H×W` tensor of 0..255 floats.
-pub fn image_to_tensor(img: &Image) -> Tensor {
+pub fn image_to_tensor(img: &Image) -> Result<Tensor> {
     let ys: Vec<Option<usize>> = (0..img.height as usize).map(Some).collect();
     let xs: Vec<Option<usize>> = (0..img.width as usize).map(Some).collect();
-    let mut t = Tensor::zeros(img.channels as usize, ys.len(), xs.len());
-    let _ = Field::gather(img, &ys, &xs, &mut t.data); // in-memory: cannot fail
-    t
+    let mut t = Tensor::scratch(img.channels as usize, ys.len(), xs.len())?;
+    Field::gather(img, &ys, &xs, &mut t.data)?;
+    Ok(t)
 }
 
 /// A network output (0..255 floats) clamped to an RGB image, as the PyTorch example saves images.
@@ -200,9 +200,9 @@ impl Output {
         }
     }
     /// The output as floats (bytes widen exactly).
-    pub fn into_tensor(self) -> Tensor {
+    pub fn into_tensor(self) -> Result<Tensor> {
         match self {
-            Output::F32(t) => t,
+            Output::F32(t) => Ok(t),
             Output::Rgb8(i) => image_to_tensor(&i),
         }
     }
@@ -214,10 +214,11 @@ pub struct OutputSink {
 }
 
 impl OutputSink {
-    pub fn f32(c: usize, h: usize, w: usize) -> OutputSink {
-        OutputSink {
-            out: Mutex::new(Output::F32(Tensor::zeros(c, h, w))),
-        }
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when the allocator refuses the output.
+    pub fn f32(c: usize, h: usize, w: usize) -> Result<OutputSink> {
+        Ok(OutputSink {
+            out: Mutex::new(Output::F32(Tensor::zeros(c, h, w)?)),
+        })
     }
     /// [`OutputSink::f32`] checked against the memory limit first ([`stdx::mem`]): an output larger
     /// than the machine allows is a typed error before anything runs, not an abort from the allocator.
@@ -227,7 +228,7 @@ impl OutputSink {
             .saturating_mul(w as u64)
             .saturating_mul(4);
         stdx::mem::check(bytes, format!("the output ({c}×{h}×{w} float32)"))?;
-        Ok(OutputSink::f32(c, h, w))
+        OutputSink::f32(c, h, w)
     }
     pub fn rgb8(h: usize, w: usize) -> OutputSink {
         OutputSink {

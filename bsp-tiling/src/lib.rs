@@ -256,11 +256,11 @@ pub fn stylize<B: GraphOps>(
 /// The in-memory output of [`stylize`] / [`stylize_on`] for `input`: 8-bit RGB or float32.
 fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
     let (c, oh, ow) = stylize_shape(net, input.height(), input.width())?;
-    Ok(if rgb8 {
-        OutputSink::rgb8(oh, ow)
+    if rgb8 {
+        Ok(OutputSink::rgb8(oh, ow))
     } else {
         OutputSink::f32(c, oh, ow)
-    })
+    }
 }
 
 /// [`stylize`] with its output handed to `sink` tile by tile as tiles complete (in no set order), as

@@ -182,7 +182,8 @@ impl Layer {
         match &self.backing {
             Backing::Ram(v) => Ok(TileRef::Ram(v[t].read().unwrap_or_else(|e| e.into_inner()))),
             Backing::Disk { file, offsets } => {
-                let mut buf = crate::buffers::scratch(self.tile_len(t));
+                let mut buf = crate::buffers::scratch(self.tile_len(t))
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
                 file.read_exact_at(bytemuck::cast_slice_mut(&mut buf), offsets[t])?;
                 Ok(TileRef::Read(buf))
             }
@@ -332,7 +333,7 @@ impl Field for Layer {
                         let c0 = cols.iter().map(|r| r.1).min().unwrap_or(0);
                         let c1 = cols.iter().map(|r| r.1 + r.2).max().unwrap_or(0);
                         let strip = ((c1 - c0) * 8 < tw).then_some((c0, c1));
-                        let mut block = crate::buffers::scratch((l1 - l0) * tw);
+                        let mut block = crate::buffers::scratch((l1 - l0) * tw)?;
                         for c in 0..self.c {
                             self.read_rows(
                                 file,

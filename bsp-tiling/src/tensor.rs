@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 
 /// A `C×H×W` block of f32, row-major within each channel plane.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Tensor {
     pub c: usize,
     pub h: usize,
@@ -12,25 +12,34 @@ pub struct Tensor {
     pub data: Vec<f32>,
 }
 
+/// `c · h · w`, or [`Error::OutOfMemory`] where the product does not fit in a `usize`.
+fn elements(c: usize, h: usize, w: usize) -> Result<usize> {
+    c.checked_mul(h)
+        .and_then(|n| n.checked_mul(w))
+        .ok_or(Error::OutOfMemory { bytes: u64::MAX })
+}
+
 impl Tensor {
-    pub fn zeros(c: usize, h: usize, w: usize) -> Tensor {
-        Tensor {
+    /// A zeroed `c × h × w` tensor; [`Error::OutOfMemory`] when it cannot be allocated (or its size
+    /// does not fit in memory at all).
+    pub fn zeros(c: usize, h: usize, w: usize) -> Result<Tensor> {
+        Ok(Tensor {
             c,
             h,
             w,
-            data: crate::buffers::zeros(c * h * w),
-        }
+            data: crate::buffers::zeros(elements(c, h, w)?)?,
+        })
     }
 
     /// A `c × h × w` tensor for a caller that writes every element before reading any (its values are
     /// left from a buffer's earlier use: [`crate::buffers::scratch`]).
-    pub(crate) fn scratch(c: usize, h: usize, w: usize) -> Tensor {
-        Tensor {
+    pub(crate) fn scratch(c: usize, h: usize, w: usize) -> Result<Tensor> {
+        Ok(Tensor {
             c,
             h,
             w,
-            data: crate::buffers::scratch(c * h * w),
-        }
+            data: crate::buffers::scratch(elements(c, h, w)?)?,
+        })
     }
 
     pub fn from_vec(c: usize, h: usize, w: usize, data: Vec<f32>) -> Result<Tensor> {
@@ -85,5 +94,23 @@ impl Tensor {
     /// Bytes of f32 data a tensor of this shape holds.
     pub fn bytes(c: usize, h: usize, w: usize) -> u64 {
         (c * h * w * std::mem::size_of::<f32>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shape whose element count overflows is refused as out of memory, not wrapped or aborted.
+    #[test]
+    fn an_impossible_shape_is_an_error() {
+        for (c, h, w) in [(usize::MAX, 2, 2), (1 << 40, 1 << 40, 1)] {
+            assert!(matches!(
+                Tensor::zeros(c, h, w),
+                Err(Error::OutOfMemory { bytes: u64::MAX })
+            ));
+            assert!(Tensor::scratch(c, h, w).is_err());
+        }
+        assert_eq!(Tensor::zeros(2, 3, 4).unwrap().data, vec![0.0; 24]);
     }
 }

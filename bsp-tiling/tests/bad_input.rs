@@ -213,7 +213,7 @@ fn tiles_images_and_budgets() {
         assert!(matches!(e, Error::ImageTooSmall { .. }), "{mode:?}: {e}");
     }
     // wrong channel count
-    let gray = Tensor::zeros(1, 16, 16);
+    let gray = Tensor::zeros(1, 16, 16).unwrap();
     for mode in [Mode::Whole, Mode::Exact] {
         let opts = Options {
             mode,
@@ -262,7 +262,10 @@ fn tiles_images_and_budgets() {
         ..opts.clone()
     };
     let want = stylize(&net, &CpuBackend, &big, &whole, false).unwrap().0;
-    assert_eq!(max_abs(&got.into_tensor(), &want.into_tensor()), 0.0);
+    assert_eq!(
+        max_abs(&got.into_tensor().unwrap(), &want.into_tensor().unwrap()),
+        0.0
+    );
     assert!(
         info.notes
             .iter()

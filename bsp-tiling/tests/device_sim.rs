@@ -17,7 +17,7 @@ use common::*;
 fn f16_operands_error_measured() {
     let net = model("mosaic_nc16.safetensors");
     let img = corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47);
-    let x = bsp_tiling::image_to_tensor(&img);
+    let x = bsp_tiling::image_to_tensor(&img).unwrap();
     let run = |backend: &DeviceSim, mode: Mode| {
         let opts = Options {
             mode,
@@ -29,6 +29,7 @@ fn f16_operands_error_measured() {
             .unwrap()
             .0
             .into_tensor()
+            .unwrap()
     };
     let want = stylize(
         &net,
@@ -42,7 +43,8 @@ fn f16_operands_error_measured() {
     )
     .unwrap()
     .0
-    .into_tensor();
+    .into_tensor()
+    .unwrap();
     let sim16 = DeviceSim::new(u64::MAX, Precision::F16);
     let tiled16 = run(&sim16, Mode::Exact);
     let whole16 = run(&sim16, Mode::Whole);
@@ -80,11 +82,12 @@ fn every_mode_runs_on_the_device_within_budget() {
         let want = stylize(&net, &CpuBackend, &x, &opts, false)
             .unwrap()
             .0
-            .into_tensor();
+            .into_tensor()
+            .unwrap();
         let sim = DeviceSim::new(64 << 20, Precision::F32);
         let (got, info) =
             stylize(&net, &sim, &x, &opts, false).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-        assert_eq!(max_abs(&got.into_tensor(), &want), 0.0, "{mode:?}");
+        assert_eq!(max_abs(&got.into_tensor().unwrap(), &want), 0.0, "{mode:?}");
         assert!(
             info.device_peak_bytes > 0 && info.device_peak_bytes <= 64 << 20,
             "{mode:?}"
@@ -96,7 +99,11 @@ fn every_mode_runs_on_the_device_within_budget() {
             let small = DeviceSim::new(budget, Precision::F32);
             match stylize(&net, &small, &x, &opts, false) {
                 Ok((out, i)) => {
-                    assert_eq!(max_abs(&out.into_tensor(), &want), 0.0, "{mode:?} {budget}");
+                    assert_eq!(
+                        max_abs(&out.into_tensor().unwrap(), &want),
+                        0.0,
+                        "{mode:?} {budget}"
+                    );
                     assert!(i.device_peak_bytes <= budget, "{mode:?} {budget}");
                 }
                 Err(Error::DeviceBudget { what, .. }) => break what,
@@ -269,7 +276,7 @@ fn budgets_band_the_im2col_columns() {
         let sim = DeviceSim::new(budget, Precision::F32);
         let (out, info) = stylize(&net, &sim, &x, &opts, false)
             .unwrap_or_else(|e| panic!("budget {budget}: {e}"));
-        (out.into_tensor(), info.device_peak_bytes)
+        (out.into_tensor().unwrap(), info.device_peak_bytes)
     };
     let (whole_band, peak) = run(u64::MAX);
     eprintln!("unbanded: device peak {peak} bytes (simulated, without cuBLAS's workspace)");

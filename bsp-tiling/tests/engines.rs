@@ -584,7 +584,7 @@ const SIM_RUNS: [(&str, &str, &str); 12] = [
 fn stylize_gives_the_retired_stage_engines_bits_in_every_mode() {
     for (name, file, w, h, tile, mode, tiles, want) in CPU_RUNS {
         let net = model(name);
-        let x = bsp_tiling::image_to_tensor(&corpus_crop(file, 6, 10, 10, w, h));
+        let x = bsp_tiling::image_to_tensor(&corpus_crop(file, 6, 10, 10, w, h)).unwrap();
         let opts = Options {
             mode: mode.parse().unwrap(),
             tile,
@@ -593,7 +593,11 @@ fn stylize_gives_the_retired_stage_engines_bits_in_every_mode() {
         };
         let (got, info) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
         let tag = format!("{name} {w}x{h} tile {tile} {mode}");
-        assert_eq!(digest(&got.into_tensor()), want, "{tag}: outputs differ");
+        assert_eq!(
+            digest(&got.into_tensor().unwrap()),
+            want,
+            "{tag}: outputs differ"
+        );
         assert_eq!(info.tiles, tiles, "{tag}: tiles");
         assert_eq!(info.spilled_layers, 0, "{tag}");
     }
@@ -604,7 +608,7 @@ fn stylize_gives_the_retired_stage_engines_bits_in_every_mode() {
 #[test]
 fn spilled_runs_give_the_same_bits() {
     let net = model("candy_nc8.safetensors");
-    let x = bsp_tiling::image_to_tensor(&corpus_crop("Autumn.jpg", 4, 10, 10, 96, 80));
+    let x = bsp_tiling::image_to_tensor(&corpus_crop("Autumn.jpg", 4, 10, 10, 96, 80)).unwrap();
     let spill = tempfile::tempdir().unwrap();
     let opts = Options {
         mode: Mode::Exact,
@@ -618,7 +622,7 @@ fn spilled_runs_give_the_same_bits() {
     };
     let (got, info) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
     assert_eq!(
-        digest(&got.into_tensor()),
+        digest(&got.into_tensor().unwrap()),
         "e2abd5a1e8bb4c995b7a70984a1b695740d53ab249dba523aead506d1e716bc7"
     );
     // The graph engine fits each tile's working set into the RAM budget first (a tile too large is
@@ -630,7 +634,7 @@ fn spilled_runs_give_the_same_bits() {
 #[test]
 fn simulated_device_f32_and_f16_give_the_stage_engines_bits() {
     let net = model("mosaic_nc16.safetensors");
-    let x = bsp_tiling::image_to_tensor(&corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47));
+    let x = bsp_tiling::image_to_tensor(&corpus_crop("Autumn.jpg", 8, 20, 20, 61, 47)).unwrap();
     for (precision, mode, want) in SIM_RUNS {
         let precision = match precision {
             "F32" => Precision::F32,
@@ -645,7 +649,7 @@ fn simulated_device_f32_and_f16_give_the_stage_engines_bits() {
         };
         let (got, info) = stylize(&net, &sim, &x, &opts, false).unwrap();
         assert_eq!(
-            digest(&got.into_tensor()),
+            digest(&got.into_tensor().unwrap()),
             want,
             "{precision:?} {mode}: outputs differ"
         );

@@ -18,7 +18,7 @@ fn run(net: &Net, x: &dyn Input, mode: Mode, tile: usize, budget: &Budget) -> (T
         budget: budget.clone(),
     };
     let (out, info) = stylize(net, &CpuBackend, x, &opts, false).unwrap();
-    (out.into_tensor(), info)
+    (out.into_tensor().unwrap(), info)
 }
 
 fn whole(net: &Net, x: &dyn Input) -> Tensor {
@@ -73,7 +73,7 @@ fn every_padding_mode_is_exact() {
 #[test]
 fn real_models_on_a_corpus_crop() {
     let img = corpus_crop("Dune.jpg", 8, 40, 30, 70, 53);
-    let x = bsp_tiling::image_to_tensor(&img);
+    let x = bsp_tiling::image_to_tensor(&img).unwrap();
     for m in ["mosaic_nc16.safetensors", "candy_nc8.safetensors"] {
         let net = model(m);
         let want = whole(&net, &x);
@@ -113,7 +113,7 @@ fn spilled_to_spill_files_is_still_exact() {
 #[test]
 fn statistics_merge_to_the_whole_image_ones() {
     let net = model("mosaic_nc16.safetensors");
-    let x = bsp_tiling::image_to_tensor(&corpus_crop("Wood.jpg", 10, 0, 0, 60, 44));
+    let x = bsp_tiling::image_to_tensor(&corpus_crop("Wood.jpg", 10, 0, 0, 60, 44)).unwrap();
     let whole_stats = run(&net, &x, Mode::Whole, 0, &Budget::default()).1.stats;
     let (_, info) = exact(&net, &x, tiles(&net)[0], &Budget::default());
     assert!(info.tiles > 1);

@@ -36,7 +36,7 @@ fn styled<B: bsp_tiling::GraphOps>(
         threads: 2,
         ..Options::default()
     };
-    stylize(net, backend, x, &opts, false).map(|(o, i)| (o.into_tensor(), i))
+    stylize(net, backend, x, &opts, false).map(|(o, i)| (o.into_tensor().unwrap(), i))
 }
 
 #[test]
@@ -163,15 +163,18 @@ fn gpu_f16_stylize_matches_its_simulation() {
         let want = stylize(&net, &sim16, &x, &opts, false)
             .unwrap()
             .0
-            .into_tensor();
+            .into_tensor()
+            .unwrap();
         let f32 = stylize(&net, &CpuBackend, &x, &opts, false)
             .unwrap()
             .0
-            .into_tensor();
+            .into_tensor()
+            .unwrap();
         let got = stylize(&net, &g16, &x, &opts, false)
             .unwrap()
             .0
-            .into_tensor();
+            .into_tensor()
+            .unwrap();
         let e = compare(&got, &want);
         let r = compare(&want, &f32);
         eprintln!(
@@ -207,9 +210,10 @@ fn gpu_every_mode_matches_cpu() {
         let want = stylize(&net, &CpuBackend, &x, &opts, false)
             .unwrap()
             .0
-            .into_tensor();
+            .into_tensor()
+            .unwrap();
         let (got, info) = stylize(&net, &gpu, &x, &opts, false).unwrap();
-        let e = compare(&got.into_tensor(), &want);
+        let e = compare(&got.into_tensor().unwrap(), &want);
         eprintln!(
             "{mode:?}: GPU vs CPU max abs {:.3e}, device peak {} bytes",
             e.max_abs, info.device_peak_bytes
@@ -423,7 +427,7 @@ fn graph_device_cuda_without_gpu_says_why() {
         device: Device::Cuda(0),
         ..DeviceOptions::default()
     };
-    let sink = OutputSink::f32(c, h, w);
+    let sink = OutputSink::f32(c, h, w).unwrap();
     let r =
         bsp_tiling::run_graph_device(&dev, &g, &x, Mode::Exact, 8, 1, &Budget::default(), &sink);
     match r {

@@ -260,7 +260,7 @@ mod graph {
             norm: None,
             threads: 1,
         };
-        ops::compute(op, w.wins.clone(), &ctx)
+        ops::compute(op, w.wins.clone(), &ctx).unwrap()
     }
 
     fn ctx<'a>(w: &'a Windows, range: [(usize, usize); 2]) -> Ctx<'a> {

@@ -327,7 +327,7 @@ fn truncated_and_mutated_files_are_errors() {
             b[i] ^= (s >> 32) as u8;
         }
         if let Ok(g) = bsp_tiling::graph_from_onnx(&b, "mutated.onnx") {
-            let x = Tensor::zeros(g.channels, 20, 20);
+            let x = Tensor::zeros(g.channels, 20, 20).unwrap();
             let _ = infer(&g, &x, Mode::Exact, 8, 1, &Budget::default());
         }
     }
@@ -336,7 +336,7 @@ fn truncated_and_mutated_files_are_errors() {
 #[test]
 fn wrong_input_channels_at_run_time() {
     let g = load("unet_gn");
-    let x = Tensor::zeros(4, 16, 16);
+    let x = Tensor::zeros(4, 16, 16).unwrap();
     let e = infer(&g, &x, Mode::Exact, 8, 1, &Budget::default()).unwrap_err();
     assert!(
         matches!(
@@ -353,7 +353,7 @@ fn wrong_input_channels_at_run_time() {
 #[test]
 fn tiles_must_align_with_the_strides() {
     let g = load("unet_gn");
-    let x = Tensor::zeros(3, 44, 60);
+    let x = Tensor::zeros(3, 44, 60).unwrap();
     let e = infer(&g, &x, Mode::Exact, 6, 1, &Budget::default()).unwrap_err();
     assert!(e.to_string().contains("multiple of 4"), "{e}");
 }
@@ -494,7 +494,8 @@ fn transformer_nets_exported_to_onnx() {
             let st = bsp_tiling::stylize(&net, &bsp_tiling::CpuBackend, &x, &whole_opts, false)
                 .unwrap()
                 .0
-                .into_tensor();
+                .into_tensor()
+                .unwrap();
             let e = rel_err(&whole, &st);
             eprintln!("{m} {size}: ONNX whole vs safetensors path {e:.2e}");
             assert!(e <= 1e-5, "{m}: {e}");

@@ -21,6 +21,7 @@ fn naive_tiles_show_seams_bsp_does_not() {
             .unwrap()
             .0
             .into_tensor()
+            .unwrap()
     };
     let borders_r = [32, 64];
     let borders_c = [32, 64, 96];

@@ -188,7 +188,7 @@ fn read_tiff(p: &Path) -> Tensor {
     let r = infer_io::tiff::TiffRegions::open(p, 1 << 20).unwrap();
     let ys: Vec<Option<usize>> = (0..r.height()).map(Some).collect();
     let xs: Vec<Option<usize>> = (0..r.width()).map(Some).collect();
-    let mut t = Tensor::zeros(r.channels(), ys.len(), xs.len());
+    let mut t = Tensor::zeros(r.channels(), ys.len(), xs.len()).unwrap();
     r.gather(&ys, &xs, &mut t.data).unwrap();
     t
 }
@@ -783,4 +783,63 @@ fn a_model_past_its_budget_at_any_tile_is_refused_up_front() {
             .collect();
         assert_eq!(left, ["x.npy"], "nothing but the input is left");
     }
+}
+
+/// `l3 infer` under real process limits (`ulimit -v`) that the plan's own figure does not cover: from the
+/// smallest under which the binary runs at all (a 1×1 image succeeds) upwards in 1 MiB steps, the run on
+/// a 44×60 input either succeeds with the output of an unlimited run or ends with an `l3: error` line,
+/// exit status 1 and no output — never an abort, a panic or a signal, whichever allocation the limit
+/// refuses; and some limit in the ladder refuses an activation (`Error::OutOfMemory`), which a `vec!`
+/// would have turned into an abort.
+#[test]
+fn every_address_space_limit_runs_or_errors_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny.npy");
+    npy::write(&tiny, &ramp(3, 1, 1)).unwrap();
+    let x = dir.path().join("x.npy");
+    npy::write(&x, &ramp(3, 44, 60)).unwrap();
+    let run = |input: &Path, out: &Path, limit_kib: Option<u64>| {
+        let ulimit = limit_kib.map_or("true".to_string(), |k| format!("ulimit -v {k}"));
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!("{ulimit} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_l3"))
+            .args(["infer", "--threads", "2", "--model"])
+            .arg(data("grow_x16.onnx"))
+            .arg(input)
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let free = dir.path().join("free.npy");
+    ok(run(&x, &free, None));
+    let want = npy::read(&free).unwrap();
+    let tiny_out = dir.path().join("tiny.out.npy");
+    let start = (8..=1024u64)
+        .map(|mib| mib << 10)
+        .find(|&kib| run(&tiny, &tiny_out, Some(kib)).status.success())
+        .expect("a 1x1 run succeeds under some limit up to 1 GiB");
+    let (mut ran, mut refused) = (0, 0);
+    for kib in (start..start + (64 << 10)).step_by(1 << 10) {
+        let out = dir.path().join("y.npy");
+        let o = run(&x, &out, Some(kib));
+        let err = String::from_utf8_lossy(&o.stderr);
+        match o.status.code() {
+            Some(0) => {
+                same_bits(&npy::read(&out).unwrap(), &want, &format!("{kib} KiB"));
+                std::fs::remove_file(&out).unwrap();
+                ran += 1;
+            }
+            Some(1) => {
+                let line = err
+                    .lines()
+                    .find(|l| l.starts_with("l3: error: "))
+                    .unwrap_or_else(|| panic!("{kib} KiB: {err}"));
+                assert!(!out.exists(), "{kib} KiB: an output is left");
+                refused += usize::from(line.contains("out of memory"));
+            }
+            other => panic!("{kib} KiB: exit {other:?} (an abort or a signal): {err}"),
+        }
+    }
+    assert!(ran > 0 && refused > 0, "ran {ran}, out of memory {refused}");
 }

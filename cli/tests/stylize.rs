@@ -335,7 +335,7 @@ fn tif_and_npy_outputs() {
         ..bsp_tiling::Options::default()
     };
     let (raw, _) = bsp_tiling::stylize_on(&Default::default(), &net, &img, &opts, false).unwrap();
-    let raw = raw.into_tensor();
+    let raw = raw.into_tensor().unwrap();
     for out in ["out.tif", "out.npy"] {
         let o = stylize(&input, &d(out), &["--tile", "24", "--threads", "2"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -232,7 +232,7 @@ fn run_to_tensor(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<(Te
     let (c, oh, ow) = output_shape(g, input.height(), input.width(), req.full)?;
     let sink = bsp_tiling::OutputSink::try_f32(c, oh, ow)?;
     let info = req.run_graph(g, input, &sink, 0)?;
-    Ok((sink.finish().into_tensor(), info))
+    Ok((sink.finish().into_tensor()?, info))
 }
 
 fn infer_input(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<InferReport> {

@@ -14,7 +14,7 @@ use tiff::encoder::{
 use tiff::tags::Tag;
 
 fn gather(f: &dyn Field, ys: &[Option<usize>], xs: &[Option<usize>]) -> bsp_tiling::Result<Tensor> {
-    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len());
+    let mut t = Tensor::zeros(f.channels(), ys.len(), xs.len()).unwrap();
     f.gather(ys, xs, &mut t.data)?;
     Ok(t)
 }
@@ -175,7 +175,7 @@ fn write_tiled(path: &Path, t: &Tensor, dtype: OutDType, step: (usize, usize), s
     }
     for (y0, x0) in regions {
         // Regions may run past the image (the last tiles of a run): the writer clips them.
-        let mut part = Tensor::zeros(t.c, step.0, step.1);
+        let mut part = Tensor::zeros(t.c, step.0, step.1).unwrap();
         for c in 0..t.c {
             for y in 0..step.0.min(t.h - y0) {
                 for x in 0..step.1.min(t.w - x0) {
@@ -266,7 +266,8 @@ fn an_unfinished_output_is_an_error() {
         OutDType::U8,
     )
     .unwrap();
-    wr.put_tile(0, 0, &Tensor::zeros(1, 256, 256)).unwrap();
+    wr.put_tile(0, 0, &Tensor::zeros(1, 256, 256).unwrap())
+        .unwrap();
     let e = wr.finish().unwrap_err().to_string();
     assert!(e.contains("part.tif") && e.contains("1 of 4 tiles"), "{e}");
 }

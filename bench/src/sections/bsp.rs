@@ -164,7 +164,7 @@ fn child(spec: &str) -> anyhow::Result<()> {
     };
     let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));
     if let Some(p) = kv.get("out") {
-        let t = m.out.into_tensor();
+        let t = m.out.into_tensor()?;
         std::fs::write(p, bytemuck_bytes(&t.data)).with_context(|| format!("writing {p}"))?;
     }
     println!(
@@ -839,7 +839,7 @@ fn sampling_and_seams(r: &mut Report, cfg: &Settings, net: &Net) -> anyhow::Resu
         };
         Ok(stylize(net, &CpuBackend, &input, &opts, false)?
             .0
-            .into_tensor())
+            .into_tensor()?)
     };
     let whole = run_mode(Mode::Whole, TILE)?;
     let mut st = Table::new(

@@ -191,7 +191,7 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::NoDevice { .. }
         | E::Cuda { .. }
         | E::Compile { .. } => Kind::Gpu,
-        E::TensorShape { .. } | E::External(_) => Kind::Base,
+        E::TensorShape { .. } | E::OutOfMemory { .. } | E::External(_) => Kind::Base,
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(net) = Net::transformer_from_bytes(data, Path::new("fuzz.safetensors"), PaddingMode::Reflect) {
-        let img = Tensor::zeros(3, 12, 12);
+        let img = Tensor::zeros(3, 12, 12).unwrap();
         let opts = Options { mode: Mode::Exact, tile: 4, threads: 1, ..Options::default() };
         let _ = stylize(&net, &CpuBackend, &img, &opts, false);
     }

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(p) if p.shape.iter().all(|&(c, h, w)| c * h * w <= 1 << 22) => {}
         _ => return,
     }
-    let x = Tensor::zeros(g.channels, 12, 10);
+    let x = Tensor::zeros(g.channels, 12, 10).unwrap();
     let budget = Budget { ram: 64 << 20, disk: Some(0), ..Budget::default() };
     for mode in [Mode::Whole, Mode::Exact] {
         let _ = infer(&g, &x, mode, 4, 1, &budget);

@@ -286,7 +286,7 @@ impl CudaBackend {
 
     /// `x` copied back to the host.
     pub fn download(&self, x: CudaTensor) -> Result<Tensor> {
-        let mut out = vec![0.0f32; x.len()];
+        let mut out = crate::buffers::scratch(x.len())?;
         if !out.is_empty() {
             self.meter.copied(Tensor::bytes(x.c, x.h, x.w));
             let src = x.data.slice(0..out.len());

@@ -18,6 +18,7 @@ pub(crate) mod pack;
 pub use kernel::Kernel;
 pub use pack::PackedA;
 
+use crate::error::Result;
 use crate::tensor::Tensor;
 use crate::win::Win;
 
@@ -58,20 +59,22 @@ pub struct Rows<'a> {
 
 impl<'a> Rows<'a> {
     /// The rows of a convolution with window `win` over `cg` channels of `x` (one group).
-    pub fn new(x: &'a Tensor, cg: usize, win: &[Win; 2]) -> Rows<'a> {
-        let phased = (win[1].stride > 1).then(|| pack::phases(x, win[1].stride));
+    pub fn new(x: &'a Tensor, cg: usize, win: &[Win; 2]) -> Result<Rows<'a>> {
+        let phased = (win[1].stride > 1)
+            .then(|| pack::phases(x, win[1].stride))
+            .transpose()?;
         let offs = pack::input_offsets(x, cg, win);
         let packed = (0..offs.len()).map(|r| r * NR).collect();
         // Read from the phases, the rows are consecutive: a stride-1 window from here on.
         let mut win = *win;
         win[1].stride = 1;
-        Rows {
+        Ok(Rows {
             x,
             phased,
             win,
             offs,
             packed,
-        }
+        })
     }
 
     /// Output rows `y0..y1` (`wo` pixels each) of the product with `a` over the group whose first input
@@ -209,19 +212,19 @@ pub fn conv_valid(
     ho: usize,
     wo: usize,
     threads: usize,
-) -> Tensor {
+) -> Result<Tensor> {
     let cg = x.c / groups;
     let og = cout / groups;
     let kk = cg * win[0].k * win[1].k;
     // Every element is written: each output starts at its bias.
-    let mut out = Tensor::scratch(cout, ho, wo);
+    let mut out = Tensor::scratch(cout, ho, wo)?;
     if ho == 0 || wo == 0 {
-        return out;
+        return Ok(out);
     }
     let packed: Vec<PackedA> = (0..groups)
         .map(|g| PackedA::new(&weight[g * og * kk..], og, kk, kk, 1))
         .collect();
-    let rows = Rows::new(x, cg, win);
+    let rows = Rows::new(x, cg, win)?;
     // A few bands per thread, so that uneven bands even out.
     let band = ho.div_ceil(4 * threads.max(1)).max(1);
     let bands = ho.div_ceil(band);
@@ -249,7 +252,7 @@ pub fn conv_valid(
         }
         Ok::<(), ()>(())
     });
-    out
+    Ok(out)
 }
 
 #[derive(Clone, Copy)]
@@ -366,6 +369,7 @@ mod tests {
         conv_valid(
             k, x, c.cout, c.groups, &c.win, weight, bias, ho, wo, threads,
         )
+        .unwrap()
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! columns), where the kernel cannot read the input in place, one panel of `NR` output pixels at a time.
 
 use super::{MR, NR};
+use crate::error::Result;
 use crate::tensor::Tensor;
 use crate::win::Win;
 
@@ -65,9 +66,9 @@ pub(crate) fn phase_starts(w: usize, s: usize) -> Vec<usize> {
 /// Each row of `x` split into its `s` phases (see [`phase_starts`]): a convolution or a pooling with
 /// column stride `s` then reads every kernel column's values as consecutive ones, in place, like a
 /// stride-1 one. One pass over the window instead of a strided read per kernel column.
-pub(crate) fn phases(x: &Tensor, s: usize) -> Tensor {
+pub(crate) fn phases(x: &Tensor, s: usize) -> Result<Tensor> {
     let starts = phase_starts(x.w, s);
-    let mut out = Tensor::scratch(x.c, x.h, x.w);
+    let mut out = Tensor::scratch(x.c, x.h, x.w)?;
     for (src, dst) in x
         .data
         .chunks_exact(x.w.max(1))
@@ -86,7 +87,7 @@ pub(crate) fn phases(x: &Tensor, s: usize) -> Tensor {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// [`phases`] of one row for a stride known at compile time: whole groups of `S` columns dealt out to

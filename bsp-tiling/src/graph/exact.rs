@@ -85,7 +85,7 @@ impl<B: GraphOps> Exact<'_, '_, B> {
             &hook,
         )?;
         for &j in &self.chains[i] {
-            out = ops::apply_pointwise(&g.nodes[j].op, out);
+            out = ops::apply_pointwise(&g.nodes[j].op, out)?;
         }
         Ok(out)
     }
@@ -100,7 +100,7 @@ impl<B: GraphOps> Exact<'_, '_, B> {
     ) -> Result<Tensor> {
         let c = self.plan.shape[u].0;
         let (Some(ry), Some(rx)) = (span(ys), span(xs)) else {
-            return Ok(Tensor::zeros(c, ys.len(), xs.len()));
+            return Tensor::zeros(c, ys.len(), xs.len());
         };
         let t = self.unit(p, ry, rx)?;
         let plain = |m: &[Option<usize>], (lo, hi): (usize, usize)| {

@@ -93,7 +93,7 @@ impl GraphOps for CpuBackend {
         ins: Vec<Tensor>,
         ctx: &Ctx,
     ) -> Result<Tensor> {
-        Ok(ops::compute(&node.op, ins, ctx))
+        ops::compute(&node.op, ins, ctx)
     }
 }
 
@@ -318,9 +318,9 @@ impl GraphOps for DeviceSim {
         let t = match prep.f16.get(i).and_then(Option::as_ref) {
             Some(op16) => {
                 tensors[0].data = round_f16(&tensors[0].data);
-                ops::compute(op16, tensors, ctx)
+                ops::compute(op16, tensors, ctx)?
             }
-            None => ops::compute(&node.op, tensors, ctx),
+            None => ops::compute(&node.op, tensors, ctx)?,
         };
         drop(ins);
         drop(scratch);

@@ -517,7 +517,7 @@ fn per_channel(v: &[f32], c: usize) -> f32 {
 
 /// Computes the output range `ctx.range` from the gathered windows (taken: element-wise ops work in place
 /// on the window they were given).
-pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
+pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> crate::error::Result<Tensor> {
     let out = compute_from(op, &mut ins, ctx);
     for t in ins {
         crate::buffers::give(t.data);
@@ -526,20 +526,20 @@ pub fn compute(op: &Op, mut ins: Vec<Tensor>, ctx: &Ctx) -> Tensor {
 }
 
 /// [`compute`]; element-wise ops take their window out of `ins`.
-fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
+fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> crate::error::Result<Tensor> {
     let (ho, wo) = (
         ctx.range[0].1 - ctx.range[0].0,
         ctx.range[1].1 - ctx.range[1].0,
     );
-    match op {
-        Op::Conv(c) => conv(&ins[0], c, ho, wo, ctx.threads),
-        Op::ConvTranspose(c) => conv_transpose(&ins[0], c, ctx),
-        Op::Pool(p) => pool(&ins[0], p, ctx),
+    Ok(match op {
+        Op::Conv(c) => conv(&ins[0], c, ho, wo, ctx.threads)?,
+        Op::ConvTranspose(c) => conv_transpose(&ins[0], c, ctx)?,
+        Op::Pool(p) => pool(&ins[0], p, ctx)?,
         Op::Resize(r) => {
             if !r.linear {
-                return ins.swap_remove(0);
+                return Ok(ins.swap_remove(0));
             }
-            resize_linear(&ins[0], r, ctx)
+            resize_linear(&ins[0], r, ctx)?
         }
         Op::Pad(p) => {
             let mut t = ins.swap_remove(0);
@@ -561,7 +561,7 @@ fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
             let x = &ins[0];
             let b = *block;
             let c = x.c / (b * b);
-            let mut out = Tensor::zeros(c, ho, wo);
+            let mut out = Tensor::zeros(c, ho, wo)?;
             let (oy0, ox0) = (ctx.range[0].0, ctx.range[1].0);
             for ch in 0..c {
                 for y in 0..ho {
@@ -582,7 +582,7 @@ fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
         Op::SpaceToDepth { block } => {
             let x = &ins[0];
             let b = *block;
-            let mut out = Tensor::zeros(x.c * b * b, ho, wo);
+            let mut out = Tensor::zeros(x.c * b * b, ho, wo)?;
             for ch in 0..x.c {
                 for ry in 0..b {
                     for rx in 0..b {
@@ -610,10 +610,10 @@ fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
             unary(u, &mut t);
             t
         }
-        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins),
+        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, ins)?,
         Op::Concat => {
             let c = ins.iter().map(|t| t.c).sum();
-            let mut data = crate::buffers::scratch(c * ho * wo);
+            let mut data = crate::buffers::scratch(c * ho * wo)?;
             let mut at = 0;
             for t in ins.iter() {
                 data[at..at + t.data.len()].copy_from_slice(&t.data);
@@ -627,7 +627,7 @@ fn compute_from(op: &Op, ins: &mut Vec<Tensor>, ctx: &Ctx) -> Tensor {
             }
         }
         Op::Identity => ins.swap_remove(0),
-    }
+    })
 }
 
 /// Whether a node of `op` reading `inputs` values is element-wise on one input: then it can run in place on
@@ -647,17 +647,17 @@ pub fn fusable(op: &Op, inputs: usize) -> bool {
 }
 
 /// A [`fusable`] op on its one input, in place: the same arithmetic as [`compute`].
-pub fn apply_pointwise(op: &Op, t: Tensor) -> Tensor {
-    match op {
+pub fn apply_pointwise(op: &Op, t: Tensor) -> crate::error::Result<Tensor> {
+    Ok(match op {
         Op::Unary(u) => {
             let mut t = t;
             unary(u, &mut t);
             t
         }
         Op::Affine { scale, shift } => affine(t, scale, shift),
-        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, &mut vec![t]),
+        Op::Binary { op, lhs, rhs } => binary(*op, lhs, rhs, &mut vec![t])?,
         _ => t,
-    }
+    })
 }
 
 fn affine(mut t: Tensor, scale: &[f32], shift: &[f32]) -> Tensor {
@@ -721,7 +721,12 @@ fn softplus(v: f32) -> f32 {
     if v > 20.0 { v } else { v.exp().ln_1p() }
 }
 
-fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Tensor {
+fn binary(
+    op: BinOp,
+    lhs: &Operand,
+    rhs: &Operand,
+    ins: &mut Vec<Tensor>,
+) -> crate::error::Result<Tensor> {
     let f = |a: f32, b: f32| match op {
         BinOp::Add => a + b,
         BinOp::Sub => a - b,
@@ -731,12 +736,12 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Ten
         BinOp::Min => a.min(b),
         BinOp::Pow => a.powf(b),
     };
-    match (lhs, rhs) {
+    Ok(match (lhs, rhs) {
         (Operand::Input(a), Operand::Input(b)) => {
             let mut t = if a == b {
                 ins[*a].clone()
             } else {
-                std::mem::replace(&mut ins[*a], Tensor::zeros(0, 0, 0))
+                std::mem::take(&mut ins[*a])
             };
             let (x, y) = (&t, &ins[*b]);
             if y.c == x.c {
@@ -747,7 +752,7 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Ten
                 // One of them has a single channel, broadcast.
                 let plane = x.h * x.w;
                 let c = x.c.max(y.c);
-                let mut out = Tensor::zeros(c, x.h, x.w);
+                let mut out = Tensor::zeros(c, x.h, x.w)?;
                 for ch in 0..c {
                     let xp = &x.data[(ch % x.c) * plane..][..plane];
                     let yp = &y.data[(ch % y.c) * plane..][..plane];
@@ -772,11 +777,17 @@ fn binary(op: BinOp, lhs: &Operand, rhs: &Operand, ins: &mut Vec<Tensor>) -> Ten
             t
         }
         (Operand::Const(_), Operand::Const(_)) => unreachable!("folded at import"),
-    }
+    })
 }
 
 /// Valid convolution of a window (padding already gathered) to `ho × wo` outputs ([`crate::gemm`]).
-pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Tensor {
+pub fn conv(
+    x: &Tensor,
+    c: &ConvOp,
+    ho: usize,
+    wo: usize,
+    threads: usize,
+) -> crate::error::Result<Tensor> {
     crate::gemm::conv_valid(
         crate::gemm::kernel(),
         x,
@@ -793,15 +804,15 @@ pub fn conv(x: &Tensor, c: &ConvOp, ho: usize, wo: usize, threads: usize) -> Ten
 
 /// Transposed convolution of outputs `ctx.range` from the window of contributing inputs: per band of
 /// input rows, `cols = Wᵀ·x` (SGEMM), then each column scattered to the outputs it reaches.
-fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
+fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> crate::error::Result<Tensor> {
     let [(oy0, oy1), (ox0, ox1)] = ctx.range;
     let (ho, wo) = (oy1 - oy0, ox1 - ox0);
-    let mut out = Tensor::zeros(c.cout, ho, wo);
+    let mut out = Tensor::zeros(c.cout, ho, wo)?;
     for co in 0..c.cout {
         out.data[co * ho * wo..(co + 1) * ho * wo].fill(c.bias[co]);
     }
     if x.h == 0 || x.w == 0 {
-        return out;
+        return Ok(out);
     }
     let cg = c.cin / c.groups;
     let og = c.cout / c.groups;
@@ -814,7 +825,7 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
     let by = convt_pad_begin(c, 0, nin[0]) as isize;
     let bx = convt_pad_begin(c, 1, nin[1]) as isize;
     let rows = ((8usize << 20) / (m * x.w * 4).max(1)).clamp(1, x.h);
-    let mut cols = crate::buffers::scratch(m * rows * x.w);
+    let mut cols = crate::buffers::scratch(m * rows * x.w)?;
     let kernel = crate::gemm::kernel();
     let pixels = crate::gemm::Rows::new(
         x,
@@ -824,7 +835,7 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
             stride: 1,
             dilation: 1,
         }; 2],
-    );
+    )?;
     for g in 0..c.groups {
         // cols[(co, ky, kx), pix] = Σ_ci W[ci, co, ky, kx] · x[ci, pix]
         let a = crate::gemm::PackedA::new(&c.weight[g * cg * m..], m, cg, 1, m);
@@ -877,7 +888,7 @@ fn conv_transpose(x: &Tensor, c: &ConvOp, ctx: &Ctx) -> Tensor {
         }
     }
     crate::buffers::give(cols);
-    out
+    Ok(out)
 }
 
 /// A pooling window's per-axis tables for outputs `ctx.range`: whether each window row / column lies
@@ -918,7 +929,7 @@ pub fn pool_tables(p: &PoolOp, ctx: &Ctx) -> PoolTables {
     }
 }
 
-fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
+fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> crate::error::Result<Tensor> {
     let [(oy0, oy1), (ox0, ox1)] = ctx.range;
     let (ho, wo) = (oy1 - oy0, ox1 - ox0);
     let tb = pool_tables(p, ctx);
@@ -945,7 +956,9 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     // With a column stride, the window's rows split into phases: each kernel column's values for a run
     // of outputs are then consecutive (column `xx·sx + kx·dx` is phase `(kx·dx) mod sx`, at
     // `xx + (kx·dx) div sx`), and the loops below vectorise.
-    let phased = (sx > 1).then(|| crate::gemm::pack::phases(x, sx));
+    let phased = (sx > 1)
+        .then(|| crate::gemm::pack::phases(x, sx))
+        .transpose()?;
     let starts = crate::gemm::pack::phase_starts(x.w, sx);
     let src_of = |kx: usize| {
         let col = kx * dx;
@@ -953,7 +966,7 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     };
     let xd = phased.as_ref().map_or(&x.data, |t| &t.data);
     // Every element is written: each output row starts at `init`.
-    let mut out = Tensor::scratch(x.c, ho, wo);
+    let mut out = Tensor::scratch(x.c, ho, wo)?;
     for ch in 0..x.c {
         let plane = &xd[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for y in 0..ho {
@@ -990,7 +1003,7 @@ fn pool(x: &Tensor, p: &PoolOp, ctx: &Ctx) -> Tensor {
     if let Some(t) = phased {
         crate::buffers::give(t.data);
     }
-    out
+    Ok(out)
 }
 
 /// Linear resize's per-axis taps for outputs `ctx.range`, relative to the gathered window: `(first,
@@ -1025,10 +1038,10 @@ pub fn convt_offsets(c: &ConvOp, ctx: &Ctx) -> [isize; 2] {
     [axis(0), axis(1)]
 }
 
-fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> Tensor {
+fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> crate::error::Result<Tensor> {
     let [ty, tx] = linear_tables(r, ctx);
     let (ho, wo) = (ty.len(), tx.len());
-    let mut out = Tensor::zeros(x.c, ho, wo);
+    let mut out = Tensor::zeros(x.c, ho, wo)?;
     for ch in 0..x.c {
         let plane = &x.data[ch * x.h * x.w..(ch + 1) * x.h * x.w];
         for (y, &(a, b, fy)) in ty.iter().enumerate() {
@@ -1040,7 +1053,7 @@ fn resize_linear(x: &Tensor, r: &ResizeOp, ctx: &Ctx) -> Tensor {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 fn ctx_out(r: &ResizeOp, axis: usize, n: usize) -> usize {

@@ -193,7 +193,7 @@ fn run_mode<B: GraphOps>(
                 let part = OutputSink::try_f32(c, oh, ow)?;
                 one_tile(be, g, &crop, inner, budget, &part)?;
                 let (oy0, _, ox0, _) = go.tile(t);
-                sink.put_tile(oy0, ox0, &part.finish().into_tensor())
+                sink.put_tile(oy0, ox0, &part.finish().into_tensor()?)
             })?;
             Ok(RunInfo {
                 tiles: grid.len(),
@@ -207,7 +207,7 @@ fn run_mode<B: GraphOps>(
             // The sample's statistics by the exact mode, tile by tile under the run's budget (its
             // values stored, spilled or recomputed as an exact run's are); its output is not kept.
             let small = crate::field::Downsampled::new(input, f);
-            let discard = OutputSink::f32(0, 0, 0);
+            let discard = OutputSink::f32(0, 0, 0)?;
             let sampled = run_mode(
                 be,
                 g,
@@ -475,5 +475,5 @@ pub fn infer_on<B: GraphOps>(
     let (c, h, w) = plan.shape[g.output];
     let sink = OutputSink::try_f32(c, h, w)?;
     let info = run_graph_on(backend, g, input, mode, tile, threads, budget, &sink)?;
-    Ok((sink.finish().into_tensor(), info))
+    Ok((sink.finish().into_tensor()?, info))
 }

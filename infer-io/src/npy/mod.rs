@@ -403,7 +403,7 @@ mod tests {
             for y0 in (0..h).step_by(th) {
                 for x0 in (0..w).step_by(tw) {
                     // Tiles reach past the array's edges, as a network's padded output does.
-                    let mut tile = Tensor::zeros(c, th, tw);
+                    let mut tile = Tensor::zeros(c, th, tw).unwrap();
                     for ch in 0..c {
                         for y in 0..th {
                             for x in 0..tw {
