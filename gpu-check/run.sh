@@ -97,7 +97,7 @@ rm -f "$LOGS"/*.log "$LOGS"/summary.md
 L3_RACE=(gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder gpu_v2_batches_match_cpu_decoder
     gpu_samples_every_layout_and_dtype_match_reference --test-threads=1)
 BSP_RACE=(gpu_every_kernel_small --test-threads=1)
-PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py)
+PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py test_decode_batch.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
 START=$SECONDS

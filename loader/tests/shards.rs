@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{copy_tree, fixture, touch_later};
+use common::{copy_tree, delivered, fixture, targets_of, touch_later};
 use loader::convert::{ShardBuild, to_shards};
 use loader::{
     Batch, Dataset, Error, ImageFolder, Loader, LoaderOptions, OpenOptions, SampleSpec, ShardSet,
@@ -38,19 +38,6 @@ fn run(ds: &Arc<dyn Dataset>, o: LoaderOptions) -> Vec<Batch> {
     Loader::new(ds.clone(), o)
         .unwrap()
         .map(|b| b.expect("batch"))
-        .collect()
-}
-
-/// (ids, labels, sample bytes) of every batch, in order.
-fn delivered(batches: &[Batch]) -> Vec<(Vec<usize>, Vec<u32>, Vec<u8>)> {
-    batches
-        .iter()
-        .map(|b| {
-            let bytes = (0..b.len())
-                .flat_map(|i| b.sample_bytes(i).unwrap().to_vec())
-                .collect();
-            (b.ids.clone(), b.labels.clone(), bytes)
-        })
         .collect()
 }
 
@@ -588,72 +575,12 @@ fn masks_and_boxes_travel_as_members_of_their_sample() {
     assert_eq!(ds.len(), 5);
 }
 
-/// (ids, masks, boxes, box labels) of every batch, in order.
-fn targets_of(batches: &[Batch]) -> Vec<TargetsOf> {
-    batches
-        .iter()
-        .map(|b| {
-            let m = b.masks.as_ref().expect("masks");
-            let masks = (0..b.len()).map(|i| m.mask(i).expect("a mask")).collect();
-            (
-                b.ids.clone(),
-                masks,
-                b.boxes.clone().expect("boxes"),
-                b.box_labels.clone().expect("box labels"),
-            )
-        })
-        .collect()
-}
-
-type TargetsOf = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<[f32; 4]>>, Vec<Vec<i64>>);
-
 #[test]
 fn a_loader_over_shards_takes_masks_and_boxes_from_their_members_as_from_the_folder() {
     use loader::targets::{IN_SHARDS, TargetOptions};
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
-    // Label maps from the images (a class per grey level band), converted to one-channel L3 so that
-    // region reads inside the mask members are exercised too; one box per image, its label its class.
-    let (png_masks, masks) = (tmp.path().join("masks-png"), tmp.path().join("masks"));
-    let mut coco_images = Vec::new();
-    let mut annotations = Vec::new();
-    for (i, (rel, _)) in loader::image_files(&f.mixed)
-        .unwrap()
-        .files
-        .iter()
-        .enumerate()
-    {
-        let img = image::open(f.mixed.join(rel)).unwrap().to_luma8();
-        let (w, h) = img.dimensions();
-        let mask =
-            image::GrayImage::from_fn(w, h, |x, y| image::Luma([img.get_pixel(x, y).0[0] / 40]));
-        let dst = png_masks.join(rel.with_extension("png"));
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        mask.save(&dst).unwrap();
-        let name = rel.with_extension("l3").to_str().unwrap().to_string();
-        coco_images.push(serde_json::json!({"id": i, "file_name": name}));
-        let bbox = [
-            w as f64 / 4.0,
-            h as f64 / 5.0,
-            w as f64 / 2.0,
-            h as f64 / 3.0,
-        ];
-        annotations.push(serde_json::json!({"image_id": i, "bbox": bbox, "category_id": i % 3}));
-    }
-    loader::convert::convert_folder(
-        &png_masks,
-        &masks,
-        loader::convert::Target::L3_DEFAULT,
-        &loader::convert::ConvertOptions {
-            threads: 2,
-            to_8bit: false,
-        },
-        &|_, _| {},
-    )
-    .unwrap();
-    let coco = tmp.path().join("boxes.json");
-    let doc = serde_json::json!({"images": coco_images, "annotations": annotations});
-    std::fs::write(&coco, doc.to_string()).unwrap();
+    let common::Targets { masks, coco } = common::targets(f, tmp.path());
     let out = tmp.path().join("shards");
     let build = ShardBuild {
         shard_size: 64 << 10,

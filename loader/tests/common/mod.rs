@@ -190,3 +190,85 @@ pub fn touch_later(path: &Path) {
         .set_modified(later)
         .unwrap();
 }
+
+/// A segmentation mask folder (one-channel L3, so that region reads inside masks are exercised) and a
+/// COCO box file for the fixture's mixed folder, item for item.
+pub struct Targets {
+    pub masks: PathBuf,
+    pub coco: PathBuf,
+}
+
+/// [`Targets`] under `dir`: each image's label map (a class per band of 40 grey levels), and one box
+/// per image, its label the image's index modulo 3.
+pub fn targets(f: &Fixture, dir: &Path) -> Targets {
+    let (png_masks, masks) = (dir.join("masks-png"), dir.join("masks"));
+    let mut coco_images = Vec::new();
+    let mut annotations = Vec::new();
+    for (i, (rel, _)) in loader::image_files(&f.mixed)
+        .unwrap()
+        .files
+        .iter()
+        .enumerate()
+    {
+        let img = image::open(f.mixed.join(rel)).unwrap().to_luma8();
+        let (w, h) = img.dimensions();
+        let mask =
+            image::GrayImage::from_fn(w, h, |x, y| image::Luma([img.get_pixel(x, y).0[0] / 40]));
+        let dst = png_masks.join(rel.with_extension("png"));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        mask.save(&dst).unwrap();
+        let name = rel.with_extension("l3").to_str().unwrap().to_string();
+        coco_images.push(serde_json::json!({"id": i, "file_name": name}));
+        let bbox = [
+            w as f64 / 4.0,
+            h as f64 / 5.0,
+            w as f64 / 2.0,
+            h as f64 / 3.0,
+        ];
+        annotations.push(serde_json::json!({"image_id": i, "bbox": bbox, "category_id": i % 3}));
+    }
+    convert_folder(
+        &png_masks,
+        &masks,
+        Target::L3_DEFAULT,
+        &two_threads(),
+        &|_, _| {},
+    )
+    .unwrap();
+    let coco = dir.join("boxes.json");
+    let doc = serde_json::json!({"images": coco_images, "annotations": annotations});
+    std::fs::write(&coco, doc.to_string()).unwrap();
+    Targets { masks, coco }
+}
+
+/// (ids, labels, sample bytes) of every batch, in order.
+pub fn delivered(batches: &[loader::Batch]) -> Vec<(Vec<usize>, Vec<u32>, Vec<u8>)> {
+    batches
+        .iter()
+        .map(|b| {
+            let bytes = (0..b.len())
+                .flat_map(|i| b.sample_bytes(i).unwrap().to_vec())
+                .collect();
+            (b.ids.clone(), b.labels.clone(), bytes)
+        })
+        .collect()
+}
+
+/// (ids, masks, boxes, box labels) of every batch, in order.
+pub fn targets_of(batches: &[loader::Batch]) -> Vec<TargetsOf> {
+    batches
+        .iter()
+        .map(|b| {
+            let m = b.masks.as_ref().expect("masks");
+            let masks = (0..b.len()).map(|i| m.mask(i).expect("a mask")).collect();
+            (
+                b.ids.clone(),
+                masks,
+                b.boxes.clone().expect("boxes"),
+                b.box_labels.clone().expect("box labels"),
+            )
+        })
+        .collect()
+}
+
+pub type TargetsOf = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<[f32; 4]>>, Vec<Vec<i64>>);
