@@ -11,12 +11,13 @@ use crate::layout::SampleOptions;
 use crate::pinned::PinnedBatch;
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
+use crate::self_check;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, result, sys,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
-use vocab::Window;
+use vocab::{Layout, Window};
 
 /// One half of the double buffer: pinned host staging and the device input it is copied to.
 pub(crate) struct Slot {
@@ -99,7 +100,7 @@ impl BatchDecoder {
                     .map_err(|e| Error::driver("cuEventCreate", e))?,
             })
         };
-        Ok(BatchDecoder {
+        let mut dec = BatchDecoder {
             slots: [slot()?, slot()?],
             ctx,
             copy_stream,
@@ -109,7 +110,37 @@ impl BatchDecoder {
             in_flight: VecDeque::new(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             host_threads: 0,
-        })
+        };
+        dec.self_check()?;
+        Ok(dec)
+    }
+
+    /// Decodes [`self_check::batches`] and compares them with the CPU decoder, unless this device passed
+    /// before in this process: [`Error::SelfCheck`] at the first difference.
+    fn self_check(&mut self) -> Result<(), Error> {
+        let ordinal = self.ordinal();
+        if self_check::passed(ordinal) {
+            return Ok(());
+        }
+        let opts = DecodeOptions {
+            layout: Layout::Nchw,
+            ..DecodeOptions::default()
+        };
+        let batches = self_check::batches().map_err(|e| Error::SelfCheck {
+            ordinal,
+            detail: format!("encoding the test batch: {e}"),
+        })?;
+        for probes in batches {
+            let files: Vec<&[u8]> = probes.iter().map(|p| p.file.as_slice()).collect();
+            let out = self.submit(&files, &opts)?;
+            let got = out.to_host_bytes()?;
+            let offsets: Vec<usize> = out.images().iter().map(|s| s.offset).collect();
+            if let Some(detail) = self_check::first_difference(&probes, &got, &offsets) {
+                return Err(Error::SelfCheck { ordinal, detail });
+            }
+        }
+        self_check::mark_passed(ordinal);
+        Ok(())
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {

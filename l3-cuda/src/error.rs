@@ -86,6 +86,13 @@ pub enum Error {
     /// A layout and element type the kernel does not produce.
     #[error("unsupported output: {what}")]
     Unsupported { what: &'static str },
+    /// The kernels, as this device's driver compiled them, decoded the decoder's built-in test batch
+    /// differently from the CPU decoder (checked once per device and process, before the first decoder
+    /// is handed out): nothing is decoded on this device rather than decoded wrong.
+    #[error(
+        "device {ordinal}: the decode kernels as this driver compiled them decode a test batch wrongly ({detail}); no batch is decoded on this device: update the driver, or decode on the CPU"
+    )]
+    SelfCheck { ordinal: usize, detail: String },
 }
 
 impl Error {

@@ -52,6 +52,7 @@ mod pinned;
 mod plan;
 mod resample;
 mod sample;
+mod self_check;
 mod v2;
 #[cfg(test)]
 extern crate self as l3_cuda;

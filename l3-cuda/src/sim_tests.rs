@@ -262,6 +262,39 @@ fn sim_every_patch_size_matches_cpu_decoder() {
     }
 }
 
+/// The decoder's self-check batches: the simulated kernels pass them, the plans put them in blocks of 32
+/// and 64 threads (several patches to a warp, which is what they are there to catch), and a single wrong
+/// byte in the output is named by image, byte and value.
+#[test]
+fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    let batches = crate::self_check::batches().unwrap();
+    let blocks: Vec<u32> = batches
+        .iter()
+        .map(|probes| {
+            let files: Vec<&[u8]> = probes.iter().map(|p| p.file.as_slice()).collect();
+            let plan = BatchPlan::new(&files, &u8_opts(Layout::Nchw)).unwrap();
+            let run = run_sim(exe, &plan, &files, "self-check");
+            assert_eq!(run.err, u32::MAX, "no patch fails");
+            let offsets: Vec<usize> = plan.images.iter().map(|s| s.offset).collect();
+            assert_eq!(
+                crate::self_check::first_difference(probes, &run.out, &offsets),
+                None
+            );
+            let mut bad = run.out.clone();
+            let k = offsets[1] + 5;
+            bad[k] ^= 1;
+            let said = crate::self_check::first_difference(probes, &bad, &offsets).unwrap();
+            assert!(
+                said.starts_with(&probes[1].label) && said.contains("byte 5 is"),
+                "{said}"
+            );
+            plan.block_dim
+        })
+        .collect();
+    assert_eq!(blocks, [32, 64]);
+}
+
 /// 1×1 images, single rows and columns, in one mixed batch with a larger image of each channel count.
 #[test]
 fn sim_tiny_and_mixed_batch_matches_cpu_decoder() {

@@ -1,0 +1,115 @@
+//! A fixed batch decoded on the device and compared with the CPU decoder before the first decoder of a
+//! device is handed out. The kernels are compiled by the user's driver at run time, so the code that runs
+//! is not the code the tests ran: an H200 once decoded the last row of small patches wrong with a kernel
+//! the CPU simulation found right (README, "Measured on an H200"). A wrong byte here is an error naming
+//! the device, and no batch is decoded on it — never a silently wrong batch.
+//!
+//! The batch holds every patch size 1 to 64 on small images of 1, 3 and 4 channels with partial and
+//! one-pixel edge patches (two launches: blocks of 32 threads, where several patches share a warp, and of
+//! 64), about 160 KB of output in all: a few milliseconds once per device and process.
+
+use std::sync::Mutex;
+
+/// Devices (ordinals) whose kernels passed in this process.
+static PASSED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// One test image: its L3 v1 file and a label for the error.
+pub(crate) struct Probe {
+    pub(crate) file: Vec<u8>,
+    pub(crate) label: String,
+}
+
+/// The two launches' images: patch sizes 1..=32 and 33..=64.
+pub(crate) fn batches() -> Result<Vec<Vec<Probe>>, l3_format::Error> {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    [(1u32, 32u32), (33, 64)]
+        .into_iter()
+        .map(|(lo, hi)| {
+            (lo..=hi)
+                .map(|n| {
+                    let c = [1u8, 3, 4][n as usize % 3];
+                    // A 1-pixel-wide edge patch, or partial ones, beside whole patches.
+                    let w = match n % 3 {
+                        0 => n + 1,
+                        1 => 2 * n - 1,
+                        _ => n / 2 + 1,
+                    };
+                    let h = 2 + (n * 7) % 11;
+                    let smooth = n % 2 == 0;
+                    let px: Vec<u8> = (0..(w * h) as usize * c as usize)
+                        .map(|i| {
+                            let p = i / c as usize;
+                            let (x, y) = ((p % w as usize) as u64, (p / w as usize) as u64);
+                            let noise = next();
+                            if smooth {
+                                ((x * 3 + y * 2 + (i % c as usize) as u64 * 40 + noise % 5) % 256)
+                                    as u8
+                            } else {
+                                noise as u8
+                            }
+                        })
+                        .collect();
+                    Ok(Probe {
+                        file: l3_format::encode(&px, w, h, c, n as u8)?,
+                        label: format!("{w}x{h}x{c}, patches of {n}"),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Where the device's bytes `got` (the batch decoded as u8 NCHW, images at `offsets`) differ from the CPU
+/// decoder's: the first differing image and byte, or `None`.
+pub(crate) fn first_difference(probes: &[Probe], got: &[u8], offsets: &[usize]) -> Option<String> {
+    for (p, &at) in probes.iter().zip(offsets) {
+        let want = match cpu_decode(&p.file) {
+            Ok(w) => w,
+            Err(e) => return Some(format!("{}: the CPU decoder: {e}", p.label)),
+        };
+        let Some(have) = got.get(at..at + want.len()) else {
+            return Some(format!("{}: the output ends before it", p.label));
+        };
+        if let Some(k) = have.iter().zip(&want).position(|(a, b)| a != b) {
+            let bad = have.iter().zip(&want).filter(|(a, b)| a != b).count();
+            return Some(format!(
+                "{}: byte {k} is {}, the CPU decoder's {} ({bad} of {} bytes differ)",
+                p.label,
+                have[k],
+                want[k],
+                want.len()
+            ));
+        }
+    }
+    None
+}
+
+/// The CPU decoder's bytes of `file` as u8 NCHW.
+fn cpu_decode(file: &[u8]) -> Result<Vec<u8>, l3_format::Error> {
+    let f = l3_format::L3File::parse(file)?;
+    let mut out = vec![0u8; f.decoded_len()];
+    f.decode_chw(&mut out)?;
+    Ok(out)
+}
+
+/// Whether the kernels on device `ordinal` passed in this process.
+pub(crate) fn passed(ordinal: usize) -> bool {
+    PASSED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&ordinal)
+}
+
+/// Records that the kernels on device `ordinal` passed.
+pub(crate) fn mark_passed(ordinal: usize) {
+    PASSED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(ordinal);
+}
