@@ -9,7 +9,7 @@ mod common;
 
 use common::{delivered, fixture, targets_of};
 use loader::convert::{ShardBuild, to_shards};
-use loader::targets::{IN_SHARDS, TargetOptions};
+use loader::targets::{IN_SHARDS, TargetOptions, Targets};
 use loader::{
     Batch, Dataset, DecodeScope, ImageFolder, Loader, LoaderOptions, OpenOptions, SampleSpec,
     open_dataset,
@@ -76,6 +76,20 @@ fn masks_and_boxes_in_shards_on_s3_equal_the_folders() {
     let n = folder.len() as u64;
     assert_eq!(shards.len() as u64, n);
     let carried = Path::new(IN_SHARDS);
+    // Opening the targets reads no boxes member (each is read with its item): at most the mask the
+    // 8/16-bit probe opens.
+    server.reset();
+    let o = options(DecodeScope::Region, carried, carried);
+    assert!(
+        Targets::open(&*shards, &o.targets, false)
+            .unwrap()
+            .is_some()
+    );
+    let (gets, _) = server.served();
+    assert!(
+        gets <= 1,
+        "opening the targets took {gets} GETs for {n} samples"
+    );
     for scope in [DecodeScope::Region, DecodeScope::Whole] {
         let want = run(&folder, options(scope, &masks, &coco));
         server.reset();

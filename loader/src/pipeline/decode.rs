@@ -111,7 +111,7 @@ fn targets(
     let path = ctx.ds.source(job.index);
     t.make(
         job.index,
-        mask.as_ref(),
+        (mask.as_ref(), job.boxes.take()),
         (&path, d.image),
         (&g, out),
         scratch,

@@ -380,24 +380,32 @@ impl GpuStage {
             batch: Box::new(batch),
             masks: masks.map(Box::new),
         });
-        for (i, e) in entries.into_iter().enumerate() {
+        for (i, mut e) in entries.into_iter().enumerate() {
             let pixels = rects.get(i).map_or(0, |r| u64::from(r.w) * u64::from(r.h));
             Counters::add(&self.ctx.counters.items_decoded, 1);
             Counters::add(&self.ctx.counters.pixels_decoded, pixels);
             let geometry = e.geometry;
             let image = e.image;
-            // Boxes are the host's part of a device batch.
-            let boxes = self
-                .ctx
-                .targets
-                .as_ref()
-                .and_then(|t| t.boxes_for(e.job.index, &geometry));
-            let mut done = e.done(Ok(Decoded {
-                pixels,
-                partial: false,
-                geometry: Some(geometry),
-                image,
-            }));
+            // Boxes are the host's part of a device batch (a box member that fails to read or parse
+            // fails its item, as on the CPU path).
+            let read = e.job.boxes.take();
+            let boxes = match &self.ctx.targets {
+                Some(t) => t.boxes_for(e.job.index, read, &geometry),
+                None => Ok(None),
+            };
+            let (decoded, boxes) = match boxes {
+                Ok(b) => (
+                    Ok(Decoded {
+                        pixels,
+                        partial: false,
+                        geometry: Some(geometry),
+                        image,
+                    }),
+                    b,
+                ),
+                Err(err) => (Err(err), None),
+            };
+            let mut done = e.done(decoded);
             done.boxes = boxes;
             msgs.push(ToAssembler::Item(done));
         }

@@ -103,6 +103,9 @@ pub(crate) struct Job {
     /// What was read of its mask and how many bytes that took, read with the item (`None` until
     /// read, or without masks).
     pub mask: Option<Result<(Stored, u64)>>,
+    /// Its boxes as its shard carries them, read with the item (`None` until read, or for boxes not
+    /// carried in shards).
+    pub boxes: Option<crate::targets::ReadBoxes>,
 }
 
 /// The assembler's inbox.

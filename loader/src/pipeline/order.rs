@@ -128,6 +128,7 @@ impl Dispatch {
                     stored,
                     mask_slot: mask_slots.next().flatten(),
                     mask: None,
+                    boxes: None,
                 };
                 let to = if job.stored.is_some() {
                     &self.to_decode

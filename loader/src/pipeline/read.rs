@@ -10,11 +10,15 @@ pub(crate) fn read(ctx: &Ctx, job: &mut Job) {
     let t0 = Instant::now();
     let req = ctx.request(job.key);
     let mut r = super::guarded("reading", || ctx.ds.read(job.index, &req));
-    if let (Ok((_, n)), Some(t)) = (&mut r, &ctx.targets)
-        && let Some(mask) = t.read_mask(job.index, &req)
-    {
-        *n += mask.as_ref().map_or(0, |m| m.1);
-        job.mask = Some(mask);
+    if let (Ok((_, n)), Some(t)) = (&mut r, &ctx.targets) {
+        if let Some(mask) = t.read_mask(job.index, &req) {
+            *n += mask.as_ref().map_or(0, |m| m.1);
+            job.mask = Some(mask);
+        }
+        if let Some(boxes) = t.read_boxes(job.index) {
+            *n += boxes.as_ref().map_or(0, |b| b.1);
+            job.boxes = Some(boxes);
+        }
     }
     Counters::add_time(&ctx.counters.read_ns, t0);
     if let Ok((_, n)) = &r {

@@ -9,7 +9,7 @@ pub mod masks;
 use crate::dataset::Dataset;
 use crate::dataset::masks::{MaskIndex, MaskNaming};
 use crate::dataset::regions::IndexCache;
-use crate::dataset::shards::{Carried, ShardSet};
+use crate::dataset::shards::{Carried, Member, ShardSet};
 use crate::error::{Error, Result};
 use crate::item::{SampleRequest, Stored};
 use crate::storage::{Storage, StorageOptions};
@@ -123,11 +123,30 @@ pub struct Targets {
     /// Masks are 16-bit (the batch's masks are `u16`).
     wide: bool,
     ignore_index: u16,
-    boxes: Option<Vec<ItemBoxes>>,
+    boxes: Option<BoxSource>,
     min_box_size: f64,
     /// The offset tables of the L3 masks read by region so far.
     indexes: IndexCache,
 }
+
+/// Where the items' boxes come from.
+#[derive(Debug)]
+enum BoxSource {
+    /// A COCO file, matched to the items when the targets open.
+    Matched(Vec<ItemBoxes>),
+    /// Each sample's `KEY.json` member of a shard set, read with its item in the read stage: a GET
+    /// per item as it is read, not one per item of the whole set before the first batch.
+    Carried {
+        storage: Storage,
+        members: Vec<Option<Member>>,
+    },
+}
+
+/// What the read stage fetched of an item's boxes, and the bytes that took ([`Targets::read_boxes`]).
+pub type ReadBoxes = Result<(ItemBoxes, u64)>;
+
+/// Largest boxes member read (a sample's boxes are a few hundred bytes).
+const BOXES_MEMBER_LIMIT: u64 = 64 << 20;
 
 /// Why `option` = [`IN_SHARDS`] cannot work over `ds`.
 fn not_shards(ds: &dyn Dataset, option: &str) -> Error {
@@ -141,17 +160,13 @@ fn not_shards(ds: &dyn Dataset, option: &str) -> Error {
 
 /// Each item's boxes from its sample's `KEY.json` member (none without one): one read per member,
 /// when the loader starts, as a COCO file is read then.
-fn carried_boxes(shards: &ShardSet) -> Result<Vec<ItemBoxes>> {
-    let limit = 64 << 20;
-    (0..shards.len())
-        .map(|i| match shards.carried(i, Carried::Boxes) {
-            None => Ok(ItemBoxes::default()),
-            Some(m) => {
-                let bytes = m.read(shards.storage(), limit)?;
-                boxes::parse_carried(&bytes, &m.source(shards.storage()))
-            }
-        })
-        .collect()
+fn carried_boxes(shards: &ShardSet) -> BoxSource {
+    BoxSource::Carried {
+        storage: shards.storage().clone(),
+        members: (0..shards.len())
+            .map(|i| shards.carried(i, Carried::Boxes))
+            .collect(),
+    }
 }
 
 /// The byte budget of the masks' cached offset tables (a one-channel table is a third of its image's).
@@ -216,10 +231,14 @@ impl Targets {
             None => None,
             Some(path) if path.as_os_str() == IN_SHARDS => Some(carried_boxes(
                 ds.shard_set().ok_or_else(|| not_shards(ds, "boxes"))?,
-            )?),
+            )),
             Some(path) => {
                 let coco = CocoBoxes::open(path)?;
-                Some(coco.match_items(&names, path, &ds.describe())?)
+                Some(BoxSource::Matched(coco.match_items(
+                    &names,
+                    path,
+                    &ds.describe(),
+                )?))
             }
         };
         Ok(Some(Targets {
@@ -283,7 +302,7 @@ impl Targets {
     pub fn make(
         &self,
         index: usize,
-        mask: Option<&Stored>,
+        (mask, boxes): (Option<&Stored>, Option<ReadBoxes>),
         (image_path, image): (&Path, (u32, u32)),
         (g, out): (&Geometry, (u32, u32)),
         scratch: &mut MaskImage,
@@ -326,13 +345,44 @@ impl Targets {
             masks::decode_stored_mask(stored, &path, Some(masks::picked(g)), check, scratch)?;
             masks::write_mask(scratch, g, out, self.ignore_index, self.wide, slot);
         }
-        Ok(self.boxes_for(index, g))
+        self.boxes_for(index, boxes, g)
     }
 
-    /// Item `index`'s boxes through geometry `g`, if boxes are on.
-    pub fn boxes_for(&self, index: usize, g: &Geometry) -> Option<SampleBoxes> {
-        self.boxes
-            .as_ref()
-            .map(|b| boxes::place_boxes(&b[index], g, self.min_box_size))
+    /// The read stage's part of item `index`'s boxes: its shard's boxes member, read and parsed, with
+    /// the bytes read — for boxes a shard set carries; `None` where there is nothing to read (boxes off,
+    /// or matched from a COCO file at open).
+    pub fn read_boxes(&self, index: usize) -> Option<ReadBoxes> {
+        let Some(BoxSource::Carried { storage, members }) = &self.boxes else {
+            return None;
+        };
+        Some(match members.get(index).cloned().flatten() {
+            None => Ok((ItemBoxes::default(), 0)),
+            Some(m) => m.read(storage, BOXES_MEMBER_LIMIT).and_then(|bytes| {
+                let b = boxes::parse_carried(&bytes, &m.source(storage))?;
+                Ok((b, m.size))
+            }),
+        })
+    }
+
+    /// Item `index`'s boxes through geometry `g`, if boxes are on: `read` is what the read stage
+    /// fetched of them ([`read_boxes`](Self::read_boxes)), read here where it is `None`.
+    pub fn boxes_for(
+        &self,
+        index: usize,
+        read: Option<ReadBoxes>,
+        g: &Geometry,
+    ) -> Result<Option<SampleBoxes>> {
+        let place = |b: &ItemBoxes| boxes::place_boxes(b, g, self.min_box_size);
+        match &self.boxes {
+            None => Ok(None),
+            Some(BoxSource::Matched(b)) => Ok(Some(place(&b[index]))),
+            Some(BoxSource::Carried { .. }) => {
+                let (b, _) = match read.or_else(|| self.read_boxes(index)) {
+                    Some(r) => r?,
+                    None => (ItemBoxes::default(), 0),
+                };
+                Ok(Some(place(&b)))
+            }
+        }
     }
 }
