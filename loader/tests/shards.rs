@@ -647,4 +647,48 @@ fn a_loader_over_shards_takes_masks_and_boxes_from_their_members_as_from_the_fol
             "{scope:?}: {e}"
         );
     }
+    // A boxes member that is no JSON: its item fails when it is read (not the loader when it opens),
+    // naming shard and member; with skip_errors the others are delivered.
+    std::fs::write(&index0, serde_json::to_vec(&index).unwrap()).unwrap();
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index0).unwrap()).unwrap();
+    let members = index["samples"][0]["members"].as_array_mut().unwrap();
+    let seg = members
+        .iter_mut()
+        .find(|m| m["name"].as_str().unwrap().contains(".seg."))
+        .unwrap();
+    seg["size"] = (seg["size"].as_u64().unwrap() + 1).into();
+    let json = members
+        .iter()
+        .find(|m| m["name"].as_str().unwrap().ends_with(".json"))
+        .unwrap();
+    let (json_name, at) = (
+        json["name"].as_str().unwrap().to_string(),
+        json["offset"].as_u64().unwrap(),
+    );
+    std::fs::write(&index0, index.to_string()).unwrap();
+    let tar = out.join("shard-000000.tar");
+    let mut bytes = std::fs::read(&tar).unwrap();
+    bytes[at as usize] = b'#';
+    std::fs::write(&tar, bytes).unwrap();
+    let shards = open(out.to_str().unwrap()).unwrap();
+    let first = shards.source(0).display().to_string();
+    let mut l = Loader::new(
+        shards.clone(),
+        with(carried, carried, loader::DecodeScope::Region),
+    )
+    .expect("opening reads no boxes member");
+    let e = l.find_map(|b| b.err()).expect("an error").to_string();
+    assert!(
+        e.contains("shard-000000.tar") && e.contains(&json_name),
+        "{e}"
+    );
+    let skipping = LoaderOptions {
+        skip_errors: true,
+        ..with(carried, carried, loader::DecodeScope::Region)
+    };
+    let got = run(&shards, skipping);
+    let ids: Vec<usize> = got.iter().flat_map(|b| b.ids.clone()).collect();
+    assert_eq!(ids.len(), shards.len() - 1, "all but {first}");
+    assert!(!ids.contains(&0));
 }
