@@ -8,7 +8,7 @@
 mod common;
 
 use common::{delivered, fixture, targets_of};
-use loader::convert::{ShardBuild, to_shards};
+use loader::convert::to_shards;
 use loader::targets::{IN_SHARDS, TargetOptions, Targets};
 use loader::{
     Batch, Dataset, DecodeScope, ImageFolder, Loader, LoaderOptions, OpenOptions, SampleSpec,
@@ -52,15 +52,10 @@ fn run(ds: &Arc<dyn Dataset>, o: LoaderOptions) -> Vec<Batch> {
 fn masks_and_boxes_in_shards_on_s3_equal_the_folders() {
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
-    let common::Targets { masks, coco } = common::targets(f, tmp.path());
+    let t = common::targets(f, tmp.path());
+    let (masks, coco) = (t.masks.clone(), t.coco.clone());
     let root = tmp.path().join("s3");
-    let build = ShardBuild {
-        shard_size: 64 << 10,
-        masks: Some(masks.clone()),
-        boxes: Some(coco.clone()),
-        ..ShardBuild::default()
-    };
-    let s = to_shards(&f.l3, &root.join("data/shards"), &build).unwrap();
+    let s = to_shards(&f.l3, &root.join("data/shards"), &t.shard_build()).unwrap();
     assert!(s.shards >= 2, "{} shards", s.shards);
     let server = Server::start(&root, "127.0.0.1:0".parse().unwrap()).unwrap();
     // SAFETY: this binary's only test sets the environment before any loader thread starts.

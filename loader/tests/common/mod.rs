@@ -198,6 +198,18 @@ pub struct Targets {
     pub coco: PathBuf,
 }
 
+impl Targets {
+    /// Shards of about 64 KiB that carry these masks and boxes as members of their samples.
+    pub fn shard_build(&self) -> loader::convert::ShardBuild {
+        loader::convert::ShardBuild {
+            shard_size: 64 << 10,
+            masks: Some(self.masks.clone()),
+            boxes: Some(self.coco.clone()),
+            ..loader::convert::ShardBuild::default()
+        }
+    }
+}
+
 /// [`Targets`] under `dir`: each image's label map (a class per band of 40 grey levels), and one box
 /// per image, its label the image's index modulo 3.
 pub fn targets(f: &Fixture, dir: &Path) -> Targets {
