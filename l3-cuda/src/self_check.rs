@@ -21,13 +21,7 @@ pub(crate) struct Probe {
 
 /// The two launches' images: patch sizes 1..=32 and 33..=64.
 pub(crate) fn batches() -> Result<Vec<Vec<Probe>>, l3_format::Error> {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = stdx::SplitMix64::new(0x2545_f491_4f6c_dd1d);
     [(1u32, 32u32), (33, 64)]
         .into_iter()
         .map(|(lo, hi)| {
@@ -46,7 +40,7 @@ pub(crate) fn batches() -> Result<Vec<Vec<Probe>>, l3_format::Error> {
                         .map(|i| {
                             let p = i / c as usize;
                             let (x, y) = ((p % w as usize) as u64, (p / w as usize) as u64);
-                            let noise = next();
+                            let noise = rng.next_u64();
                             if smooth {
                                 ((x * 3 + y * 2 + (i % c as usize) as u64 * 40 + noise % 5) % 256)
                                     as u8

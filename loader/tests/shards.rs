@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{copy_tree, delivered, fixture, targets_of, touch_later};
+use common::{copy_tree, delivered, fixture, touch_later};
 use loader::convert::{ShardBuild, to_shards};
 use loader::{
     Batch, Dataset, Error, ImageFolder, Loader, LoaderOptions, OpenOptions, SampleSpec, ShardSet,
@@ -580,11 +580,8 @@ fn a_loader_over_shards_takes_masks_and_boxes_from_their_members_as_from_the_fol
     use loader::targets::{IN_SHARDS, TargetOptions};
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
-    let t = common::targets(f, tmp.path());
-    let (masks, coco) = (t.masks.clone(), t.coco.clone());
     let out = tmp.path().join("shards");
-    let s = to_shards(&f.l3, &out, &t.shard_build()).unwrap();
-    assert!(s.shards >= 2, "{} shards", s.shards);
+    let (common::Targets { masks, coco }, _) = common::targets_in_shards(f, tmp.path(), &out);
     let with = |m: &Path, b: &Path, scope| LoaderOptions {
         decode: scope,
         targets: TargetOptions {
@@ -600,13 +597,7 @@ fn a_loader_over_shards_takes_masks_and_boxes_from_their_members_as_from_the_fol
     for scope in [loader::DecodeScope::Region, loader::DecodeScope::Whole] {
         let want = run(&folder, with(&masks, &coco, scope));
         let got = run(&shards, with(carried, carried, scope));
-        assert_eq!(delivered(&got), delivered(&want), "{scope:?}: images");
-        let want = targets_of(&want);
-        assert_eq!(targets_of(&got), want, "{scope:?}: masks and boxes");
-        assert!(
-            want.iter().any(|t| t.2.iter().any(|b| !b.is_empty())),
-            "no boxes at all"
-        );
+        common::assert_same_targets(&got, &want, &format!("{scope:?}"));
     }
     // Over a folder, @shards names nothing: an error saying so.
     let e = Loader::new(

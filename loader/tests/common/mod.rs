@@ -198,16 +198,19 @@ pub struct Targets {
     pub coco: PathBuf,
 }
 
-impl Targets {
-    /// Shards of about 64 KiB that carry these masks and boxes as members of their samples.
-    pub fn shard_build(&self) -> loader::convert::ShardBuild {
-        loader::convert::ShardBuild {
-            shard_size: 64 << 10,
-            masks: Some(self.masks.clone()),
-            boxes: Some(self.coco.clone()),
-            ..loader::convert::ShardBuild::default()
-        }
-    }
+/// [`targets`] under `dir`, and the fixture's L3 folder written to shards of about 64 KiB in `out` that
+/// carry them as members of their samples: the targets and the number of shards (at least two).
+pub fn targets_in_shards(f: &Fixture, dir: &Path, out: &Path) -> (Targets, usize) {
+    let t = targets(f, dir);
+    let build = loader::convert::ShardBuild {
+        shard_size: 64 << 10,
+        masks: Some(t.masks.clone()),
+        boxes: Some(t.coco.clone()),
+        ..loader::convert::ShardBuild::default()
+    };
+    let s = loader::convert::to_shards(&f.l3, out, &build).unwrap();
+    assert!(s.shards >= 2, "{} shards", s.shards);
+    (t, s.shards)
 }
 
 /// [`Targets`] under `dir`: each image's label map (a class per band of 40 grey levels), and one box
@@ -281,6 +284,17 @@ pub fn targets_of(batches: &[loader::Batch]) -> Vec<TargetsOf> {
             )
         })
         .collect()
+}
+
+/// Asserts that `got` delivers the samples, masks and boxes of `want`, and that there are boxes at all.
+pub fn assert_same_targets(got: &[loader::Batch], want: &[loader::Batch], tag: &str) {
+    assert_eq!(delivered(got), delivered(want), "{tag}: images");
+    let want = targets_of(want);
+    assert_eq!(targets_of(got), want, "{tag}: masks and boxes");
+    assert!(
+        want.iter().any(|t| t.2.iter().any(|b| !b.is_empty())),
+        "no boxes at all"
+    );
 }
 
 pub type TargetsOf = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<[f32; 4]>>, Vec<Vec<i64>>);
