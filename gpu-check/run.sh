@@ -41,6 +41,9 @@
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
 #   bsp-bench    `l3-bench bsp` on the device: every mode at 2048², whole and exact and PyTorch at 4096² to
 #                16384² as far as a 220 s deadline allows (each case in bsp-runs.jsonl once measured)
+#   bsp-ranks    `l3-bench ranks`: one image (L3_RANKS_SIDE, default 4096) shared among 1, 2, 4 and 8
+#                processes started by torchrun (gloo, one thread each) on this machine's CPU cores, against
+#                one process; every output compared byte for byte with the one-process run's
 #   tasks        `cargo xtask bench tasks`'s recipes on the device machine: torch's DataLoader with
 #                transforms.v2 (a worker per core), l3toolkit.Loader on all cores, and device="cuda"
 #                (images/s; tasks.tsv); each file listed TASKS_COPIES times (default 64), so an
@@ -69,8 +72,8 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     run1) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
-    run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench) ;;
-    all) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks) ;;
+    run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks) ;;
+    all) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
@@ -100,7 +103,7 @@ BSP_RACE=(gpu_every_kernel_small --test-threads=1)
 # The tests that found the v1 kernel's last-row error (H200, 2026-11-28), which l3-variants reruns.
 L3_VARIANT_TESTS=(gpu_every_patch_size_matches_cpu_decoder gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder
     gpu_pinned_batch_matches_cpu_decoder gpu_samples_every_layout_and_dtype_match_reference)
-PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py test_decode_batch.py)
+PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py test_decode_batch.py test_infer_ranks.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
 START=$SECONDS
@@ -318,6 +321,15 @@ run_step() {
         step bsp-bench 300 env L3_WORKSPACE_ROOT="$ROOT" "$BIN/l3-bench" bsp
         keep "$ROOT/target/bench/bsp.md" "$ROOT/target/bench/bsp-runs.jsonl" "$ROOT"/target/bench/bsp*.svg
         ;;
+    bsp-ranks)
+        if python_ready; then
+            GPU_STEP=0 step bsp-ranks 300 env PYTHONPATH="$SITE" L3_RANKS_PYTHON="$(command -v python3)" \
+                L3_RANKS_SIDE="${L3_RANKS_SIDE:-4096}" L3_WORKSPACE_ROOT="$ROOT" "$BIN/l3-bench" ranks
+            keep "$ROOT/target/bench/ranks.md"
+        else
+            note "| bsp-ranks | FAILED: the wheel did not install (pip.log) | 0 |"; FAILED=1; write_summary
+        fi
+        ;;
     tasks)
         if python_ready; then
             GPU_STEP=0 step tasks-prepare 150 env PYTHONPATH="$SITE" python3 "$ROOT/bench/src/sections/tasks_bench.py" \
@@ -385,7 +397,7 @@ dry_run() {
         command -v "$tool" >/dev/null && ok "$tool" || echo "  --    $tool not on this machine (the device has it)"
     done
     for s in "${STEPS[@]}"; do
-        case " env l3-gpu l3-variants l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench tasks " in
+        case " env l3-gpu l3-variants l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks tasks " in
         *" $s "*) ;; *) miss "step $s (unknown)" ;; esac
     done
     [ $bad = 0 ] && echo "dry run: the bundle is complete; steps: ${STEPS[*]}" || echo "dry run: the bundle is NOT complete"

@@ -84,6 +84,24 @@ pub enum Error {
     },
     #[error("invalid tile grid: {0}")]
     Grid(String),
+    /// Another rank of a run shared among several failed: every rank stops with its error.
+    #[error("rank {rank} of {size} failed: {message}")]
+    RankFailed {
+        rank: usize,
+        size: usize,
+        message: String,
+    },
+    /// The ranks' collective itself failed (a rank gone, a connection broken), or the ranks were not at
+    /// the same step of the same run.
+    #[error(
+        "rank {rank} of {size}, at step {step}: the collective between the ranks failed: {message}"
+    )]
+    Collective {
+        rank: usize,
+        size: usize,
+        step: String,
+        message: String,
+    },
     #[error(
         "the activations need {needed} bytes at their peak, more than the RAM budget ({ram}) plus the disk budget ({disk}) in {dir}"
     )]

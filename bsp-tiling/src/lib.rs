@@ -8,9 +8,10 @@
 //!   fused, read through or inlined, and their peak bytes), `graph::working` (a tile's working set, the
 //!   tile fitted to the RAM budget), `graph::eval` (one node over one output range), `graph::exact` (the
 //!   superstep engine), `graph::superstep` (every tile in parallel, the return the barrier),
-//!   `graph::fixed` (one pass per output tile with fixed statistics), `graph::run` ([`run_graph`],
-//!   [`infer`] and their backend/device forms), [`graph::ops`] (each op's geometry and host computation),
-//!   [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA), [`graph::launch`] (the graph kernels'
+//!   `graph::fixed` (one pass per output tile with fixed statistics), `graph::run` ([`run`] and
+//!   [`run_device`] with their [`Options`]; [`infer`] and [`infer_on`] into a new tensor),
+//!   `graph::halos` (what ranks sharing a run send each other), [`graph::ops`] (each op's geometry and
+//!   host computation), [`graph::exec`] ([`GraphOps`]: CPU, simulated device, CUDA), [`graph::launch`] (the graph kernels'
 //!   host half).
 //! * [`onnx`] — the ONNX importer into a [`Graph`] ([`load_onnx`]), one module per op family.
 //! * [`stylize`] and its device/sink forms run [`Net`] (TransformerNet from safetensors, `model`) as
@@ -27,7 +28,11 @@
 //! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM) on the
 //!   toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`], [`DeviceOptions`],
 //!   [`Precision`]: f16 convolution operands with f32 accumulation) and [`stylize_on`] /
-//!   [`run_graph_device`] run on it.
+//!   [`run_device`] run on it.
+//! * [`Ranks`] (`ranks`) — a run's tiles shared among processes joined by a [`Collective`]
+//!   (`torch.distributed`, JAX, [`LocalRanks`]' threads): per-tile statistics merged in tile order, the
+//!   halos each rank reads sent to it (`graph::halos`), the output's tiles to rank 0; the output is a
+//!   single process's, bit for bit. [`Options::ranks`] names them for [`run`] and [`stylize`].
 //! * `meter`, `sim` — device memory: leases against a budget ([`Meter`]), and the device simulated on
 //!   the CPU.
 //! * `stats` (Chan/Welford, [`ChannelStats`]), `store` (values in RAM or spilled, [`Budget`]),
@@ -59,6 +64,7 @@ pub mod metrics;
 mod model;
 pub mod onnx;
 mod padding;
+mod ranks;
 mod run_info;
 mod sim;
 mod stats;
@@ -82,14 +88,15 @@ pub use field::{
     Field, Input, Output, OutputSink, Scaled, ScaledSink, Sink, image_from_tensor, image_to_tensor,
 };
 pub use graph::{
-    Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run_graph,
-    run_graph_device, run_graph_on, working_set,
+    Graph, GraphOps, GraphPlan, GraphStats, Node, NodeHalo, infer, infer_on, run, run_device,
+    working_set,
 };
 pub use grid::Grid;
 pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
 pub use onnx::{graph_from_onnx, load_onnx};
 pub use padding::PaddingMode;
+pub use ranks::{Collective, LocalRanks, Ranks};
 pub use run_info::RunInfo;
 pub use stats::ChannelStats;
 pub use store::Budget;
@@ -158,7 +165,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Settings of a [`stylize`] run.
+/// Settings of a run ([`run`], [`run_device`], [`stylize`]).
 #[derive(Clone, Debug)]
 pub struct Options {
     pub mode: Mode,
@@ -166,6 +173,10 @@ pub struct Options {
     pub tile: usize,
     pub threads: usize,
     pub budget: Budget,
+    /// The ranks sharing this run's tiles ([`Ranks`]: processes joined by a collective), or `None`:
+    /// this process computes them all. Every rank runs with the same graph, input and options; the
+    /// output is written by rank 0 only and equals a single process's bit for bit.
+    pub ranks: Option<Ranks>,
 }
 
 impl Default for Options {
@@ -175,6 +186,7 @@ impl Default for Options {
             tile: 512,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             budget: Budget::default(),
+            ranks: None,
         }
     }
 }
@@ -239,7 +251,7 @@ pub fn stylize_shape(net: &Net, h: usize, w: usize) -> Result<(usize, usize, usi
 
 /// Runs `net` over `input` in the chosen mode on `backend`: [`Graph::from_net`] through the graph engine,
 /// on [`grid_for`]'s tiles. The output has PyTorch's whole-image size for this input ([`stylize_shape`]),
-/// in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else float32. [`stylize_into`] writes it
+/// in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else float32. [`stylize_on_into`] writes it
 /// to a [`Sink`] instead.
 pub fn stylize<B: GraphOps>(
     net: &Net,
@@ -267,7 +279,7 @@ fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
 /// float32 values with their top-left corner in the [`stylize_shape`] output; a sink smaller than that
 /// clips them. Every mode streams except [`Mode::Whole`], whose one tile is the whole output. The first
 /// error of the sink stops the run and is returned.
-pub fn stylize_into<B: GraphOps>(
+fn stylize_into<B: GraphOps>(
     net: &Net,
     backend: &B,
     input: &dyn Input,
@@ -283,11 +295,8 @@ pub fn stylize_into<B: GraphOps>(
         backend,
         &Graph::from_net(net),
         input,
-        opts.mode,
-        opts.tile,
+        opts,
         &|h, w, t| grid_for(net, h, w, t),
-        opts.threads,
-        &opts.budget,
         sink,
     )
 }
@@ -308,7 +317,7 @@ pub fn stylize_on(
     Ok((sink.finish(), info))
 }
 
-/// [`stylize_into`] on the device `dev` names, as [`stylize_on`] opens it (no fallback to the CPU).
+/// [`stylize`] into `sink` (`stylize_into`) on the device `dev` names, as [`stylize_on`] opens it (no fallback to the CPU).
 pub fn stylize_on_into(
     dev: &DeviceOptions,
     net: &Net,

@@ -1,4 +1,4 @@
-//! What a run did besides its output: what `stylize`, `run_graph` and `infer` return.
+//! What a run did besides its output: what `stylize`, `run` and `infer` return.
 
 use crate::model::NetStats;
 

@@ -169,6 +169,14 @@ impl Layer {
         self.ram_bytes = 0;
     }
 
+    /// An I/O error of this layer's spill file.
+    pub fn spill_error(&self, source: std::io::Error) -> Error {
+        Error::Spill {
+            dir: self.dir.clone(),
+            source,
+        }
+    }
+
     pub fn spilled(&self) -> bool {
         matches!(self.backing, Backing::Disk { .. })
     }
@@ -270,13 +278,12 @@ impl Field for Layer {
         if ly != 0 || lx != 0 || !exact(ys, gy0, gy1) || !exact(xs, gx0, gx1) {
             return None;
         }
-        let data = std::mem::take(&mut *tiles[t].write().unwrap_or_else(|e| e.into_inner()));
-        assert_eq!(
-            data.len(),
-            self.c * (gy1 - gy0) * (gx1 - gx0),
-            "a stored tile taken twice"
-        );
-        Some(data)
+        let mut held = tiles[t].write().unwrap_or_else(|e| e.into_inner());
+        // A tile not held here (taken already, or another rank's) is gathered, which says so.
+        if held.len() != self.c * (gy1 - gy0) * (gx1 - gx0) {
+            return None;
+        }
+        Some(std::mem::take(&mut *held))
     }
 
     /// Dictionary padding: each window pixel comes from whichever tile stores it.
@@ -316,6 +323,11 @@ impl Field for Layer {
                 match &self.backing {
                     Backing::Ram(_) => {
                         let data = self.read(t).map_err(spill)?;
+                        if data.len() != self.c * th * tw {
+                            return Err(Error::Grid(format!(
+                                "internal: tile {t} of a stored value is not held by this process"
+                            )));
+                        }
                         for c in 0..self.c {
                             let plane = &data[c * th * tw..(c + 1) * th * tw];
                             let o = &mut out[c * n..(c + 1) * n];

@@ -234,6 +234,7 @@ fn tiles_images_and_budgets() {
         tile: 16,
         threads: 1,
         budget: tiny,
+        ranks: None,
     };
     let e = stylize(&net, &CpuBackend, &x, &opts, false).unwrap_err();
     assert!(
@@ -252,6 +253,7 @@ fn tiles_images_and_budgets() {
         tile: 16,
         threads: 1,
         budget,
+        ranks: None,
     };
     let big = noise_image(3, 256, 256, 2);
     let (got, info) = stylize(&net, &CpuBackend, &big, &opts, false).unwrap();
@@ -285,6 +287,7 @@ fn tiles_images_and_budgets() {
         tile: 16,
         threads: 1,
         budget,
+        ranks: None,
     };
     let e = stylize(&net, &CpuBackend, &x, &opts, true).unwrap_err();
     assert!(matches!(e, Error::Spill { .. }), "{e}");

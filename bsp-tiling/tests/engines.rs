@@ -619,6 +619,7 @@ fn spilled_runs_give_the_same_bits() {
             disk: None,
             spill_dir: spill.path().to_path_buf(),
         },
+        ranks: None,
     };
     let (got, info) = stylize(&net, &CpuBackend, &x, &opts, false).unwrap();
     assert_eq!(

@@ -16,6 +16,7 @@ fn run(net: &Net, x: &dyn Input, mode: Mode, tile: usize, budget: &Budget) -> (T
         tile,
         threads: 2,
         budget: budget.clone(),
+        ranks: None,
     };
     let (out, info) = stylize(net, &CpuBackend, x, &opts, false).unwrap();
     (out.into_tensor().unwrap(), info)

@@ -416,7 +416,7 @@ fn gpu_every_kernel_small() {
     }
 }
 
-/// `run_graph_device` with `Device::Cuda` and no usable GPU fails with the probe's reason; it never runs
+/// `run_device` with `Device::Cuda` and no usable GPU fails with the probe's reason; it never runs
 /// the graph on the CPU instead.
 #[test]
 fn graph_device_cuda_without_gpu_says_why() {
@@ -428,8 +428,13 @@ fn graph_device_cuda_without_gpu_says_why() {
         ..DeviceOptions::default()
     };
     let sink = OutputSink::f32(c, h, w).unwrap();
-    let r =
-        bsp_tiling::run_graph_device(&dev, &g, &x, Mode::Exact, 8, 1, &Budget::default(), &sink);
+    let opts = bsp_tiling::Options {
+        mode: Mode::Exact,
+        tile: 8,
+        threads: 1,
+        ..bsp_tiling::Options::default()
+    };
+    let r = bsp_tiling::run_device(&dev, &g, &x, &opts, &sink);
     match r {
         Ok(_) => eprintln!("skipping: a GPU is present"),
         Err(e) => {

@@ -57,6 +57,10 @@ pub struct InferRequest {
     /// The page of a TIFF input and the level of that page (see [`InputOptions`]).
     pub page: Option<usize>,
     pub level: Option<usize>,
+    /// The ranks sharing this run's tiles (processes joined by a collective: `torch.distributed`, JAX),
+    /// or `None`, this process alone. Every rank reads the input; rank 0 alone writes the output, which
+    /// has exactly the bytes of a single process's run, and a failure on any rank stops them all.
+    pub ranks: Option<bsp_tiling::Ranks>,
 }
 
 impl InferRequest {
@@ -124,16 +128,19 @@ impl InferRequest {
             },
             ..self.budget.clone()
         };
-        bsp_tiling::run_graph_device(
-            &self.device,
-            g,
-            input,
-            self.mode,
-            self.tile,
-            self.threads,
-            &budget,
-            sink,
-        )
+        let opts = bsp_tiling::Options {
+            mode: self.mode,
+            tile: self.tile,
+            threads: self.threads,
+            budget,
+            ranks: self.ranks.clone(),
+        };
+        bsp_tiling::run_device(&self.device, g, input, &opts, sink)
+    }
+
+    /// Whether this process writes the output: alone, or rank 0 of the ranks.
+    pub fn writes_output(&self) -> bool {
+        self.ranks.as_ref().is_none_or(|r| r.is_root())
     }
 }
 
@@ -180,12 +187,14 @@ pub fn output_shape(g: &Graph, h: usize, w: usize, full: bool) -> Result<(usize,
 /// Runs `g` over `req.input`, writing `req.output`: the input read as [`InputFile`] says, the output
 /// written tile by tile where its format allows.
 pub fn infer_paths(g: &Graph, req: &InferRequest) -> Result<InferReport> {
-    refuse_overwrite(&req.input, &req.output)?;
-    crate::output::check_output(&req.output, req.out_dtype)?;
-    let input = InputFile::open(&req.input, &req.input_options(g.channels))?;
-    let mut r = infer_input(g, &input, req)?;
-    r.notes.splice(0..0, input.notes().iter().cloned());
-    Ok(r)
+    shared(req, || {
+        refuse_overwrite(&req.input, &req.output)?;
+        crate::output::check_output(&req.output, req.out_dtype)?;
+        let input = InputFile::open(&req.input, &req.input_options(g.channels))?;
+        let mut r = infer_input(g, &input, req)?;
+        r.notes.splice(0..0, input.notes().iter().cloned());
+        Ok(r)
+    })
 }
 
 /// Runs `g` over `req.input` (read as [`InputFile`] says) into a float32 tensor; the notes say how the
@@ -194,15 +203,17 @@ pub fn infer_path_to_tensor(
     g: &Graph,
     req: &InferRequest,
 ) -> Result<(Tensor, RunInfo, Vec<String>)> {
-    let input = InputFile::open(&req.input, &req.input_options(g.channels))?;
-    let (t, info) = run_to_tensor(g, &input, req)?;
-    let notes = input
-        .notes()
-        .iter()
-        .chain(info.notes.iter())
-        .cloned()
-        .collect();
-    Ok((t, info, notes))
+    shared(req, || {
+        let input = InputFile::open(&req.input, &req.input_options(g.channels))?;
+        let (t, info) = run_to_tensor(g, &input, req)?;
+        let notes = input
+            .notes()
+            .iter()
+            .chain(info.notes.iter())
+            .cloned()
+            .collect();
+        Ok((t, info, notes))
+    })
 }
 
 /// Runs `g` over `data` into a float32 tensor (`in_scale` applies to 8-bit images).
@@ -211,21 +222,25 @@ pub fn infer_to_tensor(
     data: &InputData,
     req: &InferRequest,
 ) -> Result<(Tensor, RunInfo)> {
-    let scaled = Scaled {
-        inner: data.field(),
-        scale: data.scale(req.in_scale),
-    };
-    run_to_tensor(g, &scaled, req)
+    shared(req, || {
+        let scaled = Scaled {
+            inner: data.field(),
+            scale: data.scale(req.in_scale),
+        };
+        run_to_tensor(g, &scaled, req)
+    })
 }
 
 /// Runs `g` over `data`, writing `req.output` (its type by extension) tile by tile.
 pub fn infer_to_path(g: &Graph, data: &InputData, req: &InferRequest) -> Result<InferReport> {
-    crate::output::check_output(&req.output, req.out_dtype)?;
-    let scaled = Scaled {
-        inner: data.field(),
-        scale: data.scale(req.in_scale),
-    };
-    infer_input(g, &scaled, req)
+    shared(req, || {
+        crate::output::check_output(&req.output, req.out_dtype)?;
+        let scaled = Scaled {
+            inner: data.field(),
+            scale: data.scale(req.in_scale),
+        };
+        infer_input(g, &scaled, req)
+    })
 }
 
 fn run_to_tensor(g: &Graph, input: &dyn Input, req: &InferRequest) -> Result<(Tensor, RunInfo)> {
@@ -255,7 +270,20 @@ fn run_to_output(
     run: impl Fn(&dyn Sink) -> bsp_tiling::Result<RunInfo>,
 ) -> Result<InferReport> {
     let t0 = std::time::Instant::now();
-    let info = req.output(output).write(run)?;
+    let info = match &req.ranks {
+        None => req.output(output).write(run)?,
+        // Rank 0 writes the file (and commits it); the others send it their tiles. The file is
+        // committed only if every rank's run succeeded, and every rank learns whether it was.
+        Some(ranks) => {
+            let written = if ranks.is_root() {
+                req.output(output).write(run)
+            } else {
+                run(&Nowhere).map_err(Error::from_run)
+            };
+            let outcome = written.map_err(bsp_tiling::Error::from);
+            ranks.finish("output", outcome).map_err(Error::from_run)?
+        }
+    };
     Ok(InferReport {
         notes: info.notes.clone(),
         input,
@@ -265,42 +293,65 @@ fn run_to_output(
     })
 }
 
+/// `f()` on the ranks of `req`: an error this rank meets outside the run itself (opening the input,
+/// checking the output) is told to the others, wherever they wait, so that none waits for ever.
+fn shared<T>(req: &InferRequest, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match (&req.ranks, f()) {
+        (Some(ranks), Err(e)) => Err(Error::from_run(
+            ranks.tell("infer", bsp_tiling::Error::from(e)),
+        )),
+        (_, r) => r,
+    }
+}
+
+/// The sink of a rank that does not write the output: the engine sends that rank's tiles to rank 0.
+struct Nowhere;
+
+impl Sink for Nowhere {
+    fn put_tile(&self, _: usize, _: usize, _: &Tensor) -> bsp_tiling::Result<()> {
+        Ok(())
+    }
+}
+
 /// Runs `net`, a TransformerNet, over `req.input` on the stage engine (the CPU, or the CUDA backend in
 /// f32 or f16), writing `req.output` as [`infer_paths`] does, cropped to the input's size unless
 /// `req.full`. The network takes 8-bit values (0..255): a TIFF of 16-bit or float samples is refused
 /// rather than run on values out of that range.
 pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
-    refuse_overwrite(&req.input, &req.output)?;
-    crate::output::check_output(&req.output, req.out_dtype)?;
-    let input = InputFile::open(&req.input, &req.input_options(3))?;
-    if let Some(t) = input.tiff_sample_type().filter(|&t| t != SampleType::U8) {
-        return Err(Error::refused(
-            req.input.display().to_string(),
-            format!(
-                "{t:?} samples: style transfer takes 8-bit images (`l3 infer --in-scale` scales others)"
-            ),
-        ));
-    }
-    let (h, w) = (input.height(), input.width());
-    let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
-    let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
-    // The writer's bands come off the budget, as for `l3 infer`: a writer that would hold the whole
-    // budget is refused before the run.
-    let reserved = req
-        .output((c, oh, ow))
-        .reserve(req.output_rows(h, oh), req.ram())?;
-    let opts = bsp_tiling::Options {
-        mode: req.mode,
-        tile: req.tile,
-        threads: req.threads,
-        budget: Budget {
-            ram: req.ram() - reserved,
-            ..req.budget.clone()
-        },
-    };
-    let mut report = run_to_output(req, (3, h, w), (c, oh, ow), |sink| {
-        bsp_tiling::stylize_on_into(&req.device, net, &input, &opts, sink)
-    })?;
-    report.notes.splice(0..0, input.notes().iter().cloned());
-    Ok(report)
+    shared(req, || {
+        refuse_overwrite(&req.input, &req.output)?;
+        crate::output::check_output(&req.output, req.out_dtype)?;
+        let input = InputFile::open(&req.input, &req.input_options(3))?;
+        if let Some(t) = input.tiff_sample_type().filter(|&t| t != SampleType::U8) {
+            return Err(Error::refused(
+                req.input.display().to_string(),
+                format!(
+                    "{t:?} samples: style transfer takes 8-bit images (`l3 infer --in-scale` scales others)"
+                ),
+            ));
+        }
+        let (h, w) = (input.height(), input.width());
+        let (c, fh, fw) = bsp_tiling::stylize_shape(net, h, w)?;
+        let (oh, ow) = if req.full { (fh, fw) } else { (h, w) };
+        // The writer's bands come off the budget, as for `l3 infer`: a writer that would hold the whole
+        // budget is refused before the run.
+        let reserved = req
+            .output((c, oh, ow))
+            .reserve(req.output_rows(h, oh), req.ram())?;
+        let opts = bsp_tiling::Options {
+            mode: req.mode,
+            tile: req.tile,
+            threads: req.threads,
+            budget: Budget {
+                ram: req.ram() - reserved,
+                ..req.budget.clone()
+            },
+            ranks: req.ranks.clone(),
+        };
+        let mut report = run_to_output(req, (3, h, w), (c, oh, ow), |sink| {
+            bsp_tiling::stylize_on_into(&req.device, net, &input, &opts, sink)
+        })?;
+        report.notes.splice(0..0, input.notes().iter().cloned());
+        Ok(report)
+    })
 }

@@ -255,6 +255,7 @@ impl InferSettings {
             device: self.device_options()?,
             page: self.page,
             level: self.level,
+            ranks: None,
         })
     }
 }

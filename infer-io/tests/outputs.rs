@@ -24,6 +24,7 @@ fn request(input: &Path, output: &Path) -> InferRequest {
         device: DeviceOptions::default(),
         page: None,
         level: None,
+        ranks: None,
     }
 }
 

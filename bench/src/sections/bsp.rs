@@ -134,6 +134,7 @@ fn child(spec: &str) -> anyhow::Result<()> {
             disk: None,
             spill_dir: PathBuf::from(get("spill")?),
         },
+        ranks: None,
     };
     // 8-bit output unless the parent compares it: an f32 copy of a huge image would dominate the RSS.
     let rgb8 = !kv.contains_key("out");
@@ -557,6 +558,10 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
     // The ONNX models (`cargo xtask bench onnx` alone), unless L3_BSP_ONNX=0.
     if std::env::var("L3_BSP_ONNX").as_deref() != Ok("0") {
         super::onnx::run(r)?;
+    }
+    // One image shared among processes (`cargo xtask bench ranks` alone), unless L3_BSP_RANKS=0.
+    if std::env::var("L3_BSP_RANKS").as_deref() != Ok("0") {
+        super::ranks::run(r)?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ mod loader;
 mod onnx;
 mod pcr;
 mod python;
+mod ranks;
 mod resample;
 #[allow(unsafe_code)]
 mod shards;
@@ -54,6 +55,11 @@ const SECTIONS: &[Section] = &[
         name: "onnx",
         about: "ONNX CNNs through BSP tiling vs onnxruntime (bsp-cnn-cikm17; also the end of `bsp`)",
         run: onnx::run,
+    },
+    Section {
+        name: "ranks",
+        about: "One image shared among processes (torchrun) vs one process, outputs compared (bsp-cnn-cikm17; also the end of `bsp`)",
+        run: ranks::run,
     },
     Section {
         name: "loader",

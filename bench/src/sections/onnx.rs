@@ -98,6 +98,7 @@ fn child(spec: &str) -> anyhow::Result<()> {
         device: bsp_tiling::DeviceOptions::default(),
         page: None,
         level: None,
+        ranks: None,
     };
     let report = infer_io::infer_paths(&graph, &req)?;
     let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));
@@ -611,7 +612,7 @@ fn summary(bench: &Bench, cfg: &Settings) -> String {
 
 /// The photo mirrored out to `side`² as an 8-bit RGB L3 file at `path`, made a band of rows at a time
 /// (the image is never whole in memory).
-fn mirrored_l3(path: &Path, side: usize) -> anyhow::Result<()> {
+pub(super) fn mirrored_l3(path: &Path, side: usize) -> anyhow::Result<()> {
     let photo = image::open(corpus_dir().join(PHOTO))
         .with_context(|| format!("reading {PHOTO}"))?
         .to_rgb8();

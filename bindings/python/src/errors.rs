@@ -191,7 +191,11 @@ pub fn bsp_kind(e: &bsp_tiling::Error) -> Kind {
         | E::NoDevice { .. }
         | E::Cuda { .. }
         | E::Compile { .. } => Kind::Gpu,
-        E::TensorShape { .. } | E::OutOfMemory { .. } | E::External(_) => Kind::Base,
+        E::TensorShape { .. }
+        | E::OutOfMemory { .. }
+        | E::External(_)
+        | E::RankFailed { .. }
+        | E::Collective { .. } => Kind::Base,
     }
 }
 

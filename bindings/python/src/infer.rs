@@ -4,14 +4,14 @@
 
 use crate::errors::{Failure, Kind, detached, raise};
 use crate::infer_options::infer_settings;
-use bsp_tiling::{Graph, Image, Net, Tensor};
+use bsp_tiling::{Collective, Graph, Image, Net, Ranks, Tensor};
 use infer_io::{
     InputData, check_page, infer_path_to_tensor, infer_paths, infer_to_path, infer_to_tensor,
     load_network,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
 use std::sync::Arc;
 use vocab::Invalid;
@@ -123,7 +123,7 @@ pub(crate) fn model_of(
 #[pyo3(
     text_signature = "(image, model, *, output=None, tile=None, mode=\"exact\", device=\"cpu\", \
     precision=\"f32\", gpu_memory=None, threads=None, padding=None, ram_budget_mib=2048, spill_dir=None, \
-    full=None, in_scale=1.0, out_scale=1.0, out_dtype=None, page=None, level=None)"
+    full=None, in_scale=1.0, out_scale=1.0, out_dtype=None, page=None, level=None, group=None)"
 )]
 #[pyo3(signature = (image, model, *, output=None, **kwargs))]
 pub fn infer<'py>(
@@ -132,6 +132,42 @@ pub fn infer<'py>(
     model: &Bound<'py, PyAny>,
     output: Option<PathBuf>,
     kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
+    // `group=` is not a setting of the run but who shares it.
+    let kwargs = kwargs.map(|k| k.copy()).transpose()?;
+    let group = match &kwargs {
+        Some(k) => {
+            let g = k.get_item("group")?;
+            k.del_item("group").ok();
+            g
+        }
+        None => None,
+    };
+    let ranks = match group.filter(|g| !g.is_none()) {
+        Some(g) => Some(ranks_of(py, &g)?),
+        None => None,
+    };
+    let result = infer_shared(py, image, model, output, kwargs.as_ref(), ranks.clone());
+    match (result, ranks) {
+        // Whatever failed here (a bad option, a missing model or input), the other ranks are told
+        // wherever they wait, and none waits for ever.
+        (Err(e), Some(ranks)) => {
+            let told = bsp_tiling::Error::External(e.to_string().into());
+            py.detach(|| ranks.tell("infer", told));
+            Err(e)
+        }
+        (r, _) => r,
+    }
+}
+
+/// [`infer`] once its ranks are known.
+fn infer_shared<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    model: &Bound<'py, PyAny>,
+    output: Option<PathBuf>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    ranks: Option<Ranks>,
 ) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
     let opt = |m: String| raise(py, Kind::Options, m);
     let settings = infer_settings(py, "infer", kwargs)?;
@@ -161,6 +197,8 @@ pub fn infer<'py>(
         None => {}
     }
     req.input = in_path.unwrap_or_default();
+    let writes = ranks.as_ref().is_none_or(|r| r.is_root());
+    req.ranks = ranks;
     let g = graph.clone();
     // A path is read as `l3 infer` reads it (by region where the format allows); an array is in memory.
     let (result, notes) = detached(py, move || match (data, output.is_some()) {
@@ -192,6 +230,8 @@ pub fn infer<'py>(
     }
     match result {
         None => Ok(None),
+        // Only rank 0 holds the output: the others return `None`.
+        Some(_) if !writes => Ok(None),
         Some(t) => Ok(Some(
             PyArray1::from_vec(py, t.data).reshape(vec![t.c, t.h, t.w])?,
         )),
@@ -199,6 +239,58 @@ pub fn infer<'py>(
 }
 
 /// The elements of `a` in C order, copied out of Python (a strided view element by element).
+/// The ranks `group=` names: a `torch.distributed` process group, `"jax"` (JAX's multi-process
+/// runtime), or any object with `rank`, `size` and `all_gather(bytes) -> list[bytes]`
+/// (`l3toolkit._distributed.collective` says which).
+fn ranks_of(py: Python<'_>, group: &Bound<'_, PyAny>) -> PyResult<Ranks> {
+    let c = py
+        .import("l3toolkit._distributed")?
+        .call_method1("collective", (group,))?;
+    let rank: usize = c.getattr("rank")?.extract()?;
+    let size: usize = c.getattr("size")?.extract()?;
+    Ranks::new(Arc::new(PyCollective {
+        obj: c.unbind(),
+        rank,
+        size,
+    }))
+    .map_err(|e| Failure::from(e).into_pyerr(py))
+}
+
+/// A collective implemented in Python (see [`ranks_of`]), called from the run's driving thread with the
+/// GIL taken for the call.
+struct PyCollective {
+    obj: Py<PyAny>,
+    rank: usize,
+    size: usize,
+}
+
+impl Collective for PyCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn all_gather(&self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, String> {
+        Python::attach(|py| {
+            let got = self
+                .obj
+                .bind(py)
+                .call_method1("all_gather", (PyBytes::new(py, &mine),))
+                .map_err(|e| e.to_string())?;
+            let mut out = vec![];
+            for item in got.try_iter().map_err(|e| e.to_string())? {
+                let item = item.map_err(|e| e.to_string())?;
+                let b = item
+                    .cast::<PyBytes>()
+                    .map_err(|_| "all_gather must return a list of bytes".to_string())?;
+                out.push(b.as_bytes().to_vec());
+            }
+            Ok(out)
+        })
+    }
+}
+
 fn copied<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> Vec<T> {
     let ro = a.readonly();
     match ro.as_slice() {

@@ -106,6 +106,7 @@ pub fn stylize<'py>(
         tile: req.tile,
         threads: req.threads,
         budget: req.budget,
+        ranks: None,
     };
     let out = detached(py, move || {
         let input = Image::rgb8(w as u32, h as u32, pixels);

@@ -3,6 +3,7 @@ it converted once per session (every test decodes it many times; full size would
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -107,6 +108,16 @@ def center_crop(img: np.ndarray, h: int, w: int) -> np.ndarray:
     sy, dy, ch = axis(ih, h)
     out[dy : dy + ch, dx : dx + cw] = img[sy : sy + ch, sx : sx + cw, :3]
     return out
+
+
+def l3_binary() -> Path:
+    """The ``l3`` binary the Rust tests built (or ``$L3_BIN``, or one on the PATH)."""
+    candidates = [os.environ.get("L3_BIN"), REPO / "target" / "debug" / "l3", REPO / "target" / "release" / "l3",
+                  shutil.which("l3")]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    cannot_run("no l3 binary (cargo build -p l3-cli, or set L3_BIN)")
 
 
 def run_python(code: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:

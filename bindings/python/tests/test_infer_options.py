@@ -22,7 +22,9 @@ from test_options import l3_bin
 MODEL = models_dir() / "candy_nc8.safetensors"
 
 # Keywords of `infer` that are not options of a run: what it runs on and where the result goes.
-NOT_OPTIONS = {"image", "model", "output"}
+# `group` is who shares the run (the ranks of a process group), not an option of the run itself: `l3 infer`
+# has none, `python -m l3toolkit.infer` sets it under torchrun.
+NOT_OPTIONS = {"image", "model", "output", "group"}
 
 # Every option: a good value, a bad value (None: any value of the type is good), and the text the bad
 # one's error starts with.

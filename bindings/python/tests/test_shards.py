@@ -2,28 +2,15 @@
 ``l3toolkit.Loader`` reads shards ``webdataset.TarWriter`` writes (their index built on first open and kept
 beside them) with the samples and order of the folder they came from."""
 
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 import l3toolkit as l3
-from conftest import REPO, cannot_run, require_module
+from conftest import l3_binary, require_module
 
 wds = require_module("webdataset", module_level=True)
-
-
-def l3_binary() -> Path:
-    """The ``l3`` binary the Rust tests built (or ``$L3_BIN``, or one on the PATH)."""
-    candidates = [os.environ.get("L3_BIN"), REPO / "target" / "debug" / "l3", REPO / "target" / "release" / "l3",
-                  shutil.which("l3")]
-    for c in candidates:
-        if c and Path(c).is_file():
-            return Path(c)
-    cannot_run("no l3 binary (cargo build -p l3-cli, or set L3_BIN)")
 
 
 def epoch(loader):

@@ -11,10 +11,12 @@ use crate::field::{Field, gather};
 use crate::stats::ChannelStats;
 use crate::tensor::Tensor;
 
-/// A backend and what it prepared for this run.
+/// A backend, what it prepared for this run, and the ranks sharing the run's tiles (none: this process
+/// computes them all).
 pub struct Run<'a, B: GraphOps> {
     pub backend: &'a B,
     pub prep: &'a B::Prepared,
+    pub ranks: Option<&'a crate::ranks::Ranks>,
 }
 
 pub(super) fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {

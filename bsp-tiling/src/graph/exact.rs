@@ -4,17 +4,18 @@
 
 use super::eval::{Run, eval_node, tensor_stats};
 use super::exec::GraphOps;
+use super::halos::Halos;
 use super::model::{Graph, GraphPlan, GraphStats, node_err, prepare};
 use super::ops::{self, Op};
 use super::schedule::{Schedule, Through, stored_value, taken_input};
-use super::superstep::{inner_threads, superstep};
+use super::superstep::{inner_threads, rounds, superstep_share};
 use super::working;
-use crate::backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, Region, Sink, gather, span};
 use crate::grid::Grid;
+use crate::ranks::{Ranks, Reader, Wire, merge_in_tile_order, merge_stats, put_stats, read_stats};
 use crate::run_info::RunInfo;
-use crate::stats::{ChannelStats, merge_all};
+use crate::stats::ChannelStats;
 use crate::store::{Budget, Layer};
 use crate::tensor::Tensor;
 use std::sync::Arc;
@@ -33,13 +34,6 @@ impl Val<'_> {
             Val::Input(i) => *i as &dyn Field,
             Val::Layer(l) => l,
         }
-    }
-}
-
-fn spill_err(budget: &Budget) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |source| Error::Spill {
-        dir: budget.spill_dir.clone(),
-        source,
     }
 }
 
@@ -88,6 +82,71 @@ impl<B: GraphOps> Exact<'_, '_, B> {
             out = ops::apply_pointwise(&g.nodes[j].op, out)?;
         }
         Ok(out)
+    }
+
+    /// The superstep of unit `i`, storing value `v` on the tiles of `gv`: into `layer`, or (the output)
+    /// into `sink`; on ranks, this rank's share, then what the others read of it sent to them (`halos`)
+    /// or the output's tiles to rank 0. Every tile's statistics of `v` where a normalisation reads it,
+    /// merged in tile order (else none).
+    #[allow(clippy::too_many_arguments)]
+    fn superstep(
+        &self,
+        i: usize,
+        v: usize,
+        gv: &Grid,
+        layer: Option<&Layer>,
+        sink: &dyn Sink,
+        workers: usize,
+        halos: Option<&Halos>,
+    ) -> Result<Vec<ChannelStats>> {
+        let compute = |t: usize| -> Result<(usize, usize, Tensor, Option<Vec<ChannelStats>>)> {
+            let (y0, y1, x0, x1) = gv.tile(t);
+            let out = self.unit(i, (y0, y1), (x0, x1))?;
+            let st = self.plan.feeds_norm[v].then(|| tensor_stats(&out));
+            Ok((y0, x0, out, st))
+        };
+        let step = format!("node {i} ({})", self.g.nodes[i].name);
+        // Every tile's statistics of `v`, where a normalisation reads it, merged in tile order.
+        let keep = |tiles: Vec<(usize, Option<Vec<ChannelStats>>)>| {
+            tiles
+                .into_iter()
+                .filter_map(|(t, s)| s.map(|s| (t, s)))
+                .collect::<Vec<_>>()
+        };
+        Ok(match (layer, self.be.ranks, halos) {
+            (Some(l), Some(ranks), Some(halos)) => {
+                let local = superstep_share(Some(ranks), gv.len(), workers, |t| {
+                    let (_, _, out, st) = compute(t)?;
+                    l.put(t, out.data).map_err(|e| l.spill_error(e))?;
+                    Ok(st)
+                });
+                merge_in_tile_order(share_value(ranks, &step, local, l, v, halos)?)
+            }
+            (Some(l), ..) => {
+                merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
+                    let (_, _, out, st) = compute(t)?;
+                    l.put(t, out.data).map_err(|e| l.spill_error(e))?;
+                    Ok(st)
+                })?))
+            }
+            (None, Some(ranks), _) => {
+                let own = rounds(ranks, &step, gv.len(), workers, compute, sink)?;
+                if self.plan.feeds_norm[v] {
+                    let step = format!("{step} statistics");
+                    merge_stats(ranks, &step, Ok(keep(own)))?
+                } else {
+                    vec![]
+                }
+            }
+            (None, None, _) => {
+                merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
+                    let (y0, x0, out, st) = compute(t)?;
+                    sink.put_tile(y0, x0, &out)?;
+                    crate::buffers::give(out.data);
+                    Ok(st)
+                })?))
+            }
+        })
     }
 
     /// The window at `ys` × `xs` of value `u`, computed by unit `p` over the rows and columns it spans.
@@ -180,34 +239,54 @@ pub(super) fn grid_tile(grid: &Grid) -> usize {
     (y1 - y0).max(x1 - x0)
 }
 
-/// Exact BSP execution of `g` over `input`: a superstep per node on the tiles of `grid`, statistics merged
-/// for every normalisation; writes `sink` (the output value's tiles as they are computed). With `fixed`,
-/// normalisations apply those statistics instead of the image's own.
-pub fn run_graph_exact(
-    g: &Graph,
+/// The input's per-channel statistics, merged from its tiles on `grid` (this rank's, with the others').
+fn input_stats(
+    ranks: Option<&Ranks>,
     input: &dyn Input,
     grid: &Grid,
-    threads: usize,
-    budget: &Budget,
-    sink: &dyn Sink,
-    fixed: Option<&GraphStats>,
-) -> Result<RunInfo> {
-    let be = Run {
-        backend: &CpuBackend,
-        prep: &(),
-    };
-    exact_on(&be, g, input, grid, threads, budget, sink, fixed)
-}
-
-/// The input's per-channel statistics, merged from its tiles on `grid`.
-fn input_stats(input: &dyn Input, grid: &Grid, workers: usize) -> Result<Vec<ChannelStats>> {
-    let local = superstep(grid.len(), workers, |t| {
+    workers: usize,
+) -> Result<Vec<ChannelStats>> {
+    let local = superstep_share(ranks, grid.len(), workers, |t| {
         let (y0, y1, x0, x1) = grid.tile(t);
         let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
         let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
         Ok(tensor_stats(&crate::field::gather(input, &ys, &xs)?))
-    })?;
-    Ok(merge_all(&local))
+    });
+    match ranks {
+        None => Ok(merge_in_tile_order(local?)),
+        Some(ranks) => merge_stats(ranks, "input statistics", local),
+    }
+}
+
+/// After a stored value's superstep on ranks: every rank's per-tile statistics of it (merged in tile
+/// order by the caller) and the parts of its tiles that other ranks read, sent there; what this rank
+/// reads of others' tiles is stored in `layer`.
+fn share_value(
+    ranks: &Ranks,
+    step: &str,
+    local: Result<Vec<(usize, Option<Vec<ChannelStats>>)>>,
+    layer: &Layer,
+    v: usize,
+    halos: &Halos,
+) -> Result<Vec<(usize, Vec<ChannelStats>)>> {
+    let sent = local.and_then(|local| {
+        let mut w = Wire::default();
+        let st: Vec<(usize, Vec<ChannelStats>)> = local
+            .into_iter()
+            .filter_map(|(t, s)| s.map(|s| (t, s)))
+            .collect();
+        put_stats(&mut w, &st);
+        halos.outgoing(v, layer, ranks, &mut w)?;
+        Ok(w.0)
+    });
+    let got = ranks.all_gather(step, sent)?;
+    let mut all = vec![];
+    for (r, data) in got.iter().enumerate() {
+        let mut rd = Reader::new(data, r);
+        all.extend(read_stats(&mut rd)?);
+        Halos::incoming(layer, ranks, &mut rd)?;
+    }
+    Ok(all)
 }
 
 /// Recycles the stored values no node after node `done` reads (the input and the output aside).
@@ -223,7 +302,9 @@ fn recycle_dead(vals: &mut [Option<Val<'_>>], last_use: &[usize], done: usize) {
     }
 }
 
-/// [`run_graph_exact`] with every node computed on `be`'s backend.
+/// Exact BSP execution of `g` over `input` on `be`'s backend: a superstep per stored value on the tiles
+/// of `grid`, statistics merged for every normalisation; writes `sink` (the output value's tiles as they
+/// are computed). With `fixed`, normalisations apply those statistics instead of the image's own.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn exact_on<B: GraphOps>(
     be: &Run<'_, B>,
@@ -261,6 +342,19 @@ pub(super) fn exact_on<B: GraphOps>(
         peak_bytes: needed,
     } = schedule;
     let stored_value = |i: usize| stored_value(&chains, i);
+    // What ranks sharing the run send each other after each stored value's superstep.
+    let halos = be.ranks.map(|ranks| {
+        let units: Vec<(usize, usize)> = (0..g.nodes.len())
+            .filter(|&i| !(fused[i] || through[i + 1].is_some() || inlined[i]))
+            .map(|i| (i, stored_value(i)))
+            .collect();
+        let mut stored = vec![false; plan.shape.len()];
+        stored[0] = true;
+        for &(_, v) in &units {
+            stored[v] = v != g.output;
+        }
+        Halos::plan(g, &plan, &grids, &units, &stored, ranks)
+    });
     // The buffers kept for reuse count against the plan: the stored values' planned peak (in RAM) less
     // what is stored now, plus the working sets of the tiles in flight.
     let pool_room = |stored: u64| {
@@ -282,10 +376,9 @@ pub(super) fn exact_on<B: GraphOps>(
         inlined_values: inlined.iter().filter(|&&b| b).count(),
         ..RunInfo::default()
     };
-    let spill = spill_err(budget);
     // A normalisation of the graph input itself: the input's statistics, tile by tile, first.
     if plan.feeds_norm[0] {
-        stats[0] = Some(input_stats(input, &grids[0], workers)?);
+        stats[0] = Some(input_stats(be.ranks, input, &grids[0], workers)?);
     }
     for (i, n) in g.nodes.iter().enumerate() {
         if fused[i] || through[i + 1].is_some() {
@@ -333,22 +426,9 @@ pub(super) fn exact_on<B: GraphOps>(
             norms: &norms,
             threads: inner,
         };
-        let local = superstep(gv.len(), workers, |t| {
-            let (y0, y1, x0, x1) = gv.tile(t);
-            let out = exact.unit(i, (y0, y1), (x0, x1))?;
-            let st = plan.feeds_norm[v].then(|| tensor_stats(&out));
-            match &layer {
-                Some(l) => l.put(t, out.data).map_err(&spill)?,
-                None => {
-                    sink.put_tile(y0, x0, &out)?;
-                    crate::buffers::give(out.data);
-                }
-            }
-            Ok(st)
-        })?;
+        let merged = exact.superstep(i, v, gv, layer.as_ref(), sink, workers, halos.as_ref())?;
         if plan.feeds_norm[v] {
-            let tiles: Vec<Vec<ChannelStats>> = local.into_iter().flatten().collect();
-            stats[v] = Some(merge_all(&tiles));
+            stats[v] = Some(merged);
         }
         vals[v] = layer.map(Val::Layer);
         recycle_dead(&mut vals, &last_use, v - 1);

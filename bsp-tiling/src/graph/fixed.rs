@@ -7,7 +7,7 @@ use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err};
 use super::ops::Op;
 use super::schedule::Range2;
-use super::superstep::{inner_threads, superstep};
+use super::superstep::{inner_threads, rounds, superstep};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, Region, Sink, span};
 use crate::grid::Grid;
@@ -28,7 +28,7 @@ pub(super) fn eval_region<B: GraphOps>(
     stats: &[Option<(Vec<f32>, Vec<f32>)>],
     threads: usize,
 ) -> Result<Tensor> {
-    let need = needs(g, plan, target, (ry, rx));
+    let need = needs(g, plan, target, (ry, rx), &|_| false);
     let mut regions: Vec<Option<Tensor>> = vec![None; target + 1];
     let mut last = vec![0usize; target + 1];
     for (i, n) in g.nodes.iter().enumerate().take(target) {
@@ -92,13 +92,23 @@ pub(super) fn eval_region<B: GraphOps>(
         .ok_or_else(|| Error::Grid("internal: the target was not computed".into()))
 }
 
-/// Per value up to `target`: the region (rows, columns) that computing `target` over `r` needs of it.
-pub(super) fn needs(g: &Graph, plan: &GraphPlan, target: usize, r: Range2) -> Vec<Option<Range2>> {
+/// Per value up to `target`: the region (rows, columns) that computing `target` over `r` needs of it. A
+/// value `leaf` names (one that is read, not computed) is needed but what it needs is not.
+pub(super) fn needs(
+    g: &Graph,
+    plan: &GraphPlan,
+    target: usize,
+    r: Range2,
+    leaf: &dyn Fn(usize) -> bool,
+) -> Vec<Option<Range2>> {
     let (ry, rx) = r;
     let mut need: Vec<Option<Range2>> = vec![None; target + 1];
     need[target] = Some((ry, rx));
     for i in (0..target).rev() {
         let v = i + 1;
+        if v != target && leaf(v) {
+            continue;
+        }
         let Some(((y0, y1), (x0, x1))) = need[v] else {
             continue;
         };
@@ -153,10 +163,21 @@ pub(super) fn run_fixed<B: GraphOps>(
     let workers = be.backend.tiles_at_once(threads).clamp(1, go.len());
     let inner = inner_threads(threads, workers);
     let ss = scale_shifts(g, stats);
-    superstep(go.len(), workers, |t| {
+    let compute = |t: usize| {
         let (y0, y1, x0, x1) = go.tile(t);
         let out = eval_region(be, g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
-        sink.put_tile(y0, x0, &out)
-    })?;
+        Ok((y0, x0, out, ()))
+    };
+    match be.ranks {
+        Some(ranks) => {
+            rounds(ranks, "output tiles", go.len(), workers, compute, sink)?;
+        }
+        None => {
+            superstep(go.len(), workers, |t| {
+                let (y0, x0, out, ()) = compute(t)?;
+                sink.put_tile(y0, x0, &out)
+            })?;
+        }
+    }
     Ok(())
 }

@@ -10,6 +10,10 @@
 //! pass is the same engine with one tile; naive runs each tile as an image of its own; sampled and
 //! recompute evaluate each output tile in one pass through its receptive field with fixed statistics.
 //!
+//! A run may be shared among ranks ([`crate::Ranks`]): each computes its share of every superstep's
+//! tiles, the statistics are merged in tile order across them, and `halos` plans what each sends the
+//! others after a stored value's superstep.
+//!
 //! Values are numbered `0` (the input image) and `i + 1` (the output of node `i`); nodes are in
 //! topological order.
 
@@ -17,6 +21,7 @@ mod eval;
 mod exact;
 pub mod exec;
 mod fixed;
+mod halos;
 pub mod launch;
 mod model;
 #[allow(unsafe_code)]
@@ -26,8 +31,7 @@ mod schedule;
 mod superstep;
 mod working;
 
-pub use exact::run_graph_exact;
 pub use exec::GraphOps;
 pub use model::{Graph, GraphPlan, GraphStats, Node, NodeHalo};
 pub(crate) use run::run_tiled;
-pub use run::{infer, infer_on, run_graph, run_graph_device, run_graph_on, working_set};
+pub use run::{infer, infer_on, run, run_device, working_set};

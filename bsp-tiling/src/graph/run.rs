@@ -1,5 +1,5 @@
 //! Running a graph: the modes (whole, exact, naive, sampled, recompute) on a backend, into a sink or a
-//! new tensor, on the device a [`crate::DeviceOptions`] names.
+//! new tensor, on the device a [`crate::DeviceOptions`] names, alone or on ranks.
 
 use super::eval::{Run, tensor_stats};
 use super::exact::{exact_on, exact_workers, tile_bytes};
@@ -8,117 +8,113 @@ use super::fixed::{eval_region, run_fixed, scale_shifts};
 use super::model::{Graph, GraphPlan, GraphStats, prepare};
 use super::ops::Op;
 use super::schedule::Schedule;
-use super::superstep::{inner_threads, superstep};
+use super::superstep::{inner_threads, rounds, superstep, superstep_share};
 use super::working;
-use crate::Mode;
 use crate::backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::field::{Input, OutputSink, Sink, gather};
 use crate::grid::Grid;
+use crate::ranks::{merge_in_tile_order, merge_stats};
 use crate::run_info::RunInfo;
-use crate::stats::merge_all;
 use crate::store::Budget;
 use crate::tensor::Tensor;
-
-/// Runs `g` over `input` in `mode` with `tile`-sided tiles, writing `sink` (which must have the output
-/// value's shape: [`Graph::plan`]'s last shape).
-pub fn run_graph(
-    g: &Graph,
-    input: &dyn Input,
-    mode: Mode,
-    tile: usize,
-    threads: usize,
-    budget: &Budget,
-    sink: &dyn Sink,
-) -> Result<RunInfo> {
-    run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
-}
-
-/// [`run_graph`] with every node computed on `backend` (the CPU, `DeviceSim`, CUDA): the
-/// backend first checks that it runs every node, then prepares the run (weights), and each superstep
-/// hands it the gathered windows. A device's memory peak is reported in [`RunInfo::device_peak_bytes`].
-#[allow(clippy::too_many_arguments)]
-pub fn run_graph_on<B: GraphOps>(
-    backend: &B,
-    g: &Graph,
-    input: &dyn Input,
-    mode: Mode,
-    tile: usize,
-    threads: usize,
-    budget: &Budget,
-    sink: &dyn Sink,
-) -> Result<RunInfo> {
-    run_tiled(
-        backend,
-        g,
-        input,
-        mode,
-        tile,
-        &|h, w, t| g.grid(h, w, t),
-        threads,
-        budget,
-        sink,
-    )
-}
+use crate::{Mode, Options};
 
 /// The grid of tiles of side `t` over an `h × w` input (the image, or the sampled mode's downsampled
 /// copy), called as `tiles(h, w, t)`.
 pub(crate) type Tiles<'a> = dyn Fn(usize, usize, usize) -> Result<Grid> + 'a;
 
-/// [`run_graph_on`] on the grids `tiles` makes: the graph's own ([`Graph::grid`]), or a caller's rule
-/// (the TransformerNet's, whose tiles are at least as wide as its convolutions' halos).
-#[allow(clippy::too_many_arguments)]
+/// [`run`] on the grids `tiles` makes: the graph's own ([`Graph::grid`]), or a caller's rule (the
+/// TransformerNet's, whose tiles are at least as wide as its convolutions' halos).
 pub(crate) fn run_tiled<B: GraphOps>(
     backend: &B,
     g: &Graph,
     input: &dyn Input,
-    mode: Mode,
-    tile: usize,
+    opts: &Options,
     tiles: &Tiles,
-    threads: usize,
-    budget: &Budget,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
-    backend.check(&g.nodes)?;
-    let prep = backend.prepare(&g.nodes)?;
-    let be = &Run {
-        backend,
-        prep: &prep,
-    };
-    let copied_before = backend.device_meter().map_or(0, |m| m.copied_total());
-    let mut info = run_mode(be, g, input, mode, tile, tiles, threads, budget, sink)?;
-    if let Some(m) = backend.device_meter() {
-        info.device_peak_bytes = m.peak();
-        info.device_copied_bytes = m.copied_total() - copied_before;
+    let ranks = opts.ranks.as_ref();
+    if let Some(r) = ranks {
+        r.begin()?;
     }
-    Ok(info)
+    let result = (|| {
+        backend.check(&g.nodes)?;
+        let prep = backend.prepare(&g.nodes)?;
+        let be = &Run {
+            backend,
+            prep: &prep,
+            ranks,
+        };
+        let copied_before = backend.device_meter().map_or(0, |m| m.copied_total());
+        let mut info = run_mode(
+            be,
+            g,
+            input,
+            opts.mode,
+            opts.tile,
+            tiles,
+            opts.threads,
+            &opts.budget,
+            sink,
+        )?;
+        if let Some(m) = backend.device_meter() {
+            info.device_peak_bytes = m.peak();
+            info.device_copied_bytes = m.copied_total() - copied_before;
+        }
+        Ok(info)
+    })();
+    match ranks {
+        Some(r) => r.finish("run", result),
+        None => result,
+    }
 }
 
-/// [`run_graph`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
+/// Runs `g` over `input` on `backend` (the CPU, `DeviceSim`, CUDA) as `opts` asks — its mode, tile,
+/// threads, RAM budget and the ranks sharing it — writing `sink` (which must have the output value's
+/// shape: [`Graph::plan`]'s last shape). The backend first checks that it runs every node, then
+/// prepares the run (weights), and each superstep hands it the gathered windows. A device's memory peak
+/// is reported in [`RunInfo::device_peak_bytes`]. On ranks, only rank 0's sink is written.
+pub fn run<B: GraphOps>(
+    backend: &B,
+    g: &Graph,
+    input: &dyn Input,
+    opts: &Options,
+    sink: &dyn Sink,
+) -> Result<RunInfo> {
+    run_tiled(backend, g, input, opts, &|h, w, t| g.grid(h, w, t), sink)
+}
+
+/// [`run`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
 /// budget and precision. Without a usable GPU, `Device::Cuda` fails with the probe's reason (no driver,
 /// no device, no NVRTC or cuBLAS); it never falls back to the CPU.
-#[allow(clippy::too_many_arguments)]
-pub fn run_graph_device(
+pub fn run_device(
     dev: &crate::DeviceOptions,
     g: &Graph,
     input: &dyn Input,
-    mode: Mode,
-    tile: usize,
-    threads: usize,
-    budget: &Budget,
+    opts: &Options,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
     dev.validate()?;
     match dev.device {
-        crate::Device::Cpu => {
-            run_graph_on(&CpuBackend, g, input, mode, tile, threads, budget, sink)
-        }
+        crate::Device::Cpu => run(&CpuBackend, g, input, opts, sink),
         crate::Device::Cuda(ordinal) => {
             let backend = crate::CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
             // The peak this run reports is its own (cuBLAS's workspace is held from the start).
             backend.memory().reset_peak();
-            run_graph_on(&backend, g, input, mode, tile, threads, budget, sink)
+            run(&backend, g, input, opts, sink)
         }
+    }
+}
+
+/// The options of [`infer`]'s positional form.
+fn options(mode: Mode, tile: usize, threads: usize, budget: &Budget) -> Options {
+    Options {
+        mode,
+        tile,
+        threads,
+        budget: budget.clone(),
+        ranks: None,
     }
 }
 
@@ -183,7 +179,7 @@ fn run_mode<B: GraphOps>(
             let go = g.value_grid(&plan, &grid, g.output)?;
             let workers = be.backend.tiles_at_once(threads).clamp(1, grid.len());
             let inner = inner_threads(threads, workers);
-            superstep(grid.len(), workers, |t| {
+            let compute = |t: usize| {
                 let (y0, y1, x0, x1) = grid.tile(t);
                 let ys: Vec<Option<usize>> = (y0..y1).map(Some).collect();
                 let xs: Vec<Option<usize>> = (x0..x1).map(Some).collect();
@@ -191,10 +187,23 @@ fn run_mode<B: GraphOps>(
                 let p = g.plan(y1 - y0, x1 - x0)?;
                 let (c, oh, ow) = p.shape[g.output];
                 let part = OutputSink::try_f32(c, oh, ow)?;
-                one_tile(be, g, &crop, inner, budget, &part)?;
+                // A tile is an image of its own: this rank alone computes it.
+                let alone = Run { ranks: None, ..*be };
+                one_tile(&alone, g, &crop, inner, budget, &part)?;
                 let (oy0, _, ox0, _) = go.tile(t);
-                sink.put_tile(oy0, ox0, &part.finish().into_tensor()?)
-            })?;
+                Ok((oy0, ox0, part.finish().into_tensor()?, ()))
+            };
+            match be.ranks {
+                Some(ranks) => {
+                    rounds(ranks, "naive tiles", grid.len(), workers, compute, sink)?;
+                }
+                None => {
+                    superstep(grid.len(), workers, |t| {
+                        let (y0, x0, out, ()) = compute(t)?;
+                        sink.put_tile(y0, x0, &out)
+                    })?;
+                }
+            }
             Ok(RunInfo {
                 tiles: grid.len(),
                 ..RunInfo::default()
@@ -265,7 +274,7 @@ fn recompute_stats<B: GraphOps>(
         let workers = be.backend.tiles_at_once(threads).clamp(1, gu.len());
         let inner = inner_threads(threads, workers);
         let ss = scale_shifts(g, &stats);
-        let tiles = superstep(gu.len(), workers, |t| {
+        let tiles = superstep_share(be.ranks, gu.len(), workers, |t| {
             let (y0, y1, x0, x1) = gu.tile(t);
             let x = if u == 0 {
                 gather(
@@ -277,8 +286,11 @@ fn recompute_stats<B: GraphOps>(
                 eval_region(be, g, plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
             };
             Ok(tensor_stats(&x))
-        })?;
-        stats[i] = Some(merge_all(&tiles));
+        });
+        stats[i] = Some(match be.ranks {
+            Some(ranks) => merge_stats(ranks, &format!("statistics of node {i}"), tiles)?,
+            None => merge_in_tile_order(tiles?),
+        });
     }
     Ok(stats)
 }
@@ -401,6 +413,7 @@ pub fn working_set(
     let be = &Run {
         backend: &CpuBackend,
         prep: &(),
+        ranks: None,
     };
     let tiles = &|h, w, t| g.grid(h, w, t);
     let need = match mode {
@@ -449,7 +462,7 @@ fn one_tile<B: GraphOps>(
     }
 }
 
-/// [`run_graph`] into a new f32 tensor (the network's raw output, `C×H×W`).
+/// [`run`] on the CPU into a new f32 tensor (the network's raw output, `C×H×W`).
 pub fn infer(
     g: &Graph,
     input: &dyn Input,
@@ -461,7 +474,7 @@ pub fn infer(
     infer_on(&CpuBackend, g, input, mode, tile, threads, budget)
 }
 
-/// [`infer`] on `backend` ([`run_graph_on`]).
+/// [`infer`] on `backend` ([`run`]).
 pub fn infer_on<B: GraphOps>(
     backend: &B,
     g: &Graph,
@@ -474,6 +487,12 @@ pub fn infer_on<B: GraphOps>(
     let plan = g.plan(input.height(), input.width())?;
     let (c, h, w) = plan.shape[g.output];
     let sink = OutputSink::try_f32(c, h, w)?;
-    let info = run_graph_on(backend, g, input, mode, tile, threads, budget, &sink)?;
+    let info = run(
+        backend,
+        g,
+        input,
+        &options(mode, tile, threads, budget),
+        &sink,
+    )?;
     Ok((sink.finish().into_tensor()?, info))
 }

@@ -105,7 +105,7 @@ impl Sizer<'_> {
     /// reader's (as `fixed::eval_region` holds them).
     pub fn one_pass(&self, target: usize, r: Range2) -> u64 {
         let g = self.g;
-        let need = super::fixed::needs(g, self.plan, target, r);
+        let need = super::fixed::needs(g, self.plan, target, r, &|_| false);
         let mut last = vec![0usize; target + 1];
         for (i, n) in g.nodes.iter().enumerate().take(target) {
             if need[i + 1].is_some() {

@@ -143,6 +143,7 @@ def infer(
     out_dtype: Optional[Literal["uint8", "float32"]] = None,
     page: Optional[int] = None,
     level: Optional[int] = None,
+    group: Any = None,
 ) -> Optional[npt.NDArray[np.float32]]:
     """Runs a CNN over an image of any size with exact BSP tiling: a float32 (C, H, W) array back, or the
     output written to ``output`` (.npy float32 tile by tile, .tif/.tiff tiled BigTIFF tile by tile — uint8
@@ -153,7 +154,13 @@ def infer(
     read by region from .l3 and .tif/.tiff (``page``, ``level``: a TIFF's page and that page's level;
     either asked of anything but a TIFF path raises ``OptionsError``); other images are decoded whole (a
     ``UserWarning`` says so). ``device="cuda"`` runs every node on the CUDA backend (f32; a GPU that cannot
-    be used raises ``GpuError``)."""
+    be used raises ``GpuError``). ``group`` shares the run among the processes of a ``torch.distributed``
+    process group (gloo, NCCL), of JAX's multi-process runtime (``"jax"``), or of any object with ``rank``,
+    ``size`` and ``all_gather(bytes) -> list[bytes]``: each rank computes a share of the tiles, the
+    normalisation statistics are merged in tile order across them, and rank 0 alone writes ``output``
+    (or returns the array; the other ranks return ``None``), with exactly the bytes of a one-process run.
+    Every rank must call it with the same arguments; a rank that fails stops every other one with an
+    ``Error`` naming it. ``python -m l3toolkit.infer`` is ``l3 infer`` for ranks started by ``torchrun``."""
 
 def infer_options() -> List[Tuple[str, str]]:
     """Every option of :func:`infer` besides ``image``, ``model`` and ``output``, with its default as

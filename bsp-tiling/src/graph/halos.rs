@@ -1,0 +1,155 @@
+//! What a run shared among ranks sends after each stored value's superstep: for every tile of the value,
+//! the rectangle of it that another rank's later supersteps read (their tiles' windows, through the
+//! values they compute where they read them), planned from the graph before anything runs. A rank then
+//! holds its own tiles of each stored value and the parts of its neighbours' that it reads — never the
+//! whole value.
+
+use super::fixed::needs;
+use super::model::{Graph, GraphPlan};
+use crate::error::Result;
+use crate::field::gather;
+use crate::grid::Grid;
+use crate::ranks::{Ranks, Reader, Wire};
+use crate::store::Layer;
+use std::collections::BTreeMap;
+
+/// A rectangle `(y0, y1, x0, x1)` of a value.
+type Rect = [usize; 4];
+
+/// Per value: `(rank, tile) → rectangle` of that tile the rank reads and another rank computes.
+pub(super) struct Halos {
+    wants: Vec<BTreeMap<(usize, usize), Rect>>,
+}
+
+/// The tiles of `grid` along one axis (`borders`) that `lo..hi` overlaps.
+fn overlapping(borders: &[usize], (lo, hi): (usize, usize)) -> std::ops::Range<usize> {
+    let first = borders.partition_point(|&b| b <= lo).saturating_sub(1);
+    let last = borders.partition_point(|&b| b < hi).min(borders.len() - 1);
+    first..last.max(first)
+}
+
+impl Halos {
+    /// The rectangles every rank reads of others' tiles, for the supersteps `units` (`(node, value it
+    /// stores)` in run order) over `grids`; `stored[u]` says that value `u` is stored (read, not
+    /// computed where it is read).
+    pub(super) fn plan(
+        g: &Graph,
+        plan: &GraphPlan,
+        grids: &[Grid],
+        units: &[(usize, usize)],
+        stored: &[bool],
+        ranks: &Ranks,
+    ) -> Halos {
+        let mut wants: Vec<BTreeMap<(usize, usize), Rect>> = vec![BTreeMap::new(); grids.len()];
+        for &(_, v) in units {
+            let gv = &grids[v];
+            for t in 0..gv.len() {
+                let reader = ranks.owner(t, gv.len());
+                let (y0, y1, x0, x1) = gv.tile(t);
+                let need = needs(g, plan, v, ((y0, y1), (x0, x1)), &|u| stored[u]);
+                for (u, region) in need.iter().enumerate().take(v).skip(1) {
+                    let Some((ry, rx)) = *region else { continue };
+                    if !stored[u] {
+                        continue;
+                    }
+                    let gu = &grids[u];
+                    for ti in overlapping(&gu.rows, ry) {
+                        for tj in overlapping(&gu.cols, rx) {
+                            let t2 = ti * gu.n_cols() + tj;
+                            if ranks.owner(t2, gu.len()) == reader {
+                                continue;
+                            }
+                            let (a0, a1, b0, b1) = gu.tile(t2);
+                            let r = [ry.0.max(a0), ry.1.min(a1), rx.0.max(b0), rx.1.min(b1)];
+                            if r[0] >= r[1] || r[2] >= r[3] {
+                                continue;
+                            }
+                            wants[u]
+                                .entry((reader, t2))
+                                .and_modify(|w| {
+                                    *w = [
+                                        w[0].min(r[0]),
+                                        w[1].max(r[1]),
+                                        w[2].min(r[2]),
+                                        w[3].max(r[3]),
+                                    ]
+                                })
+                                .or_insert(r);
+                        }
+                    }
+                }
+            }
+        }
+        Halos { wants }
+    }
+
+    /// What this rank sends of value `u` (stored in `layer`): each rectangle another rank reads of a
+    /// tile this rank computed, addressed to it.
+    pub(super) fn outgoing(
+        &self,
+        u: usize,
+        layer: &Layer,
+        ranks: &Ranks,
+        w: &mut Wire,
+    ) -> Result<()> {
+        let n = layer.grid.len();
+        for (&(reader, t), r) in &self.wants[u] {
+            if ranks.owner(t, n) != ranks.rank() {
+                continue;
+            }
+            let ys: Vec<Option<usize>> = (r[0]..r[1]).map(Some).collect();
+            let xs: Vec<Option<usize>> = (r[2]..r[3]).map(Some).collect();
+            let part = gather(layer, &ys, &xs)?;
+            w.u64(reader as u64);
+            w.u64(t as u64);
+            for &b in r {
+                w.u64(b as u64);
+            }
+            w.f32s(&part.data);
+            crate::buffers::give(part.data);
+        }
+        Ok(())
+    }
+
+    /// Stores in `layer` the rectangles addressed to this rank in `rd` (rank `from`'s message): each
+    /// into its tile, the rest of which this rank never reads.
+    pub(super) fn incoming(layer: &Layer, ranks: &Ranks, rd: &mut Reader<'_>) -> Result<()> {
+        let c = layer.c;
+        while !rd.done() {
+            let reader = rd.usize()?;
+            let t = rd.usize()?;
+            let r = [rd.usize()?, rd.usize()?, rd.usize()?, rd.usize()?];
+            let data = rd.f32s()?;
+            if reader != ranks.rank() {
+                crate::buffers::give(data);
+                continue;
+            }
+            let grid = &layer.grid;
+            if t >= grid.len() {
+                return Err(rd.bad());
+            }
+            let (y0, y1, x0, x1) = grid.tile(t);
+            let (th, tw) = (y1 - y0, x1 - x0);
+            let (h, w) = (r[1].wrapping_sub(r[0]), r[3].wrapping_sub(r[2]));
+            if r[0] < y0 || r[1] > y1 || r[2] < x0 || r[3] > x1 || r[0] >= r[1] || r[2] >= r[3] {
+                return Err(rd.bad());
+            }
+            if data.len() != c * h * w {
+                return Err(rd.bad());
+            }
+            let mut tile = crate::buffers::zeros(c * th * tw)?;
+            for ch in 0..c {
+                for y in 0..h {
+                    let src = &data[(ch * h + y) * w..(ch * h + y + 1) * w];
+                    let at = (ch * th + r[0] - y0 + y) * tw + r[2] - x0;
+                    tile[at..at + w].copy_from_slice(src);
+                }
+            }
+            crate::buffers::give(data);
+            layer
+                .put(t, tile)
+                .map_err(|source| layer.spill_error(source))?;
+        }
+        Ok(())
+    }
+}
