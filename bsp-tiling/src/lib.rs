@@ -198,7 +198,7 @@ pub fn min_tile(net: &Net) -> usize {
 }
 
 /// [`min_tile`], the layer whose halo sets it (the first, where several tie) and that halo in input pixels.
-fn min_tile_layer(net: &Net) -> (usize, String, usize) {
+pub(crate) fn min_tile_layer(net: &Net) -> (usize, String, usize) {
     let align = net.total_stride();
     let mut div = 1;
     let (mut need, mut layer) = (
@@ -218,8 +218,8 @@ fn min_tile_layer(net: &Net) -> (usize, String, usize) {
     (need.div_ceil(align) * align, layer, need)
 }
 
-/// The grid [`stylize`] uses: `tile`-sided tiles, a remainder narrower than [`min_tile`] joining its
-/// neighbour.
+/// The grid [`stylize`] uses ([`Graph::from_net`]'s [`Graph::grid`]): `tile`-sided tiles, a remainder
+/// narrower than [`min_tile`] joining its neighbour.
 pub fn grid_for(net: &Net, h: usize, w: usize, tile: usize) -> Result<Grid> {
     if h == 0 || w == 0 {
         return Err(Error::EmptyImage {
@@ -227,16 +227,7 @@ pub fn grid_for(net: &Net, h: usize, w: usize, tile: usize) -> Result<Grid> {
             height: h,
         });
     }
-    let (min, layer, halo) = min_tile_layer(net);
-    if tile < min {
-        return Err(Error::TileSmallerThanHalo {
-            tile,
-            layer,
-            halo,
-            min,
-        });
-    }
-    Grid::with_tile(h, w, tile, net.total_stride(), min)
+    Graph::from_net(net).grid(h, w, tile)
 }
 
 /// The output size (channels, height, width) [`stylize`] gives `net` for an `h`×`w` input: PyTorch's
@@ -249,10 +240,10 @@ pub fn stylize_shape(net: &Net, h: usize, w: usize) -> Result<(usize, usize, usi
         .ok_or_else(|| Error::Unsupported("empty network".into()))
 }
 
-/// Runs `net` over `input` in the chosen mode on `backend`: [`Graph::from_net`] through the graph engine,
-/// on [`grid_for`]'s tiles. The output has PyTorch's whole-image size for this input ([`stylize_shape`]),
-/// in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else float32. [`stylize_on_into`] writes it
-/// to a [`Sink`] instead.
+/// Runs `net` over `input` in the chosen mode on `backend`: [`Graph::from_net`] through [`run`], on
+/// [`grid_for`]'s tiles. The output has PyTorch's whole-image size for this input ([`stylize_shape`]),
+/// in memory: 8-bit RGB (clamped and rounded) with `sink_rgb8`, else float32. [`run`] and
+/// [`run_device`] on [`Graph::from_net`] hand it to a [`Sink`] instead, tile by tile as tiles complete.
 pub fn stylize<B: GraphOps>(
     net: &Net,
     backend: &B,
@@ -261,11 +252,12 @@ pub fn stylize<B: GraphOps>(
     sink_rgb8: bool,
 ) -> Result<(Output, RunInfo)> {
     let sink = output_sink(net, input, sink_rgb8)?;
-    let info = stylize_into(net, backend, input, opts, &sink)?;
+    let info = run(backend, &Graph::from_net(net), input, opts, &sink)?;
     Ok((sink.finish(), info))
 }
 
-/// The in-memory output of [`stylize`] / [`stylize_on`] for `input`: 8-bit RGB or float32.
+/// The in-memory output of [`stylize`] / [`stylize_on`] for `input`: 8-bit RGB or float32 (the net
+/// checked against the input's size first).
 fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
     let (c, oh, ow) = stylize_shape(net, input.height(), input.width())?;
     if rgb8 {
@@ -275,35 +267,9 @@ fn output_sink(net: &Net, input: &dyn Input, rgb8: bool) -> Result<OutputSink> {
     }
 }
 
-/// [`stylize`] with its output handed to `sink` tile by tile as tiles complete (in no set order), as
-/// float32 values with their top-left corner in the [`stylize_shape`] output; a sink smaller than that
-/// clips them. Every mode streams except [`Mode::Whole`], whose one tile is the whole output. The first
-/// error of the sink stops the run and is returned.
-fn stylize_into<B: GraphOps>(
-    net: &Net,
-    backend: &B,
-    input: &dyn Input,
-    opts: &Options,
-    sink: &dyn Sink,
-) -> Result<RunInfo> {
-    let (h, w) = (input.height(), input.width());
-    stylize_shape(net, h, w)?;
-    if let Some(m) = backend.device_meter() {
-        m.reset_peak();
-    }
-    graph::run_tiled(
-        backend,
-        &Graph::from_net(net),
-        input,
-        opts,
-        &|h, w, t| grid_for(net, h, w, t),
-        sink,
-    )
-}
-
 /// [`stylize`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
-/// budget and precision. Without a usable GPU, `Device::Cuda` fails with the reason (no driver, no
-/// device, no NVRTC or cuBLAS); it never falls back to the CPU.
+/// budget and precision ([`run_device`]). Without a usable GPU, `Device::Cuda` fails with the reason (no
+/// driver, no device, no NVRTC or cuBLAS); it never falls back to the CPU.
 pub fn stylize_on(
     dev: &DeviceOptions,
     net: &Net,
@@ -313,24 +279,6 @@ pub fn stylize_on(
 ) -> Result<(Output, RunInfo)> {
     dev.validate()?;
     let sink = output_sink(net, input, sink_rgb8)?;
-    let info = stylize_on_into(dev, net, input, opts, &sink)?;
+    let info = run_device(dev, &Graph::from_net(net), input, opts, &sink)?;
     Ok((sink.finish(), info))
-}
-
-/// [`stylize`] into `sink` (`stylize_into`) on the device `dev` names, as [`stylize_on`] opens it (no fallback to the CPU).
-pub fn stylize_on_into(
-    dev: &DeviceOptions,
-    net: &Net,
-    input: &dyn Input,
-    opts: &Options,
-    sink: &dyn Sink,
-) -> Result<RunInfo> {
-    dev.validate()?;
-    match dev.device {
-        Device::Cpu => stylize_into(net, &CpuBackend, input, opts, sink),
-        Device::Cuda(ordinal) => {
-            let backend = CudaBackend::new(ordinal, dev.gpu_memory, dev.precision)?;
-            stylize_into(net, &backend, input, opts, sink)
-        }
-    }
 }

@@ -348,8 +348,9 @@ pub fn stylize_paths(net: &Net, req: &InferRequest) -> Result<InferReport> {
             },
             ranks: req.ranks.clone(),
         };
+        let graph = Graph::from_net(net);
         let mut report = run_to_output(req, (3, h, w), (c, oh, ow), |sink| {
-            bsp_tiling::stylize_on_into(&req.device, net, &input, &opts, sink)
+            bsp_tiling::run_device(&req.device, &graph, &input, &opts, sink)
         })?;
         report.notes.splice(0..0, input.notes().iter().cloned());
         Ok(report)

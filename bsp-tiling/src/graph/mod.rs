@@ -32,6 +32,5 @@ mod superstep;
 mod working;
 
 pub use exec::GraphOps;
-pub use model::{Graph, GraphPlan, GraphStats, Node, NodeHalo};
-pub(crate) use run::run_tiled;
+pub use model::{Graph, GraphPlan, GraphStats, MinTile, Node, NodeHalo};
 pub use run::{infer, infer_on, run, run_device, working_set};

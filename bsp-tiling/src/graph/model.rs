@@ -35,6 +35,19 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// The value the graph returns.
     pub output: usize,
+    /// The narrowest tile [`Graph::grid`] accepts, where the graph asks for one: a TransformerNet's
+    /// tiles are at least as wide as the halo of every convolution reading them ([`Graph::from_net`]).
+    /// `None`: any tile aligned to the strides (windows then reach past the neighbouring tiles).
+    pub min_tile: Option<MinTile>,
+}
+
+/// The narrowest tile of a graph, the layer that sets it and that layer's halo in input pixels (what a
+/// refusal names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MinTile {
+    pub pixels: usize,
+    pub layer: String,
+    pub halo: usize,
 }
 
 /// Shapes of every value for one input size.
@@ -181,6 +194,18 @@ impl Graph {
     /// remainder smaller than the alignment joins its neighbour.
     pub fn grid(&self, h: usize, w: usize, tile: usize) -> Result<Grid> {
         let plan = self.plan(h, w)?;
+        if let Some(m) = &self.min_tile {
+            if tile < m.pixels {
+                return Err(Error::TileSmallerThanHalo {
+                    tile,
+                    layer: m.layer.clone(),
+                    halo: m.halo,
+                    min: m.pixels,
+                });
+            }
+            // A remainder narrower than the minimum joins its neighbour.
+            return Grid::with_tile(h, w, tile, plan.align, m.pixels);
+        }
         if tile == 0 || !tile.is_multiple_of(plan.align) {
             return Err(Error::Grid(format!(
                 "tile size {tile} is not a positive multiple of {}, the product of the graph's strides (every resolution must cut at whole pixels)",
@@ -258,11 +283,17 @@ impl Graph {
     /// Johnson et al.'s TransformerNet ([`Net`]) as a graph: Resize (nearest ×2), Pad (the net's padding),
     /// Conv, InstanceNormalization, Relu and the residual Add, one node each — the same arithmetic.
     pub fn from_net(net: &Net) -> Graph {
+        let (pixels, layer, halo) = crate::min_tile_layer(net);
         let mut g = Graph {
             name: "TransformerNet".into(),
             channels: net.channels,
             nodes: vec![],
             output: 0,
+            min_tile: Some(MinTile {
+                pixels,
+                layer,
+                halo,
+            }),
         };
         let push = |g: &mut Graph,
                     name: String,

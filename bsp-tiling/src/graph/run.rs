@@ -20,21 +20,22 @@ use crate::store::Budget;
 use crate::tensor::Tensor;
 use crate::{Mode, Options};
 
-/// The grid of tiles of side `t` over an `h × w` input (the image, or the sampled mode's downsampled
-/// copy), called as `tiles(h, w, t)`.
-pub(crate) type Tiles<'a> = dyn Fn(usize, usize, usize) -> Result<Grid> + 'a;
-
-/// [`run`] on the grids `tiles` makes: the graph's own ([`Graph::grid`]), or a caller's rule (the
-/// TransformerNet's, whose tiles are at least as wide as its convolutions' halos).
-pub(crate) fn run_tiled<B: GraphOps>(
+/// Runs `g` over `input` on `backend` as `opts` asks — its mode, tile, threads, RAM budget and the ranks
+/// sharing it — writing `sink` (which must have the output value's shape: [`Graph::plan`]'s last shape)
+/// on [`Graph::grid`]'s tiles. The backend first checks that it runs every node, then prepares the run
+/// (weights), and each superstep hands it the gathered windows. A device's memory peak (from the run's
+/// start) is reported in [`RunInfo::device_peak_bytes`]. On ranks, only rank 0's sink is written.
+pub fn run<B: GraphOps>(
     backend: &B,
     g: &Graph,
     input: &dyn Input,
     opts: &Options,
-    tiles: &Tiles,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let ranks = opts.ranks.as_ref();
+    if let Some(m) = backend.device_meter() {
+        m.reset_peak();
+    }
     if let Some(r) = ranks {
         r.begin()?;
     }
@@ -53,7 +54,6 @@ pub(crate) fn run_tiled<B: GraphOps>(
             input,
             opts.mode,
             opts.tile,
-            tiles,
             opts.threads,
             &opts.budget,
             sink,
@@ -68,21 +68,6 @@ pub(crate) fn run_tiled<B: GraphOps>(
         Some(r) => r.finish("run", result),
         None => result,
     }
-}
-
-/// Runs `g` over `input` on `backend` (the CPU, `DeviceSim`, CUDA) as `opts` asks — its mode, tile,
-/// threads, RAM budget and the ranks sharing it — writing `sink` (which must have the output value's
-/// shape: [`Graph::plan`]'s last shape). The backend first checks that it runs every node, then
-/// prepares the run (weights), and each superstep hands it the gathered windows. A device's memory peak
-/// is reported in [`RunInfo::device_peak_bytes`]. On ranks, only rank 0's sink is written.
-pub fn run<B: GraphOps>(
-    backend: &B,
-    g: &Graph,
-    input: &dyn Input,
-    opts: &Options,
-    sink: &dyn Sink,
-) -> Result<RunInfo> {
-    run_tiled(backend, g, input, opts, &|h, w, t| g.grid(h, w, t), sink)
 }
 
 /// [`run`] on the device `dev` names: the CPU backend, or the CUDA backend opened with its memory
@@ -125,48 +110,36 @@ fn run_mode<B: GraphOps>(
     input: &dyn Input,
     mode: Mode,
     tile: usize,
-    tiles: &Tiles,
     threads: usize,
     budget: &Budget,
     sink: &dyn Sink,
 ) -> Result<RunInfo> {
     let (h, w) = (input.height(), input.width());
-    let grid = || tiles(h, w, tile);
+    let grid = || g.grid(h, w, tile);
     let result = match mode {
         Mode::Whole => one_tile(be, g, input, threads, budget, sink),
         Mode::Exact => {
-            match fit(be, g, input, tile, tiles, threads, budget, exact_need).and_then(
-                |(tile, note)| {
-                    let mut info = exact_on(
-                        be,
-                        g,
-                        input,
-                        &tiles(h, w, tile)?,
-                        threads,
-                        budget,
-                        sink,
-                        None,
-                    )?;
-                    info.notes.extend(note);
-                    Ok(info)
-                },
-            ) {
+            match fit(be, g, input, tile, threads, budget, exact_need).and_then(|(tile, note)| {
+                let mut info = exact_on(
+                    be,
+                    g,
+                    input,
+                    &g.grid(h, w, tile)?,
+                    threads,
+                    budget,
+                    sink,
+                    None,
+                )?;
+                info.notes.extend(note);
+                Ok(info)
+            }) {
                 // Refused before anything was computed or written: the same output, exact, from the
                 // recompute schedule, which stores no activation.
                 Err(Error::OverBudget {
                     needed, ram, disk, ..
                 }) => {
-                    let mut info = run_mode(
-                        be,
-                        g,
-                        input,
-                        Mode::Recompute,
-                        tile,
-                        tiles,
-                        threads,
-                        budget,
-                        sink,
-                    )?;
+                    let mut info =
+                        run_mode(be, g, input, Mode::Recompute, tile, threads, budget, sink)?;
                     info.notes.push(recompute_note(g, needed, ram, disk));
                     Ok(info)
                 }
@@ -210,24 +183,14 @@ fn run_mode<B: GraphOps>(
             })
         }
         Mode::Sampled(f) => {
-            let (tile, note) = fit(be, g, input, tile, tiles, threads, budget, fixed_need)?;
-            let grid = tiles(h, w, tile)?;
+            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
+            let grid = g.grid(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             // The sample's statistics by the exact mode, tile by tile under the run's budget (its
             // values stored, spilled or recomputed as an exact run's are); its output is not kept.
             let small = crate::field::Downsampled::new(input, f);
             let discard = OutputSink::f32(0, 0, 0)?;
-            let sampled = run_mode(
-                be,
-                g,
-                &small,
-                Mode::Exact,
-                tile,
-                tiles,
-                threads,
-                budget,
-                &discard,
-            )?;
+            let sampled = run_mode(be, g, &small, Mode::Exact, tile, threads, budget, &discard)?;
             run_fixed(be, g, &plan, input, &grid, &sampled.stats, threads, sink)?;
             Ok(RunInfo {
                 stats: sampled.stats,
@@ -237,8 +200,8 @@ fn run_mode<B: GraphOps>(
             })
         }
         Mode::Recompute => {
-            let (tile, note) = fit(be, g, input, tile, tiles, threads, budget, fixed_need)?;
-            let grid = tiles(h, w, tile)?;
+            let (tile, note) = fit(be, g, input, tile, threads, budget, fixed_need)?;
+            let grid = g.grid(h, w, tile)?;
             let plan = prepare(g, input, &grid)?;
             let stats = recompute_stats(be, g, &plan, input, &grid, threads)?;
             run_fixed(be, g, &plan, input, &grid, &stats, threads, sink)?;
@@ -315,7 +278,7 @@ fn recompute_note(g: &Graph, needed: u64, ram: u64, disk: u64) -> String {
 }
 
 /// The working sets of a run's tiles in flight at once, and how many tiles that is (see [`working_set`]).
-type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, &Tiles, usize) -> Result<(u64, usize)>;
+type Need<B> = fn(&Run<'_, B>, &Graph, &dyn Input, usize, usize) -> Result<(u64, usize)>;
 
 /// The tile a run whose working sets `need` gives uses: `tile`, or a smaller one whose working sets fit
 /// the budget (with a note), or the refusal of the smallest.
@@ -325,7 +288,6 @@ fn fit<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
-    tiles: &Tiles,
     threads: usize,
     budget: &Budget,
     need: Need<B>,
@@ -333,7 +295,7 @@ fn fit<B: GraphOps>(
     let align = g.plan(input.height(), input.width())?.align;
     let allowance = working::Allowance::of(budget.ram);
     working::fit_tile(tile, align, |t| {
-        let (bytes, workers) = need(be, g, input, t, tiles, threads)?;
+        let (bytes, workers) = need(be, g, input, t, threads)?;
         allowance.admit(bytes, workers, t)
     })
 }
@@ -344,10 +306,9 @@ fn exact_need<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
-    tiles: &Tiles,
     threads: usize,
 ) -> Result<(u64, usize)> {
-    let grid = tiles(input.height(), input.width(), tile)?;
+    let grid = g.grid(input.height(), input.width(), tile)?;
     let plan = prepare(g, input, &grid)?;
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, &grid, v))
@@ -366,10 +327,9 @@ fn fixed_need<B: GraphOps>(
     g: &Graph,
     input: &dyn Input,
     tile: usize,
-    tiles: &Tiles,
     threads: usize,
 ) -> Result<(u64, usize)> {
-    let grid = tiles(input.height(), input.width(), tile)?;
+    let grid = g.grid(input.height(), input.width(), tile)?;
     let plan = prepare(g, input, &grid)?;
     let sizer = working::Sizer {
         g,
@@ -415,14 +375,13 @@ pub fn working_set(
         prep: &(),
         ranks: None,
     };
-    let tiles = &|h, w, t| g.grid(h, w, t);
     let need = match mode {
-        Mode::Sampled(_) | Mode::Recompute => fixed_need(be, g, input, tile, tiles, threads)?,
-        Mode::Exact | Mode::Naive => exact_need(be, g, input, tile, tiles, threads)?,
+        Mode::Sampled(_) | Mode::Recompute => fixed_need(be, g, input, tile, threads)?,
+        Mode::Exact | Mode::Naive => exact_need(be, g, input, tile, threads)?,
         Mode::Whole => {
             let align = g.plan(input.height(), input.width())?.align;
             let side = input.height().max(input.width()).next_multiple_of(align);
-            exact_need(be, g, input, side, tiles, threads)?
+            exact_need(be, g, input, side, threads)?
         }
     };
     Ok(need.0)

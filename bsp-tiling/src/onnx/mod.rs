@@ -183,6 +183,7 @@ pub fn graph_from_onnx(bytes: &[u8], model: &str) -> Result<Graph> {
         channels,
         nodes: imp.nodes,
         output,
+        min_tile: None,
     };
     Ok(simplify(graph))
 }
