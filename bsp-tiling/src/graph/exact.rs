@@ -5,7 +5,7 @@
 use super::eval::{Run, eval_node, tensor_stats};
 use super::exec::GraphOps;
 use super::halos::Halos;
-use super::model::{Graph, GraphPlan, GraphStats, node_err, prepare};
+use super::model::{Graph, GraphPlan, node_err, prepare};
 use super::ops::{self, Op};
 use super::schedule::{Schedule, Through, stored_value, taken_input};
 use super::superstep::{inner_threads, rounds, superstep_share};
@@ -304,7 +304,7 @@ fn recycle_dead(vals: &mut [Option<Val<'_>>], last_use: &[usize], done: usize) {
 
 /// Exact BSP execution of `g` over `input` on `be`'s backend: a superstep per stored value on the tiles
 /// of `grid`, statistics merged for every normalisation; writes `sink` (the output value's tiles as they
-/// are computed). With `fixed`, normalisations apply those statistics instead of the image's own.
+/// are computed).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn exact_on<B: GraphOps>(
     be: &Run<'_, B>,
@@ -314,7 +314,6 @@ pub(super) fn exact_on<B: GraphOps>(
     threads: usize,
     budget: &Budget,
     sink: &dyn Sink,
-    fixed: Option<&GraphStats>,
 ) -> Result<RunInfo> {
     let plan = prepare(g, input, grid)?;
     let grids: Vec<Grid> = (0..plan.shape.len())
@@ -385,12 +384,9 @@ pub(super) fn exact_on<B: GraphOps>(
             continue;
         }
         if let Op::Norm(m) = &n.op {
-            let st = match fixed.and_then(|f| f.get(i).cloned().flatten()) {
-                Some(st) => st,
-                None => stats[n.inputs[0]]
-                    .clone()
-                    .ok_or_else(|| node_err(n, "internal: its input reported no statistics"))?,
-            };
+            let st = stats[n.inputs[0]]
+                .clone()
+                .ok_or_else(|| node_err(n, "internal: its input reported no statistics"))?;
             norms[i] = Some(m.scale_shift(&st));
             info.stats[i] = Some(st);
         }

@@ -120,16 +120,7 @@ fn run_mode<B: GraphOps>(
         Mode::Whole => one_tile(be, g, input, threads, budget, sink),
         Mode::Exact => {
             match fit(be, g, input, tile, threads, budget, exact_need).and_then(|(tile, note)| {
-                let mut info = exact_on(
-                    be,
-                    g,
-                    input,
-                    &g.grid(h, w, tile)?,
-                    threads,
-                    budget,
-                    sink,
-                    None,
-                )?;
+                let mut info = exact_on(be, g, input, &g.grid(h, w, tile)?, threads, budget, sink)?;
                 info.notes.extend(note);
                 Ok(info)
             }) {
@@ -409,7 +400,7 @@ fn one_tile<B: GraphOps>(
         disk: Some(0),
         ..budget.clone()
     };
-    match exact_on(be, g, input, &one, threads, &ram, sink, None) {
+    match exact_on(be, g, input, &one, threads, &ram, sink) {
         Err(Error::OverBudget { needed, .. } | Error::TileOverBudget { needed, .. }) => {
             Err(Error::WholeTooLarge {
                 needed,
