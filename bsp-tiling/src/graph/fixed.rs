@@ -7,7 +7,7 @@ use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err};
 use super::ops::Op;
 use super::schedule::Range2;
-use super::superstep::{inner_threads, rounds, superstep};
+use super::superstep::{inner_threads, into_sink};
 use crate::error::{Error, Result};
 use crate::field::{Field, Input, Region, Sink, span};
 use crate::grid::Grid;
@@ -168,16 +168,6 @@ pub(super) fn run_fixed<B: GraphOps>(
         let out = eval_region(be, g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
         Ok((y0, x0, out, ()))
     };
-    match be.ranks {
-        Some(ranks) => {
-            rounds(ranks, "output tiles", go.len(), workers, compute, sink)?;
-        }
-        None => {
-            superstep(go.len(), workers, |t| {
-                let (y0, x0, out, ()) = compute(t)?;
-                sink.put_tile(y0, x0, &out)
-            })?;
-        }
-    }
+    into_sink(be.ranks, "output tiles", go.len(), workers, compute, sink)?;
     Ok(())
 }

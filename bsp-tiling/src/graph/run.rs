@@ -8,7 +8,7 @@ use super::fixed::{eval_region, run_fixed, scale_shifts};
 use super::model::{Graph, GraphPlan, GraphStats, prepare};
 use super::ops::Op;
 use super::schedule::Schedule;
-use super::superstep::{inner_threads, rounds, superstep, superstep_share};
+use super::superstep::{inner_threads, into_sink, superstep_share};
 use super::working;
 use crate::backend::CpuBackend;
 use crate::error::{Error, Result};
@@ -157,17 +157,7 @@ fn run_mode<B: GraphOps>(
                 let (oy0, _, ox0, _) = go.tile(t);
                 Ok((oy0, ox0, part.finish().into_tensor()?, ()))
             };
-            match be.ranks {
-                Some(ranks) => {
-                    rounds(ranks, "naive tiles", grid.len(), workers, compute, sink)?;
-                }
-                None => {
-                    superstep(grid.len(), workers, |t| {
-                        let (y0, x0, out, ()) = compute(t)?;
-                        sink.put_tile(y0, x0, &out)
-                    })?;
-                }
-            }
+            into_sink(be.ranks, "naive tiles", grid.len(), workers, compute, sink)?;
             Ok(RunInfo {
                 tiles: grid.len(),
                 ..RunInfo::default()

@@ -110,3 +110,23 @@ fn rounds_to<R: Send>(
         }
     }
 }
+
+/// The tiles `0..n` that `compute` gives, handed to `sink`: on ranks through [`rounds`] (rank 0 writes
+/// every rank's), alone as each completes.
+pub(crate) fn into_sink(
+    ranks: Option<&Ranks>,
+    step: &str,
+    n: usize,
+    workers: usize,
+    compute: impl Fn(usize) -> Result<(usize, usize, Tensor, ())> + Sync,
+    sink: &dyn crate::field::Sink,
+) -> Result<()> {
+    match ranks {
+        Some(ranks) => rounds(ranks, step, n, workers, compute, sink).map(|_| ()),
+        None => superstep(n, workers, |t| {
+            let (y0, x0, out, ()) = compute(t)?;
+            sink.put_tile(y0, x0, &out)
+        })
+        .map(|_| ()),
+    }
+}
