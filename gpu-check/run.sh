@@ -87,6 +87,14 @@ export PYTHONUNBUFFERED=1
 # The Python tests that return early when a GPU refuses fail instead: this machine has one.
 export L3_EXPECT_GPU=1
 SITE="$WORK/site"
+# cuDNN for bsp-tiling's f32 convolutions: where no libcudnn loads from the system's folders, PyTorch's
+# wheel (nvidia-cudnn-cu13) brings one; its folder goes on LD_LIBRARY_PATH for every step.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so'; then
+    export CUDNN_LIB; CUDNN_LIB=$(python3 -c 'import importlib.util as u, os; s = u.find_spec("nvidia.cudnn"); print(os.path.join(list(s.submodule_search_locations)[0], "lib"))' 2>/dev/null)
+    if [ -n "${CUDNN_LIB:-}" ] && [ -d "$CUDNN_LIB" ]; then
+        export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
 mkdir -p "$LOGS" "$OUT"
 # The executables travel as bin.tar.xz (a quarter of their size): unpacked afresh under $WORK.
 rm -rf "$BIN"
@@ -211,7 +219,8 @@ run_step() {
             command -v ncu >/dev/null && ncu --version | tail -1
             python3 -c "import sys, torch, torchvision; print(sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.is_available(), \"torchvision\", torchvision.__version__)"
             python3 -c "import jax; print(\"jax\", jax.__version__, jax.devices())" 2>&1 | tail -1
-            nproc; free -g | head -2; uname -r'
+            nproc; free -g | head -2; uname -r
+            echo "cuDNN: $(ldconfig -p 2>/dev/null | grep -m1 "libcudnn\.so" || ls "${CUDNN_LIB:-/nonexistent}"/libcudnn.so* 2>/dev/null | head -1 || echo none found)"'
         ;;
     l3-gpu) step l3-gpu 150 "$BIN/l3_cuda_gpu" --include-ignored --test-threads=4 --nocapture ;;
     l3-variants)

@@ -90,6 +90,67 @@ impl Field for Region<'_> {
     }
 }
 
+/// A buffer holding rows `y0..y0 + h` × columns `x0..x0 + w` of a value (every channel): a stored tile
+/// kept where a backend computes, or the region a unit computed where it is read. A window gathered from
+/// parts takes each pixel from the part that holds it, and zero where none does (padding).
+pub struct Part<'a, T> {
+    pub y0: usize,
+    pub x0: usize,
+    pub h: usize,
+    pub w: usize,
+    pub buf: &'a T,
+}
+
+impl<T> Part<'_, T> {
+    /// A window's index map as this part's own rows (`axis` 0) or columns (1): `None` outside it.
+    pub fn local(&self, axis: usize, m: &[Option<usize>]) -> Vec<Option<usize>> {
+        let (o, n) = if axis == 0 {
+            (self.y0, self.h)
+        } else {
+            (self.x0, self.w)
+        };
+        m.iter()
+            .map(|v| v.and_then(|v| v.checked_sub(o).filter(|&l| l < n)))
+            .collect()
+    }
+}
+
+/// Host tensors as the parts of one value: what a window of kept tiles is gathered from on the CPU.
+pub struct Parts<'a> {
+    pub c: usize,
+    pub parts: &'a [Part<'a, Tensor>],
+}
+
+impl Field for Parts<'_> {
+    fn channels(&self) -> usize {
+        self.c
+    }
+    fn gather(&self, ys: &[Option<usize>], xs: &[Option<usize>], out: &mut [f32]) -> Result<()> {
+        out.fill(0.0);
+        let n = ys.len() * xs.len();
+        for p in self.parts {
+            let ly = p.local(0, ys);
+            let cols = runs(p.local(1, xs).into_iter().enumerate());
+            if cols.is_empty() || ly.iter().all(Option::is_none) {
+                continue;
+            }
+            for c in 0..self.c {
+                let plane = p.buf.plane(c);
+                let o = &mut out[c * n..(c + 1) * n];
+                for (iy, y) in ly.iter().enumerate() {
+                    let Some(y) = y else { continue };
+                    copy_runs(
+                        &cols,
+                        &plane[y * p.w..(y + 1) * p.w],
+                        &mut o[iy * xs.len()..(iy + 1) * xs.len()],
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Field for Tensor {
     fn channels(&self) -> usize {
         self.c

@@ -99,6 +99,14 @@ impl Lease {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Gives `bytes` of the lease back before it is dropped (at most what it holds): a reservation whose
+    /// parts have taken leases of their own.
+    pub fn give_back(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.bytes);
+        self.meter.used.fetch_sub(bytes, Ordering::Relaxed);
+        self.bytes -= bytes;
+    }
 }
 
 impl Drop for Lease {
@@ -131,5 +139,17 @@ mod tests {
         drop((b, c));
         m.reset_peak();
         assert_eq!((m.used(), m.peak()), (0, 0));
+    }
+
+    #[test]
+    fn a_lease_gives_back_part_of_itself() {
+        let m = Meter::new(1000);
+        let mut r = m.lease(800, "reservation").unwrap();
+        r.give_back(300);
+        assert_eq!((r.bytes(), m.used()), (500, 500));
+        r.give_back(900);
+        assert_eq!((r.bytes(), m.used()), (0, 0));
+        drop(r);
+        assert_eq!(m.used(), 0);
     }
 }

@@ -19,8 +19,13 @@ pub struct RunInfo {
     /// Device memory in use at its peak during the run, as metered (device backends).
     pub device_peak_bytes: u64,
     /// Bytes copied between host and device memory during the run (device backends): the windows
-    /// uploaded and the outputs downloaded. Each stored value crosses the bus both ways.
+    /// uploaded and the outputs downloaded. A stored value kept on the device does not cross the bus;
+    /// one stored on the host crosses it both ways.
     pub device_copied_bytes: u64,
+    /// Stored values kept in device memory between supersteps (exact runs on a device backend).
+    pub kept_values: usize,
+    /// Kept values moved to the host later, to leave the next supersteps' working sets their room.
+    pub values_moved_to_host: usize,
     /// What the run chose that its user should know (how an exact run kept within its budget).
     pub notes: Vec<String>,
 }

@@ -36,6 +36,9 @@ pub struct DeviceSim {
     pub concurrency: usize,
     /// im2col band bytes (as [`device::DEVICE_BAND_BYTES`] for the CUDA backend).
     pub band_bytes: usize,
+    /// Whether stored values stay on the device while its budget allows ([`crate::GraphOps::keeps_values`];
+    /// the CUDA backend's way): on by default, off to compare with every value crossing the bus.
+    pub keeps: bool,
 }
 
 impl DeviceSim {
@@ -45,6 +48,7 @@ impl DeviceSim {
             precision,
             concurrency: 1,
             band_bytes: DEVICE_BAND_BYTES,
+            keeps: true,
         }
     }
 

@@ -300,7 +300,7 @@ fn budgets_band_the_im2col_columns() {
 
 /// The bytes a device run copies between host and device are counted (`RunInfo::device_copied_bytes`):
 /// at least the input going up and the output coming down, in every mode, and more in tiled modes,
-/// where every stored value crosses the bus both ways. The figure is printed per input pixel: what the
+/// where each tile's input window carries its halo. The figure is printed per input pixel: what the
 /// bus costs a device run, which the GPU bundle's timings need beside them.
 #[test]
 fn device_runs_count_the_bytes_they_copy() {
@@ -334,4 +334,133 @@ fn device_runs_count_the_bytes_they_copy() {
         copied[1] > copied[0],
         "exact tiles copy more than one whole tile: {copied:?}"
     );
+}
+
+/// Stored values stay in device memory between supersteps while the budget holds them beside the tiles'
+/// working sets (`GraphOps::keeps_values`): the output is the CPU's bit for bit either way, and what
+/// crosses the bus drops to the input's windows going up and the output coming down: a whole-image run
+/// copies the input once and the output once.
+#[test]
+fn kept_values_cross_the_bus_once() {
+    let net = Net::random_transformer(Widths(8, 16, 32), 11, PaddingMode::Reflect);
+    let (h, w) = (80, 96);
+    let x = noise_image(3, h, w, 4);
+    let io = Tensor::bytes(3, h, w) * 2;
+    for (mode, tile) in [(Mode::Whole, 0), (Mode::Exact, 32)] {
+        let opts = Options {
+            mode,
+            tile,
+            threads: 2,
+            ..Options::default()
+        };
+        let want = stylize(&net, &CpuBackend, &x, &opts, false)
+            .unwrap()
+            .0
+            .into_tensor()
+            .unwrap();
+        let mut runs = vec![];
+        for keeps in [true, false] {
+            let mut sim = DeviceSim::new(u64::MAX, Precision::F32);
+            sim.keeps = keeps;
+            let (got, info) = stylize(&net, &sim, &x, &opts, false).unwrap();
+            assert_eq!(
+                max_abs(&got.into_tensor().unwrap(), &want),
+                0.0,
+                "{mode:?} keeps {keeps}"
+            );
+            assert_eq!(sim.meter().used(), 0, "{mode:?}: leases left behind");
+            eprintln!(
+                "{mode:?} tile {tile} keeps {keeps}: {} values kept, {} bytes copied ({:.2}× the input \
+                 and output), device peak {}",
+                info.kept_values,
+                info.device_copied_bytes,
+                info.device_copied_bytes as f64 / io as f64,
+                info.device_peak_bytes
+            );
+            runs.push(info);
+        }
+        let (kept, host) = (&runs[0], &runs[1]);
+        assert!(kept.kept_values > 0 && host.kept_values == 0, "{mode:?}");
+        assert_eq!(kept.values_moved_to_host, 0, "{mode:?}");
+        assert!(
+            kept.device_copied_bytes * 4 < host.device_copied_bytes,
+            "{mode:?}: {} vs {}",
+            kept.device_copied_bytes,
+            host.device_copied_bytes
+        );
+        if mode == Mode::Whole {
+            // The input goes up once, as the first 9×9 convolution's window (a reflected border of 4),
+            // and the output comes down once.
+            let input_window = Tensor::bytes(3, h + 8, w + 8);
+            assert_eq!(
+                kept.device_copied_bytes,
+                input_window + Tensor::bytes(3, h, w),
+                "{mode:?}"
+            );
+        }
+    }
+}
+
+/// A device budget that holds the tiles' working sets but not every stored value beside them: values
+/// that do not fit are stored on the host, and kept ones move there when a later superstep needs the
+/// room; the output stays the CPU's bit for bit and the peak within every budget.
+#[test]
+fn kept_values_give_way_to_the_working_sets() {
+    let net = Net::random_transformer(Widths(8, 16, 32), 11, PaddingMode::Reflect);
+    let x = noise_image(3, 80, 96, 4);
+    let opts = Options {
+        mode: Mode::Exact,
+        tile: 32,
+        threads: 2,
+        ..Options::default()
+    };
+    let want = stylize(&net, &CpuBackend, &x, &opts, false)
+        .unwrap()
+        .0
+        .into_tensor()
+        .unwrap();
+    let run = |keeps: bool, budget: u64| {
+        let mut sim = DeviceSim::new(budget, Precision::F32);
+        sim.keeps = keeps;
+        let r = stylize(&net, &sim, &x, &opts, false);
+        assert_eq!(sim.meter().used(), 0, "budget {budget}: leases left behind");
+        let (got, info) = match r {
+            Ok(r) => r,
+            Err(Error::DeviceBudget { .. }) => return None,
+            Err(e) => panic!("keeps {keeps}, budget {budget}: {e}"),
+        };
+        assert_eq!(
+            max_abs(&got.into_tensor().unwrap(), &want),
+            0.0,
+            "keeps {keeps}, budget {budget}"
+        );
+        assert!(
+            info.device_peak_bytes <= budget,
+            "budget {budget}: {info:?}"
+        );
+        Some(info)
+    };
+    let all = run(true, u64::MAX).unwrap();
+    let none = run(false, u64::MAX).unwrap();
+    let (mut partly, mut moved) = (false, false);
+    // Down from the peak of a run that keeps nothing (its im2col bands take what the budget leaves) to
+    // the smallest budget either runs in: keeping never makes a run refuse that would otherwise run.
+    let mut budget = none.device_peak_bytes;
+    loop {
+        let kept = run(true, budget);
+        let host = run(false, budget);
+        assert_eq!(kept.is_some(), host.is_some(), "budget {budget}");
+        let Some(info) = kept else { break };
+        eprintln!(
+            "budget {budget}: {} of {} values kept, {} moved to the host, {} bytes copied",
+            info.kept_values, all.kept_values, info.values_moved_to_host, info.device_copied_bytes
+        );
+        partly |= info.kept_values > 0 && info.kept_values < all.kept_values;
+        moved |= info.values_moved_to_host > 0;
+        assert!(info.device_copied_bytes <= none.device_copied_bytes);
+        assert!(info.device_copied_bytes >= all.device_copied_bytes);
+        budget = budget * 7 / 8;
+    }
+    assert!(partly, "no budget kept only some values");
+    assert!(moved, "no budget moved a kept value to the host");
 }

@@ -121,6 +121,65 @@ fn gpu_budgets_hold() {
     }
 }
 
+/// Stored values stay in device memory (`GraphOps::keeps_values`): a whole-image run copies the input
+/// (as the first 9×9 convolution's window, a reflected border of 4) up and the output down once; exact
+/// tiles copy their input windows and the output; both equal the same runs with every value stored on
+/// the host (within f32 summation order: the device's statistics are reduced in blocks) and the CPU.
+/// Budgets too small to keep every value keep some, within the budget, the same output.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_kept_values_cross_the_bus_once() {
+    let net = Net::random_transformer(Widths(8, 16, 32), 11, PaddingMode::Reflect);
+    let (h, w) = (301, 402);
+    let x = noise_image(3, h, w, 4);
+    let cpu = styled(&net, &CpuBackend, &x, Mode::Whole, 0).unwrap().0;
+    let scale = cpu.data.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    for (mode, tile) in [(Mode::Whole, 0), (Mode::Exact, 128)] {
+        let mut runs = vec![];
+        for keep in [true, false] {
+            let mut gpu = cuda(None, Precision::F32);
+            gpu.set_keep_values(keep);
+            let held = gpu.memory().used();
+            let (out, info) = styled(&net, &gpu, &x, mode, tile).unwrap();
+            let e = compare(&out, &cpu);
+            eprintln!(
+                "{mode:?} tile {tile}, values kept {keep}: {} kept, {} bytes copied, device peak {}, vs CPU max abs {:.3e}",
+                info.kept_values, info.device_copied_bytes, info.device_peak_bytes, e.max_abs
+            );
+            assert!(e.max_abs <= 1e-4 * scale, "{mode:?} keep {keep}: {e:?}");
+            assert_eq!(gpu.memory().used(), held, "leases left behind");
+            runs.push((out, info));
+        }
+        let ((kept, ki), (host, hi)) = (&runs[0], &runs[1]);
+        assert!(ki.kept_values > 0 && hi.kept_values == 0);
+        assert!(ki.device_copied_bytes * 4 < hi.device_copied_bytes);
+        let e = compare(kept, host);
+        assert!(e.max_abs <= 1e-5 * scale, "{mode:?}: kept vs host {e:?}");
+        if mode == Mode::Whole {
+            assert_eq!(
+                ki.device_copied_bytes,
+                Tensor::bytes(3, h + 8, w + 8) + Tensor::bytes(3, h, w)
+            );
+        }
+    }
+    for budget in [48u64 << 20, 40 << 20] {
+        let gpu = cuda(Some(budget), Precision::F32);
+        let (out, info) = styled(&net, &gpu, &x, Mode::Exact, 128)
+            .unwrap_or_else(|e| panic!("budget {budget}: {e}"));
+        let e = compare(&out, &cpu);
+        eprintln!(
+            "budget {budget}: {} values kept, {} moved to the host, {} bytes copied, peak {}, vs CPU max abs {:.3e}",
+            info.kept_values,
+            info.values_moved_to_host,
+            info.device_copied_bytes,
+            info.device_peak_bytes,
+            e.max_abs
+        );
+        assert!(e.max_abs <= 1e-4 * scale, "budget {budget}: {e:?}");
+        assert!(info.device_peak_bytes <= budget);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_f16_error_measured() {
@@ -309,6 +368,50 @@ fn onnx_model(name: &str, model: &[u8], input: &[u8]) -> (bsp_tiling::Graph, Ten
     let p = dir.path().join("x.npy");
     std::fs::write(&p, input).unwrap();
     (g, infer_io::npy::read(&p).unwrap())
+}
+
+/// f32 convolutions through cuDNN (FMA math, no TF32) against im2col + cuBLAS sgemm on the same GPU: the
+/// ONNX test models (groups, strides, dilations, transposed convolutions beside them) and a TransformerNet,
+/// whole and exact, within 1e-5 of the output's largest magnitude; cuDNN must load here (PyTorch's wheel
+/// brings it; `run.sh` puts its folder on `LD_LIBRARY_PATH`) and must have run convolutions.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_cudnn_convolutions_match_im2col() {
+    let mut dnn = cuda(None, Precision::F32);
+    dnn.set_cudnn(true)
+        .unwrap_or_else(|e| panic!("needs cuDNN on the GPU machine: {e}"));
+    let mut im2col = cuda(None, Precision::F32);
+    im2col.set_cudnn(false).unwrap();
+    eprintln!("{}\n{}", dnn.name(), im2col.name());
+    let rel = |a: &Tensor, b: &Tensor| {
+        let scale = b.data.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+        compare(a, b).max_abs / scale
+    };
+    for (name, model, input, tile) in ONNX_MODELS {
+        let (g, x) = onnx_model(name, model, input);
+        for mode in [Mode::Whole, Mode::Exact] {
+            let b = Budget::default();
+            let (a, _) = bsp_tiling::infer_on(&dnn, &g, &x, mode, tile, 4, &b)
+                .unwrap_or_else(|e| panic!("{name} {mode:?} cuDNN: {e}"));
+            let (c, _) = bsp_tiling::infer_on(&im2col, &g, &x, mode, tile, 4, &b)
+                .unwrap_or_else(|e| panic!("{name} {mode:?} im2col: {e}"));
+            let e = rel(&a, &c);
+            eprintln!("{name} {mode:?}: cuDNN vs im2col {e:.3e} of the largest magnitude");
+            assert!(e <= 1e-5, "{name} {mode:?}: {e:.3e}");
+        }
+    }
+    let net = Net::random_transformer(Widths(8, 16, 32), 6, PaddingMode::Reflect);
+    let x = noise_image(3, 301, 402, 2);
+    for (mode, tile) in [(Mode::Whole, 0), (Mode::Exact, 128)] {
+        let a = styled(&net, &dnn, &x, mode, tile).unwrap().0;
+        let c = styled(&net, &im2col, &x, mode, tile).unwrap().0;
+        let e = rel(&a, &c);
+        eprintln!("TransformerNet {mode:?}: cuDNN vs im2col {e:.3e} of the largest magnitude");
+        assert!(e <= 1e-5, "TransformerNet {mode:?}: {e:.3e}");
+    }
+    let ((d, i), (d2, i2)) = (dnn.conv_counts(), im2col.conv_counts());
+    eprintln!("convolutions: cuDNN backend {d} by cuDNN, {i} by im2col; im2col backend {d2}, {i2}");
+    assert!(d > 0 && d2 == 0 && i2 > 0, "cuDNN ran no convolution");
 }
 
 /// Every ONNX test model with every node on the CUDA backend (whole image, exact tiles, recompute)

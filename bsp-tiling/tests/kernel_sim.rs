@@ -4,7 +4,8 @@
 //! band GEMM's parameters, the f64 statistics reduction, normalisation + ReLU, ReLU, residual add, and
 //! the f32 → binary16 rounding; and the graph engine's kernels against ops.rs (`graph::*`: general
 //! im2col with groups, ConvTranspose's col2im, the unary and binary sets, pooling, linear resize, padding
-//! values, pixel shuffles, Concat). Element-wise results must be equal bit for bit; sums (GEMM,
+//! values, pixel shuffles, Concat); and the kernels of values kept on the device (windows gathered from
+//! a value's tiles, per-channel statistics). Element-wise results must be equal bit for bit; sums (GEMM,
 //! statistics, conv-transpose sums) to rounding. The same launches run under AddressSanitizer + UBSan (no access outside any buffer) and
 //! the reduction under ThreadSanitizer (its shared-memory tree is ordered by its barriers).
 //!
@@ -201,8 +202,162 @@ fn check_f16_rounding(exe: &Path) {
     assert!(half::f16::from_bits(u16s(&res[nob])[0]).is_nan());
 }
 
+/// The kept values' kernels: windows gathered from the tiles of a value on an odd grid (plain ranges
+/// across tiles, reflected rows read twice, zero padding, one tile alone) equal the host's gather of the
+/// whole value, every pixel written by exactly one part where there is no padding (the window starts as
+/// NaN); and the per-channel statistics equal, bit for bit, the kernel's summation order replayed on the
+/// host, and `ChannelStats::of` to f64 rounding, on planes of one value to several blocks.
+fn check_kept(exe: &Path) {
+    use bsp_tiling::ChannelStats;
+    use bsp_tiling::field::Part;
+    use bsp_tiling::graph::launch::{STATS_THREADS, gather_map, merge_stat_blocks, stats_blocks};
+    let mut rng = Rng(0x5eed_4b1d);
+    let (c, rows, cols) = (3, [0usize, 5, 11, 13], [0usize, 7, 9]);
+    let whole = rng.tensor(c, 13, 9);
+    let tiles: Vec<(usize, usize, Tensor)> = rows
+        .windows(2)
+        .flat_map(|r| cols.windows(2).map(move |q| (r[0], r[1], q[0], q[1])))
+        .map(|(y0, y1, x0, x1)| (y0, x0, whole.crop(y0, y1, x0, x1)))
+        .collect();
+    let some = |v: &[usize]| v.iter().map(|&i| Some(i)).collect::<Vec<_>>();
+    type Window = (Vec<Option<usize>>, Vec<Option<usize>>);
+    let windows: Vec<Window> = vec![
+        (
+            some(&(0..13).collect::<Vec<_>>()),
+            some(&(0..9).collect::<Vec<_>>()),
+        ),
+        (some(&[4, 5, 6, 10, 11, 12]), some(&[6, 7, 8])),
+        // A reflected border: rows 1 and 0 read twice.
+        (
+            some(&[1, 0, 1, 2, 3]),
+            some(&[2, 1, 0, 1, 2, 3, 4, 5, 6, 7]),
+        ),
+        // Zero padding around a crop across four tiles.
+        (
+            vec![None, Some(3), Some(4), Some(5), Some(6), None],
+            vec![None, None, Some(6), Some(7), None],
+        ),
+        (some(&[2, 3]), some(&[1, 2, 3])),
+        (vec![None, None], vec![None]),
+    ];
+    let mut sim = Sim::default();
+    let srcs: Vec<usize> = tiles.iter().map(|(_, _, t)| sim.f32s(&t.data)).collect();
+    let mut checks = vec![];
+    for (k, (ys, xs)) in windows.iter().enumerate() {
+        let padded = ys.contains(&None) || xs.contains(&None);
+        let fill = if padded { 0.0 } else { f32::NAN };
+        let out = sim.f32s(&vec![fill; c * ys.len() * xs.len()]);
+        for ((y0, x0, t), &src) in tiles.iter().zip(&srcs) {
+            let part = Part {
+                y0: *y0,
+                x0: *x0,
+                h: t.h,
+                w: t.w,
+                buf: t,
+            };
+            let Some((map, ny, nx)) = gather_map(&part, ys, xs).unwrap() else {
+                continue;
+            };
+            let m = sim.i32s(&map);
+            sim.launch(
+                "bsp_gather_part",
+                GRID,
+                BLOCK,
+                &[
+                    A::B(src),
+                    i(c),
+                    i(t.w),
+                    l(t.h * t.w),
+                    A::B(m),
+                    i(ny),
+                    i(nx),
+                    i(xs.len()),
+                    l(ys.len() * xs.len()),
+                    A::B(out),
+                ],
+            );
+        }
+        let want = bsp_tiling::field::gather(&whole, ys, xs).unwrap();
+        checks.push((out, want, format!("kept window {k}")));
+    }
+    // Statistics: a plane of one value, one block's worth, one past a multiple of the threads, and
+    // several blocks, around a large mean (the second pass's deviations matter).
+    let mut stats = vec![];
+    for plane in [1usize, 255, 257, 70_001, 200_000] {
+        let x: Vec<f32> = (0..2 * plane).map(|_| 1000.0 + rng.f()).collect();
+        let (nb, chunk) = stats_blocks(plane);
+        let xb = sim.f32s(&x);
+        let ob = sim.zeros(2 * nb * 2 * 8);
+        sim.launch(
+            "bsp_channel_stats",
+            (nb as u32, 2),
+            STATS_THREADS as u32,
+            &[A::B(xb), l(plane), l(chunk), A::B(ob)],
+        );
+        stats.push((x, plane, nb, chunk, ob));
+    }
+    let res = sim.run(exe, "kept");
+    for (b, want, tag) in checks {
+        assert_same(&f32s(&res[b]), &want.data, &tag);
+    }
+    for (x, plane, nb, chunk, ob) in stats {
+        let got: Vec<f64> = res[ob]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        // The kernel's order: thread t sums values t, t + 256, ... of its block, then the tree.
+        let block_sum = |v: &[f32], f: &dyn Fn(f32) -> f64| {
+            let mut acc: Vec<f64> = (0..STATS_THREADS)
+                .map(|t| v.iter().skip(t).step_by(STATS_THREADS).map(|&e| f(e)).sum())
+                .collect();
+            let mut k = STATS_THREADS / 2;
+            while k > 0 {
+                for t in 0..k {
+                    acc[t] += acc[t + k];
+                }
+                k /= 2;
+            }
+            acc[0]
+        };
+        for ch in 0..2 {
+            for b in 0..nb {
+                let v = &x[ch * plane + b * chunk..ch * plane + ((b + 1) * chunk).min(plane)];
+                let mean = block_sum(v, &|e| e as f64) / v.len() as f64;
+                let m2 = block_sum(v, &|e| {
+                    let d = e as f64 - mean;
+                    d * d
+                });
+                let k = (ch * nb + b) * 2;
+                assert_eq!(
+                    (got[k].to_bits(), got[k + 1].to_bits()),
+                    (mean.to_bits(), m2.to_bits()),
+                    "plane {plane} channel {ch} block {b}"
+                );
+            }
+        }
+        let merged = merge_stat_blocks(&got, 2, plane, nb, chunk);
+        for (ch, st) in merged.iter().enumerate() {
+            let host = ChannelStats::of(&x[ch * plane..(ch + 1) * plane]);
+            assert_eq!(st.count, host.count);
+            assert!(
+                (st.mean - host.mean).abs() <= 1e-12 * host.mean.abs(),
+                "plane {plane}: mean {} vs {}",
+                st.mean,
+                host.mean
+            );
+            assert!(
+                (st.m2 - host.m2).abs() <= 1e-9 * host.m2.max(1e-30),
+                "plane {plane}: m2 {} vs {}",
+                st.m2,
+                host.m2
+            );
+        }
+    }
+}
+
 fn check_all(exe: &Path) {
     check_f16_rounding(exe);
+    check_kept(exe);
     graph::check_graph_conv(exe);
     graph::check_graph_conv_transpose(exe);
     graph::check_graph_elementwise(exe);

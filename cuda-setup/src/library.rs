@@ -14,6 +14,9 @@ pub enum Library {
     /// libcublas (part of the toolkit, or the `nvidia-cublas` wheel).
     #[cfg(feature = "cublas")]
     Cublas,
+    /// libcudnn 9 (the `nvidia-cudnn-cu13` wheel PyTorch brings, or NVIDIA's cuDNN packages).
+    #[cfg(feature = "cudnn")]
+    Cudnn,
 }
 
 impl Library {
@@ -24,6 +27,8 @@ impl Library {
             Library::Nvrtc => "libnvrtc",
             #[cfg(feature = "cublas")]
             Library::Cublas => "libcublas",
+            #[cfg(feature = "cudnn")]
+            Library::Cudnn => "libcudnn",
         }
     }
 
@@ -37,6 +42,10 @@ impl Library {
             #[cfg(feature = "cublas")]
             Library::Cublas => {
                 "install the CUDA toolkit's cuBLAS, or the nvidia-cublas wheel with its lib folder on LD_LIBRARY_PATH"
+            }
+            #[cfg(feature = "cudnn")]
+            Library::Cudnn => {
+                "install cuDNN 9, or the nvidia-cudnn-cu13 wheel (PyTorch's) with its lib folder on LD_LIBRARY_PATH"
             }
         }
     }
@@ -61,6 +70,8 @@ impl Library {
                 Library::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
                 #[cfg(feature = "cublas")]
                 Library::Cublas => cudarc::cublas::sys::is_culib_present(),
+                #[cfg(feature = "cudnn")]
+                Library::Cudnn => cudarc::cudnn::sys::is_culib_present(),
             }
         }
     }

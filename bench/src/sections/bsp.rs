@@ -141,7 +141,12 @@ fn child(spec: &str) -> anyhow::Result<()> {
     let (m, init, driver) = if get("device")? == "cuda" {
         let budget = kv.get("gpu_memory").and_then(|v| v.parse().ok());
         let t0 = Instant::now();
-        let gpu = CudaBackend::new(0, budget, Precision::F32)?;
+        let mut gpu = CudaBackend::new(0, budget, Precision::F32)?;
+        gpu.set_keep_values(kv.get("keep") != Some(&"0"));
+        if kv.get("cudnn") == Some(&"0") {
+            gpu.set_cudnn(false)?;
+        }
+        eprintln!("bsp child: {}", gpu.name());
         // Warm-up (kernel loading, cuBLAS's first calls) outside the timed run.
         let small = make_input(256)?;
         stylize(
@@ -399,6 +404,14 @@ fn probe_gpu(cfg: &Settings) -> Result<(String, u64), String> {
 
 const MODES: &[&str] = &["whole", "exact", "sampled", "naive", "recompute"];
 
+/// The GPU's exact mode with its stored values on the host, each crossing the bus both ways (run up to
+/// `L3_BSP_ALL_MODES_MAX`).
+const EXACT_ON_HOST: &str = "exact, values on host";
+
+/// The GPU's exact mode with its convolutions as im2col + cuBLAS sgemm instead of cuDNN (run up to
+/// `L3_BSP_ALL_MODES_MAX`).
+const EXACT_IM2COL: &str = "exact, im2col convolutions";
+
 /// The size sweep's table and what the plots and the closing paragraphs take from it.
 struct Sweep {
     t: Table,
@@ -521,6 +534,14 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
                 let ctx = (&cfg, exe.as_path(), scratch.path());
                 one_run(&mut sweep, ctx, side, dev, mode, &mut wholes)?;
             }
+            if dev == "cuda" {
+                // The same exact run with every stored value on the host (what keeping them saves), and
+                // with im2col + cuBLAS convolutions (what cuDNN's save).
+                for mode in [EXACT_ON_HOST, EXACT_IM2COL] {
+                    let ctx = (&cfg, exe.as_path(), scratch.path());
+                    one_run(&mut sweep, ctx, side, dev, mode, &mut wholes)?;
+                }
+            }
         }
         if let Ok(v) = &torch {
             match sweep.past_deadline(&cfg, 0.0) {
@@ -581,8 +602,11 @@ fn describe(
          run within minutes). Input: `{SOURCE}` from the corpus, centre-cropped to the square or mirrored where \
          the square is larger than the photo. CPU: tiles {TILE}², {threads} threads, exact-mode RAM budget \
          {RAM_BUDGET_MIB} MiB (beyond it activations spill to memory-mapped files in `target/`). GPU: tiles \
-         {gpu_tile}², device budget {} MiB for the tiled modes (layers that do not fit stay in host memory and \
-         cross the bus at every superstep), the whole device for whole-image runs; times after a warm-up run \
+         {gpu_tile}², device budget {} MiB for the tiled modes (stored values stay in device memory while it \
+         holds them beside the tiles' working sets, the rest in host memory, crossing the bus; the row \
+         'exact, values on host' stores every one on the host; f32 convolutions through cuDNN in FMA math, \
+         no TF32, where it loads, else im2col + cuBLAS sgemm, which the row 'exact, im2col convolutions' \
+         uses throughout), the whole device for whole-image runs; times after a warm-up run \
          (context, NVRTC and cuBLAS set-up are the 'GPU init' column). Each run is a separate process; peak RSS \
          is its `VmHWM` (it includes the decoded source photo, see 'RSS before', and the output image: f32 where \
          it is compared with whole, else 8-bit); device peak is the metered peak of the backend's own \
@@ -684,9 +708,18 @@ fn one_run<'a>(
     } else {
         side <= cfg.whole_max
     };
-    let out = scratch.join(format!("{dev}-{mode}-{side}.f32"));
+    let name: String = mode
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let out = scratch.join(format!("{dev}-{name}-{side}.f32"));
+    let child_mode = match mode {
+        EXACT_ON_HOST => "exact;keep=0",
+        EXACT_IM2COL => "exact;cudnn=0",
+        m => m,
+    };
     let mut spec = format!(
-        "side={side};mode={mode};threads={};spill={};device={dev};tile={}",
+        "side={side};mode={child_mode};threads={};spill={};device={dev};tile={}",
         cfg.threads,
         scratch.display(),
         if cuda { cfg.gpu_tile } else { TILE }

@@ -341,3 +341,72 @@ extern "C" __global__ void bsp_space_to_depth(const float* __restrict__ x, int c
         out[i] = x[(ch * ho * b + (i64)y * b + ry) * ((i64)wo * b) + (i64)xo * b + rx];
     }
 }
+
+// ---- Values kept on the device between supersteps (src/graph/kept.rs): windows gathered from the tiles
+// that hold them, and the per-channel statistics the normalisations read.
+
+// The part of a window (c channels of wplane = wh·ww values, rows ww wide) that one tile (c channels of
+// splane values, rows sw wide) holds: `map` lists the ny window rows it holds, then their rows in the
+// tile, then the nx window columns and their columns in the tile. Tiles partition a value, so each window
+// pixel is written by one part at most, whatever the order of the launches; the host zeroes the window
+// first where it has padding. `field::Parts` on the host, element for element.
+extern "C" __global__ void bsp_gather_part(const float* __restrict__ src, int c, int sw, i64 splane,
+                                         const int* __restrict__ map, int ny, int nx, int ww,
+                                         i64 wplane, float* __restrict__ dst) {
+    const int* yw = map;
+    const int* yt = map + ny;
+    const int* xw = map + 2 * ny;
+    const int* xt = xw + nx;
+    i64 n = (i64)ny * nx;
+    BSP_FOR(i, (i64)c * n) {
+        i64 ch = i / n;
+        i64 p = i - ch * n;
+        int a = (int)(p / nx);
+        int b = (int)(p - (i64)a * nx);
+        dst[ch * wplane + (i64)yw[a] * ww + xw[b]] = src[ch * splane + (i64)yt[a] * sw + xt[b]];
+    }
+}
+
+#define BSP_STATS_THREADS 256
+
+// Sum of the block's `acc` in a fixed tree (pairs k apart, k halving); every thread returns it.
+__device__ __forceinline__ double bsp_block_sum(double* acc, int t) {
+    for (int k = BSP_STATS_THREADS / 2; k > 0; k >>= 1) {
+        if (t < k) acc[t] += acc[t + k];
+        __syncthreads();
+    }
+    double s = acc[0];
+    __syncthreads();  // every thread has read the sum before `acc` is written again
+    return s;
+}
+
+// Per-channel statistics of x (c planes of `plane` values) in blocks of `chunk` values: grid (nb, c) of
+// BSP_STATS_THREADS threads; block b of channel ch takes values b·chunk .. min((b+1)·chunk, plane) (none
+// empty), two passes in f64: the mean (thread t sums values t, t + 256, ... in order, then the tree), then
+// the squared deviations from it the same way. out[(ch·nb + b)·2] = the block's mean, [+1] = its M2; the
+// host merges the blocks in order (Chan et al.), so the result depends only on the shape.
+extern "C" __global__ void bsp_channel_stats(const float* __restrict__ x, i64 plane, i64 chunk,
+                                           double* __restrict__ out) {
+    __shared__ double acc[BSP_STATS_THREADS];
+    int b = blockIdx.x, ch = blockIdx.y, t = threadIdx.x;
+    i64 lo = (i64)b * chunk;
+    i64 hi = lo + chunk < plane ? lo + chunk : plane;
+    const float* p = x + (i64)ch * plane;
+    double s = 0.0;
+    for (i64 i = lo + t; i < hi; i += BSP_STATS_THREADS) s += (double)p[i];
+    acc[t] = s;
+    __syncthreads();
+    double mean = bsp_block_sum(acc, t) / (double)(hi - lo);
+    double m2 = 0.0;
+    for (i64 i = lo + t; i < hi; i += BSP_STATS_THREADS) {
+        double d = (double)p[i] - mean;
+        m2 += d * d;
+    }
+    acc[t] = m2;
+    __syncthreads();
+    m2 = bsp_block_sum(acc, t);
+    if (t == 0) {
+        out[((i64)ch * gridDim.x + b) * 2] = mean;
+        out[((i64)ch * gridDim.x + b) * 2 + 1] = m2;
+    }
+}

@@ -24,6 +24,7 @@ use cudarc::driver::{
 };
 use std::sync::{Arc, Mutex};
 
+mod dnn;
 mod graph;
 
 /// The CUDA C source of the kernels, embedded in the crate.
@@ -33,7 +34,7 @@ pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
-pub const KERNEL_NAMES: [&str; 15] = [
+pub const KERNEL_NAMES: [&str; 17] = [
     "bsp_to_f16",
     "bsp_fill_bias",
     "bsp_scale_shift",
@@ -49,6 +50,8 @@ pub const KERNEL_NAMES: [&str; 15] = [
     "bsp_fill_outside",
     "bsp_depth_to_space",
     "bsp_space_to_depth",
+    "bsp_gather_part",
+    "bsp_channel_stats",
 ];
 
 /// Bytes of the workspace handed to cuBLAS (its recommendation for Hopper), counted on the meter.
@@ -132,6 +135,12 @@ pub struct CudaBackend {
     meter: Arc<Meter>,
     precision: Precision,
     band_bytes: usize,
+    keeps: bool,
+    /// cuDNN for the f32 convolutions, or why not.
+    dnn: std::result::Result<Mutex<dnn::Dnn>, String>,
+    use_dnn: bool,
+    /// Convolutions run through cuDNN, and through im2col + cuBLAS.
+    convs: [std::sync::atomic::AtomicU64; 2],
     device_name: String,
     /// Device memory in use (all processes) when the backend opened, from the driver.
     pub baseline_used: u64,
@@ -184,6 +193,9 @@ impl CudaBackend {
             .map_err(blas_err("cublasSetWorkspace"))?;
         }
         let device_name = ctx.name().unwrap_or_else(|_| format!("GPU {ordinal}"));
+        let dnn = dnn::Dnn::open(&stream)
+            .map(Mutex::new)
+            .map_err(|e| e.to_string());
         Ok(CudaBackend {
             ctx,
             stream,
@@ -193,6 +205,10 @@ impl CudaBackend {
             meter,
             precision,
             band_bytes: DEVICE_BAND_BYTES,
+            keeps: true,
+            use_dnn: dnn.is_ok(),
+            dnn,
+            convs: Default::default(),
             device_name,
             baseline_used: (total - free) as u64,
             _workspace: (ws, ws_lease),
@@ -202,6 +218,32 @@ impl CudaBackend {
     /// Sets the im2col band size (bytes of columns per GEMM; smaller means more, narrower GEMMs).
     pub fn set_band_bytes(&mut self, bytes: usize) {
         self.band_bytes = bytes.max(1);
+    }
+
+    /// Whether a run's stored values stay in device memory while the budget holds them (the default), or
+    /// every one is stored on the host (each crossing the bus both ways): what the benchmark compares.
+    pub fn set_keep_values(&mut self, keep: bool) {
+        self.keeps = keep;
+    }
+
+    /// Whether f32 convolutions run through cuDNN (the default where it loads) or im2col + cuBLAS (what
+    /// f16 operands always take): what the benchmark compares. Asking for cuDNN where it did not load
+    /// fails with the reason.
+    pub fn set_cudnn(&mut self, on: bool) -> Result<()> {
+        if on && let Err(why) = &self.dnn {
+            return Err(Error::Device(format!("cuDNN is not available: {why}")));
+        }
+        self.use_dnn = on;
+        Ok(())
+    }
+
+    /// Convolutions run so far through cuDNN and through im2col + cuBLAS.
+    pub fn conv_counts(&self) -> (u64, u64) {
+        let [a, b] = &self.convs;
+        (
+            a.load(std::sync::atomic::Ordering::Relaxed),
+            b.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// The budget's meter (bytes in use, peak).
@@ -250,13 +292,15 @@ impl CudaBackend {
 impl CudaBackend {
     /// The device, the GEMM and the budget, as a run's report names the backend.
     pub fn name(&self) -> String {
+        let convs = match (self.precision, &self.dnn, self.use_dnn) {
+            (Precision::F32, Ok(_), true) => "cuDNN, f32 FMA math (no TF32)".to_string(),
+            (Precision::F32, Ok(_), false) => "im2col + cuBLAS sgemm (cuDNN off)".to_string(),
+            (Precision::F32, Err(why), _) => format!("im2col + cuBLAS sgemm (no cuDNN: {why})"),
+            (Precision::F16, ..) => "im2col + cuBLAS f16 gemm, f32 accumulation".to_string(),
+        };
         format!(
-            "cuda ({}, im2col + cuBLAS {}, budget {} bytes)",
+            "cuda ({}, convolutions: {convs}, budget {} bytes)",
             self.device_name,
-            match self.precision {
-                Precision::F32 => "sgemm",
-                Precision::F16 => "f16 gemm, f32 accumulation",
-            },
             self.meter.budget()
         )
     }

@@ -1,14 +1,15 @@
 //! One node over one output range: its input windows gathered by global coordinates (from the stored
 //! values, through a Pad's index maps, taken from their one reader, or computed where they are read),
-//! then computed on the backend. What the exact superstep and the one-pass evaluation both run.
+//! then computed on the backend, where the output stays. What the exact superstep and the one-pass
+//! evaluation both run.
 
 use super::exec::GraphOps;
+use super::kept::Kept;
 use super::model::{GraphPlan, Node};
 use super::ops::Ctx;
 use super::schedule::Through;
 use crate::error::Result;
-use crate::field::{Field, gather};
-use crate::stats::ChannelStats;
+use crate::field::{Field, Part, gather};
 use crate::tensor::Tensor;
 
 /// A backend, what it prepared for this run, and the ranks sharing the run's tiles (none: this process
@@ -19,17 +20,24 @@ pub struct Run<'a, B: GraphOps> {
     pub ranks: Option<&'a crate::ranks::Ranks>,
 }
 
-pub(super) fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {
-    (0..t.c).map(|c| ChannelStats::of(t.plane(c))).collect()
+pub(super) use super::exec::tensor_stats;
+
+/// Where a value is read from: a host field (the input, the tiled store), its tiles kept where the
+/// backend computes, or a region of it computed there.
+pub(super) enum Source<'f, B: GraphOps> {
+    Host(&'f dyn Field),
+    Kept(&'f Kept<B>),
+    /// A region of a `c`-channel value on the backend (one-pass evaluation).
+    Region(usize, Part<'f, B::Buf>),
 }
 
 /// The window of an input value that is not stored but computed where it is read (see `schedule::inline_units`):
 /// `Some` for such a value, given its rows and columns.
-pub(super) type Inlined<'a> =
-    dyn Fn(usize, &[Option<usize>], &[Option<usize>]) -> Option<Result<Tensor>> + 'a;
+pub(super) type Inlined<'a, Buf> =
+    dyn Fn(usize, &[Option<usize>], &[Option<usize>]) -> Option<Result<Buf>> + 'a;
 
-/// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `field(u)` (or computes them,
-/// for the values `inlined` gives) and computes.
+/// Gathers node `n`'s input windows for output rows `ry` × columns `rx` from `source(u)` (or computes
+/// them, for the values `inlined` gives) and computes; the output stays on the backend.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn eval_node<'f, B: GraphOps>(
     be: &Run<'_, B>,
@@ -39,13 +47,13 @@ pub(super) fn eval_node<'f, B: GraphOps>(
     v: usize,
     ry: (usize, usize),
     rx: (usize, usize),
-    field: &dyn Fn(usize) -> &'f dyn Field,
+    source: &dyn Fn(usize) -> Source<'f, B>,
     through: &[Through],
     moves: &[bool],
     norm: Option<&(Vec<f32>, Vec<f32>)>,
     threads: usize,
-    inlined: &Inlined,
-) -> Result<Tensor> {
+    inlined: &Inlined<B::Buf>,
+) -> Result<B::Buf> {
     let n_in: Vec<[usize; 2]> = n
         .inputs
         .iter()
@@ -60,7 +68,7 @@ pub(super) fn eval_node<'f, B: GraphOps>(
         let ys = n.op.in_map(0, j, &nh, oh, ry.0, ry.1);
         let xs = n.op.in_map(1, j, &nw, ow, rx.0, rx.1);
         if let Some(win) = inlined(u, &ys, &xs) {
-            wins.push(be.backend.load(win?)?);
+            wins.push(win?);
             maps.push([ys, xs]);
             continue;
         }
@@ -69,24 +77,23 @@ pub(super) fn eval_node<'f, B: GraphOps>(
                 let via = |idx: &[Option<usize>], m: &[Option<usize>]| -> Vec<Option<usize>> {
                     idx.iter().map(|o| o.and_then(|i| m[i])).collect()
                 };
-                gather(field(*src), &via(&ys, my), &via(&xs, mx))?
+                read(
+                    be.backend,
+                    source(*src),
+                    &via(&ys, my),
+                    &via(&xs, mx),
+                    false,
+                )?
             }
-            None => match moves
-                .get(u)
-                .copied()
-                .unwrap_or(false)
-                .then(|| field(u).take(&ys, &xs))
-            {
-                Some(Some(data)) => Tensor {
-                    c: field(u).channels(),
-                    h: ys.len(),
-                    w: xs.len(),
-                    data,
-                },
-                _ => gather(field(u), &ys, &xs)?,
-            },
+            None => read(
+                be.backend,
+                source(u),
+                &ys,
+                &xs,
+                moves.get(u).copied().unwrap_or(false),
+            )?,
         };
-        wins.push(be.backend.load(win)?);
+        wins.push(win);
         maps.push([ys, xs]);
     }
     let ctx = Ctx {
@@ -96,6 +103,32 @@ pub(super) fn eval_node<'f, B: GraphOps>(
         norm,
         threads,
     };
-    let out = be.backend.compute(be.prep, i, n, wins, &ctx)?;
-    be.backend.store(out)
+    be.backend.compute(be.prep, i, n, wins, &ctx)
+}
+
+/// The window at `ys` × `xs` of a value on the backend: a host field's gathered (or, for its one
+/// reader, `take`n: `moves`) and loaded; a kept value's gathered where it is.
+fn read<B: GraphOps>(
+    backend: &B,
+    source: Source<'_, B>,
+    ys: &[Option<usize>],
+    xs: &[Option<usize>],
+    moves: bool,
+) -> Result<B::Buf> {
+    match source {
+        Source::Kept(k) => k.gather(backend, ys, xs),
+        Source::Region(c, part) => backend.gather(c, &[part], ys, xs),
+        Source::Host(f) => {
+            let win = match moves.then(|| f.take(ys, xs)).flatten() {
+                Some(data) => Tensor {
+                    c: f.channels(),
+                    h: ys.len(),
+                    w: xs.len(),
+                    data,
+                },
+                None => gather(f, ys, xs)?,
+            };
+            backend.load(win)
+        }
+    }
 }

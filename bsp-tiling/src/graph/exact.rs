@@ -1,18 +1,21 @@
 //! The exact engine: a BSP superstep per stored unit on the tiles of its value, each tile's window
 //! gathered from its neighbours' stored tiles (dictionary padding), whole-image statistics merged before
-//! every normalisation; values in RAM or spilled, recycled after their last reader.
+//! every normalisation; values kept on the device while its budget allows (`kept`), else in RAM or
+//! spilled, recycled after their last reader.
 
-use super::eval::{Run, eval_node, tensor_stats};
+use super::eval::{Run, Source, eval_node, tensor_stats};
 use super::exec::GraphOps;
 use super::halos::Halos;
+use super::kept::Kept;
 use super::model::{Graph, GraphPlan, node_err, prepare};
 use super::ops::{self, Op};
 use super::schedule::{Schedule, Through, stored_value, taken_input};
 use super::superstep::{inner_threads, rounds, superstep_share};
 use super::working;
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, Region, Sink, gather, span};
+use crate::field::{Field, Input, Part, Sink, span};
 use crate::grid::Grid;
+use crate::meter::Meter;
 use crate::ranks::{Ranks, Reader, Wire, merge_in_tile_order, merge_stats, put_stats, read_stats};
 use crate::run_info::RunInfo;
 use crate::stats::ChannelStats;
@@ -21,23 +24,35 @@ use crate::tensor::Tensor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A value's storage during a run: the image, a tiled layer (RAM or spill), or a region of one
-/// (one-pass evaluation).
-enum Val<'a> {
+/// A value's storage during a run: the image, a tiled layer (RAM or spill), or tiles kept on the
+/// device.
+enum Val<'a, B: GraphOps> {
     Input(&'a dyn Input),
     Layer(Layer),
+    Kept(Kept<B>),
 }
 
-impl Val<'_> {
-    fn field(&self) -> &dyn Field {
+impl<B: GraphOps> Val<'_, B> {
+    fn source(&self) -> Source<'_, B> {
         match self {
-            Val::Input(i) => *i as &dyn Field,
-            Val::Layer(l) => l,
+            Val::Input(i) => Source::Host(*i as &dyn Field),
+            Val::Layer(l) => Source::Host(l),
+            Val::Kept(k) => Source::Kept(k),
         }
     }
 }
 
-type FieldRef<'f> = &'f dyn Field;
+/// A tile a superstep computed: its corner, its output, and its statistics where a normalisation reads
+/// them.
+type TileOut<T> = (usize, usize, T, Option<Vec<ChannelStats>>);
+
+/// Where a superstep's tiles go: a stored value's layer on the host or its tiles kept on the device, or
+/// (the output value) the sink.
+enum Target<'t, B: GraphOps> {
+    Layer(&'t Layer),
+    Kept(&'t Kept<B>),
+    Sink,
+}
 
 /// What a superstep of [`exact_on`] evaluates units with: the stored values, and the units computed
 /// where they are read.
@@ -45,7 +60,7 @@ struct Exact<'a, 'f, B: GraphOps> {
     be: &'a Run<'a, B>,
     g: &'a Graph,
     plan: &'a GraphPlan,
-    field: &'a (dyn Fn(usize) -> FieldRef<'f> + Sync),
+    source: &'a (dyn Fn(usize) -> Source<'f, B> + Sync),
     through: &'a [Through],
     moves: &'a [bool],
     chains: &'a [Vec<usize>],
@@ -56,14 +71,15 @@ struct Exact<'a, 'f, B: GraphOps> {
 }
 
 impl<B: GraphOps> Exact<'_, '_, B> {
-    /// Unit `i` (node `i` and its element-wise chain) over output rows `ry` × columns `rx`.
-    fn unit(&self, i: usize, ry: (usize, usize), rx: (usize, usize)) -> Result<Tensor> {
+    /// Unit `i` (node `i` and its element-wise chain) over output rows `ry` × columns `rx`, on the
+    /// backend.
+    fn unit(&self, i: usize, ry: (usize, usize), rx: (usize, usize)) -> Result<B::Buf> {
         let g = self.g;
         let hook = |u: usize, ys: &[Option<usize>], xs: &[Option<usize>]| {
             let p = self.inline_of.get(u).copied().flatten()?;
             Some(self.window(p, u, ys, xs))
         };
-        let mut out = eval_node(
+        let out = eval_node(
             self.be,
             i,
             &g.nodes[i],
@@ -71,39 +87,53 @@ impl<B: GraphOps> Exact<'_, '_, B> {
             i + 1,
             ry,
             rx,
-            self.field,
+            self.source,
             self.through,
             self.moves,
             self.norms[i].as_ref(),
             self.threads,
             &hook,
         )?;
-        for &j in &self.chains[i] {
-            out = ops::apply_pointwise(&g.nodes[j].op, out)?;
+        if self.chains[i].is_empty() {
+            return Ok(out);
         }
-        Ok(out)
+        // Fused chains are the host's (`GraphOps::fuses_pointwise`), where store and load are moves.
+        let backend = self.be.backend;
+        let mut t = backend.store(out)?;
+        for &j in &self.chains[i] {
+            t = ops::apply_pointwise(&g.nodes[j].op, t)?;
+        }
+        backend.load(t)
     }
 
-    /// The superstep of unit `i`, storing value `v` on the tiles of `gv`: into `layer`, or (the output)
-    /// into `sink`; on ranks, this rank's share, then what the others read of it sent to them (`halos`)
-    /// or the output's tiles to rank 0. Every tile's statistics of `v` where a normalisation reads it,
-    /// merged in tile order (else none).
+    /// The superstep of unit `i`, storing value `v` on the tiles of `gv` into `target`; on ranks, this
+    /// rank's share, then what the others read of it sent to them (`halos`) or the output's tiles to
+    /// rank 0. Every tile's statistics of `v` where a normalisation reads it, merged in tile order (else
+    /// none).
     #[allow(clippy::too_many_arguments)]
     fn superstep(
         &self,
         i: usize,
         v: usize,
         gv: &Grid,
-        layer: Option<&Layer>,
+        target: Target<'_, B>,
         sink: &dyn Sink,
         workers: usize,
         halos: Option<&Halos>,
     ) -> Result<Vec<ChannelStats>> {
-        let compute = |t: usize| -> Result<(usize, usize, Tensor, Option<Vec<ChannelStats>>)> {
+        let backend = self.be.backend;
+        let compute = |t: usize| -> Result<TileOut<B::Buf>> {
             let (y0, y1, x0, x1) = gv.tile(t);
             let out = self.unit(i, (y0, y1), (x0, x1))?;
-            let st = self.plan.feeds_norm[v].then(|| tensor_stats(&out));
+            let st = match self.plan.feeds_norm[v] {
+                true => Some(backend.stats(&out)?),
+                false => None,
+            };
             Ok((y0, x0, out, st))
+        };
+        let on_host = |t: usize| -> Result<TileOut<Tensor>> {
+            let (y0, x0, out, st) = compute(t)?;
+            Ok((y0, x0, backend.store(out)?, st))
         };
         let step = format!("node {i} ({})", self.g.nodes[i].name);
         // Every tile's statistics of `v`, where a normalisation reads it, merged in tile order.
@@ -113,24 +143,30 @@ impl<B: GraphOps> Exact<'_, '_, B> {
                 .filter_map(|(t, s)| s.map(|s| (t, s)))
                 .collect::<Vec<_>>()
         };
-        Ok(match (layer, self.be.ranks, halos) {
-            (Some(l), Some(ranks), Some(halos)) => {
-                let local = superstep_share(Some(ranks), gv.len(), workers, |t| {
-                    let (_, _, out, st) = compute(t)?;
-                    l.put(t, out.data).map_err(|e| l.spill_error(e))?;
-                    Ok(st)
-                });
+        let into_layer = |l: &Layer, t: usize| {
+            let (_, _, out, st) = on_host(t)?;
+            l.put(t, out.data).map_err(|e| l.spill_error(e))?;
+            Ok(st)
+        };
+        Ok(match (target, self.be.ranks, halos) {
+            (Target::Layer(l), Some(ranks), Some(halos)) => {
+                let local = superstep_share(Some(ranks), gv.len(), workers, |t| into_layer(l, t));
                 merge_in_tile_order(share_value(ranks, &step, local, l, v, halos)?)
             }
-            (Some(l), ..) => {
+            (Target::Layer(l), ..) => {
+                merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
+                    into_layer(l, t)
+                })?))
+            }
+            (Target::Kept(k), ..) => {
                 merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
                     let (_, _, out, st) = compute(t)?;
-                    l.put(t, out.data).map_err(|e| l.spill_error(e))?;
+                    k.put(t, out)?;
                     Ok(st)
                 })?))
             }
-            (None, Some(ranks), _) => {
-                let own = rounds(ranks, &step, gv.len(), workers, compute, sink)?;
+            (Target::Sink, Some(ranks), _) => {
+                let own = rounds(ranks, &step, gv.len(), workers, on_host, sink)?;
                 if self.plan.feeds_norm[v] {
                     let step = format!("{step} statistics");
                     merge_stats(ranks, &step, Ok(keep(own)))?
@@ -138,9 +174,9 @@ impl<B: GraphOps> Exact<'_, '_, B> {
                     vec![]
                 }
             }
-            (None, None, _) => {
+            (Target::Sink, None, _) => {
                 merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
-                    let (y0, x0, out, st) = compute(t)?;
+                    let (y0, x0, out, st) = on_host(t)?;
                     sink.put_tile(y0, x0, &out)?;
                     crate::buffers::give(out.data);
                     Ok(st)
@@ -149,17 +185,20 @@ impl<B: GraphOps> Exact<'_, '_, B> {
         })
     }
 
-    /// The window at `ys` × `xs` of value `u`, computed by unit `p` over the rows and columns it spans.
+    /// The window at `ys` × `xs` of value `u`, computed by unit `p` over the rows and columns it spans,
+    /// on the backend.
     fn window(
         &self,
         p: usize,
         u: usize,
         ys: &[Option<usize>],
         xs: &[Option<usize>],
-    ) -> Result<Tensor> {
+    ) -> Result<B::Buf> {
         let c = self.plan.shape[u].0;
+        let backend = self.be.backend;
         let (Some(ry), Some(rx)) = (span(ys), span(xs)) else {
-            return Tensor::zeros(c, ys.len(), xs.len());
+            // Nothing but padding: zeros.
+            return backend.gather(c, &[], ys, xs);
         };
         let t = self.unit(p, ry, rx)?;
         let plain = |m: &[Option<usize>], (lo, hi): (usize, usize)| {
@@ -168,16 +207,15 @@ impl<B: GraphOps> Exact<'_, '_, B> {
         if plain(ys, ry) && plain(xs, rx) {
             return Ok(t);
         }
-        let win = gather(
-            &Region {
-                t: &t,
-                y0: ry.0,
-                x0: rx.0,
-            },
-            ys,
-            xs,
-        );
-        crate::buffers::give(t.data);
+        let part = Part {
+            y0: ry.0,
+            x0: rx.0,
+            h: ry.1 - ry.0,
+            w: rx.1 - rx.0,
+            buf: &t,
+        };
+        let win = backend.gather(c, &[part], ys, xs);
+        backend.recycle(t);
         win
     }
 }
@@ -290,16 +328,106 @@ fn share_value(
 }
 
 /// Recycles the stored values no node after node `done` reads (the input and the output aside).
-fn recycle_dead(vals: &mut [Option<Val<'_>>], last_use: &[usize], done: usize) {
+fn recycle_dead<B: GraphOps>(vals: &mut [Option<Val<'_, B>>], last_use: &[usize], done: usize) {
     for (u, val) in vals.iter_mut().enumerate() {
-        if u > 0
-            && last_use[u] != usize::MAX
-            && last_use[u] <= done
-            && let Some(Val::Layer(l)) = val.take()
-        {
-            l.recycle();
+        if u > 0 && last_use[u] != usize::MAX && last_use[u] <= done {
+            // A kept value's buffers are freed as it drops.
+            if let Some(Val::Layer(l)) = val.take() {
+                l.recycle();
+            }
         }
     }
+}
+
+/// Where an exact run stores its values: in device memory while `keeper`'s budget holds them beside the
+/// working sets, else in the host's tiled store under `budget`.
+struct Storage<'s, B: GraphOps> {
+    backend: &'s B,
+    keeper: Option<&'s Arc<Meter>>,
+    budget: &'s Budget,
+    ram_used: &'s Arc<AtomicU64>,
+    last_use: &'s [usize],
+    sizer: working::Sizer<'s>,
+    /// Tiles in flight at once.
+    workers: usize,
+}
+
+impl<B: GraphOps> Storage<'_, B> {
+    /// The device memory unit `i`'s superstep over `gv` needs for its tiles in flight (none to keep when
+    /// nothing is kept).
+    fn room(&self, i: usize, gv: &Grid) -> u64 {
+        match self.keeper {
+            Some(_) => self.sizer.unit(i, gv).saturating_mul(self.workers as u64),
+            None => 0,
+        }
+    }
+
+    /// Moves kept values to the host (those read last first) until the device budget leaves `room` for
+    /// a superstep's working sets, which come before keeping values.
+    fn make_room(
+        &self,
+        vals: &mut [Option<Val<'_, B>>],
+        room: u64,
+        info: &mut RunInfo,
+    ) -> Result<()> {
+        let Some(meter) = self.keeper else {
+            return Ok(());
+        };
+        while meter.available() < room {
+            let Some(u) = (0..vals.len())
+                .filter(|&u| matches!(vals[u], Some(Val::Kept(_))))
+                .max_by_key(|&u| (self.last_use[u], u))
+            else {
+                return Ok(());
+            };
+            if let Some(Val::Kept(k)) = vals[u].take() {
+                let l = k.into_host(self.backend, self.budget, self.ram_used)?;
+                info.spilled_layers += l.spilled() as usize;
+                info.values_moved_to_host += 1;
+                vals[u] = Some(Val::Layer(l));
+            }
+        }
+        Ok(())
+    }
+
+    /// A new stored value of `c` channels on `gv` (`name`: its node): kept on the device when it fits
+    /// beside `room` bytes of working sets, else on the host.
+    fn place<'a>(
+        &self,
+        c: usize,
+        gv: &Grid,
+        room: u64,
+        name: &str,
+        info: &mut RunInfo,
+    ) -> Result<Val<'a, B>> {
+        if let Some(m) = self.keeper
+            && m.available() >= Kept::<B>::bytes(c, gv).saturating_add(room)
+        {
+            let what = format!("the output of `{name}`, kept on the device");
+            info.kept_values += 1;
+            return Ok(Val::Kept(Kept::reserve(m, c, gv, &what)?));
+        }
+        let l = Layer::new(c, gv.clone(), self.budget, self.ram_used)?;
+        info.spilled_layers += l.spilled() as usize;
+        Ok(Val::Layer(l))
+    }
+}
+
+/// What ranks sharing a run send each other after each stored value's superstep (`units`: each stored
+/// unit and the value it stores).
+fn plan_halos(
+    g: &Graph,
+    plan: &GraphPlan,
+    grids: &[Grid],
+    units: &[(usize, usize)],
+    ranks: &Ranks,
+) -> Halos {
+    let mut stored = vec![false; plan.shape.len()];
+    stored[0] = true;
+    for &(_, v) in units {
+        stored[v] = v != g.output;
+    }
+    Halos::plan(g, plan, grids, units, &stored, ranks)
 }
 
 /// Exact BSP execution of `g` over `input` on `be`'s backend: a superstep per stored value on the tiles
@@ -341,19 +469,13 @@ pub(super) fn exact_on<B: GraphOps>(
         peak_bytes: needed,
     } = schedule;
     let stored_value = |i: usize| stored_value(&chains, i);
-    // What ranks sharing the run send each other after each stored value's superstep.
-    let halos = be.ranks.map(|ranks| {
-        let units: Vec<(usize, usize)> = (0..g.nodes.len())
-            .filter(|&i| !(fused[i] || through[i + 1].is_some() || inlined[i]))
-            .map(|i| (i, stored_value(i)))
-            .collect();
-        let mut stored = vec![false; plan.shape.len()];
-        stored[0] = true;
-        for &(_, v) in &units {
-            stored[v] = v != g.output;
-        }
-        Halos::plan(g, &plan, &grids, &units, &stored, ranks)
-    });
+    let units: Vec<(usize, usize)> = (0..g.nodes.len())
+        .filter(|&i| !(fused[i] || through[i + 1].is_some() || inlined[i]))
+        .map(|i| (i, stored_value(i)))
+        .collect();
+    let halos = be
+        .ranks
+        .map(|ranks| plan_halos(g, &plan, &grids, &units, ranks));
     // The buffers kept for reuse count against the plan: the stored values' planned peak (in RAM) less
     // what is stored now, plus the working sets of the tiles in flight.
     let pool_room = |stored: u64| {
@@ -364,7 +486,26 @@ pub(super) fn exact_on<B: GraphOps>(
     };
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
-    let mut vals: Vec<Option<Val>> = (0..plan.shape.len()).map(|_| None).collect();
+    // Values stay on the device while its budget holds them beside the tiles' working sets. Ranks send
+    // each other parts of the stored values from the host, so a shared run stores them there.
+    let storage = Storage {
+        backend: be.backend,
+        keeper: match (be.ranks, be.backend.keeps_values()) {
+            (None, true) => be.backend.device_meter(),
+            _ => None,
+        },
+        budget,
+        ram_used: &ram_used,
+        last_use: &last_use,
+        sizer: working::Sizer {
+            g,
+            plan: &plan,
+            through: &through,
+            inline_of: &inline_of,
+        },
+        workers,
+    };
+    let mut vals: Vec<Option<Val<B>>> = (0..plan.shape.len()).map(|_| None).collect();
     vals[0] = Some(Val::Input(input));
     let mut stats: Vec<Option<Vec<ChannelStats>>> = vec![None; plan.shape.len()];
     let mut norms: Vec<Option<(Vec<f32>, Vec<f32>)>> = vec![None; g.nodes.len()];
@@ -401,20 +542,21 @@ pub(super) fn exact_on<B: GraphOps>(
         {
             l.hand_over_ram();
         }
-        let layer = if v == g.output {
+        // This superstep's working sets on the device come first: kept values make room for them.
+        let room = storage.room(i, gv);
+        storage.make_room(&mut vals, room, &mut info)?;
+        let stored = if v == g.output {
             None
         } else {
-            let l = Layer::new(plan.shape[v].0, gv.clone(), budget, &ram_used)?;
-            info.spilled_layers += l.spilled() as usize;
-            Some(l)
+            Some(storage.place(plan.shape[v].0, gv, room, &n.name, &mut info)?)
         };
         crate::buffers::limit(pool_room(ram_used.load(Ordering::Relaxed)));
-        let field = |u: usize| vals[u].as_ref().expect("value alive").field();
+        let source = |u: usize| vals[u].as_ref().expect("value alive").source();
         let exact = Exact {
             be,
             g,
             plan: &plan,
-            field: &field,
+            source: &source,
             through: &through,
             moves: &moves,
             chains: &chains,
@@ -422,11 +564,17 @@ pub(super) fn exact_on<B: GraphOps>(
             norms: &norms,
             threads: inner,
         };
-        let merged = exact.superstep(i, v, gv, layer.as_ref(), sink, workers, halos.as_ref())?;
+        let target = match &stored {
+            Some(Val::Layer(l)) => Target::Layer(l),
+            Some(Val::Kept(k)) => Target::Kept(k),
+            // Not stored: the output (a superstep never stores the input).
+            None | Some(Val::Input(_)) => Target::Sink,
+        };
+        let merged = exact.superstep(i, v, gv, target, sink, workers, halos.as_ref())?;
         if plan.feeds_norm[v] {
             stats[v] = Some(merged);
         }
-        vals[v] = layer.map(Val::Layer);
+        vals[v] = stored;
         recycle_dead(&mut vals, &last_use, v - 1);
     }
     if let Some(m) = be.backend.device_meter() {

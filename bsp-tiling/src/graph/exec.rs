@@ -8,6 +8,10 @@
 //! its `compute` is [`ops::compute`], so the CPU path is the engine as it was; `DeviceSim`
 //! computes the same numbers with a device's memory accounting; [`crate::CudaBackend`] runs the kernels.
 //!
+//! A backend with memory of its own may keep the stored values there ([`GraphOps::keeps_values`]): the
+//! engine then gathers windows of them with [`GraphOps::gather`] and takes their statistics with
+//! [`GraphOps::stats`] where they are, and only the input's windows and the output cross the bus.
+//!
 //! A node a backend cannot run is refused by [`GraphOps::check`] before any work starts: a typed
 //! [`Error::Node`] naming it, never a fallback to the host.
 
@@ -16,9 +20,12 @@ use super::ops::{self, Ctx, Op, Unary};
 use crate::backend::CpuBackend;
 use crate::device::{Precision, norm_scratch_bytes};
 use crate::error::{Error, Result};
+use crate::field::{self, Part, Parts};
 use crate::meter::{Lease, Meter};
 use crate::sim::{DeviceSim, SimBuf};
+use crate::stats::ChannelStats;
 use crate::tensor::Tensor;
+use std::sync::Arc;
 
 /// A backend the graph engine runs nodes on.
 pub trait GraphOps: Sync {
@@ -33,7 +40,7 @@ pub trait GraphOps: Sync {
     }
 
     /// The meter of a backend with budgeted memory of its own (a device); `None` for the CPU.
-    fn device_meter(&self) -> Option<&Meter> {
+    fn device_meter(&self) -> Option<&Arc<Meter>> {
         None
     }
 
@@ -66,6 +73,38 @@ pub trait GraphOps: Sync {
         ins: Vec<Self::Buf>,
         ctx: &Ctx,
     ) -> Result<Self::Buf>;
+
+    /// Whether the stored values of a run may stay where this backend computes between supersteps (a
+    /// device's memory, as far as its budget allows), so that a value crosses the bus only as the input
+    /// going up and the output coming down, instead of every node's output going down and its windows up
+    /// again. The host's own values are the engine's tiled store (RAM, spilled past the budget).
+    fn keeps_values(&self) -> bool {
+        false
+    }
+
+    /// The window at rows `ys` × columns `xs` (global coordinates, `None` a zero) of a `c`-channel value
+    /// held here in `parts`, gathered where it is: how a kept value, and a value computed where it is
+    /// read, are read.
+    fn gather(
+        &self,
+        c: usize,
+        parts: &[Part<'_, Self::Buf>],
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<Self::Buf>;
+
+    /// Per-channel statistics of `x` (f64, in an order fixed by its shape): what the normalisations after
+    /// it read of every tile.
+    fn stats(&self, x: &Self::Buf) -> Result<Vec<ChannelStats>>;
+
+    /// Gives up a buffer the engine is done with (the host keeps large ones for the next superstep).
+    fn recycle(&self, _x: Self::Buf) {}
+}
+
+/// Per-channel statistics of a host tensor, each channel's plane in one pass pair
+/// ([`ChannelStats::of`]): the CPU backend's, and the simulated device's.
+pub fn tensor_stats(t: &Tensor) -> Vec<ChannelStats> {
+    (0..t.c).map(|c| ChannelStats::of(t.plane(c))).collect()
 }
 
 impl GraphOps for CpuBackend {
@@ -94,6 +133,21 @@ impl GraphOps for CpuBackend {
         ctx: &Ctx,
     ) -> Result<Tensor> {
         ops::compute(&node.op, ins, ctx)
+    }
+    fn gather(
+        &self,
+        c: usize,
+        parts: &[Part<'_, Tensor>],
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<Tensor> {
+        field::gather(&Parts { c, parts }, ys, xs)
+    }
+    fn stats(&self, x: &Tensor) -> Result<Vec<ChannelStats>> {
+        Ok(tensor_stats(x))
+    }
+    fn recycle(&self, x: Tensor) {
+        crate::buffers::give(x.data);
     }
 }
 
@@ -242,8 +296,8 @@ impl GraphOps for DeviceSim {
     fn tiles_at_once(&self, _threads: usize) -> usize {
         self.concurrency.max(1)
     }
-    fn device_meter(&self) -> Option<&Meter> {
-        Some(self.meter())
+    fn device_meter(&self) -> Option<&Arc<Meter>> {
+        Some(self.meter_arc())
     }
     fn prepare(&self, nodes: &[Node]) -> Result<SimPrepared> {
         let m = self.meter_arc();
@@ -325,6 +379,38 @@ impl GraphOps for DeviceSim {
         drop(ins);
         drop(scratch);
         Ok(SimBuf::with_lease(t, lease))
+    }
+    fn keeps_values(&self) -> bool {
+        self.keeps
+    }
+    /// A copy within the device: leased, not counted as bus traffic.
+    fn gather(
+        &self,
+        c: usize,
+        parts: &[Part<'_, SimBuf>],
+        ys: &[Option<usize>],
+        xs: &[Option<usize>],
+    ) -> Result<SimBuf> {
+        let lease = self
+            .meter_arc()
+            .lease(Tensor::bytes(c, ys.len(), xs.len()), "a gathered window")?;
+        let host: Vec<Part<'_, Tensor>> = parts
+            .iter()
+            .map(|p| Part {
+                y0: p.y0,
+                x0: p.x0,
+                h: p.h,
+                w: p.w,
+                buf: &p.buf.t,
+            })
+            .collect();
+        let t = field::gather(&Parts { c, parts: &host }, ys, xs)?;
+        Ok(SimBuf::with_lease(t, lease))
+    }
+    /// The host's statistics ([`tensor_stats`]), so that a simulated run equals the CPU's bit for bit; the
+    /// CUDA kernel's blocked order is checked against them in the kernel simulation.
+    fn stats(&self, x: &SimBuf) -> Result<Vec<ChannelStats>> {
+        Ok(tensor_stats(&x.t))
     }
 }
 

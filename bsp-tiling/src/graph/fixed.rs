@@ -2,20 +2,19 @@
 //! evaluated through its receptive field, every value it depends on computed over the region its
 //! readers' windows need; nothing is stored between tiles.
 
-use super::eval::{Run, eval_node};
+use super::eval::{Run, Source, eval_node};
 use super::exec::GraphOps;
 use super::model::{Graph, GraphPlan, GraphStats, node_err};
 use super::ops::Op;
 use super::schedule::Range2;
 use super::superstep::{inner_threads, into_sink};
 use crate::error::{Error, Result};
-use crate::field::{Field, Input, Region, Sink, span};
+use crate::field::{Field, Input, Part, Sink, span};
 use crate::grid::Grid;
-use crate::tensor::Tensor;
 
-/// One-pass evaluation of value `target` over rows `ry` × columns `rx`: every value it depends on is
-/// computed over the region its consumers' windows need (the receptive field), with the statistics in
-/// `stats` for the normalisations.
+/// One-pass evaluation of value `target` over rows `ry` × columns `rx`, on the backend: every value it
+/// depends on is computed over the region its consumers' windows need (the receptive field), with the
+/// statistics in `stats` for the normalisations.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 pub(super) fn eval_region<B: GraphOps>(
     be: &Run<'_, B>,
@@ -27,9 +26,10 @@ pub(super) fn eval_region<B: GraphOps>(
     rx: (usize, usize),
     stats: &[Option<(Vec<f32>, Vec<f32>)>],
     threads: usize,
-) -> Result<Tensor> {
+) -> Result<B::Buf> {
     let need = needs(g, plan, target, (ry, rx), &|_| false);
-    let mut regions: Vec<Option<Tensor>> = vec![None; target + 1];
+    // Per value: its region's buffer and where the region starts.
+    let mut regions: Vec<Option<(B::Buf, Range2)>> = (0..=target).map(|_| None).collect();
     let mut last = vec![0usize; target + 1];
     for (i, n) in g.nodes.iter().enumerate().take(target) {
         if need[i + 1].is_some() {
@@ -43,19 +43,20 @@ pub(super) fn eval_region<B: GraphOps>(
         let Some((ry, rx)) = need[v] else { continue };
         let n = &g.nodes[i];
         let out = {
-            let holders: Vec<Option<Region>> = (0..=target)
-                .map(|u| {
-                    regions[u].as_ref().map(|t| {
-                        let ((y0, _), (x0, _)) = need[u].expect("computed regions are needed");
-                        Region { t, y0, x0 }
-                    })
-                })
-                .collect();
-            let field = |u: usize| -> &dyn Field {
-                if u == 0 {
-                    input as &dyn Field
-                } else {
-                    holders[u].as_ref().expect("region alive")
+            let source = |u: usize| -> Source<'_, B> {
+                match &regions[u] {
+                    Some((buf, ((y0, y1), (x0, x1)))) if u > 0 => Source::Region(
+                        plan.shape[u].0,
+                        Part {
+                            y0: *y0,
+                            x0: *x0,
+                            h: y1 - y0,
+                            w: x1 - x0,
+                            buf,
+                        },
+                    ),
+                    // The input (a value is computed before its readers, so no other is missing).
+                    _ => Source::Host(input as &dyn Field),
                 }
             };
             let norm = match &n.op {
@@ -72,7 +73,7 @@ pub(super) fn eval_region<B: GraphOps>(
                 v,
                 ry,
                 rx,
-                &field,
+                &source,
                 &[],
                 &[],
                 norm,
@@ -80,7 +81,7 @@ pub(super) fn eval_region<B: GraphOps>(
                 &|_, _, _| None,
             )?
         };
-        regions[v] = Some(out);
+        regions[v] = Some((out, (ry, rx)));
         for u in 1..v {
             if last[u] <= i && u != target {
                 regions[u] = None;
@@ -89,6 +90,7 @@ pub(super) fn eval_region<B: GraphOps>(
     }
     regions[target]
         .take()
+        .map(|(buf, _)| buf)
         .ok_or_else(|| Error::Grid("internal: the target was not computed".into()))
 }
 
@@ -166,7 +168,7 @@ pub(super) fn run_fixed<B: GraphOps>(
     let compute = |t: usize| {
         let (y0, y1, x0, x1) = go.tile(t);
         let out = eval_region(be, g, plan, input, g.output, (y0, y1), (x0, x1), &ss, inner)?;
-        Ok((y0, x0, out, ()))
+        Ok((y0, x0, be.backend.store(out)?, ()))
     };
     into_sink(be.ranks, "output tiles", go.len(), workers, compute, sink)?;
     Ok(())

@@ -5,6 +5,8 @@
 
 use super::ops::{BinOp, ConvOp, Unary};
 use crate::error::{Error, Result};
+use crate::field::Part;
+use crate::stats::ChannelStats;
 
 /// `bsp_unary`'s `kind` and its two scalar parameters.
 pub fn unary_code(u: &Unary) -> (i32, f32, f32) {
@@ -134,4 +136,69 @@ pub fn flags(v: &[bool]) -> Vec<i32> {
 /// Integers as the kernels read them.
 pub fn ints(v: impl IntoIterator<Item = usize>) -> Result<Vec<i32>> {
     v.into_iter().map(|x| i32_of(x, "a table entry")).collect()
+}
+
+/// `bsp_gather_part`'s map for the part of window `ys` × `xs` that `part` holds, and its row and column
+/// counts: the window rows it holds, their rows in the part, the window columns, their columns in the
+/// part. `None` when the part holds none of the window.
+pub fn gather_map<T>(
+    part: &Part<'_, T>,
+    ys: &[Option<usize>],
+    xs: &[Option<usize>],
+) -> Result<Option<(Vec<i32>, usize, usize)>> {
+    let pairs = |axis: usize, m: &[Option<usize>]| -> Vec<(usize, usize)> {
+        part.local(axis, m)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.map(|l| (i, l)))
+            .collect()
+    };
+    let (rows, cols) = (pairs(0, ys), pairs(1, xs));
+    if rows.is_empty() || cols.is_empty() {
+        return Ok(None);
+    }
+    let map = ints(
+        rows.iter()
+            .map(|r| r.0)
+            .chain(rows.iter().map(|r| r.1))
+            .chain(cols.iter().map(|c| c.0))
+            .chain(cols.iter().map(|c| c.1)),
+    )?;
+    Ok(Some((map, rows.len(), cols.len())))
+}
+
+/// Threads per block of `bsp_channel_stats`.
+pub const STATS_THREADS: usize = 256;
+
+/// `bsp_channel_stats`'s blocks per channel and values per block for planes of `plane` values: about
+/// 64 Ki values a block, at most 64 blocks a channel, none empty.
+pub fn stats_blocks(plane: usize) -> (usize, usize) {
+    let nb = (plane >> 16).clamp(1, 64);
+    let chunk = plane.div_ceil(nb).max(1);
+    (plane.div_ceil(chunk).max(1), chunk)
+}
+
+/// Per-channel statistics from `bsp_channel_stats`'s output (`c` channels of `nb` blocks of `chunk`
+/// values over planes of `plane`): each channel's blocks merged in order.
+pub fn merge_stat_blocks(
+    out: &[f64],
+    c: usize,
+    plane: usize,
+    nb: usize,
+    chunk: usize,
+) -> Vec<ChannelStats> {
+    (0..c)
+        .map(|ch| {
+            (0..nb).fold(ChannelStats::default(), |acc, b| {
+                let lo = b * chunk;
+                let count = (lo + chunk).min(plane).saturating_sub(lo) as u64;
+                let k = (ch * nb + b) * 2;
+                acc.merge(ChannelStats {
+                    count,
+                    mean: out[k],
+                    m2: out[k + 1],
+                })
+            })
+        })
+        .collect()
 }

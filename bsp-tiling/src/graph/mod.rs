@@ -22,6 +22,7 @@ mod exact;
 pub mod exec;
 mod fixed;
 mod halos;
+mod kept;
 pub mod launch;
 mod model;
 #[allow(unsafe_code)]

@@ -220,16 +220,17 @@ fn recompute_stats<B: GraphOps>(
         let ss = scale_shifts(g, &stats);
         let tiles = superstep_share(be.ranks, gu.len(), workers, |t| {
             let (y0, y1, x0, x1) = gu.tile(t);
-            let x = if u == 0 {
-                gather(
+            if u == 0 {
+                let x = gather(
                     input,
                     &(y0..y1).map(Some).collect::<Vec<_>>(),
                     &(x0..x1).map(Some).collect::<Vec<_>>(),
-                )?
+                )?;
+                Ok(tensor_stats(&x))
             } else {
-                eval_region(be, g, plan, input, u, (y0, y1), (x0, x1), &ss, inner)?
-            };
-            Ok(tensor_stats(&x))
+                let x = eval_region(be, g, plan, input, u, (y0, y1), (x0, x1), &ss, inner)?;
+                be.backend.stats(&x)
+            }
         });
         stats[i] = Some(match be.ranks {
             Some(ranks) => merge_stats(ranks, &format!("statistics of node {i}"), tiles)?,

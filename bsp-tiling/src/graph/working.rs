@@ -92,12 +92,15 @@ impl Sizer<'_> {
         let g = self.g;
         (0..g.nodes.len())
             .filter(|&i| !s.fused[i] && self.through[i + 1].is_none() && !s.inlined[i])
-            .flat_map(|i| {
-                let gv = &grids[stored_value(&s.chains, i)];
-                corners(gv).map(move |r| self.node(i, r))
-            })
+            .map(|i| self.unit(i, &grids[stored_value(&s.chains, i)]))
             .max()
             .unwrap_or(0)
+    }
+
+    /// The largest working set of one tile of unit `i`'s superstep over `gv`, the grid of the value it
+    /// stores.
+    pub fn unit(&self, i: usize, gv: &Grid) -> u64 {
+        corners(gv).map(|r| self.node(i, r)).max().unwrap_or(0)
     }
 
     /// The working set of a one-pass evaluation (sampled, recompute) of value `target` over `r`: every

@@ -82,6 +82,11 @@ static void call(const std::string& name, Launch& a) {
                            a.n(7), a.p<float>(8));
     else if (name == "bsp_space_to_depth")
         bsp_space_to_depth(a.p<const float>(0), a.n(1), a.n(2), a.n(3), a.n(4), a.p<float>(5));
+    else if (name == "bsp_gather_part")
+        bsp_gather_part(a.p<const float>(0), a.n(1), a.n(2), a.l(3), a.p<const int>(4), a.n(5),
+                        a.n(6), a.n(7), a.l(8), a.p<float>(9));
+    else if (name == "bsp_channel_stats")
+        bsp_channel_stats(a.p<const float>(0), a.l(1), a.l(2), a.p<double>(3));
     else {
         fprintf(stderr, "unknown kernel %s\n", name.c_str());
         exit(2);
