@@ -826,89 +826,6 @@ impl CudaBackend {
     }
 }
 
-impl CudaBackend {
-    /// A window of a value held on the device in `parts`: zeroed where it has padding, then each
-    /// part's pixels copied in by `bsp_gather_part`.
-    fn gather_parts(
-        &self,
-        c: usize,
-        parts: &[Part<'_, CudaTensor>],
-        ys: &[Option<usize>],
-        xs: &[Option<usize>],
-    ) -> Result<CudaTensor> {
-        let (wh, ww) = (ys.len(), xs.len());
-        let mut out = self.tensor(c, wh, ww, "a gathered window")?;
-        if parts.is_empty() || ys.contains(&None) || xs.contains(&None) {
-            self.stream
-                .memset_zeros(&mut out.data)
-                .map_err(drv("cuMemsetD8Async"))?;
-        }
-        let wplane = (wh * ww) as i64;
-        let (c32, ww32) = (i32_of(c, "channels")?, i32_of(ww, "a window's width")?);
-        for p in parts {
-            let Some((map, ny, nx)) = launch::gather_map(p, ys, xs)? else {
-                continue;
-            };
-            let map = self.htod(&map)?;
-            let (sw, splane) = (i32_of(p.w, "a tile's width")?, (p.h * p.w) as i64);
-            let (ny32, nx32) = (i32_of(ny, "window rows")?, i32_of(nx, "window columns")?);
-            launch!(
-                self,
-                self.g.gather_part,
-                "bsp_gather_part",
-                c * ny * nx,
-                [
-                    &p.buf.data,
-                    &c32,
-                    &sw,
-                    &splane,
-                    &map,
-                    &ny32,
-                    &nx32,
-                    &ww32,
-                    &wplane,
-                    &mut out.data
-                ]
-            );
-        }
-        Ok(out)
-    }
-
-    /// Per-channel statistics of `x` by `bsp_channel_stats`: block partials in f64, merged on the host
-    /// in block order.
-    fn channel_stats(&self, x: &CudaTensor) -> Result<Vec<ChannelStats>> {
-        let plane = x.h * x.w;
-        if plane == 0 || x.c == 0 {
-            return Ok(vec![ChannelStats::default(); x.c]);
-        }
-        let (nb, chunk) = launch::stats_blocks(plane);
-        let (mut out, _lease) = self.alloc::<f64>(x.c * nb * 2, "a tile's statistics")?;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                u32::try_from(nb).map_err(|_| crate::Error::Device("statistics blocks".into()))?,
-                u32::try_from(x.c)
-                    .ok()
-                    .filter(|&c| c < 65536)
-                    .ok_or_else(|| crate::Error::Device(format!("{} channels", x.c)))?,
-                1,
-            ),
-            block_dim: (launch::STATS_THREADS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (plane64, chunk64) = (plane as i64, chunk as i64);
-        let mut b = self.stream.launch_builder(&self.g.channel_stats);
-        b.arg(&x.data).arg(&plane64).arg(&chunk64).arg(&mut out);
-        // SAFETY: the arguments match bsp_channel_stats's signature; `out` holds c·nb·2 values, the
-        // grid is nb × c blocks of STATS_THREADS threads, and x holds c planes of `plane` values.
-        unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel bsp_channel_stats"))?;
-        let host = self
-            .stream
-            .clone_dtoh(&out)
-            .map_err(drv("cuMemcpyDtoHAsync"))?;
-        Ok(launch::merge_stat_blocks(&host, x.c, plane, nb, chunk))
-    }
-}
-
 impl GraphOps for CudaBackend {
     type Buf = CudaTensor;
     type Prepared = GraphWeights;
@@ -964,10 +881,75 @@ impl GraphOps for CudaBackend {
         ys: &[Option<usize>],
         xs: &[Option<usize>],
     ) -> Result<CudaTensor> {
-        self.gather_parts(c, parts, ys, xs)
+        // Zeroed where the window has padding, then each part's pixels copied in by `bsp_gather_part`.
+        let (wh, ww) = (ys.len(), xs.len());
+        let mut out = self.tensor(c, wh, ww, "a gathered window")?;
+        if parts.is_empty() || ys.contains(&None) || xs.contains(&None) {
+            self.stream
+                .memset_zeros(&mut out.data)
+                .map_err(drv("cuMemsetD8Async"))?;
+        }
+        let wplane = (wh * ww) as i64;
+        let (c32, ww32) = (i32_of(c, "channels")?, i32_of(ww, "a window's width")?);
+        for p in parts {
+            let Some((map, ny, nx)) = launch::gather_map(p, ys, xs)? else {
+                continue;
+            };
+            let map = self.htod(&map)?;
+            let (sw, splane) = (i32_of(p.w, "a tile's width")?, (p.h * p.w) as i64);
+            let (ny32, nx32) = (i32_of(ny, "window rows")?, i32_of(nx, "window columns")?);
+            launch!(
+                self,
+                self.g.gather_part,
+                "bsp_gather_part",
+                c * ny * nx,
+                [
+                    &p.buf.data,
+                    &c32,
+                    &sw,
+                    &splane,
+                    &map,
+                    &ny32,
+                    &nx32,
+                    &ww32,
+                    &wplane,
+                    &mut out.data
+                ]
+            );
+        }
+        Ok(out)
     }
+    /// `bsp_channel_stats`: block partials in f64, merged on the host in block order.
     fn stats(&self, x: &CudaTensor) -> Result<Vec<ChannelStats>> {
-        self.channel_stats(x)
+        let plane = x.h * x.w;
+        if plane == 0 || x.c == 0 {
+            return Ok(vec![ChannelStats::default(); x.c]);
+        }
+        let (nb, chunk) = launch::stats_blocks(plane);
+        let (mut out, _lease) = self.alloc::<f64>(x.c * nb * 2, "a tile's statistics")?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32::try_from(nb).map_err(|_| crate::Error::Device("statistics blocks".into()))?,
+                u32::try_from(x.c)
+                    .ok()
+                    .filter(|&c| c < 65536)
+                    .ok_or_else(|| crate::Error::Device(format!("{} channels", x.c)))?,
+                1,
+            ),
+            block_dim: (launch::STATS_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (plane64, chunk64) = (plane as i64, chunk as i64);
+        let mut b = self.stream.launch_builder(&self.g.channel_stats);
+        b.arg(&x.data).arg(&plane64).arg(&chunk64).arg(&mut out);
+        // SAFETY: the arguments match bsp_channel_stats's signature; `out` holds c·nb·2 values, the
+        // grid is nb × c blocks of STATS_THREADS threads, and x holds c planes of `plane` values.
+        unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel bsp_channel_stats"))?;
+        let host = self
+            .stream
+            .clone_dtoh(&out)
+            .map_err(drv("cuMemcpyDtoHAsync"))?;
+        Ok(launch::merge_stat_blocks(&host, x.c, plane, nb, chunk))
     }
     fn compute(
         &self,
