@@ -25,6 +25,14 @@ impl SimBuf {
     pub(crate) fn with_lease(t: Tensor, lease: Lease) -> SimBuf {
         SimBuf { t, _lease: lease }
     }
+
+    /// The buffer with its tensor replaced by `f`'s result, in place (the same lease).
+    pub(crate) fn map(self, f: impl FnOnce(Tensor) -> Result<Tensor>) -> Result<SimBuf> {
+        Ok(SimBuf {
+            t: f(self.t)?,
+            _lease: self._lease,
+        })
+    }
 }
 
 /// A simulated device with a memory budget.

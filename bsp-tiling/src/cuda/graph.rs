@@ -412,6 +412,12 @@ impl CudaBackend {
 
     fn scale_shift(&self, x: &CudaTensor, scale: &[f32], shift: &[f32]) -> Result<CudaTensor> {
         let mut out = self.copy_of(x, "a normalised tile")?;
+        self.scale_shift_in_place(&mut out, scale, shift)?;
+        Ok(out)
+    }
+
+    /// `x · scale + shift` per channel, in place (`bsp_scale_shift`).
+    fn scale_shift_in_place(&self, x: &mut CudaTensor, scale: &[f32], shift: &[f32]) -> Result<()> {
         let _lease = self
             .meter
             .lease(crate::device::norm_scratch_bytes(x.c), "scale and shift")?;
@@ -423,9 +429,9 @@ impl CudaBackend {
             self.k.scale_shift,
             "bsp_scale_shift",
             x.len(),
-            [&mut out.data, &c, &p, &s, &h, &r]
+            [&mut x.data, &c, &p, &s, &h, &r]
         );
-        Ok(out)
+        Ok(())
     }
 
     fn graph_node(
@@ -720,34 +726,61 @@ impl CudaBackend {
     /// An element-wise function, in place on a copy (PRelu with its slopes).
     fn graph_unary(&self, x: &CudaTensor, u: &Unary) -> Result<CudaTensor> {
         let mut out = self.copy_of(x, "a tile")?;
+        self.unary_in_place(&mut out, u)?;
+        Ok(out)
+    }
+
+    /// `u` on every value of `x`, in place (`bsp_unary`).
+    fn unary_in_place(&self, x: &mut CudaTensor, u: &Unary) -> Result<()> {
         let (kind, a, b) = launch::unary_code(u);
         let (n, p) = (x.len() as i64, (x.h * x.w) as i64);
-        match u {
-            Unary::PRelu(slope) => {
-                let _lease = self.meter.lease((slope.len() * 4) as u64, "slopes")?;
-                let s = self.htod(slope)?;
-                let ns = i32_of(slope.len(), "slopes")?;
-                launch!(
-                    self,
-                    self.g.unary,
-                    "bsp_unary",
-                    x.len(),
-                    [&mut out.data, &n, &p, &kind, &a, &b, &s, &ns]
-                );
-            }
-            // No slopes: the kernel never reads the pointer (the input stands in for it).
-            _ => {
-                let ns = 0i32;
-                launch!(
-                    self,
-                    self.g.unary,
-                    "bsp_unary",
-                    x.len(),
-                    [&mut out.data, &n, &p, &kind, &a, &b, &x.data, &ns]
-                );
-            }
-        }
-        Ok(out)
+        // PRelu's slopes; for the others the kernel never reads the pointer (one value stands in).
+        let (slopes, _lease) = match u {
+            Unary::PRelu(slope) => (
+                self.htod(slope)?,
+                Some(self.meter.lease((slope.len() * 4) as u64, "slopes")?),
+            ),
+            _ => (self.htod(&[0f32])?, None),
+        };
+        let ns = match u {
+            Unary::PRelu(slope) => i32_of(slope.len(), "slopes")?,
+            _ => 0i32,
+        };
+        launch!(
+            self,
+            self.g.unary,
+            "bsp_unary",
+            x.len(),
+            [&mut x.data, &n, &p, &kind, &a, &b, &slopes, &ns]
+        );
+        Ok(())
+    }
+
+    /// `x op k` (or `k op x` with `const_first`) with a per-channel or scalar constant, in place
+    /// (`bsp_binary_const`).
+    fn binary_const_in_place(
+        &self,
+        x: &mut CudaTensor,
+        op: BinOp,
+        k: &[f32],
+        const_first: bool,
+    ) -> Result<()> {
+        let _lease = self.meter.lease((k.len() * 4) as u64, "a constant")?;
+        let kb = self.htod(k)?;
+        let (c, p, nk) = (
+            i32_of(x.c, "channels")?,
+            (x.h * x.w) as i64,
+            i32_of(k.len(), "constants")?,
+        );
+        let (first, code) = (const_first as i32, launch::binop_code(op));
+        launch!(
+            self,
+            self.g.binary_const,
+            "bsp_binary_const",
+            x.len(),
+            [&mut x.data, &c, &p, &kb, &nk, &first, &code]
+        );
+        Ok(())
     }
 
     /// A binary op between two images (either may have one channel) or an image and a constant.
@@ -781,23 +814,8 @@ impl CudaBackend {
                 Ok(out)
             }
             (Operand::Input(a), Operand::Const(k)) | (Operand::Const(k), Operand::Input(a)) => {
-                let first = matches!(lhs, Operand::Const(_)) as i32;
-                let a = &ins[*a];
-                let mut out = self.copy_of(a, "a tile")?;
-                let _lease = self.meter.lease((k.len() * 4) as u64, "a constant")?;
-                let kb = self.htod(k)?;
-                let (c, p, nk) = (
-                    i32_of(a.c, "channels")?,
-                    (a.h * a.w) as i64,
-                    i32_of(k.len(), "constants")?,
-                );
-                launch!(
-                    self,
-                    self.g.binary_const,
-                    "bsp_binary_const",
-                    out.len(),
-                    [&mut out.data, &c, &p, &kb, &nk, &first, &code]
-                );
+                let mut out = self.copy_of(&ins[*a], "a tile")?;
+                self.binary_const_in_place(&mut out, op, k, matches!(lhs, Operand::Const(_)))?;
                 Ok(out)
             }
             (Operand::Const(_), Operand::Const(_)) => {
@@ -870,6 +888,31 @@ impl GraphOps for CudaBackend {
     }
     fn store(&self, x: CudaTensor) -> Result<Tensor> {
         self.download(x)
+    }
+    /// The fused node's kernel run in place on its producer's output: the same kernel as the node's own
+    /// computation, on the same values, without the copy.
+    fn pointwise(&self, op: &Op, mut x: CudaTensor) -> Result<CudaTensor> {
+        match op {
+            Op::Unary(u) => self.unary_in_place(&mut x, u)?,
+            Op::Affine { scale, shift } => self.scale_shift_in_place(&mut x, scale, shift)?,
+            Op::Binary {
+                op,
+                lhs: Operand::Input(_),
+                rhs: Operand::Const(k),
+            } => self.binary_const_in_place(&mut x, *op, k, false)?,
+            Op::Binary {
+                op,
+                lhs: Operand::Const(k),
+                rhs: Operand::Input(_),
+            } => self.binary_const_in_place(&mut x, *op, k, true)?,
+            Op::Identity => {}
+            _ => {
+                return Err(crate::Error::Device(
+                    "internal: a fused node that is not element-wise on one input".into(),
+                ));
+            }
+        }
+        Ok(x)
     }
     fn keeps_values(&self) -> bool {
         self.keeps

@@ -8,7 +8,7 @@ use super::exec::GraphOps;
 use super::halos::Halos;
 use super::kept::Kept;
 use super::model::{Graph, GraphPlan, node_err, prepare};
-use super::ops::{self, Op};
+use super::ops::Op;
 use super::schedule::{Schedule, Through, stored_value, taken_input};
 use super::superstep::{inner_threads, rounds, superstep_share};
 use super::working;
@@ -94,16 +94,9 @@ impl<B: GraphOps> Exact<'_, '_, B> {
             self.threads,
             &hook,
         )?;
-        if self.chains[i].is_empty() {
-            return Ok(out);
-        }
-        // Fused chains are the host's (`GraphOps::fuses_pointwise`), where store and load are moves.
-        let backend = self.be.backend;
-        let mut t = backend.store(out)?;
-        for &j in &self.chains[i] {
-            t = ops::apply_pointwise(&g.nodes[j].op, t)?;
-        }
-        backend.load(t)
+        self.chains[i].iter().try_fold(out, |out, &j| {
+            self.be.backend.pointwise(&g.nodes[j].op, out)
+        })
     }
 
     /// The superstep of unit `i`, storing value `v` on the tiles of `gv` into `target`; on ranks, this
@@ -447,7 +440,7 @@ pub(super) fn exact_on<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, grid, v))
         .collect::<Result<_>>()?;
-    let schedule = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    let schedule = Schedule::new(g, &plan, &grids, be.backend.inlines_units());
     let n_tiles = grid.len();
     let workers = exact_workers(be.backend, threads, n_tiles);
     let working = tile_bytes(g, &plan, &schedule, &grids).saturating_mul(workers as u64);

@@ -44,9 +44,9 @@ pub trait GraphOps: Sync {
         None
     }
 
-    /// Whether a chain of element-wise nodes may run in place on its producer's tile as it is stored
-    /// (the host's arithmetic, the same result): the CPU's case; a device computes each node itself.
-    fn fuses_pointwise(&self) -> bool {
+    /// Whether a unit with a small halo is computed inside its reader's superstep instead of stored
+    /// (a halo recomputed to save storing and copying a value: the host's trade, the same result).
+    fn inlines_units(&self) -> bool {
         false
     }
 
@@ -73,6 +73,11 @@ pub trait GraphOps: Sync {
         ins: Vec<Self::Buf>,
         ctx: &Ctx,
     ) -> Result<Self::Buf>;
+
+    /// An element-wise node fused into its producer's unit ([`ops::fusable`]: a chain runs on the
+    /// producer's tile as it is computed), applied to that output in place: the arithmetic of the node's
+    /// own computation, without a value stored and gathered between the two.
+    fn pointwise(&self, op: &Op, x: Self::Buf) -> Result<Self::Buf>;
 
     /// Whether the stored values of a run may stay where this backend computes between supersteps (a
     /// device's memory, as far as its budget allows), so that a value crosses the bus only as the input
@@ -111,7 +116,7 @@ impl GraphOps for CpuBackend {
     type Buf = Tensor;
     type Prepared = ();
 
-    fn fuses_pointwise(&self) -> bool {
+    fn inlines_units(&self) -> bool {
         true
     }
 
@@ -133,6 +138,9 @@ impl GraphOps for CpuBackend {
         ctx: &Ctx,
     ) -> Result<Tensor> {
         ops::compute(&node.op, ins, ctx)
+    }
+    fn pointwise(&self, op: &Op, x: Tensor) -> Result<Tensor> {
+        ops::apply_pointwise(op, x)
     }
     fn gather(
         &self,
@@ -379,6 +387,9 @@ impl GraphOps for DeviceSim {
         drop(ins);
         drop(scratch);
         Ok(SimBuf::with_lease(t, lease))
+    }
+    fn pointwise(&self, op: &Op, x: SimBuf) -> Result<SimBuf> {
+        x.map(|t| ops::apply_pointwise(op, t))
     }
     fn keeps_values(&self) -> bool {
         self.keeps

@@ -295,7 +295,7 @@ fn exact_need<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, &grid, v))
         .collect::<Result<_>>()?;
-    let s = Schedule::new(g, &plan, &grids, be.backend.fuses_pointwise());
+    let s = Schedule::new(g, &plan, &grids, be.backend.inlines_units());
     let workers = exact_workers(be.backend, threads, grid.len());
     let per_tile = tile_bytes(g, &plan, &s, &grids);
     Ok((per_tile.saturating_mul(workers as u64), workers))

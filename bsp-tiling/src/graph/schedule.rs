@@ -35,19 +35,14 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of `g` on `grids` (one per value); `host`: the backend computes on the host, where
-    /// element-wise chains are fused and small-halo units inlined.
-    pub(super) fn new(g: &Graph, plan: &GraphPlan, grids: &[Grid], host: bool) -> Schedule {
-        // Element-wise chains run in place on their producer's tile, and small-halo units inside their
-        // reader's superstep, where the backend computes on the host.
-        let (chains, fused) = if host {
-            fusion(g, plan)
-        } else {
-            (vec![Vec::new(); g.nodes.len()], vec![false; g.nodes.len()])
-        };
+    /// The schedule of `g` on `grids` (one per value): element-wise chains run in place on their
+    /// producer's tile; `inline`: small-halo units are computed inside their reader's superstep
+    /// ([`super::GraphOps::inlines_units`]).
+    pub(super) fn new(g: &Graph, plan: &GraphPlan, grids: &[Grid], inline: bool) -> Schedule {
+        let (chains, fused) = fusion(g, plan);
         let through = pad_through(g, plan, &chains, &fused);
         // Per unit head: the reader whose superstep computes it, when it is inlined.
-        let inlined_into = if host {
+        let inlined_into = if inline {
             inline_units(g, plan, grids, &chains, &fused, &through)
         } else {
             vec![None; g.nodes.len()]
