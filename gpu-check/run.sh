@@ -41,7 +41,7 @@
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
 #   bsp-bench    `l3-bench bsp` on the device: every mode at 2048², whole and exact and PyTorch at 4096² to
 #                16384² as far as a 220 s deadline allows (each case in bsp-runs.jsonl once measured)
-#   bsp-ranks    `l3-bench ranks`: one image (L3_RANKS_SIDE, default 8192, the issue's side: about 2 minutes estimated) shared among 1, 2, 4 and 8
+#   bsp-ranks    `l3-bench ranks`: one image (L3_RANKS_SIDE, default 8192: about 2 minutes, estimated from 4096² here) shared among 1, 2, 4 and 8
 #                processes started by torchrun (gloo, one thread each) on this machine's CPU cores, against
 #                one process; every output compared byte for byte with the one-process run's
 #   tasks        `cargo xtask bench tasks`'s recipes on the device machine: torch's DataLoader with
