@@ -41,6 +41,10 @@
 #   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
 #   bsp-bench    `l3-bench bsp` on the device: every mode at 2048², whole and exact and PyTorch at 4096² to
 #                16384² as far as a 220 s deadline allows (each case in bsp-runs.jsonl once measured)
+#   bsp-onnx     `l3-bench onnx-device`: bsp-tiling's ONNX test models on the device, whole and exact at
+#                2048² and 8192² (time, device peak, copies, values kept), onnxruntime's CUDA provider beside
+#                them where python3 imports it, then U-Net 30,000² streamed (recompute) under an 8 GiB device
+#                budget and 1 GiB of host activations
 #   bsp-ranks    `l3-bench ranks`: one image (L3_RANKS_SIDE, default 8192: about 2 minutes, estimated from 4096² here) shared among 1, 2, 4 and 8
 #                processes started by torchrun (gloo, one thread each) on this machine's CPU cores, against
 #                one process; every output compared byte for byte with the one-process run's
@@ -72,8 +76,8 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     run1) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck) ;;
-    run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks) ;;
-    all) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks tasks) ;;
+    run2) STEPS+=(env sass prepare kernel fig7a overlap ncu bsp-bench bsp-onnx bsp-ranks) ;;
+    all) STEPS+=(env l3-gpu l3-variants loader-gpu loader-targets bsp-gpu python l3-lib cuda-setup bsp-lib memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-onnx bsp-ranks tasks) ;;
     *) STEPS+=("$1") ;;
     esac
     shift
@@ -330,6 +334,12 @@ run_step() {
         step bsp-bench 300 env L3_WORKSPACE_ROOT="$ROOT" "$BIN/l3-bench" bsp
         keep "$ROOT/target/bench/bsp.md" "$ROOT/target/bench/bsp-runs.jsonl" "$ROOT"/target/bench/bsp*.svg
         ;;
+    bsp-onnx)
+        # The sides first (their report kept under its own name), then the streamed side on its own.
+        step bsp-onnx 300 env L3_WORKSPACE_ROOT="$ROOT" L3_ONNXDEV_SIDES="${L3_ONNXDEV_SIDES:-2048,8192}" \
+            L3_ONNXDEV_STREAMED="${L3_ONNXDEV_STREAMED:-30000}" "$BIN/l3-bench" onnx-device
+        keep "$ROOT/target/bench/onnx-device.md"
+        ;;
     bsp-ranks)
         if python_ready; then
             GPU_STEP=0 step bsp-ranks 300 env PYTHONPATH="$SITE" L3_RANKS_PYTHON="$(command -v python3)" \
@@ -406,7 +416,7 @@ dry_run() {
         command -v "$tool" >/dev/null && ok "$tool" || echo "  --    $tool not on this machine (the device has it)"
     done
     for s in "${STEPS[@]}"; do
-        case " env l3-gpu l3-variants l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-ranks tasks " in
+        case " env l3-gpu l3-variants l3-lib cuda-setup loader-gpu loader-targets bsp-gpu bsp-lib python memcheck racecheck synccheck initcheck sass prepare kernel fig7a overlap ncu bsp-bench bsp-onnx bsp-ranks tasks " in
         *" $s "*) ;; *) miss "step $s (unknown)" ;; esac
     done
     [ $bad = 0 ] && echo "dry run: the bundle is complete; steps: ${STEPS[*]}" || echo "dry run: the bundle is NOT complete"

@@ -8,6 +8,7 @@ mod l3;
 mod liquid;
 mod loader;
 mod onnx;
+mod onnx_device;
 mod pcr;
 mod python;
 mod ranks;
@@ -55,6 +56,11 @@ const SECTIONS: &[Section] = &[
         name: "onnx",
         about: "ONNX CNNs through BSP tiling vs onnxruntime (bsp-cnn-cikm17; also the end of `bsp`)",
         run: onnx::run,
+    },
+    Section {
+        name: "onnx-device",
+        about: "ONNX models through the graph engine on a GPU, beside onnxruntime's CUDA provider where installed (bsp-cnn-cikm17)",
+        run: onnx_device::run,
     },
     Section {
         name: "ranks",
