@@ -96,7 +96,7 @@ pub use meter::{Lease, Meter};
 pub use model::{Axis, Net, NetStats, Plan, Stage, Widths};
 pub use onnx::{graph_from_onnx, load_onnx};
 pub use padding::PaddingMode;
-pub use ranks::{Collective, LocalRanks, Ranks};
+pub use ranks::{Collective, LocalRanks, Ranks, exchange_by_all_gather};
 pub use run_info::RunInfo;
 pub use stats::ChannelStats;
 pub use store::Budget;

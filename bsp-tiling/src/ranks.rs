@@ -9,14 +9,15 @@
 //!   all-gathered and merged in tile order — the order one process merges them in — so every rank
 //!   applies the numbers a single process would, bit for bit;
 //! * **halos**: after each stored value's superstep, the part of every tile that another rank's windows
-//!   will read (computed from the plan before anything runs) is sent to it;
+//!   will read (computed from the plan before anything runs) is sent to it, and to it alone
+//!   ([`Collective::exchange`]: point to point where the collective has it);
 //! * **the output**: its tiles go to rank 0, which alone writes the sink (every output format then
 //!   comes out with exactly the bytes of a single-process run).
 //!
-//! The collective is one primitive, all-gather, so that a rank that fails can always meet the others at
+//! Every step starts with an all-gather, so that a rank that fails can always meet the others at
 //! whatever step they wait in: it sends its error there instead of its data, and every rank stops with
-//! [`Error::RankFailed`] naming it. A collective that fails itself (a rank killed, a broken connection)
-//! is [`Error::Collective`].
+//! [`Error::RankFailed`] naming it. Halos move only after a step's all-gather found every rank well. A
+//! collective that fails itself (a rank killed, a broken connection) is [`Error::Collective`].
 
 use crate::error::{Error, Result};
 use crate::stats::{ChannelStats, merge_all};
@@ -26,7 +27,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-/// The ranks' one collective operation. Every rank calls it the same number of times, in the same
+/// The ranks' collective operations. Every rank calls them the same number of times, in the same
 /// order; a call returns once every rank has made it (the superstep's barrier).
 pub trait Collective: Send + Sync {
     /// This process's rank, `0..size()`.
@@ -35,6 +36,53 @@ pub trait Collective: Send + Sync {
     fn size(&self) -> usize;
     /// Every rank's `mine`, in rank order; a failure in words (a rank gone, a connection broken).
     fn all_gather(&self, mine: Vec<u8>) -> std::result::Result<Vec<Vec<u8>>, String>;
+    /// `parts[r]` sent to rank `r` (this rank's own part stays here); returns what each rank sent this
+    /// one, in rank order. This default goes through [`Collective::all_gather`]: every rank receives
+    /// every part and keeps its own, `size` times the bytes it needs. A collective with point-to-point
+    /// sends (`torch.distributed`'s) moves each part to its rank alone.
+    fn exchange(&self, parts: Vec<Vec<u8>>) -> std::result::Result<Vec<Vec<u8>>, String> {
+        exchange_by_all_gather(self, parts)
+    }
+}
+
+/// [`Collective::exchange`] through `c`'s all-gather: every rank receives every part and keeps its own.
+/// The default of the trait, and what an implementation falls back on when its own sends are unavailable.
+pub fn exchange_by_all_gather<C: Collective + ?Sized>(
+    c: &C,
+    parts: Vec<Vec<u8>>,
+) -> std::result::Result<Vec<Vec<u8>>, String> {
+    let (me, size) = (c.rank(), c.size());
+    if parts.len() != size {
+        return Err(format!("{} parts for {size} ranks", parts.len()));
+    }
+    let mut packed = Vec::with_capacity(parts.iter().map(|p| p.len() + 8).sum());
+    for p in &parts {
+        packed.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        packed.extend_from_slice(p);
+    }
+    let mut out = Vec::with_capacity(size);
+    for (r, all) in c.all_gather(packed)?.into_iter().enumerate() {
+        let mut at = 0usize;
+        let mut mine = None;
+        for k in 0..size {
+            let len = all
+                .get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| format!("rank {r} sent a malformed exchange"))?;
+            let end = (at + 8)
+                .checked_add(len)
+                .filter(|&e| e <= all.len())
+                .ok_or_else(|| format!("rank {r} sent a malformed exchange"))?;
+            if k == me {
+                mine = Some(all[at + 8..end].to_vec());
+            }
+            at = end;
+        }
+        out.push(mine.unwrap_or_default());
+    }
+    Ok(out)
 }
 
 /// The ranks a run's tiles are shared among (see the module documentation). Once an error went round
@@ -167,6 +215,32 @@ impl Ranks {
         }
         drop(mine);
         Ok(out)
+    }
+
+    /// [`Collective::exchange`] of `parts` (one per rank) at `step`, which every rank reaches after an
+    /// [`Ranks::all_gather`] that found them all well: what each rank sent this one, in rank order.
+    pub(crate) fn exchange(&self, step: &str, parts: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        let (rank, size) = (self.rank(), self.size());
+        let broken = |message: String| {
+            self.failed.store(true, Ordering::SeqCst);
+            Error::Collective {
+                rank,
+                size,
+                step: step.into(),
+                message,
+            }
+        };
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(broken("an earlier step of this run failed".into()));
+        }
+        let got = self.collective.exchange(parts).map_err(broken)?;
+        if got.len() != size {
+            return Err(broken(format!(
+                "{} ranks answered, {size} expected",
+                got.len()
+            )));
+        }
+        Ok(got)
     }
 
     /// Ends a step every rank reaches (a run, the output file's commit): `outcome` is told to the other

@@ -314,3 +314,39 @@ fn a_rank_outside_its_group_is_refused() {
     let e = Ranks::new(std::sync::Arc::new(Bad)).unwrap_err();
     assert!(e.to_string().contains("rank 2 of 2"), "{e}");
 }
+
+/// `Collective::exchange` as every collective without point-to-point sends has it (through all-gather):
+/// each rank receives, in rank order, exactly the part each rank addressed to it, empty ones included.
+#[test]
+fn an_exchange_delivers_each_part_to_its_rank_alone() {
+    let size = 4;
+    let got: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = LocalRanks::group(size)
+            .into_iter()
+            .enumerate()
+            .map(|(me, c)| {
+                s.spawn(move || {
+                    // Rank 2 sends nothing to anyone; the others a part naming sender and receiver.
+                    let parts = (0..size)
+                        .map(|r| match me {
+                            2 => vec![],
+                            _ => format!("{me}->{r}").into_bytes(),
+                        })
+                        .collect();
+                    c.exchange(parts).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (me, received) in got.iter().enumerate() {
+        assert_eq!(received.len(), size);
+        for (from, part) in received.iter().enumerate() {
+            let want = match from {
+                2 => String::new(),
+                _ => format!("{from}->{me}"),
+            };
+            assert_eq!(String::from_utf8_lossy(part), want, "rank {me} from {from}");
+        }
+    }
+}

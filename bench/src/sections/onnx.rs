@@ -109,7 +109,11 @@ pub(super) fn child(spec: &str) -> anyhow::Result<()> {
     if let bsp_tiling::Device::Cuda(n) = req.device.device {
         // The context, NVRTC's compilation of the kernels (once per process) and cuDNN's loading happen
         // here, outside the timed run, as onnxruntime's session is made before its timed run.
-        drop(bsp_tiling::CudaBackend::new(n, None, bsp_tiling::Precision::F32)?);
+        drop(bsp_tiling::CudaBackend::new(
+            n,
+            None,
+            bsp_tiling::Precision::F32,
+        )?);
     }
     let report = infer_io::infer_paths(&graph, &req)?;
     let (peak, _) = bsp_tiling::metrics::rss().unwrap_or((0, 0));

@@ -248,10 +248,12 @@ fn ranks_of(py: Python<'_>, group: &Bound<'_, PyAny>) -> PyResult<Ranks> {
         .call_method1("collective", (group,))?;
     let rank: usize = c.getattr("rank")?.extract()?;
     let size: usize = c.getattr("size")?.extract()?;
+    let exchanges = c.hasattr("exchange")?;
     Ranks::new(Arc::new(PyCollective {
         obj: c.unbind(),
         rank,
         size,
+        exchanges,
     }))
     .map_err(|e| Failure::from(e).into_pyerr(py))
 }
@@ -262,6 +264,21 @@ struct PyCollective {
     obj: Py<PyAny>,
     rank: usize,
     size: usize,
+    /// The object has `exchange(list[bytes]) -> list[bytes]` (point to point), else all-gather does.
+    exchanges: bool,
+}
+
+/// A Python list of `bytes` (what `name` returned) as byte vectors.
+fn byte_list(got: &Bound<'_, PyAny>, name: &str) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = vec![];
+    for item in got.try_iter().map_err(|e| e.to_string())? {
+        let item = item.map_err(|e| e.to_string())?;
+        let b = item
+            .cast::<PyBytes>()
+            .map_err(|_| format!("{name} must return a list of bytes"))?;
+        out.push(b.as_bytes().to_vec());
+    }
+    Ok(out)
 }
 
 impl Collective for PyCollective {
@@ -278,15 +295,22 @@ impl Collective for PyCollective {
                 .bind(py)
                 .call_method1("all_gather", (PyBytes::new(py, &mine),))
                 .map_err(|e| e.to_string())?;
-            let mut out = vec![];
-            for item in got.try_iter().map_err(|e| e.to_string())? {
-                let item = item.map_err(|e| e.to_string())?;
-                let b = item
-                    .cast::<PyBytes>()
-                    .map_err(|_| "all_gather must return a list of bytes".to_string())?;
-                out.push(b.as_bytes().to_vec());
-            }
-            Ok(out)
+            byte_list(&got, "all_gather")
+        })
+    }
+    fn exchange(&self, parts: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, String> {
+        if !self.exchanges {
+            return bsp_tiling::exchange_by_all_gather(self, parts);
+        }
+        Python::attach(|py| {
+            let list = pyo3::types::PyList::new(py, parts.iter().map(|p| PyBytes::new(py, p)))
+                .map_err(|e| e.to_string())?;
+            let got = self
+                .obj
+                .bind(py)
+                .call_method1("exchange", (list,))
+                .map_err(|e| e.to_string())?;
+            byte_list(&got, "exchange")
         })
     }
 }

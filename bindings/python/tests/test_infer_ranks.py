@@ -192,6 +192,51 @@ def test_a_collective_of_threads_gives_the_array_of_one_process(inputs):
         assert all(r is None for r in got[1:]), got[1:]
 
 
+class ThreadsWithSends(Threads):
+    """A collective of threads with point-to-point sends: ``exchange`` hands each part to its rank alone
+    (through a matrix of slots), and counts its calls."""
+
+    exchanges = 0
+
+    def __init__(self, size, rank, shared, matrix):
+        super().__init__(size, rank, shared)
+        self._matrix = matrix
+
+    def exchange(self, parts):
+        type(self).exchanges += 1
+        matrix, barrier = self._matrix, self._shared[1]
+        matrix[self.rank] = list(parts)
+        barrier.wait(timeout=60)
+        got = [matrix[r][self.rank] for r in range(self.size)]
+        barrier.wait(timeout=60)
+        return got
+
+
+def test_a_collective_with_sends_moves_the_halos_point_to_point(inputs):
+    _, _, small = inputs
+    x = np.load(small)
+    want = l3.infer(x, str(ONNX), tile=8, threads=1)
+    size = 3
+    shared, matrix = ([None] * size, threading.Barrier(size)), [None] * size
+    results = [None] * size
+
+    def run(r):
+        try:
+            g = ThreadsWithSends(size, r, shared, matrix)
+            results[r] = l3.infer(x, str(ONNX), tile=8, threads=1, group=g)
+        except Exception as e:  # noqa: BLE001 (the test reads it)
+            results[r] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert isinstance(results[0], np.ndarray), results[0]
+    assert np.array_equal(results[0], want)
+    assert ThreadsWithSends.exchanges > 0, "the collective's own exchange was never called"
+
+
 def test_a_collective_that_fails_stops_every_rank_naming_it(inputs):
     d, _, small = inputs
     x = np.load(small)

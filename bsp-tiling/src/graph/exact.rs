@@ -290,8 +290,9 @@ fn input_stats(
 }
 
 /// After a stored value's superstep on ranks: every rank's per-tile statistics of it (merged in tile
-/// order by the caller) and the parts of its tiles that other ranks read, sent there; what this rank
-/// reads of others' tiles is stored in `layer`.
+/// order by the caller), all-gathered with each rank's status; then, every rank being well, the parts of
+/// its tiles that other ranks read, each sent to its reader alone. What this rank reads of others' tiles
+/// is stored in `layer`.
 fn share_value(
     ranks: &Ranks,
     step: &str,
@@ -307,15 +308,20 @@ fn share_value(
             .filter_map(|(t, s)| s.map(|s| (t, s)))
             .collect();
         put_stats(&mut w, &st);
-        halos.outgoing(v, layer, ranks, &mut w)?;
-        Ok(w.0)
+        Ok((w.0, halos.outgoing(v, layer, ranks)?))
     });
-    let got = ranks.all_gather(step, sent)?;
+    let (stats, parts) = match sent {
+        Ok((stats, parts)) => (Ok(stats), parts),
+        Err(e) => (Err(e), vec![]),
+    };
+    let got = ranks.all_gather(step, stats)?;
     let mut all = vec![];
     for (r, data) in got.iter().enumerate() {
-        let mut rd = Reader::new(data, r);
-        all.extend(read_stats(&mut rd)?);
-        Halos::incoming(layer, ranks, &mut rd)?;
+        all.extend(read_stats(&mut Reader::new(data, r))?);
+    }
+    let received = ranks.exchange(&format!("{step} halos"), parts)?;
+    for (r, data) in received.iter().enumerate() {
+        Halos::incoming(layer, ranks, &mut Reader::new(data, r))?;
     }
     Ok(all)
 }

@@ -83,20 +83,16 @@ impl Halos {
         Halos { wants }
     }
 
-    /// What this rank sends of value `u` (stored in `layer`): each rectangle another rank reads of a
-    /// tile this rank computed, addressed to it.
-    pub(super) fn outgoing(
-        &self,
-        u: usize,
-        layer: &Layer,
-        ranks: &Ranks,
-        w: &mut Wire,
-    ) -> Result<()> {
+    /// What this rank sends of value `u` (stored in `layer`), per rank: each rectangle that rank reads of
+    /// a tile this rank computed.
+    pub(super) fn outgoing(&self, u: usize, layer: &Layer, ranks: &Ranks) -> Result<Vec<Vec<u8>>> {
         let n = layer.grid.len();
+        let mut wires: Vec<Wire> = (0..ranks.size()).map(|_| Wire::default()).collect();
         for (&(reader, t), r) in &self.wants[u] {
-            if ranks.owner(t, n) != ranks.rank() {
+            if ranks.owner(t, n) != ranks.rank() || reader >= wires.len() {
                 continue;
             }
+            let w = &mut wires[reader];
             let ys: Vec<Option<usize>> = (r[0]..r[1]).map(Some).collect();
             let xs: Vec<Option<usize>> = (r[2]..r[3]).map(Some).collect();
             let part = gather(layer, &ys, &xs)?;
@@ -108,7 +104,7 @@ impl Halos {
             w.f32s(&part.data);
             crate::buffers::give(part.data);
         }
-        Ok(())
+        Ok(wires.into_iter().map(|w| w.0).collect())
     }
 
     /// Stores in `layer` the rectangles addressed to this rank in `rd` (rank `from`'s message): each

@@ -156,7 +156,9 @@ def infer(
     ``UserWarning`` says so). ``device="cuda"`` runs every node on the CUDA backend (f32; a GPU that cannot
     be used raises ``GpuError``). ``group`` shares the run among the processes of a ``torch.distributed``
     process group (gloo, NCCL), of JAX's multi-process runtime (``"jax"``), or of any object with ``rank``,
-    ``size`` and ``all_gather(bytes) -> list[bytes]``: each rank computes a share of the tiles, the
+    ``size`` and ``all_gather(bytes) -> list[bytes]`` (and, optionally, ``exchange(list[bytes]) ->
+    list[bytes]``: ``parts[r]`` to rank ``r`` alone, what each rank sent back in rank order; a torch group
+    sends the halos point to point this way): each rank computes a share of the tiles, the
     normalisation statistics are merged in tile order across them, and rank 0 alone writes ``output``
     (or returns the array; the other ranks return ``None``), with exactly the bytes of a one-process run.
     Every rank must call it with the same arguments; a rank that fails stops every other one with an

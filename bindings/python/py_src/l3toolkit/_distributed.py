@@ -38,6 +38,55 @@ class _Torch:
         self._dist.all_gather_object(out, mine, group=self._group)
         return out
 
+    def exchange(self, parts):
+        """``parts[r]`` to rank ``r`` alone (point to point: ``batch_isend_irecv``), after one all-gather of
+        the sizes; what each rank sent this one, in rank order."""
+        import torch
+
+        dist, group = self._dist, self._group
+        device = torch.device("cuda", torch.cuda.current_device()) if _is_nccl(dist, group) else None
+        sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64, device=device)
+        table = [torch.empty_like(sizes) for _ in range(self.size)]
+        dist.all_gather(table, sizes, group=group)
+        ops, bufs = [], {}
+        for r in range(self.size):
+            if r == self.rank:
+                continue
+            peer = _global_rank(dist, group, r)
+            if parts[r]:
+                t = torch.frombuffer(bytearray(parts[r]), dtype=torch.uint8)
+                ops.append(dist.P2POp(dist.isend, t.to(device) if device else t, peer, group))
+            n = int(table[r][self.rank])
+            if n:
+                bufs[r] = torch.empty(n, dtype=torch.uint8, device=device)
+                ops.append(dist.P2POp(dist.irecv, bufs[r], peer, group))
+        if ops:
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+        out = []
+        for r in range(self.size):
+            if r == self.rank:
+                out.append(bytes(parts[r]))
+            elif r in bufs:
+                out.append(bufs[r].cpu().numpy().tobytes())
+            else:
+                out.append(b"")
+        return out
+
+
+def _is_nccl(dist, group):
+    try:
+        return str(dist.get_backend(group)).lower() == "nccl"
+    except (RuntimeError, ValueError):
+        return False
+
+
+def _global_rank(dist, group, r):
+    """Rank ``r`` of ``group`` as the default group numbers it (what point-to-point ops name)."""
+    if group is None or group is dist.group.WORLD:
+        return r
+    return dist.get_global_rank(group, r)
+
 
 class _Jax:
     """JAX's multi-process runtime (``jax.distributed.initialize``) as the ranks of a shared run:
@@ -63,7 +112,8 @@ class _Jax:
 def collective(group):
     """The ranks ``infer(..., group=...)`` shares a run among: a ``torch.distributed`` process group (or
     ``torch.distributed.group.WORLD``), ``"jax"`` or the ``jax`` module (JAX's multi-process runtime), or any
-    object with ``rank``, ``size`` and ``all_gather(bytes) -> list[bytes]`` (taken as it is)."""
+    object with ``rank``, ``size`` and ``all_gather(bytes) -> list[bytes]`` (taken as it is; where it also
+    has ``exchange(list[bytes]) -> list[bytes]``, the halos go to their readers alone through it)."""
     if isinstance(group, str) and group == "jax" or getattr(group, "__name__", None) == "jax":
         import jax
 
