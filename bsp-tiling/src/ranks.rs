@@ -11,8 +11,8 @@
 //! * **halos**: after each stored value's superstep, the part of every tile that another rank's windows
 //!   will read (computed from the plan before anything runs) is sent to it, and to it alone
 //!   ([`Collective::exchange`]: point to point where the collective has it);
-//! * **the output**: its tiles go to rank 0, which alone writes the sink (every output format then
-//!   comes out with exactly the bytes of a single-process run).
+//! * **the output**: its tiles go to rank 0 (and to it alone, as the halos), which alone writes the sink
+//!   (every output format then comes out with exactly the bytes of a single-process run).
 //!
 //! Every step starts with an all-gather, so that a rank that fails can always meet the others at
 //! whatever step they wait in: it sends its error there instead of its data, and every rank stops with
@@ -415,8 +415,9 @@ pub(crate) fn merge_stats(
     Ok(merge_in_tile_order(all))
 }
 
-/// Sends this rank's `tiles` (`(y0, x0, tensor)` in the sink's coordinates) to rank 0; there, every
-/// rank's tiles (its own among them) are handed to `put` in rank order. Whether any rank has `more`.
+/// Sends this rank's `tiles` (`(y0, x0, tensor)` in the sink's coordinates) to rank 0 alone (after an
+/// all-gather of every rank's status and `more`); there, every rank's tiles (its own last) are handed to
+/// `put` in rank order. Whether any rank has `more`.
 pub(crate) fn to_root(
     ranks: &Ranks,
     step: &str,
@@ -426,32 +427,33 @@ pub(crate) fn to_root(
 ) -> Result<bool> {
     let root = ranks.is_root();
     let mut own = vec![];
+    let mut to_root = Wire::default();
     let sent = tiles.map(|tiles| {
-        let mut w = Wire::default();
-        w.u64(more as u64);
         if root {
             own = tiles;
         } else {
             for (y0, x0, t) in tiles {
-                w.u64(y0 as u64);
-                w.u64(x0 as u64);
-                w.u64(t.c as u64);
-                w.u64(t.h as u64);
-                w.u64(t.w as u64);
-                w.f32s(&t.data);
+                to_root.u64(y0 as u64);
+                to_root.u64(x0 as u64);
+                to_root.u64(t.c as u64);
+                to_root.u64(t.h as u64);
+                to_root.u64(t.w as u64);
+                to_root.f32s(&t.data);
                 crate::buffers::give(t.data);
             }
         }
-        w.0
+        vec![more as u8]
     });
     let got = ranks.all_gather(step, sent)?;
-    let mut any_more = false;
-    for (r, data) in got.iter().enumerate() {
+    let any_more = got.iter().any(|d| d.first().is_some_and(|&m| m != 0));
+    let mut parts = vec![vec![]; ranks.size()];
+    parts[0] = to_root.0;
+    let received = ranks.exchange(&format!("{step} tiles"), parts)?;
+    if !root {
+        return Ok(any_more);
+    }
+    for (r, data) in received.iter().enumerate().skip(1) {
         let mut rd = Reader::new(data, r);
-        any_more |= rd.u64()? != 0;
-        if !root || r == 0 {
-            continue;
-        }
         while !rd.done() {
             let (y0, x0) = (rd.usize()?, rd.usize()?);
             let (c, h, w) = (rd.usize()?, rd.usize()?, rd.usize()?);
