@@ -178,22 +178,9 @@ impl Ranks {
             self.failed.store(true, Ordering::SeqCst);
         }
         let mine = mine?;
-        let broken = |message: String| {
-            self.failed.store(true, Ordering::SeqCst);
-            Error::Collective {
-                rank,
-                size,
-                step: step.into(),
-                message,
-            }
-        };
+        let broken = |message: String| self.broken(step, message);
         let got = got.map_err(broken)?;
-        if got.len() != size {
-            return Err(broken(format!(
-                "{} ranks answered, {size} expected",
-                got.len()
-            )));
-        }
+        self.check_answers(step, got.len())?;
         let mut out = Vec::with_capacity(size);
         for (r, f) in got.into_iter().enumerate() {
             let (status, their_step, data) =
@@ -217,29 +204,36 @@ impl Ranks {
         Ok(out)
     }
 
+    /// The error of a collective that failed at `step` (a rank gone, a link broken, a malformed answer):
+    /// these ranks are done.
+    fn broken(&self, step: &str, message: String) -> Error {
+        self.failed.store(true, Ordering::SeqCst);
+        Error::Collective {
+            rank: self.rank(),
+            size: self.size(),
+            step: step.into(),
+            message,
+        }
+    }
+
+    /// `Ok` when a collective at `step` answered for every rank.
+    fn check_answers(&self, step: &str, answers: usize) -> Result<()> {
+        let size = self.size();
+        match answers == size {
+            true => Ok(()),
+            false => Err(self.broken(step, format!("{answers} ranks answered, {size} expected"))),
+        }
+    }
+
     /// [`Collective::exchange`] of `parts` (one per rank) at `step`, which every rank reaches after an
     /// [`Ranks::all_gather`] that found them all well: what each rank sent this one, in rank order.
     pub(crate) fn exchange(&self, step: &str, parts: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        let (rank, size) = (self.rank(), self.size());
-        let broken = |message: String| {
-            self.failed.store(true, Ordering::SeqCst);
-            Error::Collective {
-                rank,
-                size,
-                step: step.into(),
-                message,
-            }
-        };
+        let broken = |message: String| self.broken(step, message);
         if self.failed.load(Ordering::SeqCst) {
             return Err(broken("an earlier step of this run failed".into()));
         }
         let got = self.collective.exchange(parts).map_err(broken)?;
-        if got.len() != size {
-            return Err(broken(format!(
-                "{} ranks answered, {size} expected",
-                got.len()
-            )));
-        }
+        self.check_answers(step, got.len())?;
         Ok(got)
     }
 
