@@ -250,6 +250,11 @@ static void cuda_sim_launch(dim3 grid, unsigned block, void (*fn)()) {
     gridDim = dim3{grid.x, grid.y, 1};
     blockDim = dim3{block, 1, 1};
     sim_block_fn = fn;
+    // A launch's threads count their ballots from 0, so its first ballot must find every word clear;
+    // an earlier launch may have left votes in any of them.
+    for (SimWarpVotes& w : cuda_sim_votes) {
+        for (std::atomic<unsigned>& v : w.votes) v.store(0);
+    }
     const unsigned blocks = grid.x * grid.y;
     if (blocks == 0) return;
     sim_order.resize(blocks);

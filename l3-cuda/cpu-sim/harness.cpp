@@ -5,8 +5,10 @@
 //   2 = f16), u32 grid, u32 block, u32 dyn_smem, u32 stage_cap, u32 n_descs, u32 n_fills, u32 width,
 //   u32 height, u32 nchw (the last four: sample launches only),
 //   u64 len + data bytes, u64 len + descriptor bytes, u64 len + padding-table bytes,
-//   u64 len + scale/bias f32 bytes, u64 output bytes, then for version-2 patches: u32 n_v2,
-//   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes.
+//   u64 len + scale/bias f32 bytes, u64 output bytes, then for version-2 patches: u32 n_v2, u32 v2_block,
+//   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes. The version-1 launch (grid
+//   blocks, none when grid is 0) runs first, then the version-2 launch (l3v2_decode_*, a warp per patch in
+//   blocks of v2_block threads) into the same output and error word, as on a device's stream.
 //   Mode 2 (a resampled batch: l3_samples_u8 into the intermediate, then l3_resample_h and
 //   l3_resample_{u8,f32,f16}) appends: u32 out_kind, u32 n, u32 rows, u32 width, u32 height, u32 nchw,
 //   u32 fill, u32 h_blocks, u32 v_blocks, u64 len + ResampleDesc bytes, u64 len + scale/bias bytes,
@@ -67,15 +69,13 @@ static void run_block() {
         const PatchDesc* d = (const PatchDesc*)L.descs;
         switch (L.kind) {
         case 0:
-            l3_decode_u8(L.data, d, L.n_descs, L.out, L.sb, &L.err, L.stage_cap, L.v2, L.n_v2, L.tables, L.scratch);
+            l3_decode_u8(L.data, d, L.n_descs, L.out, L.sb, &L.err, L.stage_cap);
             break;
         case 1:
-            l3_decode_f32(L.data, d, L.n_descs, (float*)L.out, L.sb, &L.err, L.stage_cap, L.v2, L.n_v2, L.tables,
-                          L.scratch);
+            l3_decode_f32(L.data, d, L.n_descs, (float*)L.out, L.sb, &L.err, L.stage_cap);
             break;
         default:
-            l3_decode_f16(L.data, d, L.n_descs, (u16*)L.out, L.sb, &L.err, L.stage_cap, L.v2, L.n_v2, L.tables,
-                          L.scratch);
+            l3_decode_f16(L.data, d, L.n_descs, (u16*)L.out, L.sb, &L.err, L.stage_cap);
             break;
         }
     } else {
@@ -83,17 +83,31 @@ static void run_block() {
         switch (L.kind) {
         case 0:
             l3_samples_u8(L.data, d, L.n_descs, L.fills, L.n_fills, L.out, L.sb, &L.err, L.stage_cap, L.width,
-                          L.height, L.nchw, L.v2, L.n_v2, L.tables, L.scratch);
+                          L.height, L.nchw);
             break;
         case 1:
             l3_samples_f32(L.data, d, L.n_descs, L.fills, L.n_fills, (float*)L.out, L.sb, &L.err, L.stage_cap,
-                           L.width, L.height, L.nchw, L.v2, L.n_v2, L.tables, L.scratch);
+                           L.width, L.height, L.nchw);
             break;
         default:
             l3_samples_f16(L.data, d, L.n_descs, L.fills, L.n_fills, (u16*)L.out, L.sb, &L.err, L.stage_cap,
-                           L.width, L.height, L.nchw, L.v2, L.n_v2, L.tables, L.scratch);
+                           L.width, L.height, L.nchw);
             break;
         }
+    }
+}
+
+static void run_v2_block() {
+    switch (L.kind) {
+    case 0:
+        l3v2_decode_u8(L.data, L.v2, L.n_v2, L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        break;
+    case 1:
+        l3v2_decode_f32(L.data, L.v2, L.n_v2, (float*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        break;
+    default:
+        l3v2_decode_f16(L.data, L.v2, L.n_v2, (u16*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        break;
     }
 }
 
@@ -108,7 +122,7 @@ int main(int argc, char** argv) {
     // Exact-size heap copies so AddressSanitizer flags any read or write one byte outside.
     std::vector<u8> data_v = r.blob(), desc_v = r.blob(), fill_v = r.blob(), sb_v = r.blob();
     u64 out_bytes = r.get<u64>();
-    u32 n_v2 = r.get<u32>();
+    u32 n_v2 = r.get<u32>(), v2_block = r.get<u32>();
     std::vector<u8> v2_v = r.blob(), tables_v = r.blob();
     u64 scratch_bytes = r.get<u64>();
     u32 h_blocks = 0, v_blocks = 0;
@@ -161,11 +175,17 @@ int main(int argc, char** argv) {
     cuda_sim_dyn_smem = (u8*)malloc(smem ? smem : 1);
     L.err = 0xffffffffu;
 
-    if (block % 32 != 0 || block == 0 || block / 32 > CUDA_SIM_MAX_WARPS) {
-        fprintf(stderr, "block must be 32..256 whole warps\n");
-        return 2;
+    for (u32 b : {block, v2_block}) {
+        if (b % 32 != 0 || b == 0 || b / 32 > CUDA_SIM_MAX_WARPS) {
+            fprintf(stderr, "blocks must be 32..256 whole warps\n");
+            return 2;
+        }
     }
-    cuda_sim_launch(dim3{grid, 1, 1}, block, run_block);
+    if (grid) cuda_sim_launch(dim3{grid, 1, 1}, block, run_block);
+    if (n_v2) {
+        u32 per = v2_block / 32;
+        cuda_sim_launch(dim3{(n_v2 + per - 1) / per, 1, 1}, v2_block, run_v2_block);
+    }
     if (mode == 2) {
         // Exact-size copies, as above.
         R.rd = (const ResampleDesc*)copy(rd_v);

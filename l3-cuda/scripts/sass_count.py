@@ -24,6 +24,7 @@ and loads, local-memory (spill) loads and stores, and global loads (LDG, or LD).
     python3 l3-cuda/scripts/sass_count.py                      # the working tree's kernel.cu
     python3 l3-cuda/scripts/sass_count.py --compare main       # main's kernel.cu, then this one, and the ratio
     python3 l3-cuda/scripts/sass_count.py --kernel other.cu --arch sm_80 --block 64 --dyn-smem 4224
+    python3 l3-cuda/scripts/sass_count.py --v2 --compare main  # the version-2 loops (rANS step, rows)
 
 Tools are looked up in $NVCC / $NVDISASM / $CUOBJDUMP, then PATH, $CUDA_HOME/bin, /usr/local/cuda/bin and
 the nvidia wheels of this Python (and of target/sass-venv). Exits 2 when a tool is missing.
@@ -42,8 +43,14 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 KERNEL = os.path.join(REPO, "l3-cuda", "src", "kernel.cu")
 V1_KERNELS = ["l3_decode_u8", "l3_decode_f32", "l3_decode_f16", "l3_samples_u8", "l3_samples_f32",
               "l3_samples_f16"]
+V2_KERNELS = ["l3v2_decode_u8", "l3v2_decode_f32", "l3v2_decode_f16"]
 MARKER = re.compile(r"sass-count:\s*values=(\w+)")
 LEGACY = "l3_bits(src, len, bit0 + c * nbit, nbit)"
+# Version 2 (--v2; the l3v2_decode_* kernels): `sass-count: v2-ans values=N` marks the step of the rANS
+# chain (a symbol per lane),
+# `sass-count: v2-row values=N` the reconstruction of a row's columns; kernel.cu before the markers had
+# the ANS step's store of a symbol (the reconstruction was several block-wide loops a row: no one loop).
+V2_TAGS = {"v2-ans": "if (active) zr[c] = (u8)s;", "v2-row": None}
 
 
 def find_tool(name):
@@ -75,11 +82,13 @@ def run(cmd):
     return r.stdout
 
 
-def seeds(source, defines):
+def seeds(source, defines, tag=None):
     """(line numbers of the value statement, values per iteration) in the kernel source; N may name a
-    macro (`-D` defines first, then the source's `#define`)."""
+    macro (`-D` defines first, then the source's `#define`). `tag`: a version-2 marker (V2_TAGS);
+    None for the version-1 one. (None, 0) when the source has no such marker and no legacy line."""
     lines = source.splitlines()
-    marked = [(i + 1, m.group(1)) for i, l in enumerate(lines) for m in [MARKER.search(l)] if m]
+    marker = re.compile(rf"sass-count:\s*{tag}\s+values=(\w+)") if tag else MARKER
+    marked = [(i + 1, m.group(1)) for i, l in enumerate(lines) for m in [marker.search(l)] if m]
     if marked:
         n = marked[0][1]
         if not n.isdigit():
@@ -88,6 +97,10 @@ def seeds(source, defines):
             if not n:
                 sys.exit(f"sass_count: {marked[0][1]} has no value")
         return {line for line, _ in marked}, int(n)
+    if tag:
+        text = V2_TAGS[tag]
+        legacy = {i + 1 for i, l in enumerate(lines) if text and text in l}
+        return (legacy, 1) if legacy else (None, 0)
     legacy = {i + 1 for i, l in enumerate(lines) if LEGACY in l}
     if not legacy:
         sys.exit("sass_count: no `sass-count: values=N` marker in the kernel source")
@@ -149,19 +162,27 @@ def opcode(text):
     return op.split(".")[0]
 
 
-def paths(insns, head, end, nested, weight=lambda text: 1):
+def paths(insns, head, end, nested, weight=lambda text: 1, through=False):
     """Fewest and most instructions from `head` to the backward branch at `end` (forward edges only),
     never entering a loop nested in it (`nested`: its (head, end) pairs). `weight` counts an instruction
-    (1 each by default; for the stores per value, 1 for a store and 0 for the rest)."""
+    (1 each by default; for the stores per value, 1 for a store and 0 for the rest). With `through`, a
+    path may pass a nested loop, at no cost, from its head to the instruction after it (a search in the
+    middle of the body; its iterations are counted apart)."""
     at = {lab: i for i, (_, _, _, labs) in enumerate(insns) for lab in labs}
     lo, hi = {end: weight(insns[end][1])}, {end: weight(insns[end][1])}
     for i in range(end - 1, head - 1, -1):
-        if any(h <= i <= e for h, e in nested):
+        inside = [(h, e) for h, e in nested if h <= i <= e]
+        if inside:
+            h, e = min(inside, key=lambda he: he[0])
+            if through and i == h and e + 1 in lo:
+                lo[i], hi[i] = lo[e + 1], hi[e + 1]
             continue
         text = insns[i][1]
         succ = []
-        unconditional = not text.startswith("@")
         op = text.split()[1] if text.startswith("@") else text.split()[0]
+        # BRA.DIV leaves for the divergent fallback of a warp vote or shuffle only when the warp has
+        # diverged: a conditional branch.
+        unconditional = not text.startswith("@") and not op.startswith("BRA.DIV")
         t = branch_target(text)
         if op.startswith("BRA") and t is not None:
             j = at.get(t)
@@ -206,9 +227,12 @@ def occupancy(regs, smem, block):
     return blocks * warps / 64.0, blocks
 
 
-def count(source, arch, block, dyn_smem, label, defines):
+def count(source, arch, block, dyn_smem, label, defines, tag=None):
     nvcc, nvdisasm, cuobjdump = find_tool("nvcc"), find_tool("nvdisasm"), find_tool("cuobjdump")
-    lines, per_iter = seeds(source, defines)
+    lines, per_iter = seeds(source, defines, tag)
+    if lines is None:
+        print(f"== {label}: no `{tag}` loop (before the markers, a row was several block-wide loops)")
+        return {}
     with tempfile.TemporaryDirectory() as tmp:
         cu = os.path.join(tmp, "kernel.cu")
         with open(cu, "w") as f:
@@ -218,14 +242,17 @@ def count(source, arch, block, dyn_smem, label, defines):
         run([nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-lineinfo", *flags, "-o", cubin, cu])
         funcs = parse(run([nvdisasm, "-g", "-c", cubin]))
         res = resources(run([cuobjdump, "-res-usage", cubin]))
-    print(f"== {label}: {arch}, {per_iter} value(s) per iteration of the value loop, value line(s) "
+    what = f"the {tag} loop" if tag else "the value loop"
+    print(f"== {label}: {arch}, {per_iter} value(s) per iteration of {what}, value line(s) "
           f"{sorted(lines)}; occupancy for {block}-thread blocks, {dyn_smem} B dynamic shared memory")
     print(f"{'kernel':16} {'insns':>6} {'regs':>4} {'stack':>5} {'smem':>6} {'occ':>5}  value loops, fastest "
           f"first: most per value (instructions in the body; fewest..most per iteration; and per value "
           f"on the longest path: global stores (STG, or ST to a generic address), shared stores and loads, "
           f"local (spill) loads and stores, global loads (LDG or generic LD))")
     best = {}
-    for name in V1_KERNELS:
+    # Version 2 has kernels of its own; before them its code was in the version-1 kernels.
+    names = V2_KERNELS if tag and any(k in funcs for k in V2_KERNELS) else V1_KERNELS
+    for name in names:
         insns = funcs.get(name)
         if not insns:
             print(f"{name:16} missing")
@@ -246,14 +273,24 @@ def count(source, arch, block, dyn_smem, label, defines):
         rows = []
         for head, end in sorted(set(found)):
             nested = [(h, e) for h, e in every if head <= h and e <= end and (h, e) != (head, end)]
-            lo, hi = paths(insns, head, end, nested)
-            mem = [paths(insns, head, end, nested, lambda t, o=o: int(opcode(t) in o))[1] / per_iter
+            through = tag is not None
+            lo, hi = paths(insns, head, end, nested, through=through)
+            if hi is None:
+                continue  # no forward path from the head to the back edge: not a loop the value runs in
+            mem = [paths(insns, head, end, nested, lambda t, o=o: int(opcode(t) in o), through)[1] / per_iter
                    for o in (("STG", "ST"), ("STS",), ("LDS",), ("STL", "LDL"), ("LDG", "LD"))]
-            rows.append((hi / per_iter, end - head + 1, lo, hi, mem))
+            # Loops nested in it, outermost ones (a search, a row of copies): their most per iteration.
+            outer = [(h, e) for h, e in nested if not any(h2 <= h and e <= e2 and (h2, e2) != (h, e)
+                                                          for h2, e2 in nested)]
+            inner = [paths(insns, h, e, [(h2, e2) for h2, e2 in nested if h <= h2 and e2 <= e
+                                         and (h2, e2) != (h, e)])[1] for h, e in outer]
+            rows.append((hi / per_iter, end - head + 1, lo, hi, mem, inner))
         rows.sort()
         best[name] = [x[0] for x in rows]
-        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi}; STG {m[0]:.2f}, STS {m[1]:.2f}, LDS {m[2]:.2f}, local {m[3]:.2f}, LDG {m[4]:.2f})"
-                         for v, body, lo, hi, m in rows)
+        desc = "; ".join(f"{v:.1f} ({body}; {lo}..{hi}; STG {m[0]:.2f}, STS {m[1]:.2f}, LDS {m[2]:.2f}, local {m[3]:.2f}, LDG {m[4]:.2f}"
+                         + (f"; nested loops, most per iteration: {', '.join(str(x) for x in inner)}" if tag and inner else "")
+                         + ")"
+                         for v, body, lo, hi, m, inner in rows)
         print(f"{name:16} {len(insns):6} {r.get('REG', 0):4} {r.get('STACK', 0):5} {smem:6} "
               f"{occ * 100:4.0f}%  {desc or 'no loop found'}")
     return best
@@ -270,7 +307,19 @@ def main():
                     help="a define for the working tree's kernel (an experiment: -D L3_VALS=16)")
     ap.add_argument("--before-dyn-smem", type=int, default=4224,
                     help="the REF kernel's dynamic shared memory (its stage: a 64x64 patch, 4,224 B)")
+    ap.add_argument("--v2", action="store_true",
+                    help="the version-2 loops instead: the rANS step (per symbol) and the row reconstruction")
     a = ap.parse_args()
+    if a.v2:
+        defines = dict(d.split("=", 1) for d in a.defines)
+        with open(a.kernel) as f:
+            source = f.read()
+        old = run(["git", "-C", REPO, "show", f"{a.compare}:l3-cuda/src/kernel.cu"]) if a.compare else None
+        for tag in V2_TAGS:
+            if old is not None:
+                count(old, a.arch, a.block, a.before_dyn_smem, f"{a.compare}'s kernel.cu", {}, tag)
+            count(source, a.arch, a.block, a.dyn_smem, os.path.relpath(a.kernel, REPO), defines, tag)
+        return
     before = None
     if a.compare:
         src = run(["git", "-C", REPO, "show", f"{a.compare}:l3-cuda/src/kernel.cu"])

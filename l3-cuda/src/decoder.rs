@@ -27,7 +27,8 @@ pub(crate) struct Slot {
     copied: CudaEvent,
 }
 
-/// Decodes batches of L3 images on one GPU: one launch per batch, output in device memory.
+/// Decodes batches of L3 images on one GPU: one launch per batch and image version, output in device
+/// memory.
 ///
 /// Copies run on their own stream from pinned staging buffers; decodes run on a stream whose priority is
 /// the lowest the device offers (below the caller's compute stream when that was created with a higher

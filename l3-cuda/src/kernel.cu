@@ -31,6 +31,9 @@
 //     NHWC u8 intermediate (1, 3 or 4 channels; alpha decoded only for 4): Pillow's separable passes in
 //     integers, from the host's tables (vocab's `Resampling`, the CPU loader's own), so the two compute
 //     the same bytes. Batches of 1 or 4 channels (luma, RGBA) and label maps always take this path.
+//   * l3v2_decode_{u8,f32,f16}: the version-2 patches of either kind of batch, a warp each (below), in a
+//     launch of their own after the version-1 one: a register budget of its own (the rANS chain wants
+//     many warps an SM), into the same output and error word.
 // Output element types: u8 as decoded; f32 = fmaf(v, scale[c], bias[c]); f16 = that f32 rounded to
 // nearest even. Every layout is a matter of the strides in the descriptors.
 //
@@ -373,25 +376,42 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
         l3_patch_rows_w<false>(data, data_offset, len, w, rows, exact, d, err, active, emit);
 }
 
-// ==== Version 2 (l3-format/SPEC.md, part 2): one thread block per patch, every plane of it. ====
+// ==== Version 2 (l3-format/SPEC.md, part 2): one warp per patch, every plane of it. ====
 //
-// A block decodes all planes of one patch (the inverse colour transform needs G beside R - G and B - G):
-//   * BP: before anything is written, the block walks every decoded plane's row heads (one warp per plane,
-//     lanes = groups: escapes ranked by ballot + popcount, group bit offsets by a warp prefix sum) to
-//     validate the patch, as v1 walks its row headers; then row by row it parses the heads again, every
-//     thread reads its own residual code at its group's offset + j * nbit, and the row is reconstructed;
-//   * ANS: warp 0 decodes the whole chunk (32 rANS lanes; the lanes that need a word take consecutive
-//     words, found with ballot + popcount; contexts from the row above and from P0, which the warp wrote
-//     to the launch's scratch memory) and checks its final states, then the block reconstructs the rows.
-// Reconstruction (both): x_c = a_c * x_{c-1} + b_c, a block-wide Hillis-Steele scan over the columns of
-// every plane at once (log2 pw steps), then the pixel is written in every output channel.
-// A patch that fails validation sets *err to its block index and writes nothing.
+// A warp decodes all planes of one patch (the inverse colour transform needs G beside R - G and B - G);
+// a block of B threads holds B / 32 such patches. Nothing waits on a block barrier: every step is the
+// warp's own, so an SM keeps as many patches in flight as it has warps.
+//   * BP: before anything is written, the warp walks every decoded plane's row heads (lanes = groups:
+//     escapes ranked by ballot + popcount, group bit offsets by a prefix sum over shuffles), as v1 walks
+//     its row headers; then, row by row, it parses each plane's head again (in registers) and every lane
+//     reads the residual codes of its own columns at its groups' offsets + j * nbit.
+//   * ANS: the warp's 32 lanes are the chunk's 32 rANS lanes (the lanes that need a word take consecutive
+//     words, found with ballot + popcount). Symbol j of a row goes to lane j mod 32, so lane l codes
+//     columns 32k + l: it keeps the row above's codes of those columns in registers and takes their left
+//     and right neighbours by shuffle, so a context costs no memory access but P0's code at the same
+//     pixel (for P1..P3), which the same lane wrote and loads once a row. A step's symbol comes from one
+//     load in the common case: the context's bucket word for the slot's 64-slot bucket (v2.rs,
+//     `bucket_words`), which holds symbol, cum and frequency when one symbol fills the bucket. The codes go
+//     to the launch's scratch memory; then the final states are checked.
+// Reconstruction (both): lane l holds m = ceil(pw / 32) adjacent columns [l * m, l * m + m) of every
+// plane. x_c = a_c * x_{c-1} + b_c (SPEC.md 2.5, a_c in {0, 1}) is composed over the lane's own columns,
+// scanned across the lanes by shuffles (log2 32 steps), and finished over the lane's columns. The row of
+// every plane goes to the warp's stage in shared memory, which is also where the next row finds the row
+// above; from it lane l stores columns l, l + 32, ...: a warp's stores are adjacent (as v1's stage does),
+// and every pixel is written in every output channel.
+// A patch that fails validation sets *err to its index and writes nothing.
 
-#define L3V2_ROW 256     // a padded row: sample c at index c + 1, its edge replicas at 0 and pw + 1
 #define L3V2_MAX_N 224
-#define L3V2_GROUPS 28   // 8-pixel groups in a row of 224
-#define L3V2_WARPS 8     // blocks have at most 256 threads
+#define L3V2_STEPS 7      // 32-column steps of a row of 224: ANS lane l codes columns 32k + l
+#define L3V2_COLS 7       // the most columns a lane reconstructs: ceil(224 / 32)
+#define L3V2_STAGE 224    // a plane's row in the warp's stage
+#define L3V2_WARPS 8      // blocks have at most 256 threads
 #define L3V2_FULL 0xffffffffu
+#ifdef CUDA_CPU_SIM
+#define L3V2_BOUNDS
+#else
+#define L3V2_BOUNDS __launch_bounds__(256, 4)  // 64 registers: 32 warps an SM, no spills (sm_90)
+#endif
 
 // Must match `V2Desc` in src/v2.rs byte for byte (104 bytes, 8-aligned).
 struct V2Desc {
@@ -421,35 +441,46 @@ __device__ __forceinline__ u32 l3v2_u32(const u8* p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
-// The symbol s with cum[s] <= slot < cum[s + 1] (cum has n + 1 entries, cum[n] = 4096).
-__device__ __forceinline__ u32 l3v2_find(const u16* cum, u32 n, u32 slot) {
-    u32 lo = 0u, hi = n;
-    while (hi - lo > 1u) {
-        u32 mid = (lo + hi) >> 1;
-        if ((u32)cum[mid] <= slot) lo = mid; else hi = mid;
+// A context's bucket words (v2.rs, `bucket_words`) lie just before its cum array: word b covers slots
+// 64 b .. 64 b + 63. With f - 1 (bits 20..31) non-zero one symbol holds the whole bucket: s (bits 0..7),
+// cum_s (bits 8..19), f, all from one load. Otherwise bits 0..7 and 8..15 are the symbols of the bucket's
+// first and last slot, and the cum array is searched between them.
+#define L3V2_BUCKETS 64
+__device__ __forceinline__ u32 l3v2_find(const u16* cum, u32 slot, u32& lo, u32& f) {
+    u32 w = ((const u32*)cum - L3V2_BUCKETS)[slot >> 6];
+    if (w >> 20) {
+        lo = (w >> 8) & 4095u;
+        f = (w >> 20) + 1u;
+        return w & 255u;
     }
-    return lo;
+    u32 a = w & 255u, b = ((w >> 8) & 255u) + 1u;  // cum[a] <= slot < cum[b]
+    while (b - a > 1u) {
+        u32 mid = (a + b) >> 1;
+        if ((u32)cum[mid] <= slot) a = mid; else b = mid;
+    }
+    lo = cum[a];
+    f = (u32)cum[a + 1u] - lo;
+    return a;
 }
 
-// One rANS symbol per lane of warp 0 (`active` lanes code one). Every lane of the warp must call it.
+// One rANS symbol per lane (`active` lanes code one), `e` its context's entry in `tab`. Every lane of
+// the warp must call it.
 // `tab`: the image's table, u32 per context ((index of its cum array in u16 units) << 9 | n, n = 0 when
-// the context is unused) followed by the cum arrays.
-__device__ __forceinline__ u32 l3v2_symbol(bool active, u32 ctx, const u8* __restrict__ tab, u32& x,
+// the context is unused) followed by each used context's bucket words and cum array.
+__device__ __forceinline__ u32 l3v2_symbol(bool active, u32 e, const u8* __restrict__ tab, u32& x,
                                            u32& pos, const u8* __restrict__ words, u32 nwords, u32 lane,
                                            u32& bad) {
     u32 s = 0u;
     bool need = false;
     if (active) {
-        u32 e = ((const u32*)tab)[ctx];
         u32 n = e & 511u;
         if (n == 0u) {
             bad = 1u;  // a symbol in a context without a table
         } else {
             const u16* cum = (const u16*)tab + (e >> 9);
-            u32 slot = x & 4095u;
-            s = l3v2_find(cum, n, slot);
-            u32 lo = cum[s];
-            x = ((u32)cum[s + 1u] - lo) * (x >> 12) + slot - lo;
+            u32 slot = x & 4095u, lo, f;
+            s = l3v2_find(cum, slot, lo, f);
+            x = f * (x >> 12) + slot - lo;
             need = x < 65536u;
         }
     }
@@ -465,9 +496,15 @@ __device__ __forceinline__ u32 l3v2_symbol(bool active, u32 ctx, const u8* __res
     return s;
 }
 
-// Warp 0 decodes every symbol of an ANS chunk into `zs`: plane p's row r of codes at (p*ph + r)*pw, its
-// selectors at planes*ph*pw + (p*ph + r)*8 (rows >= 1). Returns, on every lane, whether the chunk is valid
-// (every state in range at the start and back at 2^16 at the end, every context used, every word used).
+// Byte k of a lane's packed row (k < 8; 0 past it).
+__device__ __forceinline__ u32 l3v2_byte(const u32 (&row)[2], u32 k) {
+    return k > 7u ? 0u : (((k & 4u) ? row[1] : row[0]) >> (8u * (k & 3u))) & 255u;
+}
+
+// The warp decodes every symbol of an ANS chunk into `zs`: plane p's row r of codes at (p*ph + r)*pw,
+// its selectors at planes*ph*pw + (p*ph + r)*8 (rows >= 1). Returns, on every lane, whether the chunk is
+// valid (every state in range at the start and back at 2^16 at the end, every context used, every word
+// used).
 __device__ bool l3v2_ans_chunk(const u8* __restrict__ chunk, u32 len, const u8* __restrict__ tab,
                                u32 planes, u32 pw, u32 ph, u8* __restrict__ zs, u32 lane) {
     u32 bad = (len < 128u || ((len - 128u) & 1u)) ? 1u : 0u;
@@ -477,265 +514,320 @@ __device__ bool l3v2_ans_chunk(const u8* __restrict__ chunk, u32 len, const u8* 
     const u8* words = chunk + 128;
     u32 nwords = (len - 128u) >> 1;
     u32 pos = 0u;
-    u32 runs = (pw + 31u) >> 5;
+    u32 runs = (pw + 31u) >> 5;  // selector runs of a row, and 32-column steps of a row
     u8* sel = zs + planes * ph * pw;
     for (u32 p = 0; p < planes; p++) {
-        u32 sctx = p < 3u ? 99u + p : 147u;
+        u32 sel_e = ((const u32*)tab)[p < 3u ? 99u + p : 147u];
         u32 n = (ph - 1u) * runs;
         for (u32 j0 = 0; j0 < n; j0 += 32u) {
             u32 j = j0 + lane;
             bool active = j < n;
-            u32 s = l3v2_symbol(active, sctx, tab, x, pos, words, nwords, lane, bad);
+            u32 s = l3v2_symbol(active, sel_e, tab, x, pos, words, nwords, lane, bad);
             if (active) sel[(p * ph + 1u + j / runs) * 8u + j % runs] = (u8)s;
         }
+        u32 zp[2] = {0u, 0u};  // row r - 1's codes at columns 32k + lane, byte k (0 past the row)
         for (u32 r = 0; r < ph; r++) {
             u8* zr = zs + (p * ph + r) * pw;
-            const u8* zp = zr - pw;             // row r - 1 (read only when r >= 1)
-            const u8* z0 = zs + r * pw;         // plane 0, row r
-            for (u32 c0 = 0; c0 < pw; c0 += 32u) {
-                u32 c = c0 + lane;
-                bool active = c < pw;
-                u32 ctx = 0u;
-                if (active) {
-                    u32 bucket = 8u;
-                    if (r > 0u) {
-                        u32 t = zp[c];
-                        u32 tl = c > 0u ? (u32)zp[c - 1u] : t;
-                        u32 tr = c + 1u < pw ? (u32)zp[c + 1u] : t;
-                        bucket = min(l3v2_bitlen((tl + 2u * t + tr + 2u) >> 2), 7u);
-                    }
-                    if (p == 0u) {
-                        ctx = bucket;
-                    } else {
-                        u32 k = min(l3v2_bitlen(z0[c]), 4u);
-                        ctx = p < 3u ? 9u + 45u * (p - 1u) + 5u * bucket + k : 102u + 5u * bucket + k;
-                    }
+            // P0's codes of row r at this lane's columns, loaded at once (column c was written by lane
+            // c mod 32, this one), so that no step of the chain waits on memory for its context.
+            u32 z0[2] = {0u, 0u};
+            if (p > 0u) {
+                const u8* z0r = zs + r * pw;
+L3_UNROLL
+                for (u32 k = 0; k < L3V2_STEPS; k++) {
+                    u32 c = 32u * k + lane;
+                    if (k < runs && c < pw) z0[k >> 2] |= (u32)z0r[c] << (8u * (k & 3u));
                 }
-                u32 s = l3v2_symbol(active, ctx, tab, x, pos, words, nwords, lane, bad);
-                if (active) zr[c] = (u8)s;
             }
-            __syncwarp();  // row r is complete before row r + 1 reads its neighbours
+            // Every step's context before the chain starts (they depend on the rows above and P0
+            // only), packed as zp; each step's table entry is loaded one step ahead.
+            u32 ctxs[2] = {0u, 0u};
+L3_UNROLL
+            for (u32 k = 0; k < L3V2_STEPS; k++) {
+                if (k >= runs) break;
+                u32 c = 32u * k + lane;
+                // Row r - 1 at c - 1 (lane - 1, or lane 31 of step k - 1) and c + 1 (lane + 1, or lane 0
+                // of step k + 1); absent ones at the patch's edges count as zT.
+                u32 t = l3v2_byte(zp, k);
+                u32 up = __shfl_up_sync(L3V2_FULL, t, 1);
+                u32 dn = __shfl_down_sync(L3V2_FULL, t, 1);
+                u32 wrap_l = __shfl_sync(L3V2_FULL, k > 0u ? l3v2_byte(zp, k - 1u) : 0u, 31);
+                u32 wrap_r = __shfl_sync(L3V2_FULL, l3v2_byte(zp, k + 1u), 0);
+                u32 tl = c == 0u ? t : (lane > 0u ? up : wrap_l);
+                u32 tr = c + 1u >= pw ? t : (lane < 31u ? dn : wrap_r);
+                u32 bucket = r > 0u ? min(l3v2_bitlen((tl + 2u * t + tr + 2u) >> 2), 7u) : 8u;
+                u32 ctx = bucket;
+                if (p > 0u) {
+                    u32 kz = min(l3v2_bitlen(l3v2_byte(z0, k)), 4u);
+                    ctx = p < 3u ? 9u + 45u * (p - 1u) + 5u * bucket + kz : 102u + 5u * bucket + kz;
+                }
+                ctxs[k >> 2] |= ctx << (8u * (k & 3u));
+            }
+            u32 zn[2] = {0u, 0u};
+            u32 e = lane < pw ? ((const u32*)tab)[l3v2_byte(ctxs, 0u)] : 0u;
+L3_UNROLL
+            for (u32 k = 0; k < L3V2_STEPS; k++) {
+                if (k >= runs) break;
+                u32 c = 32u * k + lane;
+                bool active = c < pw;
+                u32 e_next = k + 1u < runs && c + 32u < pw ? ((const u32*)tab)[l3v2_byte(ctxs, k + 1u)] : 0u;
+                u32 s = l3v2_symbol(active, e, tab, x, pos, words, nwords, lane, bad);
+                e = e_next;
+                if (active) {
+                    zr[c] = (u8)s;  // sass-count: v2-ans values=L3V2_STEPS
+                    zn[k >> 2] |= s << (8u * (k & 3u));
+                }
+            }
+            zp[0] = zn[0];
+            zp[1] = zn[1];
         }
     }
     if (x != 65536u || pos != nwords) bad = 1u;
     return __ballot_sync(L3V2_FULL, bad != 0u) == 0u;
 }
 
-// Shared state of the BP row heads, per plane.
-struct L3v2BpHeads {
-    u32 pos[4];                    // byte of the entry where the next row starts
-    u8 nb[4][L3V2_GROUPS];         // each group's width in the last row parsed
-    u32 goff[4][L3V2_GROUPS];      // each group's first bit in the entry
-    u8 sel[4][8];                  // the row's selectors
-};
-
-// One warp parses the head of row r of a BP entry (e, len), plane p; widths of row r - 1 in h.nb[p] on
-// entry. Updates h for plane p and returns (on every lane) whether the row is valid and inside the entry.
-__device__ bool l3v2_bp_head(const u8* __restrict__ e, u32 len, u32 p, u32 r, u32 pw, u32 lane,
-                             L3v2BpHeads& h, u32* scan) {
+// The head of row r of a BP entry (e, len), parsed by the warp in registers. On entry `pos` is the byte
+// where the row starts (the same on every lane) and lane g's `nb` group g's width in row r - 1; on return
+// `pos` is the next row's start, lane g's `nb` and `goff` group g's width and first bit, lane j's `sel`
+// run j's selector. Returns (on every lane) whether the row is valid and inside the entry.
+__device__ __forceinline__ bool l3v2_bp_head(const u8* __restrict__ e, u32 len, u32 r, u32 pw, u32 lane,
+                                             u32& pos, u32& nb, u32& goff, u32& sel) {
     u32 ng = (pw + 7u) >> 3, nsel = (pw + 31u) >> 5;
-    u32 pos = h.pos[p];
     u32 rest = len - pos;
     u32 base = pos * 8u;
     u32 bad = (r == 0u ? 4u * ng : 2u * nsel + 2u * ng) > 8u * rest ? 1u : 0u;
     bool mine = lane < ng;
-    u32 nb = 0u, head;
+    u32 w = 0u, head;
     if (r == 0u) {
-        if (mine) nb = l3_bits(e, len, base + 4u * lane, 4u);
+        if (mine) w = l3_bits(e, len, base + 4u * lane, 4u);
         head = 4u * ng;
     } else {
-        if (lane < nsel) h.sel[p][lane] = (u8)l3_bits(e, len, base + 2u * lane, 2u);
+        sel = lane < nsel ? l3_bits(e, len, base + 2u * lane, 2u) : 0u;
         u32 code = mine ? l3_bits(e, len, base + 2u * nsel + 2u * lane, 2u) : 0u;
         bool esc = mine && code == 3u;
         u32 em = __ballot_sync(L3V2_FULL, esc);
         if (esc) {
             u32 rank = (u32)__popc(em & ((1u << lane) - 1u));
-            nb = l3_bits(e, len, base + 2u * nsel + 2u * ng + 4u * rank, 4u);
+            w = l3_bits(e, len, base + 2u * nsel + 2u * ng + 4u * rank, 4u);
         } else if (mine) {
-            int v = (int)h.nb[p][lane] + (code == 1u ? 1 : 0) - (code == 2u ? 1 : 0);
+            int v = (int)nb + (code == 1u ? 1 : 0) - (code == 2u ? 1 : 0);
             if (v < 0) { bad = 1u; v = 0; }
-            nb = (u32)v;
+            w = (u32)v;
         }
         head = 2u * nsel + 2u * ng + 4u * (u32)__popc(em);
     }
-    if (nb > 8u) bad = 1u;
-    // Each group's bits, then an inclusive prefix sum over the lanes (in `scan`, this warp's 32 words).
-    u32 gbits = mine ? min(8u, pw - 8u * lane) * nb : 0u;
-    scan[lane] = gbits;
-    __syncwarp();
+    if (w > 8u) bad = 1u;
+    // Each group's bits, then an inclusive prefix sum over the lanes.
+    u32 gbits = mine ? min(8u, pw - 8u * lane) * w : 0u;
+    u32 sum = gbits;
+L3_UNROLL
     for (u32 d = 1u; d < 32u; d <<= 1) {
-        u32 t = lane >= d ? scan[lane - d] : 0u;
-        __syncwarp();
-        scan[lane] += t;
-        __syncwarp();
+        u32 t = __shfl_up_sync(L3V2_FULL, sum, d);
+        if (lane >= d) sum += t;
     }
-    u32 end = head + scan[31];
+    u32 end = head + __shfl_sync(L3V2_FULL, sum, 31);
     if (end > 8u * rest) bad = 1u;
     if (mine) {
-        h.nb[p][lane] = (u8)nb;
-        h.goff[p][lane] = base + head + scan[lane] - gbits;
+        nb = w;
+        goff = base + head + sum - gbits;
     }
-    __syncwarp();
-    if (lane == 0u) h.pos[p] = pos + ((end + 7u) >> 3);
-    __syncwarp();
+    pos += (end + 7u) >> 3;
     return __ballot_sync(L3V2_FULL, bad != 0u) == 0u;
 }
 
-// Walks the heads of rows [0, rows) of every decoded plane (warp w takes planes w, w + warps, ...) and
-// leaves h ready for row 0. Returns (on every thread) whether every row is valid (and, with `exact`, every
-// entry used exactly). Must be reached by every thread of the block.
-__device__ bool l3v2_bp_validate(const u8* __restrict__ data, const V2Desc& d, L3v2BpHeads& h,
-                                 u32 (*scan)[32], u32* s_ok) {
-    u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u, warps = blockDim.x >> 5;
-    if (tid == 0u) *s_ok = 1u;
-    __syncthreads();
-    for (u32 p = warp; p < d.decoded; p += warps) {
-        if (lane == 0u) h.pos[p] = 0u;
-        if (lane < L3V2_GROUPS) h.nb[p][lane] = 0u;
-        __syncwarp();
-        bool ok = true;
-        for (u32 r = 0; r < d.rows && ok; r++) {
-            ok = l3v2_bp_head(data + d.off[p], d.len[p], p, r, d.pw, lane, h, scan[warp]);
-        }
-        if (ok && d.exact && h.pos[p] != d.len[p]) ok = false;
-        if (!ok && lane == 0u) *s_ok = 0u;
-        __syncwarp();
-        if (lane == 0u) h.pos[p] = 0u;
-        if (lane < L3V2_GROUPS) h.nb[p][lane] = 0u;
-        __syncwarp();
-    }
-    __syncthreads();
-    return *s_ok != 0u;
+// BP: plane p's entry (its first byte in `data`) and its length. Selects, not d.off[p]: an array
+// indexed at run time would live in local memory.
+__device__ __forceinline__ const u8* l3v2_entry(const u8* data, const V2Desc& d, u32 p, u32& len) {
+    len = p == 0u ? d.len[0] : p == 1u ? d.len[1] : p == 2u ? d.len[2] : d.len[3];
+    return data + (p == 0u ? d.off[0] : p == 1u ? d.off[1] : p == 2u ? d.off[2] : d.off[3]);
 }
 
-// Decodes one v2 patch (descriptor d, block index `blk`) and hands each written pixel's output channels to
-// the store. Must be reached by every thread of the block (it holds barriers).
+// Walks the heads of rows [0, rows) of every decoded plane. Returns (on every lane) whether every row is
+// valid (and, with `exact`, every entry used exactly).
+__device__ bool l3v2_bp_validate(const u8* __restrict__ data, const V2Desc& d, u32 lane) {
+    for (u32 p = 0; p < d.decoded; p++) {
+        u32 pos = 0u, nb = 0u, goff = 0u, sel = 0u, len;
+        const u8* e = l3v2_entry(data, d, p, len);
+        for (u32 r = 0; r < d.rows; r++) {
+            if (!l3v2_bp_head(e, len, r, d.pw, lane, pos, nb, goff, sel)) return false;
+        }
+        if (d.exact && pos != len) return false;
+    }
+    return true;
+}
+
+// Row r of one plane at this lane's columns [c0, c0 + m): `z` their codes (byte k = column c0 + k),
+// `s_lo` / `s_hi` the selectors of the runs of c0 and c0 + m - 1. `row` is the plane's row in the
+// warp's stage: row r - 1 on entry (read only when r > 0), row r on return. Every lane must call it.
+__device__ __forceinline__ void l3v2_row(u32 r, u32 pw, u32 c0, u32 m, const u32 (&z)[2], u32 s_lo,
+                                         u32 s_hi, u8* __restrict__ row, u32 lane) {
+    u32 amask = 0u;
+    u32 b[2] = {0u, 0u};  // b_c of the lane's columns, packed as `z`
+    u32 A = 1u, B = 0u;   // the lane's columns composed: x_{c0+m-1} = A * x_{c0-1} + B
+L3_UNROLL
+    for (u32 k = 0; k < L3V2_COLS; k++) {
+        u32 c = c0 + k;
+        if (k < m && c < pw) {
+            u32 zk = l3v2_byte(z, k);
+            u32 res = (zk >> 1) ^ (0u - (zk & 1u));
+            u32 a, bk;
+            if (r == 0u) {
+                a = c > 0u ? 1u : 0u;
+                bk = res;
+            } else {
+                u32 t = row[c];
+                u32 tl = c == 0u ? t : (u32)row[c - 1u];
+                u32 tr = c + 1u >= pw ? t : (u32)row[c + 1u];
+                u32 s = ((c >> 5) == (c0 >> 5)) ? s_lo : s_hi;
+                if (s <= 1u && c > 0u) {
+                    a = 1u;
+                    bk = s == 0u ? t - tl + res : res;         // GRAD, LEFT
+                } else if (s == 3u) {
+                    a = 0u;
+                    bk = ((tl + 2u * t + tr + 2u) >> 2) + res;  // AVG3
+                } else {
+                    a = 0u;
+                    bk = t + res;                              // TOP; GRAD and LEFT at column 0
+                }
+            }
+            b[k >> 2] |= (bk & 255u) << (8u * (k & 3u));
+            amask |= a << k;
+            B = a ? B + bk : bk;
+            A &= a;
+        }
+    }
+    __syncwarp();  // every lane has read row r - 1 before any lane writes row r
+    // Inclusive scan of the lanes' maps: (A', B') then (A, B) is (A * A', A * B' + B).
+L3_UNROLL
+    for (u32 d = 1u; d < 32u; d <<= 1) {
+        u32 pa = __shfl_up_sync(L3V2_FULL, A, d);
+        u32 pb = __shfl_up_sync(L3V2_FULL, B, d);
+        if (lane >= d) {
+            B = A ? pb + B : B;
+            A &= pa;
+        }
+    }
+    u32 x = __shfl_up_sync(L3V2_FULL, B, 1);  // x at c0 - 1 (column 0 has a = 0, so lane 0's is unused)
+L3_UNROLL
+    for (u32 k = 0; k < L3V2_COLS; k++) {
+        u32 c = c0 + k;
+        if (k < m && c < pw) {
+            u32 bk = l3v2_byte(b, k);
+            x = (((amask >> k) & 1u) ? x + bk : bk) & 255u;
+            row[c] = (u8)x;  // sass-count: v2-row values=L3V2_COLS
+        }
+    }
+}
+
+// Decodes one v2 patch (descriptor d, error index `id`) with the calling warp and hands each written
+// pixel's output channels to the store. Every lane of the warp must call it.
 template <typename Out>
 __device__ void l3v2_patch(const u8* __restrict__ data, const V2Desc& d, Out* __restrict__ out,
-                           const float* __restrict__ sb, u32* __restrict__ err, u32 blk,
+                           const float* __restrict__ sb, u32* __restrict__ err, u32 id,
                            const u8* __restrict__ tables, u8* __restrict__ scratch) {
-    __shared__ u8 s_row[4][2][L3V2_ROW];
-    __shared__ u8 s_a[2][4][L3V2_MAX_N];
-    __shared__ u8 s_b[2][4][L3V2_MAX_N];
-    __shared__ L3v2BpHeads s_h;
-    __shared__ u32 s_scan[L3V2_WARPS][32];
-    __shared__ u32 s_ok;
-
-    u32 tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31u;
+    __shared__ u8 s_stage[L3V2_WARPS][4][L3V2_STAGE];
+    u32 lane = threadIdx.x & 31u;
+    u8 (*stage)[L3V2_STAGE] = s_stage[threadIdx.x >> 5];
     u32 pw = d.pw, ph = d.ph, planes = d.planes;
     bool ans = d.profile != 0u;
     u32 decoded = ans ? planes : (u32)d.decoded;
     if (pw == 0u || ph == 0u || pw > L3V2_MAX_N || ph > L3V2_MAX_N || d.rows == 0u || d.rows > ph ||
         decoded == 0u || decoded > 4u || planes > 4u) {
-        if (tid == 0u) atomicMin(err, blk);
+        if (lane == 0u) atomicMin(err, id);
         return;
     }
     u8* zs = scratch + d.scratch_offset;
-    bool ok;
-    if (ans) {
-        if (tid == 0u) s_ok = 1u;
-        __syncthreads();
-        if (warp == 0u) {
-            bool good = l3v2_ans_chunk(data + d.off[0], d.len[0], tables + d.table_offset, planes, pw, ph,
-                                       zs, lane);
-            if (!good && lane == 0u) s_ok = 0u;
-        }
-        __syncthreads();
-        ok = s_ok != 0u;
-    } else {
-        ok = l3v2_bp_validate(data, d, s_h, s_scan, &s_ok);
-    }
+    bool ok = ans ? l3v2_ans_chunk(data + d.off[0], d.len[0], tables + d.table_offset, planes, pw, ph, zs, lane)
+                  : l3v2_bp_validate(data, d, lane);
     if (!ok) {
-        if (tid == 0u) atomicMin(err, blk);
+        if (lane == 0u) atomicMin(err, id);
         return;
     }
+    __syncwarp();  // ANS: every lane's codes are in scratch before any lane reads another's
     const u8* sels = zs + planes * ph * pw;
-    u32 items = decoded * pw;
+    u32 m = (pw + 31u) >> 5, c0 = lane * m;
+    u32 g_lo = min(c0 >> 3, 31u), g_hi = min((c0 + m - 1u) >> 3, 31u);  // BP groups of the lane's columns
+    u32 r_lo = min(c0 >> 5, 7u), r_hi = min((c0 + m - 1u) >> 5, 7u);    // and their selector runs
+    // BP, per plane p: lane p holds where its next row starts, byte p of lane g group g's width.
+    u32 bp_pos = 0u, bp_nb = 0u;
     for (u32 r = 0; r < d.rows; r++) {
-        u32 cur = r & 1u, prv = cur ^ 1u;
-        if (!ans) {
-            // Valid by the walk above, so the heads parse again exactly as they did there.
-            for (u32 p = warp; p < decoded; p += nthreads >> 5) {
-                l3v2_bp_head(data + d.off[p], d.len[p], p, r, pw, lane, s_h, s_scan[warp]);
-            }
-            __syncthreads();
-        }
-        // Each (plane, column): residual, then the pair (a, b) of x_c = a * x_{c-1} + b.
-        for (u32 i = tid; i < items; i += nthreads) {
-            u32 p = i / pw, c = i - p * pw;
-            u32 z, s;
+        for (u32 p = 0; p < decoded; p++) {
+            u32 z[2] = {0u, 0u};  // the codes of the lane's columns, byte k = column c0 + k
+            u32 s_lo = 1u, s_hi = 1u;
             if (ans) {
-                z = zs[(p * ph + r) * pw + c];
-                s = r > 0u ? (u32)sels[(p * ph + r) * 8u + (c >> 5)] : 1u;
+                const u8* zr = zs + (p * ph + r) * pw;
+L3_UNROLL
+                for (u32 k = 0; k < L3V2_COLS; k++) {
+                    if (k < m && c0 + k < pw) z[k >> 2] |= (u32)zr[c0 + k] << (8u * (k & 3u));
+                }
+                if (r > 0u && c0 < pw) {
+                    s_lo = sels[(p * ph + r) * 8u + r_lo];
+                    s_hi = sels[(p * ph + r) * 8u + r_hi];
+                }
             } else {
-                u32 g = c >> 3, nb = s_h.nb[p][g];
-                z = l3_bits(data + d.off[p], d.len[p], s_h.goff[p][g] + (c & 7u) * nb, nb);
-                s = r > 0u ? (u32)s_h.sel[p][c >> 5] : 1u;
-            }
-            u32 res = (z >> 1) ^ (0u - (z & 1u));
-            u32 a, b;
-            if (r == 0u) {
-                a = c > 0u ? 1u : 0u;
-                b = res;
-            } else {
-                const u8* pr = s_row[p][prv];
-                u32 tl = pr[c], t = pr[c + 1u], tr = pr[c + 2u];
-                if (s <= 1u && c > 0u) {
-                    a = 1u;
-                    b = s == 0u ? t - tl + res : res;         // GRAD, LEFT
-                } else if (s == 3u) {
-                    a = 0u;
-                    b = ((tl + 2u * t + tr + 2u) >> 2) + res;  // AVG3
-                } else {
-                    a = 0u;
-                    b = t + res;                              // TOP; GRAD and LEFT at column 0
+                // Valid by the walk above, so the heads parse again exactly as they did there.
+                u32 len, goff = 0u, sel = 0u;
+                const u8* e = l3v2_entry(data, d, p, len);
+                u32 pos = __shfl_sync(L3V2_FULL, bp_pos, p);
+                u32 nb = (bp_nb >> (8u * p)) & 255u;
+                l3v2_bp_head(e, len, r, pw, lane, pos, nb, goff, sel);
+                if (lane == p) bp_pos = pos;
+                bp_nb = (bp_nb & ~(255u << (8u * p))) | (nb << (8u * p));
+                u32 nb_lo = __shfl_sync(L3V2_FULL, nb, g_lo), go_lo = __shfl_sync(L3V2_FULL, goff, g_lo);
+                u32 nb_hi = __shfl_sync(L3V2_FULL, nb, g_hi), go_hi = __shfl_sync(L3V2_FULL, goff, g_hi);
+                s_lo = __shfl_sync(L3V2_FULL, sel, r_lo);
+                s_hi = __shfl_sync(L3V2_FULL, sel, r_hi);
+L3_UNROLL
+                for (u32 k = 0; k < L3V2_COLS; k++) {
+                    u32 c = c0 + k;
+                    if (k < m && c < pw) {
+                        bool lo = (c >> 3) == g_lo;
+                        u32 w = lo ? nb_lo : nb_hi;
+                        u32 zk = l3_bits(e, len, (lo ? go_lo : go_hi) + (c & 7u) * w, w);
+                        z[k >> 2] |= zk << (8u * (k & 3u));
+                    }
                 }
             }
-            s_a[0][p][c] = (u8)a;
-            s_b[0][p][c] = (u8)b;
+            l3v2_row(r, pw, c0, m, z, s_lo, s_hi, stage[p], lane);
         }
-        __syncthreads();
-        u32 k = 0u;
-        for (u32 dd = 1u; dd < pw; dd <<= 1) {
-            for (u32 i = tid; i < items; i += nthreads) {
-                u32 p = i / pw, c = i - p * pw;
-                u32 a = s_a[k][p][c], b = s_b[k][p][c];
-                if (a != 0u && c >= dd) {
-                    b += s_b[k][p][c - dd];
-                    a = s_a[k][p][c - dd];
-                }
-                s_a[k ^ 1u][p][c] = (u8)a;
-                s_b[k ^ 1u][p][c] = (u8)b;
-            }
-            __syncthreads();
-            k ^= 1u;
-        }
-        for (u32 i = tid; i < items; i += nthreads) {
-            u32 p = i / pw, c = i - p * pw;
-            u8 x = s_b[k][p][c];
-            s_row[p][cur][c + 1u] = x;
-            if (c == 0u) s_row[p][cur][0] = x;
-            if (c + 1u == pw) s_row[p][cur][pw + 1u] = x;
-        }
-        __syncthreads();
+        __syncwarp();  // the rows of every plane are in the stage
         if (r >= d.skip) {
-            for (u32 c = d.col0 + tid; c < d.col1; c += nthreads) {
-                u32 v0 = s_row[0][cur][c + 1u];
+            for (u32 c = d.col0 + lane; c < d.col1; c += 32u) {
+                u32 v0 = stage[0][c];
                 u32 v[4] = {v0, v0, v0, v0};
                 if (planes > 1u) {
-                    v[0] = (s_row[1][cur][c + 1u] + v0) & 255u;   // R = P1 + G
-                    v[2] = (s_row[2][cur][c + 1u] + v0) & 255u;   // B = P2 + G
-                    if (decoded > 3u) v[3] = s_row[3][cur][c + 1u];
+                    v[0] = (stage[1][c] + v0) & 255u;   // R = P1 + G
+                    v[2] = (stage[2][c] + v0) & 255u;   // B = P2 + G
+                    if (decoded > 3u) v[3] = stage[3][c];
                 }
                 long long at = (long long)d.out_offset + (long long)(r - d.skip) * d.row_stride +
                                (long long)(c - d.col0) * d.col_stride;
-                for (u32 ch = 0; ch < d.out_channels; ch++) {
-                    l3_store(out, (u64)at + (u64)ch * d.chan_stride, v[ch], sb + 2u * ch);
+L3_UNROLL
+                for (u32 ch = 0; ch < 4u; ch++) {
+                    if (ch < d.out_channels) l3_store(out, (u64)at + (u64)ch * d.chan_stride, v[ch], sb + 2u * ch);
                 }
             }
         }
+        __syncwarp();  // every lane has read the stage before the next row overwrites it
     }
 }
+
+// The version-2 launch: warp w of block b decodes patch b * (blockDim.x / 32) + w of the `n_v2`
+// descriptors, into the batch's output (whole images or samples alike: the descriptor has the strides).
+// A patch that fails sets *err to first_index + its index (first_index: the v1 descriptors of the batch,
+// so one error word names either kind). A block of at most L3V2_WARPS warps.
+#define L3V2_DECODE_KERNEL(name, Out)                                                                      \
+    extern "C" __global__ void L3V2_BOUNDS name(const u8* data, const V2Desc* v2, u32 n_v2, Out* out,      \
+                                                const float* scale_bias, u32* err, u32 first_index,        \
+                                                const u8* tables, u8* scratch) {                           \
+        u32 i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                                       \
+        if (i >= n_v2) return;                                                                            \
+        V2Desc vd = v2[i];                                                                                \
+        l3v2_patch(data, vd, out, scale_bias, err, first_index + i, tables, scratch);                     \
+    }
+L3V2_DECODE_KERNEL(l3v2_decode_u8, u8)
+L3V2_DECODE_KERNEL(l3v2_decode_f32, float)
+L3V2_DECODE_KERNEL(l3v2_decode_f16, u16)
 
 // ---- Whole images: every patch of every channel, each image in its own slot of the output. ----
 
@@ -785,22 +877,12 @@ __device__ __forceinline__ u32 l3_v1_patch() {
 }
 
 // scale_bias: 2 floats (scale, bias) per channel index, out = v * scale + bias (unused for u8).
-// The first l3_v1_blocks(n_descs) blocks decode v1 patches (a team of lanes each), the next n_v2 blocks
-// v2 patches (all planes of one each).
+// Every block decodes v1 patches (a team of lanes each); version-2 patches take their own launch
+// (l3v2_decode_*).
 template <typename Out>
 __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* __restrict__ descs,
                                   u32 n_descs, Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, const V2Desc* __restrict__ v2, u32 n_v2,
-                                  const u8* __restrict__ tables, u8* __restrict__ scratch) {
-    u32 nb1 = l3_v1_blocks(n_descs);
-    if (blockIdx.x >= nb1) {
-        u32 b = blockIdx.x - nb1;
-        if (b < n_v2) {
-            V2Desc vd = v2[b];
-            l3v2_patch(data, vd, out, scale_bias, err, n_descs + b, tables, scratch);
-        }
-        return;
-    }
+                                  u32* __restrict__ err) {
     u32 d = l3_v1_patch();
     bool active = d < n_descs;
     PatchDesc pd = {};
@@ -813,10 +895,9 @@ __device__ void l3_decode_patches(const u8* __restrict__ data, const PatchDesc* 
 #define L3_DECODE_KERNEL(name, Out)                                                                      \
     extern "C" __global__ void L3_BOUNDS(4) name(const u8* data, const PatchDesc* descs, u32 n_descs,      \
                                                  Out* out, const float* scale_bias, u32* err,              \
-                                                 u32 stage_cap, const V2Desc* v2, u32 n_v2,                \
-                                                 const u8* tables, u8* scratch) {                          \
+                                                 u32 stage_cap) {                                          \
         (void)stage_cap;                                                                                  \
-        l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err, v2, n_v2, tables, scratch);     \
+        l3_decode_patches<Out>(data, descs, n_descs, out, scale_bias, err);                               \
     }
 L3_DECODE_KERNEL(l3_decode_u8, u8)
 L3_DECODE_KERNEL(l3_decode_f32, float)
@@ -907,22 +988,15 @@ L3_UNROLL
 }
 
 // width/height: the sample's; nchw: 1 for planar output, 0 for interleaved. The first
-// l3_v1_blocks(n_descs) blocks decode v1 patches, the next n_v2 blocks v2 patches, the next n_fills
-// blocks padding.
+// l3_v1_blocks(n_descs) blocks decode v1 patches, the next n_fills blocks padding; version-2 patches take
+// their own launch (l3v2_decode_*).
 template <typename Out>
 __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc* __restrict__ descs,
                                   u32 n_descs, const FillDesc* __restrict__ fills, u32 n_fills,
                                   Out* __restrict__ out, const float* __restrict__ scale_bias,
-                                  u32* __restrict__ err, u32 width, u32 height, u32 nchw,
-                                  const V2Desc* __restrict__ v2, u32 n_v2, const u8* __restrict__ tables,
-                                  u8* __restrict__ scratch) {
+                                  u32* __restrict__ err, u32 width, u32 height, u32 nchw) {
     u32 nb1 = l3_v1_blocks(n_descs);
     u32 b = blockIdx.x;
-    if (b >= nb1 && b - nb1 < n_v2) {
-        V2Desc vd = v2[b - nb1];
-        l3v2_patch(data, vd, out, scale_bias, err, n_descs + (b - nb1), tables, scratch);
-        return;
-    }
     if (b < nb1) {
         u32 d = l3_v1_patch();
         bool active = d < n_descs;
@@ -931,7 +1005,7 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
         l3_sample_rows(data, sd, d, err, active, out, scale_bias);
         return;
     }
-    b -= nb1 + n_v2;
+    b -= nb1;
     if (b >= n_fills) return;
     FillDesc f = fills[b];
     u32 cpp = nchw ? 1u : 3u, planes = nchw ? 3u : 1u;
@@ -956,11 +1030,10 @@ __device__ void l3_decode_samples(const u8* __restrict__ data, const SampleDesc*
 #define L3_SAMPLES_KERNEL(name, Out)                                                                       \
     extern "C" __global__ void L3_BOUNDS(3) name(const u8* data, const SampleDesc* descs, u32 n_descs,      \
                                     const FillDesc* fills, u32 n_fills, Out* out, const float* scale_bias, \
-                                    u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw,              \
-                                    const V2Desc* v2, u32 n_v2, const u8* tables, u8* scratch) {           \
+                                    u32* err, u32 stage_cap, u32 width, u32 height, u32 nchw) {            \
         (void)stage_cap;                                                                                  \
         l3_decode_samples<Out>(data, descs, n_descs, fills, n_fills, out, scale_bias, err, width, height,  \
-                               nchw, v2, n_v2, tables, scratch);                                           \
+                               nchw);                                                                      \
     }
 L3_SAMPLES_KERNEL(l3_samples_u8, u8)
 L3_SAMPLES_KERNEL(l3_samples_f32, float)

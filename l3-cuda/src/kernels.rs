@@ -18,10 +18,12 @@ pub fn device_count() -> Result<usize, Error> {
     Ok(cuda_setup::device_count()?)
 }
 
-/// The kernels of one element type: whole images, samples, and a resampled batch's last pass.
+/// The kernels of one element type: whole images, samples, version-2 patches (of either), and a
+/// resampled batch's last pass.
 pub(crate) struct KernelPair {
     pub(crate) images: CudaFunction,
     pub(crate) samples: CudaFunction,
+    pub(crate) v2: CudaFunction,
     pub(crate) resample: CudaFunction,
 }
 pub(crate) struct Kernels {
@@ -51,17 +53,33 @@ impl Kernels {
                 .load_function(name)
                 .map_err(|e| Error::driver("cuModuleGetFunction", e))
         };
-        let pair = |images, samples, resample| -> Result<KernelPair, Error> {
+        let pair = |images, samples, v2, resample| -> Result<KernelPair, Error> {
             Ok(KernelPair {
                 images: load(images)?,
                 samples: load(samples)?,
+                v2: load(v2)?,
                 resample: load(resample)?,
             })
         };
         Ok(Kernels {
-            u8: pair("l3_decode_u8", "l3_samples_u8", "l3_resample_u8")?,
-            f32: pair("l3_decode_f32", "l3_samples_f32", "l3_resample_f32")?,
-            f16: pair("l3_decode_f16", "l3_samples_f16", "l3_resample_f16")?,
+            u8: pair(
+                "l3_decode_u8",
+                "l3_samples_u8",
+                "l3v2_decode_u8",
+                "l3_resample_u8",
+            )?,
+            f32: pair(
+                "l3_decode_f32",
+                "l3_samples_f32",
+                "l3v2_decode_f32",
+                "l3_resample_f32",
+            )?,
+            f16: pair(
+                "l3_decode_f16",
+                "l3_samples_f16",
+                "l3v2_decode_f16",
+                "l3_resample_f16",
+            )?,
             resample_h: load("l3_resample_h")?,
         })
     }
@@ -69,13 +87,16 @@ impl Kernels {
 
 /// The entry points of kernel.cu, as the NVRTC test checks them.
 #[cfg(test)]
-pub(crate) const KERNEL_NAMES: [&str; 10] = [
+pub(crate) const KERNEL_NAMES: [&str; 13] = [
     "l3_decode_u8",
     "l3_decode_f32",
     "l3_decode_f16",
     "l3_samples_u8",
     "l3_samples_f32",
     "l3_samples_f16",
+    "l3v2_decode_u8",
+    "l3v2_decode_f32",
+    "l3v2_decode_f16",
     "l3_resample_h",
     "l3_resample_u8",
     "l3_resample_f32",

@@ -1,16 +1,23 @@
-//! The one launch per batch: output, error word and scratch allocated in the decode stream's order, the
-//! kernel's arguments in `kernel.cu`'s order, and the [`DecodedBatch`] that tracks it.
+//! The launches of a batch: output, error word and scratch allocated in the decode stream's order, the
+//! kernels' arguments in `kernel.cu`'s order, and the [`DecodedBatch`] that tracks them. A batch takes
+//! one launch for its version-1 patches (and a sample batch's padding) and one for its version-2 patches,
+//! queued one after the other on the decode stream; they write disjoint parts of one output and share
+//! one error word.
 #![allow(unsafe_code)]
 
 use crate::batch::{DecodedBatch, DeviceOutput, Origin};
 use crate::error::Error;
 use crate::input::InputOffsets;
 use crate::kernels::Kernels;
-use crate::layout::v1_blocks;
+use crate::layout::{V2_BLOCK, v1_blocks, v2_blocks};
 use crate::plan::{BatchPlan, ImageSlot};
 use crate::resample::ResampleStage;
 use crate::sample::SamplePlan;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg, result};
+use crate::v2::V2Batch;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg, result,
+};
 use std::sync::{Arc, Mutex};
 use vocab::DType;
 
@@ -63,9 +70,8 @@ pub(crate) fn launch(
     let mut err = error_word(stream)?;
     let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
     let n = plan.descs.len() as u32;
-    let n_v2 = plan.v2.descs.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim) + n_v2, 1, 1),
+        grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim), 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
@@ -75,26 +81,28 @@ pub(crate) fn launch(
     let tables = input.slice(off.tables..off.scale_bias.max(off.tables + 1));
     let sb = input.slice(off.scale_bias..off.resample);
     let stage_cap = plan.stage_cap;
-    let kernel = &kernels.for_dtype(plan.dtype).images;
+    let pair = kernels.for_dtype(plan.dtype);
     macro_rules! go {
         ($out:expr) => {{
             let mut out = $out;
-            let mut b = stream.launch_builder(kernel);
-            b.arg(&data)
-                .arg(&descs)
-                .arg(&n)
-                .arg(&mut out)
-                .arg(&sb)
-                .arg(&mut err)
-                .arg(&stage_cap)
-                .arg(&v2)
-                .arg(&n_v2)
-                .arg(&tables)
-                .arg(&mut scratch);
-            // SAFETY: argument order and types match kernel.cu's l3_decode_*; the descriptors were built
-            // by BatchPlan from validated files, so every read stays inside `data` (and the tables and
-            // scratch) and every write inside `out` (`BatchPlan::descriptors_in_bounds`).
-            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            if cfg.grid_dim.0 > 0 {
+                let mut b = stream.launch_builder(&pair.images);
+                b.arg(&data)
+                    .arg(&descs)
+                    .arg(&n)
+                    .arg(&mut out)
+                    .arg(&sb)
+                    .arg(&mut err)
+                    .arg(&stage_cap);
+                // SAFETY: argument order and types match kernel.cu's l3_decode_*; the descriptors were
+                // built by BatchPlan from validated files, so every read stays inside `data` and every
+                // write inside `out` (`BatchPlan::descriptors_in_bounds`).
+                unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            }
+            let v2_args = V2Args { data: &data, descs: &v2, tables: &tables, sb: &sb, first_index: n };
+            // SAFETY: the version-2 descriptors were built by BatchPlan from validated files
+            // (`BatchPlan::descriptors_in_bounds` covers them, their tables and scratch).
+            unsafe { launch_v2(stream, &pair.v2, &plan.v2, &v2_args, &mut out, &mut err, &mut scratch) }?;
             out
         }};
     }
@@ -131,14 +139,9 @@ pub(crate) fn launch_samples(
     let mut err = error_word(stream)?;
     let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
     let n_descs = plan.descs.len() as u32;
-    let n_v2 = plan.v2.descs.len() as u32;
     let n_fills = plan.fills.len() as u32;
     let cfg = LaunchConfig {
-        grid_dim: (
-            v1_blocks(plan.descs.len(), plan.block_dim) + n_v2 + n_fills,
-            1,
-            1,
-        ),
+        grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim) + n_fills, 1, 1),
         block_dim: (plan.block_dim, 1, 1),
         shared_mem_bytes: plan.shared_bytes(),
     };
@@ -152,47 +155,66 @@ pub(crate) fn launch_samples(
     let (width, height) = plan.sample_size();
     let nchw = plan.nchw();
     macro_rules! decode {
-        ($kernel:expr, $out:expr) => {{
+        ($pair:expr, $out:expr) => {{
             let mut out = $out;
-            let mut b = stream.launch_builder($kernel);
-            b.arg(&data)
-                .arg(&descs)
-                .arg(&n_descs)
-                .arg(&fills)
-                .arg(&n_fills)
-                .arg(&mut out)
-                .arg(&sb)
-                .arg(&mut err)
-                .arg(&stage_cap)
-                .arg(&width)
-                .arg(&height)
-                .arg(&nchw)
-                .arg(&v2)
-                .arg(&n_v2)
-                .arg(&tables)
-                .arg(&mut scratch);
-            // SAFETY: argument order and types match kernel.cu's l3_samples_*; SamplePlan built every
-            // descriptor from validated sources and windows, so every read stays inside `data` and every
-            // write inside its own sample of `out` (`SamplePlan::descriptors_in_bounds`).
-            unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            if cfg.grid_dim.0 > 0 {
+                let mut b = stream.launch_builder(&$pair.samples);
+                b.arg(&data)
+                    .arg(&descs)
+                    .arg(&n_descs)
+                    .arg(&fills)
+                    .arg(&n_fills)
+                    .arg(&mut out)
+                    .arg(&sb)
+                    .arg(&mut err)
+                    .arg(&stage_cap)
+                    .arg(&width)
+                    .arg(&height)
+                    .arg(&nchw);
+                // SAFETY: argument order and types match kernel.cu's l3_samples_*; SamplePlan built
+                // every descriptor from validated sources and windows, so every read stays inside
+                // `data` and every write inside its own sample of `out`
+                // (`SamplePlan::descriptors_in_bounds`).
+                unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+            }
+            let v2_args = V2Args {
+                data: &data,
+                descs: &v2,
+                tables: &tables,
+                sb: &sb,
+                first_index: n_descs,
+            };
+            // SAFETY: SamplePlan built the version-2 descriptors from validated sources and windows
+            // (`SamplePlan::descriptors_in_bounds` covers them, their tables and scratch).
+            unsafe {
+                launch_v2(
+                    stream,
+                    &$pair.v2,
+                    &plan.v2,
+                    &v2_args,
+                    &mut out,
+                    &mut err,
+                    &mut scratch,
+                )
+            }?;
             out
         }};
     }
     let mut keep = Vec::new();
     let output = match &plan.resample {
         None => {
-            let kernel = &kernels.for_dtype(plan.tensor.dtype).samples;
+            let pair = kernels.for_dtype(plan.tensor.dtype);
             let len = plan.output_len();
             match plan.tensor.dtype {
-                DType::U8 => DeviceOutput::U8(decode!(kernel, alloc_output::<u8>(stream, len)?)),
-                DType::F32 => DeviceOutput::F32(decode!(kernel, alloc_output::<f32>(stream, len)?)),
-                DType::F16 => DeviceOutput::F16(decode!(kernel, alloc_output::<u16>(stream, len)?)),
+                DType::U8 => DeviceOutput::U8(decode!(pair, alloc_output::<u8>(stream, len)?)),
+                DType::F32 => DeviceOutput::F32(decode!(pair, alloc_output::<f32>(stream, len)?)),
+                DType::F16 => DeviceOutput::F16(decode!(pair, alloc_output::<u16>(stream, len)?)),
             }
         }
         Some(stage) => {
-            let kernel = &kernels.for_dtype(DType::U8).samples;
+            let pair = kernels.for_dtype(DType::U8);
             // SAFETY (allocation): the passes read only the rectangles the decode writes.
-            let inter = decode!(kernel, alloc_output::<u8>(stream, plan.tensor.len())?);
+            let inter = decode!(pair, alloc_output::<u8>(stream, plan.tensor.len())?);
             let (out, tmp) = launch_passes(kernels, stream, stage, &inter, input, off)?;
             keep.push(inter);
             keep.push(tmp);
@@ -224,6 +246,55 @@ pub(crate) fn launch_samples(
         consumers: Mutex::new(Vec::new()),
         _scratch: keep,
     })
+}
+
+/// The inputs of a version-2 launch that are views of the batch's device input.
+struct V2Args<'a> {
+    data: &'a CudaView<'a, u8>,
+    descs: &'a CudaView<'a, u8>,
+    tables: &'a CudaView<'a, u8>,
+    sb: &'a CudaView<'a, u8>,
+    /// The batch's version-1 descriptors: a failing version-2 patch i sets the error word to this + i.
+    first_index: u32,
+}
+
+/// Queues the version-2 launch of a batch (nothing when it has no version-2 patch): a warp per patch of
+/// `v2`, writing into `out` beside the version-1 launch.
+///
+/// # Safety
+/// `v2`'s descriptors must read only inside `args`' buffers and `scratch` and write only inside `out`
+/// (what the plans' `descriptors_in_bounds` checks).
+unsafe fn launch_v2<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    kernel: &CudaFunction,
+    v2: &V2Batch,
+    args: &V2Args<'_>,
+    out: &mut CudaSlice<T>,
+    err: &mut CudaSlice<u32>,
+    scratch: &mut CudaSlice<u8>,
+) -> Result<(), Error> {
+    let n_v2 = v2.descs.len() as u32;
+    if n_v2 == 0 {
+        return Ok(());
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (v2_blocks(v2.descs.len()), 1, 1),
+        block_dim: (V2_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(kernel);
+    b.arg(args.data)
+        .arg(args.descs)
+        .arg(&n_v2)
+        .arg(out)
+        .arg(args.sb)
+        .arg(err)
+        .arg(&args.first_index)
+        .arg(args.tables)
+        .arg(scratch);
+    // SAFETY: argument order and types match kernel.cu's l3v2_decode_*; the bounds are the caller's.
+    unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+    Ok(())
 }
 
 /// Queues the two passes of a resampled batch over the intermediate `inter` its decode wrote: the

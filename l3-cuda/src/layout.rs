@@ -115,11 +115,10 @@ impl TensorInfo {
 /// which stays for the launch's argument order.
 pub(crate) const STAGE_CAP: u32 = 16 * 1024;
 
-/// Threads per block of a launch: the widest version-1 patch rounded up to a warp (a thread per pixel of a
-/// row), and at least [`V2_BLOCK`] when there are version-2 patches.
-pub(crate) fn block_dim(max_v1_width: u32, has_v2: bool) -> u32 {
-    let v1 = max_v1_width.div_ceil(32).clamp(1, 8) * 32;
-    if has_v2 { v1.max(V2_BLOCK) } else { v1 }
+/// Threads per block of a version-1 launch: the widest version-1 patch rounded up to a warp (a thread per
+/// pixel of a row).
+pub(crate) fn block_dim(max_v1_width: u32) -> u32 {
+    max_v1_width.div_ceil(32).clamp(1, 8) * 32
 }
 
 /// Blocks of a launch that decode its `n_descs` version-1 patches. The kernel (`l3_team_lanes` in
@@ -130,10 +129,16 @@ pub(crate) fn v1_blocks(n_descs: usize, block_dim: u32) -> u32 {
     (n_descs as u32).div_ceil(block_dim / lanes)
 }
 
-/// Threads per block for version-2 patches: two warps. An ANS chunk's symbols are decoded by one warp
-/// while the rest of its block waits, so small blocks let more chunks run at once on an SM; the
-/// reconstruction loops over (plane, column) pairs with any block size.
-pub(crate) const V2_BLOCK: u32 = 64;
+/// Threads per block of the version-2 launch (`l3v2_decode_*` in kernel.cu): four warps, each decoding a
+/// patch of its own, so the block size changes only how patches are grouped; 64 registers a thread
+/// (`__launch_bounds__`) let 32 warps share an SM, and many chains of rANS steps in flight are what hide
+/// each step's latency.
+pub(crate) const V2_BLOCK: u32 = 128;
+
+/// Blocks of the version-2 launch for `n_v2` patches: a warp each.
+pub(crate) fn v2_blocks(n_v2: usize) -> u32 {
+    (n_v2 as u32).div_ceil(V2_BLOCK / 32)
+}
 
 /// The kernel's (scale, bias) pairs for channels 0..4: `dtype` and `normalize` checked.
 pub(crate) fn scale_bias_for(

@@ -1,9 +1,10 @@
 //! GPU decoding of L3 batches (l3-eccv22, sections 4.4 and 5) through `cudarc`.
 //!
 //! A batch of L3 files is validated and planned on the host, copied once through pinned staging memory,
-//! and decoded by ONE kernel launch: a thread block per (image, channel, patch), rows in order with the
-//! previous row in shared memory, a thread per pixel for base-delta unpacking and the custom Paeth
-//! filter. The output goes straight into device memory as NHWC or NCHW `u8`, `f16` or `f32` with
+//! and decoded by one kernel launch for its version-1 patches — a team of lanes per (image, channel,
+//! patch), rows in order with the previous row in registers, eight pixels a lane for base-delta unpacking
+//! and the custom Paeth filter — and one for its version-2 patches, a warp per patch and every plane of
+//! it. The output goes straight into device memory as NHWC or NCHW `u8`, `f16` or `f32` with
 //! per-channel normalisation fused in ([`Layout`], [`DType`], [`Normalize`]: the toolkit's one
 //! batch-tensor vocabulary, which the loader re-exports).
 //!
@@ -35,7 +36,7 @@
 //! Every descriptor is a `#[repr(C)]` `bytemuck::Pod` struct laid out as kernel.cu's: its bytes are the
 //! table the kernel reads. Device side: `kernels`
 //! (`kernel.cu`, compiled once per architecture), `decoder` ([`BatchDecoder`]: streams, pinned staging, the
-//! in-flight bound), `launch` (the one launch per batch), `batch` ([`DecodedBatch`], [`DeviceOutput`],
+//! in-flight bound), `launch` (a batch's launches), `batch` ([`DecodedBatch`], [`DeviceOutput`],
 //! [`ResidentBatch`]), `pinned` ([`PinnedBatch`]), `measure` (the bandwidth and timing helpers the
 //! benchmarks use). `error`: [`Error`].
 #![deny(unsafe_code)]

@@ -223,7 +223,7 @@ impl BatchPlan {
                 what: "more than 2^31 - 1 patches in one launch",
             });
         }
-        plan.block_dim = block_dim(max_w, !plan.v2.descs.is_empty());
+        plan.block_dim = block_dim(max_w);
         plan.stage_cap = max_len.min(STAGE_CAP);
         Ok(plan)
     }
@@ -243,8 +243,8 @@ impl BatchPlan {
         self.data_len
     }
 
-    /// Patch descriptors (= thread blocks) of the single launch: one per (channel, patch) of a version-1
-    /// image, one per patch of a version-2 image.
+    /// Patch descriptors of the batch's launches: one per (channel, patch) of a version-1 image, one per
+    /// patch of a version-2 image.
     pub fn patch_count(&self) -> usize {
         self.descs.len() + self.v2.descs.len()
     }

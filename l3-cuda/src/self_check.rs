@@ -6,7 +6,9 @@
 //!
 //! The batch holds every patch size 1 to 64 on small images of 1, 3 and 4 channels with partial and
 //! one-pixel edge patches (two launches: blocks of 32 threads, where several patches share a warp, and of
-//! 64), about 160 KB of output in all: a few milliseconds once per device and process.
+//! 64), then version-2 images of both profiles at every patch size with partial edge patches of 1 to 7
+//! columns a lane (a third launch), about 230 KB of output in all: a few milliseconds once per device
+//! and process.
 
 use std::sync::Mutex;
 
@@ -19,9 +21,57 @@ pub(crate) struct Probe {
     pub(crate) label: String,
 }
 
-/// The two launches' images: patch sizes 1..=32 and 33..=64.
+/// The three launches' images: version 1 with patch sizes 1..=32 and 33..=64, then version 2.
 pub(crate) fn batches() -> Result<Vec<Vec<Probe>>, l3_format::Error> {
     let mut rng = stdx::SplitMix64::new(0x2545_f491_4f6c_dd1d);
+    let mut v1 = v1_batches(&mut rng)?;
+    v1.push(v2_batch(&mut rng)?);
+    Ok(v1)
+}
+
+/// Pixels of a `w`×`h`×`c` probe: a ramp with a little noise, or noise.
+fn probe_pixels(w: u32, h: u32, c: u8, smooth: bool, rng: &mut stdx::SplitMix64) -> Vec<u8> {
+    (0..(w * h) as usize * c as usize)
+        .map(|i| {
+            let p = i / c as usize;
+            let (x, y) = ((p % w as usize) as u64, (p / w as usize) as u64);
+            let noise = rng.next_u64();
+            if smooth {
+                ((x * 3 + y * 2 + (i % c as usize) as u64 * 40 + noise % 5) % 256) as u8
+            } else {
+                noise as u8
+            }
+        })
+        .collect()
+}
+
+/// Version 2: every patch size, both profiles, each image a whole patch beside a partial one whose
+/// width takes 1 to 7 columns a lane.
+fn v2_batch(rng: &mut stdx::SplitMix64) -> Result<Vec<Probe>, l3_format::Error> {
+    use l3_format::Profile::{Ans, Bp};
+    let mut out = Vec::new();
+    for (i, n) in [32u32, 64, 96, 128, 160, 192, 224].into_iter().enumerate() {
+        for (j, profile) in [Bp, Ans].into_iter().enumerate() {
+            let c = [1u8, 3, 4][(i + j) % 3];
+            let w = n + [1, n / 2 + 3, n - 1, 31, 33, n, 5][(i + 3 * j) % 7];
+            let h = 3 + ((i + j) % 4) as u32;
+            let px = probe_pixels(w, h, c, (i + j) % 2 == 0, rng);
+            let opts = l3_format::EncodeOptions {
+                format: l3_format::Format::V2(profile),
+                patch_size: Some(n as u8),
+                ..l3_format::EncodeOptions::default()
+            };
+            out.push(Probe {
+                file: l3_format::encode_with(&px, w, h, c, &opts)?,
+                label: format!("{w}x{h}x{c}, version 2 {profile:?}, patches of {n}"),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Version 1: every patch size from 1 to 64, in two launches.
+fn v1_batches(rng: &mut stdx::SplitMix64) -> Result<Vec<Vec<Probe>>, l3_format::Error> {
     [(1u32, 32u32), (33, 64)]
         .into_iter()
         .map(|(lo, hi)| {
@@ -35,20 +85,7 @@ pub(crate) fn batches() -> Result<Vec<Vec<Probe>>, l3_format::Error> {
                         _ => n / 2 + 1,
                     };
                     let h = 2 + (n * 7) % 11;
-                    let smooth = n % 2 == 0;
-                    let px: Vec<u8> = (0..(w * h) as usize * c as usize)
-                        .map(|i| {
-                            let p = i / c as usize;
-                            let (x, y) = ((p % w as usize) as u64, (p / w as usize) as u64);
-                            let noise = rng.next_u64();
-                            if smooth {
-                                ((x * 3 + y * 2 + (i % c as usize) as u64 * 40 + noise % 5) % 256)
-                                    as u8
-                            } else {
-                                noise as u8
-                            }
-                        })
-                        .collect();
+                    let px = probe_pixels(w, h, c, n % 2 == 0, rng);
                     Ok(Probe {
                         file: l3_format::encode(&px, w, h, c, n as u8)?,
                         label: format!("{w}x{h}x{c}, patches of {n}"),

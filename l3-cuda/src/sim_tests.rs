@@ -10,7 +10,7 @@
 #[path = "../tests/common/mod.rs"]
 pub(crate) mod common;
 
-use crate::layout::v1_blocks;
+use crate::layout::{V2_BLOCK, v1_blocks};
 use crate::plan::{BatchPlan, DecodeOptions};
 use crate::sample::{SamplePlan, SampleSource};
 use common::{Content, Rng, SampleCase, TestImage, image};
@@ -55,7 +55,8 @@ struct Launch<'a> {
     fills: Vec<u8>,
     scale_bias: [f32; 8],
     out_bytes: usize,
-    /// Version-2 descriptors (count and bytes), ANS context tables, scratch bytes.
+    /// Version-2 descriptors (count and bytes), ANS context tables, scratch bytes: the second launch,
+    /// in blocks of [`V2_BLOCK`] threads.
     n_v2: u32,
     v2: Vec<u8>,
     tables: Vec<u8>,
@@ -74,7 +75,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
     let launch = Launch {
         samples: false,
         dtype: plan.dtype,
-        grid: v1_blocks(plan.descs.len(), plan.block_dim) + plan.v2.descs.len() as u32,
+        grid: v1_blocks(plan.descs.len(), plan.block_dim),
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,
@@ -114,8 +115,7 @@ fn run_sim_samples(
     let launch = Launch {
         samples: true,
         dtype: plan.tensor.dtype,
-        grid: v1_blocks(plan.descs.len(), plan.block_dim)
-            + (plan.v2.descs.len() + plan.fills.len()) as u32,
+        grid: v1_blocks(plan.descs.len(), plan.block_dim) + plan.fills.len() as u32,
         block: plan.block_dim,
         smem: plan.shared_bytes(),
         stage_cap: plan.stage_cap,
@@ -204,6 +204,7 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
     }
     f.extend_from_slice(&(l.out_bytes as u64).to_le_bytes());
     f.extend_from_slice(&l.n_v2.to_le_bytes());
+    f.extend_from_slice(&V2_BLOCK.to_le_bytes());
     for blob in [&l.v2[..], &l.tables[..]] {
         f.extend_from_slice(&(blob.len() as u64).to_le_bytes());
         f.extend_from_slice(blob);
@@ -262,14 +263,15 @@ fn sim_every_patch_size_matches_cpu_decoder() {
     }
 }
 
-/// The decoder's self-check batches: the simulated kernels pass them, the plans put them in blocks of 32
-/// and 64 threads (several patches to a warp, which is what they are there to catch), and a single wrong
-/// byte in the output is named by image, byte and value.
+/// The decoder's self-check batches: the simulated kernels pass them, the plans put the version-1 ones in
+/// blocks of 32 and 64 threads (several patches to a warp, which is what they are there to catch) and
+/// the last has version-2 patches alone, and a single wrong byte in the output is named by image, byte
+/// and value.
 #[test]
 fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
     let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     let batches = crate::self_check::batches().unwrap();
-    let blocks: Vec<u32> = batches
+    let blocks: Vec<(u32, usize, usize)> = batches
         .iter()
         .map(|probes| {
             let files: Vec<&[u8]> = probes.iter().map(|p| p.file.as_slice()).collect();
@@ -289,10 +291,16 @@ fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
                 said.starts_with(&probes[1].label) && said.contains("byte 5 is"),
                 "{said}"
             );
-            plan.block_dim
+            (plan.block_dim, plan.descs.len(), plan.v2.descs.len())
         })
         .collect();
-    assert_eq!(blocks, [32, 64]);
+    // Version 1 in blocks of 32 and 64 threads; then version 2 alone, a warp a patch (V2_BLOCK).
+    assert_eq!(
+        blocks.iter().map(|b| b.0).take(2).collect::<Vec<_>>(),
+        [32, 64]
+    );
+    assert!(blocks[..2].iter().all(|b| b.1 > 0 && b.2 == 0));
+    assert!(blocks[2].1 == 0 && blocks[2].2 == 28, "{blocks:?}");
 }
 
 /// 1×1 images, single rows and columns, in one mixed batch with a larger image of each channel count.
@@ -1140,6 +1148,58 @@ fn sim_v2_whole_images_match_cpu_decoder() {
 /// The design's conformance vectors (../shared/specs/l3v2-vectors): every one decodes on the simulated
 /// kernel to exactly the CPU decoder's pixels, which the l3-format conformance test checks against the
 /// vectors' SHA-256. One batch of all 40, NHWC.
+/// Every way a version-2 row falls on a warp: patch widths from 1 to 224 (1 to 7 columns a lane, every
+/// remainder), both profiles, gray, RGB and RGBA, in blocks of 2 warps and, beside a version-1 image 255
+/// pixels wide, of 8 (several patches to a block either way).
+#[test]
+fn sim_v2_every_row_width_matches_cpu_decoder() {
+    use l3_format::Profile::{Ans, Bp};
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    let mut rng = common::Rng(0x5eed_0224);
+    let widths = [
+        1u32, 2, 7, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 150, 159, 160, 161, 191,
+        192, 193, 200, 222, 223, 224,
+    ];
+    let mut imgs = Vec::new();
+    for (i, &w2) in widths.iter().enumerate() {
+        let c = [3u8, 1, 4][i % 3];
+        let content = [common::Content::Smooth, common::Content::Random][i % 2];
+        let profile = [Bp, Ans][(i / 2) % 2];
+        imgs.push(common::image_v2(
+            224 + w2,
+            5,
+            c,
+            224,
+            profile,
+            content,
+            &mut rng,
+        ));
+    }
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        check_batch(
+            exe,
+            &imgs,
+            &u8_opts(layout),
+            &format!("v2-widths-{layout:?}"),
+        );
+    }
+    imgs.push(common::image(
+        258,
+        4,
+        3,
+        255,
+        common::Content::Smooth,
+        &mut rng,
+    ));
+    let opts = DecodeOptions {
+        layout: Layout::Nchw,
+        dtype: DType::F16,
+        normalize: Some(Normalize::IMAGENET),
+        ..Default::default()
+    };
+    check_batch(exe, &imgs, &opts, "v2-widths-with-v1-255");
+}
+
 #[test]
 fn sim_v2_conformance_vectors_decode_exactly() {
     let exe = harness_or_skip!(HARNESS, Flavour::Plain);

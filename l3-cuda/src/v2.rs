@@ -1,7 +1,7 @@
 //! Version-2 patches on the device (l3-format/SPEC.md, part 2), shared by whole-image and sample batches:
-//! the descriptor of one patch (one thread block decodes every plane of it), each ANS image's context
-//! table as the kernel searches it, and the scratch memory where warp 0 of an ANS block leaves the chunk's
-//! residual codes for the block to reconstruct.
+//! the descriptor of one patch (one warp decodes every plane of it, `l3v2_decode_*` in kernel.cu), each
+//! ANS image's context table as the kernel reads it, and the scratch memory where the warp leaves the
+//! chunk's residual codes between its entropy decoding and its reconstruction.
 
 use crate::error::Error;
 use l3_format::{AnsTables, Profile};
@@ -78,6 +78,29 @@ impl V2Desc {
     }
 }
 
+/// Buckets of 64 slots in a context's 4096 (12-bit probabilities).
+pub(crate) const BUCKETS: usize = 64;
+
+/// A context's bucket words from its cumulative frequencies (summing to 4096), which the kernel reads
+/// before each rANS step's symbol: a chain of dependent loads is what each of the 32 lanes waits on,
+/// step after step, so the common case takes one load. Word b covers slots 64 b .. 64 b + 63:
+/// - when one symbol s holds all of them (f ≥ 64): `s | cum_s << 8 | (f − 1) << 20`, everything the
+///   step needs;
+/// - otherwise `lo | hi << 8` (f − 1 = 0 marks it: a whole bucket needs f ≥ 64), the symbols holding
+///   its first and last slot, between which the kernel searches the cumulative frequencies.
+fn bucket_words(cum: &[u16]) -> [u32; BUCKETS] {
+    let symbol_of = |slot: usize| cum.partition_point(|&c| usize::from(c) <= slot) - 1;
+    std::array::from_fn(|b| {
+        let (lo, hi) = (symbol_of(64 * b), symbol_of(64 * b + 63));
+        if lo == hi {
+            let f = u32::from(cum[lo + 1] - cum[lo]);
+            lo as u32 | u32::from(cum[lo]) << 8 | (f - 1) << 20
+        } else {
+            lo as u32 | (hi as u32) << 8
+        }
+    })
+}
+
 /// The v2 part of a batch: descriptors, the patches they name, the ANS context tables and the scratch.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct V2Batch {
@@ -91,8 +114,9 @@ pub(crate) struct V2Batch {
 
 impl V2Batch {
     /// Appends an image's context table as the kernel reads it: one `u32` per context, `(index of its
-    /// cumulative frequencies in u16 units from the table's start) << 9 | n` (n = 0: unused), then the
-    /// cumulative frequencies (n + 1 `u16` each, the last 4096). Returns the table's byte offset.
+    /// cumulative frequencies in u16 units from the table's start) << 9 | n` (n = 0: unused), then per
+    /// used context its [`BUCKETS`] bucket words ([`bucket_words`]) and its cumulative frequencies
+    /// (n + 1 `u16`, the last 4096). Returns the table's byte offset.
     pub fn add_tables(&mut self, t: &AnsTables) -> Result<u32, Error> {
         let too_large = Error::TooLarge {
             what: "the batch's ANS context tables exceed 4 GiB",
@@ -107,7 +131,14 @@ impl V2Batch {
         for ctx in 0..k {
             match t.cum(ctx) {
                 Some(c) => {
-                    // The cum arrays start after the k entries (2 u16 per entry).
+                    // After the k entries (2 u16 each): the bucket words (4-aligned, as the
+                    // table's start), then the cum array.
+                    if cums.len() % 2 == 1 {
+                        cums.push(0);
+                    }
+                    for w in bucket_words(&c) {
+                        cums.extend([w as u16, (w >> 16) as u16]);
+                    }
                     let index = 2 * k + cums.len();
                     let n = c.len() - 1;
                     entries.push(((index as u32) << 9) | n as u32);
@@ -169,7 +200,10 @@ impl V2Batch {
             let b = &t[at + 4 * ctx..at + 4 * ctx + 4];
             let e = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
             let (index, n) = (e >> 9, e & 511);
-            n == 0 || at + 2 * (index + n + 1) <= t.len()
+            n == 0
+                || (index % 2 == 0
+                    && 2 * index >= 4 * k + 4 * BUCKETS
+                    && at + 2 * (index + n + 1) <= t.len())
         })
     }
 
@@ -271,11 +305,58 @@ mod tests {
                         })
                         .collect();
                     assert_eq!(got, c);
+                    let words = &b.tables[at + 2 * index - 4 * BUCKETS..at + 2 * index];
+                    let want: Vec<u8> = bucket_words(&c)
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .collect();
+                    assert_eq!(words, &want[..]);
                 }
             }
         }
         // A table cut short is out of bounds.
         b.tables.truncate(b.tables.len() - 2);
         assert!(!b.table_in_bounds(at, 3));
+    }
+
+    /// Every slot's symbol is its bucket's word (a whole bucket, with its cum and frequency) or lies
+    /// between the word's two symbols, for tables with one symbol, zero frequencies, symbols inside one
+    /// bucket, a frequency of exactly 64 and the widest alphabets.
+    #[test]
+    fn bucket_words_give_every_slots_symbol() {
+        let mut tables: Vec<Vec<u16>> = vec![vec![4096], vec![0, 4096, 0], vec![4000, 1, 95]];
+        tables.push(vec![16; 256]);
+        tables.push([vec![3841], vec![1; 255]].concat());
+        tables.push(
+            (0..256)
+                .map(|i| if i == 7 { 4096 - 255 } else { 1 })
+                .collect(),
+        );
+        tables.push([vec![64; 63], vec![0, 31, 33]].concat());
+        for f in tables {
+            assert_eq!(f.iter().map(|&v| u32::from(v)).sum::<u32>(), 4096, "{f:?}");
+            let mut cum = vec![0u16];
+            for &v in &f {
+                cum.push(cum.last().unwrap() + v);
+            }
+            let words = bucket_words(&cum);
+            for slot in 0..4096usize {
+                let s = (0..f.len())
+                    .find(|&s| usize::from(cum[s]) <= slot && slot < usize::from(cum[s + 1]))
+                    .unwrap();
+                let w = words[slot / 64];
+                if w >> 20 != 0 {
+                    assert_eq!((w & 255) as usize, s, "slot {slot} of {f:?}");
+                    assert_eq!((w >> 8) & 4095, u32::from(cum[s]));
+                    assert_eq!((w >> 20) + 1, u32::from(f[s]));
+                } else {
+                    let (lo, hi) = ((w & 255) as usize, ((w >> 8) & 255) as usize);
+                    assert!(
+                        lo <= s && s <= hi && lo < hi,
+                        "slot {slot}: {s} outside [{lo}, {hi}]"
+                    );
+                }
+            }
+        }
     }
 }

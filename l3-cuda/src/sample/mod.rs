@@ -173,7 +173,7 @@ impl SamplePlan {
         if plan.descs.len() + plan.v2.descs.len() + plan.fills.len() > i32::MAX as usize {
             return Err(too_large("more than 2^31 - 1 thread blocks in one launch"));
         }
-        plan.block_dim = block_dim(max_w, !plan.v2.descs.is_empty());
+        plan.block_dim = block_dim(max_w);
         plan.stage_cap = max_len.min(STAGE_CAP);
         Ok((plan, alpha))
     }
