@@ -31,14 +31,16 @@
 #                loader's, then l3-cuda's sample tests one at a time, and ten plain runs of them on eight
 #                threads); racecheck over the tests that launch every kernel variant
 #   sass         l3-cuda/scripts/sass_count.py: the v1 decode kernels compiled by this machine's nvcc for
-#                sm_90, SASS instructions per decoded value, registers, occupancy (no GPU used; not run
-#                without nvcc, nvdisasm and cuobjdump)
+#                sm_90, SASS instructions per decoded value, registers, occupancy; then (sass-v2) the
+#                version-2 kernels' rANS step and row reconstruction (no GPU used; not run without nvcc,
+#                nvdisasm and cuobjdump)
 #   prepare      the measurement data: the corpus scaled to HD, FHD, UHD as PNG and JPEG q90
 #   kernel       the kernel, device-resident, against a device-to-device copy (v1, v2-BP, v2-ANS;
 #                NHWC u8, NCHW f16)
 #   fig7a        Figure 7(a): L3 on the GPU, L3 and PNG on all CPU cores, JPEG q90 on nvJPEG; the host stage alone
 #   overlap      a ResNet-50 training step with L3 batches decoded alongside vs a synthetic batch
-#   ncu          one Nsight Compute report of the hottest kernel (FHD, NCHW f16)
+#   ncu          Nsight Compute reports of the hottest kernel (FHD, NCHW f16) and of the version-2
+#                kernel on v2-ANS (ncu-v2)
 #   bsp-bench    `l3-bench bsp` on the device: every mode at 2048², whole and exact and PyTorch at 4096² to
 #                16384² as far as a 220 s deadline allows (each case in bsp-runs.jsonl once measured)
 #   bsp-onnx     `l3-bench onnx-device`: bsp-tiling's ONNX test models on the device, whole and exact at
@@ -286,6 +288,7 @@ run_step() {
         GPU_STEP=0
         if command -v nvcc >/dev/null && command -v nvdisasm >/dev/null && command -v cuobjdump >/dev/null; then
             step sass 120 python3 "$ROOT/l3-cuda/scripts/sass_count.py"
+            step sass-v2 120 python3 "$ROOT/l3-cuda/scripts/sass_count.py" --v2 --block 128
         else
             note "| sass | not run: no nvcc, nvdisasm and cuobjdump on PATH | 0 |"; write_summary
         fi
@@ -317,6 +320,12 @@ run_step() {
             --json "$LOGS/ncu.jsonl"
         [ -f "$LOGS/l3_samples_fhd_nchw_f16.ncu-rep" ] && ncu --import "$LOGS/l3_samples_fhd_nchw_f16.ncu-rep" \
             --page details >"$LOGS/ncu-details.txt" 2>&1
+        # The version-2 kernel (a warp per patch), on the default format.
+        step ncu-v2 150 ncu --kernel-name regex:l3v2_decode --launch-skip 2 --launch-count 1 --set full \
+            -o "$LOGS/l3v2_fhd_ans_nchw_f16" -f "$BIN/fig7a" "$DATA" --what kernel --res fhd --formats v2-ans \
+            --min-secs 0 --json "$LOGS/ncu-v2.jsonl"
+        [ -f "$LOGS/l3v2_fhd_ans_nchw_f16.ncu-rep" ] && ncu --import "$LOGS/l3v2_fhd_ans_nchw_f16.ncu-rep" \
+            --page details >"$LOGS/ncu-v2-details.txt" 2>&1
         ;;
     # 300 s: on an H200 the 2048² and 4096² cases of every mode and 8192² whole + exact took about 294 s
     # together. So every mode at 2048² only, whole + exact + PyTorch from 4096² up, the ONNX models (a CPU

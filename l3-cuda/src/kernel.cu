@@ -390,7 +390,7 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
 //     columns 32k + l: it keeps the row above's codes of those columns in registers and takes their left
 //     and right neighbours by shuffle, so a context costs no memory access but P0's code at the same
 //     pixel (for P1..P3), which the same lane wrote and loads once a row. A step's symbol comes from one
-//     load in the common case: the context's bucket word for the slot's 64-slot bucket (v2.rs,
+//     load in the common case: the context's bucket word for the slot's 16-slot bucket (v2.rs,
 //     `bucket_words`), which holds symbol, cum and frequency when one symbol fills the bucket. The codes go
 //     to the launch's scratch memory; then the final states are checked.
 // Reconstruction (both): lane l holds m = ceil(pw / 32) adjacent columns [l * m, l * m + m) of every
@@ -441,13 +441,13 @@ __device__ __forceinline__ u32 l3v2_u32(const u8* p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
-// A context's bucket words (v2.rs, `bucket_words`) lie just before its cum array: word b covers slots
-// 64 b .. 64 b + 63. With f - 1 (bits 20..31) non-zero one symbol holds the whole bucket: s (bits 0..7),
+// A context's bucket words (v2.rs, `bucket_words`) lie just before its cum array: word b covers the 16
+// slots from 16 b. With f - 1 (bits 20..31) non-zero one symbol holds the whole bucket: s (bits 0..7),
 // cum_s (bits 8..19), f, all from one load. Otherwise bits 0..7 and 8..15 are the symbols of the bucket's
 // first and last slot, and the cum array is searched between them.
-#define L3V2_BUCKETS 64
+#define L3V2_BUCKETS 256
 __device__ __forceinline__ u32 l3v2_find(const u16* cum, u32 slot, u32& lo, u32& f) {
-    u32 w = ((const u32*)cum - L3V2_BUCKETS)[slot >> 6];
+    u32 w = ((const u32*)cum - L3V2_BUCKETS)[slot >> 4];
     if (w >> 20) {
         lo = (w >> 8) & 4095u;
         f = (w >> 20) + 1u;
