@@ -6,14 +6,16 @@
 //   u32 height, u32 nchw (the last four: sample launches only),
 //   u64 len + data bytes, u64 len + descriptor bytes, u64 len + padding-table bytes,
 //   u64 len + scale/bias f32 bytes, u64 output bytes, then for version-2 patches: u32 n_v2, u32 v2_block,
-//   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes. The version-1 launch (grid
-//   blocks, none when grid is 0) runs first, then the version-2 launch (l3v2_decode_*, a warp per patch in
-//   blocks of v2_block threads) into the same output and error word, as on a device's stream.
+//   u64 len + V2Desc bytes, u64 len + context-table bytes, u64 scratch bytes, u64 bucket words. The
+//   version-1 launch (grid blocks, none when grid is 0) runs first, then the version-2 launches
+//   (l3v2_buckets, a block per descriptor; l3v2_decode_*, a warp per patch in blocks of v2_block threads)
+//   into the same output and error word, as on a device's stream.
 //   Mode 2 (a resampled batch: l3_samples_u8 into the intermediate, then l3_resample_h and
 //   l3_resample_{u8,f32,f16}) appends: u32 out_kind, u32 n, u32 rows, u32 width, u32 height, u32 nchw,
 //   u32 fill, u32 h_blocks, u32 v_blocks, u64 len + ResampleDesc bytes, u64 len + scale/bias bytes,
 //   u64 len + table bytes, u64 tmp bytes, u64 output bytes; the first part's output is the intermediate.
-// OUT_FILE: u32 err, then the output bytes. Output starts filled with FILL_BYTE (optional third argument,
+// OUT_FILE: u32 err, the bucket words l3v2_buckets built (u32 each, as many as LAUNCH_IN says; those of
+// unused contexts unwritten), then the output bytes. Output starts filled with FILL_BYTE (optional third argument,
 // default 0xA5) so unwritten elements show.
 #include "cuda_sim.h"
 #define L3_DYNAMIC_SMEM(name) u8* name = cuda_sim_dyn_smem
@@ -36,6 +38,7 @@ static struct {
     float* sb;
     const V2Desc* v2;
     const u8* tables;
+    u32* buckets;
     u32 err;
 } L;
 
@@ -97,16 +100,20 @@ static void run_block() {
     }
 }
 
+static void run_buckets_block() { l3v2_buckets(L.v2, L.n_v2, L.tables, L.buckets); }
+
 static void run_v2_block() {
     switch (L.kind) {
     case 0:
-        l3v2_decode_u8(L.data, L.v2, L.n_v2, L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        l3v2_decode_u8(L.data, L.v2, L.n_v2, L.out, L.sb, &L.err, L.n_descs, L.tables, L.buckets, L.scratch);
         break;
     case 1:
-        l3v2_decode_f32(L.data, L.v2, L.n_v2, (float*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        l3v2_decode_f32(L.data, L.v2, L.n_v2, (float*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.buckets,
+                        L.scratch);
         break;
     default:
-        l3v2_decode_f16(L.data, L.v2, L.n_v2, (u16*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.scratch);
+        l3v2_decode_f16(L.data, L.v2, L.n_v2, (u16*)L.out, L.sb, &L.err, L.n_descs, L.tables, L.buckets,
+                        L.scratch);
         break;
     }
 }
@@ -124,7 +131,7 @@ int main(int argc, char** argv) {
     u64 out_bytes = r.get<u64>();
     u32 n_v2 = r.get<u32>(), v2_block = r.get<u32>();
     std::vector<u8> v2_v = r.blob(), tables_v = r.blob();
-    u64 scratch_bytes = r.get<u64>();
+    u64 scratch_bytes = r.get<u64>(), bucket_words = r.get<u64>();
     u32 h_blocks = 0, v_blocks = 0;
     u64 final_bytes = 0;
     std::vector<u8> rd_v, rsb_v, tab_v;
@@ -170,6 +177,8 @@ int main(int argc, char** argv) {
     L.v2 = (const V2Desc*)copy(v2_v);
     L.tables = (const u8*)copy(tables_v);
     L.scratch = (u8*)malloc(scratch_bytes ? scratch_bytes : 1);
+    // Exact size, and not cleared: a word read before l3v2_buckets wrote it shows under the sanitizers.
+    L.buckets = (u32*)malloc(bucket_words ? 4 * bucket_words : 4);
     L.out = (u8*)malloc(out_bytes ? out_bytes : 1);
     memset(L.out, fill_byte, out_bytes);
     cuda_sim_dyn_smem = (u8*)malloc(smem ? smem : 1);
@@ -183,6 +192,7 @@ int main(int argc, char** argv) {
     }
     if (grid) cuda_sim_launch(dim3{grid, 1, 1}, block, run_block);
     if (n_v2) {
+        if (bucket_words) cuda_sim_launch(dim3{n_v2, 1, 1}, 256, run_buckets_block);
         u32 per = v2_block / 32;
         cuda_sim_launch(dim3{(n_v2 + per - 1) / per, 1, 1}, v2_block, run_v2_block);
     }
@@ -198,6 +208,7 @@ int main(int argc, char** argv) {
     FILE* f = fopen(argv[2], "wb");
     if (!f) { perror(argv[2]); return 2; }
     fwrite(&L.err, 4, 1, f);
+    fwrite(L.buckets, 4, bucket_words, f);
     if (mode == 2) {
         fwrite(R.out, 1, final_bytes, f);
         free((void*)R.rd); free((void*)R.sb); free((void*)R.tab); free(R.tmp); free(R.out);
@@ -206,6 +217,6 @@ int main(int argc, char** argv) {
     }
     fclose(f);
     free(L.data); free(L.descs); free(L.fills); free(L.sb); free(L.out); free(cuda_sim_dyn_smem);
-    free((void*)L.v2); free((void*)L.tables); free(L.scratch);
+    free((void*)L.v2); free((void*)L.tables); free(L.scratch); free(L.buckets);
     return 0;
 }

@@ -390,9 +390,10 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
 //     columns 32k + l: it keeps the row above's codes of those columns in registers and takes their left
 //     and right neighbours by shuffle, so a context costs no memory access but P0's code at the same
 //     pixel (for P1..P3), which the same lane wrote and loads once a row. A step's symbol comes from one
-//     load in the common case: the context's bucket word for the slot's 16-slot bucket (v2.rs,
-//     `bucket_words`), which holds symbol, cum and frequency when one symbol fills the bucket. The codes go
-//     to the launch's scratch memory; then the final states are checked.
+//     load in the common case: the context's bucket word for the slot's 16-slot bucket (l3v2_buckets
+//     builds them from the tables before the launch), which holds symbol, cum and frequency when one
+//     symbol fills the bucket. The codes go to the launch's scratch memory; then the final states are
+//     checked.
 // Reconstruction (both): lane l holds m = ceil(pw / 32) adjacent columns [l * m, l * m + m) of every
 // plane. x_c = a_c * x_{c-1} + b_c (SPEC.md 2.5, a_c in {0, 1}) is composed over the lane's own columns,
 // scanned across the lanes by shuffles (log2 32 steps), and finished over the lane's columns. The row of
@@ -432,6 +433,7 @@ struct V2Desc {
     u8 out_channels;     // output channels per pixel: 1, 3 or 4 (whole images: C; samples: 3)
     u8 exact;            // BP: rows == ph, so every decoded entry's rows must use its bytes exactly
     u8 reserved[3];
+    u32 buckets;         // ANS: the image's bucket words in the launch's bucket memory (u32 index)
 };
 
 __device__ __forceinline__ u32 l3v2_bitlen(u32 v) { return v == 0u ? 0u : 32u - (u32)__clz(v); }
@@ -441,35 +443,65 @@ __device__ __forceinline__ u32 l3v2_u32(const u8* p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
-// A context's bucket words (v2.rs, `bucket_words`) lie just before its cum array: word b covers the 16
-// slots from 16 b. With f - 1 (bits 20..31) non-zero one symbol holds the whole bucket: s (bits 0..7),
-// cum_s (bits 8..19), f, all from one load. Otherwise bits 0..7 and 8..15 are the symbols of the bucket's
-// first and last slot, and the cum array is searched between them.
+// A context's bucket words (v2.rs, `BUCKETS`; built by l3v2_buckets): word b covers the 16 slots from
+// 16 b. With f - 1 (bits 20..31) non-zero one symbol holds the whole bucket: s (bits 0..7), cum_s (bits
+// 8..19), f, all from one load. Otherwise bits 0..7 and 8..15 are the symbols of the bucket's first and
+// last slot, and the cum array is searched between them.
 #define L3V2_BUCKETS 256
-__device__ __forceinline__ u32 l3v2_find(const u16* cum, u32 slot, u32& lo, u32& f) {
-    u32 w = ((const u32*)cum - L3V2_BUCKETS)[slot >> 4];
+
+// The symbol s with cum[s] <= slot < cum[s + 1] among [a, b) (cum[a] <= slot < cum[b]).
+__device__ __forceinline__ u32 l3v2_search(const u16* cum, u32 a, u32 b, u32 slot) {
+    while (b - a > 1u) {
+        u32 mid = (a + b) >> 1;
+        if ((u32)cum[mid] <= slot) a = mid; else b = mid;
+    }
+    return a;
+}
+
+// The symbol of `slot` (cum has n + 1 entries, cum[n] = 4096), its cum (`lo`) and frequency (`f`).
+__device__ __forceinline__ u32 l3v2_find(const u16* cum, const u32* bucket_words, u32 slot, u32& lo,
+                                         u32& f) {
+    u32 w = bucket_words[slot >> 4];
     if (w >> 20) {
         lo = (w >> 8) & 4095u;
         f = (w >> 20) + 1u;
         return w & 255u;
     }
-    u32 a = w & 255u, b = ((w >> 8) & 255u) + 1u;  // cum[a] <= slot < cum[b]
-    while (b - a > 1u) {
-        u32 mid = (a + b) >> 1;
-        if ((u32)cum[mid] <= slot) a = mid; else b = mid;
-    }
+    u32 a = l3v2_search(cum, w & 255u, ((w >> 8) & 255u) + 1u, slot);
     lo = cum[a];
     f = (u32)cum[a + 1u] - lo;
     return a;
 }
 
-// One rANS symbol per lane (`active` lanes code one), `e` its context's entry in `tab`. Every lane of
-// the warp must call it.
+// Builds the bucket words of every ANS table of a launch, before its version-2 decode: block b takes
+// descriptor b's table when b is the first descriptor of its run with that table (an image's patches
+// are consecutive), thread t bucket t of every used context. Blocks of L3V2_BUCKETS threads.
+extern "C" __global__ void l3v2_buckets(const V2Desc* v2, u32 n_v2, const u8* tables, u32* buckets) {
+    u32 b = blockIdx.x;
+    if (b >= n_v2 || v2[b].profile == 0u) return;
+    u32 at = v2[b].table_offset;
+    if (b > 0u && v2[b - 1u].profile != 0u && v2[b - 1u].table_offset == at) return;
+    const u8* tab = tables + at;
+    u32* out = buckets + v2[b].buckets;
+    u32 k = v2[b].planes == 4u ? 148u : 102u, t = threadIdx.x;
+    for (u32 ctx = 0; ctx < k; ctx++) {
+        u32 e = ((const u32*)tab)[ctx];
+        u32 n = e & 511u;
+        if (n == 0u) continue;  // never read: a symbol in an unused context fails before its lookup
+        const u16* cum = (const u16*)tab + (e >> 9);
+        u32 lo = l3v2_search(cum, 0u, n, 16u * t), hi = l3v2_search(cum, lo, n, 16u * t + 15u);
+        u32 f = (u32)cum[lo + 1u] - cum[lo];
+        out[ctx * L3V2_BUCKETS + t] = lo == hi ? lo | (u32)cum[lo] << 8 | (f - 1u) << 20 : lo | hi << 8;
+    }
+}
+
+// One rANS symbol per lane (`active` lanes code one), `e` its context's entry in `tab`, `bw` its bucket
+// words. Every lane of the warp must call it.
 // `tab`: the image's table, u32 per context ((index of its cum array in u16 units) << 9 | n, n = 0 when
 // the context is unused) followed by each used context's bucket words and cum array.
-__device__ __forceinline__ u32 l3v2_symbol(bool active, u32 e, const u8* __restrict__ tab, u32& x,
-                                           u32& pos, const u8* __restrict__ words, u32 nwords, u32 lane,
-                                           u32& bad) {
+__device__ __forceinline__ u32 l3v2_symbol(bool active, u32 e, const u32* __restrict__ bw,
+                                           const u8* __restrict__ tab, u32& x, u32& pos,
+                                           const u8* __restrict__ words, u32 nwords, u32 lane, u32& bad) {
     u32 s = 0u;
     bool need = false;
     if (active) {
@@ -479,7 +511,7 @@ __device__ __forceinline__ u32 l3v2_symbol(bool active, u32 e, const u8* __restr
         } else {
             const u16* cum = (const u16*)tab + (e >> 9);
             u32 slot = x & 4095u, lo, f;
-            s = l3v2_find(cum, slot, lo, f);
+            s = l3v2_find(cum, bw, slot, lo, f);
             x = f * (x >> 12) + slot - lo;
             need = x < 65536u;
         }
@@ -506,7 +538,8 @@ __device__ __forceinline__ u32 l3v2_byte(const u32 (&row)[2], u32 k) {
 // valid (every state in range at the start and back at 2^16 at the end, every context used, every word
 // used).
 __device__ bool l3v2_ans_chunk(const u8* __restrict__ chunk, u32 len, const u8* __restrict__ tab,
-                               u32 planes, u32 pw, u32 ph, u8* __restrict__ zs, u32 lane) {
+                               const u32* __restrict__ bw, u32 planes, u32 pw, u32 ph, u8* __restrict__ zs,
+                               u32 lane) {
     u32 bad = (len < 128u || ((len - 128u) & 1u)) ? 1u : 0u;
     u32 x = bad ? 0u : l3v2_u32(chunk + 4u * lane);
     if (x < 65536u) bad = 1u;
@@ -517,12 +550,14 @@ __device__ bool l3v2_ans_chunk(const u8* __restrict__ chunk, u32 len, const u8* 
     u32 runs = (pw + 31u) >> 5;  // selector runs of a row, and 32-column steps of a row
     u8* sel = zs + planes * ph * pw;
     for (u32 p = 0; p < planes; p++) {
-        u32 sel_e = ((const u32*)tab)[p < 3u ? 99u + p : 147u];
+        u32 sel_ctx = p < 3u ? 99u + p : 147u;
+        u32 sel_e = ((const u32*)tab)[sel_ctx];
         u32 n = (ph - 1u) * runs;
         for (u32 j0 = 0; j0 < n; j0 += 32u) {
             u32 j = j0 + lane;
             bool active = j < n;
-            u32 s = l3v2_symbol(active, sel_e, tab, x, pos, words, nwords, lane, bad);
+            u32 s = l3v2_symbol(active, sel_e, bw + sel_ctx * L3V2_BUCKETS, tab, x, pos, words, nwords, lane,
+                                bad);
             if (active) sel[(p * ph + 1u + j / runs) * 8u + j % runs] = (u8)s;
         }
         u32 zp[2] = {0u, 0u};  // row r - 1's codes at columns 32k + lane, byte k (0 past the row)
@@ -571,7 +606,8 @@ L3_UNROLL
                 u32 c = 32u * k + lane;
                 bool active = c < pw;
                 u32 e_next = k + 1u < runs && c + 32u < pw ? ((const u32*)tab)[l3v2_byte(ctxs, k + 1u)] : 0u;
-                u32 s = l3v2_symbol(active, e, tab, x, pos, words, nwords, lane, bad);
+                u32 s = l3v2_symbol(active, e, bw + l3v2_byte(ctxs, k) * L3V2_BUCKETS, tab, x, pos, words,
+                                    nwords, lane, bad);
                 e = e_next;
                 if (active) {
                     zr[c] = (u8)s;  // sass-count: v2-ans values=L3V2_STEPS
@@ -724,7 +760,8 @@ L3_UNROLL
 template <typename Out>
 __device__ void l3v2_patch(const u8* __restrict__ data, const V2Desc& d, Out* __restrict__ out,
                            const float* __restrict__ sb, u32* __restrict__ err, u32 id,
-                           const u8* __restrict__ tables, u8* __restrict__ scratch) {
+                           const u8* __restrict__ tables, const u32* __restrict__ buckets,
+                           u8* __restrict__ scratch) {
     __shared__ u8 s_stage[L3V2_WARPS][4][L3V2_STAGE];
     u32 lane = threadIdx.x & 31u;
     u8 (*stage)[L3V2_STAGE] = s_stage[threadIdx.x >> 5];
@@ -737,7 +774,8 @@ __device__ void l3v2_patch(const u8* __restrict__ data, const V2Desc& d, Out* __
         return;
     }
     u8* zs = scratch + d.scratch_offset;
-    bool ok = ans ? l3v2_ans_chunk(data + d.off[0], d.len[0], tables + d.table_offset, planes, pw, ph, zs, lane)
+    bool ok = ans ? l3v2_ans_chunk(data + d.off[0], d.len[0], tables + d.table_offset, buckets + d.buckets,
+                                   planes, pw, ph, zs, lane)
                   : l3v2_bp_validate(data, d, lane);
     if (!ok) {
         if (lane == 0u) atomicMin(err, id);
@@ -819,11 +857,11 @@ L3_UNROLL
 #define L3V2_DECODE_KERNEL(name, Out)                                                                      \
     extern "C" __global__ void L3V2_BOUNDS name(const u8* data, const V2Desc* v2, u32 n_v2, Out* out,      \
                                                 const float* scale_bias, u32* err, u32 first_index,        \
-                                                const u8* tables, u8* scratch) {                           \
+                                                const u8* tables, const u32* buckets, u8* scratch) {       \
         u32 i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                                       \
         if (i >= n_v2) return;                                                                            \
         V2Desc vd = v2[i];                                                                                \
-        l3v2_patch(data, vd, out, scale_bias, err, first_index + i, tables, scratch);                     \
+        l3v2_patch(data, vd, out, scale_bias, err, first_index + i, tables, buckets, scratch);            \
     }
 L3V2_DECODE_KERNEL(l3v2_decode_u8, u8)
 L3V2_DECODE_KERNEL(l3v2_decode_f32, float)

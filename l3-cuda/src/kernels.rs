@@ -32,6 +32,8 @@ pub(crate) struct Kernels {
     f16: KernelPair,
     /// A resampled batch's horizontal pass (u8 to u8, whatever the batch's type).
     pub(crate) resample_h: CudaFunction,
+    /// The bucket words of a launch's ANS tables, built before its version-2 decode.
+    pub(crate) v2_buckets: CudaFunction,
 }
 
 impl Kernels {
@@ -81,13 +83,14 @@ impl Kernels {
                 "l3_resample_f16",
             )?,
             resample_h: load("l3_resample_h")?,
+            v2_buckets: load("l3v2_buckets")?,
         })
     }
 }
 
 /// The entry points of kernel.cu, as the NVRTC test checks them.
 #[cfg(test)]
-pub(crate) const KERNEL_NAMES: [&str; 13] = [
+pub(crate) const KERNEL_NAMES: [&str; 14] = [
     "l3_decode_u8",
     "l3_decode_f32",
     "l3_decode_f16",
@@ -97,6 +100,7 @@ pub(crate) const KERNEL_NAMES: [&str; 13] = [
     "l3v2_decode_u8",
     "l3v2_decode_f32",
     "l3v2_decode_f16",
+    "l3v2_buckets",
     "l3_resample_h",
     "l3_resample_u8",
     "l3_resample_f32",

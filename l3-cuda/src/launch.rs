@@ -68,7 +68,7 @@ pub(crate) fn launch(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
-    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
+    let mut scratch = vec![alloc_scratch(stream, plan.v2.scratch_len)?];
     let n = plan.descs.len() as u32;
     let cfg = LaunchConfig {
         grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim), 1, 1),
@@ -100,9 +100,10 @@ pub(crate) fn launch(
                 unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
             }
             let v2_args = V2Args { data: &data, descs: &v2, tables: &tables, sb: &sb, first_index: n };
+            let fns = (&kernels.v2_buckets, &pair.v2);
             // SAFETY: the version-2 descriptors were built by BatchPlan from validated files
-            // (`BatchPlan::descriptors_in_bounds` covers them, their tables and scratch).
-            unsafe { launch_v2(stream, &pair.v2, &plan.v2, &v2_args, &mut out, &mut err, &mut scratch) }?;
+            // (`BatchPlan::descriptors_in_bounds` covers them, their tables, scratch and buckets).
+            unsafe { launch_v2(stream, fns, &plan.v2, &v2_args, &mut out, &mut err, &mut scratch) }?;
             out
         }};
     }
@@ -123,7 +124,7 @@ pub(crate) fn launch(
         origin: Origin::Images(plan),
         readback: readback.clone(),
         consumers: Mutex::new(Vec::new()),
-        _scratch: vec![scratch],
+        _scratch: scratch,
     })
 }
 
@@ -137,7 +138,7 @@ pub(crate) fn launch_samples(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
-    let mut scratch = alloc_scratch(stream, plan.v2.scratch_len)?;
+    let mut scratch = vec![alloc_scratch(stream, plan.v2.scratch_len)?];
     let n_descs = plan.descs.len() as u32;
     let n_fills = plan.fills.len() as u32;
     let cfg = LaunchConfig {
@@ -184,12 +185,13 @@ pub(crate) fn launch_samples(
                 sb: &sb,
                 first_index: n_descs,
             };
+            let fns = (&kernels.v2_buckets, &$pair.v2);
             // SAFETY: SamplePlan built the version-2 descriptors from validated sources and windows
-            // (`SamplePlan::descriptors_in_bounds` covers them, their tables and scratch).
+            // (`SamplePlan::descriptors_in_bounds` covers them, their tables, scratch and buckets).
             unsafe {
                 launch_v2(
                     stream,
-                    &$pair.v2,
+                    fns,
                     &plan.v2,
                     &v2_args,
                     &mut out,
@@ -221,7 +223,7 @@ pub(crate) fn launch_samples(
             out
         }
     };
-    keep.push(scratch);
+    keep.extend(scratch);
     let ready = stream
         .record_event(None)
         .map_err(|e| Error::driver("cuEventRecord", e))?;
@@ -258,31 +260,49 @@ struct V2Args<'a> {
     first_index: u32,
 }
 
-/// Queues the version-2 launch of a batch (nothing when it has no version-2 patch): a warp per patch of
-/// `v2`, writing into `out` beside the version-1 launch.
+/// Queues the version-2 launches of a batch (nothing when it has no version-2 patch): the bucket words of
+/// its ANS tables (`fns.0`), then a warp per patch of `v2` (`fns.1`), writing into `out` beside the
+/// version-1 launch. `scratch` keeps the bucket memory until the batch is done.
 ///
 /// # Safety
-/// `v2`'s descriptors must read only inside `args`' buffers and `scratch` and write only inside `out`
-/// (what the plans' `descriptors_in_bounds` checks).
+/// `v2`'s descriptors must read only inside `args`' buffers, `scratch` and the bucket memory and write
+/// only inside `out` (what the plans' `descriptors_in_bounds` checks).
 unsafe fn launch_v2<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
-    kernel: &CudaFunction,
+    fns: (&CudaFunction, &CudaFunction),
     v2: &V2Batch,
     args: &V2Args<'_>,
     out: &mut CudaSlice<T>,
     err: &mut CudaSlice<u32>,
-    scratch: &mut CudaSlice<u8>,
+    scratch: &mut Vec<CudaSlice<u8>>,
 ) -> Result<(), Error> {
     let n_v2 = v2.descs.len() as u32;
     if n_v2 == 0 {
         return Ok(());
+    }
+    let mut buckets = alloc_scratch(stream, v2.bucket_words.saturating_mul(4))?;
+    if v2.bucket_words > 0 {
+        let cfg = LaunchConfig {
+            grid_dim: (n_v2, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(fns.0);
+        b.arg(args.descs)
+            .arg(&n_v2)
+            .arg(args.tables)
+            .arg(&mut buckets);
+        // SAFETY: argument order and types match kernel.cu's l3v2_buckets; every ANS descriptor's table
+        // and bucket words lie inside `tables` and `buckets` (`V2Batch::in_bounds`).
+        unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
     }
     let cfg = LaunchConfig {
         grid_dim: (v2_blocks(v2.descs.len()), 1, 1),
         block_dim: (V2_BLOCK, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut b = stream.launch_builder(kernel);
+    let first = scratch.first_mut().expect("the launch's scratch");
+    let mut b = stream.launch_builder(fns.1);
     b.arg(args.data)
         .arg(args.descs)
         .arg(&n_v2)
@@ -291,9 +311,11 @@ unsafe fn launch_v2<T: DeviceRepr>(
         .arg(err)
         .arg(&args.first_index)
         .arg(args.tables)
-        .arg(scratch);
+        .arg(&buckets)
+        .arg(first);
     // SAFETY: argument order and types match kernel.cu's l3v2_decode_*; the bounds are the caller's.
     unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
+    scratch.push(buckets);
     Ok(())
 }
 

@@ -447,9 +447,9 @@ fn push_v2_descs(
     let row_stride = i32::try_from(row_stride).map_err(too_large)?;
     let chan_stride = u32::try_from(chan_stride).map_err(too_large)?;
     let profile = file.profile().unwrap_or(l3_format::Profile::Bp);
-    let table_offset = match file.ans_tables() {
+    let (table_offset, buckets) = match file.ans_tables() {
         Some(t) => v2.add_tables(&t)?,
-        None => 0,
+        None => (0, 0),
     };
     for p in 0..file.patches_per_channel() {
         let rect = file.patch_rect(p);
@@ -461,6 +461,7 @@ fn push_v2_descs(
                     Layout::Nchw => u64::from(rect.y) * w + u64::from(rect.x),
                 },
             table_offset,
+            buckets,
             row_stride,
             col_stride: col_stride as i32,
             chan_stride,

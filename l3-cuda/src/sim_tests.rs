@@ -29,6 +29,8 @@ static HARNESS: Harness = Harness::new(
 /// What one simulated launch produced.
 struct SimRun {
     err: u32,
+    /// The bucket words the launch built from its ANS tables.
+    buckets: Vec<u32>,
     out: Vec<u8>,
 }
 
@@ -61,6 +63,7 @@ struct Launch<'a> {
     v2: Vec<u8>,
     tables: Vec<u8>,
     scratch: u64,
+    bucket_words: u64,
     /// Mode 2 (a resampled batch): the passes' part of the launch file, after the decode's.
     resample: Option<Vec<u8>>,
 }
@@ -91,6 +94,7 @@ fn run_sim_data(exe: &Path, plan: &BatchPlan, data: &[u8], tag: &str) -> SimRun 
         v2: plan.v2.descriptor_bytes().to_vec(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
+        bucket_words: plan.v2.bucket_words,
         resample: None,
     };
     run_launch(exe, &launch, tag, 0xA5)
@@ -131,6 +135,7 @@ fn run_sim_samples(
         v2: plan.v2.descriptor_bytes().to_vec(),
         tables: plan.v2.tables.clone(),
         scratch: plan.v2.scratch_len,
+        bucket_words: plan.v2.bucket_words,
         resample: plan.resample.as_ref().map(|r| {
             let mut t = Vec::new();
             let kind: u32 = match r.tensor.dtype {
@@ -210,14 +215,20 @@ fn run_launch(exe: &Path, l: &Launch, tag: &str, fill_byte: u8) -> SimRun {
         f.extend_from_slice(blob);
     }
     f.extend_from_slice(&l.scratch.to_le_bytes());
+    f.extend_from_slice(&l.bucket_words.to_le_bytes());
     if let Some(tail) = &l.resample {
         f.extend_from_slice(tail);
     }
     let fill = fill_byte.to_string();
     let bytes = cuda_sim::run(exe, tag, &f, &[&fill]).unwrap_or_else(|e| panic!("{e}"));
+    let words = 4 + 4 * l.bucket_words as usize;
     SimRun {
         err: u32::from_le_bytes(bytes[..4].try_into().unwrap()),
-        out: bytes[4..].to_vec(),
+        buckets: bytes[4..words]
+            .chunks(4)
+            .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+            .collect(),
+        out: bytes[words..].to_vec(),
     }
 }
 
@@ -1198,6 +1209,128 @@ fn sim_v2_every_row_width_matches_cpu_decoder() {
         ..Default::default()
     };
     check_batch(exe, &imgs, &opts, "v2-widths-with-v1-255");
+}
+
+/// An ANS table bitstream (SPEC.md 2.7.4) for `k` contexts, `tables` the used ones: (context, f).
+fn ans_tables(k: usize, tables: &[(usize, Vec<u16>)]) -> l3_format::AnsTables {
+    let mut bits: Vec<bool> = Vec::new();
+    let put =
+        |bits: &mut Vec<bool>, v: u32, n: u32| (0..n).for_each(|i| bits.push(v >> i & 1 == 1));
+    for ctx in 0..k {
+        let Some((_, f)) = tables.iter().find(|t| t.0 == ctx) else {
+            bits.push(false);
+            continue;
+        };
+        bits.push(true);
+        put(&mut bits, f.len() as u32 - 1, 8);
+        for &v in f {
+            let code = u32::from(v) + 1;
+            let len = 32 - code.leading_zeros();
+            (0..len - 1).for_each(|_| bits.push(false));
+            (0..len).rev().for_each(|i| bits.push(code >> i & 1 == 1));
+        }
+    }
+    let mut bytes = vec![0u8; bits.len().div_ceil(8)];
+    for (i, b) in bits.iter().enumerate() {
+        bytes[i / 8] |= u8::from(*b) << (i % 8);
+    }
+    l3_format::AnsTables::parse(&bytes, k)
+        .expect("a valid table")
+        .0
+}
+
+/// The bucket words the device builds from each ANS table (`l3v2_buckets`), against their definition
+/// (`v2::BUCKETS`), for tables with one symbol, zero frequencies, symbols inside one bucket, frequencies
+/// of exactly one bucket, a run of rare symbols at the end and 256 symbols; two images' tables, each
+/// built once however many patches share it.
+#[test]
+fn sim_v2_bucket_words_match_their_tables() {
+    use crate::v2::{BUCKETS, V2Batch, V2Desc};
+    let exe = harness_or_skip!(HARNESS, Flavour::Asan);
+    let cases: Vec<Vec<u16>> = vec![
+        vec![4096],
+        vec![0, 4096, 0],
+        vec![4000, 1, 95],
+        vec![16; 256],
+        [vec![3841], vec![1; 255]].concat(),
+        [vec![16; 253], vec![0, 47, 1]].concat(),
+        (0..200)
+            .map(|i| if i == 7 { 4096 - 199 } else { 1 })
+            .collect(),
+        [vec![64; 63], vec![0, 31, 33]].concat(),
+    ];
+    let mut v2 = V2Batch::default();
+    let mut images = Vec::new();
+    for (i, chunk) in [&cases[..4], &cases[4..]].into_iter().enumerate() {
+        let used: Vec<(usize, Vec<u16>)> = chunk
+            .iter()
+            .enumerate()
+            .map(|(j, f)| (10 * j + i, f.clone()))
+            .chain([(99 + i, vec![1000, 0, 3000, 96])]) // a selector context
+            .collect();
+        let t = ans_tables(102, &used);
+        let (table_offset, buckets) = v2.add_tables(&t).unwrap();
+        for _ in 0..3 {
+            v2.descs.push(V2Desc {
+                table_offset,
+                buckets,
+                planes: 3,
+                decoded: 3,
+                profile: l3_format::Profile::Ans.byte(),
+                ..V2Desc::default()
+            });
+            v2.ids.push((i as u32, 0));
+        }
+        images.push((t, buckets));
+    }
+    let launch = Launch {
+        samples: false,
+        dtype: DType::U8,
+        grid: 0,
+        block: 32,
+        smem: 0,
+        stage_cap: 0,
+        n_descs: 0,
+        n_fills: 0,
+        sample: [0; 3],
+        data: &[],
+        descs: Vec::new(),
+        fills: Vec::new(),
+        scale_bias: [0.0; 8],
+        out_bytes: 0,
+        n_v2: v2.descs.len() as u32,
+        v2: v2.descriptor_bytes().to_vec(),
+        tables: v2.tables.clone(),
+        scratch: 1,
+        bucket_words: v2.bucket_words,
+        resample: None,
+    };
+    // The chunks are empty, so every patch fails; the words are built before.
+    let run = run_launch(exe, &launch, "v2-buckets", 0);
+    assert_eq!(run.err, 0, "the empty chunks are refused");
+    let mut checked = 0;
+    for (t, at) in &images {
+        for ctx in 0..t.contexts() {
+            let Some(cum) = t.cum(ctx) else { continue };
+            let sym = |slot: usize| cum.partition_point(|&c| usize::from(c) <= slot) - 1;
+            for b in 0..BUCKETS as usize {
+                let (lo, hi) = (sym(16 * b), sym(16 * b + 15));
+                let want = if lo == hi {
+                    let f = u32::from(cum[lo + 1] - cum[lo]);
+                    lo as u32 | u32::from(cum[lo]) << 8 | (f - 1) << 20
+                } else {
+                    lo as u32 | (hi as u32) << 8
+                };
+                let got = run.buckets[*at as usize + ctx * BUCKETS as usize + b];
+                assert_eq!(
+                    got, want,
+                    "context {ctx}, bucket {b}: {got:#x}, want {want:#x}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, (cases.len() + 2) * BUCKETS as usize);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Version-2 patches on the device (l3-format/SPEC.md, part 2), shared by whole-image and sample batches:
 //! the descriptor of one patch (one warp decodes every plane of it, `l3v2_decode_*` in kernel.cu), each
-//! ANS image's context table as the kernel reads it, and the scratch memory where the warp leaves the
-//! chunk's residual codes between its entropy decoding and its reconstruction.
+//! ANS image's context table as the kernel reads it, and the device memory the launch needs beside its
+//! input: the scratch where the warp leaves the chunk's residual codes between its entropy decoding and
+//! its reconstruction, and the bucket words the launch builds from each table before decoding.
 
 use crate::error::Error;
 use l3_format::{AnsTables, Profile};
@@ -38,7 +39,9 @@ pub(crate) struct V2Desc {
     pub out_channels: u8,
     /// BP: 1 when the rows reach the patch's last row, so each entry must be used exactly.
     pub exact: u8,
-    pub pad: [u8; 7],
+    pub pad: [u8; 3],
+    /// ANS: the image's bucket words in the launch's bucket memory (u32 index; [`BUCKETS`] a context).
+    pub buckets: u32,
 }
 
 pub(crate) const V2_DESC_BYTES: usize = std::mem::size_of::<V2Desc>();
@@ -78,41 +81,15 @@ impl V2Desc {
     }
 }
 
-/// Buckets of [`BUCKET_SLOTS`] slots in a context's 4096 (12-bit probabilities).
-pub(crate) const BUCKETS: usize = 256;
-pub(crate) const BUCKET_SLOTS: usize = 4096 / BUCKETS;
-
-/// A context's bucket words from its cumulative frequencies (summing to 4096), which the kernel reads
-/// before each rANS step's symbol: a chain of dependent loads is what each of the 32 lanes waits on,
-/// step after step, and a warp's step waits for its slowest lane. Word b covers the 16 slots from 16 b:
-/// - when one symbol s holds all of them (f ≥ 16): `s | cum_s << 8 | (f − 1) << 20`, everything the
-///   step needs, from one load;
-/// - otherwise `lo | hi << 8` (f − 1 = 0 marks it: a whole bucket needs f ≥ 16), the symbols holding
-///   its first and last slot, between which the kernel searches the cumulative frequencies.
-///
-/// Why 16 slots: modelled over the corpus' contexts (32 lanes on one context, slots uniform), a warp's
-/// step waits on 6.9 loads beyond the bucket word with a plain binary search, 4.2 with 64-slot buckets,
-/// 2.3 with 16-slot ones (1 KiB a context) and 1.4 with 8-slot ones (2 KiB).
-fn bucket_words(cum: &[u16]) -> [u32; BUCKETS] {
-    // One sweep: s is the symbol holding the slot at hand, for slots in increasing order.
-    let mut s = 0usize;
-    let mut symbol_of = |slot: usize| {
-        while usize::from(cum[s + 1]) <= slot {
-            s += 1;
-        }
-        s
-    };
-    std::array::from_fn(|b| {
-        let lo = symbol_of(BUCKET_SLOTS * b);
-        let hi = symbol_of(BUCKET_SLOTS * b + BUCKET_SLOTS - 1);
-        if lo == hi {
-            let f = u32::from(cum[lo + 1] - cum[lo]);
-            lo as u32 | u32::from(cum[lo]) << 8 | (f - 1) << 20
-        } else {
-            lo as u32 | (hi as u32) << 8
-        }
-    })
-}
+/// Bucket words a context: the launch builds them on the device from each table (`l3v2_buckets` in
+/// kernel.cu), so they cost neither host time nor bus bytes. Word b covers the 16 slots from 16 b:
+/// when one symbol s holds all of them (f ≥ 16) it is `s | cum_s << 8 | (f − 1) << 20`, everything a
+/// rANS step needs from one load; otherwise `lo | hi << 8` (f − 1 = 0 marks it), the symbols of its
+/// first and last slot, between which the kernel searches the cumulative frequencies. A warp's step
+/// waits for its slowest lane: modelled over the corpus' contexts (32 lanes on one context, slots
+/// uniform), a step waits on 6.9 loads beyond the essential ones with a plain binary search, 4.2 with
+/// 64-slot buckets, 2.3 with 16-slot ones (1 KiB a context) and 1.4 with 8-slot ones (2 KiB).
+pub(crate) const BUCKETS: u64 = 256;
 
 /// The v2 part of a batch: descriptors, the patches they name, the ANS context tables and the scratch.
 #[derive(Debug, Clone, Default)]
@@ -123,14 +100,16 @@ pub(crate) struct V2Batch {
     /// Every ANS image's context table, back to back (4-byte aligned each).
     pub tables: Vec<u8>,
     pub scratch_len: u64,
+    /// u32 words of bucket memory the launch builds from the tables ([`BUCKETS`] per context).
+    pub bucket_words: u64,
 }
 
 impl V2Batch {
     /// Appends an image's context table as the kernel reads it: one `u32` per context, `(index of its
-    /// cumulative frequencies in u16 units from the table's start) << 9 | n` (n = 0: unused), then per
-    /// used context its [`BUCKETS`] bucket words ([`bucket_words`]) and its cumulative frequencies
-    /// (n + 1 `u16`, the last 4096). Returns the table's byte offset.
-    pub fn add_tables(&mut self, t: &AnsTables) -> Result<u32, Error> {
+    /// cumulative frequencies in u16 units from the table's start) << 9 | n` (n = 0: unused), then the
+    /// cumulative frequencies (n + 1 `u16` each, the last 4096); and reserves its bucket words. Returns
+    /// the table's byte offset and the bucket words' index.
+    pub fn add_tables(&mut self, t: &AnsTables) -> Result<(u32, u32), Error> {
         let too_large = Error::TooLarge {
             what: "the batch's ANS context tables exceed 4 GiB",
         };
@@ -144,14 +123,7 @@ impl V2Batch {
         for ctx in 0..k {
             match t.cum(ctx) {
                 Some(c) => {
-                    // After the k entries (2 u16 each): the bucket words (4-aligned, as the
-                    // table's start), then the cum array.
-                    if cums.len() % 2 == 1 {
-                        cums.push(0);
-                    }
-                    for w in bucket_words(&c) {
-                        cums.extend([w as u16, (w >> 16) as u16]);
-                    }
+                    // The cum arrays start after the k entries (2 u16 per entry).
                     let index = 2 * k + cums.len();
                     let n = c.len() - 1;
                     entries.push(((index as u32) << 9) | n as u32);
@@ -166,7 +138,11 @@ impl V2Batch {
         for c in cums {
             self.tables.extend_from_slice(&c.to_le_bytes());
         }
-        u32::try_from(at).map_err(|_| too_large)
+        let buckets = u32::try_from(self.bucket_words).map_err(|_| Error::TooLarge {
+            what: "the batch's ANS bucket words exceed 2^32",
+        })?;
+        self.bucket_words += k as u64 * BUCKETS;
+        Ok((u32::try_from(at).map_err(|_| too_large)?, buckets))
     }
 
     /// Reserves an ANS chunk's scratch; returns its offset.
@@ -197,7 +173,10 @@ impl V2Batch {
                 let ans_ok = !d.is_ans()
                     || (d.scratch_offset + V2Desc::scratch_len(d.planes, d.pw, d.ph)
                         <= self.scratch_len
-                        && self.table_in_bounds(d.table_offset as usize, d.planes));
+                        && self.table_in_bounds(d.table_offset as usize, d.planes)
+                        && u64::from(d.buckets)
+                            + l3_format::v2::contexts(d.planes) as u64 * BUCKETS
+                            <= self.bucket_words);
                 shape_ok && reads_ok && ans_ok && out_ok(i, d.out_span())
             })
     }
@@ -213,10 +192,7 @@ impl V2Batch {
             let b = &t[at + 4 * ctx..at + 4 * ctx + 4];
             let e = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
             let (index, n) = (e >> 9, e & 511);
-            n == 0
-                || (index % 2 == 0
-                    && 2 * index >= 4 * k + 4 * BUCKETS
-                    && at + 2 * (index + n + 1) <= t.len())
+            n == 0 || (2 * index >= 4 * k && at + 2 * (index + n + 1) <= t.len())
         })
     }
 
@@ -260,7 +236,8 @@ mod tests {
             profile: Profile::Ans.byte(),
             out_channels: 3,
             exact: 1,
-            pad: [0; 7],
+            pad: [0; 3],
+            buckets: 21,
         };
         let b = V2Batch {
             descs: vec![d],
@@ -282,6 +259,7 @@ mod tests {
         assert_eq!((u32_at(68), u32_at(72) as i32, u32_at(76)), (12, -13, 14));
         assert_eq!((u16_at(80), u16_at(82), u16_at(90)), (15, 16, 20));
         assert_eq!(&b[92..97], &[3, 3, 1, 3, 1]);
+        assert_eq!(u32_at(100), 21);
     }
 
     #[test]
@@ -300,8 +278,10 @@ mod tests {
             .unwrap();
         let mut b = V2Batch::default();
         b.tables.push(9); // misaligned on purpose: the table is padded to 4 bytes
-        let at = b.add_tables(&t).unwrap() as usize;
-        assert_eq!(at, 4);
+        let (at, buckets) = b.add_tables(&t).unwrap();
+        let at = at as usize;
+        assert_eq!((at, buckets), (4, 0));
+        assert_eq!(b.bucket_words, t.contexts() as u64 * BUCKETS);
         assert!(b.table_in_bounds(at, 3));
         for ctx in 0..t.contexts() {
             let e =
@@ -318,59 +298,11 @@ mod tests {
                         })
                         .collect();
                     assert_eq!(got, c);
-                    let words = &b.tables[at + 2 * index - 4 * BUCKETS..at + 2 * index];
-                    let want: Vec<u8> = bucket_words(&c)
-                        .iter()
-                        .flat_map(|w| w.to_le_bytes())
-                        .collect();
-                    assert_eq!(words, &want[..]);
                 }
             }
         }
         // A table cut short is out of bounds.
         b.tables.truncate(b.tables.len() - 2);
         assert!(!b.table_in_bounds(at, 3));
-    }
-
-    /// Every slot's symbol is its bucket's word (a whole bucket, with its cum and frequency) or lies
-    /// between the word's two symbols, for tables with one symbol, zero frequencies, symbols inside one
-    /// bucket, frequencies of exactly one bucket and the widest alphabets.
-    #[test]
-    fn bucket_words_give_every_slots_symbol() {
-        let mut tables: Vec<Vec<u16>> = vec![vec![4096], vec![0, 4096, 0], vec![4000, 1, 95]];
-        tables.push(vec![16; 256]);
-        tables.push([vec![3841], vec![1; 255]].concat());
-        tables.push(
-            (0..256)
-                .map(|i| if i == 7 { 4096 - 255 } else { 1 })
-                .collect(),
-        );
-        tables.push([vec![64; 63], vec![0, 31, 33]].concat());
-        tables.push([vec![16; 253], vec![0, 47, 1]].concat());
-        for f in tables {
-            assert_eq!(f.iter().map(|&v| u32::from(v)).sum::<u32>(), 4096, "{f:?}");
-            let mut cum = vec![0u16];
-            for &v in &f {
-                cum.push(cum.last().unwrap() + v);
-            }
-            let words = bucket_words(&cum);
-            for slot in 0..4096usize {
-                let s = (0..f.len())
-                    .find(|&s| usize::from(cum[s]) <= slot && slot < usize::from(cum[s + 1]))
-                    .unwrap();
-                let w = words[slot / BUCKET_SLOTS];
-                if w >> 20 != 0 {
-                    assert_eq!((w & 255) as usize, s, "slot {slot} of {f:?}");
-                    assert_eq!((w >> 8) & 4095, u32::from(cum[s]));
-                    assert_eq!((w >> 20) + 1, u32::from(f[s]));
-                } else {
-                    let (lo, hi) = ((w & 255) as usize, ((w >> 8) & 255) as usize);
-                    assert!(
-                        lo <= s && s <= hi && lo < hi,
-                        "slot {slot}: {s} outside [{lo}, {hi}]"
-                    );
-                }
-            }
-        }
     }
 }

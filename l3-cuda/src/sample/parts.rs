@@ -56,7 +56,7 @@ impl SamplePlan {
 
     /// Appends `part` (the next source, planned by [`part`](Self::part)'s plan), moving its offsets past
     /// what the batch holds so far: patch bytes, ANS tables (4-aligned, as `V2Batch::add_tables` places
-    /// them) and scratch. [`Error::TooLarge`] when an ANS table lands past 4 GiB, as a single thread
+    /// them), scratch and bucket words. [`Error::TooLarge`] when an ANS table lands past 4 GiB, as a single thread
     /// finds.
     pub(super) fn append_part(&mut self, mut part: SamplePlan) -> Result<(), Error> {
         let data_at = self.data_len;
@@ -73,6 +73,7 @@ impl SamplePlan {
         }
         let tables_at = self.v2.tables.len();
         let scratch_at = self.v2.scratch_len;
+        let buckets_at = self.v2.bucket_words;
         for d in &mut part.v2.descs {
             let entries = d.entries();
             for off in &mut d.off[..entries] {
@@ -86,6 +87,11 @@ impl SamplePlan {
                         }
                     })?;
                 d.scratch_offset += scratch_at;
+                d.buckets = u32::try_from(buckets_at + u64::from(d.buckets)).map_err(|_| {
+                    Error::TooLarge {
+                        what: "the batch's ANS bucket words exceed 2^32",
+                    }
+                })?;
             }
         }
         self.descs.append(&mut part.descs);
@@ -97,6 +103,7 @@ impl SamplePlan {
         self.v2.ids.append(&mut part.v2.ids);
         self.v2.tables.append(&mut part.v2.tables);
         self.v2.scratch_len += part.v2.scratch_len;
+        self.v2.bucket_words += part.v2.bucket_words;
         Ok(())
     }
 }

@@ -207,14 +207,14 @@ impl SamplePlan {
             }
             .map_err(image)?;
         }
-        let table_offset = match (profile, tables) {
+        let (table_offset, buckets) = match (profile, tables) {
             (Profile::Ans, Some(t)) => self.v2.add_tables(t)?,
             (Profile::Ans, None) => {
                 return Err(image(l3_format::Error::BadOptions {
                     reason: "ANS tables missing",
                 }));
             }
-            (Profile::Bp, _) => 0,
+            (Profile::Bp, _) => (0, 0),
         };
         let ci = self.tensor.channels() as u8;
         let planes = grid.channels;
@@ -269,6 +269,7 @@ impl SamplePlan {
                 let mut d = V2Desc {
                     out_offset: lay.base + (lay.elem)(dst_x, dst_y, 0),
                     table_offset,
+                    buckets,
                     row_stride: lay.row_stride,
                     col_stride: if win.flip {
                         -lay.col_step
