@@ -13,6 +13,8 @@
 //!   into a context.
 //! - [`PinnedHost`]: page-locked host memory, for buffers the GPU copies by DMA.
 //!
+//! - `testing` (hidden): for tests that need NVRTC and no GPU, a run of the test with CI's NVRTC.
+//!
 //! Nothing here falls back: a GPU that was asked for and cannot be used is an [`Error`] naming the reason.
 #![deny(unsafe_code)]
 
@@ -22,6 +24,8 @@ mod error;
 mod library;
 mod pinned;
 mod program;
+#[doc(hidden)]
+pub mod testing;
 
 pub use arch::{Arch, EVERY_ARCH};
 pub use cudarc;

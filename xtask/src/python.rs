@@ -37,7 +37,27 @@ const REQUIREMENTS: &[&str] = &[
     // pointing at it installs the CPU-only build instead (its `+cpu` version sorts above PyPI's).
     "torch>=2.4",
     "torchvision>=0.19",
+    // NVRTC, the CUDA compiler as a library (no GPU needed): the GPU crates' tests compile their kernels
+    // with it for every architecture (`cuda_setup::testing`). PyPI's torch brings the same wheel; named
+    // here for a CPU-only torch.
+    "nvidia-cuda-nvrtc>=13",
 ];
+
+/// The folder of the environment's `libnvrtc` (the nvidia-cuda-nvrtc wheel's `lib`), if it has one.
+pub fn nvrtc_dir(venv: &Path) -> Option<PathBuf> {
+    let libs = std::fs::read_dir(venv.join("lib")).ok()?;
+    libs.flatten()
+        .map(|py| py.path().join("site-packages").join("nvidia"))
+        .filter_map(|nvidia| std::fs::read_dir(nvidia).ok())
+        .flat_map(|dirs| dirs.flatten().map(|d| d.path().join("lib")))
+        .find(|lib| {
+            std::fs::read_dir(lib).is_ok_and(|files| {
+                files
+                    .flatten()
+                    .any(|f| f.file_name().to_string_lossy().starts_with("libnvrtc.so"))
+            })
+        })
+}
 
 /// The test environment's folder, `target/python/venv`.
 pub fn venv_dir() -> PathBuf {

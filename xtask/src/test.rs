@@ -23,7 +23,7 @@
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
-use xtask::python::{Build, install_package, venv_dir, venv_python};
+use xtask::python::{Build, install_package, nvrtc_dir, venv_dir, venv_python};
 use xtask::{cargo, run, workspace_root};
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -66,6 +66,10 @@ pub fn main(args: &[String]) -> ExitCode {
             .current_dir(workspace_root());
         if let Some(venv) = &venv {
             cmd.env("BSP_PYTHON", venv);
+        }
+        // The kernels' NVRTC tests run with the environment's libnvrtc (`cuda_setup::testing`).
+        if let Some(dir) = nvrtc_dir(&venv_dir()) {
+            cmd.env("L3_NVRTC_DIR", dir);
         }
         if let Err(e) = run(&mut cmd) {
             eprintln!("Rust tests failed: {e:#}");
