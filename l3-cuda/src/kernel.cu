@@ -692,6 +692,11 @@ __device__ bool l3v2_bp_validate(const u8* __restrict__ data, const V2Desc& d, u
     return true;
 }
 
+// Byte k of a lane's three packed words (k < 12).
+__device__ __forceinline__ u32 l3v2_byte3(const u32 (&w)[3], u32 k) {
+    return (w[k >> 2] >> (8u * (k & 3u))) & 255u;
+}
+
 // Row r of one plane at this lane's columns [c0, c0 + m): `z` their codes (byte k = column c0 + k),
 // `s_lo` / `s_hi` the selectors of the runs of c0 and c0 + m - 1. `row` is the plane's row in the
 // warp's stage: row r - 1 on entry (read only when r > 0), row r on return. Every lane must call it.
@@ -700,6 +705,18 @@ __device__ __forceinline__ void l3v2_row(u32 r, u32 pw, u32 c0, u32 m, const u32
     u32 amask = 0u;
     u32 b[2] = {0u, 0u};  // b_c of the lane's columns, packed as `z`
     u32 A = 1u, B = 0u;   // the lane's columns composed: x_{c0+m-1} = A * x_{c0-1} + B
+    // Row r - 1 at columns c0 - 1 .. c0 + m, byte k = column c0 - 1 + k, read once: columns outside the
+    // patch read as its edge column, which is the edge rule (TL = T at column 0, TR = T at pw - 1).
+    u32 above[3] = {0u, 0u, 0u};
+    if (r > 0u && c0 < pw) {
+L3_UNROLL
+        for (u32 k = 0; k < L3V2_COLS + 2u; k++) {
+            if (k < m + 2u) {
+                int c = min((int)(c0 + k) - 1, (int)pw - 1);
+                above[k >> 2] |= (u32)row[c < 0 ? 0 : c] << (8u * (k & 3u));
+            }
+        }
+    }
 L3_UNROLL
     for (u32 k = 0; k < L3V2_COLS; k++) {
         u32 c = c0 + k;
@@ -711,9 +728,7 @@ L3_UNROLL
                 a = c > 0u ? 1u : 0u;
                 bk = res;
             } else {
-                u32 t = row[c];
-                u32 tl = c == 0u ? t : (u32)row[c - 1u];
-                u32 tr = c + 1u >= pw ? t : (u32)row[c + 1u];
+                u32 tl = l3v2_byte3(above, k), t = l3v2_byte3(above, k + 1u), tr = l3v2_byte3(above, k + 2u);
                 u32 s = ((c >> 5) == (c0 >> 5)) ? s_lo : s_hi;
                 if (s <= 1u && c > 0u) {
                     a = 1u;
