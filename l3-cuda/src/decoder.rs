@@ -292,7 +292,7 @@ impl BatchDecoder {
         self.track(decoded)
     }
 
-    /// Queues the one launch of `origin`'s plan on the decode stream, reading `input`.
+    /// Queues the launches of `origin`'s plan on the decode stream, reading `input`.
     fn launch(
         &self,
         origin: Origin,
@@ -461,7 +461,7 @@ impl BatchDecoder {
         })
     }
 
-    /// Decodes a batch already in device memory: one launch, nothing copied from the host. Not counted
+    /// Decodes a batch already in device memory: its launches only, nothing copied from the host. Not counted
     /// against [`max_in_flight`](Self::max_in_flight): a benchmark queues as many as it times.
     pub fn decode_resident(&self, batch: &ResidentBatch) -> Result<DecodedBatch, Error> {
         self.launch(batch.origin.clone(), &batch.input, batch.offsets)

@@ -1,4 +1,4 @@
-//! The packed device input of one launch: the patch bytes first, then the descriptor tables, the
+//! The packed device input of a batch's launches: the patch bytes first, then the descriptor tables, the
 //! version-2 ANS context tables, the scale/bias pairs and a resampled batch's passes, each at an aligned
 //! offset ([`InputOffsets`]).
 //! Host code only (the host stage of a batch, [`SamplePlan::stage_into`], [`BatchPlan::stage_into`]):

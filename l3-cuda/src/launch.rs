@@ -1,6 +1,7 @@
 //! The launches of a batch: output, error word and scratch allocated in the decode stream's order, the
 //! kernels' arguments in `kernel.cu`'s order, and the [`DecodedBatch`] that tracks them. A batch takes
-//! one launch for its version-1 patches (and a sample batch's padding) and one for its version-2 patches,
+//! one launch for its version-1 patches (and a sample batch's padding) and two for its version-2 patches
+//! (the bucket words of its ANS tables, then the decode),
 //! queued one after the other on the decode stream; they write disjoint parts of one output and share
 //! one error word.
 #![allow(unsafe_code)]
@@ -58,7 +59,7 @@ fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Er
     unsafe { stream.alloc::<u8>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
 }
 
-/// Queues the one launch decoding every patch of `plan` from `input` (packed as [`InputOffsets`]) on
+/// Queues the launches decoding every patch of `plan` from `input` (packed as [`InputOffsets`]) on
 /// `stream`; the batch reads its error word back on `readback`.
 pub(crate) fn launch(
     kernels: &Kernels,
@@ -128,7 +129,7 @@ pub(crate) fn launch(
     })
 }
 
-/// Queues the one launch decoding every window of a sample batch and padding around them — for a
+/// Queues the launches decoding every window of a sample batch and padding around them — for a
 /// resampled batch, into the intermediate, followed by the two passes.
 pub(crate) fn launch_samples(
     kernels: &Kernels,
