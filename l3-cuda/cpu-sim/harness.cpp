@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     }
     if (grid) cuda_sim_launch(dim3{grid, 1, 1}, block, run_block);
     if (n_v2) {
-        if (bucket_words) cuda_sim_launch(dim3{n_v2, 1, 1}, 256, run_buckets_block);
+        if (bucket_words) cuda_sim_launch(dim3{n_v2, 1, 1}, L3V2_BUCKETS, run_buckets_block);
         u32 per = v2_block / 32;
         cuda_sim_launch(dim3{(n_v2 + per - 1) / per, 1, 1}, v2_block, run_v2_block);
     }

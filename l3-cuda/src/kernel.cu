@@ -528,9 +528,11 @@ __device__ __forceinline__ u32 l3v2_symbol(bool active, u32 e, const u32* __rest
     return s;
 }
 
-// Byte k of a lane's packed row (k < 8; 0 past it).
-__device__ __forceinline__ u32 l3v2_byte(const u32 (&row)[2], u32 k) {
-    return k > 7u ? 0u : (((k & 4u) ? row[1] : row[0]) >> (8u * (k & 3u))) & 255u;
+// Byte k of a lane's N packed words (0 past them). Every caller's k is a constant once its loop is
+// unrolled, so the words stay in registers.
+template <u32 N>
+__device__ __forceinline__ u32 l3v2_byte(const u32 (&w)[N], u32 k) {
+    return k >= 4u * N ? 0u : (w[k >> 2] >> (8u * (k & 3u))) & 255u;
 }
 
 // The warp decodes every symbol of an ANS chunk into `zs`: plane p's row r of codes at (p*ph + r)*pw,
@@ -692,11 +694,6 @@ __device__ bool l3v2_bp_validate(const u8* __restrict__ data, const V2Desc& d, u
     return true;
 }
 
-// Byte k of a lane's three packed words (k < 12).
-__device__ __forceinline__ u32 l3v2_byte3(const u32 (&w)[3], u32 k) {
-    return (w[k >> 2] >> (8u * (k & 3u))) & 255u;
-}
-
 // Row r of one plane at this lane's columns [c0, c0 + m): `z` their codes (byte k = column c0 + k),
 // `s_lo` / `s_hi` the selectors of the runs of c0 and c0 + m - 1. `row` is the plane's row in the
 // warp's stage: row r - 1 on entry (read only when r > 0), row r on return. Every lane must call it.
@@ -728,7 +725,7 @@ L3_UNROLL
                 a = c > 0u ? 1u : 0u;
                 bk = res;
             } else {
-                u32 tl = l3v2_byte3(above, k), t = l3v2_byte3(above, k + 1u), tr = l3v2_byte3(above, k + 2u);
+                u32 tl = l3v2_byte(above, k), t = l3v2_byte(above, k + 1u), tr = l3v2_byte(above, k + 2u);
                 u32 s = ((c >> 5) == (c0 >> 5)) ? s_lo : s_hi;
                 if (s <= 1u && c > 0u) {
                     a = 1u;

@@ -14,7 +14,7 @@ use crate::layout::{V2_BLOCK, v1_blocks, v2_blocks};
 use crate::plan::{BatchPlan, ImageSlot};
 use crate::resample::ResampleStage;
 use crate::sample::SamplePlan;
-use crate::v2::V2Batch;
+use crate::v2::{BUCKETS, V2Batch};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut, DeviceRepr, LaunchConfig,
     PushKernelArg, result,
@@ -49,13 +49,18 @@ fn alloc_output<T: cudarc::driver::DeviceRepr>(
     unsafe { stream.alloc::<T>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
 }
 
-/// The launch's scratch memory for ANS chunks (at least one byte), allocated in `stream`'s order.
-fn alloc_scratch(stream: &Arc<CudaStream>, len: u64) -> Result<CudaSlice<u8>, Error> {
-    let len = usize::try_from(len).map_err(|_| Error::TooLarge {
-        what: "the ANS scratch memory exceeds the address space",
-    })?;
-    // SAFETY: the kernel reads a scratch byte only after its block wrote it (an ANS warp writes every code
-    // and selector of its chunk before anything reads them, and contexts read only rows already written).
+/// `len` bytes (at least one) of the version-2 launch's own device memory, allocated in `stream`'s order:
+/// the ANS scratch or the bucket words (`what`, for the error).
+fn alloc_scratch(
+    stream: &Arc<CudaStream>,
+    len: u64,
+    what: &'static str,
+) -> Result<CudaSlice<u8>, Error> {
+    let len = usize::try_from(len).map_err(|_| Error::TooLarge { what })?;
+    // SAFETY: the kernels read a byte of it only after writing it: an ANS warp writes every code and
+    // selector of its chunk before anything reads them (contexts read only rows already written), and
+    // l3v2_buckets writes every bucket word of a used context before the decode launch, which reads no
+    // other.
     unsafe { stream.alloc::<u8>(len.max(1)) }.map_err(|e| Error::driver("cuMemAllocAsync", e))
 }
 
@@ -69,7 +74,6 @@ pub(crate) fn launch(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
-    let mut scratch = vec![alloc_scratch(stream, plan.v2.scratch_len)?];
     let n = plan.descs.len() as u32;
     let cfg = LaunchConfig {
         grid_dim: (v1_blocks(plan.descs.len(), plan.block_dim), 1, 1),
@@ -83,6 +87,7 @@ pub(crate) fn launch(
     let sb = input.slice(off.scale_bias..off.resample);
     let stage_cap = plan.stage_cap;
     let pair = kernels.for_dtype(plan.dtype);
+    let mut kept = Vec::new();
     macro_rules! go {
         ($out:expr) => {{
             let mut out = $out;
@@ -104,7 +109,7 @@ pub(crate) fn launch(
             let fns = (&kernels.v2_buckets, &pair.v2);
             // SAFETY: the version-2 descriptors were built by BatchPlan from validated files
             // (`BatchPlan::descriptors_in_bounds` covers them, their tables, scratch and buckets).
-            unsafe { launch_v2(stream, fns, &plan.v2, &v2_args, &mut out, &mut err, &mut scratch) }?;
+            kept.extend(unsafe { launch_v2(stream, fns, &plan.v2, &v2_args, &mut out, &mut err) }?);
             out
         }};
     }
@@ -125,7 +130,7 @@ pub(crate) fn launch(
         origin: Origin::Images(plan),
         readback: readback.clone(),
         consumers: Mutex::new(Vec::new()),
-        _scratch: scratch,
+        _scratch: kept,
     })
 }
 
@@ -139,7 +144,6 @@ pub(crate) fn launch_samples(
     off: InputOffsets,
 ) -> Result<DecodedBatch, Error> {
     let mut err = error_word(stream)?;
-    let mut scratch = vec![alloc_scratch(stream, plan.v2.scratch_len)?];
     let n_descs = plan.descs.len() as u32;
     let n_fills = plan.fills.len() as u32;
     let cfg = LaunchConfig {
@@ -156,6 +160,7 @@ pub(crate) fn launch_samples(
     let stage_cap = plan.stage_cap;
     let (width, height) = plan.sample_size();
     let nchw = plan.nchw();
+    let mut kept = Vec::new();
     macro_rules! decode {
         ($pair:expr, $out:expr) => {{
             let mut out = $out;
@@ -189,21 +194,10 @@ pub(crate) fn launch_samples(
             let fns = (&kernels.v2_buckets, &$pair.v2);
             // SAFETY: SamplePlan built the version-2 descriptors from validated sources and windows
             // (`SamplePlan::descriptors_in_bounds` covers them, their tables, scratch and buckets).
-            unsafe {
-                launch_v2(
-                    stream,
-                    fns,
-                    &plan.v2,
-                    &v2_args,
-                    &mut out,
-                    &mut err,
-                    &mut scratch,
-                )
-            }?;
+            kept.extend(unsafe { launch_v2(stream, fns, &plan.v2, &v2_args, &mut out, &mut err) }?);
             out
         }};
     }
-    let mut keep = Vec::new();
     let output = match &plan.resample {
         None => {
             let pair = kernels.for_dtype(plan.tensor.dtype);
@@ -219,12 +213,11 @@ pub(crate) fn launch_samples(
             // SAFETY (allocation): the passes read only the rectangles the decode writes.
             let inter = decode!(pair, alloc_output::<u8>(stream, plan.tensor.len())?);
             let (out, tmp) = launch_passes(kernels, stream, stage, &inter, input, off)?;
-            keep.push(inter);
-            keep.push(tmp);
+            kept.push(inter);
+            kept.push(tmp);
             out
         }
     };
-    keep.extend(scratch);
     let ready = stream
         .record_event(None)
         .map_err(|e| Error::driver("cuEventRecord", e))?;
@@ -247,7 +240,7 @@ pub(crate) fn launch_samples(
         origin: Origin::Samples(plan),
         readback: readback.clone(),
         consumers: Mutex::new(Vec::new()),
-        _scratch: keep,
+        _scratch: kept,
     })
 }
 
@@ -263,11 +256,12 @@ struct V2Args<'a> {
 
 /// Queues the version-2 launches of a batch (nothing when it has no version-2 patch): the bucket words of
 /// its ANS tables (`fns.0`), then a warp per patch of `v2` (`fns.1`), writing into `out` beside the
-/// version-1 launch. `scratch` keeps the bucket memory until the batch is done.
+/// version-1 launch. Returns the device memory they use (the ANS scratch and bucket words), to be kept
+/// until the batch is done.
 ///
 /// # Safety
-/// `v2`'s descriptors must read only inside `args`' buffers, `scratch` and the bucket memory and write
-/// only inside `out` (what the plans' `descriptors_in_bounds` checks).
+/// `v2`'s descriptors must read only inside `args`' buffers and the memory allocated here (its scratch
+/// and bucket words) and write only inside `out` (what the plans' `descriptors_in_bounds` checks).
 unsafe fn launch_v2<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
     fns: (&CudaFunction, &CudaFunction),
@@ -275,17 +269,26 @@ unsafe fn launch_v2<T: DeviceRepr>(
     args: &V2Args<'_>,
     out: &mut CudaSlice<T>,
     err: &mut CudaSlice<u32>,
-    scratch: &mut Vec<CudaSlice<u8>>,
-) -> Result<(), Error> {
+) -> Result<Vec<CudaSlice<u8>>, Error> {
     let n_v2 = v2.descs.len() as u32;
     if n_v2 == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let mut buckets = alloc_scratch(stream, v2.bucket_words.saturating_mul(4))?;
+    let mut scratch = alloc_scratch(
+        stream,
+        v2.scratch_len,
+        "the ANS scratch memory exceeds the address space",
+    )?;
+    let mut buckets = alloc_scratch(
+        stream,
+        v2.bucket_words.saturating_mul(4),
+        "the ANS bucket words exceed the address space",
+    )?;
     if v2.bucket_words > 0 {
         let cfg = LaunchConfig {
             grid_dim: (n_v2, 1, 1),
-            block_dim: (256, 1, 1),
+            // A thread per bucket word of a context (`l3v2_buckets`).
+            block_dim: (BUCKETS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = stream.launch_builder(fns.0);
@@ -302,7 +305,6 @@ unsafe fn launch_v2<T: DeviceRepr>(
         block_dim: (V2_BLOCK, 1, 1),
         shared_mem_bytes: 0,
     };
-    let first = scratch.first_mut().expect("the launch's scratch");
     let mut b = stream.launch_builder(fns.1);
     b.arg(args.data)
         .arg(args.descs)
@@ -313,11 +315,10 @@ unsafe fn launch_v2<T: DeviceRepr>(
         .arg(&args.first_index)
         .arg(args.tables)
         .arg(&buckets)
-        .arg(first);
+        .arg(&mut scratch);
     // SAFETY: argument order and types match kernel.cu's l3v2_decode_*; the bounds are the caller's.
     unsafe { b.launch(cfg) }.map_err(|e| Error::driver("cuLaunchKernel", e))?;
-    scratch.push(buckets);
-    Ok(())
+    Ok(vec![scratch, buckets])
 }
 
 /// Queues the two passes of a resampled batch over the intermediate `inter` its decode wrote: the
