@@ -147,3 +147,11 @@ inline unsigned int __float_as_uint(float f) {
     memcpy(&u, &f, sizeof u);
     return u;
 }
+
+// Byte k of the result is byte (s >> 4k) & 7 of the eight bytes y:x (x's bytes are 0..3).
+inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    unsigned long long xy = ((unsigned long long)y << 32) | x;
+    unsigned int r = 0;
+    for (int k = 0; k < 4; k++) r |= (unsigned int)((xy >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+    return r;
+}

@@ -4,7 +4,7 @@
 // another warp with only warp barriers between (ThreadSanitizer must report it), "overflow" reads past a
 // local array after a barrier (AddressSanitizer must report it: the frames of suspended fibers keep their
 // redzones), "divergent" reaches __syncthreads in only some threads (the scheduler must report it);
-// "order" prints the order its blocks ran in.
+// "order" prints the order its blocks ran in; "byte_perm" prints __byte_perm's results.
 #include "cuda_sim.h"
 
 #include <vector>
@@ -49,14 +49,22 @@ static void probe_order() {
     if (threadIdx.x == 0) order_seen.push_back(blockIdx.y * gridDim.x + blockIdx.x);
 }
 
+// "byte_perm": __byte_perm of two words by the selectors the kernels use and two more, printed in hex.
+static void print_byte_perms() {
+    const unsigned x = 0x33221100u, y = 0x77665544u;
+    for (unsigned s : {0x5432u, 0x6420u, 0x7610u, 0x0123u, 0x4444u}) printf("%08x ", __byte_perm(x, y, s));
+    printf("\n");
+}
+
 #include "cuda_sim_run.h"
 
 int main(int argc, char** argv) {
-    if (argc != 2) { fprintf(stderr, "usage: probes race|overflow|divergent|indices|order\n"); return 2; }
+    if (argc != 2) { fprintf(stderr, "usage: probes race|overflow|divergent|indices|order|byte_perm\n"); return 2; }
     const char* name = argv[1];
     if (strcmp(name, "race") == 0) cuda_sim_launch(dim3{2, 1, 1}, 64, probe_race);
     else if (strcmp(name, "overflow") == 0) cuda_sim_launch(dim3{1, 1, 1}, 64, probe_overflow);
     else if (strcmp(name, "divergent") == 0) cuda_sim_launch(dim3{1, 1, 1}, 64, probe_divergent);
+    else if (strcmp(name, "byte_perm") == 0) print_byte_perms();
     else if (strcmp(name, "order") == 0) {
         cuda_sim_launch(dim3{4, 2, 1}, 32, probe_order);
         for (unsigned b : order_seen) printf("%u ", b);

@@ -40,6 +40,19 @@ fn every_thread_of_a_2d_grid_with_partial_warps_runs_once() {
     }
 }
 
+/// `__byte_perm(x, y, s)`: byte k of the result is byte `(s >> 4k) & 7` of y:x, as CUDA defines it.
+#[test]
+fn byte_perm_selects_bytes_as_cuda_does() {
+    let Some(out) = probe(Flavour::Plain, "byte_perm") else {
+        return;
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "55443322 66442200 77661100 00112233 44444444 \n"
+    );
+}
+
 /// The blocks of a launch run in the order `CUDA_SIM_BLOCK_ORDER` names: forward, reverse, or a
 /// shuffle that a seed replays and another seed changes; [`cuda_sim::run`] gives every tag its own.
 #[test]

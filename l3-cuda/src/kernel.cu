@@ -9,10 +9,12 @@
 //     check that the rows fit its bytes;
 //   * then rows are decoded in order; within a row each lane decodes 8 adjacent pixels from one 64-bit
 //     window of the row (pixel-wise base-delta) and applies the custom Paeth filter from the previous
-//     row, which stays in its registers; the two neighbours from other lanes come by warp shuffle;
-//   * each decoded row goes through a small per-warp stage in shared memory so that the lanes of a warp
-//     store adjacent columns side by side (coalesced), not eight columns apart. Warp barriers only, no
-//     block barrier.
+//     row, which stays in its registers (binary16 pairs: two columns an instruction); the two
+//     neighbours from other lanes come by warp shuffle;
+//   * a lane stores its 8 pixels in one vector store where they are adjacent in the output (NCHW);
+//     elsewhere each decoded row goes through a small per-warp stage in shared memory so that the lanes
+//     of a warp store adjacent columns side by side (coalesced), not eight columns apart. Warp barriers
+//     only, no block barrier.
 // Every read is bounded by the patch's byte range plus the input's WINDOW_SLACK bytes after the last
 // patch, every write by the descriptor the host validated.
 // A patch whose rows do not fit its bytes (nbit > 8, a row past the end, and for whole images bytes left
@@ -133,18 +135,69 @@ __device__ __forceinline__ void l3_store(u16* out, u64 i, u32 v, const float* sb
     out[i] = l3_f32_to_f16(fmaf((float)v, sb[0], sb[1]));
 }
 
+// Eight values, from four binary16 pairs (a value v is 0x6400 | v: bytes 0 and 2 of a pair), to eight
+// adjacent elements at q, aligned to all eight: one vector store of 8 or 16 bytes, or two of 16 (f32).
+__device__ __forceinline__ u32 l3_pair_value(const u32* p, u32 j) {
+    return (p[j / 2u] >> (16u * (j % 2u))) & 255u;  // value j of pairs p
+}
+#ifdef CUDA_CPU_SIM
+template <typename Out>
+inline void l3_store8(Out* q, const u32* p, const float* sb) {
+    if ((u64)q % sizeof(Out[8]) != 0u) {  // a device's vector store would fault
+        fprintf(stderr, "l3 kernel: vector store to %p, not aligned to %zu bytes\n", (void*)q, sizeof(Out[8]));
+        abort();
+    }
+    Out v[8];
+    for (u32 j = 0; j < 8u; j++) l3_store(v, j, l3_pair_value(p, j), sb);
+    memcpy(q, v, sizeof v);
+}
+#else
+struct __align__(16) L3Vec4 { u32 x, y, z, w; };
+// Value j of pairs p as a float: one I2F of the pair's byte (ptxas selects the byte; written as a shift
+// and mask it extracts it first).
+__device__ __forceinline__ float l3_pair_float(const u32* p, u32 j) {
+    float f;
+    asm("cvt.rn.f32.u8 %0, %1;" : "=f"(f) : "r"(p[j / 2u] >> (16u * (j % 2u))));
+    return f;
+}
+__device__ __forceinline__ void l3_store8(u8* q, const u32* p, const float*) {
+    *(u64*)q = __byte_perm(p[0], p[1], 0x6420u) | (u64)__byte_perm(p[2], p[3], 0x6420u) << 32;
+}
+__device__ __forceinline__ void l3_store8(float* q, const u32* p, const float* sb) {
+    u32 f[8];
+L3_UNROLL
+    for (u32 j = 0; j < 8u; j++) f[j] = __float_as_uint(fmaf(l3_pair_float(p, j), sb[0], sb[1]));
+    ((L3Vec4*)q)[0] = L3Vec4{f[0], f[1], f[2], f[3]};
+    ((L3Vec4*)q)[1] = L3Vec4{f[4], f[5], f[6], f[7]};
+}
+__device__ __forceinline__ void l3_store8(u16* q, const u32* p, const float* sb) {
+    u32 h[4];
+L3_UNROLL
+    for (u32 j = 0; j < 4u; j++) {
+        u32 lo = l3_f32_to_f16(fmaf(l3_pair_float(p, 2u * j), sb[0], sb[1]));
+        u32 hi = l3_f32_to_f16(fmaf(l3_pair_float(p, 2u * j + 1u), sb[0], sb[1]));
+        h[j] = lo | hi << 16;
+    }
+    *(L3Vec4*)q = L3Vec4{h[0], h[1], h[2], h[3]};
+}
+#endif
+
 // ==== Version 1: a team of lanes per patch, L3_VALS columns per lane, rows in registers. ====
 //
 // A block of B threads decodes B / T patches, T = the power of two >= B / L3_VALS lanes per patch, at
 // least 4 (a team: T divides the warp, and T * L3_VALS >= B >= the widest patch). Lane g of a team owns
 // the L3_VALS columns from c0 = g * L3_VALS: by SPEC.md 3.3 each 8 of them have 8 * nbit whole bits of
 // deltas starting at bit 4 of byte 1 + (c0 / 8 + i) * nbit of the row, so one 64-bit window of the row
-// gives eight. The previous row stays in the lane's registers; the two neighbours Paeth needs from other
-// lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle.
+// gives eight. The previous row stays in the lane's registers, two columns a register as binary16 numbers
+// so that the predictor runs on two columns an instruction (the pairs, below); the two neighbours Paeth
+// needs from other lanes (columns c0 - 1 and c0 + L3_VALS) come by shuffle.
 //
-// Stores: were lane g to store its own columns, the lanes of a warp would write addresses L3_VALS
-// columns apart at each store (a quarter of each 32-byte sector used, as Nsight Compute measured). So each
-// lane puts its decoded row's L3_VALS bytes into the warp's stage in shared memory (the team's columns in
+// Stores: where a lane's columns are adjacent, aligned elements of the output (NCHW whole images whose
+// patches fill their teams, L3_ROWS_OWN) each lane stores them in one vector store, and a team's lanes
+// store side by side: 8 lanes write 64 adjacent bytes of u8 an instruction. Elsewhere (NHWC, where a
+// column's elements are C apart, samples, other patch widths) each element is a store of its own, and
+// were lane g to store its own columns, the lanes of a warp would write addresses L3_VALS columns apart
+// at each store (a quarter of each 32-byte sector used, as Nsight Compute measured). So each lane puts its decoded row's L3_VALS bytes into the warp's stage in shared memory (the team's columns in
 // order), the warp syncs, and lane g stores columns k * T + g (k = 0..L3_VALS-1): the lanes of a team write
 // T adjacent columns at once. Shared memory rather than a transpose through shuffles: one 8-byte shared
 // store per lane and row and one byte load per value, against log2 T rounds of shuffles and selects over
@@ -219,43 +272,97 @@ __device__ __forceinline__ u32 l3_word(const u8* p) {
 #endif
 }
 
-// The 64 bits of a patch's bytes from bit 4 of byte `at` on (LSB first), from the three aligned words
+// The 64 bits of a patch's bytes from bit 4 of byte `p` on (LSB first), from the three aligned words
 // around them. The words may reach past the patch's last byte (and, for its first bytes, before its
 // first): the input keeps WINDOW_SLACK zero bytes after the last patch (input.rs) and starts 4-aligned,
 // so they never leave it, and bits past a row's end reach only columns past the patch, which are never
 // stored. No bounds branch and no call: the H200 decoded the last row of patches wrong while a
 // byte-by-byte fallback for windows near a patch's end was called from here, in divergent code between
 // warp shuffles (l3-cuda README, "Measured on an H200").
-__device__ __forceinline__ u64 l3_window(const u8* __restrict__ src, u32 mis, u32 at) {
-    u32 a = mis + at;
-    const u8* p = src - mis + (a & ~3u);
-    u64 w0 = l3_word(p), w1 = l3_word(p + 4), w2 = l3_word(p + 8);
-    u32 sh = (a & 3u) * 8u + 4u;
+__device__ __forceinline__ u64 l3_window(const u8* __restrict__ p) {
+    u32 mis = (u32)(u64)p & 3u;
+    const u8* q = p - mis;
+    u64 w0 = l3_word(q), w1 = l3_word(q + 4), w2 = l3_word(q + 8);
+    u32 sh = mis * 8u + 4u;
     u32 lo = (u32)(((w1 << 32) | w0) >> sh), hi = (u32)(((w2 << 32) | w1) >> sh);
     return ((u64)hi << 32) | lo;
 }
 
-// The custom Paeth predictor (SPEC.md 3.2) at a column with both neighbours, from the differences of the
-// row above: dl = T - TL, dr = TR - T (so |p - TL| = |dr|, |p - TR| = |dl|, |p - T| = |dr - dl|).
-__device__ __forceinline__ int l3_paeth_d(int tl, int t, int tr, int dl, int dr, int adl, int adr) {
-    int adt = l3_abs(dr - dl);
-    return (adr <= adt && adr <= adl) ? tl : (adt <= adl ? t : tr);
+// Two columns a register. The lane keeps the row above as binary16 pairs (columns 2k and 2k + 1 in the
+// low and high halves), each value v as the number 1024 + v, whose bits are 0x6400 | v. Every number the
+// predictor forms from them (values 1024..1279, differences -510..510) is an integer
+// below 2048 in magnitude, exact in binary16, so the predictor runs on two columns an instruction (HADD2,
+// HSET2 with |x| folded in, LOP3 selects) with integer results; a decoded pair's bytes are its bytes 0
+// and 2, and adding base and delta to a pair's bits adds them to both values (no carry leaves a half).
+#define L3_PAIRS (L3_VALS / 2)
+#define L3_PAIR_ONE 0x64006400u  // the pair (0, 0)
+
+#ifdef CUDA_CPU_SIM
+// binary16 bits -> float, exactly (no infinities or NaNs are formed).
+inline float l3_half_value(u32 h) {
+    u32 e = (h >> 10) & 31u, m = h & 1023u;
+    float v = e == 0u ? ldexpf((float)m, -24) : ldexpf((float)(m | 1024u), (int)e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+// Float -> binary16 bits. The simulation stops on anything but the exact integers the pairs promise.
+inline u32 l3_half_bits(float v) {
+    if (v != std::nearbyint(v) || std::fabs(v) >= 2048.0f) {
+        fprintf(stderr, "l3 kernel: binary16 pair value %g is not an exact integer\n", (double)v);
+        abort();
+    }
+    return l3_f32_to_f16(v);
+}
+template <typename F>
+inline u32 l3_pair_map(u32 a, u32 b, F f) {
+    return f(a & 0xffffu, b & 0xffffu) | f(a >> 16, b >> 16) << 16;
+}
+#endif
+
+// a - b, per half.
+__device__ __forceinline__ u32 l3_pair_sub(u32 a, u32 b) {
+#ifdef CUDA_CPU_SIM
+    return l3_pair_map(a, b, [](u32 x, u32 y) { return l3_half_bits(l3_half_value(x) - l3_half_value(y)); });
+#else
+    u32 d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#endif
 }
 
-// Column 0 has no TL, so only T and TR compete; the general predictor gives the same when TL is taken
-// to be this value (|tr - 2t| <= t: T wins, and TL = 2t - tr makes |p - T| zero; else TL = T leaves TR
-// alone at distance zero).
-__device__ __forceinline__ int l3_left_stand_in(int t, int tr) {
-    int e = tr - 2 * t;
-    return l3_abs(e) <= t ? -e : t;
+// |a|, per half (folded into the comparisons' operands on the device).
+__device__ __forceinline__ u32 l3_pair_abs(u32 a) {
+#ifdef CUDA_CPU_SIM
+    return a & 0x7fff7fffu;
+#else
+    u32 d;
+    asm("abs.f16x2 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
+#endif
 }
 
-// Column w - 1 has no TR, so only TL and T compete; the general predictor gives the same when TR is
-// taken to be this value (t <= |tl - 2t|: TL wins, and TR = T puts TL at distance zero; else TR =
-// 2t - tl makes |p - T| zero).
-__device__ __forceinline__ int l3_right_stand_in(int tl, int t) {
-    int e = tl - 2 * t;
-    return t <= l3_abs(e) ? t : -e;
+// 0xffff in each half where a <= b, else 0.
+__device__ __forceinline__ u32 l3_pair_le(u32 a, u32 b) {
+#ifdef CUDA_CPU_SIM
+    return l3_pair_map(a, b, [](u32 x, u32 y) { return l3_half_value(x) <= l3_half_value(y) ? 0xffffu : 0u; });
+#else
+    u32 d;
+    asm("set.le.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#endif
+}
+
+// The predictions of the lane's outer columns as the edges of a patch, in every lane: the low half is
+// column 0's as the left edge (T against TR: l3_paeth's c == 0), the high half column L3_VALS - 1's as
+// the right edge (TL against T: c == w - 1). Nine instructions and no branch: a branch for the edge lanes
+// would cost the warp both sides.
+__device__ __forceinline__ u32 l3_pair_edges(const u32 (&p)[L3_PAIRS]) {
+    u32 a = __byte_perm(p[0], p[L3_PAIRS - 1u], 0x7610u);  // T: columns 0 and L3_VALS - 1
+    u32 b = __byte_perm(p[0], p[L3_PAIRS - 1u], 0x5432u);  // the other: columns 1 and L3_VALS - 2
+    u32 t = l3_pair_sub(a, L3_PAIR_ONE);                    // T as a number, 0..255
+    u32 e = l3_pair_abs(l3_pair_sub(l3_pair_sub(b, a), t)); // |other - 2T|
+    // Left: e <= T takes T, else TR. Right: T <= e takes TL, else T.
+    u32 take_t = (l3_pair_le(e, t) & 0xffffu) | (~l3_pair_le(t, e) & 0xffff0000u);
+    return (take_t & a) | (~take_t & b);
 }
 
 // Decodes rows [0, rows) of one patch `w` pixels wide and hands every pixel to `emit`'s rows, through the
@@ -263,15 +370,25 @@ __device__ __forceinline__ int l3_right_stand_in(int tl, int t) {
 // `exact`: the rows must use the patch's bytes exactly (a whole patch, as the CPU's whole-image decoder
 // checks); otherwise only the rows decoded must lie inside them (as the CPU's region decoder checks).
 // A patch that fails sets *err to min(*err, d) and emits nothing. Every lane of the warp must call it
-// (shuffles); `active`: this lane's team has a patch. ALIGNED: every patch of the warp is a multiple of
-// L3_VALS wide, so column w - 1 is the last of a lane (most patches: 32 or 64 wide).
-template <bool ALIGNED, typename Emit>
+// (shuffles); `active`: this lane's team has a patch. MODE (a warp-uniform choice, l3_patch_rows):
+//   * L3_ROWS_ANY: any patches;
+//   * L3_ROWS_FULL: every patch of the warp is as wide as its team's columns (team * L3_VALS: patches
+//     32, 64 or 128 wide in blocks of their width, most patches), so every lane's columns are in the
+//     patch, column w - 1 is the last of the team's last lane, and no column needs a test before its
+//     store;
+//   * L3_ROWS_OWN: FULL, and every patch's rows are adjacent, aligned elements of the output (NCHW
+//     whole images, `store_own`): each lane stores its own columns in one vector store, and a team's
+//     lanes store side by side (8 lanes of u8: 64 adjacent bytes an instruction), without the stage.
+#define L3_ROWS_ANY 0
+#define L3_ROWS_FULL 1
+#define L3_ROWS_OWN 2
+template <int MODE, typename Emit>
 __device__ void l3_patch_rows_w(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
                                 bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
+    constexpr bool FULL = MODE != L3_ROWS_ANY;
     u32 team = l3_team_lanes(blockDim.x);
     u32 g = threadIdx.x & (team - 1u);
     const u8* src = data + data_offset;
-    u32 mis = (u32)(u64)src & 3u;
     bool ok = active && l3_rows_fit(src, len, w, rows, exact);
     if (active && !ok && g == 0u) atomicMin(err, d);
     u32 my_rows = ok ? rows : 0u;
@@ -287,93 +404,121 @@ L3_UNROLL
     bool right = valid > 0u && c0 + L3_VALS >= w;                     // holds column w - 1
     u32 rj = valid - 1u;
     u8* stage = l3_v1_stage(team);
-    int prev[L3_VALS];
+    u32 prev[L3_PAIRS];  // the row above, two columns a register
 L3_UNROLL
-    for (u32 j = 0; j < L3_VALS; j++) prev[j] = 0;  // row 0 predicts 0 everywhere: its values are stored
-    u32 pos = 0u;
+    for (u32 k = 0; k < L3_PAIRS; k++) prev[k] = L3_PAIR_ONE;  // row 0 predicts 0: its values are stored
+    // Where the edge rules replace the general predictor, per half of each pair (the same every row).
+    u32 edge_left = left ? 0xffffu : 0u, edge_right = FULL && right ? 0xffff0000u : 0u;
+    u32 last_mask[L3_PAIRS];
+L3_UNROLL
+    for (u32 k = 0; k < L3_PAIRS; k++)
+        last_mask[k] = !FULL && right && rj / 2u == k ? (rj % 2u ? 0xffff0000u : 0xffffu) : 0u;
+    const u8* row = src;  // the row's first byte
     for (u32 r = 0; r < n; r++) {
         bool live = r < my_rows && valid > 0u;
-        u32 b0 = live ? (u32)src[pos] : 0u, b1 = live ? (u32)src[pos + 1u] : 0u;
-        u32 nbit = b0 & 15u, mask = (1u << nbit) - 1u;
+        u32 b0 = live ? (u32)row[0] : 0u, b1 = live ? (u32)row[1] : 0u;
+        u32 nbit = b0 & 15u, mask2 = (1u << (2u * nbit)) - 1u, spread = 0x10000u - (1u << nbit);
         u32 base = (b0 >> 4) | ((b1 & 15u) << 4);
+        u32 base2 = base | base << 16;
         u32 lo[L3_WINDOWS], hi[L3_WINDOWS];
 L3_UNROLL
         for (u32 i = 0; i < L3_WINDOWS; i++) {
-            u64 win = live ? l3_window(src, mis, pos + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
+            u64 win = live ? l3_window(row + 1u + (g * L3_WINDOWS + i) * nbit) : 0u;
             lo[i] = (u32)win;
             hi[i] = (u32)(win >> (4u * nbit));
         }
-        int tl_in = __shfl_up_sync(L3_FULL, prev[L3_VALS - 1], 1, (int)team);
-        int tr_in = __shfl_down_sync(L3_FULL, prev[0], 1, (int)team);
-        if (left) tl_in = w == 1u ? prev[0] : l3_left_stand_in(prev[0], prev[1]);
-        if (ALIGNED && right) tr_in = l3_right_stand_in(prev[L3_VALS - 2], prev[L3_VALS - 1]);
-        if (!ALIGNED && w == 1u) tr_in = prev[0];  // one column: T alone (TL = TR = T gives T)
-        // Differences D[k] = T[k] - T[k - 1] of the row above, T[-1] = tl_in, T[L3_VALS] = tr_in.
-        int dd[L3_VALS + 1], ad[L3_VALS + 1];
+        // The neighbours from other lanes: column c0 - 1 in `up`'s high half, c0 + L3_VALS in `down`'s
+        // low half. odd[k] = columns (2k - 1, 2k): TL of pair k, and TR of pair k - 1.
+        u32 up = __shfl_up_sync(L3_FULL, prev[L3_PAIRS - 1u], 1, (int)team);
+        u32 down = __shfl_down_sync(L3_FULL, prev[0], 1, (int)team);
+        u32 odd[L3_PAIRS + 1u];
+        odd[0] = __byte_perm(up, prev[0], 0x5432u);
 L3_UNROLL
-        for (u32 k = 0; k <= L3_VALS; k++) {
-            int a = k == 0u ? tl_in : prev[k - 1u], b = k == L3_VALS ? tr_in : prev[k];
-            dd[k] = b - a;
-            ad[k] = l3_abs(dd[k]);
-        }
-        int pred[L3_VALS];
-L3_UNROLL
-        for (u32 j = 0; j < L3_VALS; j++) {
-            int tl = j == 0u ? tl_in : prev[j - 1u], tr = j + 1u == L3_VALS ? tr_in : prev[j + 1u];
-            pred[j] = l3_paeth_d(tl, prev[j], tr, dd[j], dd[j + 1u], ad[j], ad[j + 1u]);
-        }
-        if (!ALIGNED && right && w > 1u) {  // column w - 1 at a lane's column rj  (sass-count: rare)
-            int tl = tl_in, t = prev[0];
+        for (u32 k = 1; k < L3_PAIRS; k++) odd[k] = __byte_perm(prev[k - 1u], prev[k], 0x5432u);
+        odd[L3_PAIRS] = __byte_perm(prev[L3_PAIRS - 1u], down, 0x5432u);
+        // At the patch's edges the edge rules replace the general predictor (l3_paeth): column 0's
+        // in the left lane, column w - 1's in the right lane (FULL: the lane's last column).
+        u32 edges = l3_pair_edges(prev);
+        u32 last = 0u;  // !FULL: column rj's prediction, both halves
+        if (!FULL && right) {  // column w - 1 at the lane's column rj  (sass-count: rare)
+            int t = (int)l3_pair_value(prev, 0u), tl = (int)((up >> 16) & 255u);
 L3_UNROLL
             for (u32 j = 1; j < L3_VALS; j++)
-                if (j == rj) tl = prev[j - 1u], t = prev[j];
-            int re = t <= l3_abs(tl - 2 * t) ? tl : t;
-L3_UNROLL
-            for (u32 j = 0; j < L3_VALS; j++)
-                if (j == rj) pred[j] = re;
+                if (j == rj) tl = (int)l3_pair_value(prev, j - 1u), t = (int)l3_pair_value(prev, j);
+            u32 v = w == 1u ? (u32)t : (u32)(t <= l3_abs(tl - 2 * t) ? tl : t);
+            last = (v | v << 16) | L3_PAIR_ONE;
         }
-        u64 packed[L3_WINDOWS];
+        // The predictor (SPEC.md 3.2), two columns a step: p = TL + TR - T, so with dl = T - TL and
+        // dr = TR - T, |p - TL| = |dr|, |p - TR| = |dl| and |p - T| = |dr - dl|; TL wins ties, then T.
+        // Then value = (base + delta + pred) mod 256.
 L3_UNROLL
-        for (u32 i = 0; i < L3_WINDOWS; i++) packed[i] = 0u;
-L3_UNROLL
-        for (u32 j = 0; j < L3_VALS; j++) {
-            u32 q = j % 8u;
-            u32 delta = (q < 4u ? lo[j / 8u] >> (q * nbit) : hi[j / 8u] >> ((q - 4u) * nbit)) & mask;
-            u32 v = (base + delta + (u32)pred[j]) & 255u;  // sass-count: values=L3_VALS
-            packed[j / 8u] |= (u64)v << (8u * q);
-            prev[j] = (int)v;
+        for (u32 k = 0; k < L3_PAIRS; k++) {
+            u32 dl = l3_pair_sub(prev[k], odd[k]);       // T - TL
+            u32 dr = l3_pair_sub(odd[k + 1u], prev[k]);  // TR - T
+            u32 dt = l3_pair_sub(dr, dl);                // |p - T| = |dr - dl|
+            u32 adl = l3_pair_abs(dl), adr = l3_pair_abs(dr), adt = l3_pair_abs(dt);
+            u32 take_tl = l3_pair_le(adr, adt) & l3_pair_le(adr, adl);
+            u32 take_t = l3_pair_le(adt, adl);
+            u32 pred = (take_tl & odd[k]) | (~take_tl & ((take_t & prev[k]) | (~take_t & odd[k + 1u])));
+            if (k == 0u) pred = (pred & ~edge_left) | (edges & edge_left);
+            if (FULL && k == L3_PAIRS - 1u) pred = (pred & ~edge_right) | (edges & edge_right);
+            if (!FULL) pred = (pred & ~last_mask[k]) | (last & last_mask[k]);
+            // Deltas 2k and 2k + 1 of the window, into the low and high halves.
+            u32 q = (2u * k) % 8u;
+            u32 x = ((q < 4u ? lo[k / 4u] >> (q * nbit) : hi[k / 4u] >> ((q - 4u) * nbit))) & mask2;
+            u32 sum = pred + base2 + x;  // + (x >> nbit) * spread: delta 2k + 1 moved to the high half
+            // A half is now 0x6400 + (at most 765): clearing bits 8 and 9 leaves 0x6400 | (v mod 256).
+            prev[k] = ((x >> nbit) * spread + sum) & 0xfcfffcffu;  // sass-count: values=L3_VALS
         }
-        if (live) pos += (12u + w * nbit + 7u) >> 3;
-        // The row through the stage: the team's lanes store its columns side by side. Columns past w
-        // (lanes beyond the patch) hold junk that store_row never stores.
-        bool on = r < my_rows;  // the same on every lane of the team
+        u64 packed[L3_WINDOWS];  // the row's bytes: bytes 0 and 2 of each pair
 L3_UNROLL
         for (u32 i = 0; i < L3_WINDOWS; i++)
-            if (on) ((u64*)stage)[g * L3_WINDOWS + i] = packed[i];
+            packed[i] = __byte_perm(prev[4u * i], prev[4u * i + 1u], 0x6420u) |
+                        (u64)__byte_perm(prev[4u * i + 2u], prev[4u * i + 3u], 0x6420u) << 32;
+        if (live) row += (12u + w * nbit + 7u) >> 3;
+        bool on = r < my_rows;  // the same on every lane of the team
+        if constexpr (MODE == L3_ROWS_OWN) {
+            if (on) emit.store_own(r, prev, g);
+        } else {
+            // The row through the stage: the team's lanes store its columns side by side. Columns past
+            // w (lanes beyond the patch) hold junk that store_row never stores.
+L3_UNROLL
+            for (u32 i = 0; i < L3_WINDOWS; i++)
+                if (on) ((u64*)stage)[g * L3_WINDOWS + i] = packed[i];
 #ifdef L3_STAGE_FENCE
-        __threadfence_block();
+            __threadfence_block();
 #endif
-        __syncwarp();
-        if (on) emit.store_row(r, stage, team, g);
+            __syncwarp();
+            if (on) emit.template store_row<FULL>(r, stage, team, g);
 #ifdef L3_STAGE_FENCE
-        __threadfence_block();
+            __threadfence_block();
 #endif
-        __syncwarp();  // every lane has read the stage before the next row overwrites it
+            __syncwarp();  // every lane has read the stage before the next row overwrites it
+        }
     }
 }
 
-// l3_patch_rows_w, ALIGNED when every patch of the warp allows it (a warp-uniform choice).
+// l3_patch_rows_w in the fastest mode every patch of the warp allows (a warp-uniform choice;
+// L3_NEVER_ALIGNED, an experiment set through L3_NVRTC_OPTIONS, takes L3_ROWS_ANY always). Emits with
+// `OWN` have `own_ok` and `store_own`.
 template <typename Emit>
 __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
                               bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
 #ifdef L3_NEVER_ALIGNED
-    if (false)
+    if (true) {
 #else
-    if (__ballot_sync(L3_FULL, active && w % L3_VALS != 0u) == 0u)
+    if (__ballot_sync(L3_FULL, active && w != l3_team_lanes(blockDim.x) * L3_VALS) != 0u) {
 #endif
-        l3_patch_rows_w<true>(data, data_offset, len, w, rows, exact, d, err, active, emit);
-    else
-        l3_patch_rows_w<false>(data, data_offset, len, w, rows, exact, d, err, active, emit);
+        l3_patch_rows_w<L3_ROWS_ANY>(data, data_offset, len, w, rows, exact, d, err, active, emit);
+        return;
+    }
+    if constexpr (Emit::OWN) {
+        if (__ballot_sync(L3_FULL, active && !emit.own_ok()) == 0u) {
+            l3_patch_rows_w<L3_ROWS_OWN>(data, data_offset, len, w, rows, exact, d, err, active, emit);
+            return;
+        }
+    }
+    l3_patch_rows_w<L3_ROWS_FULL>(data, data_offset, len, w, rows, exact, d, err, active, emit);
 }
 
 // ==== Version 2 (l3-format/SPEC.md, part 2): one warp per patch, every plane of it. ====
@@ -902,14 +1047,28 @@ struct L3WholeEmit {
     float sb[2];  // scale and bias, in registers: `out` cannot alias them
     // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
     // k * team + g that are in the patch.
+    static constexpr bool OWN = true;
+    // Whether the patch's rows can take store_own: adjacent columns in the output (NCHW), and every
+    // lane's L3_VALS elements aligned for one vector store.
+    __device__ __forceinline__ bool own_ok() const {
+        return pixel_stride == 1u && row_stride % L3_VALS == 0u &&
+               (u64)(out + base) % (L3_VALS * sizeof(Out)) == 0u;
+    }
+    // Row r's columns [g * L3_VALS, g * L3_VALS + L3_VALS), from their binary16 pairs.
+    __device__ __forceinline__ void store_own(u32 r, const u32 (&pairs)[L3_PAIRS], u32 g) const {
+        Out* q = out + base + (u64)r * row_stride + g * L3_VALS;
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++) l3_store8(q + 8u * i, pairs + 4u * i, sb);
+    }
+    // FULL: every column of the team is in the patch.
+    template <bool FULL>
     __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
         Out* q = out + base + (u64)r * row_stride + L3_COL(0u, team, g) * pixel_stride;
         u32 step = L3_COL_STEP(team) * pixel_stride;
 L3_UNROLL
         for (u32 k = 0; k < L3_VALS; k++) {
             u32 c = L3_COL(k, team, g);
-            if (c < w) l3_store(q, 0u, stage[c], sb);
-            q += step;
+            if (FULL || c < w) l3_store(q, (u64)(k * step), stage[c], sb);
         }
     }
 };
@@ -995,6 +1154,8 @@ struct L3SampleEmit {
     float sb[2u * (COPIES ? COPIES : 3u)];  // scale and bias per copy, in registers: `out` cannot alias them
     // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
     // k * team + g that are in [col0, col1), when the row is at or below `skip`.
+    static constexpr bool OWN = false;  // windows, flips and copies: through the stage
+    template <bool FULL>  // the window decides the columns, not the patch
     __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
         if (r < skip) return;
         Out* p = out + ((long long)base + (long long)(r - skip) * row_stride);  // column col0

@@ -6,7 +6,7 @@
 //!
 //! The batch holds every patch size 1 to 64 on small images of 1, 3 and 4 channels with partial and
 //! one-pixel edge patches (two launches: blocks of 32 threads, where several patches share a warp, and of
-//! 64), then version-2 images of both profiles at every patch size with partial edge patches of 1 to 7
+//! 64, each with images whose patches fill their teams: the kernel's full modes), then version-2 images of both profiles at every patch size with partial edge patches of 1 to 7
 //! columns a lane (a third launch), about 230 KB of output in all: a few milliseconds once per device
 //! and process.
 
@@ -70,28 +70,42 @@ fn v2_batch(rng: &mut stdx::SplitMix64) -> Result<Vec<Probe>, l3_format::Error> 
     Ok(out)
 }
 
-/// Version 1: every patch size from 1 to 64, in two launches.
+/// Version 1: every patch size from 1 to 64, in two launches, each between patches as wide as the
+/// launch's teams (32 and 64): first at aligned offsets (rows in one vector store a lane), last after
+/// the odd sizes (through the stage).
 fn v1_batches(rng: &mut stdx::SplitMix64) -> Result<Vec<Vec<Probe>>, l3_format::Error> {
     [(1u32, 32u32), (33, 64)]
         .into_iter()
         .map(|(lo, hi)| {
-            (lo..=hi)
-                .map(|n| {
-                    let c = [1u8, 3, 4][n as usize % 3];
-                    // A 1-pixel-wide edge patch, or partial ones, beside whole patches.
-                    let w = match n % 3 {
-                        0 => n + 1,
-                        1 => 2 * n - 1,
-                        _ => n / 2 + 1,
-                    };
-                    let h = 2 + (n * 7) % 11;
-                    let px = probe_pixels(w, h, c, n % 2 == 0, rng);
-                    Ok(Probe {
-                        file: l3_format::encode(&px, w, h, c, n as u8)?,
-                        label: format!("{w}x{h}x{c}, patches of {n}"),
-                    })
+            let full = |w: u32,
+                        h: u32,
+                        c: u8,
+                        rng: &mut stdx::SplitMix64|
+             -> Result<Probe, l3_format::Error> {
+                let px = probe_pixels(w, h, c, h.is_multiple_of(2), rng);
+                Ok(Probe {
+                    file: l3_format::encode(&px, w, h, c, hi as u8)?,
+                    label: format!("{w}x{h}x{c}, patches of {hi}"),
                 })
-                .collect()
+            };
+            let mut probes = vec![full(2 * hi, 6, 3, rng)?, full(hi, 5, 1, rng)?];
+            for n in lo..=hi {
+                let c = [1u8, 3, 4][n as usize % 3];
+                // A 1-pixel-wide edge patch, or partial ones, beside whole patches.
+                let w = match n % 3 {
+                    0 => n + 1,
+                    1 => 2 * n - 1,
+                    _ => n / 2 + 1,
+                };
+                let h = 2 + (n * 7) % 11;
+                let px = probe_pixels(w, h, c, n % 2 == 0, rng);
+                probes.push(Probe {
+                    file: l3_format::encode(&px, w, h, c, n as u8)?,
+                    label: format!("{w}x{h}x{c}, patches of {n}"),
+                });
+            }
+            probes.push(full(3 * hi, 4, 4, rng)?);
+            Ok(probes)
         })
         .collect()
 }

@@ -294,6 +294,14 @@ fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
                 crate::self_check::first_difference(probes, &run.out, &offsets),
                 None
             );
+            if plan.v2.descs.is_empty() {
+                // The full-width probes: the first at an offset vector stores can take, the last not.
+                let last = offsets[offsets.len() - 1];
+                assert!(
+                    offsets[0].is_multiple_of(8) && !last.is_multiple_of(8),
+                    "{offsets:?}"
+                );
+            }
             let mut bad = run.out.clone();
             let k = offsets[1] + 5;
             bad[k] ^= 1;
@@ -312,6 +320,31 @@ fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
     );
     assert!(blocks[..2].iter().all(|b| b.1 > 0 && b.2 == 0));
     assert!(blocks[2].1 == 0 && blocks[2].2 == 28, "{blocks:?}");
+}
+
+/// Patches as wide as their teams, whole images in every layout and element type: the kernel's full
+/// modes (NCHW rows in one vector store a lane where aligned, the stage elsewhere). The simulation stops
+/// on a vector store a device would fault on.
+#[test]
+fn sim_full_width_patches_match_cpu_decoder() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    for (bi, imgs) in common::full_width_batches().iter().enumerate() {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F32, Some(Normalize::IMAGENET)),
+                (DType::F16, Some(Normalize::IMAGENET)),
+            ] {
+                let opts = DecodeOptions {
+                    layout,
+                    dtype,
+                    normalize,
+                    ..Default::default()
+                };
+                check_batch(exe, imgs, &opts, &format!("full{bi}-{layout:?}-{dtype:?}"));
+            }
+        }
+    }
 }
 
 /// 1×1 images, single rows and columns, in one mixed batch with a larger image of each channel count.
@@ -414,6 +447,20 @@ fn sim_asan_clean() {
         },
         "asan-f16",
     );
+    // The full modes: vector stores of NCHW rows (u8, f32), the stage elsewhere (NHWC).
+    let full = &common::full_width_batches()[1];
+    for (layout, dtype) in [
+        (Layout::Nchw, DType::U8),
+        (Layout::Nchw, DType::F32),
+        (Layout::Nhwc, DType::U8),
+    ] {
+        let opts = DecodeOptions {
+            layout,
+            dtype,
+            ..Default::default()
+        };
+        check_batch(exe, full, &opts, &format!("asan-full-{layout:?}-{dtype:?}"));
+    }
     // Resampled batches: the decode into the intermediate and both passes read and write inside their
     // buffers (each allocated to its exact size by the harness), for RGB, luma and RGBA batches (whose
     // intermediates hold 3, 3 and 4 channels) and a batch of label maps (one channel throughout).

@@ -79,6 +79,32 @@ fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
     }
 }
 
+/// The kernel's full modes: patches as wide as their teams, NCHW rows in one vector store a lane where
+/// aligned, the stage elsewhere; every layout and element type.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_full_width_patches_match_cpu_decoder() {
+    let mut dec = decoder();
+    for (bi, imgs) in common::full_width_batches().iter().enumerate() {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for (dtype, normalize) in [
+                (DType::U8, None),
+                (DType::F32, Some(Normalize::IMAGENET)),
+                (DType::F16, Some(Normalize::IMAGENET)),
+            ] {
+                let opts = DecodeOptions {
+                    layout,
+                    dtype,
+                    normalize,
+                    ..Default::default()
+                };
+                let tag = format!("full{bi} {layout:?} {dtype:?}");
+                decode_and_check(&mut dec, imgs, &opts, &tag);
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_normalised_float_outputs_match() {

@@ -226,6 +226,37 @@ pub fn uniform_batch() -> Vec<TestImage> {
         .collect()
 }
 
+/// Patches as wide as their lanes' columns (32, 64 and 128 in blocks of their width: the kernel's full
+/// modes, whose NCHW rows take one vector store a lane), 1, 3 and 4 channels, heights with partial
+/// bottom patches, one batch per patch size. Halfway through each batch an odd-sized image (one patch
+/// column a pixel wide) leaves the images after it unaligned for those stores, so they take the stage.
+pub fn full_width_batches() -> Vec<Vec<TestImage>> {
+    let mut rng = Rng(0xf011_3a7e);
+    [32u8, 64, 128]
+        .into_iter()
+        .map(|n| {
+            let n32 = n as u32;
+            let shapes = [(2, 9, 1), (1, 5, 3), (3, n32 / 4 + 3, 4), (1, n32 + 5, 3)];
+            let mut imgs = Vec::new();
+            for round in 0..2u32 {
+                for (i, &(k, h, c)) in shapes.iter().enumerate() {
+                    let content = [
+                        Content::Random,
+                        Content::Smooth,
+                        Content::Constant(9),
+                        Content::Random,
+                    ][(i + round as usize) % 4];
+                    imgs.push(image(k * n32, h + round, c, n, content, &mut rng));
+                }
+                if round == 0 {
+                    imgs.push(image(n32 + 1, 7, 1, n, Content::Random, &mut rng));
+                }
+            }
+            imgs
+        })
+        .collect()
+}
+
 /// Small batch for the float layouts.
 pub fn float_batch() -> Vec<TestImage> {
     let mut rng = Rng(99);
