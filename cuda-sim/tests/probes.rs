@@ -46,7 +46,11 @@ fn byte_perm_selects_bytes_as_cuda_does() {
     let Some(out) = probe(Flavour::Plain, "byte_perm") else {
         return;
     };
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "55443322 66442200 77661100 00112233 44444444 \n"

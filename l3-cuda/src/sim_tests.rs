@@ -329,20 +329,9 @@ fn sim_self_check_batches_pass_and_a_wrong_byte_is_named() {
 fn sim_full_width_patches_match_cpu_decoder() {
     let exe = harness_or_skip!(HARNESS, Flavour::Plain);
     for (bi, imgs) in common::full_width_batches().iter().enumerate() {
-        for layout in [Layout::Nchw, Layout::Nhwc] {
-            for (dtype, normalize) in [
-                (DType::U8, None),
-                (DType::F32, Some(Normalize::IMAGENET)),
-                (DType::F16, Some(Normalize::IMAGENET)),
-            ] {
-                let opts = DecodeOptions {
-                    layout,
-                    dtype,
-                    normalize,
-                    ..Default::default()
-                };
-                check_batch(exe, imgs, &opts, &format!("full{bi}-{layout:?}-{dtype:?}"));
-            }
+        for opts in common::every_layout_and_dtype() {
+            let tag = format!("full{bi}-{:?}-{:?}", opts.layout, opts.dtype);
+            check_batch(exe, imgs, &opts, &tag);
         }
     }
 }

@@ -86,21 +86,9 @@ fn gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder() {
 fn gpu_full_width_patches_match_cpu_decoder() {
     let mut dec = decoder();
     for (bi, imgs) in common::full_width_batches().iter().enumerate() {
-        for layout in [Layout::Nchw, Layout::Nhwc] {
-            for (dtype, normalize) in [
-                (DType::U8, None),
-                (DType::F32, Some(Normalize::IMAGENET)),
-                (DType::F16, Some(Normalize::IMAGENET)),
-            ] {
-                let opts = DecodeOptions {
-                    layout,
-                    dtype,
-                    normalize,
-                    ..Default::default()
-                };
-                let tag = format!("full{bi} {layout:?} {dtype:?}");
-                decode_and_check(&mut dec, imgs, &opts, &tag);
-            }
+        for opts in common::every_layout_and_dtype() {
+            let tag = format!("full{bi} {:?} {:?}", opts.layout, opts.dtype);
+            decode_and_check(&mut dec, imgs, &opts, &tag);
         }
     }
 }

@@ -257,6 +257,26 @@ pub fn full_width_batches() -> Vec<Vec<TestImage>> {
         .collect()
 }
 
+/// Whole-image outputs in both layouts: u8, and f32 and f16 normalised.
+pub fn every_layout_and_dtype() -> Vec<l3_cuda::DecodeOptions> {
+    let mut all = Vec::new();
+    for layout in [vocab::Layout::Nchw, vocab::Layout::Nhwc] {
+        for (dtype, normalize) in [
+            (vocab::DType::U8, None),
+            (vocab::DType::F32, Some(vocab::Normalize::IMAGENET)),
+            (vocab::DType::F16, Some(vocab::Normalize::IMAGENET)),
+        ] {
+            all.push(l3_cuda::DecodeOptions {
+                layout,
+                dtype,
+                normalize,
+                ..Default::default()
+            });
+        }
+    }
+    all
+}
+
 /// Small batch for the float layouts.
 pub fn float_batch() -> Vec<TestImage> {
     let mut rng = Rng(99);
