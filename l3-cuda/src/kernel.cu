@@ -377,7 +377,7 @@ __device__ __forceinline__ u32 l3_pair_edges(const u32 (&p)[L3_PAIRS]) {
 //     patch, column w - 1 is the last of the team's last lane, and no column needs a test before its
 //     store;
 //   * L3_ROWS_OWN: FULL, and every patch's rows are adjacent, aligned elements of the output (NCHW
-//     whole images, `store_own`): each lane stores its own columns in one vector store, and a team's
+//     whole images, or samples of whole patch rows: `store_own`): each lane stores its own columns in one vector store, and a team's
 //     lanes store side by side (8 lanes of u8: 64 adjacent bytes an instruction), without the stage.
 #define L3_ROWS_ANY 0
 #define L3_ROWS_FULL 1
@@ -513,7 +513,7 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
         return;
     }
     if constexpr (Emit::OWN) {
-        if (__ballot_sync(L3_FULL, active && !emit.own_ok()) == 0u) {
+        if (__ballot_sync(L3_FULL, active && !emit.own_ok(w)) == 0u) {
             l3_patch_rows_w<L3_ROWS_OWN>(data, data_offset, len, w, rows, exact, d, err, active, emit);
             return;
         }
@@ -1050,7 +1050,7 @@ struct L3WholeEmit {
     static constexpr bool OWN = true;
     // Whether the patch's rows can take store_own: adjacent columns in the output (NCHW), and every
     // lane's L3_VALS elements aligned for one vector store.
-    __device__ __forceinline__ bool own_ok() const {
+    __device__ __forceinline__ bool own_ok(u32) const {
         return pixel_stride == 1u && row_stride % L3_VALS == 0u &&
                (u64)(out + base) % (L3_VALS * sizeof(Out)) == 0u;
     }
@@ -1152,10 +1152,26 @@ struct L3SampleEmit {
     int row_stride, col_stride;
     u32 copy_stride, skip, col0, col1, copies;
     float sb[2u * (COPIES ? COPIES : 3u)];  // scale and bias per copy, in registers: `out` cannot alias them
+    static constexpr bool OWN = COPIES == 1u;
+    // Whether the patch's rows (`w` wide) can take store_own: every column in the window, unflipped,
+    // adjacent elements (NCHW), and every lane's L3_VALS elements aligned for one vector store (whole
+    // images as samples; crops where the window's left edge falls on a multiple of L3_VALS).
+    __device__ __forceinline__ bool own_ok(u32 w) const {
+        return col_stride == 1 && col0 == 0u && col1 == w && row_stride % (int)L3_VALS == 0 &&
+               (u64)(out + base) % (L3_VALS * sizeof(Out)) == 0u;
+    }
+    // Row r's columns [g * L3_VALS, g * L3_VALS + L3_VALS), from their binary16 pairs, when the row is
+    // at or below `skip`.
+    __device__ __forceinline__ void store_own(u32 r, const u32 (&pairs)[L3_PAIRS], u32 g) const {
+        if (r < skip) return;
+        Out* q = out + ((long long)base + (long long)(r - skip) * row_stride) + g * L3_VALS;
+L3_UNROLL
+        for (u32 i = 0; i < L3_WINDOWS; i++) l3_store8(q + 8u * i, pairs + 4u * i, sb);
+    }
     // Row r of the patch, from the stage (column c at stage[c]); lane g of the team writes columns
-    // k * team + g that are in [col0, col1), when the row is at or below `skip`.
-    static constexpr bool OWN = false;  // windows, flips and copies: through the stage
-    template <bool FULL>  // the window decides the columns, not the patch
+    // k * team + g that are in [col0, col1), when the row is at or below `skip`. The window decides the
+    // columns, not the patch (FULL unused).
+    template <bool FULL>
     __device__ __forceinline__ void store_row(u32 r, const u8* stage, u32 team, u32 g) const {
         if (r < skip) return;
         Out* p = out + ((long long)base + (long long)(r - skip) * row_stride);  // column col0

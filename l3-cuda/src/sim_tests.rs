@@ -596,6 +596,20 @@ fn check_samples_case(exe: &Path, case: &SampleCase, tag: &str, fill_byte: u8) -
     plan
 }
 
+/// Sample windows whose patches fill their teams: where a window holds whole patch rows at aligned
+/// columns (NCHW) a lane stores its row in one vector store, elsewhere through the stage; every layout
+/// and element type equal to the CPU reference bit for bit. The simulation stops on a vector store a
+/// device would fault on.
+#[test]
+fn sim_samples_of_whole_patch_rows_match_reference() {
+    let exe = harness_or_skip!(HARNESS, Flavour::Plain);
+    for opts in common::every_layout_and_dtype() {
+        let case = common::whole_patch_row_samples(opts.layout, opts.dtype, opts.normalize);
+        let tag = format!("whole-patch-rows-{:?}-{:?}", opts.layout, opts.dtype);
+        check_samples_case(exe, &case, &tag, 0x5A);
+    }
+}
+
 /// The six layout × element type combinations (floats with and without normalisation), random windows
 /// (crops, padding on one or both axes, 1×1, whole images, flips), gray/RGB/RGBA, mixed sizes and patch
 /// sizes in one batch, sources from whole files and from fragments: equal to the CPU reference bit for

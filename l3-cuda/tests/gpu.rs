@@ -405,6 +405,19 @@ fn gpu_samples_every_layout_and_dtype_match_reference() {
     }
 }
 
+/// Sample windows whose patches fill their teams: whole patch rows at aligned columns take one vector
+/// store a lane (NCHW), the others the stage; every layout and element type, equal to the CPU reference.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_samples_of_whole_patch_rows_match_reference() {
+    let mut dec = decoder();
+    for opts in common::every_layout_and_dtype() {
+        let case = common::whole_patch_row_samples(opts.layout, opts.dtype, opts.normalize);
+        let tag = format!("whole patch rows {:?} {:?}", opts.layout, opts.dtype);
+        samples_and_check(&mut dec, &case, &tag);
+    }
+}
+
 /// Resampled batches (random-resized crops, resizes, scale jitter with `fill` padding; bilinear and
 /// nearest; gray/RGB/RGBA, versions 1 and 2, 1×1 and 7×3 images; every layout and element type): equal
 /// to Pillow's integer passes over `vocab::Resampling`'s tables (`common::reference_resampled`) bit for

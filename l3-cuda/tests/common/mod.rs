@@ -257,6 +257,47 @@ pub fn full_width_batches() -> Vec<Vec<TestImage>> {
         .collect()
 }
 
+/// Samples of 256×80 from images of patches as wide as their teams (64, in blocks of 64), each window
+/// chosen for how its patches' rows can be stored: whole images and crops whose left edge falls on a
+/// patch edge or on a multiple of 8 (whole patch rows, aligned: one vector store a lane in NCHW), crops
+/// whose left edge does not (the stage), mirrored and gray windows (the stage), top rows skipped.
+pub fn whole_patch_row_samples(
+    layout: vocab::Layout,
+    dtype: vocab::DType,
+    normalize: Option<vocab::Normalize>,
+) -> SampleCase {
+    use l3_format::Rect;
+    use vocab::Window;
+    let mut rng = Rng(0x3a3b_0c1d);
+    let mut case = SampleCase {
+        imgs: Vec::new(),
+        windows: Vec::new(),
+        fragments: Vec::new(),
+        opts: l3_cuda::SampleOptions {
+            layout,
+            dtype,
+            normalize,
+            ..l3_cuda::SampleOptions::new(256, 80)
+        },
+    };
+    let windows = [
+        (3, Window::whole(256, 80)),
+        (3, Window::new(Rect::new(64, 8, 128, 40), 0, 0, false)),
+        (4, Window::new(Rect::new(72, 3, 176, 70), 8, 2, false)),
+        (3, Window::new(Rect::new(68, 0, 150, 80), 0, 0, false)),
+        (3, Window::new(Rect::new(0, 5, 256, 70), 0, 0, true)),
+        (1, Window::whole(256, 80)),
+        (3, Window::new(Rect::new(128, 17, 128, 63), 64, 17, false)),
+    ];
+    for (i, (c, w)) in windows.into_iter().enumerate() {
+        let content = [Content::Random, Content::Smooth][i % 2];
+        case.imgs.push(image(256, 80, c, 64, content, &mut rng));
+        case.windows.push(w);
+        case.fragments.push(None);
+    }
+    case
+}
+
 /// Whole-image outputs in both layouts: u8, and f32 and f16 normalised.
 pub fn every_layout_and_dtype() -> Vec<l3_cuda::DecodeOptions> {
     let mut all = Vec::new();
