@@ -13,8 +13,9 @@
 #   l3-gpu       l3-cuda's device tests: every patch size, v1/v2-BP/v2-ANS, the corpus byte-exact against
 #                the CPU decoder, samples in every layout and dtype, pinned, pipelined, corrupt rows
 #   l3-variants  the tests that found the last-row error (H200, 2026-11-28) under the v1 kernel as built
-#                and under variants set through L3_NVRTC_OPTIONS (kernel.cu's L3_NEVER_ALIGNED,
-#                L3_STAGE_OWN_COLUMNS, L3_STAGE_FENCE; and -G): which code shapes this device decodes right
+#                and under variants set through L3_NVRTC_OPTIONS (kernel.cu's L3_NEVER_ALIGNED, L3_NEVER_OWN,
+#                L3_STAGE_OWN_COLUMNS, L3_STAGE_FENCE; and -G), with the tests of the full modes: which
+#                code shapes this device decodes right
 #                (fails when the kernel as built fails; the variants are reported)
 #   l3-lib       l3-cuda's library tests: the CPU simulation of the kernels and NVRTC on the real toolkit
 #   cuda-setup   the probe and pinned host memory on the real driver
@@ -36,7 +37,8 @@
 #                nvdisasm and cuobjdump)
 #   prepare      the measurement data: the corpus scaled to HD, FHD, UHD as PNG and JPEG q90
 #   kernel       the kernel, device-resident, against a device-to-device copy (v1, v2-BP, v2-ANS;
-#                NHWC u8, NCHW f16)
+#                NHWC u8, NCHW f16); then v1 at FHD with kernel.cu's L3_NEVER_OWN (kernel-staged: NCHW
+#                rows through the stage, as before the vector stores, in the same run)
 #   fig7a        Figure 7(a): L3 on the GPU, L3 and PNG on all CPU cores, JPEG q90 on nvJPEG; the host stage alone
 #   overlap      a ResNet-50 training step with L3 batches decoded alongside vs a synthetic batch
 #   ncu          Nsight Compute reports of the hottest kernel (FHD, NCHW f16) and of the version-2
@@ -116,7 +118,8 @@ L3_RACE=(gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder gpu_v2_batches_mat
 BSP_RACE=(gpu_every_kernel_small --test-threads=1)
 # The tests that found the v1 kernel's last-row error (H200, 2026-11-28), which l3-variants reruns.
 L3_VARIANT_TESTS=(gpu_every_patch_size_matches_cpu_decoder gpu_tiny_mixed_and_uniform_batches_match_cpu_decoder
-    gpu_pinned_batch_matches_cpu_decoder gpu_samples_every_layout_and_dtype_match_reference)
+    gpu_pinned_batch_matches_cpu_decoder gpu_samples_every_layout_and_dtype_match_reference
+    gpu_full_width_patches_match_cpu_decoder gpu_samples_of_whole_patch_rows_match_reference)
 PY_TESTS=(test_frameworks.py test_loader.py test_convert_stylize.py test_infer.py test_geometry.py test_targets.py test_channels.py test_whole.py test_decode_batch.py test_infer_ranks.py)
 PY_GPU_K="cuda or gpu or device or dlpack or jax or torch"
 
@@ -231,7 +234,7 @@ run_step() {
     l3-gpu) step l3-gpu 150 "$BIN/l3_cuda_gpu" --include-ignored --test-threads=4 --nocapture ;;
     l3-variants)
         step l3-variants 150 bash -c 'rc=0 bin=$0 log=$1; shift
-            for v in "" -DL3_NEVER_ALIGNED -DL3_STAGE_OWN_COLUMNS -DL3_STAGE_FENCE -G; do
+            for v in "" -DL3_NEVER_ALIGNED -DL3_NEVER_OWN -DL3_STAGE_OWN_COLUMNS -DL3_STAGE_FENCE -G; do
                 if L3_NVRTC_OPTIONS="$v" "$bin" --include-ignored --exact --test-threads=1 "$@" >"$log" 2>&1 \
                     && grep -q "test result: ok. $# passed" "$log"; then
                     echo "variant [$v]: ok"
@@ -297,7 +300,9 @@ run_step() {
         GPU_STEP=0
         step prepare 120 python3 "$ROOT/l3-cuda/scripts/prepare_data.py" "$L3_CORPUS" "$DATA" ;;
     kernel)
-        step kernel 150 "$BIN/fig7a" "$DATA" --what kernel --formats v1,v2-bp,v2-ans --min-secs 1 --json "$LOGS/l3.jsonl" ;;
+        step kernel 150 "$BIN/fig7a" "$DATA" --what kernel --formats v1,v2-bp,v2-ans --min-secs 1 --json "$LOGS/l3.jsonl"
+        step kernel-staged 60 env L3_NVRTC_OPTIONS=-DL3_NEVER_OWN "$BIN/fig7a" "$DATA" --what kernel --res fhd \
+            --formats v1 --min-secs 1 --json "$LOGS/l3-staged.jsonl" ;;
     fig7a)
         step fig7a-l3 150 "$BIN/fig7a" "$DATA" --what gpu,cpu --formats v1,v2-ans --min-secs 2 --json "$LOGS/l3.jsonl"
         # The host stage alone (read, plan, stage into ordinary memory) on 1, 2, 4, ... threads up to every core.

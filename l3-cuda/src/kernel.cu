@@ -498,9 +498,10 @@ L3_UNROLL
     }
 }
 
-// l3_patch_rows_w in the fastest mode every patch of the warp allows (a warp-uniform choice;
-// L3_NEVER_ALIGNED, an experiment set through L3_NVRTC_OPTIONS, takes L3_ROWS_ANY always). Emits with
-// `OWN` have `own_ok` and `store_own`.
+// l3_patch_rows_w in the fastest mode every patch of the warp allows (a warp-uniform choice). Emits with
+// `OWN` have `own_ok` and `store_own`. Experiments set through L3_NVRTC_OPTIONS: L3_NEVER_ALIGNED takes
+// L3_ROWS_ANY always, L3_NEVER_OWN never takes L3_ROWS_OWN (the stage's figures beside the vector
+// stores', in one run).
 template <typename Emit>
 __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 len, u32 w, u32 rows,
                               bool exact, u32 d, u32* __restrict__ err, bool active, const Emit& emit) {
@@ -512,12 +513,14 @@ __device__ void l3_patch_rows(const u8* __restrict__ data, u64 data_offset, u32 
         l3_patch_rows_w<L3_ROWS_ANY>(data, data_offset, len, w, rows, exact, d, err, active, emit);
         return;
     }
+#ifndef L3_NEVER_OWN
     if constexpr (Emit::OWN) {
         if (__ballot_sync(L3_FULL, active && !emit.own_ok(w)) == 0u) {
             l3_patch_rows_w<L3_ROWS_OWN>(data, data_offset, len, w, rows, exact, d, err, active, emit);
             return;
         }
     }
+#endif
     l3_patch_rows_w<L3_ROWS_FULL>(data, data_offset, len, w, rows, exact, d, err, active, emit);
 }
 
