@@ -584,7 +584,7 @@ struct V2Desc {
     u32 buckets;         // ANS: the image's bucket words in the launch's bucket memory (u32 index)
 };
 
-__device__ __forceinline__ u32 l3v2_bitlen(u32 v) { return v == 0u ? 0u : 32u - (u32)__clz(v); }
+__device__ __forceinline__ u32 l3v2_bitlen(u32 v) { return 32u - (u32)__clz(v); }  // __clz(0) = 32
 
 // The u32 at p, little-endian, from bytes (p need not be aligned).
 __device__ __forceinline__ u32 l3v2_u32(const u8* p) {
