@@ -226,6 +226,28 @@ impl Layer {
         }
     }
 
+    /// Stores the rectangle `rect` `(y0, y1, x0, x1)` of tile `t`, `data` its `c × h × w` values: the
+    /// tile itself, or (a part of another rank's tile, the only part of it this rank reads) the tile
+    /// with zeros around the rectangle.
+    pub fn put_rect(&self, t: usize, rect: [usize; 4], data: Vec<f32>) -> Result<()> {
+        let (y0, y1, x0, x1) = self.grid.tile(t);
+        let [r0, r1, c0, c1] = rect;
+        if rect == [y0, y1, x0, x1] {
+            return self.put(t, data).map_err(|e| self.spill_error(e));
+        }
+        let (th, tw, h, w) = (y1 - y0, x1 - x0, r1 - r0, c1 - c0);
+        let mut tile = crate::buffers::zeros(self.c * th * tw)?;
+        for ch in 0..self.c {
+            for y in 0..h {
+                let src = &data[(ch * h + y) * w..(ch * h + y + 1) * w];
+                let at = (ch * th + r0 - y0 + y) * tw + c0 - x0;
+                tile[at..at + w].copy_from_slice(src);
+            }
+        }
+        crate::buffers::give(data);
+        self.put(t, tile).map_err(|e| self.spill_error(e))
+    }
+
     /// Rows `l0..l1` of tile `t`'s channel `c`, as `dst` (whole rows); with `cols`, only those columns
     /// of each row are read (a narrow strip of a wide tile, such as a halo beside it).
     #[allow(clippy::too_many_arguments)]

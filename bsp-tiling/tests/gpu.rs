@@ -180,6 +180,81 @@ fn gpu_kept_values_cross_the_bus_once() {
     }
 }
 
+/// One image on 2 and 3 ranks (threads joined by `LocalRanks`), each with a CUDA backend of its own on
+/// device 0 that keeps the stored values: a rank's own tiles and the rectangles of the others' that it
+/// reads stay in device memory, and the exchange reads and fills them there. Rank 0's output equals one
+/// process's on the GPU (within f32 summation order: cuDNN may pick another algorithm under another
+/// budget) and the CPU's; each rank keeps values and copies fewer bytes than with every value on the
+/// host; no lease is left behind.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_kept_values_on_ranks_match_one_process() {
+    let net = Net::random_transformer(Widths(8, 16, 32), 11, PaddingMode::Reflect);
+    let x = noise_image(3, 301, 402, 4);
+    let cpu = styled(&net, &CpuBackend, &x, Mode::Whole, 0).unwrap().0;
+    let scale = cpu.data.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let alone = styled(&net, &cuda(None, Precision::F32), &x, Mode::Exact, 128)
+        .unwrap()
+        .0;
+    for size in [2usize, 3] {
+        let ranked = |keep: bool| -> Vec<(Option<Tensor>, bsp_tiling::RunInfo)> {
+            let group = bsp_tiling::LocalRanks::group(size);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = group
+                    .into_iter()
+                    .enumerate()
+                    .map(|(r, c)| {
+                        let (net, x) = (&net, &x);
+                        s.spawn(move || {
+                            let mut gpu = cuda(None, Precision::F32);
+                            gpu.set_keep_values(keep);
+                            let held = gpu.memory().used();
+                            let opts = Options {
+                                mode: Mode::Exact,
+                                tile: 128,
+                                threads: 2,
+                                ranks: Some(bsp_tiling::Ranks::new(c).unwrap()),
+                                ..Options::default()
+                            };
+                            let (out, info) = stylize(net, &gpu, x, &opts, false)
+                                .unwrap_or_else(|e| panic!("rank {r} of {size}: {e}"));
+                            assert_eq!(gpu.memory().used(), held, "rank {r}: leases left behind");
+                            ((r == 0).then(|| out.into_tensor().unwrap()), info)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
+        let (kept, host) = (ranked(true), ranked(false));
+        let out = kept[0].0.as_ref().unwrap();
+        let (e1, ec) = (compare(out, &alone), compare(out, &cpu));
+        eprintln!(
+            "{size} ranks: vs one process max abs {:.3e}, vs CPU {:.3e}",
+            e1.max_abs, ec.max_abs
+        );
+        assert!(
+            e1.max_abs <= 1e-5 * scale,
+            "{size} ranks vs one process: {e1:?}"
+        );
+        assert!(ec.max_abs <= 1e-4 * scale, "{size} ranks vs CPU: {ec:?}");
+        for (r, ((_, k), (_, h))) in kept.iter().zip(&host).enumerate() {
+            eprintln!(
+                "rank {r} of {size}: {} values kept, {} bytes copied ({} with values on the host), peak {}",
+                k.kept_values, k.device_copied_bytes, h.device_copied_bytes, k.device_peak_bytes
+            );
+            assert!(
+                k.kept_values > 0 && h.kept_values == 0,
+                "rank {r} of {size}"
+            );
+            assert!(
+                k.device_copied_bytes * 2 < h.device_copied_bytes,
+                "rank {r} of {size}"
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_f16_error_measured() {

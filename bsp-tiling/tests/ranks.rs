@@ -7,9 +7,10 @@
 mod common;
 
 use bsp_tiling::field::{OutputSink, Sink};
+use bsp_tiling::testing::DeviceSim;
 use bsp_tiling::{
-    Budget, CpuBackend, Error, Graph, LocalRanks, Mode, Options, Ranks, RunInfo, Tensor, load_onnx,
-    run,
+    Budget, CpuBackend, Error, Graph, GraphOps, LocalRanks, Mode, Options, Precision, Ranks,
+    RunInfo, Tensor, load_onnx, run,
 };
 use std::path::PathBuf;
 
@@ -44,6 +45,18 @@ fn on_ranks(
     opts_of: &(dyn Fn(usize) -> Options + Sync),
     sink_of: &(dyn Fn(usize, (usize, usize, usize)) -> Box<dyn Sink> + Sync),
 ) -> Vec<bsp_tiling::Result<RunInfo>> {
+    on_ranks_on(g, size, &|_| CpuBackend, input_of, opts_of, sink_of)
+}
+
+/// [`on_ranks`] with rank r's run on `backend_of(r)`.
+fn on_ranks_on<B: GraphOps>(
+    g: &Graph,
+    size: usize,
+    backend_of: &(dyn Fn(usize) -> B + Sync),
+    input_of: &(dyn Fn(usize) -> Tensor + Sync),
+    opts_of: &(dyn Fn(usize) -> Options + Sync),
+    sink_of: &(dyn Fn(usize, (usize, usize, usize)) -> Box<dyn Sink> + Sync),
+) -> Vec<bsp_tiling::Result<RunInfo>> {
     let group = LocalRanks::group(size);
     std::thread::scope(|s| {
         let handles: Vec<_> = group
@@ -58,7 +71,7 @@ fn on_ranks(
                     };
                     let shape = g.plan(x.h, x.w)?.shape[g.output];
                     let sink = sink_of(r, shape);
-                    run(&CpuBackend, g, &x, &o, sink.as_ref())
+                    run(&backend_of(r), g, &x, &o, sink.as_ref())
                 })
             })
             .collect();
@@ -78,6 +91,29 @@ impl Sink for Kept {
 
 /// Rank 0's output and every rank's report, from `size` ranks.
 fn shared(g: &Graph, x: &Tensor, o: &Options, size: usize) -> (Tensor, Vec<RunInfo>) {
+    shared_on(g, x, o, size, &|_| CpuBackend)
+}
+
+/// [`shared`] with rank r's run on `backend_of(r)`.
+fn shared_on<B: GraphOps>(
+    g: &Graph,
+    x: &Tensor,
+    o: &Options,
+    size: usize,
+    backend_of: &(dyn Fn(usize) -> B + Sync),
+) -> (Tensor, Vec<RunInfo>) {
+    try_shared_on(g, x, o, size, backend_of)
+        .unwrap_or_else(|(r, e)| panic!("{} {:?} rank {r}/{size}: {e}", g.name, o.mode))
+}
+
+/// [`shared_on`], or the first rank that failed and its error.
+fn try_shared_on<B: GraphOps>(
+    g: &Graph,
+    x: &Tensor,
+    o: &Options,
+    size: usize,
+    backend_of: &(dyn Fn(usize) -> B + Sync),
+) -> Result<(Tensor, Vec<RunInfo>), (usize, Error)> {
     let kept: Vec<std::sync::Arc<Kept>> = (0..size)
         .map(|_| std::sync::Arc::new(Kept(Default::default())))
         .collect();
@@ -87,14 +123,19 @@ fn shared(g: &Graph, x: &Tensor, o: &Options, size: usize) -> (Tensor, Vec<RunIn
             self.0.put_tile(y0, x0, t)
         }
     }
-    let infos = on_ranks(g, size, &|_| x.clone(), &|_| o.clone(), &|r, _| {
-        Box::new(Shared(kept[r].clone()))
-    });
+    let infos = on_ranks_on(
+        g,
+        size,
+        backend_of,
+        &|_| x.clone(),
+        &|_| o.clone(),
+        &|r, _| Box::new(Shared(kept[r].clone())),
+    );
     let infos: Vec<RunInfo> = infos
         .into_iter()
         .enumerate()
-        .map(|(r, i)| i.unwrap_or_else(|e| panic!("{} {:?} rank {r}/{size}: {e}", g.name, o.mode)))
-        .collect();
+        .map(|(r, i)| i.map_err(|e| (r, e)))
+        .collect::<Result<_, _>>()?;
     for (r, k) in kept.iter().enumerate().skip(1) {
         assert!(
             k.0.lock().unwrap().is_empty(),
@@ -106,7 +147,7 @@ fn shared(g: &Graph, x: &Tensor, o: &Options, size: usize) -> (Tensor, Vec<RunIn
     for (y0, x0, t) in kept[0].0.lock().unwrap().drain(..) {
         sink.put_tile(y0, x0, &t).unwrap();
     }
-    (sink.finish().into_tensor().unwrap(), infos)
+    Ok((sink.finish().into_tensor().unwrap(), infos))
 }
 
 fn same_bits(a: &Tensor, b: &Tensor) -> bool {
@@ -216,6 +257,102 @@ fn spilled_values_on_ranks_give_the_same_bits() {
         let (_, info) = alone(&g, &x, &o).unwrap();
         assert!(info.spilled_layers > 0, "{name}: nothing spilled");
         check(&g, &x, &o, &[2, 3]);
+    }
+}
+
+/// Each rank on a simulated device of its own that keeps the stored values: its own tiles and the
+/// rectangles of the others' that it reads stay in device memory, the exchange reads and fills them
+/// there, and rank 0's output has the bits of one process on the CPU; fewer bytes cross each rank's bus
+/// than with every value on the host, and no lease is left behind. A device budget that holds only some
+/// values moves kept ones to the host mid-run, received rectangles included, with the same bits.
+#[test]
+fn values_kept_on_devices_on_ranks_give_the_bits_of_one_process() {
+    let b = Budget::default();
+    for (name, tile, h, w) in [
+        ("unet_gn", 8, 40, 56),
+        ("ops_mix", 4, 40, 50),
+        ("resnet_fcn", 8, 48, 40),
+    ] {
+        let g = load(name);
+        let x = common::noise_image(g.channels, h, w, 5);
+        let o = opts(Mode::Exact, tile, &b);
+        let (want, _) = alone(&g, &x, &o).unwrap();
+        for size in [2, 3] {
+            let sims = |keeps: bool, budget: u64| -> Vec<DeviceSim> {
+                (0..size)
+                    .map(|_| {
+                        let mut sim = DeviceSim::new(budget, Precision::F32);
+                        sim.keeps = keeps;
+                        sim
+                    })
+                    .collect()
+            };
+            let on = |sims: &[DeviceSim], what: &str| -> Vec<RunInfo> {
+                let (got, infos) = shared_on(&g, &x, &o, size, &|r| sims[r].clone());
+                assert!(
+                    same_bits(&got, &want),
+                    "{name} on {size} ranks, {what}: other bits than one process"
+                );
+                for (r, sim) in sims.iter().enumerate() {
+                    assert_eq!(
+                        sim.meter().used(),
+                        0,
+                        "{name} rank {r}, {what}: leases left"
+                    );
+                }
+                infos
+            };
+            let kept = on(&sims(true, u64::MAX), "values kept");
+            let host = on(&sims(false, u64::MAX), "values on the host");
+            for (r, (k, h)) in kept.iter().zip(&host).enumerate() {
+                eprintln!(
+                    "{name} rank {r} of {size}: {} values kept, {} bytes copied ({} with values on \
+                     the host), device peak {} ({})",
+                    k.kept_values,
+                    k.device_copied_bytes,
+                    h.device_copied_bytes,
+                    k.device_peak_bytes,
+                    h.device_peak_bytes
+                );
+                assert!(
+                    k.kept_values > 0 && k.values_moved_to_host == 0 && h.kept_values == 0,
+                    "{name} rank {r} of {size}: {} kept ({} moved), {} kept on the host run",
+                    k.kept_values,
+                    k.values_moved_to_host,
+                    h.kept_values
+                );
+                assert!(
+                    k.device_copied_bytes * 2 < h.device_copied_bytes,
+                    "{name} rank {r} of {size}: {} bytes copied kept, {} on the host",
+                    k.device_copied_bytes,
+                    h.device_copied_bytes
+                );
+            }
+            // Budgets down from a kept run's peak until one moves a kept value to the host.
+            let peak = kept.iter().map(|i| i.device_peak_bytes).max().unwrap();
+            let mut budget = peak;
+            let moved = loop {
+                budget = budget * 7 / 8;
+                let devices = sims(true, budget);
+                let (got, infos) = match try_shared_on(&g, &x, &o, size, &|r| devices[r].clone()) {
+                    Ok(r) => r,
+                    // A budget the working sets do not fit: every budget above it moved nothing.
+                    Err((_, Error::DeviceBudget { .. })) => break false,
+                    Err((r, e)) => panic!("{name} rank {r} of {size}, budget {budget}: {e}"),
+                };
+                assert!(
+                    same_bits(&got, &want),
+                    "{name} on {size} ranks, budget {budget}"
+                );
+                if infos.iter().any(|i| i.values_moved_to_host > 0) {
+                    break true;
+                }
+            };
+            assert!(
+                moved,
+                "{name} on {size} ranks: no budget moved a kept value to the host"
+            );
+        }
     }
 }
 

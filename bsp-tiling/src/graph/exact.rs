@@ -5,7 +5,7 @@
 
 use super::eval::{Run, Source, eval_node, tensor_stats};
 use super::exec::GraphOps;
-use super::halos::Halos;
+use super::halos::{Exchanged, Halos, KeptOn};
 use super::kept::Kept;
 use super::model::{Graph, GraphPlan, node_err, prepare};
 use super::ops::Op;
@@ -151,6 +151,15 @@ impl<B: GraphOps> Exact<'_, '_, B> {
                     into_layer(l, t)
                 })?))
             }
+            (Target::Kept(k), Some(ranks), Some(halos)) => {
+                let local = superstep_share(Some(ranks), gv.len(), workers, |t| {
+                    let (_, _, out, st) = compute(t)?;
+                    k.put(t, out)?;
+                    Ok(st)
+                });
+                let held = KeptOn { kept: k, backend };
+                merge_in_tile_order(share_value(ranks, &step, local, &held, v, halos)?)
+            }
             (Target::Kept(k), ..) => {
                 merge_in_tile_order(keep(superstep_share(None, gv.len(), workers, |t| {
                     let (_, _, out, st) = compute(t)?;
@@ -292,12 +301,12 @@ fn input_stats(
 /// After a stored value's superstep on ranks: every rank's per-tile statistics of it (merged in tile
 /// order by the caller), all-gathered with each rank's status; then, every rank being well, the parts of
 /// its tiles that other ranks read, each sent to its reader alone. What this rank reads of others' tiles
-/// is stored in `layer`.
+/// is stored in `held` (the value's layer on the host, or its tiles kept on the device).
 fn share_value(
     ranks: &Ranks,
     step: &str,
     local: Result<Vec<(usize, Option<Vec<ChannelStats>>)>>,
-    layer: &Layer,
+    held: &dyn Exchanged,
     v: usize,
     halos: &Halos,
 ) -> Result<Vec<(usize, Vec<ChannelStats>)>> {
@@ -308,7 +317,7 @@ fn share_value(
             .filter_map(|(t, s)| s.map(|s| (t, s)))
             .collect();
         put_stats(&mut w, &st);
-        Ok((w.0, halos.outgoing(v, layer, ranks)?))
+        Ok((w.0, halos.outgoing(v, held, ranks)?))
     });
     let (stats, parts) = match sent {
         Ok((stats, parts)) => (Ok(stats), parts),
@@ -321,7 +330,7 @@ fn share_value(
     }
     let received = ranks.exchange(&format!("{step} halos"), parts)?;
     for (r, data) in received.iter().enumerate() {
-        Halos::incoming(layer, ranks, &mut Reader::new(data, r))?;
+        Halos::incoming(held, ranks, &mut Reader::new(data, r))?;
     }
     Ok(all)
 }
@@ -339,10 +348,12 @@ fn recycle_dead<B: GraphOps>(vals: &mut [Option<Val<'_, B>>], last_use: &[usize]
 }
 
 /// Where an exact run stores its values: in device memory while `keeper`'s budget holds them beside the
-/// working sets, else in the host's tiled store under `budget`.
+/// working sets, else in the host's tiled store under `budget`. On ranks (`share`) a rank holds its own
+/// tiles and the parts of the others' that it reads.
 struct Storage<'s, B: GraphOps> {
     backend: &'s B,
     keeper: Option<&'s Arc<Meter>>,
+    share: Option<(&'s Ranks, &'s Halos)>,
     budget: &'s Budget,
     ram_used: &'s Arc<AtomicU64>,
     last_use: &'s [usize],
@@ -389,22 +400,40 @@ impl<B: GraphOps> Storage<'_, B> {
         Ok(())
     }
 
-    /// A new stored value of `c` channels on `gv` (`name`: its node): kept on the device when it fits
-    /// beside `room` bytes of working sets, else on the host.
+    /// The bytes of value `v` (`c` channels on `gv`) this process holds: all of it, or on ranks its own
+    /// tiles and the rectangles of the others' that it reads.
+    fn held_bytes(&self, v: usize, c: usize, gv: &Grid) -> u64 {
+        let Some((ranks, halos)) = self.share else {
+            return Kept::<B>::bytes(c, gv);
+        };
+        let own: u64 = (0..gv.len())
+            .filter(|&t| ranks.owner(t, gv.len()) == ranks.rank())
+            .map(|t| {
+                let (y0, y1, x0, x1) = gv.tile(t);
+                Tensor::bytes(c, y1 - y0, x1 - x0)
+            })
+            .sum();
+        own.saturating_add(halos.received_bytes(v, ranks.rank(), c))
+    }
+
+    /// A new stored value `v` of `c` channels on `gv` (`name`: its node): kept on the device when what
+    /// this process holds of it fits beside `room` bytes of working sets, else on the host.
     fn place<'a>(
         &self,
+        v: usize,
         c: usize,
         gv: &Grid,
         room: u64,
         name: &str,
         info: &mut RunInfo,
     ) -> Result<Val<'a, B>> {
+        let bytes = self.held_bytes(v, c, gv);
         if let Some(m) = self.keeper
-            && m.available() >= Kept::<B>::bytes(c, gv).saturating_add(room)
+            && m.available() >= bytes.saturating_add(room)
         {
             let what = format!("the output of `{name}`, kept on the device");
             info.kept_values += 1;
-            return Ok(Val::Kept(Kept::reserve(m, c, gv, &what)?));
+            return Ok(Val::Kept(Kept::reserve(m, c, gv, bytes, &what)?));
         }
         let l = Layer::new(c, gv.clone(), self.budget, self.ram_used)?;
         info.spilled_layers += l.spilled() as usize;
@@ -485,14 +514,13 @@ pub(super) fn exact_on<B: GraphOps>(
     };
     let inner = inner_threads(threads, workers);
     let ram_used = Arc::new(AtomicU64::new(0));
-    // Values stay on the device while its budget holds them beside the tiles' working sets. Ranks send
-    // each other parts of the stored values from the host, so a shared run stores them there.
     let storage = Storage {
         backend: be.backend,
-        keeper: match (be.ranks, be.backend.keeps_values()) {
-            (None, true) => be.backend.device_meter(),
-            _ => None,
-        },
+        keeper: be
+            .backend
+            .device_meter()
+            .filter(|_| be.backend.keeps_values()),
+        share: be.ranks.zip(halos.as_ref()),
         budget,
         ram_used: &ram_used,
         last_use: &last_use,
@@ -547,7 +575,7 @@ pub(super) fn exact_on<B: GraphOps>(
         let stored = if v == g.output {
             None
         } else {
-            Some(storage.place(plan.shape[v].0, gv, room, &n.name, &mut info)?)
+            Some(storage.place(v, plan.shape[v].0, gv, room, &n.name, &mut info)?)
         };
         crate::buffers::limit(pool_room(ram_used.load(Ordering::Relaxed)));
         let source = |u: usize| vals[u].as_ref().expect("value alive").source();

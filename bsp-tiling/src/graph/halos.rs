@@ -4,17 +4,73 @@
 //! holds its own tiles of each stored value and the parts of its neighbours' that it reads — never the
 //! whole value.
 
+use super::exec::GraphOps;
 use super::fixed::needs;
+use super::kept::{Kept, Rect};
 use super::model::{Graph, GraphPlan};
 use crate::error::Result;
 use crate::field::gather;
 use crate::grid::Grid;
 use crate::ranks::{Ranks, Reader, Wire};
 use crate::store::Layer;
+use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
-/// A rectangle `(y0, y1, x0, x1)` of a value.
-type Rect = [usize; 4];
+/// A rank's storage of a stored value as the exchange reads and fills it: the host's tiled layer, or
+/// tiles kept on the device ([`KeptOn`]).
+pub(super) trait Exchanged {
+    fn channels(&self) -> usize;
+    fn grid(&self) -> &Grid;
+    /// Rectangle `r` of one of this rank's tiles, on the host (`c × h × w` values).
+    fn read_rect(&self, r: Rect) -> Result<Vec<f32>>;
+    /// Stores rectangle `r` of tile `t` (another rank's), `data` its `c × h × w` values.
+    fn put_rect(&self, t: usize, r: Rect, data: Vec<f32>) -> Result<()>;
+}
+
+/// The rows or columns `lo..hi`, as a window's index map.
+fn range(lo: usize, hi: usize) -> Vec<Option<usize>> {
+    (lo..hi).map(Some).collect()
+}
+
+/// A kept value with the backend holding it.
+pub(super) struct KeptOn<'a, B: GraphOps> {
+    pub kept: &'a Kept<B>,
+    pub backend: &'a B,
+}
+
+impl<B: GraphOps> Exchanged for KeptOn<'_, B> {
+    fn channels(&self) -> usize {
+        self.kept.channels()
+    }
+    fn grid(&self) -> &Grid {
+        self.kept.grid()
+    }
+    fn read_rect(&self, r: Rect) -> Result<Vec<f32>> {
+        let window = self
+            .kept
+            .gather(self.backend, &range(r[0], r[1]), &range(r[2], r[3]))?;
+        Ok(self.backend.store(window)?.data)
+    }
+    fn put_rect(&self, t: usize, r: Rect, data: Vec<f32>) -> Result<()> {
+        let part = Tensor::from_vec(self.kept.channels(), r[1] - r[0], r[3] - r[2], data)?;
+        self.kept.put_part(t, r, self.backend.load(part)?)
+    }
+}
+
+impl Exchanged for Layer {
+    fn channels(&self) -> usize {
+        self.c
+    }
+    fn grid(&self) -> &Grid {
+        &self.grid
+    }
+    fn read_rect(&self, r: Rect) -> Result<Vec<f32>> {
+        Ok(gather(self, &range(r[0], r[1]), &range(r[2], r[3]))?.data)
+    }
+    fn put_rect(&self, t: usize, r: Rect, data: Vec<f32>) -> Result<()> {
+        Layer::put_rect(self, t, r, data)
+    }
+}
 
 /// Per value: `(rank, tile) → rectangle` of that tile the rank reads and another rank computes.
 pub(super) struct Halos {
@@ -83,34 +139,47 @@ impl Halos {
         Halos { wants }
     }
 
-    /// What this rank sends of value `u` (stored in `layer`), per rank: each rectangle that rank reads of
+    /// Bytes of the rectangles of value `v` (`c` channels) that rank `rank` receives: what it holds of
+    /// the other ranks' tiles.
+    pub(super) fn received_bytes(&self, v: usize, rank: usize, c: usize) -> u64 {
+        self.wants[v]
+            .iter()
+            .filter(|((reader, _), _)| *reader == rank)
+            .map(|(_, r)| Tensor::bytes(c, r[1] - r[0], r[3] - r[2]))
+            .sum()
+    }
+
+    /// What this rank sends of value `u` (stored in `held`), per rank: each rectangle that rank reads of
     /// a tile this rank computed.
-    pub(super) fn outgoing(&self, u: usize, layer: &Layer, ranks: &Ranks) -> Result<Vec<Vec<u8>>> {
-        let n = layer.grid.len();
+    pub(super) fn outgoing(
+        &self,
+        u: usize,
+        held: &dyn Exchanged,
+        ranks: &Ranks,
+    ) -> Result<Vec<Vec<u8>>> {
+        let n = held.grid().len();
         let mut wires: Vec<Wire> = (0..ranks.size()).map(|_| Wire::default()).collect();
         for (&(reader, t), r) in &self.wants[u] {
             if ranks.owner(t, n) != ranks.rank() || reader >= wires.len() {
                 continue;
             }
             let w = &mut wires[reader];
-            let ys: Vec<Option<usize>> = (r[0]..r[1]).map(Some).collect();
-            let xs: Vec<Option<usize>> = (r[2]..r[3]).map(Some).collect();
-            let part = gather(layer, &ys, &xs)?;
+            let part = held.read_rect(*r)?;
             w.u64(reader as u64);
             w.u64(t as u64);
             for &b in r {
                 w.u64(b as u64);
             }
-            w.f32s(&part.data);
-            crate::buffers::give(part.data);
+            w.f32s(&part);
+            crate::buffers::give(part);
         }
         Ok(wires.into_iter().map(|w| w.0).collect())
     }
 
-    /// Stores in `layer` the rectangles addressed to this rank in `rd` (rank `from`'s message): each
-    /// into its tile, the rest of which this rank never reads.
-    pub(super) fn incoming(layer: &Layer, ranks: &Ranks, rd: &mut Reader<'_>) -> Result<()> {
-        let c = layer.c;
+    /// Stores in `held` the rectangles addressed to this rank in `rd` (rank `from`'s message): each
+    /// as the part of its tile that this rank reads.
+    pub(super) fn incoming(held: &dyn Exchanged, ranks: &Ranks, rd: &mut Reader<'_>) -> Result<()> {
+        let c = held.channels();
         while !rd.done() {
             let reader = rd.usize()?;
             let t = rd.usize()?;
@@ -120,12 +189,11 @@ impl Halos {
                 crate::buffers::give(data);
                 continue;
             }
-            let grid = &layer.grid;
+            let grid = held.grid();
             if t >= grid.len() {
                 return Err(rd.bad());
             }
             let (y0, y1, x0, x1) = grid.tile(t);
-            let (th, tw) = (y1 - y0, x1 - x0);
             let (h, w) = (r[1].wrapping_sub(r[0]), r[3].wrapping_sub(r[2]));
             if r[0] < y0 || r[1] > y1 || r[2] < x0 || r[3] > x1 || r[0] >= r[1] || r[2] >= r[3] {
                 return Err(rd.bad());
@@ -133,18 +201,7 @@ impl Halos {
             if data.len() != c * h * w {
                 return Err(rd.bad());
             }
-            let mut tile = crate::buffers::zeros(c * th * tw)?;
-            for ch in 0..c {
-                for y in 0..h {
-                    let src = &data[(ch * h + y) * w..(ch * h + y + 1) * w];
-                    let at = (ch * th + r[0] - y0 + y) * tw + r[2] - x0;
-                    tile[at..at + w].copy_from_slice(src);
-                }
-            }
-            crate::buffers::give(data);
-            layer
-                .put(t, tile)
-                .map_err(|source| layer.spill_error(source))?;
+            held.put_rect(t, r, data)?;
         }
         Ok(())
     }

@@ -6,6 +6,9 @@
 //! budget leaves; its bytes are reserved on the meter before its superstep starts, and each tile's own
 //! buffer takes its part of the reservation over as it is stored, so the value can never run the device
 //! out of memory halfway through.
+//!
+//! On ranks a rank keeps the tiles it computed and, of the other ranks' tiles, the rectangles it reads
+//! (`put_part`, from the exchange after the superstep): its reservation is those bytes, not the value's.
 
 use super::exec::GraphOps;
 use crate::error::{Error, Result};
@@ -17,11 +20,21 @@ use crate::tensor::Tensor;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// A rectangle `(y0, y1, x0, x1)` of a value.
+pub(super) type Rect = [usize; 4];
+
+/// What a kept value holds of one tile: all of it, or (on ranks, another rank's tile) the rectangle this
+/// rank reads.
+struct Held<T> {
+    rect: Rect,
+    buf: T,
+}
+
 /// A `c`-channel value on `grid`'s tiles, each a buffer of the backend once its superstep stored it.
 pub(super) struct Kept<B: GraphOps> {
     c: usize,
     grid: Grid,
-    tiles: Vec<OnceLock<B::Buf>>,
+    tiles: Vec<OnceLock<Held<B::Buf>>>,
     /// What the tiles not stored yet will take.
     reserved: Mutex<Lease>,
 }
@@ -37,20 +50,40 @@ impl<B: GraphOps> Kept<B> {
             .sum()
     }
 
-    /// A value of `c` channels on `grid`, its bytes reserved on `meter` (`what` names it in a refusal).
-    pub fn reserve(meter: &Arc<Meter>, c: usize, grid: &Grid, what: &str) -> Result<Kept<B>> {
+    /// A value of `c` channels on `grid` of which this process holds `bytes` (the whole value's, or a
+    /// rank's share), reserved on `meter` (`what` names it in a refusal).
+    pub fn reserve(
+        meter: &Arc<Meter>,
+        c: usize,
+        grid: &Grid,
+        bytes: u64,
+        what: &str,
+    ) -> Result<Kept<B>> {
         Ok(Kept {
             c,
             grid: grid.clone(),
             tiles: (0..grid.len()).map(|_| OnceLock::new()).collect(),
-            reserved: Mutex::new(meter.lease(Self::bytes(c, grid), what)?),
+            reserved: Mutex::new(meter.lease(bytes, what)?),
         })
+    }
+
+    pub fn channels(&self) -> usize {
+        self.c
+    }
+
+    pub fn grid(&self) -> &Grid {
+        &self.grid
     }
 
     /// Stores tile `t` (the buffer its superstep computed, which holds a lease of its own).
     pub fn put(&self, t: usize, buf: B::Buf) -> Result<()> {
         let (y0, y1, x0, x1) = self.grid.tile(t);
-        if self.tiles[t].set(buf).is_err() {
+        self.put_part(t, [y0, y1, x0, x1], buf)
+    }
+
+    /// Stores rectangle `rect` of tile `t` (on ranks, another rank's), `buf` holding just that rectangle.
+    pub fn put_part(&self, t: usize, rect: Rect, buf: B::Buf) -> Result<()> {
+        if self.tiles[t].set(Held { rect, buf }).is_err() {
             return Err(Error::Grid(format!(
                 "internal: tile {t} of a kept value stored twice"
             )));
@@ -58,7 +91,7 @@ impl<B: GraphOps> Kept<B> {
         self.reserved
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .give_back(Tensor::bytes(self.c, y1 - y0, x1 - x0));
+            .give_back(Tensor::bytes(self.c, rect[1] - rect[0], rect[3] - rect[2]));
         Ok(())
     }
 
@@ -78,18 +111,18 @@ impl<B: GraphOps> Kept<B> {
         for ty in band(&self.grid.rows, ylo, yhi) {
             for tx in band(&self.grid.cols, xlo, xhi) {
                 let t = ty * self.grid.n_cols() + tx;
-                let (y0, y1, x0, x1) = self.grid.tile(t);
-                let buf = self.tiles[t].get().ok_or_else(|| {
+                let held = self.tiles[t].get().ok_or_else(|| {
                     Error::Grid(format!(
                         "internal: tile {t} of a kept value read before it was stored"
                     ))
                 })?;
+                let [y0, y1, x0, x1] = held.rect;
                 parts.push(Part {
                     y0,
                     x0,
                     h: y1 - y0,
                     w: x1 - x0,
-                    buf,
+                    buf: &held.buf,
                 });
             }
         }
@@ -116,9 +149,9 @@ impl<B: GraphOps> Kept<B> {
     ) -> Result<Layer> {
         let layer = Layer::new(self.c, self.grid.clone(), budget, ram_used)?;
         for (t, tile) in self.tiles.into_iter().enumerate() {
-            if let Some(buf) = tile.into_inner() {
+            if let Some(Held { rect, buf }) = tile.into_inner() {
                 let host = backend.store(buf)?;
-                layer.put(t, host.data).map_err(|e| layer.spill_error(e))?;
+                layer.put_rect(t, rect, host.data)?;
             }
         }
         Ok(layer)
