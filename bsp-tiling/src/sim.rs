@@ -47,6 +47,8 @@ pub struct DeviceSim {
     /// Whether stored values stay on the device while its budget allows ([`crate::GraphOps::keeps_values`];
     /// the CUDA backend's way): on by default, off to compare with every value crossing the bus.
     pub keeps: bool,
+    /// Whether small-halo units are computed inside their reader's superstep ([`crate::GraphOps::inlines_units`]).
+    pub inlines: bool,
 }
 
 impl DeviceSim {
@@ -57,6 +59,7 @@ impl DeviceSim {
             concurrency: 1,
             band_bytes: DEVICE_BAND_BYTES,
             keeps: true,
+            inlines: true,
         }
     }
 

@@ -139,6 +139,21 @@ fn exact_over_its_budget_recomputes_the_same_output() {
     }
 }
 
+/// The test models where small-halo units are inlined, with two tiles each.
+const INLINING_CASES: [(&str, [usize; 2]); 4] = [
+    ("resnet_fcn", [8, 16]),
+    ("esrgan_x4", [4, 8]),
+    ("ops_mix", [4, 12]),
+    ("unet_gn", [8, 16]),
+];
+
+/// The whole image, then exact runs on each of `tiles`.
+fn whole_and_tiled(tiles: &[usize]) -> Vec<(Mode, usize)> {
+    let mut runs = vec![(Mode::Whole, 0)];
+    runs.extend(tiles.iter().map(|&t| (Mode::Exact, t)));
+    runs
+}
+
 /// Exact runs compute a value whose one reader's windows add a small halo inside that reader's
 /// superstep instead of storing it (inlining: the stem convolution under its max pool, a convolution
 /// under the next). Whole and tiled, the output is the bits of the recompute schedule, which inlines
@@ -146,18 +161,11 @@ fn exact_over_its_budget_recomputes_the_same_output() {
 /// stored than without inlining.
 #[test]
 fn inlined_values_give_the_bits_of_the_recompute_schedule() {
-    for (name, tiles) in [
-        ("resnet_fcn", [8, 16]),
-        ("esrgan_x4", [4, 8]),
-        ("ops_mix", [4, 12]),
-        ("unet_gn", [8, 16]),
-    ] {
+    for (name, tiles) in INLINING_CASES {
         let g = load(name);
         let mut inlined = 0;
         for (size, x, _) in cases(name) {
-            let mut runs = vec![(Mode::Whole, 0)];
-            runs.extend(tiles.iter().map(|&t| (Mode::Exact, t)));
-            for (mode, t) in runs {
+            for (mode, t) in whole_and_tiled(&tiles) {
                 let (exact, info) = infer(&g, &x, mode, t, 2, &Budget::default()).unwrap();
                 let (rec, _) =
                     infer(&g, &x, Mode::Recompute, tiles[0], 2, &Budget::default()).unwrap();
@@ -177,6 +185,103 @@ fn inlined_values_give_the_bits_of_the_recompute_schedule() {
             }
         }
         assert!(inlined > 0, "{name}: nothing inlined");
+    }
+}
+
+/// Small-halo units inlined on a (simulated) device: computed inside their reader's superstep on the
+/// device, over the reader's window, instead of stored. Every model, whole and tiled, gives the bits of
+/// the same device run without inlining (and of the CPU's), some values are inlined, and the device
+/// peak is never higher. Under device budgets from the peak of a run without inlining down to the
+/// smallest either runs in, inlining never refuses a budget the other takes (where its working sets
+/// would not fit, the run stores the units instead) and gives the same bits; the bytes each copies over
+/// the bus are printed.
+#[test]
+fn inlined_units_on_the_device_give_the_same_bits() {
+    use bsp_tiling::testing::DeviceSim;
+    use bsp_tiling::{OutputSink, Precision, RunInfo};
+    let on = |g: &Graph, x: &Tensor, mode: Mode, tile: usize, inlines: bool, budget: u64| {
+        let mut sim = DeviceSim::new(budget, Precision::F32);
+        sim.inlines = inlines;
+        let (c, h, w) = g.plan(x.h, x.w).unwrap().shape[g.output];
+        let sink = OutputSink::try_f32(c, h, w).unwrap();
+        let opts = bsp_tiling::Options {
+            mode,
+            tile,
+            threads: 2,
+            ..bsp_tiling::Options::default()
+        };
+        let run = bsp_tiling::run(&sim, g, x, &opts, &sink);
+        assert_eq!(sim.meter().used(), 0, "{}: leases left behind", g.name);
+        match run {
+            Ok(info) => Some((sink.finish().into_tensor().unwrap(), info)),
+            Err(Error::DeviceBudget { .. }) => None,
+            Err(e) => panic!("{}: {e}", g.name),
+        }
+    };
+    let same = |a: &Tensor, b: &Tensor| {
+        a.data
+            .iter()
+            .zip(&b.data)
+            .all(|(p, q)| p.to_bits() == q.to_bits())
+    };
+    for (name, tiles) in INLINING_CASES {
+        let g = load(name);
+        let (mut inlined, mut copied) = (0, [0u64; 2]);
+        for (size, x, _) in cases(name) {
+            for (mode, t) in whole_and_tiled(&tiles) {
+                let case = format!("{name} {size} {mode:?} tile {t}");
+                let (cpu, _) = infer(&g, &x, mode, t, 2, &Budget::default()).unwrap();
+                let (with, wi) = on(&g, &x, mode, t, true, u64::MAX).unwrap();
+                let (without, wo) = on(&g, &x, mode, t, false, u64::MAX).unwrap();
+                assert!(same(&with, &without), "{case}: other bits");
+                assert!(same(&with, &cpu), "{case}: not the CPU's bits");
+                assert_eq!(wo.inlined_values, 0);
+                assert!(
+                    wi.device_peak_bytes <= wo.device_peak_bytes,
+                    "{case}: a higher peak"
+                );
+                inlined += wi.inlined_values;
+                let line = |i: &RunInfo| {
+                    format!(
+                        "{} bytes copied, peak {}",
+                        i.device_copied_bytes, i.device_peak_bytes
+                    )
+                };
+                eprintln!(
+                    "{case}: {} values inlined; {} ({} without)",
+                    wi.inlined_values,
+                    line(&wi),
+                    line(&wo)
+                );
+                let mut budget = wo.device_peak_bytes;
+                loop {
+                    budget = budget * 4 / 5;
+                    let (a, b) = (
+                        on(&g, &x, mode, t, true, budget),
+                        on(&g, &x, mode, t, false, budget),
+                    );
+                    assert!(
+                        a.is_some() || b.is_none(),
+                        "{case}: inlining refuses budget {budget}"
+                    );
+                    let (Some((a, ai)), Some((b, bi))) = (a, b) else {
+                        break;
+                    };
+                    assert!(
+                        same(&a, &cpu) && same(&b, &cpu),
+                        "{case}, budget {budget}: other bits"
+                    );
+                    eprintln!("  budget {budget}: {} ({} without)", line(&ai), line(&bi));
+                    copied[0] += ai.device_copied_bytes;
+                    copied[1] += bi.device_copied_bytes;
+                }
+            }
+        }
+        eprintln!(
+            "{name}: {} bytes copied under the budgets, {} without inlining",
+            copied[0], copied[1]
+        );
+        assert!(inlined > 0, "{name}: nothing inlined on the device");
     }
 }
 

@@ -917,6 +917,9 @@ impl GraphOps for CudaBackend {
     fn keeps_values(&self) -> bool {
         self.keeps
     }
+    fn inlines_units(&self) -> bool {
+        self.inlines
+    }
     fn gather(
         &self,
         c: usize,

@@ -136,6 +136,7 @@ pub struct CudaBackend {
     precision: Precision,
     band_bytes: usize,
     keeps: bool,
+    inlines: bool,
     /// cuDNN for the f32 convolutions, or why not.
     dnn: std::result::Result<Mutex<dnn::Dnn>, String>,
     use_dnn: bool,
@@ -206,6 +207,7 @@ impl CudaBackend {
             precision,
             band_bytes: DEVICE_BAND_BYTES,
             keeps: true,
+            inlines: true,
             use_dnn: dnn.is_ok(),
             dnn,
             convs: Default::default(),
@@ -224,6 +226,13 @@ impl CudaBackend {
     /// every one is stored on the host (each crossing the bus both ways): what the benchmark compares.
     pub fn set_keep_values(&mut self, keep: bool) {
         self.keeps = keep;
+    }
+
+    /// Whether small-halo units are computed inside their reader's superstep (the default, as on the
+    /// CPU: fewer values kept or moved to the host, for a recomputed halo of at most a tenth of the
+    /// unit) or stored like every other value: what the benchmark compares.
+    pub fn set_inline_units(&mut self, inline: bool) {
+        self.inlines = inline;
     }
 
     /// Whether f32 convolutions run through cuDNN (the default where it loads) or im2col + cuBLAS (what

@@ -262,6 +262,30 @@ pub(super) fn exact_workers<B: GraphOps>(backend: &B, threads: usize, n_tiles: u
         .clamp(1, n_tiles.max(1))
 }
 
+/// The schedule of an exact run over `grids` with `workers` tiles at once: small-halo units inlined
+/// where the backend inlines them, and on a device only while the tiles' working sets with them fit
+/// what its budget leaves (a unit computed in its reader's superstep widens that superstep's working
+/// set, and a run the device holds without inlining must not fail for it).
+pub(super) fn exact_schedule<B: GraphOps>(
+    be: &Run<'_, B>,
+    g: &Graph,
+    plan: &GraphPlan,
+    grids: &[Grid],
+    workers: usize,
+) -> Schedule {
+    let schedule = Schedule::new(g, plan, grids, be.backend.inlines_units());
+    match be.backend.device_meter() {
+        Some(m)
+            if be.backend.inlines_units()
+                && tile_bytes(g, plan, &schedule, grids).saturating_mul(workers as u64)
+                    > m.available() =>
+        {
+            Schedule::new(g, plan, grids, false)
+        }
+        _ => schedule,
+    }
+}
+
 /// The largest working set of one tile's superstep of `schedule`.
 pub(super) fn tile_bytes(g: &Graph, plan: &GraphPlan, schedule: &Schedule, grids: &[Grid]) -> u64 {
     working::Sizer {
@@ -475,9 +499,9 @@ pub(super) fn exact_on<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, grid, v))
         .collect::<Result<_>>()?;
-    let schedule = Schedule::new(g, &plan, &grids, be.backend.inlines_units());
     let n_tiles = grid.len();
     let workers = exact_workers(be.backend, threads, n_tiles);
+    let schedule = exact_schedule(be, g, &plan, &grids, workers);
     let working = tile_bytes(g, &plan, &schedule, &grids).saturating_mul(workers as u64);
     let budget = &reserve(
         budget,

@@ -45,7 +45,7 @@ pub trait GraphOps: Sync {
     }
 
     /// Whether a unit with a small halo is computed inside its reader's superstep instead of stored
-    /// (a halo recomputed to save storing and copying a value: the host's trade, the same result).
+    /// (a halo recomputed to save storing, keeping and copying a value; the same result).
     fn inlines_units(&self) -> bool {
         false
     }
@@ -306,6 +306,9 @@ impl GraphOps for DeviceSim {
     }
     fn device_meter(&self) -> Option<&Arc<Meter>> {
         Some(self.meter_arc())
+    }
+    fn inlines_units(&self) -> bool {
+        self.inlines
     }
     fn prepare(&self, nodes: &[Node]) -> Result<SimPrepared> {
         let m = self.meter_arc();

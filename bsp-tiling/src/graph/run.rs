@@ -2,12 +2,11 @@
 //! new tensor, on the device a [`crate::DeviceOptions`] names, alone or on ranks.
 
 use super::eval::{Run, tensor_stats};
-use super::exact::{exact_on, exact_workers, tile_bytes};
+use super::exact::{exact_on, exact_schedule, exact_workers, tile_bytes};
 use super::exec::GraphOps;
 use super::fixed::{eval_region, run_fixed, scale_shifts};
 use super::model::{Graph, GraphPlan, GraphStats, prepare};
 use super::ops::Op;
-use super::schedule::Schedule;
 use super::superstep::{inner_threads, into_sink, superstep_share};
 use super::working;
 use crate::backend::CpuBackend;
@@ -295,8 +294,8 @@ fn exact_need<B: GraphOps>(
     let grids: Vec<Grid> = (0..plan.shape.len())
         .map(|v| g.value_grid(&plan, &grid, v))
         .collect::<Result<_>>()?;
-    let s = Schedule::new(g, &plan, &grids, be.backend.inlines_units());
     let workers = exact_workers(be.backend, threads, grid.len());
+    let s = exact_schedule(be, g, &plan, &grids, workers);
     let per_tile = tile_bytes(g, &plan, &s, &grids);
     Ok((per_tile.saturating_mul(workers as u64), workers))
 }
