@@ -269,17 +269,12 @@ pub fn whole_patch_row_samples(
     use l3_format::Rect;
     use vocab::Window;
     let mut rng = Rng(0x3a3b_0c1d);
-    let mut case = SampleCase {
-        imgs: Vec::new(),
-        windows: Vec::new(),
-        fragments: Vec::new(),
-        opts: l3_cuda::SampleOptions {
-            layout,
-            dtype,
-            normalize,
-            ..l3_cuda::SampleOptions::new(256, 80)
-        },
-    };
+    let mut case = SampleCase::new(l3_cuda::SampleOptions {
+        layout,
+        dtype,
+        normalize,
+        ..l3_cuda::SampleOptions::new(256, 80)
+    });
     let windows = [
         (3, Window::whole(256, 80)),
         (3, Window::new(Rect::new(64, 8, 128, 40), 0, 0, false)),
@@ -491,6 +486,16 @@ pub fn read_fragments(file: &[u8], region: l3_format::Rect, gap: u64) -> Fragmen
 }
 
 impl SampleCase {
+    /// A case with no windows yet, of samples `opts` describes.
+    pub fn new(opts: l3_cuda::SampleOptions) -> SampleCase {
+        SampleCase {
+            imgs: Vec::new(),
+            windows: Vec::new(),
+            fragments: Vec::new(),
+            opts,
+        }
+    }
+
     /// The fragment sources' parts (None for whole files), to borrow sources from.
     pub fn fragment_parts(&self) -> Vec<Option<FragmentSource>> {
         self.imgs
@@ -554,18 +559,13 @@ pub fn random_sample_case(
 ) -> SampleCase {
     let mut rng = Rng(seed | 1);
     let (sw, sh) = (24 + rng.below(24) as u32, 16 + rng.below(24) as u32);
-    let mut case = SampleCase {
-        imgs: Vec::new(),
-        windows: Vec::new(),
-        fragments: Vec::new(),
-        opts: l3_cuda::SampleOptions {
-            layout,
-            dtype,
-            normalize,
-            fill: [0u8, 255, 114][rng.below(3) as usize],
-            ..l3_cuda::SampleOptions::new(sw, sh)
-        },
-    };
+    let mut case = SampleCase::new(l3_cuda::SampleOptions {
+        layout,
+        dtype,
+        normalize,
+        fill: [0u8, 255, 114][rng.below(3) as usize],
+        ..l3_cuda::SampleOptions::new(sw, sh)
+    });
     for i in 0..n {
         let c = [1u8, 3, 4][i % 3];
         let (iw, ih) = (1 + rng.below(70) as u32, 1 + rng.below(60) as u32);
