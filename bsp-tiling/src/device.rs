@@ -1,7 +1,7 @@
 //! Which device runs the network, and what a device backend allocates.
 //!
 //! [`Device`] (the toolkit's one, from `vocab`) and [`DeviceOptions`] are what a command line maps `--device cpu|cuda[:N]`,
-//! `--gpu-memory BYTES` and `--precision f32|f16` to; [`crate::stylize_on`] opens the backend they name
+//! `--gpu-memory BYTES` and `--precision f32|tf32|f16` to; [`crate::stylize_on`] opens the backend they name
 //! and fails with the reason (no driver, no device, no NVRTC/cuBLAS) rather than fall back to the CPU.
 //!
 //! The byte counts here are shared by the CUDA backend and its host stand-in [`crate::sim::DeviceSim`]
@@ -22,13 +22,19 @@ pub fn default_tile(device: Device) -> usize {
     }
 }
 
-/// The element type of the convolutions' GEMM operands on a device. Activations, normalisation and
-/// accumulation stay f32 either way.
+/// The arithmetic of the convolutions on a device: what their operands are rounded to before the
+/// products. Activations, normalisation and accumulation stay f32 in every one; `F32` is the default
+/// because it is the one whose tiled output keeps the exact bound against the whole image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Precision {
+    /// f32 operands and FMA arithmetic: no tensor cores, no TF32 (PyTorch with
+    /// `torch.backends.cudnn.allow_tf32 = False`).
     #[default]
     F32,
-    /// im2col columns and weights rounded to IEEE binary16 (tensor cores), f32 accumulation and output.
+    /// f32 storage, operands rounded to TF32 (8-bit exponent, 10-bit mantissa) on the tensor cores, f32
+    /// accumulation: PyTorch's default for convolutions on Ampere and later (`allow_tf32 = True`).
+    Tf32,
+    /// Window and weights rounded to IEEE binary16 (tensor cores), f32 accumulation and output.
     F16,
 }
 
@@ -36,6 +42,7 @@ impl Precision {
     pub fn parse(s: &str) -> Option<Precision> {
         match s {
             "f32" | "fp32" => Some(Precision::F32),
+            "tf32" => Some(Precision::Tf32),
             "f16" | "fp16" | "half" => Some(Precision::F16),
             _ => None,
         }
@@ -44,17 +51,41 @@ impl Precision {
     pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
+            Precision::Tf32 => "tf32",
             Precision::F16 => "f16",
         }
     }
 
-    /// Bytes of one GEMM operand element.
+    /// Bytes of one GEMM operand element as the device stores it (TF32 operands are f32 in memory).
     pub fn elem_bytes(self) -> usize {
         match self {
-            Precision::F32 => 4,
+            Precision::F32 | Precision::Tf32 => 4,
             Precision::F16 => 2,
         }
     }
+
+    /// `v` as a convolution's operand under this precision: unchanged in f32; TF32 and binary16 to
+    /// nearest, ties to even. Binary16 is what `bsp_to_f16` computes bit for bit. For TF32 the
+    /// conversion is the libraries' (cuBLAS and cuDNN do not document theirs; the hardware reads the
+    /// top 19 bits), so a simulation with this rounding predicts the size of the TF32 error, not its bits.
+    pub fn round(self, v: f32) -> f32 {
+        match self {
+            Precision::F32 => v,
+            Precision::Tf32 => round_tf32(v),
+            Precision::F16 => half::f16::from_f32(v).to_f32(),
+        }
+    }
+}
+
+/// `v` to the nearest TF32 value (ties to even), the exponent range kept: infinities and NaNs as they
+/// are, a value past TF32's largest to infinity as f32 rounding would.
+fn round_tf32(v: f32) -> f32 {
+    if !v.is_finite() {
+        return v;
+    }
+    let b = v.to_bits();
+    let lsb = (b >> 13) & 1;
+    f32::from_bits(b.wrapping_add(0x0fff + lsb) & !0x1fff)
 }
 
 impl std::fmt::Display for Precision {
@@ -66,7 +97,7 @@ impl std::fmt::Display for Precision {
 impl std::str::FromStr for Precision {
     type Err = Invalid;
     fn from_str(s: &str) -> std::result::Result<Precision, Invalid> {
-        Precision::parse(s).ok_or_else(|| Invalid::new("precision", s, "f32 or f16"))
+        Precision::parse(s).ok_or_else(|| Invalid::new("precision", s, "f32, tf32 or f16"))
     }
 }
 
@@ -89,7 +120,7 @@ impl DeviceOptions {
                 return Err(Invalid::new(
                     "precision",
                     self.precision,
-                    "f32 on device cpu (the CPU backend computes in f32; f16 needs device cuda)",
+                    "f32 on device cpu (the CPU backend computes in f32; tf32 and f16 need device cuda)",
                 ));
             }
             if let Some(b) = self.gpu_memory {
@@ -148,5 +179,46 @@ mod tests {
                 .starts_with("gpu_memory \"1073741824\": expected none on device cpu")
         );
         assert!(DeviceOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn tf32_rounds_to_nearest_even() {
+        let one = 1.0f32;
+        let ulp = 2f32.powi(-10);
+        let r = |v: f32| Precision::Tf32.round(v);
+        assert_eq!(r(one + ulp), one + ulp);
+        assert_eq!(r(one + ulp / 2.0), one, "a tie to the even neighbour below");
+        assert_eq!(
+            r(one + 3.0 * ulp / 2.0),
+            one + 2.0 * ulp,
+            "a tie to the even neighbour above"
+        );
+        assert_eq!(r(one + ulp / 2.0 + 2f32.powi(-23)), one + ulp);
+        assert_eq!(r(-(one + 3.0 * ulp / 2.0)), -(one + 2.0 * ulp));
+        assert_eq!(r(f32::MAX), f32::INFINITY);
+        assert_eq!(r(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert!(r(f32::NAN).is_nan());
+        let sub = f32::from_bits;
+        assert_eq!(r(sub(0x0001_2fff)), sub(0x0001_2000), "a subnormal, down");
+        assert_eq!(r(sub(0x0001_3001)), sub(0x0001_4000), "a subnormal, up");
+        let mut x = 0x1234_5678u32;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let v = f32::from_bits(x & 0x7f7f_ffff) * if x & 1 == 0 { 1.0 } else { -1.0 };
+            let t = r(v);
+            assert_eq!(t.to_bits() & 0x1fff, 0, "{v:e} → {t:e}");
+            let half_ulp = (f32::from_bits((v.abs().to_bits() | 0x1fff) + 1)
+                - f32::from_bits(v.abs().to_bits() & !0x1fff))
+                / 2.0;
+            assert!(
+                (t as f64 - v as f64).abs() <= half_ulp as f64 + f64::MIN_POSITIVE,
+                "{v:e} → {t:e}"
+            );
+        }
+        assert_eq!(Precision::F32.round(one + ulp / 2.0), one + ulp / 2.0);
+        assert_eq!(Precision::F16.round(one + ulp / 2.0), one);
+        assert_eq!(Precision::parse("tf32"), Some(Precision::Tf32));
     }
 }

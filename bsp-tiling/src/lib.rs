@@ -25,9 +25,9 @@
 //!   [`CpuBackend`], the reference backend.
 //! * `gemm` — convolution as a packed GEMM in a fixed summation order (portable and AVX2 kernels,
 //!   bit-identical); `win` — a window's geometry along one axis, which it and `graph::ops` share.
-//! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuBLAS GEMM) on the
-//!   toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`], [`DeviceOptions`],
-//!   [`Precision`]: f16 convolution operands with f32 accumulation) and [`stylize_on`] /
+//! * `cuda` — the CUDA backend ([`CudaBackend`]: NVRTC kernels from `kernels.cu`, cuDNN or cuBLAS
+//!   convolutions) on the toolkit's one CUDA setup (`cuda-setup`); `device` selects it ([`Device`],
+//!   [`DeviceOptions`], [`Precision`]: f32, TF32 or f16 convolution operands, f32 accumulation) and [`stylize_on`] /
 //!   [`run_device`] run on it.
 //! * [`Ranks`] (`ranks`) — a run's tiles shared among processes joined by a [`Collective`]
 //!   (`torch.distributed`, JAX, [`LocalRanks`]' threads): per-tile statistics merged in tile order, the

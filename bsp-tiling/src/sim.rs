@@ -4,8 +4,9 @@
 //! Every value, weight and scratch buffer it holds takes a [`Lease`] on a [`Meter`] with the same byte
 //! counts the CUDA backend leases ([`crate::device`]), so the promise that device memory never exceeds
 //! the budget is checked on any machine by running the real graph engine on it (its [`crate::GraphOps`]
-//! implementation is `graph::exec`'s). With [`Precision::F16`] it rounds the convolutions' operands to
-//! binary16 as the f16 GEMM does (f32 accumulation), which predicts the f16 error on the CPU. With f32 it
+//! implementation is `graph::exec`'s). With [`Precision::F16`] (or `Tf32`) it rounds the convolutions'
+//! operands to binary16 (TF32) as the device's GEMM does (f32 accumulation), which predicts the error of
+//! that precision on the CPU. With f32 it
 //! computes bit for bit what [`crate::CpuBackend`] computes.
 
 use crate::device::{DEVICE_BAND_BYTES, Precision};

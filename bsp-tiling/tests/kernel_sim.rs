@@ -202,6 +202,33 @@ fn check_f16_rounding(exe: &Path) {
     assert!(half::f16::from_bits(u16s(&res[nob])[0]).is_nan());
 }
 
+/// `bsp_add_f16` (cuDNN's binary16 convolution result added onto the f32 bias) against the `half`
+/// crate's conversion and one f32 addition: every one of the 65,536 binary16 values, onto biases of
+/// both signs and magnitudes.
+fn check_add_f16(exe: &Path) {
+    let ys: Vec<u16> = (0..=u16::MAX).collect();
+    let bias: Vec<f32> = (0..ys.len())
+        .map(|i| [0.0, -0.0, 1.5, -3.25e-3, 7e4, -1e-30][i % 6])
+        .collect();
+    let mut sim = Sim::default();
+    let ob = sim.f32s(&bias);
+    let yb = sim.bytes(ys.iter().flat_map(|v| v.to_le_bytes()).collect());
+    sim.launch(
+        "bsp_add_f16",
+        GRID,
+        BLOCK,
+        &[A::B(ob), A::B(yb), l(ys.len())],
+    );
+    let got = f32s(&sim.run(exe, "add_f16")[ob]);
+    for ((&y, &b), &g) in ys.iter().zip(&bias).zip(&got) {
+        let want = b + half::f16::from_bits(y).to_f32();
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "{b:e} + f16 {y:#06x}: {g:e}, not {want:e}"
+        );
+    }
+}
+
 /// The kept values' kernels: windows gathered from the tiles of a value on an odd grid (plain ranges
 /// across tiles, reflected rows read twice, zero padding, one tile alone) equal the host's gather of the
 /// whole value, every pixel written by exactly one part where there is no padding (the window starts as
@@ -357,6 +384,7 @@ fn check_kept(exe: &Path) {
 
 fn check_all(exe: &Path) {
     check_f16_rounding(exe);
+    check_add_f16(exe);
     check_kept(exe);
     graph::check_graph_conv(exe);
     graph::check_graph_conv_transpose(exe);

@@ -148,6 +148,12 @@ inline unsigned int __float_as_uint(float f) {
     return u;
 }
 
+inline float __uint_as_float(unsigned int u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 // Byte k of the result is byte (s >> 4k) & 7 of the eight bytes y:x (x's bytes are 0..3).
 inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
     unsigned long long xy = ((unsigned long long)y << 32) | x;

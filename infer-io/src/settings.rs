@@ -49,7 +49,7 @@ pub struct InferSettings {
     pub device: Device,
     /// `f32`, or `f16` on a CUDA device (convolution operands in binary16, f32 accumulation; a
     /// transposed convolution is refused under f16, naming it).
-    #[cfg_attr(feature = "clap", arg(long, value_name = "f32|f16", value_parser = Text::<Precision>::new("precision"), default_value_t = InferSettings::default().precision))]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "f32|tf32|f16", value_parser = Text::<Precision>::new("precision"), default_value_t = InferSettings::default().precision))]
     pub precision: Precision,
     /// Bytes of GPU memory the run may use (e.g. 4G; a CUDA device only; default: what is free, less a
     /// margin).

@@ -141,7 +141,11 @@ fn child(spec: &str) -> anyhow::Result<()> {
     let (m, init, driver) = if get("device")? == "cuda" {
         let budget = kv.get("gpu_memory").and_then(|v| v.parse().ok());
         let t0 = Instant::now();
-        let mut gpu = CudaBackend::new(0, budget, Precision::F32)?;
+        let precision = kv
+            .get("precision")
+            .map_or(Some(Precision::F32), |p| Precision::parse(p))
+            .context("precision")?;
+        let mut gpu = CudaBackend::new(0, budget, precision)?;
         gpu.set_keep_values(kv.get("keep") != Some(&"0"));
         if kv.get("cudnn") == Some(&"0") {
             gpu.set_cudnn(false)?;
@@ -273,11 +277,12 @@ struct Peer {
     note: String,
 }
 
-fn torch_peer(script: &Path, side: usize) -> Peer {
+fn torch_peer(script: &Path, side: usize, tf32: bool) -> Peer {
     let out = std::process::Command::new("python3")
         .arg(script)
         .arg(model_path())
         .arg(side.to_string())
+        .args(tf32.then_some("--tf32"))
         .output();
     let fail = |note: String| Peer {
         secs: None,
@@ -412,6 +417,10 @@ const EXACT_ON_HOST: &str = "exact, values on host";
 /// `L3_BSP_ALL_MODES_MAX`).
 const EXACT_IM2COL: &str = "exact, im2col convolutions";
 
+/// The GPU's exact mode with TF32 convolutions (PyTorch's default `allow_tf32`), beside the PyTorch
+/// peer's TF32 row; run at every size, as exact is.
+const EXACT_TF32: &str = "exact, TF32";
+
 /// The size sweep's table and what the plots and the closing paragraphs take from it.
 struct Sweep {
     t: Table,
@@ -537,16 +546,19 @@ pub fn run(r: &mut Report) -> anyhow::Result<()> {
             if dev == "cuda" {
                 // The same exact run with every stored value on the host (what keeping them saves), and
                 // with im2col + cuBLAS convolutions (what cuDNN's save).
-                for mode in [EXACT_ON_HOST, EXACT_IM2COL] {
+                for mode in [EXACT_TF32, EXACT_ON_HOST, EXACT_IM2COL] {
                     let ctx = (&cfg, exe.as_path(), scratch.path());
                     one_run(&mut sweep, ctx, side, dev, mode, &mut wholes)?;
                 }
             }
         }
         if let Ok(v) = &torch {
-            match sweep.past_deadline(&cfg, 0.0) {
-                Some(why) => sweep.record(blank(side, "cuda (PyTorch)", "whole", why)),
-                None => sweep.record(torch_row(side, v)),
+            for tf32 in [false, true] {
+                let mode = if tf32 { "whole, TF32" } else { "whole" };
+                match sweep.past_deadline(&cfg, 0.0) {
+                    Some(why) => sweep.record(blank(side, "cuda (PyTorch)", mode, why)),
+                    None => sweep.record(torch_row(side, v, tf32)),
+                }
             }
         }
         if side == 10000 {
@@ -606,7 +618,8 @@ fn describe(
          holds them beside the tiles' working sets, the rest in host memory, crossing the bus; the row \
          'exact, values on host' stores every one on the host; f32 convolutions through cuDNN in FMA math, \
          no TF32, where it loads, else im2col + cuBLAS sgemm, which the row 'exact, im2col convolutions' \
-         uses throughout), the whole device for whole-image runs; times after a warm-up run \
+         uses throughout; the row 'exact, TF32' runs cuDNN and cuBLAS in TF32 tensor-op math, PyTorch's \
+         default for convolutions, and its errors are against the f32 whole image), the whole device for whole-image runs; times after a warm-up run \
          (context, NVRTC and cuBLAS set-up are the 'GPU init' column). Each run is a separate process; peak RSS \
          is its `VmHWM` (it includes the decoded source photo, see 'RSS before', and the output image: f32 where \
          it is compared with whole, else 8-bit); device peak is the metered peak of the backend's own \
@@ -629,7 +642,8 @@ fn describe(
     match torch {
         Ok(v) => r.para(&format!(
             "PyTorch peer: `bsp-tiling/benches/torch_peer.py` (the same TransformerNet in a few lines of torch, \
-             whole image, f32 without TF32, `torch.inference_mode`), torch {v}."
+             whole image, f32 without TF32, `torch.inference_mode`; the 'whole, TF32' row with \
+             `torch.backends.cudnn.allow_tf32` and `cuda.matmul.allow_tf32` on), torch {v}."
         )),
         Err(why) => r.para(&format!("PyTorch peer rows: skipped — {why}.")),
     }
@@ -673,7 +687,7 @@ fn one_run<'a>(
     if !cfg.wants(mode) || (mode == "recompute" && side > 2048) {
         return Ok(());
     }
-    if !matches!(mode, "whole" | "exact") && side > cfg.all_modes_max {
+    if !matches!(mode, "whole" | "exact" | EXACT_TF32) && side > cfg.all_modes_max {
         let why = format!("not run: side > L3_BSP_ALL_MODES_MAX={}", cfg.all_modes_max);
         sweep.record(blank(side, dev, mode, why));
         return Ok(());
@@ -716,6 +730,7 @@ fn one_run<'a>(
     let child_mode = match mode {
         EXACT_ON_HOST => "exact;keep=0",
         EXACT_IM2COL => "exact;cudnn=0",
+        EXACT_TF32 => "exact;precision=tf32",
         m => m,
     };
     let mut spec = format!(
@@ -807,18 +822,18 @@ fn one_run<'a>(
     Ok(())
 }
 
-/// The PyTorch peer's row at `side` (torch version `v`).
-fn torch_row(side: usize, v: &str) -> Vec<String> {
+/// The PyTorch peer's row at `side` (torch version `v`), in f32 or with TF32 convolutions.
+fn torch_row(side: usize, v: &str, tf32: bool) -> Vec<String> {
     let script = std::env::var_os("L3_BSP_TORCH_PEER")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("bsp-tiling/benches/torch_peer.py"));
     eprintln!("bsp: {side}² torch");
     let mpx = (side * side) as f64 / 1e6;
-    let p = torch_peer(&script, side);
+    let p = torch_peer(&script, side, tf32);
     let mut row = vec![
         side.to_string(),
         format!("cuda (PyTorch {})", v.split(' ').next().unwrap_or("")),
-        "whole".into(),
+        if tf32 { "whole, TF32" } else { "whole" }.into(),
         "1".into(),
         p.secs.map_or_else(|| p.note.clone(), |s| format!("{s:.2}")),
         p.secs.map_or(String::new(), |s| format!("{:.3}", mpx / s)),

@@ -51,7 +51,8 @@ fn run_child(exe: &Path, spec: &str) -> Result<std::collections::HashMap<String,
 }
 
 /// onnxruntime's CUDA execution provider on `model` over the `side`² input, as `python3` runs it: its
-/// seconds (the run alone, the second of two), or why not.
+/// seconds (the run alone, the second of two), or why not. TF32 off (`use_tf32=0`), as ours computes f32
+/// in FMA math; an onnxruntime too old for that option runs with its default, and the cell says so.
 fn ort_cuda(model: &Path, input: &Path) -> String {
     const SCRIPT: &str = r#"
 import sys, time
@@ -62,12 +63,19 @@ except Exception as e:
 if "CUDAExecutionProvider" not in rt.get_available_providers():
     print("ORT none=no_CUDA_provider"); sys.exit(0)
 try:
-    s = rt.InferenceSession(sys.argv[1], providers=["CUDAExecutionProvider"])
+    try:
+        s = rt.InferenceSession(sys.argv[1], providers=[("CUDAExecutionProvider", {"use_tf32": "0"})])
+        tf32 = "off"
+    except Exception:
+        s = rt.InferenceSession(sys.argv[1], providers=["CUDAExecutionProvider"])
+        tf32 = "onnxruntime's_default"
+    if "CUDAExecutionProvider" not in s.get_providers():
+        print("ORT none=the_CUDA_provider_did_not_load"); sys.exit(0)
     x = np.load(sys.argv[2])[None]
     feed = {s.get_inputs()[0].name: x}
     s.run(None, feed)
     t0 = time.perf_counter(); s.run(None, feed); t = time.perf_counter() - t0
-    print(f"ORT secs={t:.3f} version={rt.__version__}")
+    print(f"ORT secs={t:.3f} version={rt.__version__} tf32={tf32}")
 except Exception as e:
     print("ORT error=" + "_".join(f"{type(e).__name__}: {e}".split())[:200])
 "#;
@@ -82,9 +90,10 @@ except Exception as e:
     };
     match line_of(&o, "ORT ") {
         Ok(kv) if kv.contains_key("secs") => format!(
-            "{:.2} (onnxruntime {})",
+            "{:.2} (onnxruntime {}, TF32 {})",
             num(&kv, "secs"),
-            kv.get("version").map_or("?", String::as_str)
+            kv.get("version").map_or("?", String::as_str),
+            kv.get("tf32").map_or("?", String::as_str).replace('_', " ")
         ),
         Ok(kv) => match (kv.get("none"), kv.get("error")) {
             (Some(why), _) => format!("not available: {}", why.replace('_', " ")),

@@ -113,8 +113,9 @@ pub(crate) fn model_of(
 /// ``tile`` (default 512 on the CPU, 2048 on a CUDA device), ``mode`` (``"exact"``, ``"sampled"`` /
 /// ``"sampled:N"``, ``"recompute"``, ``"naive"``, ``"whole"``), ``device`` (``"cpu"``, ``"cuda"``,
 /// ``"cuda:N"``: every node on the CUDA backend; a GPU that cannot be used raises ``GpuError`` with the
-/// reason, never runs on the CPU), ``precision`` (``"f32"``, or ``"f16"`` on a GPU: binary16
-/// convolution operands, f32 accumulation; a transposed convolution raises naming it),
+/// reason, never runs on the CPU), ``precision`` (``"f32"``, or on a GPU ``"tf32"``: convolution
+/// operands rounded to TF32 on the tensor cores, PyTorch's default ``allow_tf32``; or ``"f16"``: binary16
+/// convolution operands; f32 accumulation either way),
 /// ``gpu_memory``, ``threads``, ``padding``, ``ram_budget_mib``, ``spill_dir``, ``full``, ``in_scale``,
 /// ``out_scale``, ``out_dtype``, ``page`` (of a TIFF path; a page the file lacks raises ``OptionsError``
 /// with its page count) and ``level`` (of that page: N its N-th SubIFD). A bad value raises

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 ///
 /// ``device``: ``"cpu"`` (the reference backend), ``"cuda"`` or ``"cuda:N"`` (bsp-tiling's CUDA backend;
 /// ``GpuError`` naming the reason when there is no usable GPU — never a silent CPU run).
-/// ``precision``: ``"f32"`` or ``"f16"`` (GEMM operands in half precision on the GPU, f32 accumulation).
+/// ``precision``: ``"f32"``, ``"tf32"`` or ``"f16"`` (on the GPU: convolution operands rounded to TF32 on
+/// the tensor cores, as PyTorch's default ``allow_tf32``, or to half precision; f32 accumulation).
 /// ``gpu_memory``: bytes of device memory the run may use (default: what is free, less a margin); layers
 /// that do not fit stay in host memory and cross the bus tile by tile. The keywords are
 /// :func:`infer`'s, with the same values and errors.

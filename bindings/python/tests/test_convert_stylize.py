@@ -105,8 +105,9 @@ def test_stylize_errors(picture, tmp_path):
 
 def test_stylize_device_options(picture):
     model = l3.Model(models_dir() / "candy_nc8.safetensors")
-    with pytest.raises(l3.OptionsError, match="precision"):
-        l3.stylize(picture, model, precision="f16")
+    for precision in ["f16", "tf32"]:
+        with pytest.raises(l3.OptionsError, match="precision"):
+            l3.stylize(picture, model, precision=precision)
     with pytest.raises(l3.OptionsError, match="precision"):
         l3.stylize(picture, model, precision="f64", device="cuda")
     with pytest.raises(l3.OptionsError, match="gpu_memory"):
@@ -128,6 +129,8 @@ def test_stylize_device_options(picture):
     assert np.abs(gpu.astype(int) - cpu.astype(int)).max() <= 1
     half = l3.stylize(picture, model, tile=32, device="cuda:0", precision="f16", gpu_memory=256 << 20)
     assert np.abs(half.astype(int) - cpu.astype(int)).mean() < 1
+    tf32 = l3.stylize(picture, model, tile=32, device="cuda:0", precision="tf32")
+    assert np.abs(tf32.astype(int) - cpu.astype(int)).mean() < 1
 
 
 def test_stubs_cover_the_module_and_everything_is_documented():

@@ -32,7 +32,7 @@ WALK = {
     "tile": (16, 0, 'tile "0": expected'),
     "mode": ("sampled:2", "fast", 'mode "fast": expected exact, sampled'),
     "device": ("cpu", "gpu", 'device "gpu": expected cpu, cuda or cuda:N'),
-    "precision": ("f32", "f64", 'precision "f64": expected f32 or f16'),
+    "precision": ("f32", "f64", 'precision "f64": expected f32, tf32 or f16'),
     "gpu_memory": (None, "lots", 'gpu_memory "lots": expected bytes'),
     "threads": (1, 0, 'threads "0": expected 1 to'),
     "padding": ("circular", "mirror", 'padding "mirror": expected reflect, circular, zero or replicate'),

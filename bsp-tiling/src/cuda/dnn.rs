@@ -2,17 +2,28 @@
 //! PyTorch's own convolutions run, without building im2col columns in device memory.
 //!
 //! A graph convolution here is *valid* over its gathered window (padding is the window's), with groups,
-//! per-axis stride and dilation: cuDNN's cross-correlation with no padding, `y = conv(x, w) + y` onto the
-//! bias the output starts from. f32 only, in cuDNN's FMA math (no TF32, no tensor-op down-conversion), so
-//! that the numbers are f32 products and sums as the im2col path's are, in another order. The algorithm is
-//! cuDNN's first by its heuristics among the deterministic FMA ones whose workspace the device budget
-//! leaves room for; where none is, or a tensor is past cuDNN's 32-bit sizes, the caller runs im2col.
+//! per-axis stride and dilation: cuDNN's cross-correlation with no padding. The arithmetic follows the
+//! backend's [`Precision`], as PyTorch sets it for the same choice:
+//! - f32: cuDNN's FMA math (no TF32, no tensor-op down-conversion), so that the numbers are f32 products
+//!   and sums as the im2col path's are, in another order; `y = conv(x, w) + y` onto the bias.
+//! - TF32: f32 tensors, cuDNN's default math (TF32 tensor cores on Ampere and later), as PyTorch's
+//!   `allow_tf32 = True`; `y = conv + y` likewise.
+//! - f16: binary16 window, weights and result, f32 arithmetic inside (cuDNN's "pseudo-half"
+//!   configuration; no cuDNN configuration writes binary16 products to an f32 output), tensor-op math.
+//!   The caller adds the binary16 result onto the f32 bias, so this path rounds each convolution's sum to
+//!   binary16 once more than the im2col path does (as PyTorch in half does at every layer).
+//!
+//! The algorithm is cuDNN's first by its heuristics among the deterministic ones of the precision's math
+//! (never a down-conversion) whose workspace the device budget leaves room for; where none is, or a
+//! tensor is past cuDNN's 32-bit sizes, the caller runs im2col.
 
-use super::{CudaBackend, CudaTensor};
+use super::CudaBackend;
+use crate::device::Precision;
 use crate::error::{Error, Result};
 use crate::graph::ops::ConvOp;
+use crate::meter::Lease;
 use cudarc::cudnn::{result, sys};
-use cudarc::driver::{DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr};
 use std::ffi::c_int;
 
 /// A failed cuDNN call, in cuDNN's words.
@@ -83,10 +94,51 @@ fn int(v: usize) -> Option<c_int> {
     c_int::try_from(v).ok()
 }
 
-/// A convolution's descriptors for window `x` (`cin × h × w`) and output `cout × ho × wo`, or `None` when
-/// cuDNN cannot take it as given (sizes past its `int`s, or a window that is not exactly the output's
-/// receptive field).
-fn describe(c: &ConvOp, (h, w): (usize, usize), (ho, wo): (usize, usize)) -> Result<Option<Descs>> {
+/// How a precision runs in cuDNN: the tensors' data type, the convolution's compute type, the math type
+/// asked for, and whether an algorithm of math type `m` computes in that precision.
+struct Arithmetic {
+    data: sys::cudnnDataType_t,
+    compute: sys::cudnnDataType_t,
+    math: sys::cudnnMathType_t,
+}
+
+impl Arithmetic {
+    fn of(p: Precision) -> Arithmetic {
+        use sys::cudnnDataType_t::{CUDNN_DATA_FLOAT, CUDNN_DATA_HALF};
+        use sys::cudnnMathType_t::{CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH, CUDNN_TENSOR_OP_MATH};
+        let (data, math) = match p {
+            Precision::F32 => (CUDNN_DATA_FLOAT, CUDNN_FMA_MATH),
+            Precision::Tf32 => (CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH),
+            Precision::F16 => (CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH),
+        };
+        Arithmetic {
+            data,
+            compute: CUDNN_DATA_FLOAT,
+            math,
+        }
+    }
+
+    /// Whether an algorithm reported with math type `m` computes in this arithmetic: f32 takes FMA
+    /// algorithms only; TF32 and f16 take any but those that convert f32 operands down to binary16.
+    fn admits(&self, m: sys::cudnnMathType_t) -> bool {
+        use sys::cudnnMathType_t::{CUDNN_FMA_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION};
+        if self.math == CUDNN_FMA_MATH {
+            m == CUDNN_FMA_MATH
+        } else {
+            m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+        }
+    }
+}
+
+/// A convolution's descriptors for window `x` (`cin × h × w`) and output `cout × ho × wo` in arithmetic
+/// `a`, or `None` when cuDNN cannot take it as given (sizes past its `int`s, or a window that is not
+/// exactly the output's receptive field).
+fn describe(
+    c: &ConvOp,
+    (h, w): (usize, usize),
+    (ho, wo): (usize, usize),
+    a: &Arithmetic,
+) -> Result<Option<Descs>> {
     let field = |n: usize, axis: usize| {
         let win = &c.win[axis];
         let span = (win.k - 1) * win.dilation + 1;
@@ -116,7 +168,6 @@ fn describe(c: &ConvOp, (h, w): (usize, usize), (ho, wo): (usize, usize)) -> Res
     if !field(h, 0) || !field(w, 1) {
         return Ok(None);
     }
-    let f32t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
     let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
     let mut d = Descs {
         x: std::ptr::null_mut(),
@@ -131,11 +182,11 @@ fn describe(c: &ConvOp, (h, w): (usize, usize), (ho, wo): (usize, usize)) -> Res
         .map_err(dnn_err("cudnnCreateConvolutionDescriptor"))?;
     // SAFETY: the descriptors were just created; the dimensions fit cuDNN's ints (checked above).
     unsafe {
-        result::set_tensor4d_descriptor(d.x, nchw, f32t, xd)
+        result::set_tensor4d_descriptor(d.x, nchw, a.data, xd)
             .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-        result::set_tensor4d_descriptor(d.y, nchw, f32t, yd)
+        result::set_tensor4d_descriptor(d.y, nchw, a.data, yd)
             .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-        result::set_filter4d_descriptor(d.w, f32t, nchw, wd)
+        result::set_filter4d_descriptor(d.w, a.data, nchw, wd)
             .map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
         result::set_convolution2d_descriptor(
             d.conv,
@@ -146,33 +197,43 @@ fn describe(c: &ConvOp, (h, w): (usize, usize), (ho, wo): (usize, usize)) -> Res
             dilation[0],
             dilation[1],
             sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-            f32t,
+            a.compute,
         )
         .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
         result::set_convolution_group_count(d.conv, groups)
             .map_err(dnn_err("cudnnSetConvolutionGroupCount"))?;
-        result::set_convolution_math_type(d.conv, sys::cudnnMathType_t::CUDNN_FMA_MATH)
+        result::set_convolution_math_type(d.conv, a.math)
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
     }
     Ok(Some(d))
 }
 
+/// One convolution as cuDNN will run it: descriptors, algorithm and leased workspace.
+pub(super) struct Plan {
+    d: Descs,
+    algo: sys::cudnnConvolutionFwdAlgo_t,
+    workspace: CudaSlice<u8>,
+    bytes: usize,
+    _lease: Lease,
+}
+
 impl CudaBackend {
-    /// `out += conv(x, w)` through cuDNN (`out` holds the bias): `Ok(false)` when cuDNN is not open here
-    /// or cannot take this convolution (the caller runs im2col), `Ok(true)` once it ran.
-    pub(super) fn cudnn_conv(
+    /// How cuDNN runs convolution `c` from window `h × w` to `ho × wo` in the backend's precision, its
+    /// workspace leased: `None` when cuDNN is not open here, cannot take this convolution, or has no
+    /// algorithm of that arithmetic whose workspace fits what the budget leaves (the caller runs im2col).
+    pub(super) fn cudnn_plan(
         &self,
         name: &str,
-        x: &CudaTensor,
         c: &ConvOp,
-        w: &cudarc::driver::CudaSlice<f32>,
-        out: &mut CudaTensor,
-    ) -> Result<bool> {
+        hw: (usize, usize),
+        out: (usize, usize),
+    ) -> Result<Option<Plan>> {
         let Ok(dnn) = &self.dnn else {
-            return Ok(false);
+            return Ok(None);
         };
-        let Some(d) = describe(c, (x.h, x.w), (out.h, out.w))? else {
-            return Ok(false);
+        let a = Arithmetic::of(self.precision);
+        let Some(d) = describe(c, hw, out, &a)? else {
+            return Ok(None);
         };
         let dnn = dnn.lock().unwrap_or_else(|e| e.into_inner());
         let mut perf = [sys::cudnnConvolutionFwdAlgoPerf_t {
@@ -205,48 +266,84 @@ impl CudaBackend {
             .find(|p| {
                 p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
                     && p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC
-                    && p.mathType == sys::cudnnMathType_t::CUDNN_FMA_MATH
+                    && a.admits(p.mathType)
                     && (p.memory as u64) < room
             })
         else {
-            return Ok(false);
+            return Ok(None);
         };
+        // The algorithm runs in the math type it was reported with, as PyTorch sets it.
+        // SAFETY: the descriptor is valid; the math type is one cuDNN reported for it.
+        unsafe { result::set_convolution_math_type(d.conv, p.mathType) }
+            .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         // SAFETY: the descriptors are valid for this algorithm.
         let bytes = unsafe {
             result::get_convolution_forward_workspace_size(dnn.0, d.x, d.w, d.conv, d.y, p.algo)
         }
         .map_err(dnn_err("cudnnGetConvolutionForwardWorkspaceSize"))?;
-        let (mut ws, _lease) =
-            self.alloc::<u8>(bytes, &format!("the cuDNN workspace of `{name}`"))?;
-        let (one, also): (f32, f32) = (1.0, 1.0);
-        {
-            let (xp, _rx) = x.data.device_ptr(&self.stream);
-            let (wp, _rw) = w.device_ptr(&self.stream);
-            let (wsp, _rws) = ws.device_ptr_mut(&self.stream);
-            let (yp, _ry) = out.data.device_ptr_mut(&self.stream);
-            // SAFETY: x, w and y hold the elements their descriptors give (sized from the same
-            // dimensions), the workspace `bytes`; alpha and beta are f32 for f32 data.
-            unsafe {
-                result::convolution_forward(
-                    dnn.0,
-                    (&one as *const f32).cast(),
-                    d.x,
-                    xp as *const std::ffi::c_void,
-                    d.w,
-                    wp as *const std::ffi::c_void,
-                    d.conv,
-                    p.algo,
-                    wsp as *mut std::ffi::c_void,
-                    bytes,
-                    (&also as *const f32).cast(),
-                    d.y,
-                    yp as *mut std::ffi::c_void,
-                )
-            }
-            .map_err(dnn_err("cudnnConvolutionForward"))?;
+        // Other leases may have taken the room since: then im2col, whose band narrows to fit.
+        let what = format!("the cuDNN workspace of `{name}`");
+        let Ok(lease) = self.meter.lease(bytes as u64, &what) else {
+            return Ok(None);
+        };
+        // SAFETY: cuDNN's workspace is scratch it writes before it reads.
+        let workspace = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(super::drv("cuMemAllocAsync"))?;
+        Ok(Some(Plan {
+            d,
+            algo: p.algo,
+            workspace,
+            bytes,
+            _lease: lease,
+        }))
+    }
+
+    /// `y = conv(x, w) + beta · y` as planned. `T` is the plan's data type (f32, or binary16 as `u16`);
+    /// the workspace is freed in stream order after the convolution.
+    pub(super) fn cudnn_run<T: DeviceRepr>(
+        &self,
+        plan: Plan,
+        x: &CudaSlice<T>,
+        w: &CudaSlice<T>,
+        beta: f32,
+        y: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        let Ok(dnn) = &self.dnn else {
+            return Err(Error::Device("cuDNN is not open".into()));
+        };
+        let dnn = dnn.lock().unwrap_or_else(|e| e.into_inner());
+        let Plan {
+            d,
+            algo,
+            mut workspace,
+            bytes,
+            _lease,
+        } = plan;
+        let one = 1.0f32;
+        let (xp, _rx) = x.device_ptr(&self.stream);
+        let (wp, _rw) = w.device_ptr(&self.stream);
+        let (wsp, _rws) = workspace.device_ptr_mut(&self.stream);
+        let (yp, _ry) = y.device_ptr_mut(&self.stream);
+        // SAFETY: x, w and y hold the elements their descriptors give (the caller sized them from the
+        // same dimensions, of the plan's data type), the workspace `bytes`; alpha and beta are f32, as
+        // cuDNN reads them for f32 and binary16 data alike.
+        unsafe {
+            result::convolution_forward(
+                dnn.0,
+                (&one as *const f32).cast(),
+                d.x,
+                xp as *const std::ffi::c_void,
+                d.w,
+                wp as *const std::ffi::c_void,
+                d.conv,
+                algo,
+                wsp as *mut std::ffi::c_void,
+                bytes,
+                (&beta as *const f32).cast(),
+                d.y,
+                yp as *mut std::ffi::c_void,
+            )
         }
-        // The workspace is freed in stream order after the convolution.
-        drop(ws);
-        Ok(true)
+        .map_err(dnn_err("cudnnConvolutionForward"))
     }
 }

@@ -108,9 +108,15 @@ impl CudaBackend {
         // SAFETY: bsp_to_f16 writes all n elements.
         let mut out =
             unsafe { self.stream.alloc::<u16>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
-        let n64 = n as i64;
-        launch!(self, self.k.to_f16, "bsp_to_f16", n, [w, &n64, &mut out]);
+        self.write_f16(w, n, &mut out)?;
         Ok(out)
+    }
+
+    /// The first `n` values of `x` as binary16 into `out` (`bsp_to_f16`).
+    fn write_f16(&self, x: &CudaSlice<f32>, n: usize, out: &mut CudaSlice<u16>) -> Result<()> {
+        let n64 = n as i64;
+        launch!(self, self.k.to_f16, "bsp_to_f16", n, [x, &n64, out]);
+        Ok(())
     }
 
     /// A leased copy of `x` (the in-place kernels work on the node's own output).
@@ -206,6 +212,60 @@ impl CudaBackend {
         .map_err(blas_err("cublasGemmEx"))
     }
 
+    /// `out += conv(x)` through cuDNN (`out` holds the bias): `Ok(false)` where cuDNN cannot take it
+    /// (the caller runs im2col). Under f16 the window is converted to binary16 (`bsp_to_f16`), cuDNN
+    /// writes a binary16 result, and `bsp_add_f16` adds it onto the bias; when the budget has no room
+    /// for those two buffers, im2col's bands (which narrow to fit) take the convolution.
+    fn dnn_conv(
+        &self,
+        name: &str,
+        x: &CudaTensor,
+        c: &ConvOp,
+        wts: &NodeWeights,
+        out: &mut CudaTensor,
+    ) -> Result<bool> {
+        let (hw, ohw) = ((x.h, x.w), (out.h, out.w));
+        let Some(w16) = (match self.precision {
+            Precision::F32 | Precision::Tf32 => None,
+            Precision::F16 => wts.w16.as_ref(),
+        }) else {
+            let Some(plan) = self.cudnn_plan(name, c, hw, ohw)? else {
+                return Ok(false);
+            };
+            self.cudnn_run(plan, &x.data, &wts.w, 1.0, &mut out.data)?;
+            return Ok(true);
+        };
+        let scratch = |n: usize, what: &str| -> Result<Option<(CudaSlice<u16>, Lease)>> {
+            let Ok(lease) = self.meter.lease((n * 2) as u64, what) else {
+                return Ok(None);
+            };
+            // SAFETY: written whole (by bsp_to_f16, by cuDNN with beta 0) before it is read.
+            let buf =
+                unsafe { self.stream.alloc::<u16>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
+            Ok(Some((buf, lease)))
+        };
+        let Some((mut x16, _lx)) = scratch(x.len(), "a convolution's binary16 window")? else {
+            return Ok(false);
+        };
+        let Some((mut y16, _ly)) = scratch(out.len(), "a convolution's binary16 result")? else {
+            return Ok(false);
+        };
+        let Some(plan) = self.cudnn_plan(name, c, hw, ohw)? else {
+            return Ok(false);
+        };
+        self.write_f16(&x.data, x.len(), &mut x16)?;
+        self.cudnn_run(plan, &x16, w16, 0.0, &mut y16)?;
+        let n64 = out.len() as i64;
+        launch!(
+            self,
+            self.k.add_f16,
+            "bsp_add_f16",
+            out.len(),
+            [&mut out.data, &y16, &n64]
+        );
+        Ok(true)
+    }
+
     /// A convolution in bands of output rows: each band's im2col columns, then its GEMM per group. The
     /// band is as wide as [`exec::lease_conv_band`] finds room for.
     fn graph_conv(
@@ -233,10 +293,7 @@ impl CudaBackend {
             return Ok(out);
         }
         let counted = |k: usize| self.convs[k].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.precision == Precision::F32
-            && self.use_dnn
-            && self.cudnn_conv(name, x, c, &wts.w, &mut out)?
-        {
+        if self.use_dnn && self.dnn_conv(name, x, c, wts, &mut out)? {
             counted(0);
             return Ok(out);
         }
@@ -340,14 +397,7 @@ impl CudaBackend {
                 (Precision::F16, Some(w16)) => {
                     let (mut x16, lease) =
                         self.alloc::<u16>(x.len(), "a transposed convolution's f16 input")?;
-                    let n64 = x.len() as i64;
-                    launch!(
-                        self,
-                        self.k.to_f16,
-                        "bsp_to_f16",
-                        x.len(),
-                        [&x.data, &n64, &mut x16]
-                    );
+                    self.write_f16(&x.data, x.len(), &mut x16)?;
                     Some((x16, w16, lease))
                 }
                 _ => None,
@@ -867,7 +917,7 @@ impl GraphOps for CudaBackend {
                     let w = self.htod(&c.weight)?;
                     let w16 = match self.precision {
                         Precision::F16 => Some(self.to_f16(&w, c.weight.len())?),
-                        Precision::F32 => None,
+                        Precision::F32 | Precision::Tf32 => None,
                     };
                     Some(NodeWeights {
                         w,

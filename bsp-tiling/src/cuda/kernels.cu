@@ -56,6 +56,25 @@ extern "C" __global__ void bsp_to_f16(const float* __restrict__ x, i64 n, u16* _
     BSP_FOR(i, n) { out[i] = bsp_f16_bits(x[i]); }
 }
 
+// The f32 value of binary16 bits `h` (exact: every binary16 value is an f32).
+__device__ __forceinline__ float bsp_f16_value(u16 h) {
+    unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    unsigned int e = ((unsigned int)h >> 10) & 0x1fu;
+    unsigned int m = (unsigned int)h & 0x3ffu;
+    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN
+    if (e == 0u) {  // zero or subnormal: m · 2^-24, exact in f32
+        float v = (float)m * 5.9604644775390625e-8f;
+        return __uint_as_float(sign | __float_as_uint(v));
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));  // exponent rebiased from 15 to 127
+}
+
+// out += y as f32: a convolution's binary16 result (cuDNN's, under f16) onto the output that holds its
+// bias, in f32.
+extern "C" __global__ void bsp_add_f16(float* __restrict__ out, const u16* __restrict__ y, i64 n) {
+    BSP_FOR(i, n) { out[i] = out[i] + bsp_f16_value(y[i]); }
+}
+
 // Every output plane filled with its channel's bias (the GEMM then accumulates onto it, beta = 1).
 extern "C" __global__ void bsp_fill_bias(float* __restrict__ out, int c, i64 plane,
                                          const float* __restrict__ bias) {

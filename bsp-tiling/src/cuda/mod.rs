@@ -34,8 +34,9 @@ pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 static PROGRAM: Program = Program::new("bsp_kernels.cu", KERNEL_SOURCE).without_fmad();
 
 /// The kernels' entry points, in `kernels.cu` order.
-pub const KERNEL_NAMES: [&str; 17] = [
+pub const KERNEL_NAMES: [&str; 18] = [
     "bsp_to_f16",
+    "bsp_add_f16",
     "bsp_fill_bias",
     "bsp_scale_shift",
     "bsp_im2col_g",
@@ -96,6 +97,7 @@ fn blas_err(call: &'static str) -> impl Fn(cudarc::cublas::result::CublasError) 
 /// The kernels the graph ops share with weight preparation.
 struct Kernels {
     to_f16: CudaFunction,
+    add_f16: CudaFunction,
     fill_bias: CudaFunction,
     scale_shift: CudaFunction,
 }
@@ -137,7 +139,7 @@ pub struct CudaBackend {
     band_bytes: usize,
     keeps: bool,
     inlines: bool,
-    /// cuDNN for the f32 convolutions, or why not.
+    /// cuDNN for the convolutions, or why not.
     dnn: std::result::Result<Mutex<dnn::Dnn>, String>,
     use_dnn: bool,
     /// Convolutions run through cuDNN, and through im2col + cuBLAS.
@@ -167,6 +169,7 @@ impl CudaBackend {
         };
         let k = Kernels {
             to_f16: load("bsp_to_f16")?,
+            add_f16: load("bsp_add_f16")?,
             fill_bias: load("bsp_fill_bias")?,
             scale_shift: load("bsp_scale_shift")?,
         };
@@ -192,6 +195,19 @@ impl CudaBackend {
             }
             .result()
             .map_err(blas_err("cublasSetWorkspace"))?;
+        }
+        // TF32 as PyTorch's `allow_tf32` turns it on: the f32 GEMMs on the tensor cores. cuBLAS's
+        // default math is FMA, which f32 keeps.
+        if precision == Precision::Tf32 {
+            // SAFETY: a live handle and a math mode of cuBLAS's enumeration.
+            unsafe {
+                cudarc::cublas::sys::cublasSetMathMode(
+                    *blas.handle(),
+                    cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+                )
+            }
+            .result()
+            .map_err(blas_err("cublasSetMathMode"))?;
         }
         let device_name = ctx.name().unwrap_or_else(|_| format!("GPU {ordinal}"));
         let dnn = dnn::Dnn::open(&stream)
@@ -235,8 +251,8 @@ impl CudaBackend {
         self.inlines = inline;
     }
 
-    /// Whether f32 convolutions run through cuDNN (the default where it loads) or im2col + cuBLAS (what
-    /// f16 operands always take): what the benchmark compares. Asking for cuDNN where it did not load
+    /// Whether convolutions run through cuDNN (the default where it loads) or im2col + cuBLAS: what the
+    /// benchmark compares. Asking for cuDNN where it did not load
     /// fails with the reason.
     pub fn set_cudnn(&mut self, on: bool) -> Result<()> {
         if on && let Err(why) = &self.dnn {
@@ -301,11 +317,18 @@ impl CudaBackend {
 impl CudaBackend {
     /// The device, the GEMM and the budget, as a run's report names the backend.
     pub fn name(&self) -> String {
-        let convs = match (self.precision, &self.dnn, self.use_dnn) {
-            (Precision::F32, Ok(_), true) => "cuDNN, f32 FMA math (no TF32)".to_string(),
-            (Precision::F32, Ok(_), false) => "im2col + cuBLAS sgemm (cuDNN off)".to_string(),
-            (Precision::F32, Err(why), _) => format!("im2col + cuBLAS sgemm (no cuDNN: {why})"),
-            (Precision::F16, ..) => "im2col + cuBLAS f16 gemm, f32 accumulation".to_string(),
+        let (dnn, gemm) = match self.precision {
+            Precision::F32 => ("f32 FMA math (no TF32)", "sgemm"),
+            Precision::Tf32 => ("TF32 tensor-op math", "sgemm, TF32 tensor-op math"),
+            Precision::F16 => (
+                "binary16 tensors, f32 arithmetic, tensor-op math",
+                "f16 gemm, f32 accumulation",
+            ),
+        };
+        let convs = match (&self.dnn, self.use_dnn) {
+            (Ok(_), true) => format!("cuDNN, {dnn}"),
+            (Ok(_), false) => format!("im2col + cuBLAS {gemm} (cuDNN off)"),
+            (Err(why), _) => format!("im2col + cuBLAS {gemm} (no cuDNN: {why})"),
         };
         format!(
             "cuda ({}, convolutions: {convs}, budget {} bytes)",

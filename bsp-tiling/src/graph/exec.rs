@@ -160,7 +160,8 @@ impl GraphOps for CpuBackend {
 }
 
 /// Device bytes of a node's prepared parameters: convolution weights and biases in f32, and under
-/// [`Precision::F16`] a (transposed) convolution's binary16 copy of its weights beside them.
+/// [`Precision::F16`] a (transposed) convolution's binary16 copy of its weights beside them (TF32 reads
+/// the f32 weights).
 pub fn weight_bytes(op: &Op, precision: Precision) -> u64 {
     match op {
         Op::Conv(c) | Op::ConvTranspose(c) => {
@@ -237,7 +238,7 @@ pub fn scratch_bytes(
         Op::ConvTranspose(cv) => {
             let f16_input = match precision {
                 Precision::F16 => xc * xh * xw * 2,
-                Precision::F32 => 0,
+                Precision::F32 | Precision::Tf32 => 0,
             };
             (cv.cout * cv.win[0].k * cv.win[1].k * xh * xw * 4 + f16_input) as u64
         }
@@ -267,16 +268,20 @@ pub fn refuse(node: &Node, backend: &str, why: &str) -> Error {
     }
 }
 
-/// `v` rounded to IEEE binary16 and back (nearest even, as `bsp_to_f16` and `bsp_im2col_g_f16` round).
-pub fn round_f16(v: &[f32]) -> Vec<f32> {
-    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+/// `v` rounded as a convolution's operands are under `p` ([`Precision::round`]: binary16 as
+/// `bsp_to_f16` and `bsp_im2col_g_f16` round, bit for bit).
+pub fn round_operands(v: &[f32], p: Precision) -> Vec<f32> {
+    v.iter().map(|&x| p.round(x)).collect()
 }
 
-/// A (transposed) convolution as the f16 GEMM computes it: its weights rounded to binary16
-/// ([`round_f16`]).
-fn f16_conv(op: &Op) -> Option<Op> {
+/// A (transposed) convolution as the device's GEMM computes it under `p`: its weights rounded
+/// ([`round_operands`]); `None` for other ops and in f32.
+fn rounded_conv(op: &Op, p: Precision) -> Option<Op> {
+    if p == Precision::F32 {
+        return None;
+    }
     let rounded = |c: &ops::ConvOp| ops::ConvOp {
-        weight: round_f16(&c.weight),
+        weight: round_operands(&c.weight, p),
         ..c.clone()
     };
     match op {
@@ -286,17 +291,17 @@ fn f16_conv(op: &Op) -> Option<Op> {
     }
 }
 
-/// What the simulated device prepares for a run: the weights' leases, and under [`Precision::F16`] each
-/// (transposed) convolution with its weights rounded to binary16 (by node).
+/// What the simulated device prepares for a run: the weights' leases, and under TF32 or binary16 each
+/// (transposed) convolution with its weights rounded (by node).
 pub struct SimPrepared {
     _leases: Vec<Lease>,
-    f16: Vec<Option<Op>>,
+    rounded: Vec<Option<Op>>,
 }
 
 /// The device simulated on the host: [`ops::compute`]'s numbers, the CUDA backend's leases. Under
-/// [`Precision::F16`] a convolution or a transposed convolution computes on its window and weights
-/// rounded to binary16, products summed in f32: what the f16 GEMM computes, up to its order of summation
-/// (a product of two binary16 values is exact in f32).
+/// [`Precision::F16`] (or `Tf32`) a convolution or a transposed convolution computes on its window and
+/// weights rounded to binary16 (TF32), products summed in f32: what the device's GEMM computes, up to its
+/// order of summation (a product of two binary16 or two TF32 values is exact in f32).
 impl GraphOps for DeviceSim {
     type Buf = SimBuf;
     type Prepared = SimPrepared;
@@ -323,16 +328,10 @@ impl GraphOps for DeviceSim {
                 )
             })
             .collect::<Result<_>>()?;
-        let f16 = nodes
-            .iter()
-            .map(|n| match p {
-                Precision::F16 => f16_conv(&n.op),
-                Precision::F32 => None,
-            })
-            .collect();
+        let rounded = nodes.iter().map(|n| rounded_conv(&n.op, p)).collect();
         Ok(SimPrepared {
             _leases: leases,
-            f16,
+            rounded,
         })
     }
     fn load(&self, t: Tensor) -> Result<SimBuf> {
@@ -380,10 +379,10 @@ impl GraphOps for DeviceSim {
             )?,
         };
         let mut tensors: Vec<Tensor> = ins.iter().map(|b| b.t.clone()).collect();
-        let t = match prep.f16.get(i).and_then(Option::as_ref) {
-            Some(op16) => {
-                tensors[0].data = round_f16(&tensors[0].data);
-                ops::compute(op16, tensors, ctx)?
+        let t = match prep.rounded.get(i).and_then(Option::as_ref) {
+            Some(rounded) => {
+                tensors[0].data = round_operands(&tensors[0].data, self.precision);
+                ops::compute(rounded, tensors, ctx)?
             }
             None => ops::compute(&node.op, tensors, ctx)?,
         };

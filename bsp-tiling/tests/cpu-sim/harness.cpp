@@ -39,6 +39,8 @@ struct Launch {
 static void call(const std::string& name, Launch& a) {
     if (name == "bsp_to_f16")
         bsp_to_f16(a.p<const float>(0), a.l(1), a.p<u16>(2));
+    else if (name == "bsp_add_f16")
+        bsp_add_f16(a.p<float>(0), a.p<const u16>(1), a.l(2));
     else if (name == "bsp_fill_bias")
         bsp_fill_bias(a.p<float>(0), a.n(1), a.l(2), a.p<const float>(3));
     else if (name == "bsp_scale_shift")

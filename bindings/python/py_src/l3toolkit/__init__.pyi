@@ -103,7 +103,7 @@ def stylize(
     spill_dir: Optional[_Path] = None,
     full: bool = False,
     device: Any = None,
-    precision: Literal["f32", "f16"] = "f32",
+    precision: Literal["f32", "tf32", "f16"] = "f32",
     gpu_memory: Optional[int] = None,
 ) -> npt.NDArray[np.uint8]:
     """Style transfer on a uint8 (H, W, 3) image of any size with BSP tiling, on the CPU or a CUDA GPU
@@ -131,7 +131,7 @@ def infer(
     tile: Optional[int] = None,
     mode: str = "exact",
     device: Any = "cpu",
-    precision: Literal["f32", "f16"] = "f32",
+    precision: Literal["f32", "tf32", "f16"] = "f32",
     gpu_memory: Union[int, str, None] = None,
     threads: Optional[int] = None,
     padding: Optional[Literal["reflect", "circular", "zero", "replicate"]] = None,
