@@ -13,7 +13,7 @@
 //!   into a context.
 //! - [`PinnedHost`]: page-locked host memory, for buffers the GPU copies by DMA.
 //!
-//! - `testing` (hidden): for tests that need NVRTC and no GPU, a run of the test with CI's NVRTC.
+//! - `testing` (hidden): for tests that need NVRTC or cuDNN and no GPU, a run of the test with CI's library.
 //!
 //! Nothing here falls back: a GPU that was asked for and cannot be used is an [`Error`] naming the reason.
 #![deny(unsafe_code)]

@@ -190,11 +190,11 @@ mod tests {
     /// LD_LIBRARY_PATH).
     #[test]
     fn compiles_once_and_reports_errors_on_one_line() {
-        use crate::testing::{NvrtcTest, nvrtc_for_test};
+        use crate::testing::{LibraryTest, nvrtc_for_test};
         match nvrtc_for_test("program::tests::compiles_once_and_reports_errors_on_one_line") {
-            NvrtcTest::Here => {}
-            NvrtcTest::PassedInChild => return,
-            NvrtcTest::Missing(reason) => return stdx::testing::skip(reason),
+            LibraryTest::Here => {}
+            LibraryTest::PassedInChild => return,
+            LibraryTest::Missing(reason) => return stdx::testing::skip(reason),
         }
         let a = EMPTY.ptx(Arch::new(8, 0)).unwrap();
         assert!(a.to_src().contains(".entry k("));

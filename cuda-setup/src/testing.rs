@@ -1,32 +1,49 @@
-//! For the GPU crates' tests that need NVRTC but no GPU (their kernels compiled for every architecture).
-//! NVRTC is a library, not a device: CI has it in the Python test environment (PyTorch's CUDA wheels bring
-//! `libnvrtc`), so such a test must run there, not skip. It cannot be put on `LD_LIBRARY_PATH` for the
-//! whole test run (other tests check what happens without CUDA libraries), so a test that finds no NVRTC
-//! in its process runs itself again, alone, with the folder `$L3_NVRTC_DIR` names on the path.
+//! For the GPU crates' tests that need a CUDA library but no GPU: NVRTC (their kernels compiled for every
+//! architecture) and cuDNN (its descriptors, which are host objects). Libraries are not devices: CI has
+//! them in the Python test environment (PyTorch's CUDA wheels bring `libnvrtc` and `libcudnn`), so such a
+//! test must run there, not skip. They cannot be put on `LD_LIBRARY_PATH` for the whole test run (other
+//! tests check what happens without CUDA libraries), so a test that finds its library missing in its
+//! process runs itself again, alone, with the folder the library's variable names (`$L3_NVRTC_DIR`,
+//! `$L3_CUDNN_DIR`) on the path.
 
 use crate::Library;
 use std::process::Command;
 
-/// Where a test that needs NVRTC stands.
+/// Where a test that needs a library stands.
 #[derive(Debug)]
-pub enum NvrtcTest {
-    /// libnvrtc loads in this process: run the test here.
+pub enum LibraryTest {
+    /// The library loads in this process: run the test here.
     Here,
     /// The test ran in a child process that found it, and passed (a failure panics instead).
     PassedInChild,
-    /// Neither here nor in `$L3_NVRTC_DIR`: the reason, for the caller's skip (which fails under CI).
+    /// Neither here nor in the library's folder variable: the reason, for the caller's skip (which
+    /// fails under CI).
     Missing(String),
 }
 
-/// Decides for test `name` (its path in this test binary, as `cargo test` lists it).
-pub fn nvrtc_for_test(name: &str) -> NvrtcTest {
-    if Library::Nvrtc.is_present() {
-        return NvrtcTest::Here;
+/// The variable naming the folder a test's run again takes `lib` from; `None` for a library no test
+/// loads without a GPU.
+fn folder_variable(lib: Library) -> Option<&'static str> {
+    match lib {
+        Library::Nvrtc => Some("L3_NVRTC_DIR"),
+        #[cfg(feature = "cudnn")]
+        Library::Cudnn => Some("L3_CUDNN_DIR"),
+        _ => None,
     }
-    let missing = crate::Error::Missing(Library::Nvrtc).to_string();
-    let dir = match std::env::var_os("L3_NVRTC_DIR") {
-        Some(dir) if std::env::var_os("L3_NVRTC_CHILD").is_none() => dir,
-        _ => return NvrtcTest::Missing(missing),
+}
+
+/// Decides for test `name` (its path in this test binary, as `cargo test` lists it), which needs `lib`.
+pub fn library_for_test(lib: Library, name: &str) -> LibraryTest {
+    if lib.is_present() {
+        return LibraryTest::Here;
+    }
+    let missing = crate::Error::Missing(lib).to_string();
+    let Some(var) = folder_variable(lib) else {
+        return LibraryTest::Missing(missing);
+    };
+    let dir = match std::env::var_os(var) {
+        Some(dir) if std::env::var_os("L3_LIBRARY_CHILD").is_none() => dir,
+        _ => return LibraryTest::Missing(missing),
     };
     let mut path = std::ffi::OsString::from(&dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
@@ -37,7 +54,7 @@ pub fn nvrtc_for_test(name: &str) -> NvrtcTest {
     let out = Command::new(&exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env("LD_LIBRARY_PATH", path)
-        .env("L3_NVRTC_CHILD", "1")
+        .env("L3_LIBRARY_CHILD", "1")
         .output()
         .unwrap_or_else(|e| panic!("running {} again: {e}", exe.display()));
     let text = format!(
@@ -47,9 +64,15 @@ pub fn nvrtc_for_test(name: &str) -> NvrtcTest {
     );
     assert!(
         out.status.success() && text.contains("1 passed"),
-        "{name} with NVRTC from {}:\n{text}",
+        "{name} with {} from {}:\n{text}",
+        lib.file(),
         std::path::Path::new(&dir).display()
     );
     eprint!("{text}");
-    NvrtcTest::PassedInChild
+    LibraryTest::PassedInChild
+}
+
+/// [`library_for_test`] for NVRTC.
+pub fn nvrtc_for_test(name: &str) -> LibraryTest {
+    library_for_test(Library::Nvrtc, name)
 }

@@ -41,20 +41,24 @@ const REQUIREMENTS: &[&str] = &[
     // with it for every architecture (`cuda_setup::testing`). PyPI's torch brings the same wheel; named
     // here for a CPU-only torch.
     "nvidia-cuda-nvrtc>=13",
+    // cuDNN, whose descriptors bsp-tiling's tests check without a GPU (`cuda_setup::testing`); PyPI's
+    // torch brings the same wheel, named here for a CPU-only torch.
+    "nvidia-cudnn-cu13>=9",
 ];
 
-/// The folder of the environment's `libnvrtc` (the nvidia-cuda-nvrtc wheel's `lib`), if it has one.
-pub fn nvrtc_dir(venv: &Path) -> Option<PathBuf> {
+/// The folder of the environment's `lib` (a file starting `libnvrtc.so`, `libcudnn.so`) among its
+/// NVIDIA wheels' `lib` folders, if it has one.
+pub fn nvidia_lib_dir(venv: &Path, lib: &str) -> Option<PathBuf> {
     let libs = std::fs::read_dir(venv.join("lib")).ok()?;
     libs.flatten()
         .map(|py| py.path().join("site-packages").join("nvidia"))
         .filter_map(|nvidia| std::fs::read_dir(nvidia).ok())
         .flat_map(|dirs| dirs.flatten().map(|d| d.path().join("lib")))
-        .find(|lib| {
-            std::fs::read_dir(lib).is_ok_and(|files| {
+        .find(|dir| {
+            std::fs::read_dir(dir).is_ok_and(|files| {
                 files
                     .flatten()
-                    .any(|f| f.file_name().to_string_lossy().starts_with("libnvrtc.so"))
+                    .any(|f| f.file_name().to_string_lossy().starts_with(lib))
             })
         })
 }

@@ -23,7 +23,7 @@
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
-use xtask::python::{Build, install_package, nvrtc_dir, venv_dir, venv_python};
+use xtask::python::{Build, install_package, nvidia_lib_dir, venv_dir, venv_python};
 use xtask::{cargo, run, workspace_root};
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -67,9 +67,15 @@ pub fn main(args: &[String]) -> ExitCode {
         if let Some(venv) = &venv {
             cmd.env("BSP_PYTHON", venv);
         }
-        // The kernels' NVRTC tests run with the environment's libnvrtc (`cuda_setup::testing`).
-        if let Some(dir) = nvrtc_dir(&venv_dir()) {
-            cmd.env("L3_NVRTC_DIR", dir);
+        // The kernels' NVRTC tests and bsp-tiling's cuDNN descriptor test run with the environment's
+        // libraries (`cuda_setup::testing`).
+        for (var, lib) in [
+            ("L3_NVRTC_DIR", "libnvrtc.so"),
+            ("L3_CUDNN_DIR", "libcudnn.so"),
+        ] {
+            if let Some(dir) = nvidia_lib_dir(&venv_dir(), lib) {
+                cmd.env(var, dir);
+            }
         }
         if let Err(e) = run(&mut cmd) {
             eprintln!("Rust tests failed: {e:#}");

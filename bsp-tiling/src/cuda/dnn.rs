@@ -347,3 +347,183 @@ impl CudaBackend {
         .map_err(dnn_err("cudnnConvolutionForward"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::ops::AxisPad;
+    use crate::win::Win;
+
+    fn conv(cin: usize, cout: usize, groups: usize, win: [(usize, usize, usize); 2]) -> ConvOp {
+        let w = |(k, stride, dilation)| Win {
+            k,
+            stride,
+            dilation,
+        };
+        ConvOp {
+            cin,
+            cout,
+            groups,
+            win: [w(win[0]), w(win[1])],
+            pad: [AxisPad::Explicit(0, 0); 2],
+            output_padding: [0, 0],
+            weight: vec![0.0; cout * cin / groups * win[0].0 * win[1].0],
+            bias: vec![0.0; cout],
+        }
+    }
+
+    fn ok(s: sys::cudnnStatus_t, call: &str) {
+        assert_eq!(s, sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS, "{call}");
+    }
+
+    /// The descriptors `describe` makes are the convolution the graph means, as cuDNN itself reads them
+    /// back (its descriptors are host objects: the real libcudnn, no GPU): in each precision the tensors'
+    /// and filter's data type and dimensions (the filter's channels those of one group), no padding, the
+    /// per-axis stride and dilation in cuDNN's order, cross-correlation, the compute type, the group count
+    /// and the math type; cuDNN's own output size is the graph's. A window that is not exactly the
+    /// output's receptive field, and sizes past cuDNN's `int`, are not described (im2col takes them).
+    #[test]
+    fn cudnn_reads_the_descriptors_as_the_graph_means_them() {
+        use cuda_setup::testing::{LibraryTest, library_for_test};
+        match library_for_test(
+            cuda_setup::Library::Cudnn,
+            "cuda::dnn::tests::cudnn_reads_the_descriptors_as_the_graph_means_them",
+        ) {
+            LibraryTest::Here => {}
+            LibraryTest::PassedInChild => return,
+            LibraryTest::Missing(reason) => return stdx::testing::skip(reason),
+        }
+        use sys::cudnnDataType_t::{CUDNN_DATA_FLOAT, CUDNN_DATA_HALF};
+        use sys::cudnnMathType_t::{CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH, CUDNN_TENSOR_OP_MATH};
+        let cases = [
+            // (op, window h × w, output h × w)
+            (conv(3, 8, 1, [(9, 1, 1), (9, 1, 1)]), (40, 33), (32, 25)),
+            (conv(8, 16, 2, [(3, 2, 1), (5, 1, 2)]), (21, 30), (10, 22)),
+            (conv(6, 6, 6, [(3, 1, 3), (1, 3, 1)]), (17, 10), (11, 4)),
+            (conv(16, 4, 4, [(2, 3, 2), (4, 2, 3)]), (14, 19), (4, 5)),
+        ];
+        for p in [Precision::F32, Precision::Tf32, Precision::F16] {
+            let a = Arithmetic::of(p);
+            let (data, math) = match p {
+                Precision::F32 => (CUDNN_DATA_FLOAT, CUDNN_FMA_MATH),
+                Precision::Tf32 => (CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH),
+                Precision::F16 => (CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH),
+            };
+            for (c, (h, w), (ho, wo)) in &cases {
+                let what = format!("{p} {}→{} groups {} {:?}", c.cin, c.cout, c.groups, c.win);
+                let d = describe(c, (*h, *w), (*ho, *wo), &a)
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{what}: not described"));
+                let mut t = [0 as c_int; 8];
+                let mut dt = sys::cudnnDataType_t::CUDNN_DATA_DOUBLE;
+                // SAFETY: valid descriptors; every out-pointer is to a local of the right type.
+                unsafe {
+                    let [n, ch, th, tw, ns, cs, hs, ws] = &mut t;
+                    ok(
+                        sys::cudnnGetTensor4dDescriptor(
+                            d.x, &mut dt, n, ch, th, tw, ns, cs, hs, ws,
+                        ),
+                        "cudnnGetTensor4dDescriptor",
+                    );
+                }
+                let (hw, cin) = ((h * w) as c_int, c.cin as c_int);
+                assert_eq!(dt, data, "{what}: x");
+                assert_eq!(
+                    t,
+                    [
+                        1,
+                        cin,
+                        *h as c_int,
+                        *w as c_int,
+                        cin * hw,
+                        hw,
+                        *w as c_int,
+                        1
+                    ],
+                    "{what}: x"
+                );
+                let mut f = [0 as c_int; 4];
+                let mut fmt = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC;
+                // SAFETY: as above.
+                unsafe {
+                    let [k, ch, fh, fw] = &mut f;
+                    ok(
+                        sys::cudnnGetFilter4dDescriptor(d.w, &mut dt, &mut fmt, k, ch, fh, fw),
+                        "cudnnGetFilter4dDescriptor",
+                    );
+                }
+                assert_eq!(dt, data, "{what}: w");
+                assert_eq!(fmt, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, "{what}");
+                let want_f = [c.cout, c.cin / c.groups, c.win[0].k, c.win[1].k].map(|v| v as c_int);
+                assert_eq!(f, want_f, "{what}: w");
+                let mut g = [0 as c_int; 6];
+                let mut mode = sys::cudnnConvolutionMode_t::CUDNN_CONVOLUTION;
+                let (mut groups, mut m) = (0 as c_int, CUDNN_TENSOR_OP_MATH);
+                // SAFETY: as above.
+                unsafe {
+                    let [ph, pw, u, v, dh, dw] = &mut g;
+                    ok(
+                        sys::cudnnGetConvolution2dDescriptor(
+                            d.conv, ph, pw, u, v, dh, dw, &mut mode, &mut dt,
+                        ),
+                        "cudnnGetConvolution2dDescriptor",
+                    );
+                    ok(
+                        sys::cudnnGetConvolutionGroupCount(d.conv, &mut groups),
+                        "cudnnGetConvolutionGroupCount",
+                    );
+                    ok(
+                        sys::cudnnGetConvolutionMathType(d.conv, &mut m),
+                        "cudnnGetConvolutionMathType",
+                    );
+                }
+                let [wy, wx] = &c.win;
+                let want_g = [0, 0, wy.stride, wx.stride, wy.dilation, wx.dilation];
+                assert_eq!(
+                    g,
+                    want_g.map(|v| v as c_int),
+                    "{what}: padding, stride, dilation"
+                );
+                assert_eq!(
+                    mode,
+                    sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    "{what}"
+                );
+                assert_eq!(dt, CUDNN_DATA_FLOAT, "{what}: compute type");
+                assert_eq!((groups, m), (c.groups as c_int, math), "{what}");
+                let mut o = [0 as c_int; 4];
+                // SAFETY: as above.
+                unsafe {
+                    let [n, ch, oh, ow] = &mut o;
+                    ok(
+                        sys::cudnnGetConvolution2dForwardOutputDim(d.conv, d.x, d.w, n, ch, oh, ow),
+                        "cudnnGetConvolution2dForwardOutputDim",
+                    );
+                    let (mut n2, mut c2, mut h2, mut w2, mut s) = (0, 0, 0, 0, [0 as c_int; 4]);
+                    let [s0, s1, s2, s3] = &mut s;
+                    ok(
+                        sys::cudnnGetTensor4dDescriptor(
+                            d.y, &mut dt, &mut n2, &mut c2, &mut h2, &mut w2, s0, s1, s2, s3,
+                        ),
+                        "cudnnGetTensor4dDescriptor",
+                    );
+                    assert_eq!((dt, [n2, c2, h2, w2]), (data, o), "{what}: y");
+                }
+                assert_eq!(
+                    o,
+                    [1, c.cout as c_int, *ho as c_int, *wo as c_int],
+                    "{what}: output"
+                );
+            }
+            // A window a row or a column off the output's field, or sizes past `int`: not cuDNN's.
+            let c0 = &cases[0].0;
+            assert!(describe(c0, (41, 33), (32, 25), &a).unwrap().is_none());
+            assert!(describe(c0, (40, 33), (32, 26), &a).unwrap().is_none());
+            assert!(
+                describe(c0, (40, 1 << 31), (32, (1 << 31) - 8), &a)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+    }
+}

@@ -394,11 +394,11 @@ mod tests {
     /// writes the PTX there, for `ptxas -arch=sm_90 -v`.
     #[test]
     fn nvrtc_compiles_kernels_for_every_arch() {
-        use cuda_setup::testing::{NvrtcTest, nvrtc_for_test};
+        use cuda_setup::testing::{LibraryTest, nvrtc_for_test};
         match nvrtc_for_test("cuda::tests::nvrtc_compiles_kernels_for_every_arch") {
-            NvrtcTest::Here => {}
-            NvrtcTest::PassedInChild => return,
-            NvrtcTest::Missing(reason) => return stdx::testing::skip(reason),
+            LibraryTest::Here => {}
+            LibraryTest::PassedInChild => return,
+            LibraryTest::Missing(reason) => return stdx::testing::skip(reason),
         }
         let dir = std::env::var_os("BSP_PTX_DIR").map(std::path::PathBuf::from);
         let every = PROGRAM.compile_every(&cuda_setup::EVERY_ARCH, &KERNEL_NAMES, dir.as_deref());
