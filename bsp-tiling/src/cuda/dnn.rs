@@ -94,11 +94,10 @@ fn int(v: usize) -> Option<c_int> {
     c_int::try_from(v).ok()
 }
 
-/// How a precision runs in cuDNN: the tensors' data type, the convolution's compute type, the math type
-/// asked for, and whether an algorithm of math type `m` computes in that precision.
+/// How a precision runs in cuDNN: the tensors' data type, the math type asked for, and whether an
+/// algorithm of math type `m` computes in that precision. The convolution's compute type is f32 in all.
 struct Arithmetic {
     data: sys::cudnnDataType_t,
-    compute: sys::cudnnDataType_t,
     math: sys::cudnnMathType_t,
 }
 
@@ -111,11 +110,7 @@ impl Arithmetic {
             Precision::Tf32 => (CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH),
             Precision::F16 => (CUDNN_DATA_HALF, CUDNN_TENSOR_OP_MATH),
         };
-        Arithmetic {
-            data,
-            compute: CUDNN_DATA_FLOAT,
-            math,
-        }
+        Arithmetic { data, math }
     }
 
     /// Whether an algorithm reported with math type `m` computes in this arithmetic: f32 takes FMA
@@ -197,7 +192,7 @@ fn describe(
             dilation[0],
             dilation[1],
             sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-            a.compute,
+            sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
         )
         .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
         result::set_convolution_group_count(d.conv, groups)
@@ -283,12 +278,9 @@ impl CudaBackend {
         .map_err(dnn_err("cudnnGetConvolutionForwardWorkspaceSize"))?;
         // Other leases may have taken the room since: then im2col, whose band narrows to fit.
         let what = format!("the cuDNN workspace of `{name}`");
-        let Ok(lease) = self.meter.lease(bytes as u64, &what) else {
+        let Some((workspace, lease)) = self.try_alloc::<u8>(bytes, &what)? else {
             return Ok(None);
         };
-        // SAFETY: cuDNN's workspace is scratch it writes before it reads.
-        let workspace = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(super::drv("cuMemAllocAsync"))?;
         Ok(Some(Plan {
             d,
             algo: p.algo,

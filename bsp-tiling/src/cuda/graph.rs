@@ -235,19 +235,15 @@ impl CudaBackend {
             self.cudnn_run(plan, &x.data, &wts.w, 1.0, &mut out.data)?;
             return Ok(true);
         };
-        let scratch = |n: usize, what: &str| -> Result<Option<(CudaSlice<u16>, Lease)>> {
-            let Ok(lease) = self.meter.lease((n * 2) as u64, what) else {
-                return Ok(None);
-            };
-            // SAFETY: written whole (by bsp_to_f16, by cuDNN with beta 0) before it is read.
-            let buf =
-                unsafe { self.stream.alloc::<u16>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
-            Ok(Some((buf, lease)))
-        };
-        let Some((mut x16, _lx)) = scratch(x.len(), "a convolution's binary16 window")? else {
+        // Both written whole (by bsp_to_f16, by cuDNN with beta 0) before they are read.
+        let Some((mut x16, _lx)) =
+            self.try_alloc::<u16>(x.len(), "a convolution's binary16 window")?
+        else {
             return Ok(false);
         };
-        let Some((mut y16, _ly)) = scratch(out.len(), "a convolution's binary16 result")? else {
+        let Some((mut y16, _ly)) =
+            self.try_alloc::<u16>(out.len(), "a convolution's binary16 result")?
+        else {
             return Ok(false);
         };
         let Some(plan) = self.cudnn_plan(name, c, hw, ohw)? else {

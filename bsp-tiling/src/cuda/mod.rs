@@ -297,9 +297,29 @@ impl CudaBackend {
         let lease = self
             .meter
             .lease((n * std::mem::size_of::<T>()) as u64, what)?;
+        Ok((self.alloc_leased(n)?, lease))
+    }
+
+    /// [`Self::alloc`] for a buffer the caller can do without: `None` when the budget has no room for
+    /// it (cuDNN's scratch: im2col, whose band narrows to fit, then takes the convolution).
+    fn try_alloc<T: cudarc::driver::DeviceRepr>(
+        &self,
+        n: usize,
+        what: &str,
+    ) -> Result<Option<(CudaSlice<T>, Lease)>> {
+        let Ok(lease) = self
+            .meter
+            .lease((n * std::mem::size_of::<T>()) as u64, what)
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.alloc_leased(n)?, lease)))
+    }
+
+    /// `n` elements of device memory, leased by the caller.
+    fn alloc_leased<T: cudarc::driver::DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
         // SAFETY: every caller writes the elements it later reads (a kernel fills the whole buffer).
-        let s = unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))?;
-        Ok((s, lease))
+        unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(drv("cuMemAllocAsync"))
     }
 
     fn tensor(&self, c: usize, h: usize, w: usize, what: &str) -> Result<CudaTensor> {
